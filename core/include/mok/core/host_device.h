@@ -1,0 +1,38 @@
+// One source of truth for numerics shared by the CPU reference and the CUDA megakernel.
+// In a plain C++ build the annotations expand to nothing, so reference/ stays free of CUDA.
+#pragma once
+
+#if defined(__CUDACC__)
+#define MOK_HD __host__ __device__ __forceinline__
+#else
+#define MOK_HD inline
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+namespace mok {
+
+MOK_HD uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+MOK_HD float float_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// fma is exact-then-round-once on both sides (IEEE fusedMultiplyAdd); every other float step is a
+// separate, uncontracted operation (host: -ffp-contract=off, device: --fmad=false).
+MOK_HD float fma32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
+}  // namespace mok

@@ -1,0 +1,115 @@
+// The router's per-token math, host and device: scores, top-k selection (ties toward the lower
+// expert id), the routing weights, and the backward from d topk_w to d logits.
+// scratch arrays hold E floats (E <= kMaxExperts).
+#pragma once
+
+#include "mok/core/config.h"
+#include "mok/core/scalar.h"
+
+namespace mok {
+
+// scores[e] = softmax(logits)[e] (max-subtracted, sequential sum) or sigmoid(logits[e]).
+MOK_HD void router_scores(const LayerConfig& c, const float* logits, float* scores) {
+  const int E = c.experts;
+  if (c.score_mode == ScoreMode::sigmoid) {
+    for (int e = 0; e < E; ++e) scores[e] = sigmoid_f32(logits[e]);
+    return;
+  }
+  float m = logits[0];
+  for (int e = 1; e < E; ++e) m = logits[e] > m ? logits[e] : m;
+  float sum = 0.0f;
+  for (int e = 0; e < E; ++e) {
+    scores[e] = exp_f32(logits[e] - m);
+    sum += scores[e];
+  }
+  for (int e = 0; e < E; ++e) scores[e] = scores[e] / sum;
+}
+
+// Index of the largest key among [begin, end) with allowed[i]; the lower index wins ties.
+MOK_HD int argmax_allowed(const float* key, const bool* allowed, int begin, int end) {
+  int best = -1;
+  for (int i = begin; i < end; ++i)
+    if (allowed[i] && (best < 0 || key[i] > key[best])) best = i;
+  return best;
+}
+
+// Selection key: the score, plus the per-expert bias in sigmoid mode (bias may be null).
+// Sigmoid mode is group-limited: a group's rank is the sum of its two best keys (its only key
+// when groups have one expert); the topk_group best groups stay eligible.
+MOK_HD void router_select(const LayerConfig& c, const float* scores, const float* bias, float* key, bool* allowed,
+                          int32_t* topk_idx) {
+  const int E = c.experts;
+  const bool sigmoid = c.score_mode == ScoreMode::sigmoid;
+  for (int e = 0; e < E; ++e) key[e] = sigmoid && bias ? scores[e] + bias[e] : scores[e];
+  if (sigmoid && c.n_group > 1) {
+    const int per = E / c.n_group;
+    float group_key[kMaxExperts];
+    bool group_allowed[kMaxExperts];
+    for (int g = 0; g < c.n_group; ++g) {
+      for (int e = g * per; e < (g + 1) * per; ++e) allowed[e] = true;
+      const int first = argmax_allowed(key, allowed, g * per, (g + 1) * per);
+      allowed[first] = false;
+      const int second = per > 1 ? argmax_allowed(key, allowed, g * per, (g + 1) * per) : -1;
+      group_key[g] = second >= 0 ? key[first] + key[second] : key[first];
+      group_allowed[g] = true;
+    }
+    for (int e = 0; e < E; ++e) allowed[e] = false;
+    for (int kept = 0; kept < c.topk_group; ++kept) {
+      const int g = argmax_allowed(group_key, group_allowed, 0, c.n_group);
+      group_allowed[g] = false;
+      for (int e = g * per; e < (g + 1) * per; ++e) allowed[e] = true;
+    }
+  } else {
+    for (int e = 0; e < E; ++e) allowed[e] = true;
+  }
+  for (int j = 0; j < c.top_k; ++j) {
+    const int e = argmax_allowed(key, allowed, 0, E);
+    topk_idx[j] = e;
+    allowed[e] = false;
+  }
+}
+
+// topk_w[j] = scores[e_j], divided by their sum (in slot order) when renormalising, then times
+// routed_scale in sigmoid mode.
+MOK_HD void router_weights(const LayerConfig& c, const float* scores, const int32_t* topk_idx, float* topk_w) {
+  float sum = 0.0f;
+  for (int j = 0; j < c.top_k; ++j) sum += scores[topk_idx[j]];
+  for (int j = 0; j < c.top_k; ++j) {
+    float w = scores[topk_idx[j]];
+    if (c.renormalize) w = w / sum;
+    if (c.score_mode == ScoreMode::sigmoid) w = w * c.routed_scale;
+    topk_w[j] = w;
+  }
+}
+
+// d logits from d topk_w, for one token. scores as router_scores gives them.
+//   renormalised:  d s_j = (d w'_j - sum_i d w'_i w'_i) / S,  w'_j = s_j / S
+//   softmax:       d logit = p * (d p - <d p, p>)
+//   sigmoid:       d logit_e = d s_e * s_e * (1 - s_e)
+MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int32_t* topk_idx, const float* d_topk_w,
+                            float* d_scores, float* d_logits) {
+  const int E = c.experts, k = c.top_k;
+  const bool sigmoid = c.score_mode == ScoreMode::sigmoid;
+  for (int e = 0; e < E; ++e) d_scores[e] = 0.0f;
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum += scores[topk_idx[j]];
+  float weighted = 0.0f;  // sum_i d w'_i w'_i
+  if (c.renormalize)
+    for (int j = 0; j < k; ++j) {
+      const float dw = sigmoid ? d_topk_w[j] * c.routed_scale : d_topk_w[j];
+      weighted = fma32(dw, scores[topk_idx[j]] / sum, weighted);
+    }
+  for (int j = 0; j < k; ++j) {
+    const float dw = sigmoid ? d_topk_w[j] * c.routed_scale : d_topk_w[j];
+    d_scores[topk_idx[j]] = c.renormalize ? (dw - weighted) / sum : dw;
+  }
+  if (sigmoid) {
+    for (int e = 0; e < E; ++e) d_logits[e] = d_scores[e] * (scores[e] * (1.0f - scores[e]));
+    return;
+  }
+  float dot = 0.0f;  // <d p, p> over the selected experts, in slot order
+  for (int j = 0; j < k; ++j) dot = fma32(d_scores[topk_idx[j]], scores[topk_idx[j]], dot);
+  for (int e = 0; e < E; ++e) d_logits[e] = scores[e] * (d_scores[e] - dot);
+}
+
+}  // namespace mok

@@ -1,0 +1,34 @@
+// SwiGLU and its backward, elementwise, optionally clamped (gpt-oss style limit on gate and up).
+// Operands are the bf16-rounded h = [gate | up]; the result a is rounded to bf16 by the caller.
+#pragma once
+
+#include "mok/core/scalar.h"
+
+namespace mok {
+
+MOK_HD float clamp_gate(float gate, float limit) { return limit > 0.0f && gate > limit ? limit : gate; }
+
+MOK_HD float clamp_up(float up, float limit) {
+  if (limit <= 0.0f) return up;
+  return up > limit ? limit : (up < -limit ? -limit : up);
+}
+
+MOK_HD float swiglu(float gate, float up, float limit) {
+  return silu_f32(clamp_gate(gate, limit)) * clamp_up(up, limit);
+}
+
+struct SwigluGrad {
+  float gate;
+  float up;
+};
+
+// da: the gradient reaching a. A clamped operand passes no gradient.
+MOK_HD SwigluGrad swiglu_grad(float gate, float up, float da, float limit) {
+  const float g = clamp_gate(gate, limit);
+  const float u = clamp_up(up, limit);
+  const bool gate_clamped = g != gate;
+  const bool up_clamped = u != up;
+  return SwigluGrad{gate_clamped ? 0.0f : (da * u) * silu_grad_f32(g), up_clamped ? 0.0f : da * silu_f32(g)};
+}
+
+}  // namespace mok

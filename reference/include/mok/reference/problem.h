@@ -1,0 +1,51 @@
+// Problem instances from a seed: inputs, weights and routings of every shape the tests, goldens and
+// fuzzer need. The generator is our own (splitmix64), so a seed means the same data everywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "mok/reference/layer.h"
+
+namespace mok::ref {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  double uniform();          // [0, 1)
+  int below(int n);          // [0, n)
+  float symmetric(float a);  // [-a, a)
+
+ private:
+  uint64_t state_;
+};
+
+// How the tokens are routed: by the router itself, or a given routing of one of these kinds.
+enum class RoutingKind : uint8_t {
+  router,       // the layer's router on the random weights
+  router_ties,  // the router, with expert pairs sharing router rows (and bias): exact score ties
+  uniform,      // given: k distinct experts uniformly
+  zipf,         // given: expert e drawn with probability ~ 1 / (e + 1)^zipf_s
+  one_hot,      // given: every token's slot 0 is expert 0, the rest uniform
+  all_to_one,   // given: every token to experts 0..k-1 (with k = 1, all to one expert)
+  sparse,       // given: only ceil(E / 8) experts (at least k) receive tokens
+};
+
+std::string to_string(RoutingKind kind);
+RoutingKind routing_kind_from_string(const std::string& name);  // throws mok::Error
+
+struct Problem {
+  LayerConfig config;
+  std::vector<bf16> x;   // [N, H]
+  std::vector<bf16> dy;  // [N, H]
+  LayerWeights weights;
+  std::optional<Routing> routing;  // set for the given kinds
+};
+
+// Values: x, dy uniform in [-1, 1); expert weights uniform with variance 1/K; router rows uniform
+// with variance 1/H (times 4 for sharper scores); bias uniform in [-0.1, 0.1) in sigmoid mode.
+Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind = RoutingKind::router, double zipf_s = 1.2);
+
+}  // namespace mok::ref

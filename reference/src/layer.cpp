@@ -1,0 +1,375 @@
+#include "mok/reference/layer.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "mok/core/combine.h"
+#include "mok/core/dispatch_layout.h"
+#include "mok/core/fma_chain.h"
+#include "mok/core/routing.h"
+#include "mok/core/swiglu.h"
+#include "mok/reference/matmul.h"
+
+namespace mok::ref {
+namespace {
+
+size_t at(long a, long b) { return size_t(a) * size_t(b); }
+
+// One simulated rank's memory as the other ranks reach it through the rank table: its tokens'
+// inputs (pulled by expert ranks) and the per-slot buffers that expert ranks push results into.
+struct RankMemory {
+  const bf16* x;                // [T, H]
+  const bf16* dy;               // [T, H] (backward only)
+  const float* topk_w;          // [T, k]
+  std::vector<bf16> slots;      // [T, k, H]: y_j (forward) or dx_j (backward)
+  std::vector<float> d_topk_w;  // [T, k] (backward only)
+};
+
+std::vector<RankMemory> rank_table(const LayerConfig& c, const bf16* x, const bf16* dy, const float* topk_w) {
+  const int T = c.tokens_per_rank, H = c.hidden, k = c.top_k;
+  std::vector<RankMemory> ranks(c.ranks);
+  for (int r = 0; r < c.ranks; ++r) {
+    ranks[r].x = x + at(r, at(T, H));
+    ranks[r].dy = dy ? dy + at(r, at(T, H)) : nullptr;
+    ranks[r].topk_w = topk_w + at(r, at(T, k));
+    ranks[r].slots.assign(at(T, at(k, H)), bf16{0});
+    ranks[r].d_topk_w.assign(at(T, k), 0.0f);
+  }
+  return ranks;
+}
+
+// Where a layout row's (token, slot) lives: its source rank, local token and slot.
+struct SlotHome {
+  int rank, t, j;
+};
+
+SlotHome home_of(const LayerConfig& c, int32_t source) {
+  const int g = source / c.top_k;
+  return SlotHome{c.token_rank(g), g % c.tokens_per_rank, source % c.top_k};
+}
+
+// Visits every ring minibatch: expert e's rows [first, first + rows) in layout order, in whole
+// 16-row chunks except an expert's last, expert by expert on each rank.
+template <class Visit>
+void for_each_minibatch(const LayerConfig& c, const DispatchLayout& l, int ring_rows, Visit visit) {
+  for (int r = 0; r < c.ranks; ++r)
+    for (int e = r * c.experts_per_rank(); e < (r + 1) * c.experts_per_rank(); ++e)
+      for (int done = 0; done < l.counts[e]; done += ring_rows)
+        visit(e, l.offsets[e] + done, std::min(ring_rows, l.counts[e] - done));
+}
+
+// h = bf16(x W1^T) and a = bf16(swiglu(h)) for m rows.
+void swiglu_mlp_up(const LayerConfig& c, StepModel step, const bf16* x, int m, const bf16* w1, int inter, bf16* h,
+                   bf16* a) {
+  const int H = c.hidden;
+  std::vector<float> acc(at(m, 2 * inter));
+  matmul(step, x, m, w1, 2 * inter, H, acc.data());
+  for (size_t i = 0; i < acc.size(); ++i) h[i] = to_bf16(acc[i]);
+  for (int row = 0; row < m; ++row)
+    for (int i = 0; i < inter; ++i) {
+      const bf16* hr = h + at(row, 2 * inter);
+      a[at(row, inter) + i] = to_bf16(swiglu(to_float(hr[i]), to_float(hr[inter + i]), c.swiglu_limit));
+    }
+}
+
+std::vector<bf16> matmul_bf16(StepModel step, const bf16* a, int m, const bf16* b, int n, int k) {
+  std::vector<float> acc(at(m, n));
+  matmul(step, a, m, b, n, k, acc.data());
+  std::vector<bf16> out(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) out[i] = to_bf16(acc[i]);
+  return out;
+}
+
+// [rows, cols] -> [cols, rows]
+template <class V>
+V transposed(const V& src, int rows, int cols) {
+  V out(src.size());
+  for (int r = 0; r < rows; ++r)
+    for (int q = 0; q < cols; ++q) out[at(q, rows) + r] = src[at(r, cols) + q];
+  return out;
+}
+
+// The SwiGLU backward of m rows: g = dy W2 (K-step chain over H), then for weight w per row
+// (nullptr: 1): d_w = <g, a> as an fma chain over I, da = w * g, dh = bf16(swiglu_grad).
+void swiglu_mlp_down_grad(const LayerConfig& c, StepModel step, const bf16* dy, int m, const bf16* w2t, int inter,
+                          const bf16* h, const bf16* a, const float* w, float* d_w, bf16* dh) {
+  std::vector<float> g(at(m, inter));
+  matmul(step, dy, m, w2t, inter, c.hidden, g.data());
+  for (int row = 0; row < m; ++row) {
+    const float* gr = g.data() + at(row, inter);
+    const bf16* ar = a + at(row, inter);
+    const bf16* hr = h + at(row, 2 * inter);
+    if (d_w)
+      d_w[row] = fma_chain(
+          inter, [&](int i) { return gr[i]; }, [&](int i) { return to_float(ar[i]); });
+    for (int i = 0; i < inter; ++i) {
+      const float da = w ? w[row] * gr[i] : gr[i];
+      const SwigluGrad d = swiglu_grad(to_float(hr[i]), to_float(hr[inter + i]), da, c.swiglu_limit);
+      dh[at(row, 2 * inter) + i] = to_bf16(d.gate);
+      dh[at(row, 2 * inter) + inter + i] = to_bf16(d.up);
+    }
+  }
+}
+
+bool all_finite(const std::vector<bf16>& v) {
+  return std::all_of(v.begin(), v.end(), [](bf16 b) { return is_finite(b); });
+}
+
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
+}
+
+template <class V>
+void require_size(const V& v, size_t want, const char* name) {
+  require(v.size() == want,
+          std::string(name) + " has " + std::to_string(v.size()) + " elements, expected " + std::to_string(want));
+}
+
+}  // namespace
+
+void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given) {
+  validate(c);
+  const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  require_size(x, at(N, H), "x [N, H]");
+  require_size(w.router, at(E, H), "router weight [E, H]");
+  if (!w.expert_bias.empty()) require_size(w.expert_bias, size_t(E), "expert_bias [E]");
+  require_size(w.w1, at(E, at(2 * I, H)), "w1 [E, 2I, H]");
+  require_size(w.w2, at(E, at(H, I)), "w2 [E, H, I]");
+  require_size(w.shared_w1, at(2 * Is, H), "shared_w1 [2Is, H]");
+  require_size(w.shared_w2, at(H, Is), "shared_w2 [H, Is]");
+  require(all_finite(x), "x holds NaN or Inf");
+  require(all_finite(w.router), "router weight holds NaN or Inf");
+  require(all_finite(w.expert_bias), "expert_bias holds NaN or Inf");
+  require(all_finite(w.w1) && all_finite(w.w2), "expert weights hold NaN or Inf");
+  require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
+  if (!given) return;
+  const int k = c.top_k;
+  require_size(given->topk_idx, at(N, k), "given topk_idx [N, k]");
+  require_size(given->topk_w, at(N, k), "given topk_w [N, k]");
+  require(all_finite(given->topk_w), "given topk_w holds NaN or Inf");
+  for (int g = 0; g < N; ++g)
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = given->topk_idx[at(g, k) + j];
+      require(e >= 0 && e < E, "topk_idx[" + std::to_string(g) + ", " + std::to_string(j) + "] = " + std::to_string(e) +
+                                   " is outside [0, " + std::to_string(E) + ")");
+      for (int i = 0; i < j; ++i)
+        require(given->topk_idx[at(g, k) + i] != e,
+                "token " + std::to_string(g) + " is routed to expert " + std::to_string(e) + " twice");
+    }
+}
+
+DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
+  const int N = c.tokens(), E = c.experts, k = c.top_k, chunks = layout_chunks(N);
+  std::vector<int32_t> by_chunk(at(chunks, E)), base(at(chunks, E));
+  DispatchLayout l;
+  l.offsets.resize(E + 1);
+  l.row_source.resize(at(N, k));
+  l.slot_row.resize(at(N, k));
+  for (int ch = 0; ch < chunks; ++ch) count_chunk(topk_idx.data(), k, ch, N, E, by_chunk.data() + at(ch, E));
+  scan_chunks(by_chunk.data(), chunks, E, base.data(), l.offsets.data());
+  for (int ch = 0; ch < chunks; ++ch)
+    place_chunk(topk_idx.data(), k, ch, N, base.data() + at(ch, E), l.row_source.data(), l.slot_row.data());
+  l.counts.resize(E);
+  for (int e = 0; e < E; ++e) l.counts[e] = l.offsets[e + 1] - l.offsets[e];
+  return l;
+}
+
+Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits_out) {
+  const int N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
+  Routing r;
+  r.topk_idx.resize(at(N, k));
+  r.topk_w.resize(at(N, k));
+  std::vector<float> logits(at(N, E));
+  std::vector<float> scores(E), key(E);
+  std::unique_ptr<bool[]> allowed(new bool[E]);
+  for (int g = 0; g < N; ++g) {
+    float* lg = logits.data() + at(g, E);
+    const bf16* xg = x.data() + at(g, H);
+    for (int e = 0; e < E; ++e) {
+      const float* wr = w.router.data() + at(e, H);
+      lg[e] = fma_chain(
+          H, [&](int h) { return to_float(xg[h]); }, [&](int h) { return wr[h]; });
+      require(lg[e] - lg[e] == 0.0f, "router logit of token " + std::to_string(g) + " overflows");
+    }
+    router_scores(c, lg, scores.data());
+    router_select(c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
+                  r.topk_idx.data() + at(g, k));
+    router_weights(c, scores.data(), r.topk_idx.data() + at(g, k), r.topk_w.data() + at(g, k));
+  }
+  if (logits_out) *logits_out = std::move(logits);
+  return r;
+}
+
+Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given,
+                const Options& opt) {
+  validate_inputs(c, x, w, given);
+  require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
+  const int N = c.tokens(), H = c.hidden, I = c.intermediate, k = c.top_k, T = c.tokens_per_rank;
+  Forward f;
+  f.routing = given ? *given : route(c, x, w, &f.logits);
+  f.layout = build_dispatch_layout(c, f.routing.topk_idx);
+  std::vector<RankMemory> ranks = rank_table(c, x.data(), nullptr, f.routing.topk_w.data());
+  if (!opt.recompute) {
+    f.h.resize(at(at(N, k), 2 * I));
+    f.a.resize(at(at(N, k), I));
+  }
+  std::vector<bf16> ring_x, ring_h, ring_a;
+  for_each_minibatch(c, f.layout, opt.ring_rows, [&](int e, int first, int m) {
+    ring_x.resize(at(m, H));
+    ring_h.resize(at(m, 2 * I));
+    ring_a.resize(at(m, I));
+    for (int i = 0; i < m; ++i) {  // pull dispatch: read the token row from its source rank
+      const SlotHome s = home_of(c, f.layout.row_source[first + i]);
+      std::copy_n(ranks[s.rank].x + at(s.t, H), H, ring_x.begin() + at(i, H));
+    }
+    swiglu_mlp_up(c, opt.step, ring_x.data(), m, w.w1.data() + at(e, at(2 * I, H)), I, ring_h.data(), ring_a.data());
+    if (!opt.recompute) {
+      std::copy(ring_h.begin(), ring_h.end(), f.h.begin() + at(first, 2 * I));
+      std::copy(ring_a.begin(), ring_a.end(), f.a.begin() + at(first, I));
+    }
+    const std::vector<bf16> ye = matmul_bf16(opt.step, ring_a.data(), m, w.w2.data() + at(e, at(H, I)), H, I);
+    for (int i = 0; i < m; ++i) {  // push combine: into the (token, slot) buffer of the source rank
+      const SlotHome s = home_of(c, f.layout.row_source[first + i]);
+      std::copy_n(ye.begin() + at(i, H), H, ranks[s.rank].slots.begin() + at(at(s.t, k) + s.j, H));
+    }
+  });
+  const int Is = c.shared_intermediate;
+  f.shared_h.resize(at(N, 2 * Is));
+  f.shared_a.resize(at(N, Is));
+  f.y.resize(at(N, H));
+  for (int r = 0; r < c.ranks; ++r) {
+    std::vector<bf16> shared_y;
+    const size_t base = at(r, T);
+    if (c.has_shared()) {
+      swiglu_mlp_up(c, opt.step, ranks[r].x, T, w.shared_w1.data(), Is, f.shared_h.data() + at(base, 2 * Is),
+                    f.shared_a.data() + at(base, Is));
+      shared_y = matmul_bf16(opt.step, f.shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
+    }
+    for (int t = 0; t < T; ++t)
+      for (int hh = 0; hh < H; ++hh) {
+        const float shared = c.has_shared() ? to_float(shared_y[at(t, H) + hh]) : 0.0f;
+        const bf16* slots = ranks[r].slots.data() + at(at(t, k), H) + hh;
+        f.y[at(base + t, H) + hh] =
+            combine_y(k, shared, ranks[r].topk_w + at(t, k), [&](int j) { return slots[at(j, H)]; });
+      }
+  }
+  return f;
+}
+
+Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Forward& fwd,
+                   const std::vector<bf16>& dy, const Options& opt) {
+  const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k, T = c.tokens_per_rank;
+  const int Is = c.shared_intermediate;
+  require_size(dy, at(N, H), "dy [N, H]");
+  require(all_finite(dy), "dy holds NaN or Inf");
+  require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
+  require(opt.recompute || fwd.h.size() == at(at(N, k), 2 * I), "forward saved no activations: use recompute");
+  const DispatchLayout& l = fwd.layout;
+  std::vector<RankMemory> ranks = rank_table(c, x.data(), dy.data(), fwd.routing.topk_w.data());
+  Gradients gr;
+  gr.d_w1.assign(at(E, at(2 * I, H)), 0.0f);
+  gr.d_w2.assign(at(E, at(H, I)), 0.0f);
+  std::vector<std::vector<bf16>> w1t(E), w2t(E);  // per expert [H, 2I] and [I, H]
+  for (int e = 0; e < E; ++e) {
+    w1t[e] = transposed(std::vector<bf16>(w.w1.begin() + at(e, at(2 * I, H)), w.w1.begin() + at(e + 1, at(2 * I, H))),
+                        2 * I, H);
+    w2t[e] = transposed(std::vector<bf16>(w.w2.begin() + at(e, at(H, I)), w.w2.begin() + at(e + 1, at(H, I))), H, I);
+  }
+  std::vector<bf16> ring_x, ring_dy, ring_h, ring_a, dh, dye;
+  std::vector<float> ring_w, d_w;
+  for_each_minibatch(c, l, opt.ring_rows, [&](int e, int first, int m) {
+    ring_x.resize(at(m, H));
+    ring_dy.resize(at(m, H));
+    ring_w.resize(m);
+    for (int i = 0; i < m; ++i) {  // pull reverse-combine: dy and the weight from the source rank
+      const SlotHome s = home_of(c, l.row_source[first + i]);
+      std::copy_n(ranks[s.rank].x + at(s.t, H), H, ring_x.begin() + at(i, H));
+      std::copy_n(ranks[s.rank].dy + at(s.t, H), H, ring_dy.begin() + at(i, H));
+      ring_w[i] = ranks[s.rank].topk_w[at(s.t, k) + s.j];
+    }
+    if (opt.recompute) {
+      ring_h.resize(at(m, 2 * I));
+      ring_a.resize(at(m, I));
+      swiglu_mlp_up(c, opt.step, ring_x.data(), m, w.w1.data() + at(e, at(2 * I, H)), I, ring_h.data(), ring_a.data());
+    } else {
+      ring_h.assign(fwd.h.begin() + at(first, 2 * I), fwd.h.begin() + at(first + m, 2 * I));
+      ring_a.assign(fwd.a.begin() + at(first, I), fwd.a.begin() + at(first + m, I));
+    }
+    dh.resize(at(m, 2 * I));
+    d_w.resize(m);
+    swiglu_mlp_down_grad(c, opt.step, ring_dy.data(), m, w2t[e].data(), I, ring_h.data(), ring_a.data(), ring_w.data(),
+                         d_w.data(), dh.data());
+    const std::vector<bf16> dxe = matmul_bf16(opt.step, dh.data(), m, w1t[e].data(), H, 2 * I);
+    for (int i = 0; i < m; ++i) {  // push reverse-dispatch: dx_j and d topk_w_j to the source rank
+      const SlotHome s = home_of(c, l.row_source[first + i]);
+      std::copy_n(dxe.begin() + at(i, H), H, ranks[s.rank].slots.begin() + at(at(s.t, k) + s.j, H));
+      ranks[s.rank].d_topk_w[at(s.t, k) + s.j] = d_w[i];
+    }
+    dye.resize(at(m, H));
+    for (int i = 0; i < m; ++i)
+      for (int hh = 0; hh < H; ++hh) dye[at(i, H) + hh] = weighted_dy(ring_w[i], ring_dy[at(i, H) + hh]);
+    // Weight gradients continue their K-step chains over this minibatch's whole 16-row chunks.
+    matmul(opt.step, transpose_padded(dh.data(), m, 2 * I).data(), 2 * I, transpose_padded(ring_x.data(), m, H).data(),
+           H, round_up16(m), gr.d_w1.data() + at(e, at(2 * I, H)), true);
+    matmul(opt.step, transpose_padded(dye.data(), m, H).data(), H, transpose_padded(ring_a.data(), m, I).data(), I,
+           round_up16(m), gr.d_w2.data() + at(e, at(H, I)), true);
+  });
+
+  gr.d_topk_w.resize(at(N, k));
+  for (int r = 0; r < c.ranks; ++r)
+    std::copy(ranks[r].d_topk_w.begin(), ranks[r].d_topk_w.end(), gr.d_topk_w.begin() + at(r, at(T, k)));
+
+  // Shared expert: on each token's own rank; its weight gradients chain over global token order.
+  std::vector<bf16> shared_dh(at(N, 2 * Is)), shared_dx;
+  if (c.has_shared()) {
+    const std::vector<bf16> w2st = transposed(w.shared_w2, H, Is);
+    swiglu_mlp_down_grad(c, opt.step, dy.data(), N, w2st.data(), Is, fwd.shared_h.data(), fwd.shared_a.data(), nullptr,
+                         nullptr, shared_dh.data());
+    shared_dx = matmul_bf16(opt.step, shared_dh.data(), N, transposed(w.shared_w1, 2 * Is, H).data(), H, 2 * Is);
+    gr.d_shared_w1.assign(at(2 * Is, H), 0.0f);
+    gr.d_shared_w2.assign(at(H, Is), 0.0f);
+    matmul(opt.step, transpose_padded(shared_dh.data(), N, 2 * Is).data(), 2 * Is,
+           transpose_padded(x.data(), N, H).data(), H, round_up16(N), gr.d_shared_w1.data());
+    matmul(opt.step, transpose_padded(dy.data(), N, H).data(), H, transpose_padded(fwd.shared_a.data(), N, Is).data(),
+           Is, round_up16(N), gr.d_shared_w2.data());
+  }
+
+  // Router backward (not for a replayed routing): per token, then dWr over global token order.
+  const bool router = !fwd.logits.empty();
+  std::vector<float> router_dx;
+  if (router) {
+    gr.d_logits.resize(at(N, E));
+    std::vector<float> scores(E), d_scores(E);
+    for (int g = 0; g < N; ++g) {
+      router_scores(c, fwd.logits.data() + at(g, E), scores.data());
+      router_backward(c, scores.data(), fwd.routing.topk_idx.data() + at(g, k), gr.d_topk_w.data() + at(g, k),
+                      d_scores.data(), gr.d_logits.data() + at(g, E));
+    }
+    gr.d_router.resize(at(E, H));
+    for (int e = 0; e < E; ++e)
+      for (int hh = 0; hh < H; ++hh)
+        gr.d_router[at(e, H) + hh] = fma_chain(
+            N, [&](int g) { return gr.d_logits[at(g, E) + e]; }, [&](int g) { return to_float(x[at(g, H) + hh]); });
+    router_dx.resize(at(N, H));
+    for (int g = 0; g < N; ++g)
+      for (int hh = 0; hh < H; ++hh)
+        router_dx[at(g, H) + hh] = fma_chain(
+            E, [&](int e) { return gr.d_logits[at(g, E) + e]; }, [&](int e) { return w.router[at(e, H) + hh]; });
+  }
+
+  gr.dx.resize(at(N, H));
+  for (int r = 0; r < c.ranks; ++r)
+    for (int t = 0; t < T; ++t) {
+      const size_t g = at(r, T) + t;
+      for (int hh = 0; hh < H; ++hh) {
+        const bf16* slots = ranks[r].slots.data() + at(at(t, k), H) + hh;
+        gr.dx[at(g, H) + hh] = combine_dx(
+            k, c.has_shared() ? to_float(shared_dx[at(g, H) + hh]) : 0.0f, [&](int j) { return slots[at(j, H)]; },
+            router ? router_dx[at(g, H) + hh] : 0.0f);
+      }
+    }
+  return gr;
+}
+
+}  // namespace mok::ref

@@ -1,0 +1,81 @@
+#include "mok/reference/matmul.h"
+
+#include <cstddef>
+
+namespace mok::ref {
+namespace {
+
+size_t at(long a, long b) { return size_t(a) * size_t(b); }
+
+bool parallel_worth_it(int m, int n, int k) { return long(m) * n * k > (1l << 18); }
+
+// Fp32FmaStep: the same per-element fma sequence, vectorised across n (B transposed to [K, N]).
+void matmul_fp32(const bf16* a, int m, const bf16* b, int n, int k, float* c, bool accumulate) {
+  std::vector<float> bt(at(k, n));
+  for (int j = 0; j < n; ++j)
+    for (int q = 0; q < k; ++q) bt[at(q, n) + j] = to_float(b[at(j, k) + q]);
+#pragma omp parallel for schedule(static) if (parallel_worth_it(m, n, k))
+  for (int i = 0; i < m; ++i) {
+    float* crow = c + at(i, n);
+    if (!accumulate)
+      for (int j = 0; j < n; ++j) crow[j] = 0.0f;
+    for (int q = 0; q < k; ++q) {
+      const float aq = to_float(a[at(i, k) + q]);
+      const float* brow = bt.data() + at(q, n);
+      for (int j = 0; j < n; ++j) crow[j] = fma32(aq, brow[j], crow[j]);
+    }
+  }
+}
+
+// A matrix unpacked once for HopperBf16Step::finite_step, with its rows holding Inf/NaN flagged.
+struct Unpacked {
+  std::vector<int32_t> sig, exp;
+  std::vector<bool> special_row;
+
+  Unpacked(const bf16* v, int rows, int k) : sig(at(rows, k)), exp(at(rows, k)), special_row(rows, false) {
+    for (int r = 0; r < rows; ++r)
+      for (int q = 0; q < k; ++q) {
+        const bf16 x = v[at(r, k) + q];
+        HopperBf16Step::unpack(x, sig[at(r, k) + q], exp[at(r, k) + q]);
+        if (HopperBf16Step::special(x)) special_row[r] = true;
+      }
+  }
+};
+
+void matmul_hopper(const bf16* a, int m, const bf16* b, int n, int k, float* c, bool accumulate) {
+  const Unpacked ua(a, m, k), ub(b, n, k);
+#pragma omp parallel for schedule(dynamic, 4) if (parallel_worth_it(m, n, k))
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float acc = accumulate ? c[at(i, n) + j] : 0.0f;
+      const bf16* arow = a + at(i, k);
+      const bf16* brow = b + at(j, k);
+      if (ua.special_row[i] || ub.special_row[j]) {
+        acc = kchain(arow, brow, k, acc, HopperBf16Step{});
+      } else {
+        for (int s = 0; s < k; s += kStepK)
+          acc = HopperBf16Step::finite_step(acc, &ua.sig[at(i, k) + s], &ua.exp[at(i, k) + s], &ub.sig[at(j, k) + s],
+                                            &ub.exp[at(j, k) + s], arow + s, brow + s);
+      }
+      c[at(i, n) + j] = acc;
+    }
+}
+
+}  // namespace
+
+void matmul(StepModel step, const bf16* a, int m, const bf16* b, int n, int k, float* c, bool accumulate) {
+  if (step == StepModel::hopper_tc)
+    matmul_hopper(a, m, b, n, k, c, accumulate);
+  else
+    matmul_fp32(a, m, b, n, k, c, accumulate);
+}
+
+std::vector<bf16> transpose_padded(const bf16* src, int rows, int cols) {
+  const int padded = round_up16(rows);
+  std::vector<bf16> out(at(cols, padded), bf16{0});
+  for (int r = 0; r < rows; ++r)
+    for (int q = 0; q < cols; ++q) out[at(q, padded) + r] = src[at(r, cols) + q];
+  return out;
+}
+
+}  // namespace mok::ref
