@@ -26,12 +26,12 @@ struct Fp32FmaStep {
 // one rounding routine. Rules (probed on the H200, docs/numerics.md):
 //  - each product a_i*b_i is exact: integer significands (8 bits each) multiplied, exponent
 //    e_a + e_b, not renormalised; subnormal inputs have exponent -126 and no hidden bit;
-//  - the 16 products and C are aligned to the largest exponent e_max among the nonzero terms; when
-//    kZeroTermsCount, a zero term (C = 0 included) counts with exponent -126;
+//  - the 16 products and C are aligned to the largest exponent e_max among the nonzero terms (the
+//    probe's variant kZeroTermsCount, where a zero term counts with exponent -126, is refuted);
 //  - every term is truncated toward zero to kFractionBits bits below 2^e_max, then summed exactly;
 //  - the sum is normalised and truncated toward zero to fp32 (subnormals kept); overflow gives Inf;
 //  - NaN in, Inf*0 or Inf-Inf give the canonical NaN 0x7fffffff; an Inf term gives that Inf;
-//    an exact zero sum is +0 unless every term is -0.
+//    a sum that is or truncates to zero is +0, unless every term is -0 (then -0).
 // finite_step is the arithmetic on unpacked operands (the CPU reference unpacks whole matrices
 // once); operator() is the whole instruction on raw bf16 operands.
 template <int kFractionBits, bool kZeroTermsCount>
@@ -70,7 +70,7 @@ struct HopperBf16StepModel {
     const int drop = lsb_exp - (e_max - kFractionBits);
     if (drop > 0) mag = drop >= 64 ? 0 : (mag >> drop);
     if (drop < 0) mag <<= -drop;
-    if (mag == 0) return float_of(sign);
+    if (mag == 0) return 0.0f;  // truncated to zero: +0 whatever the sign (probed)
     if (exp < -126) return float_of(sign | uint32_t(mag));
     return float_of(sign | (uint32_t(exp + 127) << 23) | (uint32_t(mag) & 0x7fffffu));
   }
@@ -140,7 +140,7 @@ struct HopperBf16StepModel {
 };
 
 // The model the megakernel's bits are checked against (variants exist only for the probes).
-using HopperBf16Step = HopperBf16StepModel<25, true>;
+using HopperBf16Step = HopperBf16StepModel<25, false>;
 
 template <class Step>
 MOK_HD float kchain(const bf16* a, const bf16* b, int k, float acc, Step step) {

@@ -1,0 +1,55 @@
+// The layer's inputs and results as plain host data: the one vocabulary of the reference, the
+// megakernel's host API, the golden files and the verifier. Shapes in the margin; N = R * T.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mok/core/bf16.h"
+
+namespace mok {
+
+struct LayerWeights {
+  std::vector<float> router;       // [E, H] fp32
+  std::vector<float> expert_bias;  // [E] sigmoid-mode selection bias; empty means zeros
+  std::vector<bf16> w1;            // [E, 2I, H]  rows 0..I-1 gate, I..2I-1 up
+  std::vector<bf16> w2;            // [E, H, I]
+  std::vector<bf16> shared_w1;     // [2Is, H]    empty without a shared expert
+  std::vector<bf16> shared_w2;     // [H, Is]
+};
+
+struct Routing {
+  std::vector<int32_t> topk_idx;  // [N, k]
+  std::vector<float> topk_w;      // [N, k]
+};
+
+struct DispatchLayout {
+  std::vector<int32_t> counts;      // [E]
+  std::vector<int32_t> offsets;     // [E + 1]
+  std::vector<int32_t> row_source;  // [N * k] layout row -> g * k + j
+  std::vector<int32_t> slot_row;    // [N * k] g * k + j -> layout row
+};
+
+struct Forward {
+  Routing routing;
+  std::vector<float> logits;  // [N, E]; empty when the routing was given (replay)
+  DispatchLayout layout;
+  std::vector<bf16> y;         // [N, H]
+  std::vector<bf16> h;         // [N * k, 2I] layout order, bf16(x W1^T); empty in recompute mode
+  std::vector<bf16> a;         // [N * k, I]  layout order, bf16(swiglu(h)); empty in recompute mode
+  std::vector<bf16> shared_h;  // [N, 2Is]
+  std::vector<bf16> shared_a;  // [N, Is]
+};
+
+struct Gradients {
+  std::vector<bf16> dx;            // [N, H]
+  std::vector<float> d_topk_w;     // [N, k]
+  std::vector<float> d_logits;     // [N, E]; empty for a given routing
+  std::vector<float> d_router;     // [E, H]; empty for a given routing
+  std::vector<float> d_w1;         // [E, 2I, H]
+  std::vector<float> d_w2;         // [E, H, I]
+  std::vector<float> d_shared_w1;  // [2Is, H]
+  std::vector<float> d_shared_w2;  // [H, Is]
+};
+
+}  // namespace mok

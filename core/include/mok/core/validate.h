@@ -1,0 +1,72 @@
+// Host-side input checks shared by the reference and the megakernel's host API: every bad shape or
+// value is a mok::Error naming the tensor and the problem, before any work starts.
+#pragma once
+
+#include <algorithm>
+#include <string>
+
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+
+namespace mok {
+
+inline bool all_finite(const std::vector<bf16>& v) {
+  return std::all_of(v.begin(), v.end(), [](bf16 b) { return is_finite(b); });
+}
+
+inline bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
+}
+
+template <class V>
+void require_size(const V& v, size_t want, const char* name) {
+  require(v.size() == want,
+          std::string(name) + " has " + std::to_string(v.size()) + " elements, expected " + std::to_string(want));
+}
+
+// x or dy: [N, H], finite.
+inline void validate_tokens(const LayerConfig& c, const std::vector<bf16>& v, const char* name) {
+  require_size(v, size_t(c.tokens()) * c.hidden, name);
+  require(all_finite(v), std::string(name) + " holds NaN or Inf");
+}
+
+inline void validate_weights(const LayerConfig& c, const LayerWeights& w) {
+  const size_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  require_size(w.router, E * H, "router weight [E, H]");
+  if (!w.expert_bias.empty()) require_size(w.expert_bias, E, "expert_bias [E]");
+  require_size(w.w1, E * 2 * I * H, "w1 [E, 2I, H]");
+  require_size(w.w2, E * H * I, "w2 [E, H, I]");
+  require_size(w.shared_w1, 2 * Is * H, "shared_w1 [2Is, H]");
+  require_size(w.shared_w2, H * Is, "shared_w2 [H, Is]");
+  require(all_finite(w.router), "router weight holds NaN or Inf");
+  require(all_finite(w.expert_bias), "expert_bias holds NaN or Inf");
+  require(all_finite(w.w1) && all_finite(w.w2), "expert weights hold NaN or Inf");
+  require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
+}
+
+// A given (replayed) routing: ids in [0, E), no expert twice for one token, finite weights.
+inline void validate_routing(const LayerConfig& c, const Routing& r) {
+  const int N = c.tokens(), k = c.top_k, E = c.experts;
+  require_size(r.topk_idx, size_t(N) * k, "given topk_idx [N, k]");
+  require_size(r.topk_w, size_t(N) * k, "given topk_w [N, k]");
+  require(all_finite(r.topk_w), "given topk_w holds NaN or Inf");
+  for (int g = 0; g < N; ++g)
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = r.topk_idx[size_t(g) * k + j];
+      require(e >= 0 && e < E, "topk_idx[" + std::to_string(g) + ", " + std::to_string(j) + "] = " + std::to_string(e) +
+                                   " is outside [0, " + std::to_string(E) + ")");
+      for (int i = 0; i < j; ++i)
+        require(r.topk_idx[size_t(g) * k + i] != e,
+                "token " + std::to_string(g) + " is routed to expert " + std::to_string(e) + " twice");
+    }
+}
+
+inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
+                            const Routing* given) {
+  validate(c);
+  validate_tokens(c, x, "x [N, H]");
+  validate_weights(c, w);
+  if (given) validate_routing(c, *given);
+}
+
+}  // namespace mok

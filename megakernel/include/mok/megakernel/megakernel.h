@@ -1,0 +1,52 @@
+// mok megakernel: the deterministic MoE layer on an NVIDIA Hopper GPU (sm_90a).
+// One persistent kernel per direction runs every step of the layer for R expert-parallel ranks
+// (simulated ranks: all R ranks' buffers on one GPU, reached through a rank pointer table).
+// Results equal the CPU reference's (hopper_tc step model) bit for bit: docs/numerics.md.
+//
+//   mok::gpu::Megakernel mk(config, weights, {});   // validates, uploads weights, sizes workspace
+//   mok::Forward f = mk.forward(x, nullptr);         // nullptr: run the router; or a given routing
+//   mok::Gradients g = mk.backward(dy);              // the backward of the last forward
+//
+// Errors (bad input, CUDA failure, a watchdog that fired in the kernel) throw mok::Error.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+
+namespace mok::gpu {
+
+// True when a CUDA device of compute capability 9.0 is usable.
+bool device_available();
+
+struct LaunchConfig {
+  int blocks = 0;                  // persistent blocks; 0: as many as are co-resident on the device
+  int ring_rows = 256;             // rows of each rank's receive ring per cycle: a positive multiple of 16
+  double watchdog_seconds = 10.0;  // a grid barrier waiting longer reports an error instead of hanging
+};
+
+class Megakernel {
+ public:
+  Megakernel(const LayerConfig& config, const LayerWeights& weights, const LaunchConfig& launch);
+  ~Megakernel();
+  Megakernel(const Megakernel&) = delete;
+  Megakernel& operator=(const Megakernel&) = delete;
+
+  // given: a routing to replay (nullptr: the router runs on the GPU). Returns every forward result
+  // (routing, logits, dispatch layout, y, saved h and a).
+  Forward forward(const std::vector<bf16>& x, const Routing* given);
+
+  // The backward of the last forward.
+  Gradients backward(const std::vector<bf16>& dy);
+
+  // Blocks the persistent kernels run with (after resolving LaunchConfig::blocks = 0).
+  int blocks() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mok::gpu

@@ -1,0 +1,197 @@
+// The persistent forward kernel: router, dispatch layout, then ring cycles of pull dispatch,
+// GEMM1 + SwiGLU and GEMM2 + push combine, and the slot-ordered combine on the source ranks.
+// Phases are separated by the watchdog grid barrier; every reduction is in the order of the shared
+// core code, so the bits equal the CPU reference's (docs/architecture.md, docs/numerics.md).
+#include "kernels.cuh"
+#include "mok/core/combine.h"
+#include "mok/core/fma_chain.h"
+#include "mok/core/routing.h"
+#include "mok/core/swiglu.h"
+
+namespace mok::gpu {
+namespace {
+
+enum ForwardPhase : int {
+  kLogits = 1,
+  kSelect,
+  kCount,
+  kScan,
+  kPlace,
+  kSharedUp,
+  kSharedDown,
+  kPull,
+  kUp,
+  kDown,
+  kCombine
+};
+
+__device__ void router_logits(const Params& p) {
+  const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
+  for (long i = thread_id(); i < long(N) * E; i += thread_count()) {
+    const bf16* x = p.x + (i / E) * H;
+    const float* w = p.router_w + (i % E) * H;
+    p.logits[i] = fma_chain(
+        H, [&](int h) { return to_float(x[h]); }, [&](int h) { return w[h]; });
+  }
+}
+
+__device__ void router_select_tokens(const Params& p) {
+  const int E = p.c.experts, k = p.c.top_k;
+  float scores[kMaxExperts], key[kMaxExperts];
+  bool allowed[kMaxExperts];
+  for (long g = thread_id(); g < p.c.tokens(); g += thread_count()) {
+    router_scores(p.c, p.logits + g * E, scores);
+    router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
+    router_weights(p.c, scores, p.topk_idx + g * k, p.topk_w + g * k);
+  }
+}
+
+__device__ void layout_count(const Params& p) {
+  for (long ch = thread_id(); ch < layout_chunks(p.c.tokens()); ch += thread_count())
+    count_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.c.experts, p.chunk_counts + ch * p.c.experts);
+}
+
+__device__ void layout_scan(const Params& p) {
+  if (thread_id() != 0) return;
+  const int E = p.c.experts;
+  scan_chunks(p.chunk_counts, layout_chunks(p.c.tokens()), E, p.chunk_base, p.offsets);
+  p.tile_offsets[0] = 0;
+  for (int e = 0; e < E; ++e)
+    p.tile_offsets[e + 1] = p.tile_offsets[e] + (p.offsets[e + 1] - p.offsets[e] + kTileRows - 1) / kTileRows;
+}
+
+__device__ void layout_place(const Params& p) {
+  for (long ch = thread_id(); ch < layout_chunks(p.c.tokens()); ch += thread_count())
+    place_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.chunk_base + ch * p.c.experts, p.row_source,
+                p.slot_row);
+}
+
+// h = bf16(A W1^T) for a 16-row tile and 8 gate + 8 up columns, then a = bf16(swiglu(h)).
+// rows(m) gives A's row m (nullptr past the valid rows); out_row(m) the layout/token row to write.
+template <class Rows>
+__device__ void swiglu_up_tile(const Params& p, Rows rows, int valid, int n0, const bf16* w1, int inter, bf16* h,
+                               bf16* a, long out_first) {
+  const int H = p.c.hidden;
+  const auto a_pair = [&](int m, int k) { return rows(m) ? contiguous_pair(rows(m), k) : 0u; };
+  ptx::FragC gate{}, up{};
+  mma_chain(gate, 0, H, a_pair, [&](int k, int n) { return contiguous_pair(w1 + long(n0 + n) * H, k); });
+  mma_chain(up, 0, H, a_pair, [&](int k, int n) { return contiguous_pair(w1 + long(inter + n0 + n) * H, k); });
+  const LaneCoord l;
+  for (int i = 0; i < 4; ++i) {
+    if (l.row(i) >= valid) continue;
+    const long row = out_first + l.row(i);
+    const int col = n0 + l.col(i);
+    const bf16 hg = to_bf16(gate.v[i]), hu = to_bf16(up.v[i]);
+    h[row * 2 * inter + col] = hg;
+    h[row * 2 * inter + inter + col] = hu;
+    a[row * inter + col] = to_bf16(swiglu(to_float(hg), to_float(hu), p.c.swiglu_limit));
+  }
+}
+
+__device__ void shared_up(const Params& p) {
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
+  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (Is / 8);
+  for (long item = warp_id(); item < items; item += warp_count()) {
+    const int first = int(item / (Is / 8)) * kTileRows, n0 = int(item % (Is / 8)) * 8;
+    const auto rows = [&](int m) { return first + m < N ? p.x + long(first + m) * H : nullptr; };
+    swiglu_up_tile(p, rows, min(kTileRows, N - first), n0, p.shared_w1, Is, p.shared_h, p.shared_a, first);
+  }
+}
+
+__device__ void shared_down(const Params& p) {
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
+  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (H / 8);
+  for (long item = warp_id(); item < items; item += warp_count()) {
+    const int first = int(item / (H / 8)) * kTileRows, n0 = int(item % (H / 8)) * 8;
+    ptx::FragC acc{};
+    mma_chain(
+        acc, 0, Is,
+        [&](int m, int k) { return first + m < N ? contiguous_pair(p.shared_a + long(first + m) * Is, k) : 0u; },
+        [&](int k, int n) { return contiguous_pair(p.shared_w2 + long(n0 + n) * Is, k); });
+    const LaneCoord l;
+    for (int i = 0; i < 4; ++i)
+      if (first + l.row(i) < N) p.shared_y[long(first + l.row(i)) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
+  }
+}
+
+// GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, 8 columns of I).
+__device__ void expert_up(const Params& p, int cycle) {
+  const int I = p.c.intermediate, H = p.c.hidden, per_rank = ring_tiles(p) * (I / 8);
+  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
+    const int r = int(item / per_rank), slot = int(item % per_rank) / (I / 8), n0 = int(item % (I / 8)) * 8;
+    const int tile = ring_tile(p, r, cycle, slot);
+    if (tile < 0) continue;
+    const ExpertTile t = expert_tile(p, tile);
+    const bf16* ring = p.rank[r].ring + long(slot) * kTileRows * H;
+    const auto rows = [&](int m) { return ring + long(m) * H; };  // padding rows are zero in the ring
+    swiglu_up_tile(p, rows, t.rows, n0, p.w1 + long(t.expert) * 2 * I * H, I, p.h, p.a, t.first_row);
+  }
+}
+
+// GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
+__device__ void expert_down(const Params& p, int cycle) {
+  const int I = p.c.intermediate, H = p.c.hidden, k = p.c.top_k, per_rank = ring_tiles(p) * (H / 8);
+  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
+    const int r = int(item / per_rank), slot = int(item % per_rank) / (H / 8), n0 = int(item % (H / 8)) * 8;
+    const int tile = ring_tile(p, r, cycle, slot);
+    if (tile < 0) continue;
+    const ExpertTile t = expert_tile(p, tile);
+    const bf16* w2 = p.w2 + long(t.expert) * H * I;
+    ptx::FragC acc{};
+    mma_chain(
+        acc, 0, I,
+        [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.a + long(t.first_row + m) * I, kk) : 0u; },
+        [&](int kk, int n) { return contiguous_pair(w2 + long(n0 + n) * I, kk); });
+    const LaneCoord l;
+    for (int i = 0; i < 4; ++i) {
+      if (l.row(i) >= t.rows) continue;
+      const SlotSource s = slot_source(p, t.first_row + l.row(i));
+      bf16* slots = p.rank[token_rank(p, s.token)].slots;
+      slots[(long(token_local(p, s.token)) * k + s.slot) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
+    }
+  }
+}
+
+__device__ void combine(const Params& p) {
+  const int H = p.c.hidden, k = p.c.top_k;
+  for (long i = thread_id(); i < long(p.c.tokens()) * H; i += thread_count()) {
+    const int g = int(i / H), col = int(i % H);
+    const RankBuffers& rb = p.rank[token_rank(p, g)];
+    const int t = token_local(p, g);
+    const float shared = p.c.has_shared() ? to_float(p.shared_y[i]) : 0.0f;
+    const bf16* slots = rb.slots + long(t) * k * H + col;
+    p.y[i] = combine_y(k, shared, rb.topk_w + long(t) * k, [&](int j) { return slots[long(j) * H]; });
+  }
+}
+
+}  // namespace
+
+__global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ Params p) {
+  const GridBarrier& b = p.barrier;
+  if (p.router) {
+    router_logits(p);
+    if (!grid_sync(b, kLogits, 0)) return;
+    router_select_tokens(p);
+    if (!grid_sync(b, kSelect, 0)) return;
+  }
+  layout_count(p);
+  if (!grid_sync(b, kCount, 0)) return;
+  layout_scan(p);
+  if (!grid_sync(b, kScan, 0)) return;
+  layout_place(p);
+  if (p.c.has_shared()) shared_up(p);
+  if (!grid_sync(b, kPlace, 0)) return;
+  if (p.c.has_shared()) shared_down(p);
+  const int cycles = ring_cycles(p);
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });
+    if (!grid_sync(b, kPull, cycle)) return;
+    expert_up(p, cycle);
+    if (!grid_sync(b, kUp, cycle)) return;
+    expert_down(p, cycle);
+    if (!grid_sync(b, kDown, cycle)) return;
+  }
+  combine(p);
+}
+
+}  // namespace mok::gpu

@@ -1,0 +1,56 @@
+// A grid-wide barrier for the persistent kernels (launched cooperatively, so every block is
+// resident), with a watchdog: a block that waits past the timeout records who waited where and
+// every block leaves instead of hanging. Returns false once any error is recorded.
+#pragma once
+
+#include "params.cuh"
+
+namespace mok::gpu {
+
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void record_error(const GridBarrier& b, int code, int phase, int cycle, int detail) {
+  if (atomicCAS(&b.error->code, kNoError, code) == kNoError) {
+    b.error->phase = phase;
+    b.error->cycle = cycle;
+    b.error->detail = detail;
+    __threadfence();
+  }
+}
+
+__device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
+  return *reinterpret_cast<volatile int*>(&b.error->code) != kNoError;
+}
+
+__device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* generation = b.generation;
+    const unsigned int seen = *generation;
+    __threadfence();
+    if (atomicAdd(b.arrived, 1u) == gridDim.x - 1) {
+      *b.arrived = 0;
+      __threadfence();
+      atomicAdd(const_cast<unsigned int*>(generation), 1u);
+    } else {
+      const long long start = global_ns();
+      while (*generation == seen) {
+        if (error_recorded(b)) break;
+        if (global_ns() - start > b.timeout_ns) {
+          record_error(b, kBarrierTimeout, phase, cycle, int(blockIdx.x));
+          break;
+        }
+        __nanosleep(64);
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  return !error_recorded(b);
+}
+
+}  // namespace mok::gpu

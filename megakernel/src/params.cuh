@@ -1,0 +1,97 @@
+// Device-side parameters of the persistent kernels: one struct, passed by value.
+#pragma once
+
+#include "mok/core/bf16.h"
+#include "mok/core/config.h"
+
+namespace mok::gpu {
+
+inline constexpr int kMaxRanks = 64;
+
+// What one rank exposes to its peers. With simulated ranks these are slices of one allocation;
+// a communication backend (NCCL symmetric windows) fills the same table with peer pointers.
+struct RankBuffers {
+  const bf16* x;        // [T, H]  pulled by expert ranks (dispatch)
+  const bf16* dy;       // [T, H]  pulled by expert ranks (reverse combine)
+  const float* topk_w;  // [T, k]
+  bf16* slots;          // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
+  float* d_topk_w;      // [T, k]    expert ranks push d topk_w here
+  bf16* ring;           // [ring_rows, H] this rank's receive ring
+};
+
+// Where the watchdog or an input check stopped a kernel.
+struct KernelError {
+  int code;  // 0: none; see ErrorCode
+  int phase;
+  int cycle;
+  int detail;  // the block that waited
+};
+
+enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1 };
+
+struct GridBarrier {
+  unsigned int* arrived;
+  unsigned int* generation;
+  KernelError* error;
+  long long timeout_ns;
+};
+
+struct Params {
+  LayerConfig c;
+  int ring_rows;
+  bool router;  // false: the routing was given (topk_* already filled)
+  RankBuffers rank[kMaxRanks];
+  GridBarrier barrier;
+
+  // Weights (the experts of every simulated rank live on this GPU).
+  const float* router_w;     // [E, H]
+  const float* expert_bias;  // [E] or null
+  const bf16* w1;            // [E, 2I, H]
+  const bf16* w2;            // [E, H, I]
+  const bf16* w1t;           // [E, H, 2I]  (backward)
+  const bf16* w2t;           // [E, I, H]   (backward)
+  const bf16* shared_w1;     // [2Is, H]
+  const bf16* shared_w2;     // [H, Is]
+  const bf16* shared_w1t;    // [H, 2Is]
+  const bf16* shared_w2t;    // [Is, H]
+
+  // Global-order views of the per-rank inputs (rank r's slice starts at r * T).
+  const bf16* x;   // [N, H]
+  const bf16* dy;  // [N, H]
+
+  // Routing and dispatch layout.
+  float* logits;          // [N, E]
+  int32_t* topk_idx;      // [N, k]
+  float* topk_w;          // [N, k]
+  int32_t* chunk_counts;  // [chunks, E]
+  int32_t* chunk_base;    // [chunks, E]
+  int32_t* offsets;       // [E + 1]
+  int32_t* tile_offsets;  // [E + 1] 16-row tiles before expert e
+  int32_t* row_source;    // [N k]
+  int32_t* slot_row;      // [N k]
+
+  // Per layout row.
+  bf16* h;    // [N k, 2I]
+  bf16* a;    // [N k, I]
+  float* g;   // [N k, I]   dy W2 (backward)
+  bf16* dh;   // [N k, 2I]  (backward)
+  bf16* dye;  // [N k, H]   bf16(w dy) (backward)
+
+  // Shared expert, per token.
+  bf16* shared_h;   // [N, 2Is]
+  bf16* shared_a;   // [N, Is]
+  bf16* shared_y;   // [N, H]  (forward) / shared dx (backward)
+  bf16* shared_dh;  // [N, 2Is]
+
+  // Outputs.
+  bf16* y;             // [N, H]
+  bf16* dx;            // [N, H]
+  float* d_logits;     // [N, E]
+  float* d_router;     // [E, H]
+  float* d_w1;         // [E, 2I, H]
+  float* d_w2;         // [E, H, I]
+  float* d_shared_w1;  // [2Is, H]
+  float* d_shared_w2;  // [H, Is]
+};
+
+}  // namespace mok::gpu

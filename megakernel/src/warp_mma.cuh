@@ -1,0 +1,45 @@
+// One warp computes a 16x8 output tile as the K-step chain of mok/core/kstep.h on the tensor
+// cores: acc = mma(acc, A[:, k0:k0+16], B[k0:k0+16, :]) for k0 = k_begin, k_begin + 16, ...
+// Operands come through accessors returning packed bf16 pairs:
+//   a_pair(m, k) = {A[m][k], A[m][k+1]},   b_pair(k, n) = {B[k][n], B[k+1][n]}   (k even)
+#pragma once
+
+#include "mok/megakernel/ptx/mma.cuh"
+
+namespace mok::gpu {
+
+struct LaneCoord {
+  int group, quad;  // lane = 4 * group + quad
+  __device__ LaneCoord() : group((threadIdx.x % 32) / 4), quad(threadIdx.x % 4) {}
+  // The accumulator element i of this lane sits at (row(i), col(i)) of the 16x8 tile.
+  __device__ int row(int i) const { return group + (i >= 2 ? 8 : 0); }
+  __device__ int col(int i) const { return 2 * quad + (i & 1); }
+};
+
+template <class APair, class BPair>
+__device__ __forceinline__ void mma_chain(ptx::FragC& acc, int k_begin, int k_end, APair a_pair, BPair b_pair) {
+  const LaneCoord l;
+  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+    ptx::FragA fa;
+    fa.r[0] = a_pair(l.group, k0 + 2 * l.quad);
+    fa.r[1] = a_pair(l.group + 8, k0 + 2 * l.quad);
+    fa.r[2] = a_pair(l.group, k0 + 2 * l.quad + 8);
+    fa.r[3] = a_pair(l.group + 8, k0 + 2 * l.quad + 8);
+    ptx::FragB fb;
+    fb.r[0] = b_pair(k0 + 2 * l.quad, l.group);
+    fb.r[1] = b_pair(k0 + 2 * l.quad + 8, l.group);
+    ptx::mma_bf16_16816(acc, fa, fb);
+  }
+}
+
+// A pair of consecutive bf16 along a contiguous row (4-byte aligned: k even, rows of even length).
+__device__ __forceinline__ uint32_t contiguous_pair(const bf16* row, int k) {
+  return *reinterpret_cast<const uint32_t*>(row + k);
+}
+
+// A pair of bf16 one stride apart (operands read across rows).
+__device__ __forceinline__ uint32_t strided_pair(const bf16* p, long stride) {
+  return ptx::pack_bf16(p[0].bits, p[stride].bits);
+}
+
+}  // namespace mok::gpu

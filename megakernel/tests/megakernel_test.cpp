@@ -1,0 +1,213 @@
+// GPU tests (ctest label gpu; they skip without a Hopper GPU): the megakernel against the CPU
+// reference in the exact tensor-core model, bit for bit (D5), and the invariances D1-D4 on the GPU.
+// Outputs are poisoned (NaN) before every launch, so an element nothing wrote cannot pass.
+#include "mok/megakernel/megakernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "mok/reference/layer.h"
+#include "mok/reference/problem.h"
+
+namespace mok::gpu {
+namespace {
+
+using ref::make_problem;
+using ref::Problem;
+using ref::RoutingKind;
+
+uint32_t bits(bf16 v) { return v.bits; }
+uint32_t bits(float v) { return bits_of(v); }
+uint32_t bits(int32_t v) { return uint32_t(v); }
+
+// First element whose bits differ, as "name[i]: 0x.. vs 0x..", or "" when all are equal.
+template <class T>
+std::string first_mismatch(const char* name, const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size())
+    return std::string(name) + ": " + std::to_string(got.size()) + " elements vs " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (bits(got[i]) != bits(want[i])) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s[%zu]: got 0x%08x, want 0x%08x", name, i, bits(got[i]), bits(want[i]));
+      return buf;
+    }
+  return "";
+}
+
+#define MOK_EXPECT_BITS(field, got, want) EXPECT_EQ(first_mismatch(#field, got.field, want.field), "")
+
+void expect_forward_bits(const Forward& got, const Forward& want) {
+  MOK_EXPECT_BITS(routing.topk_idx, got, want);
+  MOK_EXPECT_BITS(routing.topk_w, got, want);
+  MOK_EXPECT_BITS(logits, got, want);
+  MOK_EXPECT_BITS(layout.counts, got, want);
+  MOK_EXPECT_BITS(layout.offsets, got, want);
+  MOK_EXPECT_BITS(layout.row_source, got, want);
+  MOK_EXPECT_BITS(layout.slot_row, got, want);
+  MOK_EXPECT_BITS(y, got, want);
+  MOK_EXPECT_BITS(h, got, want);
+  MOK_EXPECT_BITS(a, got, want);
+  MOK_EXPECT_BITS(shared_h, got, want);
+  MOK_EXPECT_BITS(shared_a, got, want);
+}
+
+void expect_gradient_bits(const Gradients& got, const Gradients& want) {
+  MOK_EXPECT_BITS(dx, got, want);
+  MOK_EXPECT_BITS(d_topk_w, got, want);
+  MOK_EXPECT_BITS(d_logits, got, want);
+  MOK_EXPECT_BITS(d_router, got, want);
+  MOK_EXPECT_BITS(d_w1, got, want);
+  MOK_EXPECT_BITS(d_w2, got, want);
+  MOK_EXPECT_BITS(d_shared_w1, got, want);
+  MOK_EXPECT_BITS(d_shared_w2, got, want);
+}
+
+struct GpuRun {
+  Forward fwd;
+  Gradients grad;
+};
+
+GpuRun run_gpu(const Problem& p, const LaunchConfig& launch = {}) {
+  Megakernel mk(p.config, p.weights, launch);
+  GpuRun r;
+  r.fwd = mk.forward(p.x, p.routing ? &*p.routing : nullptr);
+  r.grad = mk.backward(p.dy);
+  return r;
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
+  }
+};
+
+LayerConfig small(int R, int T, int E, int k) {
+  LayerConfig c;
+  c.ranks = R;
+  c.tokens_per_rank = T;
+  c.experts = E;
+  c.top_k = k;
+  c.hidden = 128;
+  c.intermediate = 64;
+  return c;
+}
+
+struct Case {
+  const char* name;
+  LayerConfig config;
+  RoutingKind kind;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  v.push_back({"softmax_router", small(2, 40, 8, 2), RoutingKind::router});
+  LayerConfig sig = small(4, 24, 16, 4);
+  sig.score_mode = ScoreMode::sigmoid;
+  sig.n_group = 4;
+  sig.topk_group = 2;
+  sig.routed_scale = 2.5f;
+  v.push_back({"sigmoid_grouped", sig, RoutingKind::router});
+  LayerConfig shared = small(2, 33, 8, 2);
+  shared.shared_intermediate = 64;
+  shared.swiglu_limit = 0.75f;
+  v.push_back({"shared_expert_clamped", shared, RoutingKind::router});
+  v.push_back({"zipf", small(4, 64, 16, 4), RoutingKind::zipf});
+  v.push_back({"all_to_one", small(2, 50, 8, 1), RoutingKind::all_to_one});
+  v.push_back({"empty_experts", small(8, 9, 32, 3), RoutingKind::sparse});
+  v.push_back({"score_ties", small(1, 37, 8, 3), RoutingKind::router_ties});
+  v.push_back({"one_token", small(1, 1, 4, 4), RoutingKind::router});
+  LayerConfig wide = small(2, 48, 8, 2);
+  wide.hidden = 256;
+  wide.intermediate = 192;
+  v.push_back({"wider_shapes", wide, RoutingKind::uniform});
+  return v;
+}
+
+TEST_F(Gpu, MatchesReferenceBitForBit) {
+  ref::Options exact;
+  exact.step = StepModel::hopper_tc;
+  for (const Case& cs : cases()) {
+    SCOPED_TRACE(cs.name);
+    const Problem p = make_problem(cs.config, 1234, cs.kind);
+    const Forward want_f = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, exact);
+    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, exact);
+    const GpuRun got = run_gpu(p);
+    expect_forward_bits(got.fwd, want_f);
+    expect_gradient_bits(got.grad, want_g);
+  }
+}
+
+// D1: ten runs give the same bits.
+TEST_F(Gpu, RunToRun) {
+  const Problem p = make_problem(cases()[2].config, 99, RoutingKind::router);
+  const GpuRun first = run_gpu(p);
+  for (int run = 1; run < 10; ++run) {
+    const GpuRun again = run_gpu(p);
+    expect_forward_bits(again.fwd, first.fwd);
+    expect_gradient_bits(again.grad, first.grad);
+  }
+}
+
+// D2: the same global batch over R = 1, 2, 4, 8 ranks.
+TEST_F(Gpu, RankCountInvariance) {
+  const Problem base = make_problem(small(1, 64, 16, 4), 7, RoutingKind::zipf);
+  const GpuRun one = run_gpu(base);
+  for (int R : {2, 4, 8}) {
+    SCOPED_TRACE("R = " + std::to_string(R));
+    Problem p = base;
+    p.config.ranks = R;
+    p.config.tokens_per_rank = 64 / R;
+    const GpuRun got = run_gpu(p);
+    expect_forward_bits(got.fwd, one.fwd);
+    expect_gradient_bits(got.grad, one.grad);
+  }
+}
+
+// D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
+TEST_F(Gpu, LaunchAndRingInvariance) {
+  const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);
+  const GpuRun base = run_gpu(p);
+  for (int blocks : {1, 3, 17, 132}) {
+    for (int ring : {16, 48, 4096}) {
+      SCOPED_TRACE("blocks " + std::to_string(blocks) + ", ring " + std::to_string(ring));
+      const GpuRun got = run_gpu(p, LaunchConfig{blocks, ring, 10.0});
+      expect_forward_bits(got.fwd, base.fwd);
+      expect_gradient_bits(got.grad, base.grad);
+    }
+  }
+}
+
+// D4: a token's y does not depend on the other tokens in the batch.
+TEST_F(Gpu, BatchInvariance) {
+  const Problem full = make_problem(small(1, 64, 8, 2), 11, RoutingKind::uniform);
+  const GpuRun all = run_gpu(full);
+  Problem part = full;
+  const int first = 10, count = 21, H = full.config.hidden, k = full.config.top_k;
+  part.config.tokens_per_rank = count;
+  part.x.assign(full.x.begin() + first * H, full.x.begin() + (first + count) * H);
+  part.dy.assign(full.dy.begin() + first * H, full.dy.begin() + (first + count) * H);
+  part.routing->topk_idx.assign(full.routing->topk_idx.begin() + first * k,
+                                full.routing->topk_idx.begin() + (first + count) * k);
+  part.routing->topk_w.assign(full.routing->topk_w.begin() + first * k,
+                              full.routing->topk_w.begin() + (first + count) * k);
+  const GpuRun sub = run_gpu(part);
+  const std::vector<bf16> want(all.fwd.y.begin() + first * H, all.fwd.y.begin() + (first + count) * H);
+  EXPECT_EQ(first_mismatch("y", sub.fwd.y, want), "");
+}
+
+TEST_F(Gpu, RejectsBadLaunches) {
+  const Problem p = make_problem(small(1, 16, 4, 2), 3);
+  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 24, 10.0}), Error);
+  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{1 << 20, 256, 10.0}), Error);
+  Megakernel mk(p.config, p.weights, {});
+  EXPECT_THROW(mk.backward(p.dy), Error);
+  std::vector<bf16> x = p.x;
+  x[5] = bf16{0x7fc0};
+  EXPECT_THROW(mk.forward(x, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace mok::gpu

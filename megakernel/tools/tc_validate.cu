@@ -1,0 +1,261 @@
+// mok-tc-validate: the bf16 tensor-core step of the H200 against HopperBf16Step, bit for bit.
+// Inputs are regenerated from a hash on both sides (no transfers): for each input class, tiles of
+// mma.sync m16n8k16 run on the tensor cores, then one thread per output element evaluates the CPU
+// model (the same __host__ __device__ code the reference runs) and counts mismatches. Model
+// variants (fraction bits kept, zero-term exponent rule) are scored side by side so the probe
+// shows which rule the hardware follows. Exit status: 0 no mismatch of the shipped model, 1 any,
+// 2 error, 77 no GPU (a skip for ctest). Usage: mok-tc-validate [outputs=1e8] [seed].
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mok/core/kstep.h"
+#include "mok/megakernel/check.h"
+#include "mok/megakernel/ptx/mma.cuh"
+
+namespace {
+
+using mok::bf16;
+
+enum InputClass : int {
+  kNormal,      // exponents within +-8 of 1
+  kWide,        // any normal exponent: overflow, Inf results
+  kCancel,      // exact cancelling pairs plus a small residue
+  kSubnormal,   // subnormal and tiny operands, tiny C
+  kRandomBits,  // any bit pattern: NaN, Inf, subnormals, -0
+  kSpread,      // one large term, the rest 10..40 binades below: the truncation boundary
+  kCDominant,   // C far above the products
+  kFewBits,     // 1-2 significant bits: exact sums, ties at every rounding point
+  kZeros,       // half the operands +-0, C +-0 half the time: sign of zero
+  kUnderflow,   // every product below 2^-126, zeros among the terms: the tiny-exponent floor
+  kClassCount
+};
+constexpr const char* kClassNames[] = {"normal", "wide",       "cancel",   "subnormal", "random_bits",
+                                       "spread", "c_dominant", "few_bits", "zeros",     "underflow"};
+
+__host__ __device__ uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__host__ __device__ uint64_t key(uint64_t seed, int cls, long tile, int which, int i, int j) {
+  return mix(seed ^ mix(uint64_t(cls) * 1000003ull + uint64_t(tile) * 7919ull + uint64_t(which) * 131ull +
+                        uint64_t(i) * 17ull + uint64_t(j)));
+}
+
+__host__ __device__ uint16_t bf16_bits(uint64_t r, int exp_lo, int exp_hi) {
+  const uint32_t span = uint32_t(exp_hi - exp_lo + 1);
+  const uint32_t field = uint32_t(exp_lo) + uint32_t((r >> 8) % span);
+  return uint16_t(((r >> 40) & 1u) << 15 | (field & 0xffu) << 7 | (r & 0x7fu));
+}
+
+// Operand element (which = 0: A[m][k], 1: B[k][n] with i = k, j = n).
+__host__ __device__ bf16 gen_operand(uint64_t seed, int cls, long tile, int which, int i, int j) {
+  const int k = which == 0 ? j : i;
+  const uint64_t r = key(seed, cls, tile, which, i, j);
+  switch (cls) {
+    case kWide:
+      return bf16{bf16_bits(r, 1, 254)};
+    case kCancel:
+      if (k >= 8 && k < 15) {
+        const bf16 twin = gen_operand(seed, cls, tile, which, which == 0 ? i : i - 8, which == 0 ? j - 8 : j);
+        return bf16{uint16_t(which == 0 ? twin.bits ^ 0x8000u : twin.bits)};
+      }
+      return bf16{bf16_bits(r, k == 15 ? 100 : 120, k == 15 ? 110 : 134)};
+    case kSubnormal:
+      return bf16{bf16_bits(r, which == 0 ? 0 : 120, which == 0 ? 6 : 134)};
+    case kRandomBits:
+      return bf16{uint16_t(r)};
+    case kSpread:
+      return bf16{bf16_bits(r, k == (tile % 16) ? 127 : 127 - 20, k == (tile % 16) ? 130 : 127 - 5)};
+    case kFewBits:
+      return bf16{uint16_t((bf16_bits(r, 97, 127) & 0xffc0u))};
+    case kZeros:
+      return (r >> 50) & 1u ? bf16{uint16_t(((r >> 51) & 1u) << 15)} : bf16{bf16_bits(r, 110, 130)};
+    case kUnderflow:
+      return (r >> 50) & 3u ? bf16{bf16_bits(r, 40, 60)} : bf16{uint16_t(((r >> 52) & 1u) << 15)};
+    default:
+      return bf16{bf16_bits(r, 119, 135)};
+  }
+}
+
+__host__ __device__ float gen_c(uint64_t seed, int cls, long tile, int m, int n) {
+  const uint64_t r = key(seed, cls, tile, 2, m, n);
+  const auto f32 = [&](int lo, int hi) {
+    const uint32_t field = uint32_t(lo) + uint32_t((r >> 24) % uint32_t(hi - lo + 1));
+    return mok::float_of(uint32_t((r >> 40) & 1u) << 31 | field << 23 | uint32_t(r & 0x7fffffu));
+  };
+  switch (cls) {
+    case kWide:
+      return f32(1, 254);
+    case kCancel:
+      return f32(100, 110);
+    case kSubnormal:
+      return f32(0, 30);
+    case kRandomBits:
+      return mok::float_of(uint32_t(r));
+    case kSpread:
+      return f32(127 - 40, 130);
+    case kCDominant:
+      return f32(147, 150);
+    case kFewBits:
+      return mok::float_of(mok::bits_of(f32(97, 127)) & 0xffc00000u);
+    case kZeros:
+      return (r >> 50) & 1u ? mok::float_of(uint32_t((r >> 51) & 1u) << 31) : f32(110, 130);
+    case kUnderflow:
+      return (r >> 50) & 1u ? mok::float_of(uint32_t((r >> 51) & 1u) << 31) : f32(0, 0);
+    default:
+      return f32(119, 135);
+  }
+}
+
+// One warp per tile: D = A B + C on the tensor cores. d: [tiles, 16, 8].
+__global__ void tensor_core_tiles(uint64_t seed, int cls, long tiles, float* d) {
+  const long warp = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const long warps = long(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  for (long tile = warp; tile < tiles; tile += warps) {
+    using namespace mok::gpu::ptx;
+    const auto a = [&](int m, int k) { return gen_operand(seed, cls, tile, 0, m, k).bits; };
+    const auto b = [&](int k, int n) { return gen_operand(seed, cls, tile, 1, k, n).bits; };
+    FragA fa;
+    fa.r[0] = pack_bf16(a(group, 2 * quad), a(group, 2 * quad + 1));
+    fa.r[1] = pack_bf16(a(group + 8, 2 * quad), a(group + 8, 2 * quad + 1));
+    fa.r[2] = pack_bf16(a(group, 2 * quad + 8), a(group, 2 * quad + 9));
+    fa.r[3] = pack_bf16(a(group + 8, 2 * quad + 8), a(group + 8, 2 * quad + 9));
+    FragB fb;
+    fb.r[0] = pack_bf16(b(2 * quad, group), b(2 * quad + 1, group));
+    fb.r[1] = pack_bf16(b(2 * quad + 8, group), b(2 * quad + 9, group));
+    FragC fc;
+    fc.v[0] = gen_c(seed, cls, tile, group, 2 * quad);
+    fc.v[1] = gen_c(seed, cls, tile, group, 2 * quad + 1);
+    fc.v[2] = gen_c(seed, cls, tile, group + 8, 2 * quad);
+    fc.v[3] = gen_c(seed, cls, tile, group + 8, 2 * quad + 1);
+    mma_bf16_16816(fc, fa, fb);
+    float* out = d + tile * 128;
+    out[group * 8 + 2 * quad] = fc.v[0];
+    out[group * 8 + 2 * quad + 1] = fc.v[1];
+    out[(group + 8) * 8 + 2 * quad] = fc.v[2];
+    out[(group + 8) * 8 + 2 * quad + 1] = fc.v[3];
+  }
+}
+
+// The shipped model first, then variants that each change one rule: the probe shows each rule matters.
+constexpr int kVariants = 5;
+constexpr const char* kVariantNames[kVariants] = {"shipped", "F24", "F26", "F27", "zero_floor"};
+
+template <int F, bool Z>
+__device__ float model(float c, const bf16* a, const bf16* b) {
+  return mok::HopperBf16StepModel<F, Z>{}(c, a, b);
+}
+
+struct Mismatch {
+  uint16_t a[16], b[16];
+  float c, gpu, model;
+};
+constexpr int kKeep = 16;
+
+__global__ void compare_with_model(uint64_t seed, int cls, long tiles, const float* d,
+                                   unsigned long long* counts /* [kVariants] */, Mismatch* keep, unsigned int* kept) {
+  const long total = tiles * 128;
+  for (long o = long(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += long(gridDim.x) * blockDim.x) {
+    const long tile = o / 128;
+    const int m = int(o % 128) / 8, n = int(o % 8);
+    bf16 a[16], b[16];
+    for (int k = 0; k < 16; ++k) {
+      a[k] = gen_operand(seed, cls, tile, 0, m, k);
+      b[k] = gen_operand(seed, cls, tile, 1, k, n);
+    }
+    const float c = gen_c(seed, cls, tile, m, n);
+    const uint32_t gpu = mok::bits_of(d[o]);
+    const float v[kVariants] = {mok::HopperBf16Step{}(c, a, b), model<24, false>(c, a, b), model<26, false>(c, a, b),
+                                model<27, false>(c, a, b), model<25, true>(c, a, b)};
+    for (int i = 0; i < kVariants; ++i)
+      if (mok::bits_of(v[i]) != gpu) atomicAdd(&counts[i], 1ull);
+    if (mok::bits_of(v[0]) != gpu) {
+      const unsigned slot = atomicAdd(kept, 1u);
+      if (slot < kKeep) {
+        Mismatch& mm = keep[slot];
+        for (int k = 0; k < 16; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
+        mm.c = c, mm.gpu = d[o], mm.model = v[0];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double outputs = argc > 1 ? std::atof(argv[1]) : 1.0e8;
+  const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
+  try {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      std::printf("mok-tc-validate: no CUDA device (skipped)\n");
+      return 77;
+    }
+    cudaDeviceProp prop;
+    MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const long tiles_per_class = long(outputs / 128 / double(kClassCount)) + 1;
+    const long batch = std::min(tiles_per_class, 1l << 18);
+    float* d = nullptr;
+    unsigned long long* counts = nullptr;
+    Mismatch* keep = nullptr;
+    unsigned int* kept = nullptr;
+    MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * 128 * sizeof(float)));
+    MOK_CUDA_CHECK(cudaMalloc(&counts, kVariants * sizeof(unsigned long long)));
+    MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(Mismatch)));
+    MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
+    std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, mma.sync m16n8k16 bf16->f32\n", prop.name,
+                (unsigned long long)seed, tiles_per_class * 128);
+    std::printf(
+        "mismatches of the shipped model (HopperBf16Step: 25 fraction bits, zero terms ignored) and of\n"
+        "variants with 24/26/27 fraction bits or zero terms counted at exponent -126:\n");
+    std::printf("%-12s %12s", "class", "outputs");
+    for (const char* name : kVariantNames) std::printf(" %10s", name);
+    std::printf("\n");
+    unsigned long long shipped_mismatches = 0, total_outputs = 0;
+    for (int cls = 0; cls < kClassCount; ++cls) {
+      std::vector<unsigned long long> sum(kVariants, 0);
+      MOK_CUDA_CHECK(cudaMemset(kept, 0, sizeof(unsigned int)));
+      for (long first = 0; first < tiles_per_class; first += batch) {
+        const long n = std::min(batch, tiles_per_class - first);
+        const uint64_t batch_seed = seed + uint64_t(first);
+        MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * 128 * sizeof(float)));  // poison
+        MOK_CUDA_CHECK(cudaMemset(counts, 0, kVariants * sizeof(unsigned long long)));
+        tensor_core_tiles<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d);
+        MOK_CUDA_CHECK(cudaGetLastError());
+        compare_with_model<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d, counts, keep, kept);
+        MOK_CUDA_CHECK(cudaGetLastError());
+        std::vector<unsigned long long> c(kVariants);
+        MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, kVariants * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < kVariants; ++i) sum[i] += c[i];
+      }
+      std::printf("%-12s %12ld", kClassNames[cls], tiles_per_class * 128);
+      for (int i = 0; i < kVariants; ++i) std::printf(" %10llu", sum[i]);
+      std::printf("\n");
+      shipped_mismatches += sum[0];
+      total_outputs += tiles_per_class * 128;
+      unsigned int nkept = 0;
+      MOK_CUDA_CHECK(cudaMemcpy(&nkept, kept, sizeof nkept, cudaMemcpyDeviceToHost));
+      std::vector<Mismatch> mm(kKeep);
+      MOK_CUDA_CHECK(cudaMemcpy(mm.data(), keep, kKeep * sizeof(Mismatch), cudaMemcpyDeviceToHost));
+      for (unsigned i = 0; i < std::min(nkept, unsigned(4)); ++i) {
+        std::printf("  mismatch: c=%a gpu=%a (0x%08x) model=%a (0x%08x)\n    a:", mm[i].c, mm[i].gpu,
+                    mok::bits_of(mm[i].gpu), mm[i].model, mok::bits_of(mm[i].model));
+        for (int k = 0; k < 16; ++k) std::printf(" %04x", mm[i].a[k]);
+        std::printf("\n    b:");
+        for (int k = 0; k < 16; ++k) std::printf(" %04x", mm[i].b[k]);
+        std::printf("\n");
+      }
+    }
+    std::printf("shipped model: %llu mismatches in %llu outputs\n", shipped_mismatches, total_outputs);
+    return shipped_mismatches == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
