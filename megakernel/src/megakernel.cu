@@ -179,13 +179,13 @@ Megakernel::~Megakernel() = default;
 
 int Megakernel::blocks() const { return impl_->blocks; }
 
-Forward Megakernel::forward(const std::vector<bf16>& x, const Routing* given) {
+void Megakernel::set_input(const std::vector<bf16>& x, const Routing* given) {
   Impl& m = *impl_;
   validate_tokens(m.c, x, "x [N, H]");
   if (given) validate_routing(m.c, *given);
   m.x.upload(x);
   m.router = given == nullptr;
-  for (auto* buf : {&m.logits}) buf->poison();
+  m.has_forward = false;
   if (given) {
     m.topk_idx.upload(given->topk_idx);
     m.topk_w.upload(given->topk_w);
@@ -193,11 +193,19 @@ Forward Megakernel::forward(const std::vector<bf16>& x, const Routing* given) {
     m.topk_idx.poison();
     m.topk_w.poison();
   }
+  for (auto* buf : {&m.logits}) buf->poison();
   for (auto* buf : {&m.offsets, &m.tile_offsets, &m.row_source, &m.slot_row}) buf->poison();
   for (auto* buf : {&m.h, &m.a, &m.shared_h, &m.shared_a, &m.shared_y, &m.slots, &m.y}) buf->poison();
-  m.run(reinterpret_cast<const void*>(forward_kernel), "forward");
-  m.has_forward = true;
+}
 
+void Megakernel::launch_forward() {
+  impl_->run(reinterpret_cast<const void*>(forward_kernel), "forward");
+  impl_->has_forward = true;
+}
+
+Forward Megakernel::read_forward() const {
+  const Impl& m = *impl_;
+  require(m.has_forward, "no forward has run");
   Forward f;
   f.routing = Routing{m.topk_idx.download(), m.topk_w.download()};
   if (m.router) f.logits = m.logits.download();
@@ -214,7 +222,7 @@ Forward Megakernel::forward(const std::vector<bf16>& x, const Routing* given) {
   return f;
 }
 
-Gradients Megakernel::backward(const std::vector<bf16>& dy) {
+void Megakernel::set_output_grad(const std::vector<bf16>& dy) {
   Impl& m = *impl_;
   require(m.has_forward, "backward before any forward");
   validate_tokens(m.c, dy, "dy [N, H]");
@@ -222,8 +230,12 @@ Gradients Megakernel::backward(const std::vector<bf16>& dy) {
   for (auto* buf : {&m.g, &m.d_topk_w, &m.d_logits, &m.d_router, &m.d_w1, &m.d_w2, &m.d_shared_w1, &m.d_shared_w2})
     buf->poison();
   for (auto* buf : {&m.dh, &m.dye, &m.shared_dh, &m.shared_y, &m.slots, &m.dx}) buf->poison();
-  m.run(reinterpret_cast<const void*>(backward_kernel), "backward");
+}
 
+void Megakernel::launch_backward() { impl_->run(reinterpret_cast<const void*>(backward_kernel), "backward"); }
+
+Gradients Megakernel::read_gradients() const {
+  const Impl& m = *impl_;
   Gradients gr;
   gr.dx = m.dx.download();
   gr.d_topk_w = m.d_topk_w.download();
@@ -236,6 +248,18 @@ Gradients Megakernel::backward(const std::vector<bf16>& dy) {
   gr.d_shared_w1 = m.d_shared_w1.download();
   gr.d_shared_w2 = m.d_shared_w2.download();
   return gr;
+}
+
+Forward Megakernel::forward(const std::vector<bf16>& x, const Routing* given) {
+  set_input(x, given);
+  launch_forward();
+  return read_forward();
+}
+
+Gradients Megakernel::backward(const std::vector<bf16>& dy) {
+  set_output_grad(dy);
+  launch_backward();
+  return read_gradients();
 }
 
 }  // namespace mok::gpu

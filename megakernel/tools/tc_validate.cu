@@ -144,12 +144,12 @@ __global__ void tensor_core_tiles(uint64_t seed, int cls, long tiles, float* d) 
 }
 
 // The shipped model first, then variants that each change one rule: the probe shows each rule matters.
-constexpr int kVariants = 5;
-constexpr const char* kVariantNames[kVariants] = {"shipped", "F24", "F26", "F27", "zero_floor"};
+constexpr int kVariants = 6;
+constexpr const char* kVariantNames[kVariants] = {"shipped", "F24", "F26", "F27", "floor-126", "no_floor"};
 
-template <int F, bool Z>
+template <int F, int Floor>
 __device__ float model(float c, const bf16* a, const bf16* b) {
-  return mok::HopperBf16StepModel<F, Z>{}(c, a, b);
+  return mok::HopperBf16StepModel<F, Floor>{}(c, a, b);
 }
 
 struct Mismatch {
@@ -171,8 +171,8 @@ __global__ void compare_with_model(uint64_t seed, int cls, long tiles, const flo
     }
     const float c = gen_c(seed, cls, tile, m, n);
     const uint32_t gpu = mok::bits_of(d[o]);
-    const float v[kVariants] = {mok::HopperBf16Step{}(c, a, b), model<24, false>(c, a, b), model<26, false>(c, a, b),
-                                model<27, false>(c, a, b), model<25, true>(c, a, b)};
+    const float v[kVariants] = {mok::HopperBf16Step{}(c, a, b), model<24, -133>(c, a, b), model<26, -133>(c, a, b),
+                                model<27, -133>(c, a, b),       model<25, -126>(c, a, b), model<25, -1000>(c, a, b)};
     for (int i = 0; i < kVariants; ++i)
       if (mok::bits_of(v[i]) != gpu) atomicAdd(&counts[i], 1ull);
     if (mok::bits_of(v[0]) != gpu) {

@@ -35,11 +35,20 @@ class Megakernel {
   Megakernel& operator=(const Megakernel&) = delete;
 
   // given: a routing to replay (nullptr: the router runs on the GPU). Returns every forward result
-  // (routing, logits, dispatch layout, y, saved h and a).
+  // (routing, logits, dispatch layout, y, saved h and a). = set_input + launch_forward + read_forward.
   Forward forward(const std::vector<bf16>& x, const Routing* given);
 
-  // The backward of the last forward.
+  // The backward of the last forward. = set_output_grad + launch_backward + read_gradients.
   Gradients backward(const std::vector<bf16>& dy);
+
+  // The steps apart, for timing the kernels alone. set_* validate, upload and poison the outputs;
+  // launch_* run one persistent kernel and wait for it; read_* copy the results back.
+  void set_input(const std::vector<bf16>& x, const Routing* given);
+  void launch_forward();
+  Forward read_forward() const;
+  void set_output_grad(const std::vector<bf16>& dy);
+  void launch_backward();
+  Gradients read_gradients() const;
 
   // Blocks the persistent kernels run with (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
