@@ -9,6 +9,7 @@
 #include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
+#include "mok/core/validate.h"
 #include "mok/reference/matmul.h"
 
 namespace mok::ref {
@@ -112,52 +113,33 @@ void swiglu_mlp_down_grad(const LayerConfig& c, StepModel step, const bf16* dy, 
   }
 }
 
-bool all_finite(const std::vector<bf16>& v) {
-  return std::all_of(v.begin(), v.end(), [](bf16 b) { return is_finite(b); });
+// Fault::tie_higher_index: the selection run on the experts in reverse order, so ties go to the higher id.
+void select_higher_wins(const LayerConfig& c, const float* scores, const float* bias, float* key, bool* allowed,
+                        int32_t* topk_idx) {
+  const int E = c.experts;
+  std::vector<float> rev_scores(scores, scores + E), rev_bias(E, 0.0f);
+  if (bias) rev_bias.assign(bias, bias + E);
+  std::reverse(rev_scores.begin(), rev_scores.end());
+  std::reverse(rev_bias.begin(), rev_bias.end());
+  router_select(c, rev_scores.data(), bias ? rev_bias.data() : nullptr, key, allowed, topk_idx);
+  for (int j = 0; j < c.top_k; ++j) topk_idx[j] = E - 1 - topk_idx[j];
 }
 
-bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
-}
-
-template <class V>
-void require_size(const V& v, size_t want, const char* name) {
-  require(v.size() == want,
-          std::string(name) + " has " + std::to_string(v.size()) + " elements, expected " + std::to_string(want));
-}
-
-}  // namespace
-
-void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given) {
-  validate(c);
-  const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-  require_size(x, at(N, H), "x [N, H]");
-  require_size(w.router, at(E, H), "router weight [E, H]");
-  if (!w.expert_bias.empty()) require_size(w.expert_bias, size_t(E), "expert_bias [E]");
-  require_size(w.w1, at(E, at(2 * I, H)), "w1 [E, 2I, H]");
-  require_size(w.w2, at(E, at(H, I)), "w2 [E, H, I]");
-  require_size(w.shared_w1, at(2 * Is, H), "shared_w1 [2Is, H]");
-  require_size(w.shared_w2, at(H, Is), "shared_w2 [H, Is]");
-  require(all_finite(x), "x holds NaN or Inf");
-  require(all_finite(w.router), "router weight holds NaN or Inf");
-  require(all_finite(w.expert_bias), "expert_bias holds NaN or Inf");
-  require(all_finite(w.w1) && all_finite(w.w2), "expert weights hold NaN or Inf");
-  require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
-  if (!given) return;
-  const int k = c.top_k;
-  require_size(given->topk_idx, at(N, k), "given topk_idx [N, k]");
-  require_size(given->topk_w, at(N, k), "given topk_w [N, k]");
-  require(all_finite(given->topk_w), "given topk_w holds NaN or Inf");
-  for (int g = 0; g < N; ++g)
-    for (int j = 0; j < k; ++j) {
-      const int32_t e = given->topk_idx[at(g, k) + j];
-      require(e >= 0 && e < E, "topk_idx[" + std::to_string(g) + ", " + std::to_string(j) + "] = " + std::to_string(e) +
-                                   " is outside [0, " + std::to_string(E) + ")");
-      for (int i = 0; i < j; ++i)
-        require(given->topk_idx[at(g, k) + i] != e,
-                "token " + std::to_string(g) + " is routed to expert " + std::to_string(e) + " twice");
+// Fault::layout_off_by_one: the first non-empty expert's last row is served by the next expert.
+void shift_first_boundary(DispatchLayout& l) {
+  for (size_t e = 0; e + 1 < l.counts.size(); ++e)
+    if (l.counts[e] > 0) {
+      --l.offsets[e + 1];
+      --l.counts[e];
+      ++l.counts[e + 1];
+      return;
     }
 }
+
+// Fault::drop_overflow: the per-expert capacity beyond which rows are dropped.
+int drop_capacity(const LayerConfig& c) { return 2 * ((c.routed_rows() + c.experts - 1) / c.experts); }
+
+}  // namespace
 
 DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
   const int N = c.tokens(), E = c.experts, k = c.top_k, chunks = layout_chunks(N);
@@ -175,7 +157,8 @@ DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int
   return l;
 }
 
-Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits_out) {
+Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits_out,
+              Fault fault) {
   const int N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
   Routing r;
   r.topk_idx.resize(at(N, k));
@@ -193,8 +176,9 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
       require(lg[e] - lg[e] == 0.0f, "router logit of token " + std::to_string(g) + " overflows");
     }
     router_scores(c, lg, scores.data());
-    router_select(c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
-                  r.topk_idx.data() + at(g, k));
+    (fault == Fault::tie_higher_index ? select_higher_wins : router_select)(
+        c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
+        r.topk_idx.data() + at(g, k));
     router_weights(c, scores.data(), r.topk_idx.data() + at(g, k), r.topk_w.data() + at(g, k));
   }
   if (logits_out) *logits_out = std::move(logits);
@@ -207,8 +191,9 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
   require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, k = c.top_k, T = c.tokens_per_rank;
   Forward f;
-  f.routing = given ? *given : route(c, x, w, &f.logits);
+  f.routing = given ? *given : route(c, x, w, &f.logits, opt.fault);
   f.layout = build_dispatch_layout(c, f.routing.topk_idx);
+  if (opt.fault == Fault::layout_off_by_one) shift_first_boundary(f.layout);
   std::vector<RankMemory> ranks = rank_table(c, x.data(), nullptr, f.routing.topk_w.data());
   if (!opt.recompute) {
     f.h.resize(at(at(N, k), 2 * I));
@@ -216,6 +201,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
   }
   std::vector<bf16> ring_x, ring_h, ring_a;
   for_each_minibatch(c, f.layout, opt.ring_rows, [&](int e, int first, int m) {
+    if (opt.fault == Fault::drop_overflow) m = std::clamp(drop_capacity(c) - (first - f.layout.offsets[e]), 0, m);
     ring_x.resize(at(m, H));
     ring_h.resize(at(m, 2 * I));
     ring_a.resize(at(m, I));
@@ -238,6 +224,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
   f.shared_h.resize(at(N, 2 * Is));
   f.shared_a.resize(at(N, Is));
   f.y.resize(at(N, H));
+  std::vector<float> reversed_w(k);  // Fault::combine_order
   for (int r = 0; r < c.ranks; ++r) {
     std::vector<bf16> shared_y;
     const size_t base = at(r, T);
@@ -246,13 +233,18 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
                     f.shared_a.data() + at(base, Is));
       shared_y = matmul_bf16(opt.step, f.shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
     }
-    for (int t = 0; t < T; ++t)
+    for (int t = 0; t < T; ++t) {
+      const float* wt = ranks[r].topk_w + at(t, k);
+      if (opt.fault == Fault::combine_order) std::reverse_copy(wt, wt + k, reversed_w.begin());
       for (int hh = 0; hh < H; ++hh) {
         const float shared = c.has_shared() ? to_float(shared_y[at(t, H) + hh]) : 0.0f;
         const bf16* slots = ranks[r].slots.data() + at(at(t, k), H) + hh;
         f.y[at(base + t, H) + hh] =
-            combine_y(k, shared, ranks[r].topk_w + at(t, k), [&](int j) { return slots[at(j, H)]; });
+            opt.fault == Fault::combine_order
+                ? combine_y(k, shared, reversed_w.data(), [&](int j) { return slots[at(k - 1 - j, H)]; })
+                : combine_y(k, shared, wt, [&](int j) { return slots[at(j, H)]; });
       }
+    }
   }
   return f;
 }
@@ -261,8 +253,12 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
                    const std::vector<bf16>& dy, const Options& opt) {
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k, T = c.tokens_per_rank;
   const int Is = c.shared_intermediate;
-  require_size(dy, at(N, H), "dy [N, H]");
-  require(all_finite(dy), "dy holds NaN or Inf");
+  validate_inputs(c, x, w, &fwd.routing);
+  require(fwd.layout.counts.size() == size_t(E) && fwd.layout.offsets.size() == size_t(E) + 1 &&
+              fwd.layout.row_source.size() == at(N, k) && (fwd.logits.empty() || fwd.logits.size() == at(N, E)) &&
+              fwd.shared_h.size() == at(N, 2 * Is),
+          "the forward's outputs do not match the config: pass the Forward made for these inputs");
+  validate_tokens(c, dy, "dy [N, H]");
   require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
   require(opt.recompute || fwd.h.size() == at(at(N, k), 2 * I), "forward saved no activations: use recompute");
   const DispatchLayout& l = fwd.layout;
@@ -345,6 +341,8 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
       router_scores(c, fwd.logits.data() + at(g, E), scores.data());
       router_backward(c, scores.data(), fwd.routing.topk_idx.data() + at(g, k), gr.d_topk_w.data() + at(g, k),
                       d_scores.data(), gr.d_logits.data() + at(g, E));
+      if (opt.fault == Fault::router_grad_sign)
+        for (int e = 0; e < E; ++e) gr.d_logits[at(g, E) + e] = -gr.d_logits[at(g, E) + e];
     }
     gr.d_router.resize(at(E, H));
     for (int e = 0; e < E; ++e)

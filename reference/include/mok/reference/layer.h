@@ -10,65 +10,45 @@
 #include "mok/core/bf16.h"
 #include "mok/core/config.h"
 #include "mok/core/kstep.h"
+#include "mok/core/layer_io.h"
+#include "mok/core/validate.h"
 
 namespace mok::ref {
 
-struct LayerWeights {
-  std::vector<float> router;       // [E, H] fp32
-  std::vector<float> expert_bias;  // [E] sigmoid-mode selection bias; empty means zeros
-  std::vector<bf16> w1;            // [E, 2I, H]  rows 0..I-1 gate, I..2I-1 up
-  std::vector<bf16> w2;            // [E, H, I]
-  std::vector<bf16> shared_w1;     // [2Is, H]    empty without a shared expert
-  std::vector<bf16> shared_w2;     // [H, Is]
-};
-
-struct Routing {
-  std::vector<int32_t> topk_idx;  // [N, k]
-  std::vector<float> topk_w;      // [N, k]
-};
-
-struct DispatchLayout {
-  std::vector<int32_t> counts;      // [E]
-  std::vector<int32_t> offsets;     // [E + 1]
-  std::vector<int32_t> row_source;  // [N * k] layout row -> g * k + j
-  std::vector<int32_t> slot_row;    // [N * k] g * k + j -> layout row
+// Planted bugs, only for proving that the fuzzer catches each kind (fuzz/, docs/fuzzing.md). Never set
+// outside fault-injection runs; Fault::none, the default, costs one untaken branch per step.
+enum class Fault : uint8_t {
+  none = 0,
+  combine_order,      // forward combine sums the slots in reverse order
+  layout_off_by_one,  // the first non-empty expert's last layout row goes to the next expert
+  tie_higher_index,   // router ties break toward the higher expert index
+  drop_overflow,      // forward rows beyond 2 * ceil(N k / E) per expert are silently dropped
+  router_grad_sign,   // d logits with the wrong sign
 };
 
 struct Options {
   StepModel step = StepModel::hopper_tc;
   int ring_rows = 256;     // rows of the receive ring per minibatch: a positive multiple of 16
   bool recompute = false;  // the backward recomputes h and a instead of reading them saved
+  Fault fault = Fault::none;
 };
 
-struct Forward {
-  Routing routing;
-  std::vector<float> logits;  // [N, E]; empty when the routing was given (replay)
-  DispatchLayout layout;
-  std::vector<bf16> y;         // [N, H]
-  std::vector<bf16> h;         // [N * k, 2I] layout order, bf16(x W1^T); empty in recompute mode
-  std::vector<bf16> a;         // [N * k, I]  layout order, bf16(swiglu(h)); empty in recompute mode
-  std::vector<bf16> shared_h;  // [N, 2Is]
-  std::vector<bf16> shared_a;  // [N, Is]
-};
+// The shared data structs live in core (mok/core/layer_io.h); the reference names them here too.
+using mok::DispatchLayout;
+using mok::Forward;
+using mok::Gradients;
+using mok::LayerWeights;
+using mok::Routing;
 
-struct Gradients {
-  std::vector<bf16> dx;            // [N, H]
-  std::vector<float> d_topk_w;     // [N, k]
-  std::vector<float> d_logits;     // [N, E]; empty for a given routing
-  std::vector<float> d_router;     // [E, H]; empty for a given routing
-  std::vector<float> d_w1;         // [E, 2I, H]
-  std::vector<float> d_w2;         // [E, H, I]
-  std::vector<float> d_shared_w1;  // [2Is, H]
-  std::vector<float> d_shared_w2;  // [H, Is]
-};
-
-// Throws mok::Error naming the problem on bad shapes, non-finite values, bad expert ids.
-void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given);
+// Input checks (mok/core/validate.h): mok::Error naming the problem on bad shapes, non-finite values,
+// bad expert ids.
+using mok::validate_inputs;
 
 DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx);
 
 // Router alone: logits, then top-k ids and weights, per token.
-Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits);
+Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits,
+              Fault fault = Fault::none);
 
 // given: a routing to replay instead of the router (nullptr: run the router).
 Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given,

@@ -1,0 +1,331 @@
+#include "mok/reference/oracle.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+namespace mok::ref {
+namespace {
+
+using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstView = Eigen::Map<const Matrix>;
+using View = Eigen::Map<Matrix>;
+
+size_t at(long a, long b) { return size_t(a) * size_t(b); }
+
+std::vector<double> widened(const std::vector<bf16>& v) {
+  std::vector<double> out(v.size());
+  std::transform(v.begin(), v.end(), out.begin(), [](bf16 b) { return double(to_float(b)); });
+  return out;
+}
+
+std::vector<double> widened(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double silu(double v) { return v * sigmoid(v); }
+double silu_grad(double v) {
+  const double s = sigmoid(v);
+  return s * (1.0 + v * (1.0 - s));
+}
+
+// The clamp of core/swiglu.h at the same limit: gate clamped above, up to [-limit, limit]. Whether
+// an operand is clamped is a discrete choice, like the routing, and the layer makes it on the stored
+// bf16 h: the oracle makes it on bf16(h) too (which equals the reference's bf16 h unless h lies
+// within fp32 error of a bf16 rounding boundary next to the limit). Deciding on the fp64 h instead
+// would flip the clamped operand's gradient between 0 and its full value wherever bf16 rounding
+// crosses the limit: an error of the comparison, not of the layer.
+bool above(double v, double limit) { return limit > 0 && double(to_float(to_bf16(float(v)))) > limit; }
+
+struct SwigluOperands {
+  double gate, up;
+  bool gate_clamped, up_clamped;
+};
+
+SwigluOperands clamped(double gate, double up, double limit) {
+  const bool gate_clamped = above(gate, limit), up_high = above(up, limit), up_low = above(-up, limit);
+  return SwigluOperands{gate_clamped ? limit : gate, up_high ? limit : (up_low ? -limit : up), gate_clamped,
+                        up_high || up_low};
+}
+
+// One SwiGLU MLP over m rows: h = x W1^T ([m, 2I], gate | up), a = swiglu(h), out = a W2^T.
+struct MlpPass {
+  Matrix x, h, a, out;
+};
+
+MlpPass mlp_forward(Matrix x, const ConstView& w1, const ConstView& w2, double limit) {
+  const long inter = w2.cols();
+  MlpPass p{std::move(x), Matrix(), Matrix(), Matrix()};
+  p.h = p.x * w1.transpose();
+  p.a.resize(p.h.rows(), inter);
+  for (long r = 0; r < p.h.rows(); ++r)
+    for (long i = 0; i < inter; ++i) {
+      const SwigluOperands op = clamped(p.h(r, i), p.h(r, inter + i), limit);
+      p.a(r, i) = silu(op.gate) * op.up;
+    }
+  p.out = p.a * w2.transpose();
+  return p;
+}
+
+// dh from da: a clamped operand passes no gradient, as in core/swiglu.h.
+Matrix swiglu_backward(const Matrix& h, const Matrix& da, double limit) {
+  const long inter = da.cols();
+  Matrix dh(h.rows(), 2 * inter);
+  for (long r = 0; r < h.rows(); ++r)
+    for (long i = 0; i < inter; ++i) {
+      const SwigluOperands op = clamped(h(r, i), h(r, inter + i), limit);
+      dh(r, i) = op.gate_clamped ? 0.0 : da(r, i) * op.up * silu_grad(op.gate);
+      dh(r, inter + i) = op.up_clamped ? 0.0 : da(r, i) * silu(op.gate);
+    }
+  return dh;
+}
+
+// The (token, slot) pairs each expert serves.
+struct ExpertRows {
+  std::vector<int> token, slot;
+};
+
+std::vector<ExpertRows> rows_by_expert(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
+  std::vector<ExpertRows> rows(c.experts);
+  for (int g = 0; g < c.tokens(); ++g)
+    for (int j = 0; j < c.top_k; ++j) {
+      ExpertRows& r = rows[topk_idx[at(g, c.top_k) + j]];
+      r.token.push_back(g);
+      r.slot.push_back(j);
+    }
+  return rows;
+}
+
+Matrix gather(const ConstView& m, const std::vector<int>& rows) {
+  Matrix out(long(rows.size()), m.cols());
+  for (size_t i = 0; i < rows.size(); ++i) out.row(long(i)) = m.row(rows[i]);
+  return out;
+}
+
+ConstView expert_w1(const OracleInputs& in, int e) {
+  const long I = in.config.intermediate, H = in.config.hidden;
+  return ConstView(in.w1.data() + at(e, 2 * I * H), 2 * I, H);
+}
+
+ConstView expert_w2(const OracleInputs& in, int e) {
+  const long I = in.config.intermediate, H = in.config.hidden;
+  return ConstView(in.w2.data() + at(e, H * I), H, I);
+}
+
+// Softmax over E or elementwise sigmoid, for one token.
+std::vector<double> scores_of(const LayerConfig& c, const double* logits) {
+  const int E = c.experts;
+  std::vector<double> s(E);
+  if (c.score_mode == ScoreMode::sigmoid) {
+    for (int e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
+    return s;
+  }
+  const double m = *std::max_element(logits, logits + E);
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - m));
+  for (double& v : s) v /= sum;
+  return s;
+}
+
+double weight_scale(const LayerConfig& c) { return c.score_mode == ScoreMode::sigmoid ? c.routed_scale : 1.0; }
+
+// d logits of one token from d topk_w: the chain rule through w_j = scale * s_{e_j} / S
+// (S = sum of the selected scores when renormalising, else 1) and through the scores.
+void router_backward(const LayerConfig& c, const double* logits, const int32_t* idx, const double* d_topk_w,
+                     double* d_logits) {
+  const int E = c.experts, k = c.top_k;
+  const std::vector<double> s = scores_of(c, logits);
+  const double scale = weight_scale(c);
+  double sum = 0, weighted = 0;  // S and sum_i dw_i s_i / S
+  for (int j = 0; j < k; ++j) sum += s[idx[j]];
+  for (int j = 0; j < k; ++j) weighted += d_topk_w[j] * s[idx[j]] / sum;
+  std::vector<double> d_scores(E, 0.0);
+  for (int j = 0; j < k; ++j)
+    d_scores[idx[j]] = c.renormalize ? scale * (d_topk_w[j] - weighted) / sum : scale * d_topk_w[j];
+  if (c.score_mode == ScoreMode::sigmoid) {
+    for (int e = 0; e < E; ++e) d_logits[e] = d_scores[e] * s[e] * (1.0 - s[e]);
+    return;
+  }
+  double dot = 0;
+  for (int e = 0; e < E; ++e) dot += d_scores[e] * s[e];
+  for (int e = 0; e < E; ++e) d_logits[e] = s[e] * (d_scores[e] - dot);
+}
+
+template <class T, class ToDouble>
+TensorError error_of(const std::vector<T>& out, const std::vector<double>& ref, ToDouble to_double) {
+  require(out.size() == ref.size(), "tensor_error: " + std::to_string(out.size()) + " elements against " +
+                                        std::to_string(ref.size()) + " in the oracle");
+  double diff2 = 0, ref2 = 0;
+  TensorError err;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double d = std::abs(to_double(out[i]) - ref[i]);
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    err.max_abs = std::max(err.max_abs, d);
+    err.max_ref = std::max(err.max_ref, std::abs(ref[i]));
+  }
+  err.relative = diff2 == 0 ? 0.0 : std::sqrt(diff2 / ref2);
+  return err;
+}
+
+constexpr const char* kTensorNames[] = {"logits",   "topk_w", "y",    "dx",          "d_topk_w",   "d_logits",
+                                        "d_router", "d_w1",   "d_w2", "d_shared_w1", "d_shared_w2"};
+
+}  // namespace
+
+OracleInputs oracle_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
+                           const std::vector<bf16>& dy, const Forward& fwd) {
+  validate_inputs(c, x, w, &fwd.routing);
+  validate_tokens(c, dy, "dy [N, H]");
+  OracleInputs in;
+  in.config = c;
+  in.x = widened(x);
+  in.dy = widened(dy);
+  in.router = widened(w.router);
+  in.w1 = widened(w.w1);
+  in.w2 = widened(w.w2);
+  in.shared_w1 = widened(w.shared_w1);
+  in.shared_w2 = widened(w.shared_w2);
+  in.topk_idx = fwd.routing.topk_idx;
+  if (fwd.logits.empty()) in.given_topk_w = widened(fwd.routing.topk_w);
+  return in;
+}
+
+std::vector<double> oracle_logits(const OracleInputs& in) {
+  const LayerConfig& c = in.config;
+  std::vector<double> logits(at(c.tokens(), c.experts));
+  View(logits.data(), c.tokens(), c.experts) =
+      ConstView(in.x.data(), c.tokens(), c.hidden) * ConstView(in.router.data(), c.experts, c.hidden).transpose();
+  return logits;
+}
+
+std::vector<double> oracle_router_weights(const LayerConfig& c, const std::vector<double>& logits,
+                                          const std::vector<int32_t>& topk_idx) {
+  const int k = c.top_k;
+  std::vector<double> topk_w(at(c.tokens(), k));
+  for (int g = 0; g < c.tokens(); ++g) {
+    const std::vector<double> s = scores_of(c, logits.data() + at(g, c.experts));
+    const int32_t* idx = topk_idx.data() + at(g, k);
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += s[idx[j]];
+    for (int j = 0; j < k; ++j) topk_w[at(g, k) + j] = weight_scale(c) * s[idx[j]] / (c.renormalize ? sum : 1.0);
+  }
+  return topk_w;
+}
+
+std::vector<double> oracle_y(const OracleInputs& in, const std::vector<double>& topk_w) {
+  const LayerConfig& c = in.config;
+  const int N = c.tokens(), H = c.hidden, k = c.top_k, Is = c.shared_intermediate;
+  const ConstView x(in.x.data(), N, H);
+  std::vector<double> y(at(N, H), 0.0);
+  View Y(y.data(), N, H);
+  const std::vector<ExpertRows> rows = rows_by_expert(c, in.topk_idx);
+  for (int e = 0; e < c.experts; ++e) {
+    const MlpPass p = mlp_forward(gather(x, rows[e].token), expert_w1(in, e), expert_w2(in, e), c.swiglu_limit);
+    for (size_t i = 0; i < rows[e].token.size(); ++i) {
+      const int g = rows[e].token[i];
+      Y.row(g) += topk_w[at(g, k) + rows[e].slot[i]] * p.out.row(long(i));
+    }
+  }
+  if (c.has_shared())
+    Y +=
+        mlp_forward(x, ConstView(in.shared_w1.data(), 2 * Is, H), ConstView(in.shared_w2.data(), H, Is), c.swiglu_limit)
+            .out;
+  return y;
+}
+
+OracleResult oracle(const OracleInputs& in) {
+  const LayerConfig& c = in.config;
+  const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+  const int Is = c.shared_intermediate;
+  const double limit = c.swiglu_limit;
+  const ConstView x(in.x.data(), N, H), dy(in.dy.data(), N, H);
+  OracleResult o;
+  if (in.routed_by_router()) {
+    o.logits = oracle_logits(in);
+    o.topk_w = oracle_router_weights(c, o.logits, in.topk_idx);
+  } else {
+    o.topk_w = in.given_topk_w;
+  }
+  o.y.assign(at(N, H), 0.0);
+  o.dx.assign(at(N, H), 0.0);
+  o.d_topk_w.assign(at(N, k), 0.0);
+  o.d_w1.assign(at(E, at(2 * I, H)), 0.0);
+  o.d_w2.assign(at(E, at(H, I)), 0.0);
+  View Y(o.y.data(), N, H), DX(o.dx.data(), N, H);
+
+  const std::vector<ExpertRows> rows = rows_by_expert(c, in.topk_idx);
+  for (int e = 0; e < E; ++e) {
+    const long m = long(rows[e].token.size());
+    const ConstView w1 = expert_w1(in, e), w2 = expert_w2(in, e);
+    const MlpPass p = mlp_forward(gather(x, rows[e].token), w1, w2, limit);
+    Eigen::VectorXd w(m);
+    for (long i = 0; i < m; ++i) w(i) = o.topk_w[at(rows[e].token[i], k) + rows[e].slot[i]];
+    const Matrix dy_e = gather(dy, rows[e].token);
+    const Matrix g = dy_e * w2;  // [m, I], the gradient reaching a before the routing weight
+    const Matrix dh = swiglu_backward(p.h, w.asDiagonal() * g, limit);
+    const Matrix dx_e = dh * w1;
+    for (long i = 0; i < m; ++i) {
+      const int t = rows[e].token[i];
+      Y.row(t) += w(i) * p.out.row(i);
+      DX.row(t) += dx_e.row(i);
+      o.d_topk_w[at(t, k) + rows[e].slot[i]] = g.row(i).dot(p.a.row(i));
+    }
+    View(o.d_w1.data() + at(e, at(2 * I, H)), 2 * I, H) = dh.transpose() * p.x;
+    View(o.d_w2.data() + at(e, at(H, I)), H, I) = (w.asDiagonal() * dy_e).transpose() * p.a;
+  }
+
+  if (c.has_shared()) {
+    const ConstView w1(in.shared_w1.data(), 2 * Is, H), w2(in.shared_w2.data(), H, Is);
+    const MlpPass p = mlp_forward(x, w1, w2, limit);
+    const Matrix dh = swiglu_backward(p.h, dy * w2, limit);
+    Y += p.out;
+    DX += dh * w1;
+    o.d_shared_w1.resize(at(2 * Is, H));
+    o.d_shared_w2.resize(at(H, Is));
+    View(o.d_shared_w1.data(), 2 * Is, H) = dh.transpose() * x;
+    View(o.d_shared_w2.data(), H, Is) = dy.transpose() * p.a;
+  }
+
+  if (in.routed_by_router()) {
+    o.d_logits.resize(at(N, E));
+    for (int g = 0; g < N; ++g)
+      router_backward(c, o.logits.data() + at(g, E), in.topk_idx.data() + at(g, k), o.d_topk_w.data() + at(g, k),
+                      o.d_logits.data() + at(g, E));
+    const ConstView d_logits(o.d_logits.data(), N, E), router(in.router.data(), E, H);
+    o.d_router.resize(at(E, H));
+    View(o.d_router.data(), E, H) = d_logits.transpose() * x;
+    DX += d_logits * router;
+  }
+  return o;
+}
+
+const char* to_string(OracleTensor t) { return kTensorNames[int(t)]; }
+
+TensorError tensor_error(const std::vector<float>& out, const std::vector<double>& ref) {
+  return error_of(out, ref, [](float v) { return double(v); });
+}
+
+TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>& ref) {
+  return error_of(out, ref, [](bf16 v) { return double(to_float(v)); });
+}
+
+std::vector<OracleCheck> compare_with_oracle(const Forward& fwd, const Gradients& grad, const OracleResult& o) {
+  std::vector<OracleCheck> checks;
+  const auto add = [&](OracleTensor t, const auto& out, const std::vector<double>& ref) {
+    if (!ref.empty()) checks.push_back(OracleCheck{t, tensor_error(out, ref), oracle_bound(t)});
+  };
+  add(OracleTensor::logits, fwd.logits, o.logits);
+  add(OracleTensor::topk_w, fwd.routing.topk_w, o.topk_w);
+  add(OracleTensor::y, fwd.y, o.y);
+  add(OracleTensor::dx, grad.dx, o.dx);
+  add(OracleTensor::d_topk_w, grad.d_topk_w, o.d_topk_w);
+  add(OracleTensor::d_logits, grad.d_logits, o.d_logits);
+  add(OracleTensor::d_router, grad.d_router, o.d_router);
+  add(OracleTensor::d_w1, grad.d_w1, o.d_w1);
+  add(OracleTensor::d_w2, grad.d_w2, o.d_w2);
+  add(OracleTensor::d_shared_w1, grad.d_shared_w1, o.d_shared_w1);
+  add(OracleTensor::d_shared_w2, grad.d_shared_w2, o.d_shared_w2);
+  return checks;
+}
+
+}  // namespace mok::ref

@@ -1,0 +1,149 @@
+// The determinism contract on the reference (DESIGN.md §3): D1 run to run, D2 rank-count
+// invariance, and invariance to the ring's minibatch size and to the recompute mode.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "mok/reference/layer.h"
+#include "mok/reference/problem.h"
+#include "test_support.h"
+
+namespace mok::ref::test {
+namespace {
+
+struct Outputs {
+  Forward f;
+  Gradients g;
+};
+
+Outputs run(const LayerConfig& c, const Problem& p, const Options& opt) {
+  const Routing* given = p.routing ? &*p.routing : nullptr;
+  Outputs r{forward(c, p.x, p.weights, given, opt), Gradients()};
+  r.g = backward(c, p.x, p.weights, r.f, p.dy, opt);
+  return r;
+}
+
+// Every output of the layer, bit for bit. The problems below have a router and a shared expert,
+// or a given routing (no router outputs).
+void expect_same_outputs(const Outputs& a, const Outputs& b, bool router, bool shared) {
+  EXPECT_PRED_FORMAT2(same_bits, a.f.routing.topk_idx, b.f.routing.topk_idx);
+  EXPECT_PRED_FORMAT2(same_bits, a.f.routing.topk_w, b.f.routing.topk_w);
+  EXPECT_PRED_FORMAT2(same_bits, a.f.y, b.f.y);
+  EXPECT_PRED_FORMAT2(same_bits, a.g.dx, b.g.dx);
+  EXPECT_PRED_FORMAT2(same_bits, a.g.d_topk_w, b.g.d_topk_w);
+  EXPECT_PRED_FORMAT2(same_bits, a.g.d_w1, b.g.d_w1);
+  EXPECT_PRED_FORMAT2(same_bits, a.g.d_w2, b.g.d_w2);
+  if (router) {
+    EXPECT_PRED_FORMAT2(same_bits, a.f.logits, b.f.logits);
+    EXPECT_PRED_FORMAT2(same_bits, a.g.d_logits, b.g.d_logits);
+    EXPECT_PRED_FORMAT2(same_bits, a.g.d_router, b.g.d_router);
+  }
+  if (shared) {
+    EXPECT_PRED_FORMAT2(same_bits, a.g.d_shared_w1, b.g.d_shared_w1);
+    EXPECT_PRED_FORMAT2(same_bits, a.g.d_shared_w2, b.g.d_shared_w2);
+  }
+}
+
+// 128 tokens in all, 8 experts (so R up to 8 divides them), router and shared expert.
+LayerConfig global_batch(int ranks) {
+  LayerConfig c = small_config(ranks, 128 / ranks, 128, 64, 8, 3);
+  c.shared_intermediate = 64;
+  return c;
+}
+
+LayerConfig sigmoid_batch(int ranks) {
+  LayerConfig c = global_batch(ranks);
+  c.score_mode = ScoreMode::sigmoid;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.routed_scale = 2.5f;
+  c.swiglu_limit = 0.75f;
+  return c;
+}
+
+class Determinism : public ::testing::TestWithParam<StepModel> {
+ protected:
+  Options options() const {
+    Options opt;
+    opt.step = GetParam();
+    return opt;
+  }
+};
+
+TEST_P(Determinism, D1SameInputsSameBits) {
+  const LayerConfig c = global_batch(4);
+  const Problem p = make_problem(c, 31);
+  expect_same_outputs(run(c, p, options()), run(c, p, options()), true, true);
+}
+
+// The same global batch (same x, weights, dy: make_problem draws them from N = R * T) split over
+// R = 1, 2, 4, 8 ranks.
+TEST_P(Determinism, D2RankCountInvariantWithRouter) {
+  const Outputs one = run(global_batch(1), make_problem(global_batch(1), 32), options());
+  for (int ranks : {2, 4, 8}) {
+    SCOPED_TRACE("R = " + std::to_string(ranks));
+    const LayerConfig c = global_batch(ranks);
+    expect_same_outputs(one, run(c, make_problem(c, 32), options()), true, true);
+  }
+}
+
+TEST_P(Determinism, D2RankCountInvariantSigmoidClamped) {
+  const Outputs one = run(sigmoid_batch(1), make_problem(sigmoid_batch(1), 33), options());
+  for (int ranks : {2, 4, 8}) {
+    SCOPED_TRACE("R = " + std::to_string(ranks));
+    const LayerConfig c = sigmoid_batch(ranks);
+    expect_same_outputs(one, run(c, make_problem(c, 33), options()), true, true);
+  }
+}
+
+TEST_P(Determinism, D2RankCountInvariantWithImbalancedGivenRouting) {
+  LayerConfig base = global_batch(1);
+  base.shared_intermediate = 0;
+  const Outputs one = run(base, make_problem(base, 34, RoutingKind::zipf, 2.0), options());
+  for (int ranks : {2, 4, 8}) {
+    SCOPED_TRACE("R = " + std::to_string(ranks));
+    LayerConfig c = base;
+    c.ranks = ranks;
+    c.tokens_per_rank = 128 / ranks;
+    expect_same_outputs(one, run(c, make_problem(c, 34, RoutingKind::zipf, 2.0), options()), false, false);
+  }
+}
+
+// About 128 rows per expert (256 tokens, k = 2, 4 experts): a 16-row ring splits an expert into
+// many minibatches, a 64-row ring into a few, and the check below makes sure one expert ends in a
+// partial chunk; 4096 rows take each expert whole.
+TEST_P(Determinism, RingRowsDoNotChangeAnyBit) {
+  LayerConfig c = small_config(2, 128, 128, 64, 4, 2);
+  c.shared_intermediate = 64;
+  const Problem p = make_problem(c, 35);
+  Options opt = options();
+  opt.ring_rows = 4096;
+  const Outputs whole = run(c, p, opt);
+  bool partial_tail = false;
+  for (int count : whole.f.layout.counts) partial_tail = partial_tail || (count > 64 && count % 16 != 0);
+  EXPECT_TRUE(partial_tail) << "no expert has several minibatches and a partial last chunk";
+  for (int ring : {16, 64}) {
+    SCOPED_TRACE("ring_rows = " + std::to_string(ring));
+    opt.ring_rows = ring;
+    expect_same_outputs(whole, run(c, p, opt), true, true);
+  }
+}
+
+TEST_P(Determinism, RecomputeModeEqualsSavedMode) {
+  const LayerConfig c = global_batch(2);
+  const Problem p = make_problem(c, 36);
+  Options opt = options();
+  const Outputs saved = run(c, p, opt);
+  opt.recompute = true;
+  const Outputs recomputed = run(c, p, opt);
+  EXPECT_TRUE(recomputed.f.h.empty() && recomputed.f.a.empty()) << "recompute mode saved activations";
+  expect_same_outputs(saved, recomputed, true, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(StepModels, Determinism, ::testing::Values(StepModel::fp32_fma, StepModel::hopper_tc),
+                         [](const ::testing::TestParamInfo<StepModel>& info) {
+                           return std::string(info.param == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma");
+                         });
+
+}  // namespace
+}  // namespace mok::ref::test

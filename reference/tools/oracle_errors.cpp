@@ -1,0 +1,96 @@
+// Measures the reference's error against the fp64 oracle, per tensor, for both K-step models over
+// a fixed set of configurations, and prints the markdown tables of docs/accuracy.md.
+// Exit status 1 when any tensor exceeds its oracle_bound.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mok/reference/oracle.h"
+#include "mok/reference/problem.h"
+
+namespace {
+
+using namespace mok;
+using namespace mok::ref;
+
+struct Case {
+  std::string name;
+  LayerConfig config;
+  RoutingKind routing;
+};
+
+LayerConfig base(int ranks, int tokens_per_rank, int hidden, int intermediate, int experts, int top_k) {
+  LayerConfig c;
+  c.ranks = ranks;
+  c.tokens_per_rank = tokens_per_rank;
+  c.hidden = hidden;
+  c.intermediate = intermediate;
+  c.experts = experts;
+  c.top_k = top_k;
+  return c;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  out.push_back({"softmax, renormalised", base(4, 64, 256, 128, 16, 4), RoutingKind::router});
+  LayerConfig plain = base(4, 64, 256, 128, 16, 4);
+  plain.renormalize = false;
+  plain.shared_intermediate = 128;
+  out.push_back({"softmax, not renormalised, shared expert", plain, RoutingKind::router});
+  LayerConfig grouped = base(4, 64, 256, 128, 16, 4);
+  grouped.score_mode = ScoreMode::sigmoid;
+  grouped.n_group = 4;
+  grouped.topk_group = 2;
+  grouped.routed_scale = 2.5f;
+  grouped.shared_intermediate = 128;
+  out.push_back({"sigmoid, 4 groups keep 2, scale 2.5, shared expert", grouped, RoutingKind::router});
+  LayerConfig clamped = base(4, 64, 256, 128, 16, 4);
+  clamped.swiglu_limit = 0.75f;
+  clamped.shared_intermediate = 64;
+  out.push_back({"softmax, clamped SwiGLU (limit 0.75), shared expert", clamped, RoutingKind::router});
+  out.push_back({"given zipf routing", base(4, 64, 256, 128, 16, 4), RoutingKind::zipf});
+  out.push_back({"issue 2 size: R=4 T=512 H=512 I=256 E=16 k=4", base(4, 512, 512, 256, 16, 4), RoutingKind::router});
+  return out;
+}
+
+const char* step_name(StepModel s) { return s == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma"; }
+
+}  // namespace
+
+int main() {
+  bool all_passed = true;
+  // worst[model][tensor] = (relative, max_abs / max_ref) over the cases
+  std::map<std::string, std::map<int, std::pair<double, double>>> worst;
+  for (const Case& cs : cases()) {
+    const Problem p = make_problem(cs.config, 7, cs.routing);
+    const Routing* given = p.routing ? &*p.routing : nullptr;
+    std::printf("\n### %s\n\n| tensor | step | relative | max_abs / max_ref | bound |\n|---|---|---|---|---|\n",
+                cs.name.c_str());
+    for (StepModel step : {StepModel::fp32_fma, StepModel::hopper_tc}) {
+      Options opt;
+      opt.step = step;
+      const Forward f = forward(cs.config, p.x, p.weights, given, opt);
+      const Gradients g = backward(cs.config, p.x, p.weights, f, p.dy, opt);
+      const OracleResult o = oracle(oracle_inputs(cs.config, p.x, p.weights, p.dy, f));
+      for (const OracleCheck& ch : compare_with_oracle(f, g, o)) {
+        const double max_rel = ch.error.max_ref > 0 ? ch.error.max_abs / ch.error.max_ref : 0.0;
+        std::printf("| %s | %s | %.2e | %.2e | %.2e%s |\n", to_string(ch.tensor), step_name(step), ch.error.relative,
+                    max_rel, ch.bound, ch.passed() ? "" : " EXCEEDED");
+        auto& w = worst[step_name(step)][int(ch.tensor)];
+        w = {std::max(w.first, ch.error.relative), std::max(w.second, max_rel)};
+        all_passed = all_passed && ch.passed();
+      }
+    }
+  }
+  std::printf(
+      "\n### Worst over all cases\n\n| tensor | bound | fp32_fma relative | fp32_fma max | hopper_tc relative "
+      "| hopper_tc max |\n|---|---|---|---|---|---|\n");
+  for (const auto& [tensor, fp32] : worst["fp32_fma"]) {
+    const auto& tc = worst["hopper_tc"][tensor];
+    std::printf("| %s | %.2e | %.2e | %.2e | %.2e | %.2e |\n", to_string(OracleTensor(tensor)),
+                oracle_bound(OracleTensor(tensor)), fp32.first, fp32.second, tc.first, tc.second);
+  }
+  return all_passed ? 0 : 1;
+}
