@@ -38,6 +38,7 @@ struct Fp32FmaStep {
 template <int kFractionBits, int kAlignFloor>
 struct HopperBf16StepModel {
   static_assert(kFractionBits >= 23 && kFractionBits <= 28, "aligned terms must fit the integer sum");
+  // Terms are widened, never narrowed, before alignment: both operand kinds have <= 23 fraction bits.
   static constexpr int kProductFrac = 14;  // 8-bit significands: 2 integer, 14 fraction bits
   static constexpr int kAccFrac = 23;
   static constexpr int kNoTerm = -1000;  // below any exponent a term can have
@@ -53,10 +54,13 @@ struct HopperBf16StepModel {
   MOK_HD static bool special(bf16 v) { return (v.bits & 0x7f80u) == 0x7f80u; }
 
   // |sig| * 2^(exp - frac), truncated toward zero to a multiple of 2^(e_max - kFractionBits).
+  // Branch-free (the CPU reference vectorises the 16 products): the significand widened to
+  // kFractionBits fraction bits, then shifted down by its distance below e_max. A zero term may sit
+  // above e_max (e_max counts nonzero terms only); its distance is clamped and it stays zero.
   MOK_HD static int64_t aligned(int64_t sig, int exp, int frac, int e_max) {
-    const int shift = kFractionBits - frac - (e_max - exp);
-    const int64_t mag = sig < 0 ? -sig : sig;
-    const int64_t out = shift >= 0 ? (mag << shift) : (-shift >= 63 ? 0 : (mag >> -shift));
+    const int distance = e_max - exp;
+    const int64_t mag = (sig < 0 ? -sig : sig) << (kFractionBits - frac);
+    const int64_t out = distance > 62 ? 0 : mag >> (distance < 0 ? 0 : distance);
     return sig < 0 ? -out : out;
   }
 

@@ -1,0 +1,247 @@
+#include "mok/golden/catalogue.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "error_text.h"
+
+namespace mok::golden {
+namespace {
+
+struct Shape {
+  int ranks, tokens_per_rank, experts, top_k, hidden = 64, intermediate = 64;
+};
+
+LayerConfig config_of(const Shape& s) {
+  LayerConfig c;
+  c.ranks = s.ranks;
+  c.tokens_per_rank = s.tokens_per_rank;
+  c.experts = s.experts;
+  c.top_k = s.top_k;
+  c.hidden = s.hidden;
+  c.intermediate = s.intermediate;
+  return c;
+}
+
+ref::Options options_of(int ring_rows, bool recompute) {
+  ref::Options o;
+  o.ring_rows = ring_rows;
+  o.recompute = recompute;
+  return o;
+}
+
+std::vector<CaseSpec> build_catalogue() {
+  using ref::RoutingKind;
+  const ref::Options plain;
+  std::vector<CaseSpec> cases;
+
+  LayerConfig smoke = config_of({2, 16, 4, 2});
+  smoke.shared_intermediate = 64;
+  cases.push_back({"smoke", "builtin default: R=2, softmax router, shared expert", smoke, plain, {1}});
+
+  LayerConfig sigmoid = config_of({2, 24, 8, 3});
+  sigmoid.score_mode = ScoreMode::sigmoid;
+  sigmoid.n_group = 4;
+  sigmoid.topk_group = 2;
+  sigmoid.routed_scale = 2.5f;
+  cases.push_back(
+      {"sigmoid_grouped", "sigmoid scores + bias, 4 groups keep 2, k=3, routed_scale 2.5", sigmoid, plain, {2}});
+
+  LayerConfig shared = config_of({2, 24, 4, 2});
+  shared.shared_intermediate = 128;
+  shared.renormalize = false;
+  cases.push_back({"shared_no_renorm", "shared expert (Is=128), softmax weights not renormalised", shared, plain, {3}});
+
+  LayerConfig clamped = config_of({1, 48, 4, 2});
+  clamped.swiglu_limit = 0.5f;
+  cases.push_back({"clamped_swiglu",
+                   "R=1, clamped SwiGLU with limit 0.5 (clamps a large share of gate and up)",
+                   clamped,
+                   plain,
+                   {4}});
+
+  cases.push_back({"ranks_8",
+                   "R=8, one expert per rank, recompute mode, 16-row ring",
+                   config_of({8, 8, 8, 2}),
+                   options_of(16, true),
+                   {5}});
+
+  cases.push_back({"zipf",
+                   "R=4, given routing, Zipf-skewed (s=1.5), 32-row ring",
+                   config_of({4, 32, 4, 2}),
+                   options_of(32, false),
+                   {6, RoutingKind::zipf, 1.5}});
+
+  cases.push_back({"all_to_one",
+                   "given routing: all 78 tokens to expert 0 (k=1), experts 1-3 get none",
+                   config_of({2, 39, 4, 1}),
+                   options_of(32, false),
+                   {7, RoutingKind::all_to_one}});
+
+  cases.push_back({"zero_token_experts",
+                   "given routing: only experts 0 and 4 of 8 receive tokens",
+                   config_of({2, 32, 8, 2}),
+                   plain,
+                   {8, RoutingKind::sparse}});
+
+  cases.push_back({"score_ties",
+                   "router with expert pairs of equal rows: exact score ties, k=3 splits a pair",
+                   config_of({2, 32, 4, 3}),
+                   plain,
+                   {9, RoutingKind::router_ties}});
+
+  cases.push_back({"single_token", "T=1 on each of 2 ranks", config_of({2, 1, 4, 2}), plain, {10}});
+
+  LayerConfig medium = config_of({4, 128, 8, 4, 128, 64});
+  medium.shared_intermediate = 64;
+  cases.push_back({"medium",
+                   "512 tokens (4 layout chunks), 2048 routed rows, shared expert, 64-row ring",
+                   medium,
+                   options_of(64, false),
+                   {11}});
+  return cases;
+}
+
+[[noreturn]] void bad_line(const std::string& source, int line, const std::string& what) {
+  throw Error("mok: " + source + ":" + std::to_string(line) + ": " + what);
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+template <class T>
+bool parse_integer(const std::string& v, T& out) {
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  return ec == std::errc() && end == v.data() + v.size();
+}
+
+bool parse_double(const std::string& v, double& out) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(v.c_str(), &end);
+  return end == v.c_str() + v.size();
+}
+
+}  // namespace
+
+const std::vector<CaseSpec>& catalogue() {
+  static const std::vector<CaseSpec> cases = build_catalogue();
+  return cases;
+}
+
+const CaseSpec* find_case(const std::string& name) {
+  for (const CaseSpec& c : catalogue())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+const CaseSpec& builtin_case() { return catalogue().front(); }
+
+CaseSpec parse_case_text(const std::string& text, const std::string& source, const std::string& default_name) {
+  CaseSpec spec;
+  spec.name = default_name;
+  std::map<std::string, int> seen;
+  std::istringstream in(text);
+  std::string raw;
+  for (int line = 1; std::getline(in, raw); ++line) {
+    const std::string content = trim(raw.substr(0, raw.find('#')));
+    if (content.empty()) continue;
+    const size_t eq = content.find('=');
+    if (eq == std::string::npos) bad_line(source, line, "expected key = value, got '" + content + "'");
+    const std::string key = trim(content.substr(0, eq)), value = trim(content.substr(eq + 1));
+    if (seen.count(key)) bad_line(source, line, "key " + key + " repeats line " + std::to_string(seen[key]));
+    seen[key] = line;
+    const auto bad = [&](const char* want) { bad_line(source, line, key + " = '" + value + "': expected " + want); };
+    const auto integer = [&](int32_t& out) {
+      if (!parse_integer(value, out)) bad("an integer");
+    };
+    const auto real = [&](float& out) {
+      double d;
+      if (!parse_double(value, d)) bad("a number");
+      out = float(d);
+    };
+    const auto flag = [&](bool& out) {
+      if (value != "true" && value != "false") bad("true or false");
+      out = value == "true";
+    };
+    try {
+      LayerConfig& c = spec.config;
+      if (key == "name")
+        spec.name = value;
+      else if (key == "description")
+        spec.description = value;
+      else if (key == "ranks")
+        integer(c.ranks);
+      else if (key == "tokens_per_rank")
+        integer(c.tokens_per_rank);
+      else if (key == "experts")
+        integer(c.experts);
+      else if (key == "hidden")
+        integer(c.hidden);
+      else if (key == "intermediate")
+        integer(c.intermediate);
+      else if (key == "top_k")
+        integer(c.top_k);
+      else if (key == "score_mode")
+        c.score_mode = score_mode_from_string(value);
+      else if (key == "renormalize")
+        flag(c.renormalize);
+      else if (key == "n_group")
+        integer(c.n_group);
+      else if (key == "topk_group")
+        integer(c.topk_group);
+      else if (key == "routed_scale")
+        real(c.routed_scale);
+      else if (key == "swiglu_limit")
+        real(c.swiglu_limit);
+      else if (key == "shared_intermediate")
+        integer(c.shared_intermediate);
+      else if (key == "step")
+        spec.options.step = step_model_from_string(value);
+      else if (key == "ring_rows")
+        integer(spec.options.ring_rows);
+      else if (key == "recompute")
+        flag(spec.options.recompute);
+      else if (key == "seed") {
+        if (!parse_integer(value, spec.recipe.seed)) bad("an unsigned 64-bit integer");
+      } else if (key == "routing")
+        spec.recipe.routing = ref::routing_kind_from_string(value);
+      else if (key == "zipf_s") {
+        if (!parse_double(value, spec.recipe.zipf_s)) bad("a number");
+      } else
+        bad_line(source, line, "unknown key '" + key + "' (the keys are listed in docs/golden-format.md)");
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind("mok: " + source + ":", 0) == 0) throw;
+      bad_line(source, line, reason_of(e));
+    }
+  }
+  if (spec.name.empty()) throw Error("mok: " + source + ": the case has no name");
+  try {
+    validate(spec.config);
+  } catch (const Error& e) {
+    throw Error("mok: " + source + ": " + reason_of(e));
+  }
+  return spec;
+}
+
+CaseSpec parse_case_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("mok: cannot read case file " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_case_text(text.str(), path.string(), path.stem().string());
+}
+
+GoldenCase make_case(const CaseSpec& spec) {
+  GoldenCase g = make_case(spec.name, spec.config, spec.options, spec.recipe);
+  g.description = spec.description;
+  return g;
+}
+
+}  // namespace mok::golden

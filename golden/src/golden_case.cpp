@@ -1,0 +1,328 @@
+// Tensors, the dataset table of format v1, and cases built by running the reference.
+#include <bit>
+#include <cstring>
+
+#include "mok/golden/golden.h"
+#include "mok/reference/oracle.h"
+
+#ifndef MOK_GENERATOR_REVISION
+#error "MOK_GENERATOR_REVISION must be defined by the build"
+#endif
+
+namespace mok::golden {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "tensor bytes are the host's little-endian memory");
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+template <class T>
+Tensor tensor_of(std::string name, DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (int64_t(values.size()) != product(shape))
+    throw Error("mok: tensor " + name + " has " + std::to_string(values.size()) + " elements, its shape holds " +
+                std::to_string(product(shape)));
+  Tensor t{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(values.size() * sizeof(T))};
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+template <class T>
+std::vector<T> values_of(const Tensor& t, DType want) {
+  if (t.dtype != want)
+    throw Error("mok: tensor " + t.name + " is " + to_string(t.dtype) + ", expected " + to_string(want));
+  std::vector<T> out(t.bytes.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// Builds the tensors of one group in the order and shapes of the dataset table.
+class GroupBuilder {
+ public:
+  GroupBuilder(const LayerConfig& c, bool routing_given, Group group) : specs_(tensor_specs(c, routing_given)) {
+    std::erase_if(specs_, [&](const TensorSpec& s) { return s.group != group; });
+  }
+
+  template <class T>
+  void add(const std::string& name, const std::vector<T>& values) {
+    for (const TensorSpec& s : specs_)
+      if (s.name == name) {
+        tensors_.push_back(tensor_of(name, s.dtype, s.shape, values));
+        return;
+      }
+    throw Error("mok: format v1 has no dataset " + name + " for this config");
+  }
+
+  std::vector<Tensor> finish() {
+    if (tensors_.size() != specs_.size())
+      throw Error("mok: built " + std::to_string(tensors_.size()) + " tensors, format v1 expects " +
+                  std::to_string(specs_.size()));
+    return std::move(tensors_);
+  }
+
+ private:
+  std::vector<TensorSpec> specs_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace
+
+std::string to_string(DType dtype) {
+  switch (dtype) {
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::i32:
+      return "i32";
+  }
+  throw Error("mok: unknown dtype " + std::to_string(int(dtype)));
+}
+
+size_t element_size(DType dtype) { return dtype == DType::bf16 ? 2 : 4; }
+
+std::string to_string(Group group) {
+  switch (group) {
+    case Group::inputs:
+      return "inputs";
+    case Group::routing:
+      return "routing";
+    case Group::outputs:
+      return "outputs";
+  }
+  throw Error("mok: unknown group " + std::to_string(int(group)));
+}
+
+int64_t Tensor::elements() const { return product(shape); }
+
+uint32_t Tensor::bits(int64_t i) const {
+  if (dtype == DType::bf16) {
+    uint16_t v;
+    std::memcpy(&v, bytes.data() + 2 * i, 2);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, bytes.data() + 4 * i, 4);
+  return v;
+}
+
+Tensor make_tensor(std::string name, std::vector<int64_t> shape, const std::vector<bf16>& values) {
+  return tensor_of(std::move(name), DType::bf16, std::move(shape), values);
+}
+
+Tensor make_tensor(std::string name, std::vector<int64_t> shape, const std::vector<float>& values) {
+  return tensor_of(std::move(name), DType::f32, std::move(shape), values);
+}
+
+Tensor make_tensor(std::string name, std::vector<int64_t> shape, const std::vector<int32_t>& values) {
+  return tensor_of(std::move(name), DType::i32, std::move(shape), values);
+}
+
+std::vector<bf16> bf16_values(const Tensor& t) { return values_of<bf16>(t, DType::bf16); }
+std::vector<float> f32_values(const Tensor& t) { return values_of<float>(t, DType::f32); }
+std::vector<int32_t> i32_values(const Tensor& t) { return values_of<int32_t>(t, DType::i32); }
+
+std::vector<TensorSpec> tensor_specs(const LayerConfig& c, bool routing_given) {
+  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+  const int64_t Is = c.shared_intermediate;
+  const bool router = !routing_given, shared = c.has_shared();
+  const DType bf = DType::bf16, f32 = DType::f32, i32 = DType::i32;
+  std::vector<TensorSpec> specs;
+  const auto add = [&](bool present, Group g, const char* name, DType dtype, std::vector<int64_t> shape) {
+    if (present) specs.push_back(TensorSpec{g, name, dtype, std::move(shape)});
+  };
+  const Group in = Group::inputs, rt = Group::routing, out = Group::outputs;
+  add(true, in, "x", bf, {N, H});
+  add(true, in, "dy", bf, {N, H});
+  add(true, in, "router", f32, {E, H});
+  add(c.score_mode == ScoreMode::sigmoid, in, "expert_bias", f32, {E});
+  add(true, in, "w1", bf, {E, 2 * I, H});
+  add(true, in, "w2", bf, {E, H, I});
+  add(shared, in, "shared_w1", bf, {2 * Is, H});
+  add(shared, in, "shared_w2", bf, {H, Is});
+  add(routing_given, in, "given_topk_idx", i32, {N, k});
+  add(routing_given, in, "given_topk_w", f32, {N, k});
+  add(true, rt, "topk_idx", i32, {N, k});
+  add(true, rt, "topk_w", f32, {N, k});
+  add(router, rt, "logits", f32, {N, E});
+  add(true, rt, "counts", i32, {E});
+  add(true, rt, "offsets", i32, {E + 1});
+  add(true, rt, "row_source", i32, {N * k});
+  add(true, rt, "slot_row", i32, {N * k});
+  add(true, out, "y", bf, {N, H});
+  add(true, out, "dx", bf, {N, H});
+  add(true, out, "d_topk_w", f32, {N, k});
+  add(router, out, "d_logits", f32, {N, E});
+  add(router, out, "d_router", f32, {E, H});
+  add(true, out, "d_w1", f32, {E, 2 * I, H});
+  add(true, out, "d_w2", f32, {E, H, I});
+  add(shared, out, "d_shared_w1", f32, {2 * Is, H});
+  add(shared, out, "d_shared_w2", f32, {H, Is});
+  return specs;
+}
+
+bool GoldenCase::routing_given() const { return find("given_topk_idx") != nullptr; }
+
+const Tensor* GoldenCase::find(const std::string& tensor_name) const {
+  for (const std::vector<Tensor>* group : {&inputs, &results.routing, &results.outputs})
+    for (const Tensor& t : *group)
+      if (t.name == tensor_name) return &t;
+  return nullptr;
+}
+
+const Tensor& GoldenCase::tensor(const std::string& tensor_name) const {
+  const Tensor* t = find(tensor_name);
+  if (!t) throw Error("mok: golden case " + name + " has no tensor " + tensor_name);
+  return *t;
+}
+
+std::string generator_revision() { return MOK_GENERATOR_REVISION; }
+
+std::vector<Tensor> input_tensors(const ref::Problem& p) {
+  const LayerConfig& c = p.config;
+  GroupBuilder b(c, p.routing.has_value(), Group::inputs);
+  b.add("x", p.x);
+  b.add("dy", p.dy);
+  b.add("router", p.weights.router);
+  if (c.score_mode == ScoreMode::sigmoid)
+    b.add("expert_bias",
+          p.weights.expert_bias.empty() ? std::vector<float>(size_t(c.experts), 0.0f) : p.weights.expert_bias);
+  b.add("w1", p.weights.w1);
+  b.add("w2", p.weights.w2);
+  if (c.has_shared()) {
+    b.add("shared_w1", p.weights.shared_w1);
+    b.add("shared_w2", p.weights.shared_w2);
+  }
+  if (p.routing) {
+    b.add("given_topk_idx", p.routing->topk_idx);
+    b.add("given_topk_w", p.routing->topk_w);
+  }
+  return b.finish();
+}
+
+ref::Problem problem_of(const GoldenCase& g) {
+  ref::Problem p;
+  p.config = g.config;
+  p.x = bf16_values(g.tensor("x"));
+  p.dy = bf16_values(g.tensor("dy"));
+  p.weights.router = f32_values(g.tensor("router"));
+  if (const Tensor* bias = g.find("expert_bias")) p.weights.expert_bias = f32_values(*bias);
+  p.weights.w1 = bf16_values(g.tensor("w1"));
+  p.weights.w2 = bf16_values(g.tensor("w2"));
+  if (g.config.has_shared()) {
+    p.weights.shared_w1 = bf16_values(g.tensor("shared_w1"));
+    p.weights.shared_w2 = bf16_values(g.tensor("shared_w2"));
+  }
+  if (g.routing_given())
+    p.routing = ref::Routing{i32_values(g.tensor("given_topk_idx")), f32_values(g.tensor("given_topk_w"))};
+  return p;
+}
+
+LayerResults results_of(const ref::Problem& p, const ref::Forward& f, const ref::Gradients& g) {
+  const LayerConfig& c = p.config;
+  const bool given = p.routing.has_value();
+  GroupBuilder routing(c, given, Group::routing);
+  routing.add("topk_idx", f.routing.topk_idx);
+  routing.add("topk_w", f.routing.topk_w);
+  if (!given) routing.add("logits", f.logits);
+  routing.add("counts", f.layout.counts);
+  routing.add("offsets", f.layout.offsets);
+  routing.add("row_source", f.layout.row_source);
+  routing.add("slot_row", f.layout.slot_row);
+  GroupBuilder outputs(c, given, Group::outputs);
+  outputs.add("y", f.y);
+  outputs.add("dx", g.dx);
+  outputs.add("d_topk_w", g.d_topk_w);
+  if (!given) {
+    outputs.add("d_logits", g.d_logits);
+    outputs.add("d_router", g.d_router);
+  }
+  outputs.add("d_w1", g.d_w1);
+  outputs.add("d_w2", g.d_w2);
+  if (c.has_shared()) {
+    outputs.add("d_shared_w1", g.d_shared_w1);
+    outputs.add("d_shared_w2", g.d_shared_w2);
+  }
+  return LayerResults{routing.finish(), outputs.finish()};
+}
+
+struct ReferenceRun {
+  ref::Forward forward;
+  ref::Gradients gradients;
+};
+
+ReferenceRun run_layer(const ref::Problem& p, const ref::Options& options) {
+  if (options.fault != ref::Fault::none) throw Error("mok: goldens hold the reference's bits: a planted fault is set");
+  const ref::Routing* given = p.routing ? &*p.routing : nullptr;
+  ReferenceRun run{ref::forward(p.config, p.x, p.weights, given, options), {}};
+  run.gradients = ref::backward(p.config, p.x, p.weights, run.forward, p.dy, options);
+  return run;
+}
+
+LayerResults run_reference(const ref::Problem& p, const ref::Options& options) {
+  const ReferenceRun run = run_layer(p, options);
+  return results_of(p, run.forward, run.gradients);
+}
+
+GoldenCase make_case(const std::string& name, const ref::Problem& problem, const ref::Options& options) {
+  GoldenCase g;
+  g.name = name;
+  g.config = problem.config;
+  g.options = options;
+  g.inputs = input_tensors(problem);
+  const ReferenceRun run = run_layer(problem, options);
+  g.results = results_of(problem, run.forward, run.gradients);
+  const ref::OracleResult oracle =
+      ref::oracle(ref::oracle_inputs(problem.config, problem.x, problem.weights, problem.dy, run.forward));
+  for (const ref::OracleCheck& check : ref::compare_with_oracle(run.forward, run.gradients, oracle))
+    g.oracle[ref::to_string(check.tensor)] = OracleAccuracy{check.error.relative, check.bound};
+  g.generator = generator_revision();
+  return g;
+}
+
+GoldenCase make_case(const std::string& name, const LayerConfig& config, const ref::Options& options,
+                     const Recipe& recipe) {
+  GoldenCase g = make_case(name, ref::make_problem(config, recipe.seed, recipe.routing, recipe.zipf_s), options);
+  g.recipe = recipe;
+  return g;
+}
+
+GoldenCase regenerate(const GoldenCase& golden) {
+  const ref::Problem problem = golden.recipe ? ref::make_problem(golden.config, golden.recipe->seed,
+                                                                 golden.recipe->routing, golden.recipe->zipf_s)
+                                             : problem_of(golden);
+  GoldenCase fresh = golden;
+  fresh.inputs = input_tensors(problem);
+  fresh.results = run_reference(problem, golden.options);
+  return fresh;
+}
+
+std::string to_string(StepModel step) {
+  switch (step) {
+    case StepModel::fp32_fma:
+      return "fp32_fma";
+    case StepModel::hopper_tc:
+      return "hopper_tc";
+  }
+  throw Error("mok: unknown step model " + std::to_string(int(step)));
+}
+
+StepModel step_model_from_string(const std::string& name) {
+  if (name == "fp32_fma") return StepModel::fp32_fma;
+  if (name == "hopper_tc") return StepModel::hopper_tc;
+  throw Error("mok: unknown step model '" + name + "' (fp32_fma or hopper_tc)");
+}
+
+std::string to_string(ScoreMode mode) { return mode == ScoreMode::softmax ? "softmax" : "sigmoid"; }
+
+ScoreMode score_mode_from_string(const std::string& name) {
+  if (name == "softmax") return ScoreMode::softmax;
+  if (name == "sigmoid") return ScoreMode::sigmoid;
+  throw Error("mok: unknown score mode '" + name + "' (softmax or sigmoid)");
+}
+
+}  // namespace mok::golden

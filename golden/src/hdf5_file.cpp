@@ -1,0 +1,536 @@
+// Golden format v1 on HDF5 (docs/golden-format.md): every HDF5 call checked, errors as mok::Error
+// naming the file, the object and HDF5's own reason.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <bit>
+#include <mutex>
+#include <utility>
+
+#include "error_text.h"
+#include "mok/golden/atomic_file.h"
+#include "mok/golden/golden.h"
+#include "mok/golden/seal.h"
+#include "mok/golden/sha256.h"
+
+namespace mok::golden {
+namespace {
+
+constexpr const char* kFormatName = "mok-golden";
+constexpr int kDeflateLevel = 6;
+constexpr size_t kChunkBytes = size_t(1) << 20;  // target size of a dataset chunk before compression
+
+// HDF5 prints its error stack to stderr by default; every failure here becomes an exception instead.
+void silence_hdf5() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (H5open() < 0 || H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) < 0)
+      throw Error("mok: cannot initialise the HDF5 library");
+  });
+}
+
+herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
+  if (n == 0 && err->desc) *static_cast<std::string*>(out) = err->desc;
+  return 0;
+}
+
+// The most specific message on HDF5's error stack (then cleared), e.g. "truncated file: eof = ...".
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? "" : " (HDF5: " + reason + ")";
+}
+
+template <class R>
+R check(R result, const std::string& what) {
+  if (result < 0) throw Error(what + hdf5_reason());
+  return result;
+}
+
+// An HDF5 identifier closed by its own close function.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t), const std::string& what) : id_(check(id, what)), close_(close) {}
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), close_(other.close_) {}
+  ~Handle() {
+    if (id_ != H5I_INVALID_HID) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+
+  // Closes now, checked (a file's close writes its last metadata).
+  void close(const std::string& what) { check(close_(std::exchange(id_, H5I_INVALID_HID)), what); }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+Handle open_group(hid_t parent, const std::string& path) {
+  const htri_t exists = check(H5Lexists(parent, path.c_str(), H5P_DEFAULT), "cannot look up group " + path);
+  if (!exists) throw Error("missing group " + path);
+  return Handle(H5Gopen2(parent, path.c_str(), H5P_DEFAULT), H5Gclose, "cannot open group " + path);
+}
+
+Handle create_group(hid_t parent, const std::string& path) {
+  Handle gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose, "cannot create a group property list");
+  check(H5Pset_obj_track_times(gcpl.get(), false), "cannot turn off time tracking");
+  return Handle(H5Gcreate2(parent, path.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
+                "cannot create group " + path);
+}
+
+// ---- attributes: scalars of fixed little-endian types, strings variable-length UTF-8 -----------
+
+void write_attribute(hid_t obj, const std::string& where, const char* name, hid_t file_type, hid_t mem_type,
+                     const void* value) {
+  const std::string what = "attribute " + where + "@" + name;
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "cannot create a scalar dataspace");
+  Handle attr(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+              "cannot create " + what);
+  check(H5Awrite(attr.get(), mem_type, value), "cannot write " + what);
+}
+
+Handle string_type() {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose, "cannot copy the string type");
+  check(H5Tset_size(t.get(), H5T_VARIABLE), "cannot make a variable-length string type");
+  check(H5Tset_cset(t.get(), H5T_CSET_UTF8), "cannot set the UTF-8 character set");
+  return t;
+}
+
+void write_string(hid_t obj, const std::string& where, const char* name, const std::string& value) {
+  Handle t = string_type();
+  const char* p = value.c_str();
+  write_attribute(obj, where, name, t.get(), t.get(), &p);
+}
+
+void write_i32(hid_t obj, const std::string& where, const char* name, int32_t v) {
+  write_attribute(obj, where, name, H5T_STD_I32LE, H5T_NATIVE_INT32, &v);
+}
+
+void write_u64(hid_t obj, const std::string& where, const char* name, uint64_t v) {
+  write_attribute(obj, where, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+
+void write_f32(hid_t obj, const std::string& where, const char* name, float v) {
+  write_attribute(obj, where, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &v);
+}
+
+void write_f64(hid_t obj, const std::string& where, const char* name, double v) {
+  write_attribute(obj, where, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+
+bool has_attribute(hid_t obj, const std::string& where, const char* name) {
+  return check(H5Aexists(obj, name), "cannot look up attribute " + where + "@" + name) > 0;
+}
+
+// Opens a scalar attribute whose type is of the given class.
+Handle open_attribute(hid_t obj, const std::string& where, const char* name, H5T_class_t type_class) {
+  const std::string what = "attribute " + where + "@" + name;
+  if (!has_attribute(obj, where, name)) throw Error("missing " + what);
+  Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose, "cannot open " + what);
+  Handle space(H5Aget_space(attr.get()), H5Sclose, "cannot get the dataspace of " + what);
+  if (check(H5Sget_simple_extent_type(space.get()), "cannot read the dataspace of " + what) != H5S_SCALAR)
+    throw Error(what + " is not a scalar");
+  Handle type(H5Aget_type(attr.get()), H5Tclose, "cannot get the type of " + what);
+  if (check(H5Tget_class(type.get()), "cannot get the type class of " + what) != type_class)
+    throw Error(what + " has the wrong type class");
+  return attr;
+}
+
+template <class T>
+T read_number(hid_t obj, const std::string& where, const char* name, H5T_class_t type_class, hid_t mem_type) {
+  Handle attr = open_attribute(obj, where, name, type_class);
+  T v{};
+  check(H5Aread(attr.get(), mem_type, &v), "cannot read attribute " + where + "@" + name);
+  return v;
+}
+
+int32_t read_i32(hid_t obj, const std::string& where, const char* name) {
+  return read_number<int32_t>(obj, where, name, H5T_INTEGER, H5T_NATIVE_INT32);
+}
+
+uint64_t read_u64(hid_t obj, const std::string& where, const char* name) {
+  return read_number<uint64_t>(obj, where, name, H5T_INTEGER, H5T_NATIVE_UINT64);
+}
+
+float read_f32(hid_t obj, const std::string& where, const char* name) {
+  return read_number<float>(obj, where, name, H5T_FLOAT, H5T_NATIVE_FLOAT);
+}
+
+double read_f64(hid_t obj, const std::string& where, const char* name) {
+  return read_number<double>(obj, where, name, H5T_FLOAT, H5T_NATIVE_DOUBLE);
+}
+
+bool read_flag(hid_t obj, const std::string& where, const char* name) {
+  const int32_t v = read_i32(obj, where, name);
+  if (v != 0 && v != 1) throw Error("attribute " + where + "@" + name + " = " + std::to_string(v) + " is not 0 or 1");
+  return v == 1;
+}
+
+std::string read_string(hid_t obj, const std::string& where, const char* name) {
+  const std::string what = "attribute " + where + "@" + name;
+  Handle attr = open_attribute(obj, where, name, H5T_STRING);
+  Handle file_type(H5Aget_type(attr.get()), H5Tclose, "cannot get the type of " + what);
+  if (check(H5Tis_variable_str(file_type.get()), "cannot inspect the type of " + what) <= 0)
+    throw Error(what + " is not a variable-length string");
+  Handle t = string_type();
+  char* value = nullptr;
+  check(H5Aread(attr.get(), t.get(), &value), "cannot read " + what);
+  std::string out = value ? value : "";
+  H5free_memory(value);
+  return out;
+}
+
+// ---- datasets -------------------------------------------------------------------------------------
+
+hid_t file_type_of(DType d) {
+  return d == DType::bf16 ? H5T_STD_U16LE : d == DType::f32 ? H5T_IEEE_F32LE : H5T_STD_I32LE;
+}
+
+hid_t memory_type_of(DType d) {
+  return d == DType::bf16 ? H5T_NATIVE_UINT16 : d == DType::f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+}
+
+std::string type_description(DType d) {
+  return d == DType::bf16  ? "uint16 little-endian (bf16 bits)"
+         : d == DType::f32 ? "float32 little-endian"
+                           : "int32 little-endian";
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void write_dataset(hid_t group, const std::string& path, const Tensor& t, const TensorSpec& spec,
+                   const OracleAccuracy* oracle) {
+  if (t.dtype != spec.dtype || t.shape != spec.shape)
+    throw Error("dataset " + path + ": tensor is " + to_string(t.dtype) + " " + shape_string(t.shape) +
+                ", format v1 expects " + to_string(spec.dtype) + " " + shape_string(spec.shape));
+  if (t.bytes.size() != size_t(t.elements()) * element_size(t.dtype))
+    throw Error("dataset " + path + ": tensor holds " + std::to_string(t.bytes.size()) + " bytes, its shape " +
+                shape_string(t.shape) + " needs " + std::to_string(t.elements() * element_size(t.dtype)));
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end()), chunk(dims);
+  const size_t row_bytes = size_t(t.elements() / t.shape[0]) * element_size(t.dtype);
+  chunk[0] = std::clamp<hsize_t>(kChunkBytes / row_bytes, 1, dims[0]);
+  Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose,
+               "cannot create the dataspace of " + path);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "cannot create a dataset property list");
+  check(H5Pset_obj_track_times(dcpl.get(), false), "cannot turn off time tracking");
+  check(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "cannot set the chunks of " + path);
+  check(H5Pset_shuffle(dcpl.get()), "cannot set the shuffle filter of " + path);
+  check(H5Pset_deflate(dcpl.get(), kDeflateLevel), "cannot set the deflate filter of " + path);
+  Handle ds(
+      H5Dcreate2(group, spec.name.c_str(), file_type_of(t.dtype), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+      H5Dclose, "cannot create dataset " + path);
+  check(H5Dwrite(ds.get(), memory_type_of(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()),
+        "cannot write dataset " + path);
+  write_string(ds.get(), path, "dtype", to_string(t.dtype));
+  write_string(ds.get(), path, "sha256", sha256_hex(t.bytes.data(), t.bytes.size()));
+  if (oracle) {
+    write_f64(ds.get(), path, "oracle_rel_error", oracle->rel_error);
+    write_f64(ds.get(), path, "oracle_rel_bound", oracle->bound);
+  }
+}
+
+Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec) {
+  const htri_t exists = check(H5Lexists(group, spec.name.c_str(), H5P_DEFAULT), "cannot look up dataset " + path);
+  if (!exists) throw Error("missing dataset " + path);
+  Handle ds(H5Dopen2(group, spec.name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + path);
+  Handle type(H5Dget_type(ds.get()), H5Tclose, "cannot get the type of dataset " + path);
+  if (check(H5Tequal(type.get(), file_type_of(spec.dtype)), "cannot compare the type of dataset " + path) <= 0)
+    throw Error("dataset " + path + " has the wrong element type, expected " + type_description(spec.dtype));
+  const std::string dtype = read_string(ds.get(), path, "dtype");
+  if (dtype != to_string(spec.dtype))
+    throw Error("dataset " + path + "@dtype is '" + dtype + "', expected '" + to_string(spec.dtype) + "'");
+  Handle space(H5Dget_space(ds.get()), H5Sclose, "cannot get the dataspace of dataset " + path);
+  const int rank = check(H5Sget_simple_extent_ndims(space.get()), "cannot read the rank of dataset " + path);
+  std::vector<hsize_t> dims(size_t(std::max(rank, 0)));
+  check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "cannot read the shape of dataset " + path);
+  const std::vector<int64_t> shape(dims.begin(), dims.end());
+  if (shape != spec.shape)
+    throw Error("dataset " + path + " has shape " + shape_string(shape) + ", the config gives " +
+                shape_string(spec.shape));
+  Tensor t{spec.name, spec.dtype, spec.shape, {}};
+  t.bytes.resize(size_t(t.elements()) * element_size(t.dtype));
+  check(H5Dread(ds.get(), memory_type_of(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()),
+        "cannot read dataset " + path + " (corrupt data?)");
+  const std::string stored = read_string(ds.get(), path, "sha256");
+  const std::string computed = sha256_hex(t.bytes.data(), t.bytes.size());
+  if (stored != computed)
+    throw Error("dataset " + path + ": SHA-256 mismatch, stored " + stored + ", data hashes to " + computed +
+                ": the file is corrupt or was edited");
+  return t;
+}
+
+// ---- the file ---------------------------------------------------------------------------------------
+
+void write_config(hid_t root, const LayerConfig& c) {
+  Handle g = create_group(root, "config");
+  const hid_t id = g.get();
+  const std::string w = "/config";
+  write_i32(id, w, "ranks", c.ranks);
+  write_i32(id, w, "tokens_per_rank", c.tokens_per_rank);
+  write_i32(id, w, "experts", c.experts);
+  write_i32(id, w, "hidden", c.hidden);
+  write_i32(id, w, "intermediate", c.intermediate);
+  write_i32(id, w, "top_k", c.top_k);
+  write_string(id, w, "score_mode", to_string(c.score_mode));
+  write_i32(id, w, "renormalize", c.renormalize);
+  write_i32(id, w, "n_group", c.n_group);
+  write_i32(id, w, "topk_group", c.topk_group);
+  write_f32(id, w, "routed_scale", c.routed_scale);
+  write_f32(id, w, "swiglu_limit", c.swiglu_limit);
+  write_i32(id, w, "shared_intermediate", c.shared_intermediate);
+}
+
+LayerConfig read_config(hid_t root) {
+  Handle g = open_group(root, "config");
+  const hid_t id = g.get();
+  const std::string w = "/config";
+  LayerConfig c;
+  c.ranks = read_i32(id, w, "ranks");
+  c.tokens_per_rank = read_i32(id, w, "tokens_per_rank");
+  c.experts = read_i32(id, w, "experts");
+  c.hidden = read_i32(id, w, "hidden");
+  c.intermediate = read_i32(id, w, "intermediate");
+  c.top_k = read_i32(id, w, "top_k");
+  c.score_mode = score_mode_from_string(read_string(id, w, "score_mode"));
+  c.renormalize = read_flag(id, w, "renormalize");
+  c.n_group = read_i32(id, w, "n_group");
+  c.topk_group = read_i32(id, w, "topk_group");
+  c.routed_scale = read_f32(id, w, "routed_scale");
+  c.swiglu_limit = read_f32(id, w, "swiglu_limit");
+  c.shared_intermediate = read_i32(id, w, "shared_intermediate");
+  validate(c);
+  return c;
+}
+
+void write_options(hid_t root, const ref::Options& o) {
+  Handle g = create_group(root, "options");
+  write_string(g.get(), "/options", "step", to_string(o.step));
+  write_i32(g.get(), "/options", "ring_rows", o.ring_rows);
+  write_i32(g.get(), "/options", "recompute", o.recompute);
+}
+
+ref::Options read_options(hid_t root) {
+  Handle g = open_group(root, "options");
+  ref::Options o;
+  o.step = step_model_from_string(read_string(g.get(), "/options", "step"));
+  o.ring_rows = read_i32(g.get(), "/options", "ring_rows");
+  o.recompute = read_flag(g.get(), "/options", "recompute");
+  return o;
+}
+
+void write_recipe(hid_t root, const Recipe& r) {
+  Handle g = create_group(root, "recipe");
+  write_u64(g.get(), "/recipe", "seed", r.seed);
+  write_string(g.get(), "/recipe", "routing_kind", ref::to_string(r.routing));
+  write_f64(g.get(), "/recipe", "zipf_s", r.zipf_s);
+}
+
+Recipe read_recipe(hid_t root) {
+  Handle g = open_group(root, "recipe");
+  Recipe r;
+  r.seed = read_u64(g.get(), "/recipe", "seed");
+  r.routing = ref::routing_kind_from_string(read_string(g.get(), "/recipe", "routing_kind"));
+  r.zipf_s = read_f64(g.get(), "/recipe", "zipf_s");
+  return r;
+}
+
+// "/outputs/y" (appended piecewise: GCC 12 warns falsely on "/" + std::string temporaries).
+std::string dataset_path(Group group, const std::string& name) {
+  std::string path = "/";
+  path += to_string(group);
+  path += '/';
+  path += name;
+  return path;
+}
+
+const std::vector<Tensor>& group_tensors(const GoldenCase& g, Group group) {
+  return group == Group::inputs ? g.inputs : group == Group::routing ? g.results.routing : g.results.outputs;
+}
+
+std::vector<Tensor>& group_tensors(GoldenCase& g, Group group) {
+  return group == Group::inputs ? g.inputs : group == Group::routing ? g.results.routing : g.results.outputs;
+}
+
+// Everything a golden says, as canonical text: every attribute (floats as their bits) and every
+// dataset's name, dtype, shape and SHA-256. Its digest, the root attribute content_sha256, makes
+// any change to the metadata as detectable as a change to the data.
+std::string content_text(const GoldenCase& g) {
+  std::string t;
+  const auto line = [&](const std::string& key, const std::string& value) { t += key + "=" + value + "\n"; };
+  const auto bits = [](float v) { return std::to_string(bits_of(v)); };
+  const LayerConfig& c = g.config;
+  line("format_version", std::to_string(g.format_version));
+  line("numerics_model_version", std::to_string(g.numerics_version));
+  line("generator_revision", g.generator);
+  line("name", g.name);
+  line("description", g.description);
+  line("routing_source", g.routing_given() ? "given" : "router");
+  for (const auto& [key, value] : {std::pair<const char*, int32_t>{"ranks", c.ranks},
+                                   {"tokens_per_rank", c.tokens_per_rank},
+                                   {"experts", c.experts},
+                                   {"hidden", c.hidden},
+                                   {"intermediate", c.intermediate},
+                                   {"top_k", c.top_k},
+                                   {"renormalize", c.renormalize},
+                                   {"n_group", c.n_group},
+                                   {"topk_group", c.topk_group},
+                                   {"shared_intermediate", c.shared_intermediate},
+                                   {"ring_rows", g.options.ring_rows},
+                                   {"recompute", g.options.recompute}})
+    line(key, std::to_string(value));
+  line("score_mode", to_string(c.score_mode));
+  line("routed_scale", bits(c.routed_scale));
+  line("swiglu_limit", bits(c.swiglu_limit));
+  line("step", to_string(g.options.step));
+  if (g.recipe) {
+    line("seed", std::to_string(g.recipe->seed));
+    line("routing_kind", ref::to_string(g.recipe->routing));
+    line("zipf_s", std::to_string(std::bit_cast<uint64_t>(g.recipe->zipf_s)));
+  }
+  for (const Group group : {Group::inputs, Group::routing, Group::outputs})
+    for (const Tensor& x : group_tensors(g, group)) {
+      std::string description = to_string(x.dtype);
+      for (int64_t d : x.shape) (description += ' ') += std::to_string(d);
+      (description += ' ') += sha256_hex(x.bytes.data(), x.bytes.size());
+      line(dataset_path(group, x.name), description);
+    }
+  for (const auto& [name, accuracy] : g.oracle)
+    line("oracle " + name, std::to_string(std::bit_cast<uint64_t>(accuracy.rel_error)) + " " +
+                               std::to_string(std::bit_cast<uint64_t>(accuracy.bound)));
+  return t;
+}
+
+std::string content_sha256(const GoldenCase& g) {
+  const std::string text = content_text(g);
+  return sha256_hex(text.data(), text.size());
+}
+
+void write_file(const std::string& file, const GoldenCase& g) {
+  if (g.format_version != kFormatVersion || g.numerics_version != kNumericsModelVersion)
+    throw Error("the case claims format version " + std::to_string(g.format_version) + " and numerics model version " +
+                std::to_string(g.numerics_version) + "; this build writes only " + std::to_string(kFormatVersion) +
+                " and " + std::to_string(kNumericsModelVersion));
+  validate(g.config);
+  const std::vector<TensorSpec> specs = tensor_specs(g.config, g.routing_given());
+  for (const Group group : {Group::inputs, Group::routing, Group::outputs})
+    if (group_tensors(g, group).size() !=
+        size_t(std::count_if(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.group == group; })))
+      throw Error("group " + dataset_path(group, "") + " holds " + std::to_string(group_tensors(g, group).size()) +
+                  " tensors, this config needs the datasets listed in docs/golden-format.md");
+  for (const auto& [name, accuracy] : g.oracle)
+    if (std::none_of(specs.begin(), specs.end(), [&](const TensorSpec& s) {
+          return s.group != Group::inputs && s.name == name && s.dtype != DType::i32;
+        }))
+      throw Error("oracle accuracy given for " + name + ", which is no float result of this config");
+
+  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "cannot create a file property list");
+  check(H5Pset_obj_track_times(fcpl.get(), false), "cannot turn off time tracking");
+  check(H5Pset_userblock(fcpl.get(), kSealBytes), "cannot reserve the seal block");
+  Handle f(H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), H5Fclose, "cannot create the file");
+  const hid_t root = f.get();
+  write_string(root, "/", "format", kFormatName);
+  write_i32(root, "/", "format_version", kFormatVersion);
+  write_i32(root, "/", "numerics_model_version", kNumericsModelVersion);
+  write_string(root, "/", "generator_revision", g.generator);
+  write_string(root, "/", "name", g.name);
+  write_string(root, "/", "description", g.description);
+  write_string(root, "/", "routing_source", g.routing_given() ? "given" : "router");
+  write_config(root, g.config);
+  write_options(root, g.options);
+  if (g.recipe) write_recipe(root, *g.recipe);
+  for (const Group group : {Group::inputs, Group::routing, Group::outputs}) {
+    Handle h = create_group(root, to_string(group));
+    size_t next = 0;
+    for (const TensorSpec& s : specs) {
+      if (s.group != group) continue;
+      const Tensor& t = group_tensors(g, group)[next++];
+      const std::string path = dataset_path(group, s.name);
+      if (t.name != s.name) throw Error("dataset " + path + ": tensor in its place is named " + t.name);
+      const auto oracle = g.oracle.find(s.name);
+      write_dataset(h.get(), path, t, s, oracle == g.oracle.end() ? nullptr : &oracle->second);
+    }
+  }
+  write_string(root, "/", "content_sha256", content_sha256(g));
+  f.close("cannot close the file");
+}
+
+GoldenCase read_file(const std::string& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) throw Error("no such file");
+  check_seal(file);
+  Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
+           "cannot open the file (corrupt or truncated?)");
+  const hid_t root = f.get();
+  if (!has_attribute(root, "/", "format") || read_string(root, "/", "format") != kFormatName)
+    throw Error("not a mok golden file: the root attribute 'format' is not '" + std::string(kFormatName) + "'");
+  GoldenCase g;
+  g.format_version = read_i32(root, "/", "format_version");
+  if (g.format_version != kFormatVersion)
+    throw Error("format version " + std::to_string(g.format_version) + ", this build reads version " +
+                std::to_string(kFormatVersion));
+  g.numerics_version = read_i32(root, "/", "numerics_model_version");
+  if (g.numerics_version != kNumericsModelVersion)
+    throw Error("numerics model version " + std::to_string(g.numerics_version) +
+                ", this build's reference is version " + std::to_string(kNumericsModelVersion) +
+                ": its bits are stale, regenerate it with mok-golden generate");
+  g.generator = read_string(root, "/", "generator_revision");
+  g.name = read_string(root, "/", "name");
+  g.description = read_string(root, "/", "description");
+  const std::string source = read_string(root, "/", "routing_source");
+  if (source != "router" && source != "given")
+    throw Error("attribute /@routing_source is '" + source + "', expected 'router' or 'given'");
+  g.config = read_config(root);
+  g.options = read_options(root);
+  if (check(H5Lexists(root, "recipe", H5P_DEFAULT), "cannot look up group /recipe")) g.recipe = read_recipe(root);
+  const std::vector<TensorSpec> specs = tensor_specs(g.config, source == "given");
+  for (const Group group : {Group::inputs, Group::routing, Group::outputs}) {
+    Handle h = open_group(root, to_string(group));
+    for (const TensorSpec& s : specs) {
+      if (s.group != group) continue;
+      const std::string path = dataset_path(group, s.name);
+      group_tensors(g, group).push_back(read_dataset(h.get(), path, s));
+      Handle ds(H5Dopen2(h.get(), s.name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + path);
+      if (has_attribute(ds.get(), path, "oracle_rel_bound"))
+        g.oracle[s.name] =
+            OracleAccuracy{read_f64(ds.get(), path, "oracle_rel_error"), read_f64(ds.get(), path, "oracle_rel_bound")};
+    }
+  }
+  if (read_string(root, "/", "content_sha256") != content_sha256(g))
+    throw Error(
+        "attribute /@content_sha256 does not match the attributes and datasets: the file is corrupt or was "
+        "edited");
+  return g;
+}
+
+}  // namespace
+
+void write_golden(const std::filesystem::path& path, const GoldenCase& golden) {
+  try {
+    silence_hdf5();
+    AtomicFile file(path);
+    write_file(file.temp_path().string(), golden);
+    seal_file(file.temp_path());
+    file.commit();
+  } catch (const Error& e) {
+    throw Error("mok: writing golden file " + path.string() + ": " + reason_of(e));
+  }
+}
+
+GoldenCase read_golden(const std::filesystem::path& path) {
+  try {
+    silence_hdf5();
+    return read_file(path.string());
+  } catch (const Error& e) {
+    throw Error("mok: golden file " + path.string() + ": " + reason_of(e));
+  }
+}
+
+}  // namespace mok::golden

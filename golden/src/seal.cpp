@@ -1,0 +1,76 @@
+#include "mok/golden/seal.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/golden/golden.h"
+#include "mok/golden/sha256.h"
+
+namespace mok::golden {
+namespace {
+
+constexpr char kMagic[] = "mok-golden ";
+constexpr char kHdf5Signature[] = "\x89HDF\r\n\x1a\n";
+
+std::string digest_after_block(std::istream& in) {
+  in.seekg(std::streamoff(kSealBytes));
+  Sha256 sha;
+  std::vector<char> buf(size_t(1) << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    sha.update(buf.data(), size_t(in.gcount()));
+  }
+  return to_hex(sha.finish());
+}
+
+}  // namespace
+
+void seal_file(const std::filesystem::path& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) throw Error("cannot reopen the file to seal it");
+  const uintmax_t size = std::filesystem::file_size(path);
+  std::string seal = kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(size) + "\nsha256 " +
+                     digest_after_block(f) + "\n";
+  seal.resize(kSealBytes, '\0');
+  f.clear();
+  f.seekp(0);
+  f.write(seal.data(), std::streamsize(seal.size()));
+  f.flush();
+  if (!f) throw Error("cannot write the seal");
+}
+
+void check_seal(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot open the file");
+  std::string block(kSealBytes, '\0');
+  f.read(block.data(), std::streamsize(block.size()));
+  const size_t got = size_t(f.gcount());
+  if (block.rfind(kMagic, 0) != 0) {
+    if (block.rfind(kHdf5Signature, 0) == 0)
+      throw Error("an HDF5 file, but no mok golden: it has no mok-golden seal block");
+    throw Error("not a mok golden file (no mok-golden seal block: corrupt, truncated or another format)");
+  }
+  if (got < kSealBytes) throw Error("truncated: " + std::to_string(got) + " bytes, less than the seal block");
+  std::istringstream header(block.substr(0, block.find('\0')));
+  std::string magic, size_key, sha_key, sha;
+  int version = 0;
+  uintmax_t size = 0;
+  header >> magic >> version >> size_key >> size >> sha_key >> sha;
+  if (!header || size_key != "size" || sha_key != "sha256" || sha.size() != 64)
+    throw Error("the seal block is damaged: the file is corrupt");
+  if (version != kFormatVersion)
+    throw Error("format version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(kFormatVersion));
+  const uintmax_t actual = std::filesystem::file_size(path);
+  if (actual != size)
+    throw Error((actual < size ? "truncated: " : "longer than written: ") + std::to_string(actual) +
+                " bytes, the seal says " + std::to_string(size));
+  f.clear();
+  if (digest_after_block(f) != sha)
+    throw Error("the file's SHA-256 does not match its seal: the file is corrupt or was edited");
+}
+
+}  // namespace mok::golden

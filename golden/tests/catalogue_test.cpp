@@ -1,0 +1,135 @@
+// The catalogue covers issue 3's list; case files parse or fail naming the line; one global batch
+// gives the same bits over R = 1, 2, 4, 8, ring capacities and recompute mode (DESIGN.md D2).
+#include "mok/golden/catalogue.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "mok/golden/locate.h"
+
+namespace mok::golden {
+namespace {
+
+TEST(Catalogue, NamesAreUniqueAndConfigsValid) {
+  std::set<std::string> names;
+  for (const CaseSpec& s : catalogue()) {
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    EXPECT_NO_THROW(validate(s.config)) << s.name;
+    EXPECT_FALSE(s.description.empty()) << s.name;
+  }
+  EXPECT_EQ(find_case(builtin_case().name), &builtin_case());
+  EXPECT_EQ(find_case("no such case"), nullptr);
+}
+
+TEST(Catalogue, CoversTheIssueList) {
+  std::set<int> ranks;
+  bool softmax = false, sigmoid = false, shared = false, unshared = false, clamped = false, zipf = false;
+  bool all_to_one = false, sparse = false, ties = false, single_token = false, recompute = false;
+  for (const CaseSpec& s : catalogue()) {
+    const LayerConfig& c = s.config;
+    ranks.insert(c.ranks);
+    softmax |= c.score_mode == ScoreMode::softmax;
+    sigmoid |= c.score_mode == ScoreMode::sigmoid;
+    shared |= c.has_shared();
+    unshared |= !c.has_shared();
+    clamped |= c.swiglu_limit > 0.0f;
+    zipf |= s.recipe.routing == ref::RoutingKind::zipf;
+    all_to_one |= s.recipe.routing == ref::RoutingKind::all_to_one && c.top_k == 1;
+    sparse |= s.recipe.routing == ref::RoutingKind::sparse;
+    ties |= s.recipe.routing == ref::RoutingKind::router_ties;
+    single_token |= c.tokens_per_rank == 1;
+    recompute |= s.options.recompute;
+  }
+  EXPECT_EQ(ranks, (std::set<int>{1, 2, 4, 8}));
+  EXPECT_TRUE(softmax && sigmoid && shared && unshared && clamped && zipf && all_to_one && sparse && ties &&
+              single_token && recompute);
+  EXPECT_NE(find_case("medium"), nullptr);
+}
+
+TEST(Catalogue, OneGlobalBatchGivesTheSameBitsOverRanksRingsAndRecompute) {
+  const Recipe recipe{11};
+  const struct {
+    int ranks, ring_rows;
+    bool recompute;
+  } runs[] = {{1, 256, false}, {2, 16, false}, {4, 32, true}, {8, 48, false}};
+  std::optional<LayerResults> first;
+  for (const auto& r : runs) {
+    LayerConfig c;
+    c.ranks = r.ranks;
+    c.tokens_per_rank = 64 / r.ranks;
+    c.experts = 8;
+    c.top_k = 2;
+    c.shared_intermediate = 64;
+    ref::Options o;
+    o.ring_rows = r.ring_rows;
+    o.recompute = r.recompute;
+    const LayerResults results = run_reference(ref::make_problem(c, recipe.seed), o);
+    if (!first) {
+      first = results;
+      continue;
+    }
+    std::vector<Tensor> want = first->routing, got = results.routing;
+    want.insert(want.end(), first->outputs.begin(), first->outputs.end());
+    got.insert(got.end(), results.outputs.begin(), results.outputs.end());
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::optional<int64_t> diff = first_difference(want[i], got[i]);
+      EXPECT_FALSE(diff) << "R=" << r.ranks << ": " << element_name(want[i], diff.value_or(0));
+    }
+  }
+}
+
+TEST(CaseFile, ExampleParsesWithEveryKey) {
+  const CaseSpec s = parse_case_file(MOK_EXAMPLE_CASE_FILE);
+  EXPECT_EQ(s.name, "example_deepseek_like");
+  EXPECT_EQ(s.config.ranks, 2);
+  EXPECT_EQ(s.config.tokens_per_rank, 20);
+  EXPECT_EQ(s.config.experts, 8);
+  EXPECT_EQ(s.config.top_k, 4);
+  EXPECT_EQ(s.config.score_mode, ScoreMode::sigmoid);
+  EXPECT_EQ(s.config.n_group, 4);
+  EXPECT_EQ(s.config.topk_group, 2);
+  EXPECT_EQ(s.config.routed_scale, 2.5f);
+  EXPECT_EQ(s.config.swiglu_limit, 7.0f);
+  EXPECT_EQ(s.config.shared_intermediate, 64);
+  EXPECT_EQ(s.options.step, StepModel::hopper_tc);
+  EXPECT_EQ(s.options.ring_rows, 32);
+  EXPECT_FALSE(s.options.recompute);
+  EXPECT_EQ(s.recipe.seed, 2024u);
+  EXPECT_EQ(s.recipe.routing, ref::RoutingKind::router);
+}
+
+TEST(CaseFile, DefaultsAndName) {
+  const CaseSpec s = parse_case_text("# only a comment\n\nexperts = 4 # trailing comment\n", "mem", "fallback");
+  EXPECT_EQ(s.name, "fallback");
+  EXPECT_EQ(s.config.experts, 4);
+  EXPECT_EQ(s.config.ranks, 1);
+  EXPECT_EQ(s.options.ring_rows, 256);
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse_case_text(text, "case.txt", "c");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CaseFile, ErrorsNameTheLine) {
+  EXPECT_EQ(parse_error("experts = 4\ncolour = red\n"),
+            "mok: case.txt:2: unknown key 'colour' (the keys are listed in "
+            "docs/golden-format.md)");
+  EXPECT_EQ(parse_error("experts = 4\nexperts = 8\n"), "mok: case.txt:2: key experts repeats line 1");
+  EXPECT_EQ(parse_error("top_k = two\n"), "mok: case.txt:1: top_k = 'two': expected an integer");
+  EXPECT_EQ(parse_error("recompute = yes\n"), "mok: case.txt:1: recompute = 'yes': expected true or false");
+  EXPECT_EQ(parse_error("just words\n"), "mok: case.txt:1: expected key = value, got 'just words'");
+  EXPECT_EQ(parse_error("routing = sideways\n"), "mok: case.txt:1: unknown routing kind 'sideways'");
+  EXPECT_NE(
+      parse_error("ranks = 3\nexperts = 4\n").find("mok: case.txt: invalid input: experts E = 4 is not a multiple"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace mok::golden

@@ -1,0 +1,237 @@
+// Golden files: bitwise round trip, atomic writes, and a clear mok::Error for every kind of bad file.
+#include <gtest/gtest.h>
+
+#include "mok/golden/catalogue.h"
+#include "mok/golden/golden.h"
+#include "test_files.h"
+
+namespace mok::golden {
+namespace {
+
+using testing::RawGolden;
+using testing::TempDir;
+
+class GoldenFile : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { smoke_ = new GoldenCase(make_case(builtin_case())); }
+  static void TearDownTestSuite() { delete smoke_; }
+
+  // The message of the mok::Error that reading `file` throws ("" if it reads fine).
+  static std::string read_error(const std::filesystem::path& file) {
+    try {
+      read_golden(file);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  static GoldenCase* smoke_;
+  TempDir dir_{"golden-file-test"};
+};
+
+GoldenCase* GoldenFile::smoke_ = nullptr;
+
+void expect_same_tensors(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].dtype, b[i].dtype) << a[i].name;
+    EXPECT_EQ(a[i].shape, b[i].shape) << a[i].name;
+    EXPECT_TRUE(a[i].bytes == b[i].bytes) << a[i].name;
+  }
+}
+
+void expect_same_case(const GoldenCase& a, const GoldenCase& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.description, b.description);
+  EXPECT_EQ(a.generator, b.generator);
+  EXPECT_EQ(a.format_version, b.format_version);
+  EXPECT_EQ(a.numerics_version, b.numerics_version);
+  EXPECT_EQ(a.config.ranks, b.config.ranks);
+  EXPECT_EQ(a.config.tokens_per_rank, b.config.tokens_per_rank);
+  EXPECT_EQ(a.config.experts, b.config.experts);
+  EXPECT_EQ(a.config.hidden, b.config.hidden);
+  EXPECT_EQ(a.config.intermediate, b.config.intermediate);
+  EXPECT_EQ(a.config.top_k, b.config.top_k);
+  EXPECT_EQ(a.config.score_mode, b.config.score_mode);
+  EXPECT_EQ(a.config.renormalize, b.config.renormalize);
+  EXPECT_EQ(a.config.n_group, b.config.n_group);
+  EXPECT_EQ(a.config.topk_group, b.config.topk_group);
+  EXPECT_EQ(bits_of(a.config.routed_scale), bits_of(b.config.routed_scale));
+  EXPECT_EQ(bits_of(a.config.swiglu_limit), bits_of(b.config.swiglu_limit));
+  EXPECT_EQ(a.config.shared_intermediate, b.config.shared_intermediate);
+  EXPECT_EQ(a.options.step, b.options.step);
+  EXPECT_EQ(a.options.ring_rows, b.options.ring_rows);
+  EXPECT_EQ(a.options.recompute, b.options.recompute);
+  ASSERT_EQ(a.recipe.has_value(), b.recipe.has_value());
+  if (a.recipe) {
+    EXPECT_EQ(a.recipe->seed, b.recipe->seed);
+    EXPECT_EQ(a.recipe->routing, b.recipe->routing);
+    EXPECT_EQ(a.recipe->zipf_s, b.recipe->zipf_s);
+  }
+  ASSERT_EQ(a.oracle.size(), b.oracle.size());
+  for (const auto& [name, accuracy] : a.oracle) {
+    ASSERT_TRUE(b.oracle.count(name)) << name;
+    EXPECT_EQ(accuracy.rel_error, b.oracle.at(name).rel_error) << name;
+    EXPECT_EQ(accuracy.bound, b.oracle.at(name).bound) << name;
+  }
+  expect_same_tensors(a.inputs, b.inputs);
+  expect_same_tensors(a.results.routing, b.results.routing);
+  expect_same_tensors(a.results.outputs, b.results.outputs);
+}
+
+TEST_F(GoldenFile, RoundTripIsBitwise) {
+  write_golden(dir_ / "a.h5", *smoke_);
+  const GoldenCase back = read_golden(dir_ / "a.h5");
+  expect_same_case(*smoke_, back);
+  EXPECT_FALSE(back.oracle.empty());
+  write_golden(dir_ / "b.h5", back);
+  EXPECT_EQ(testing::read_bytes(dir_ / "a.h5"), testing::read_bytes(dir_ / "b.h5")) << "the writer is deterministic";
+}
+
+TEST_F(GoldenFile, GivenRoutingWithoutRecipeRoundTripsAndRegenerates) {
+  LayerConfig c = builtin_case().config;
+  c.score_mode = ScoreMode::sigmoid;
+  const ref::Problem p = ref::make_problem(c, 77, ref::RoutingKind::one_hot);
+  const GoldenCase g = make_case("explicit", p, ref::Options{});
+  EXPECT_FALSE(g.recipe.has_value());
+  EXPECT_TRUE(g.routing_given());
+  EXPECT_EQ(g.find("logits"), nullptr);
+  ASSERT_NE(g.find("expert_bias"), nullptr);
+  write_golden(dir_ / "explicit.h5", g);
+  const GoldenCase back = read_golden(dir_ / "explicit.h5");
+  expect_same_case(g, back);
+  expect_same_case(g, regenerate(back));
+}
+
+TEST_F(GoldenFile, FailedWriteLeavesNoFileAndKeepsTheOldOne) {
+  write_golden(dir_ / "target.h5", *smoke_);
+  const std::vector<char> old = testing::read_bytes(dir_ / "target.h5");
+  GoldenCase bad = *smoke_;
+  bad.results.outputs.back().bytes.pop_back();  // the last dataset written fails its size check
+  try {
+    write_golden(dir_ / "target.h5", bad);
+    FAIL() << "a tensor of the wrong size was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/outputs/" + bad.results.outputs.back().name), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dir_.entries(), std::vector<std::string>{"target.h5"}) << "the temporary file was left behind";
+  EXPECT_EQ(testing::read_bytes(dir_ / "target.h5"), old);
+}
+
+TEST_F(GoldenFile, WriteIntoMissingDirectoryFails) {
+  try {
+    write_golden(dir_ / "no-such-dir" / "x.h5", *smoke_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(dir_.entries().empty());
+}
+
+TEST_F(GoldenFile, RejectsAPlantedFault) {
+  ref::Options faulty;
+  faulty.fault = ref::Fault::combine_order;
+  EXPECT_THROW(make_case("faulty", ref::make_problem(builtin_case().config, 1), faulty), Error);
+}
+
+TEST(Tensor, ShapeMustHoldTheValues) {
+  EXPECT_THROW(make_tensor("t", {2, 3}, std::vector<float>(5)), Error);
+  const Tensor t = make_tensor("t", {2, 2}, std::vector<int32_t>{1, -2, 3, 4});
+  EXPECT_EQ(t.elements(), 4);
+  EXPECT_EQ(int32_t(t.bits(1)), -2);
+  EXPECT_THROW(f32_values(t), Error);
+  EXPECT_EQ(i32_values(t), (std::vector<int32_t>{1, -2, 3, 4}));
+}
+
+TEST_F(GoldenFile, MissingFile) { EXPECT_NE(read_error(dir_ / "none.h5").find("no such file"), std::string::npos); }
+
+TEST_F(GoldenFile, NotAGolden) {
+  testing::write_bytes(dir_ / "text.h5", {'h', 'e', 'l', 'l', 'o'});
+  EXPECT_NE(read_error(dir_ / "text.h5").find("not a mok golden file"), std::string::npos);
+  H5Fclose(H5Fcreate((dir_ / "plain.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  EXPECT_NE(read_error(dir_ / "plain.h5").find("an HDF5 file, but no mok golden"), std::string::npos);
+}
+
+TEST_F(GoldenFile, Truncated) {
+  write_golden(dir_ / "t.h5", *smoke_);
+  std::vector<char> bytes = testing::read_bytes(dir_ / "t.h5");
+  bytes.resize(bytes.size() / 2);
+  testing::write_bytes(dir_ / "t.h5", bytes);
+  const std::string error = read_error(dir_ / "t.h5");
+  EXPECT_NE(error.find("truncated: " + std::to_string(bytes.size()) + " bytes, the seal says"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("t.h5"), std::string::npos) << error;
+}
+
+TEST_F(GoldenFile, WrongFormatVersion) {
+  write_golden(dir_ / "v.h5", *smoke_);
+  RawGolden(dir_ / "v.h5").set_root_i32("format_version", 2);
+  EXPECT_NE(read_error(dir_ / "v.h5").find("format version 2, this build reads version 1"), std::string::npos);
+}
+
+TEST_F(GoldenFile, WrongNumericsVersion) {
+  write_golden(dir_ / "n.h5", *smoke_);
+  RawGolden(dir_ / "n.h5").set_root_i32("numerics_model_version", kNumericsModelVersion + 1);
+  EXPECT_NE(read_error(dir_ / "n.h5").find("numerics model version"), std::string::npos);
+}
+
+TEST_F(GoldenFile, MissingDataset) {
+  write_golden(dir_ / "m.h5", *smoke_);
+  RawGolden(dir_ / "m.h5").remove("/outputs/d_w2");
+  EXPECT_NE(read_error(dir_ / "m.h5").find("missing dataset /outputs/d_w2"), std::string::npos);
+}
+
+TEST_F(GoldenFile, WrongElementType) {
+  write_golden(dir_ / "d.h5", *smoke_);
+  RawGolden(dir_ / "d.h5").retype_as_f32("/inputs/x");
+  EXPECT_NE(read_error(dir_ / "d.h5").find("dataset /inputs/x has the wrong element type"), std::string::npos);
+}
+
+TEST_F(GoldenFile, EditedDataFailsItsHash) {
+  write_golden(dir_ / "e.h5", *smoke_);
+  RawGolden(dir_ / "e.h5").flip_bit("/outputs/y", 10, 0);
+  const std::string error = read_error(dir_ / "e.h5");
+  EXPECT_NE(error.find("dataset /outputs/y: SHA-256 mismatch"), std::string::npos) << error;
+}
+
+TEST_F(GoldenFile, EditedAttributeFailsTheContentHash) {
+  write_golden(dir_ / "a.h5", *smoke_);
+  RawGolden(dir_ / "a.h5").set_root_string("description", "edited by hand");
+  EXPECT_NE(read_error(dir_ / "a.h5").find("content_sha256 does not match"), std::string::npos);
+}
+
+TEST_F(GoldenFile, FlippedByteFailsTheSeal) {
+  write_golden(dir_ / "c.h5", *smoke_);
+  std::vector<char> bytes = testing::read_bytes(dir_ / "c.h5");
+  bytes[bytes.size() / 2] ^= 0x04;
+  testing::write_bytes(dir_ / "c.h5", bytes);
+  EXPECT_NE(read_error(dir_ / "c.h5").find("does not match its seal: the file is corrupt"), std::string::npos);
+}
+
+TEST_F(GoldenFile, EveryFlippedByteIsCaughtOrHarmless) {
+  const GoldenCase small = make_case(*find_case("single_token"));
+  write_golden(dir_ / "s.h5", small);
+  const std::vector<char> bytes = testing::read_bytes(dir_ / "s.h5");
+  const size_t stride = std::max<size_t>(1, bytes.size() / 250);
+  int caught = 0, harmless = 0;
+  for (size_t at = 0; at < bytes.size(); at += stride) {
+    std::vector<char> flipped = bytes;
+    flipped[at] = char(flipped[at] ^ 0x20);
+    testing::write_bytes(dir_ / "f.h5", flipped);
+    try {
+      const GoldenCase back = read_golden(dir_ / "f.h5");
+      expect_same_case(small, back);
+      ++harmless;
+    } catch (const Error&) {
+      ++caught;
+    }
+    if (::testing::Test::HasFailure()) FAIL() << "a flip at byte " << at << " changed what the file says unnoticed";
+  }
+  EXPECT_GT(caught, 0);
+  std::cout << caught << " flips caught, " << harmless << " in bytes that carry nothing\n";
+}
+
+}  // namespace
+}  // namespace mok::golden

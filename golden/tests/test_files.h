@@ -1,0 +1,146 @@
+// Test helpers shared by golden/ and verify/ tests: a scratch directory, raw file bytes, and HDF5
+// edits that make a valid golden invalid in one specific way.
+#pragma once
+
+#include <hdf5.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mok/golden/seal.h"
+
+namespace mok::golden::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag)
+      : path_(std::filesystem::temp_directory_path() / ("mok-" + tag + "-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  const std::filesystem::path& path() const { return path_; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().filename().string());
+    return names;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<char> read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_bytes(const std::filesystem::path& p, const std::vector<char>& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+inline std::string read_text(const std::filesystem::path& p) {
+  const std::vector<char> b = read_bytes(p);
+  return std::string(b.begin(), b.end());
+}
+
+struct ToolRun {
+  int status;          // the exit status, -1 if it did not exit normally
+  std::string output;  // stdout and stderr
+};
+
+// Runs a command-line tool with the given arguments, its output captured in a file of `dir`.
+inline ToolRun run_tool(const std::string& tool, const TempDir& dir, const std::string& args) {
+  const std::filesystem::path log = dir / "tool.log";
+  const int raw = std::system((tool + " " + args + " > " + log.string() + " 2>&1").c_str());
+  return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
+}
+
+// Opens a golden for writing with HDF5 directly, to make it wrong in one way but well-formed: on
+// closing, the seal is rewritten as a (hypothetical) other writer would have written it.
+class RawGolden {
+ public:
+  explicit RawGolden(const std::filesystem::path& p) : path_(p), file_(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) {
+    if (file_ < 0) throw std::runtime_error("cannot open " + p.string());
+  }
+  ~RawGolden() {
+    H5Fclose(file_);
+    seal_file(path_);
+  }
+  RawGolden(const RawGolden&) = delete;
+  RawGolden& operator=(const RawGolden&) = delete;
+
+  void set_root_i32(const char* name, int32_t value) {
+    if (H5Adelete(file_, name) < 0) throw std::runtime_error(std::string("no root attribute ") + name);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attr = H5Acreate2(file_, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_INT32, &value);
+    H5Aclose(attr);
+    H5Sclose(space);
+  }
+
+  void set_root_string(const char* name, const std::string& value) {
+    if (H5Adelete(file_, name) < 0) throw std::runtime_error(std::string("no root attribute ") + name);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attr = H5Acreate2(file_, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char* p = value.c_str();
+    H5Awrite(attr, type, &p);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+
+  void remove(const char* path) {
+    if (H5Ldelete(file_, path, H5P_DEFAULT) < 0) throw std::runtime_error(std::string("no object ") + path);
+  }
+
+  // Flips one bit of a dataset's data, leaving its attributes (and so its stored SHA-256) as they are.
+  void flip_bit(const char* path, size_t byte, int bit) {
+    const hid_t ds = H5Dopen2(file_, path, H5P_DEFAULT);
+    const hid_t type = H5Dget_type(ds);
+    const hid_t space = H5Dget_space(ds);
+    std::vector<unsigned char> data(size_t(H5Sget_simple_extent_npoints(space)) * H5Tget_size(type));
+    H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+    data.at(byte) ^= (unsigned char)(1u << bit);
+    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Dclose(ds);
+  }
+
+  // Replaces a dataset by a float32 one of the same shape (and no attributes).
+  void retype_as_f32(const char* path) {
+    const hid_t old = H5Dopen2(file_, path, H5P_DEFAULT);
+    const hid_t space = H5Dget_space(old);
+    H5Dclose(old);
+    remove(path);
+    const hid_t ds = H5Dcreate2(file_, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(ds);
+    H5Sclose(space);
+  }
+
+ private:
+  std::filesystem::path path_;
+  hid_t file_;
+};
+
+}  // namespace mok::golden::testing

@@ -1,0 +1,295 @@
+// mok-golden: generate golden files from the catalogue or a case file, and check committed goldens
+// against the reference bit for bit. Exit status: 0 all equal, 1 a mismatch, 2 usage or file error.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "mok/golden/catalogue.h"
+#include "mok/golden/golden.h"
+#include "mok/golden/locate.h"
+
+#ifndef MOK_GOLDEN_DATA_DIR
+#error "MOK_GOLDEN_DATA_DIR must be defined by the build"
+#endif
+
+namespace fs = std::filesystem;
+using namespace mok;
+using namespace mok::golden;
+
+namespace {
+
+constexpr int kEqual = 0, kMismatch = 1, kError = 2;
+
+constexpr const char* kUsage = R"(usage:
+  mok-golden list
+  mok-golden generate --out DIR [--name NAME]      catalogue cases (all, or one) to DIR/NAME.h5
+  mok-golden generate --config FILE --out PATH      the case a key = value file describes
+  mok-golden check [--dir DIR] [--name NAME]       regenerate each DIR/*.h5, require equal bits
+  mok-golden check --builtin [--dir DIR]            the builtin case twice, then against its golden in DIR
+DIR defaults to the committed goldens, )" MOK_GOLDEN_DATA_DIR R"(.
+Exit status: 0 all equal, 1 a mismatch, 2 usage or file error.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// --key value options after the command word; every key must be known to the command.
+struct Args {
+  std::string command;
+  std::vector<std::pair<std::string, std::string>> options;
+  bool builtin = false;
+
+  std::string get(const std::string& key, const std::string& fallback = "") const {
+    for (const auto& [k, v] : options)
+      if (k == key) return v;
+    return fallback;
+  }
+  bool has(const std::string& key) const { return !get(key).empty(); }
+};
+
+Args parse_args(int argc, char** argv, const std::vector<std::string>& keys) {
+  Args a;
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--builtin") {
+      a.builtin = true;
+      continue;
+    }
+    if (std::find(keys.begin(), keys.end(), arg) == keys.end())
+      throw UsageError("unknown option '" + arg + "' for " + a.command);
+    if (i + 1 >= argc || std::string(argv[i + 1]).empty()) throw UsageError(arg + " needs a value");
+    a.options.emplace_back(arg, argv[++i]);
+  }
+  return a;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string shape_text(const LayerConfig& c) {
+  return "R=" + std::to_string(c.ranks) + " T=" + std::to_string(c.tokens_per_rank) +
+         " E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k) + " H=" + std::to_string(c.hidden) +
+         " I=" + std::to_string(c.intermediate);
+}
+
+int list_catalogue() {
+  for (const CaseSpec& s : catalogue())
+    std::cout << s.name << std::string(std::max<size_t>(1, 20 - s.name.size()), ' ') << shape_text(s.config) << "  "
+              << ref::to_string(s.recipe.routing) << "  " << s.description << "\n";
+  return kEqual;
+}
+
+void generate_one(const CaseSpec& spec, const fs::path& out) {
+  const auto start = std::chrono::steady_clock::now();
+  write_golden(out, make_case(spec));
+  std::cout << spec.name << ": " << out.string() << ", " << fs::file_size(out) << " bytes, "
+            << fixed(seconds_since(start), 2) << " s" << std::endl;
+}
+
+int generate(const Args& a) {
+  if (!a.has("--out")) throw UsageError("generate needs --out");
+  if (a.has("--config")) {
+    if (a.has("--name")) throw UsageError("--name and --config exclude each other");
+    generate_one(parse_case_file(a.get("--config")), a.get("--out"));
+    return kEqual;
+  }
+  const fs::path dir = a.get("--out");
+  if (a.has("--name")) {
+    const CaseSpec* spec = find_case(a.get("--name"));
+    if (!spec) throw UsageError("the catalogue has no case '" + a.get("--name") + "' (see mok-golden list)");
+    generate_one(*spec, dir / (spec->name + ".h5"));
+    return kEqual;
+  }
+  for (const CaseSpec& spec : catalogue()) generate_one(spec, dir / (spec.name + ".h5"));
+  return kEqual;
+}
+
+// Every tensor of `got` against `want`, bit for bit; prints each differing tensor's first element.
+// Returns the number of differing tensors.
+int compare_cases(const GoldenCase& want, const GoldenCase& got, const char* want_label, const char* got_label) {
+  int differing = 0;
+  for (const std::vector<Tensor>* group : {&want.inputs, &want.results.routing, &want.results.outputs})
+    for (const Tensor& w : *group) {
+      const Tensor* g = got.find(w.name);
+      if (!g || g->dtype != w.dtype || g->shape != w.shape) {
+        std::cout << "    " << w.name << ": missing or of another dtype/shape in the " << got_label << "\n";
+        ++differing;
+        continue;
+      }
+      const std::optional<int64_t> i = first_difference(w, *g);
+      if (!i) continue;
+      ++differing;
+      std::cout << "    first difference " << element_name(w, *i) << " (" << locate(want, w.name, *i)
+                << "): " << want_label << " " << describe_bits(w.dtype, w.bits(*i)) << ", " << got_label << " "
+                << describe_bits(w.dtype, g->bits(*i)) << "\n";
+    }
+  return differing;
+}
+
+// The first field in which a committed golden's recipe differs from the catalogue's, or "".
+std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
+  const LayerConfig &a = g.config, &b = s.config;
+  const std::pair<const char*, bool> fields[] = {
+      {"ranks", a.ranks == b.ranks},
+      {"tokens_per_rank", a.tokens_per_rank == b.tokens_per_rank},
+      {"experts", a.experts == b.experts},
+      {"hidden", a.hidden == b.hidden},
+      {"intermediate", a.intermediate == b.intermediate},
+      {"top_k", a.top_k == b.top_k},
+      {"score_mode", a.score_mode == b.score_mode},
+      {"renormalize", a.renormalize == b.renormalize},
+      {"n_group", a.n_group == b.n_group},
+      {"topk_group", a.topk_group == b.topk_group},
+      {"routed_scale", a.routed_scale == b.routed_scale},
+      {"swiglu_limit", a.swiglu_limit == b.swiglu_limit},
+      {"shared_intermediate", a.shared_intermediate == b.shared_intermediate},
+      {"step", g.options.step == s.options.step},
+      {"ring_rows", g.options.ring_rows == s.options.ring_rows},
+      {"recompute", g.options.recompute == s.options.recompute},
+      {"recipe", g.recipe.has_value()},
+      {"seed", g.recipe && g.recipe->seed == s.recipe.seed},
+      {"routing", g.recipe && g.recipe->routing == s.recipe.routing},
+      {"zipf_s", g.recipe && g.recipe->zipf_s == s.recipe.zipf_s},
+  };
+  for (const auto& [name, same] : fields)
+    if (!same) return name;
+  return "";
+}
+
+// Regenerates one committed golden (from its recipe, or from its stored inputs) and compares.
+int check_file(const fs::path& file) {
+  const auto start = std::chrono::steady_clock::now();
+  const GoldenCase golden = read_golden(file);
+  if (const CaseSpec* spec = find_case(golden.name)) {
+    const std::string field = stale_field(golden, *spec);
+    if (!field.empty()) {
+      std::cout << "FAIL  " << golden.name << ": the catalogue's " << field
+                << " differs from the committed golden's: regenerate it (mok-golden generate --name " << golden.name
+                << ")" << std::endl;
+      return kMismatch;
+    }
+  }
+  const double read_s = seconds_since(start);
+  const GoldenCase fresh = regenerate(golden);
+  const double total_s = seconds_since(start);
+  std::cout << golden.name << std::string(std::max<size_t>(1, 20 - golden.name.size()), ' ')
+            << shape_text(golden.config) << "  read " << fixed(read_s, 2) << " s, regenerate "
+            << fixed(total_s - read_s, 2) << " s" << std::endl;
+  const int differing = compare_cases(golden, fresh, "golden", "reference");
+  std::cout << (differing ? "FAIL  " : "ok    ") << golden.name
+            << (differing ? ": " + std::to_string(differing) + " tensors differ" : "") << std::endl;
+  return differing ? kMismatch : kEqual;
+}
+
+int check_dir(const Args& a) {
+  const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
+  if (!fs::is_directory(dir)) throw Error("mok: golden directory " + dir.string() + " does not exist");
+  std::vector<fs::path> files;
+  if (a.has("--name")) {
+    files.push_back(dir / (a.get("--name") + ".h5"));
+  } else {
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".h5") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int status = kEqual, failed = 0;
+  if (!a.has("--name"))
+    for (const CaseSpec& spec : catalogue())
+      if (std::find(files.begin(), files.end(), dir / (spec.name + ".h5")) == files.end()) {
+        std::cout << "ERROR " << spec.name << ": catalogue case has no golden " << (dir / (spec.name + ".h5")).string()
+                  << std::endl;
+        status = kError;
+        ++failed;
+      }
+  for (const fs::path& file : files) {
+    int s = kError;
+    try {
+      s = check_file(file);
+    } catch (const Error& e) {
+      std::cout << "ERROR " << file.filename().string() << ": " << e.what() << std::endl;
+    }
+    status = std::max(status, s);
+    failed += s != kEqual;
+  }
+  std::cout << files.size() << " goldens checked in " << fixed(seconds_since(start), 2) << " s: " << failed << " failed"
+            << std::endl;
+  return status;
+}
+
+// The README's main job: the builtin case twice in memory (run-to-run bits), then against its golden.
+int check_builtin(const Args& a) {
+  const CaseSpec& spec = builtin_case();
+  const fs::path file = fs::path(a.get("--dir", MOK_GOLDEN_DATA_DIR)) / (spec.name + ".h5");
+  std::cout << "builtin case " << spec.name << ": " << shape_text(spec.config) << ", " << spec.description << "\n";
+  auto start = std::chrono::steady_clock::now();
+  const GoldenCase first = make_case(spec);
+  std::cout << "  run 1: " << fixed(seconds_since(start), 2) << " s\n";
+  start = std::chrono::steady_clock::now();
+  const GoldenCase second = make_case(spec);
+  std::cout << "  run 2: " << fixed(seconds_since(start), 2) << " s" << std::endl;
+  int differing = compare_cases(first, second, "run 1", "run 2");
+  std::cout << (differing ? "FAIL  run 1 and run 2 differ" : "ok    run 1 and run 2 are bitwise equal") << std::endl;
+  GoldenCase golden;
+  try {
+    golden = read_golden(file);
+  } catch (const Error& e) {
+    std::cout << "ERROR " << e.what() << std::endl;
+    return kError;
+  }
+  const int against_golden = compare_cases(golden, first, "golden", "run 1");
+  std::cout << (against_golden ? "FAIL  " : "ok    ") << "run 1 against " << file.string()
+            << (against_golden ? ": " + std::to_string(against_golden) + " tensors differ" : ": bitwise equal")
+            << std::endl;
+  differing += against_golden;
+  return differing ? kMismatch : kEqual;
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) throw UsageError("no command");
+  const std::string command = argv[1];
+  if (command == "list") {
+    if (argc != 2) throw UsageError("list takes no options");
+    return list_catalogue();
+  }
+  if (command == "generate") {
+    const Args a = parse_args(argc, argv, {"--out", "--name", "--config"});
+    if (a.builtin) throw UsageError("--builtin is an option of check");
+    return generate(a);
+  }
+  if (command == "check") {
+    const Args a = parse_args(argc, argv, {"--dir", "--name"});
+    if (a.builtin && a.has("--name")) throw UsageError("--builtin and --name exclude each other");
+    return a.builtin ? check_builtin(a) : check_dir(a);
+  }
+  if (command == "-h" || command == "--help") {
+    std::cout << kUsage;
+    return kEqual;
+  }
+  throw UsageError("unknown command '" + command + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "mok-golden: " << e.what() << "\n" << kUsage;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl;
+  }
+  return kError;
+}

@@ -1,0 +1,17 @@
+// mok-verify's reports: a text table for people, JSON for machines (docs/golden-format.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mok/verify/compare.h"
+
+namespace mok::verify {
+
+// One line per tensor, then the first mismatch and ULP histogram of every differing tensor.
+std::string format_text(const CaseReport& report);
+
+// The whole run: every case compared and every error that stopped one (a file that did not read).
+std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors);
+
+}  // namespace mok::verify

@@ -1,0 +1,134 @@
+// mok-verify as a user runs it: exit 0 / 1 / 2, the first mismatch named, bad files named, JSON.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "mok/golden/catalogue.h"
+#include "mok/golden/golden.h"
+#include "test_files.h"
+
+namespace mok::verify {
+namespace {
+
+using golden::testing::RawGolden;
+using golden::testing::TempDir;
+using golden::testing::ToolRun;
+
+class MokVerifyCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { smoke_ = new golden::GoldenCase(golden::make_case(golden::builtin_case())); }
+  static void TearDownTestSuite() { delete smoke_; }
+
+  void SetUp() override { golden::write_golden(dir_ / "golden.h5", *smoke_); }
+
+  ToolRun verify(const std::string& args) { return golden::testing::run_tool(MOK_VERIFY_TOOL, dir_, args); }
+
+  // A copy of the golden, made wrong by `damage` (a candidate unless used as the golden).
+  std::string damaged(const std::string& name, const std::function<void(const std::filesystem::path&)>& damage) {
+    std::filesystem::copy_file(dir_ / "golden.h5", dir_ / name);
+    damage(dir_ / name);
+    return (dir_ / name).string();
+  }
+
+  std::string golden_path() const { return (dir_ / "golden.h5").string(); }
+
+  static golden::GoldenCase* smoke_;
+  TempDir dir_{"verify-cli"};
+};
+
+golden::GoldenCase* MokVerifyCli::smoke_ = nullptr;
+
+TEST_F(MokVerifyCli, IdenticalCandidateExitsZero) {
+  std::filesystem::copy_file(dir_ / "golden.h5", dir_ / "copy.h5");
+  const ToolRun r = verify(golden_path() + " --candidate " + (dir_ / "copy.h5").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("EQUAL    smoke: all 23 tensors bitwise equal"), std::string::npos) << r.output;
+}
+
+TEST_F(MokVerifyCli, OneFlippedBitExitsOneAndIsLocated) {
+  golden::GoldenCase copy = *smoke_;
+  copy.results.outputs[1].bytes[2 * (20 * 64 + 3)] ^= 1;  // dx[20, 3]
+  golden::write_golden(dir_ / "flipped.h5", copy);
+  const ToolRun r = verify(golden_path() + " --candidate " + (dir_ / "flipped.h5").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("dx: first mismatch dx[20, 3] (rank 1, token 4 (global 20), column 3): golden 0x"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dx: ulp histogram 0: 2047, 1: 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MISMATCH smoke: 1 of 23 tensors differ"), std::string::npos) << r.output;
+}
+
+TEST_F(MokVerifyCli, ReferenceBackendMatchesAndFp32StepDoesNot) {
+  ToolRun r = verify(golden_path() + " --backend reference --runs 2");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("against reference (run 2/2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[mok-verify] smoke: running reference (run 1/2)"), std::string::npos) << r.output;
+  r = verify(golden_path() + " --backend reference --ring-rows 16 --recompute on --quiet");
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = verify(golden_path() + " --backend reference --step fp32");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("ulp histogram 0: "), std::string::npos) << r.output;
+}
+
+TEST_F(MokVerifyCli, BadFilesExitTwoNamingTheProblem) {
+  const std::vector<char> bytes = golden::testing::read_bytes(dir_ / "golden.h5");
+  const struct {
+    std::string file, message;
+  } cases[] = {
+      {damaged("corrupt.h5",
+               [&](const std::filesystem::path& p) {
+                 std::vector<char> b = bytes;
+                 b[b.size() / 3] ^= 0x40;
+                 golden::testing::write_bytes(p, b);
+               }),
+       "corrupt.h5: the file's SHA-256 does not match its seal: the file is corrupt"},
+      {damaged("truncated.h5",
+               [&](const std::filesystem::path& p) {
+                 golden::testing::write_bytes(p, std::vector<char>(bytes.begin(), bytes.begin() + 4000));
+               }),
+       "truncated.h5: truncated: 4000 bytes"},
+      {damaged("version.h5", [](const std::filesystem::path& p) { RawGolden(p).set_root_i32("format_version", 7); }),
+       "version.h5: format version 7, this build reads version 1"},
+      {damaged("missing.h5", [](const std::filesystem::path& p) { RawGolden(p).remove("/routing/slot_row"); }),
+       "missing.h5: missing dataset /routing/slot_row"},
+      {(dir_ / "absent.h5").string(), "absent.h5: no such file"},
+  };
+  for (const auto& c : cases) {
+    ToolRun r = verify(c.file + " --backend reference");
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.message << "\n" << r.output;
+    r = verify(golden_path() + " --candidate " + c.file);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.message << "\n" << r.output;
+  }
+}
+
+TEST_F(MokVerifyCli, JsonReportIsWrittenAtomically) {
+  ToolRun r = verify(golden_path() + " --backend reference --quiet --json " + (dir_ / "report.json").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  const std::string json = golden::testing::read_text(dir_ / "report.json");
+  EXPECT_NE(json.find("\"all_equal\": true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"name\": \"d_w1\", \"group\": \"outputs\", \"dtype\": \"f32\", \"shape\": [4, 128, 64]"),
+            std::string::npos)
+      << json;
+  const size_t files_before = dir_.entries().size();
+  r = verify(golden_path() + " --backend reference --json " + (dir_ / "no-dir" / "report.json").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  EXPECT_EQ(dir_.entries().size(), files_before);
+}
+
+TEST_F(MokVerifyCli, UsageErrorsExitTwo) {
+  for (const std::string& args :
+       {std::string(""), golden_path(), golden_path() + " --backend reference --candidate x.h5",
+        golden_path() + " --backend gpu-that-is-not-there", golden_path() + " --backend reference --runs 0",
+        golden_path() + " --candidate x.h5 --step fp32", golden_path() + " --backend reference --step fp64",
+        golden_path() + " --backend reference --frobnicate 1"}) {
+    const ToolRun r = verify(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("usage:"), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace mok::verify

@@ -1,0 +1,239 @@
+// mok-verify: compare a candidate (a golden-format file, or a backend's run on the golden's inputs)
+// against golden files. Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mok/golden/atomic_file.h"
+#include "mok/golden/golden.h"
+#include "mok/verify/backend.h"
+#include "mok/verify/compare.h"
+#include "mok/verify/report.h"
+
+namespace fs = std::filesystem;
+using namespace mok;
+using namespace mok::verify;
+
+namespace {
+
+constexpr int kEqual = 0, kMismatch = 1, kError = 2;
+constexpr int64_t kProgressElements = int64_t(1) << 20;  // per-tensor progress lines for tensors this large
+
+constexpr const char* kUsage = R"(usage:
+  mok-verify GOLDEN --candidate FILE [--json FILE] [--quiet]
+  mok-verify GOLDEN... --backend NAME [--step hopper_tc|fp32] [--ring-rows N] [--recompute on|off]
+                                      [--runs N] [--json FILE] [--quiet]
+GOLDEN is a golden file or a directory (each *.h5 in it). A candidate file is compared in every
+tensor, inputs included; a backend runs on each golden's inputs and its routing and outputs are
+compared. Backends: reference. Progress goes to stderr (--quiet: none), the report to stdout.
+Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The backends by name. The megakernel's adds one entry here (and a link to its library).
+using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendFlags&)>;
+const std::map<std::string, BackendFactory>& backends() {
+  static const std::map<std::string, BackendFactory> table = {{"reference", make_reference_backend},
+                                                              {"gpu", make_gpu_backend}};
+  return table;
+}
+
+struct Args {
+  std::vector<fs::path> goldens;
+  std::string candidate, backend, json;
+  BackendFlags flags;
+  int runs = 1;
+  bool quiet = false;
+};
+
+int positive_int(const std::string& option, const std::string& value) {
+  size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || v <= 0) throw UsageError(option + " needs a positive integer, got '" + value + "'");
+  return v;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool runs_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      a.goldens.push_back(arg);
+      continue;
+    }
+    if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--candidate")
+      a.candidate = value;
+    else if (arg == "--backend")
+      a.backend = value;
+    else if (arg == "--json")
+      a.json = value;
+    else if (arg == "--step") {
+      if (value != "fp32" && value != "fp32_fma" && value != "hopper_tc")
+        throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got '" + value + "'");
+      a.flags.step = golden::step_model_from_string(value == "fp32" ? "fp32_fma" : value);
+    } else if (arg == "--ring-rows")
+      a.flags.ring_rows = positive_int(arg, value);
+    else if (arg == "--recompute") {
+      if (value != "on" && value != "off") throw UsageError("--recompute takes on or off");
+      a.flags.recompute = value == "on";
+    } else if (arg == "--runs") {
+      a.runs = positive_int(arg, value);
+      runs_given = true;
+    } else
+      throw UsageError("unknown option '" + arg + "'");
+  }
+  if (a.goldens.empty()) throw UsageError("no golden file given");
+  if (a.candidate.empty() == a.backend.empty()) throw UsageError("give one of --candidate FILE and --backend NAME");
+  if (!a.candidate.empty()) {
+    if (a.flags.step || a.flags.ring_rows || a.flags.recompute || runs_given)
+      throw UsageError("--step, --ring-rows, --recompute and --runs apply to --backend only");
+    if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0]))
+      throw UsageError("--candidate compares against exactly one golden file");
+  }
+  if (!a.backend.empty() && !backends().count(a.backend)) throw UsageError("unknown backend '" + a.backend + "'");
+  return a;
+}
+
+// Directories expand to their *.h5 files, sorted.
+std::vector<fs::path> golden_files(const std::vector<fs::path>& given) {
+  std::vector<fs::path> files;
+  for (const fs::path& p : given) {
+    if (!fs::is_directory(p)) {
+      files.push_back(p);
+      continue;
+    }
+    std::vector<fs::path> in_dir;
+    for (const auto& entry : fs::directory_iterator(p))
+      if (entry.path().extension() == ".h5") in_dir.push_back(entry.path());
+    std::sort(in_dir.begin(), in_dir.end());
+    files.insert(files.end(), in_dir.begin(), in_dir.end());
+  }
+  return files;
+}
+
+std::string config_text(const LayerConfig& c) {
+  return "R=" + std::to_string(c.ranks) + " T=" + std::to_string(c.tokens_per_rank) +
+         " E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k) + " H=" + std::to_string(c.hidden) +
+         " I=" + std::to_string(c.intermediate) + " Is=" + std::to_string(c.shared_intermediate) + " " +
+         golden::to_string(c.score_mode);
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const Args& args) : args_(args) {
+    if (!args.backend.empty()) backend_ = backends().at(args.backend)(args.flags);
+  }
+
+  int run() {
+    for (const fs::path& file : golden_files(args_.goldens)) {
+      try {
+        verify_golden(file);
+      } catch (const Error& e) {
+        errors_.push_back(e.what());
+        std::cerr << "mok-verify: " << e.what() << std::endl;
+      }
+    }
+    if (!args_.json.empty()) {
+      try {
+        golden::write_text_atomically(args_.json, format_json(cases_, errors_));
+      } catch (const Error& e) {
+        std::cerr << "mok-verify: " << e.what() << std::endl;
+        return kError;
+      }
+    }
+    if (!errors_.empty()) return kError;
+    const bool equal = std::all_of(cases_.begin(), cases_.end(), [](const CaseReport& c) { return c.equal(); });
+    return equal ? kEqual : kMismatch;
+  }
+
+ private:
+  void progress(const std::string& line) const {
+    if (!args_.quiet) std::cerr << "[mok-verify] " << line << std::endl;
+  }
+
+  void verify_golden(const fs::path& file) {
+    progress("reading " + file.string());
+    const golden::GoldenCase golden = golden::read_golden(file);
+    const auto tensor_progress = [&](const golden::Tensor& t, size_t number, size_t count) {
+      if (t.elements() >= kProgressElements)
+        progress(golden.name + ": comparing " + t.name + " (" + std::to_string(number) + "/" + std::to_string(count) +
+                 ", " + std::to_string(t.elements()) + " elements)");
+    };
+    if (!args_.candidate.empty()) {
+      progress("reading candidate " + args_.candidate);
+      const golden::GoldenCase candidate = golden::read_golden(args_.candidate);
+      std::vector<golden::Tensor> tensors = candidate.inputs;
+      for (const auto* group : {&candidate.results.routing, &candidate.results.outputs})
+        tensors.insert(tensors.end(), group->begin(), group->end());
+      CaseReport r{file.string(), golden.name, args_.candidate, "", 0.0, {}};
+      if (config_text(candidate.config) != config_text(golden.config))
+        r.config_note = "the candidate's config " + config_text(candidate.config) + " differs from the golden's " +
+                        config_text(golden.config) + " (tensors are compared in global terms)";
+      r.tensors = compare_tensors(golden, tensors, true, tensor_progress);
+      finish(std::move(r));
+      return;
+    }
+    for (int run = 1; run <= args_.runs; ++run) {
+      progress(golden.name + ": running " + backend_->name() + " (run " + std::to_string(run) + "/" +
+               std::to_string(args_.runs) + ")");
+      const auto start = std::chrono::steady_clock::now();
+      const golden::LayerResults results = backend_->run(golden);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::vector<golden::Tensor> tensors = results.routing;
+      tensors.insert(tensors.end(), results.outputs.begin(), results.outputs.end());
+      std::string name = backend_->name();
+      if (args_.runs > 1) name += " (run " + std::to_string(run) + "/" + std::to_string(args_.runs) + ")";
+      CaseReport r{file.string(), golden.name, name, "", seconds, {}};
+      r.tensors = compare_tensors(golden, tensors, false, tensor_progress);
+      finish(std::move(r));
+    }
+  }
+
+  void finish(CaseReport r) {
+    std::cout << format_text(r) << std::flush;
+    cases_.push_back(std::move(r));
+  }
+
+  const Args& args_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<CaseReport> cases_;
+  std::vector<std::string> errors_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    std::cout << kUsage;
+    return kEqual;
+  }
+  try {
+    const Args args = parse_args(argc, argv);
+    return Verifier(args).run();
+  } catch (const UsageError& e) {
+    std::cerr << "mok-verify: " << e.what() << "\n" << kUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "mok-verify: " << e.what() << std::endl;
+  }
+  return kError;
+}
