@@ -11,8 +11,6 @@
 namespace mok::gpu {
 namespace {
 
-enum BackwardPhase : int { kPull = 1, kDownGrad, kRowGrad, kDxPush, kWeightGrad, kSharedDx, kRouterGrad, kCombine };
-
 // g = dy W2 for ring rows: items (rank, ring tile, 8 columns of I); g kept in fp32 per layout row.
 __device__ void expert_down_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden, per_rank = ring_tiles(p) * (I / 8);
@@ -235,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
   if (!grid_sync(b, kRouterGrad, 0)) return;
   weight_grads(p);
   if (p.c.has_shared()) shared_dx(p);
-  if (!grid_sync(b, kSharedDx, 0)) return;
+  if (!grid_sync(b, kWeightGrad, 0)) return;
   router_weight_grad_and_combine(p);
 }
 

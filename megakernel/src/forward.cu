@@ -11,20 +11,6 @@
 namespace mok::gpu {
 namespace {
 
-enum ForwardPhase : int {
-  kLogits = 1,
-  kSelect,
-  kCount,
-  kScan,
-  kPlace,
-  kSharedUp,
-  kSharedDown,
-  kPull,
-  kUp,
-  kDown,
-  kCombine
-};
-
 __device__ void router_logits(const Params& p) {
   const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
   for (long i = thread_id(); i < long(N) * E; i += thread_count()) {
@@ -170,26 +156,26 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
   const GridBarrier& b = p.barrier;
   if (p.router) {
     router_logits(p);
-    if (!grid_sync(b, kLogits, 0)) return;
+    if (!grid_sync(b, kRouterLogits, 0)) return;
     router_select_tokens(p);
-    if (!grid_sync(b, kSelect, 0)) return;
+    if (!grid_sync(b, kRouterSelect, 0)) return;
   }
   layout_count(p);
-  if (!grid_sync(b, kCount, 0)) return;
+  if (!grid_sync(b, kLayoutCount, 0)) return;
   layout_scan(p);
-  if (!grid_sync(b, kScan, 0)) return;
+  if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(p);
   if (p.c.has_shared()) shared_up(p);
-  if (!grid_sync(b, kPlace, 0)) return;
+  if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared()) shared_down(p);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });
     if (!grid_sync(b, kPull, cycle)) return;
     expert_up(p, cycle);
-    if (!grid_sync(b, kUp, cycle)) return;
+    if (!grid_sync(b, kExpertUp, cycle)) return;
     expert_down(p, cycle);
-    if (!grid_sync(b, kDown, cycle)) return;
+    if (!grid_sync(b, kExpertDown, cycle)) return;
   }
   combine(p);
 }

@@ -99,7 +99,8 @@ struct Megakernel::Impl {
     if (e.code == kBarrierTimeout)
       throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
                   " waited more than " + std::to_string(launch.watchdog_seconds) +
-                  " s at the grid barrier after phase " + std::to_string(e.phase) + ", ring cycle " +
+                  " s at the grid barrier after phase '" +
+                  (e.phase >= 0 && e.phase < kPhaseCount ? kPhaseNames[e.phase] : "?") + "', ring cycle " +
                   std::to_string(e.cycle));
   }
 };

@@ -29,6 +29,28 @@ struct KernelError {
 
 enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1 };
 
+// The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
+enum Phase : int {
+  kRouterLogits,
+  kRouterSelect,
+  kLayoutCount,
+  kLayoutScan,
+  kLayoutPlace,
+  kPull,
+  kExpertUp,
+  kExpertDown,
+  kDownGrad,
+  kRowGrad,
+  kDxPush,
+  kRouterGrad,
+  kWeightGrad,
+  kPhaseCount
+};
+inline constexpr const char* kPhaseNames[kPhaseCount] = {
+    "router logits", "router top-k",    "layout count",    "layout scan",  "layout place",
+    "ring pull",     "expert GEMM1",    "expert GEMM2",    "expert dy W2", "router-weight grad and SwiGLU backward",
+    "dx push",       "router backward", "weight gradients"};
+
 struct GridBarrier {
   unsigned int* arrived;
   unsigned int* generation;

@@ -198,6 +198,22 @@ TEST_F(Gpu, BatchInvariance) {
   EXPECT_EQ(first_mismatch("y", sub.fwd.y, want), "");
 }
 
+// A grid barrier that waits past the watchdog reports phase and block instead of hanging: with a 1 ns
+// limit, every block but the last to arrive at the first barrier times out.
+TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
+  const Problem p = make_problem(small(2, 32, 8, 2), 4);
+  Megakernel mk(p.config, p.weights, LaunchConfig{0, 256, 1e-9});
+  try {
+    mk.forward(p.x, nullptr);
+    FAIL() << "the watchdog did not fire";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("watchdog"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("phase"), std::string::npos) << e.what();
+  }
+  Megakernel healthy(p.config, p.weights, {});
+  EXPECT_NO_THROW(healthy.forward(p.x, nullptr));
+}
+
 TEST_F(Gpu, RejectsBadLaunches) {
   const Problem p = make_problem(small(1, 16, 4, 2), 3);
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 24, 10.0}), Error);
