@@ -4,7 +4,7 @@
 // model (the same __host__ __device__ code the reference runs) and counts mismatches. Model
 // variants (fraction bits kept, zero-term exponent rule) are scored side by side so the probe
 // shows which rule the hardware follows. Exit status: 0 no mismatch of the shipped model, 1 any,
-// 2 error, 77 no GPU (a skip for ctest). Usage: mok-tc-validate [outputs=1e8] [seed].
+// 2 error, 77 no GPU (a skip for ctest). Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma].
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +13,7 @@
 #include "mok/core/kstep.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/ptx/mma.cuh"
+#include "mok/megakernel/ptx/wgmma.cuh"
 
 namespace {
 
@@ -144,6 +145,37 @@ __global__ void tensor_core_tiles(uint64_t seed, int cls, long tiles, float* d) 
 }
 
 // The shipped model first, then variants that each change one rule: the probe shows each rule matters.
+// One warpgroup per tile: D(64x8) = A(64x16) B(16x8) + C through wgmma, operands staged in shared
+// memory in the canonical no-swizzle K-major layout (core matrix (i, kk) at 256 i + 128 kk bytes).
+__global__ void __launch_bounds__(128) warpgroup_tiles(uint64_t seed, int cls, long tiles, float* d) {
+  __shared__ __align__(256) uint16_t a_smem[64 * 16];
+  __shared__ __align__(256) uint16_t b_smem[8 * 16];
+  const int t = threadIdx.x, warp = t / 32, group = (t % 32) / 4, quad = t % 4;
+  const auto core_offset = [](int row, int k) { return (row / 8) * 128 + (k / 8) * 64 + (row % 8) * 8 + k % 8; };
+  for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int i = t; i < 64 * 16; i += 128)
+      a_smem[core_offset(i / 16, i % 16)] = gen_operand(seed, cls, tile, 0, i / 16, i % 16).bits;
+    for (int i = t; i < 8 * 16; i += 128)
+      b_smem[core_offset(i / 16, i % 16)] = gen_operand(seed, cls, tile, 1, i % 16, i / 16).bits;
+    mok::gpu::ptx::fence_async_shared();
+    __syncthreads();
+    const int row = 16 * warp + group;
+    float acc[4] = {gen_c(seed, cls, tile, row, 2 * quad), gen_c(seed, cls, tile, row, 2 * quad + 1),
+                    gen_c(seed, cls, tile, row + 8, 2 * quad), gen_c(seed, cls, tile, row + 8, 2 * quad + 1)};
+    mok::gpu::ptx::wgmma_fence();
+    mok::gpu::ptx::wgmma_bf16_m64n8k16(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256),
+                                       mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
+    mok::gpu::ptx::wgmma_commit();
+    mok::gpu::ptx::wgmma_wait_all();
+    float* out = d + tile * 512;
+    out[row * 8 + 2 * quad] = acc[0];
+    out[row * 8 + 2 * quad + 1] = acc[1];
+    out[(row + 8) * 8 + 2 * quad] = acc[2];
+    out[(row + 8) * 8 + 2 * quad + 1] = acc[3];
+    __syncthreads();
+  }
+}
+
 constexpr int kVariants = 6;
 constexpr const char* kVariantNames[kVariants] = {"shipped", "F24", "F26", "F27", "floor-126", "no_floor"};
 
@@ -158,12 +190,13 @@ struct Mismatch {
 };
 constexpr int kKeep = 16;
 
-__global__ void compare_with_model(uint64_t seed, int cls, long tiles, const float* d,
+// rows: 16 (mma.sync tiles) or 64 (wgmma tiles); 8 columns.
+__global__ void compare_with_model(uint64_t seed, int cls, long tiles, int rows, const float* d,
                                    unsigned long long* counts /* [kVariants] */, Mismatch* keep, unsigned int* kept) {
-  const long total = tiles * 128;
+  const long total = tiles * rows * 8;
   for (long o = long(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += long(gridDim.x) * blockDim.x) {
-    const long tile = o / 128;
-    const int m = int(o % 128) / 8, n = int(o % 8);
+    const long tile = o / (rows * 8);
+    const int m = int(o % (rows * 8)) / 8, n = int(o % 8);
     bf16 a[16], b[16];
     for (int k = 0; k < 16; ++k) {
       a[k] = gen_operand(seed, cls, tile, 0, m, k);
@@ -191,6 +224,13 @@ __global__ void compare_with_model(uint64_t seed, int cls, long tiles, const flo
 int main(int argc, char** argv) {
   const double outputs = argc > 1 ? std::atof(argv[1]) : 1.0e8;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
+  const std::string instruction = argc > 3 ? argv[3] : "mma";
+  if (instruction != "mma" && instruction != "wgmma") {
+    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma]\n");
+    return 2;
+  }
+  const bool wgmma = instruction == "wgmma";
+  const int rows = wgmma ? 64 : 16, per_tile = rows * 8;
   try {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -199,21 +239,22 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    const long tiles_per_class = long(outputs / 128 / double(kClassCount)) + 1;
+    const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
     const long batch = std::min(tiles_per_class, 1l << 18);
     float* d = nullptr;
     unsigned long long* counts = nullptr;
     Mismatch* keep = nullptr;
     unsigned int* kept = nullptr;
-    MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * 128 * sizeof(float)));
+    MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * per_tile * sizeof(float)));
     MOK_CUDA_CHECK(cudaMalloc(&counts, kVariants * sizeof(unsigned long long)));
     MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(Mismatch)));
     MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
-    std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, mma.sync m16n8k16 bf16->f32\n", prop.name,
-                (unsigned long long)seed, tiles_per_class * 128);
+    std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, %s bf16->f32\n", prop.name,
+                (unsigned long long)seed, tiles_per_class * per_tile,
+                wgmma ? "wgmma.mma_async m64n8k16 (smem operands)" : "mma.sync m16n8k16");
     std::printf(
-        "mismatches of the shipped model (HopperBf16Step: 25 fraction bits, zero terms ignored) and of\n"
-        "variants with 24/26/27 fraction bits or zero terms counted at exponent -126:\n");
+        "mismatches of the shipped model (HopperBf16Step: 25 fraction bits, alignment exponent floored at\n"
+        "-133) and of variants with 24/26/27 fraction bits, the floor at -126, or no floor:\n");
     std::printf("%-12s %12s", "class", "outputs");
     for (const char* name : kVariantNames) std::printf(" %10s", name);
     std::printf("\n");
@@ -224,21 +265,24 @@ int main(int argc, char** argv) {
       for (long first = 0; first < tiles_per_class; first += batch) {
         const long n = std::min(batch, tiles_per_class - first);
         const uint64_t batch_seed = seed + uint64_t(first);
-        MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * 128 * sizeof(float)));  // poison
+        MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * per_tile * sizeof(float)));  // poison
         MOK_CUDA_CHECK(cudaMemset(counts, 0, kVariants * sizeof(unsigned long long)));
-        tensor_core_tiles<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d);
+        if (wgmma)
+          warpgroup_tiles<<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, d);
+        else
+          tensor_core_tiles<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d);
         MOK_CUDA_CHECK(cudaGetLastError());
-        compare_with_model<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d, counts, keep, kept);
+        compare_with_model<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, rows, d, counts, keep, kept);
         MOK_CUDA_CHECK(cudaGetLastError());
         std::vector<unsigned long long> c(kVariants);
         MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, kVariants * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         for (int i = 0; i < kVariants; ++i) sum[i] += c[i];
       }
-      std::printf("%-12s %12ld", kClassNames[cls], tiles_per_class * 128);
+      std::printf("%-12s %12ld", kClassNames[cls], tiles_per_class * per_tile);
       for (int i = 0; i < kVariants; ++i) std::printf(" %10llu", sum[i]);
       std::printf("\n");
       shipped_mismatches += sum[0];
-      total_outputs += tiles_per_class * 128;
+      total_outputs += tiles_per_class * per_tile;
       unsigned int nkept = 0;
       MOK_CUDA_CHECK(cudaMemcpy(&nkept, kept, sizeof nkept, cudaMemcpyDeviceToHost));
       std::vector<Mismatch> mm(kKeep);
