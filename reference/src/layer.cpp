@@ -253,12 +253,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
                    const std::vector<bf16>& dy, const Options& opt) {
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k, T = c.tokens_per_rank;
   const int Is = c.shared_intermediate;
-  validate_inputs(c, x, w, &fwd.routing);
-  require(fwd.layout.counts.size() == size_t(E) && fwd.layout.offsets.size() == size_t(E) + 1 &&
-              fwd.layout.row_source.size() == at(N, k) && (fwd.logits.empty() || fwd.logits.size() == at(N, E)) &&
-              fwd.shared_h.size() == at(N, 2 * Is),
-          "the forward's outputs do not match the config: pass the Forward made for these inputs");
-  validate_tokens(c, dy, "dy [N, H]");
+  validate_backward_inputs(c, x, w, fwd, dy);
   require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
   require(opt.recompute || fwd.h.size() == at(at(N, k), 2 * I), "forward saved no activations: use recompute");
   const DispatchLayout& l = fwd.layout;

@@ -69,4 +69,16 @@ inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, co
   if (given) validate_routing(c, *given);
 }
 
+// The backward's inputs: the forward's inputs again, a Forward made for this config, and dy.
+inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
+                                     const Forward& fwd, const std::vector<bf16>& dy) {
+  validate_inputs(c, x, w, &fwd.routing);
+  const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
+  require(fwd.layout.counts.size() == E && fwd.layout.offsets.size() == E + 1 &&
+              fwd.layout.row_source.size() == N * k && (fwd.logits.empty() || fwd.logits.size() == N * E) &&
+              fwd.shared_h.size() == N * 2 * Is,
+          "the forward's outputs do not match the config: pass the Forward made for these inputs");
+  validate_tokens(c, dy, "dy [N, H]");
+}
+
 }  // namespace mok

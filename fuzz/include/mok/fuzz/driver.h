@@ -1,0 +1,42 @@
+// The fuzz loop: each property checked by rapidcheck on generated cases, in rounds of fixed seeds
+// derived from the run's seed, so a seed always yields the same cases in the same order; a failure
+// shrinks, is written as a repro file, and stops that property.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "mok/fuzz/backend.h"
+#include "mok/fuzz/fuzz_case.h"
+
+namespace mok::fuzz {
+
+struct FuzzOptions {
+  uint64_t seed = 1;
+  long cases = 100;                     // per property; 0: run for `seconds` instead
+  double seconds = 0;                   // in all, shared evenly by the properties
+  std::vector<std::string> properties;  // empty: all, in all_properties() order
+  ref::Fault fault = ref::Fault::none;
+  std::filesystem::path repro_dir = ".";
+  std::string program = "mok-fuzz";  // how the printed replay and rerun commands start
+};
+
+struct PropertyReport {
+  std::string property;
+  long cases = 0;      // cases checked, the failing one included
+  double seconds = 0;  // time spent on those cases (shrinking excluded)
+  bool failed = false;
+  std::string failure;          // the shrunk counterexample's failure
+  std::string counterexample;   // the shrunk case, one line
+  int shrink_steps = 0;         // accepted shrinks
+  std::filesystem::path repro;  // empty if none was written
+  std::string replay_command;   // the command that replays the repro
+};
+
+// Progress (cases, cases/s, failures) and every failure's details go to `log`.
+std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& options, std::ostream& log);
+
+}  // namespace mok::fuzz

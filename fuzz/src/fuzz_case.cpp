@@ -1,0 +1,57 @@
+#include "mok/fuzz/fuzz_case.h"
+
+#include <iterator>
+#include <sstream>
+
+#include "mok/golden/golden.h"
+
+namespace mok::fuzz {
+namespace {
+
+constexpr const char* kFaultNames[] = {"none",          "combine_order",   "layout_off_by_one", "tie_higher_index",
+                                       "drop_overflow", "router_grad_sign"};
+
+}  // namespace
+
+ref::Problem make_problem(const FuzzCase& fc) {
+  return ref::make_problem(fc.config, fc.data_seed, fc.routing, fc.zipf_s);
+}
+
+std::string describe(const LayerConfig& c) {
+  std::ostringstream os;
+  os << "R=" << c.ranks << " T=" << c.tokens_per_rank << " E=" << c.experts << " k=" << c.top_k << " H=" << c.hidden
+     << " I=" << c.intermediate << " Is=" << c.shared_intermediate << ' ' << golden::to_string(c.score_mode)
+     << " renorm=" << c.renormalize;
+  if (c.score_mode == ScoreMode::sigmoid)
+    os << " n_group=" << c.n_group << " topk_group=" << c.topk_group << " scale=" << c.routed_scale;
+  os << " limit=" << c.swiglu_limit;
+  return os.str();
+}
+
+std::string describe(const FuzzCase& fc) {
+  const ref::Options& o = fc.params.options;
+  std::ostringstream os;
+  os << describe(fc.config) << " routing=" << ref::to_string(fc.routing);
+  if (fc.routing == ref::RoutingKind::zipf) os << " zipf_s=" << fc.zipf_s;
+  os << " data_seed=" << fc.data_seed << " step=" << golden::to_string(o.step) << " ring_rows=" << o.ring_rows
+     << " recompute=" << o.recompute << " aux_seed=" << fc.params.aux_seed;
+  if (o.fault != ref::Fault::none) os << " fault=" << to_string(o.fault);
+  return os.str();
+}
+
+std::string to_string(ref::Fault fault) { return kFaultNames[int(fault)]; }
+
+ref::Fault fault_from_string(const std::string& name) {
+  for (int i = 0; i < int(std::size(kFaultNames)); ++i)
+    if (name == kFaultNames[i]) return ref::Fault(i);
+  throw Error("mok-fuzz: unknown fault '" + name + "'");
+}
+
+const std::vector<ref::Fault>& all_faults() {
+  static const std::vector<ref::Fault> faults = {ref::Fault::combine_order, ref::Fault::layout_off_by_one,
+                                                 ref::Fault::tie_higher_index, ref::Fault::drop_overflow,
+                                                 ref::Fault::router_grad_sign};
+  return faults;
+}
+
+}  // namespace mok::fuzz

@@ -1,0 +1,47 @@
+#include "mok/core/validate.h"
+#include "mok/fuzz/backend.h"
+#include "mok/megakernel/megakernel.h"
+
+namespace mok::fuzz {
+namespace {
+
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend() {
+    require(gpu::device_available(), "mok-fuzz: the gpu backend needs a Hopper GPU (compute capability 9.0)");
+  }
+
+  std::string name() const override { return "gpu"; }
+  std::optional<StepModel> fixed_step() const override { return StepModel::hopper_tc; }
+
+  ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                       const ref::Routing* given, const ref::Options& opt) override {
+    gpu::Megakernel mk(c, w, launch(opt));
+    return mk.forward(x, given);
+  }
+
+  // The megakernel keeps its forward's state on the device: replay that forward (same bits, D1),
+  // with the forward's routing given when it was given, then run the backward.
+  ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                          const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
+    validate_backward_inputs(c, x, w, fwd, dy);
+    gpu::Megakernel mk(c, w, launch(opt));
+    mk.forward(x, fwd.logits.empty() ? &fwd.routing : nullptr);
+    return mk.backward(dy);
+  }
+
+ private:
+  static gpu::LaunchConfig launch(const ref::Options& opt) {
+    require(opt.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
+    require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
+    gpu::LaunchConfig l;
+    l.ring_rows = opt.ring_rows;
+    return l;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gpu_backend() { return std::make_unique<GpuBackend>(); }
+
+}  // namespace mok::fuzz

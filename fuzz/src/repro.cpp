@@ -1,0 +1,61 @@
+#include "mok/fuzz/repro.h"
+
+#include <sstream>
+
+#include "mok/fuzz/properties.h"
+#include "mok/golden/golden.h"
+
+namespace mok::fuzz {
+namespace {
+
+// The description's last line carries the replay parameters as key=value words.
+constexpr const char* kParamsTag = "mok-fuzz:";
+
+std::string value_of(const std::string& params, const std::string& key, const std::filesystem::path& file) {
+  std::istringstream words(params);
+  for (std::string word; words >> word;)
+    if (word.rfind(key + "=", 0) == 0) return word.substr(key.size() + 1);
+  throw Error("mok-fuzz: " + file.string() + " is no mok-fuzz repro: its description lacks " + key + "=");
+}
+
+}  // namespace
+
+void write_repro(const std::filesystem::path& file, const std::string& property, const FuzzCase& fc,
+                 const std::string& failure) {
+  ref::Options fault_free = fc.params.options;
+  fault_free.fault = ref::Fault::none;
+  golden::GoldenCase g = golden::make_case("fuzz-" + property, make_problem(fc), fault_free);
+  g.description = "mok-fuzz counterexample of property " + property + ": " + failure + "\ncase: " + describe(fc) +
+                  "\n" + kParamsTag + " property=" + property + " aux_seed=" + std::to_string(fc.params.aux_seed) +
+                  " fault=" + to_string(fc.params.options.fault);
+  golden::write_golden(file, g);
+}
+
+Repro read_repro(const std::filesystem::path& file) {
+  const golden::GoldenCase g = golden::read_golden(file);
+  const size_t tag = g.description.rfind(kParamsTag);
+  if (tag == std::string::npos)
+    throw Error("mok-fuzz: " + file.string() + " is a golden file but no mok-fuzz repro (no '" + kParamsTag +
+                "' line in its description)");
+  const std::string params = g.description.substr(tag);
+  Repro r;
+  r.property = find_property(value_of(params, "property", file)).name;
+  r.problem = golden::problem_of(g);
+  r.params.options = g.options;
+  r.params.options.fault = fault_from_string(value_of(params, "fault", file));
+  try {
+    r.params.aux_seed = std::stoull(value_of(params, "aux_seed", file));
+  } catch (const std::logic_error&) {
+    throw Error("mok-fuzz: " + file.string() + ": aux_seed is not a number");
+  }
+  r.description = g.description;
+  return r;
+}
+
+Verdict replay(Backend& backend, const Repro& repro) {
+  CaseParams params = repro.params;
+  if (const auto step = backend.fixed_step()) params.options.step = *step;
+  return find_property(repro.property).check(backend, repro.problem, params);
+}
+
+}  // namespace mok::fuzz
