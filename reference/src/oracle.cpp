@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace mok::ref {
 namespace {
@@ -129,41 +130,80 @@ std::vector<double> scores_of(const LayerConfig& c, const double* logits) {
 double weight_scale(const LayerConfig& c) { return c.score_mode == ScoreMode::sigmoid ? c.routed_scale : 1.0; }
 
 // d logits of one token from d topk_w: the chain rule through w_j = scale * s_{e_j} / S
-// (S = sum of the selected scores when renormalising, else 1) and through the scores.
+// (S = sum of the selected scores when renormalising, else 1) and through the scores. The
+// renormalisation's Jacobian is applied as (dw_j - sum_i dw_i w'_i) / S with w'_i = s_i / S, as in
+// core/routing.h: at k = 1, w'_0 = s / s = 1 exactly, so d scores, and with them d logits, come out
+// exactly zero, as they are mathematically (the weight is the constant `scale`). The form
+// (dw_j - sum_i dw_i s_i / S) / S rounds dw_0 s / s and left noise of 1e-17 there.
+//
+// Also the condition scale of d logits (OracleResult::d_logits_scale): sqrt(sum_j (J_je m_j)^2)
+// with J_je = d w_j / d logit_e and m = d_topk_w_scale, or |d logit_e| where that is larger.
 void router_backward(const LayerConfig& c, const double* logits, const int32_t* idx, const double* d_topk_w,
-                     double* d_logits) {
+                     const double* d_topk_w_scale, double* d_logits, double* d_logits_scale) {
   const int E = c.experts, k = c.top_k;
+  const bool sigmoid = c.score_mode == ScoreMode::sigmoid;
   const std::vector<double> s = scores_of(c, logits);
   const double scale = weight_scale(c);
-  double sum = 0, weighted = 0;  // S and sum_i dw_i s_i / S
+  double sum = 0;
   for (int j = 0; j < k; ++j) sum += s[idx[j]];
-  for (int j = 0; j < k; ++j) weighted += d_topk_w[j] * s[idx[j]] / sum;
+  std::vector<double> unit(k);  // w'_j = s_j / S
+  for (int j = 0; j < k; ++j) unit[j] = c.renormalize ? s[idx[j]] / sum : s[idx[j]];
+  double weighted = 0;  // sum_i dw_i w'_i
+  for (int j = 0; j < k; ++j) weighted += d_topk_w[j] * unit[j];
   std::vector<double> d_scores(E, 0.0);
   for (int j = 0; j < k; ++j)
     d_scores[idx[j]] = c.renormalize ? scale * (d_topk_w[j] - weighted) / sum : scale * d_topk_w[j];
-  if (c.score_mode == ScoreMode::sigmoid) {
+  // d w_j / d s_{e_i}: scale (delta_ij - w'_j) / S renormalised (0 at k = 1), else scale delta_ij.
+  const auto dw_ds = [&](int j, int i) {
+    const double delta = i == j ? 1.0 : 0.0;
+    return c.renormalize ? scale * (delta - unit[j]) / sum : scale * delta;
+  };
+  // d s_{e_i} / d logit_e: sigmoid s (1 - s) on the diagonal; softmax s_i (delta - s_e).
+  const auto ds_dl = [&](int i, int e) {
+    const double delta = idx[i] == e ? 1.0 : 0.0;
+    return sigmoid ? delta * s[e] * (1.0 - s[e]) : s[idx[i]] * (delta - s[e]);
+  };
+  std::vector<double> spread2(E, 0.0);  // sum_j (J_je m_j)^2
+  for (int j = 0; j < k; ++j)
+    for (int e = 0; e < E; ++e) {
+      double jacobian = 0;
+      for (int i = 0; i < k; ++i) jacobian += dw_ds(j, i) * ds_dl(i, e);
+      spread2[e] += (jacobian * d_topk_w_scale[j]) * (jacobian * d_topk_w_scale[j]);
+    }
+  if (sigmoid) {
     for (int e = 0; e < E; ++e) d_logits[e] = d_scores[e] * s[e] * (1.0 - s[e]);
-    return;
+  } else {
+    double dot = 0;
+    for (int e = 0; e < E; ++e) dot += d_scores[e] * s[e];
+    for (int e = 0; e < E; ++e) d_logits[e] = s[e] * (d_scores[e] - dot);
   }
-  double dot = 0;
-  for (int e = 0; e < E; ++e) dot += d_scores[e] * s[e];
-  for (int e = 0; e < E; ++e) d_logits[e] = s[e] * (d_scores[e] - dot);
+  for (int e = 0; e < E; ++e) d_logits_scale[e] = std::max(std::abs(d_logits[e]), std::sqrt(spread2[e]));
 }
 
 template <class T, class ToDouble>
-TensorError error_of(const std::vector<T>& out, const std::vector<double>& ref, ToDouble to_double) {
+TensorError error_of(const std::vector<T>& out, const std::vector<double>& ref, const std::vector<double>& scale,
+                     ToDouble to_double) {
   require(out.size() == ref.size(), "tensor_error: " + std::to_string(out.size()) + " elements against " +
                                         std::to_string(ref.size()) + " in the oracle");
-  double diff2 = 0, ref2 = 0;
+  require(scale.empty() || scale.size() == ref.size(),
+          "tensor_error: " + std::to_string(scale.size()) + " scales for " + std::to_string(ref.size()) + " elements");
+  double diff2 = 0, scale2 = 0;
   TensorError err;
   for (size_t i = 0; i < out.size(); ++i) {
     const double d = std::abs(to_double(out[i]) - ref[i]);
+    const double s = scale.empty() ? std::abs(ref[i]) : scale[i];
     diff2 += d * d;
-    ref2 += ref[i] * ref[i];
+    scale2 += s * s;
     err.max_abs = std::max(err.max_abs, d);
-    err.max_ref = std::max(err.max_ref, std::abs(ref[i]));
+    err.max_ref = std::max(err.max_ref, s);
   }
-  err.relative = diff2 == 0 ? 0.0 : std::sqrt(diff2 / ref2);
+  // 0/0 -> 0: an exactly-zero oracle tensor matched exactly. A difference against zero fails.
+  if (diff2 == 0)
+    err.relative = 0.0;
+  else if (scale2 == 0)
+    err.relative = std::numeric_limits<double>::infinity();
+  else
+    err.relative = std::sqrt(diff2 / scale2);
   return err;
 }
 
@@ -207,7 +247,7 @@ std::vector<double> oracle_router_weights(const LayerConfig& c, const std::vecto
     const int32_t* idx = topk_idx.data() + at(g, k);
     double sum = 0;
     for (int j = 0; j < k; ++j) sum += s[idx[j]];
-    for (int j = 0; j < k; ++j) topk_w[at(g, k) + j] = weight_scale(c) * s[idx[j]] / (c.renormalize ? sum : 1.0);
+    for (int j = 0; j < k; ++j) topk_w[at(g, k) + j] = weight_scale(c) * (c.renormalize ? s[idx[j]] / sum : s[idx[j]]);
   }
   return topk_w;
 }
@@ -249,6 +289,7 @@ OracleResult oracle(const OracleInputs& in) {
   o.y.assign(at(N, H), 0.0);
   o.dx.assign(at(N, H), 0.0);
   o.d_topk_w.assign(at(N, k), 0.0);
+  o.d_topk_w_scale.assign(at(N, k), 0.0);
   o.d_w1.assign(at(E, at(2 * I, H)), 0.0);
   o.d_w2.assign(at(E, at(H, I)), 0.0);
   View Y(o.y.data(), N, H), DX(o.dx.data(), N, H);
@@ -268,7 +309,9 @@ OracleResult oracle(const OracleInputs& in) {
       const int t = rows[e].token[i];
       Y.row(t) += w(i) * p.out.row(i);
       DX.row(t) += dx_e.row(i);
-      o.d_topk_w[at(t, k) + rows[e].slot[i]] = g.row(i).dot(p.a.row(i));
+      const size_t slot = at(t, k) + rows[e].slot[i];
+      o.d_topk_w[slot] = g.row(i).dot(p.a.row(i));
+      o.d_topk_w_scale[slot] = std::max(std::abs(o.d_topk_w[slot]), g.row(i).cwiseProduct(p.a.row(i)).norm());
     }
     View(o.d_w1.data() + at(e, at(2 * I, H)), 2 * I, H) = dh.transpose() * p.x;
     View(o.d_w2.data() + at(e, at(H, I)), H, I) = (w.asDiagonal() * dy_e).transpose() * p.a;
@@ -288,12 +331,17 @@ OracleResult oracle(const OracleInputs& in) {
 
   if (in.routed_by_router()) {
     o.d_logits.resize(at(N, E));
+    o.d_logits_scale.resize(at(N, E));
     for (int g = 0; g < N; ++g)
       router_backward(c, o.logits.data() + at(g, E), in.topk_idx.data() + at(g, k), o.d_topk_w.data() + at(g, k),
-                      o.d_logits.data() + at(g, E));
+                      o.d_topk_w_scale.data() + at(g, k), o.d_logits.data() + at(g, E),
+                      o.d_logits_scale.data() + at(g, E));
     const ConstView d_logits(o.d_logits.data(), N, E), router(in.router.data(), E, H);
     o.d_router.resize(at(E, H));
     View(o.d_router.data(), E, H) = d_logits.transpose() * x;
+    o.d_router_scale.resize(at(E, H));
+    const Matrix spread2 = ConstView(o.d_logits_scale.data(), N, E).cwiseAbs2().transpose() * x.cwiseAbs2();
+    View(o.d_router_scale.data(), E, H) = View(o.d_router.data(), E, H).cwiseAbs().cwiseMax(spread2.cwiseSqrt());
     DX += d_logits * router;
   }
   return o;
@@ -301,26 +349,29 @@ OracleResult oracle(const OracleInputs& in) {
 
 const char* to_string(OracleTensor t) { return kTensorNames[int(t)]; }
 
-TensorError tensor_error(const std::vector<float>& out, const std::vector<double>& ref) {
-  return error_of(out, ref, [](float v) { return double(v); });
+TensorError tensor_error(const std::vector<float>& out, const std::vector<double>& ref,
+                         const std::vector<double>& scale) {
+  return error_of(out, ref, scale, [](float v) { return double(v); });
 }
 
-TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>& ref) {
-  return error_of(out, ref, [](bf16 v) { return double(to_float(v)); });
+TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>& ref,
+                         const std::vector<double>& scale) {
+  return error_of(out, ref, scale, [](bf16 v) { return double(to_float(v)); });
 }
 
 std::vector<OracleCheck> compare_with_oracle(const Forward& fwd, const Gradients& grad, const OracleResult& o) {
   std::vector<OracleCheck> checks;
-  const auto add = [&](OracleTensor t, const auto& out, const std::vector<double>& ref) {
-    if (!ref.empty()) checks.push_back(OracleCheck{t, tensor_error(out, ref), oracle_bound(t)});
+  const auto add = [&](OracleTensor t, const auto& out, const std::vector<double>& ref,
+                       const std::vector<double>& scale = {}) {
+    if (!ref.empty()) checks.push_back(OracleCheck{t, tensor_error(out, ref, scale), oracle_bound(t)});
   };
   add(OracleTensor::logits, fwd.logits, o.logits);
   add(OracleTensor::topk_w, fwd.routing.topk_w, o.topk_w);
   add(OracleTensor::y, fwd.y, o.y);
   add(OracleTensor::dx, grad.dx, o.dx);
-  add(OracleTensor::d_topk_w, grad.d_topk_w, o.d_topk_w);
-  add(OracleTensor::d_logits, grad.d_logits, o.d_logits);
-  add(OracleTensor::d_router, grad.d_router, o.d_router);
+  add(OracleTensor::d_topk_w, grad.d_topk_w, o.d_topk_w, o.d_topk_w_scale);
+  add(OracleTensor::d_logits, grad.d_logits, o.d_logits, o.d_logits_scale);
+  add(OracleTensor::d_router, grad.d_router, o.d_router, o.d_router_scale);
   add(OracleTensor::d_w1, grad.d_w1, o.d_w1);
   add(OracleTensor::d_w2, grad.d_w2, o.d_w2);
   add(OracleTensor::d_shared_w1, grad.d_shared_w1, o.d_shared_w1);

@@ -198,6 +198,102 @@ TEST_P(ReferenceVsOracle, EveryTensorWithinItsBound) {
 INSTANTIATE_TEST_SUITE_P(Cases, ReferenceVsOracle, ::testing::ValuesIn(accuracy_cases()),
                          [](const ::testing::TestParamInfo<AccuracyCase>& info) { return info.param.name; });
 
+// Runs the reference (fp32_fma) and the oracle on one problem and returns every check.
+std::vector<OracleCheck> checks_of(const LayerConfig& c, const Problem& p) {
+  Options opt;
+  opt.step = StepModel::fp32_fma;
+  const Forward f = forward(c, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
+  const Gradients g = backward(c, p.x, p.weights, f, p.dy, opt);
+  return compare_with_oracle(f, g, oracle(oracle_inputs(c, p.x, p.weights, p.dy, f)));
+}
+
+const OracleCheck& check_of(const std::vector<OracleCheck>& checks, OracleTensor t) {
+  const auto it = std::find_if(checks.begin(), checks.end(), [t](const OracleCheck& ch) { return ch.tensor == t; });
+  EXPECT_NE(it, checks.end()) << to_string(t);
+  return *it;
+}
+
+// Fuzzer false positive 1 (docs/fuzzing.md): at k = 1 with renormalisation the weight is the constant
+// 1 (softmax) or routed_scale (sigmoid), so d logits and d router are exactly zero. The reference
+// returns exact zeros; the oracle must too, and 0 against 0 is error 0.
+TEST(ReferenceVsOracleEdges, TopOneRenormalisedRouterGradientsAreExactlyZero) {
+  for (ScoreMode mode : {ScoreMode::softmax, ScoreMode::sigmoid}) {
+    LayerConfig c = small_config(2, 8, 64, 64, 8, 1);
+    c.renormalize = true;
+    c.score_mode = mode;
+    if (mode == ScoreMode::sigmoid) c.routed_scale = 2.5f;
+    const Problem p = make_problem(c, 5, RoutingKind::router);
+    Options opt;
+    opt.step = StepModel::fp32_fma;
+    const Forward f = forward(c, p.x, p.weights, nullptr, opt);
+    const OracleResult o = oracle(oracle_inputs(c, p.x, p.weights, p.dy, f));
+    for (double v : o.d_logits) ASSERT_EQ(v, 0.0) << "d_logits";
+    for (double v : o.d_router) ASSERT_EQ(v, 0.0) << "d_router";
+    for (double v : o.d_logits_scale) ASSERT_EQ(v, 0.0) << "d_logits_scale";
+    for (const OracleCheck& ch : checks_of(c, p)) {
+      EXPECT_TRUE(ch.passed()) << to_string(ch.tensor) << ": relative " << ch.error.relative << ", bound " << ch.bound;
+      if (ch.tensor == OracleTensor::d_logits || ch.tensor == OracleTensor::d_router) {
+        EXPECT_EQ(ch.error.relative, 0.0) << to_string(ch.tensor);
+        EXPECT_EQ(ch.error.max_abs, 0.0) << to_string(ch.tensor);
+      }
+    }
+  }
+}
+
+// Fuzzer false positive 2: a one-element d topk_w = <g, a> whose terms cancel. dy is tuned so that
+// <dy, y_e> = <dy W2, a> nearly vanishes; the reference's bf16 a then leaves an error of the size u
+// times the terms, which is O(1) of the cancelled value but well inside the bound against the
+// condition scale ||g .* a||_2. d logits (softmax, not renormalised) inherits the cancellation.
+TEST(ReferenceVsOracleEdges, CancellingSingleElementTopkWeightGradientPasses) {
+  LayerConfig c = small_config(1, 1, 64, 64, 4, 1);
+  c.renormalize = false;
+  Problem p = make_problem(c, 3, RoutingKind::router);
+  Options opt;
+  opt.step = StepModel::fp32_fma;
+  const Forward f = forward(c, p.x, p.weights, nullptr, opt);
+  // y_e, the expert's output before its weight: the oracle's y at weight 1.
+  const std::vector<double> ye = oracle_y(oracle_inputs(c, p.x, p.weights, p.dy, f), {1.0});
+  std::vector<size_t> order(ye.size());
+  for (size_t h = 0; h < order.size(); ++h) order[h] = h;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return std::abs(ye[a]) > std::abs(ye[b]); });
+  for (int pass = 0; pass < 3; ++pass)
+    for (size_t h : order) {
+      double dot = 0;
+      for (size_t i = 0; i < ye.size(); ++i) dot += double(to_float(p.dy[i])) * ye[i];
+      const double step = dot / ye[h];
+      if (std::abs(step) < 4.0) p.dy[h] = to_bf16(float(double(to_float(p.dy[h])) - step));
+    }
+  const OracleResult o = oracle(oracle_inputs(c, p.x, p.weights, p.dy, f));
+  ASSERT_EQ(o.d_topk_w.size(), 1u);
+  EXPECT_LT(std::abs(o.d_topk_w[0]), 1e-3 * o.d_topk_w_scale[0]) << "the dot product did not cancel";
+  const Gradients g = backward(c, p.x, p.weights, f, p.dy, opt);
+  // Against the value, the error is far beyond the bound: the old metric's false positive.
+  EXPECT_GT(tensor_error(g.d_topk_w, o.d_topk_w).relative, oracle_bound(OracleTensor::d_topk_w));
+  const std::vector<OracleCheck> checks = compare_with_oracle(f, g, o);
+  for (const OracleCheck& ch : checks)
+    EXPECT_TRUE(ch.passed()) << to_string(ch.tensor) << ": relative " << ch.error.relative << ", max_abs "
+                             << ch.error.max_abs << " of max_ref " << ch.error.max_ref << ", bound " << ch.bound;
+  EXPECT_GT(check_of(checks, OracleTensor::d_topk_w).error.relative, 0.0);
+}
+
+TEST(TensorError, ExactZeroIsErrorZeroAndADifferenceFromZeroFails) {
+  const TensorError same = tensor_error(std::vector<float>{0.0f, 0.0f}, std::vector<double>{0.0, 0.0});
+  EXPECT_EQ(same.relative, 0.0);
+  EXPECT_TRUE((OracleCheck{OracleTensor::d_logits, same, 1e-2}).passed());
+  const TensorError off = tensor_error(std::vector<float>{0.0f, 1e-30f}, std::vector<double>{0.0, 0.0});
+  EXPECT_TRUE(std::isinf(off.relative));
+  EXPECT_FALSE((OracleCheck{OracleTensor::d_logits, off, 1e-2}).passed());
+}
+
+TEST(TensorError, MeasuresAgainstAConditionScale) {
+  const TensorError e =
+      tensor_error(std::vector<float>{1.0f, 0.5f}, std::vector<double>{1.0, 0.0}, std::vector<double>{3.0, 4.0});
+  EXPECT_DOUBLE_EQ(e.relative, 0.5 / 5.0);
+  EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
+  EXPECT_DOUBLE_EQ(e.max_ref, 4.0);
+  EXPECT_THROW(tensor_error(std::vector<float>(2), std::vector<double>(2), std::vector<double>(1)), Error);
+}
+
 TEST(TensorError, MeasuresRelativeFrobeniusAndMaxAbs) {
   const TensorError e = tensor_error(std::vector<float>{3.0f, 4.5f}, std::vector<double>{3.0, 4.0});
   EXPECT_DOUBLE_EQ(e.relative, 0.5 / 5.0);

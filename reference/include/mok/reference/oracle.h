@@ -46,6 +46,16 @@ struct OracleResult {
   std::vector<double> d_w2;         // [E, H, I]
   std::vector<double> d_shared_w1;  // [2Is, H]; empty without a shared expert
   std::vector<double> d_shared_w2;  // [H, Is]
+
+  // Condition scales of the tensors whose exact value can cancel far below the size of its terms
+  // (docs/accuracy.md, Metric): per element, max(|value|, the RMS size of the rounding error the
+  // bounds allow, per unit of roundoff). Empty where the tensor is.
+  //   d_topk_w_scale: max(|<g, a>|, ||g .* a||_2)
+  //   d_logits_scale: max(|d logit_e|, sqrt(sum_j (J_je d_topk_w_scale_j)^2)), J = d topk_w / d logits
+  //   d_router_scale: max(|d router_eh|, sqrt(sum_n (d_logits_scale_ne x_nh)^2))
+  std::vector<double> d_topk_w_scale;  // [N, k]
+  std::vector<double> d_logits_scale;  // [N, E]
+  std::vector<double> d_router_scale;  // [E, H]
 };
 
 // Forward and backward of the loss L = sum(dy * y).
@@ -75,15 +85,20 @@ enum class OracleTensor : uint8_t {
 
 const char* to_string(OracleTensor t);
 
-// relative = ||out - ref||_F / ||ref||_F; max_abs = max |out - ref|; max_ref = max |ref|.
+// Against a per-element scale s (s = |ref| when no scale is given; otherwise OracleResult's condition
+// scale, which is >= |ref|): relative = ||out - ref||_F / ||s||_F; max_abs = max |out - ref|;
+// max_ref = max s. Exact agreement is error 0 even where s is all zeros (0/0 -> 0); a nonzero
+// difference against an all-zero s is relative = infinity, which fails every bound.
 struct TensorError {
   double relative = 0.0;
   double max_abs = 0.0;
   double max_ref = 0.0;
 };
 
-TensorError tensor_error(const std::vector<float>& out, const std::vector<double>& ref);
-TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>& ref);
+TensorError tensor_error(const std::vector<float>& out, const std::vector<double>& ref,
+                         const std::vector<double>& scale = {});
+TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>& ref,
+                         const std::vector<double>& scale = {});
 
 // bf16's unit roundoff: one round-to-nearest changes a value by at most this fraction of it.
 inline constexpr double kBf16Unit = 0x1p-8;
