@@ -2,12 +2,12 @@
 # One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT):
 # build with the carried rapidcheck, GPU tests, tensor-core model validation, memcheck, every golden
 # through the GPU backend, a GPU fuzz run, and the kernel timings beside the PyTorch baseline.
-#   MOK_COMMIT=<hash> bash bench/h200_session.sh [fuzz_seconds=240] [bench_shapes="olmoe"]
+#   MOK_COMMIT=<hash> bash bench/h200_session.sh [fuzz_seconds=240] [bench_shapes="olmoe kimi-k2"]
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
 mkdir -p "$out"
 fuzz_seconds=${1:-240}
-shapes=${2:-olmoe}
+shapes=${2:-olmoe kimi-k2}
 log() { echo "== $*" | tee -a "$out/summary.log"; }
 {
   echo "commit: ${MOK_COMMIT:-unknown}"
@@ -23,8 +23,9 @@ log "build ok"
 
 log "ctest -L gpu"
 ctest --test-dir build -L gpu --output-on-failure 2>&1 | tee "$out/gpu_tests.log" | tail -5
-log "mok-tc-validate 1e8"
-build/megakernel/mok-tc-validate 1e8 2>&1 | tee "$out/tc_validate.log" | tail -3
+log "mok-tc-validate 1e8 (mma.sync) and 1e8 (wgmma)"
+build/megakernel/mok-tc-validate 1e8 2>&1 | tee "$out/tc_validate.log" | tail -1
+build/megakernel/mok-tc-validate 1e8 20261130 wgmma 2>&1 | tee "$out/tc_validate_wgmma.log" | tail -1
 log "compute-sanitizer memcheck (GPU tests)"
 compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
   --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.log" 2>&1
