@@ -96,6 +96,8 @@ struct Megakernel::Impl {
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, 0, nullptr));
     MOK_CUDA_CHECK(cudaDeviceSynchronize());
     const KernelError e = error.download()[0];
+    if (e.code == kLogitOverflow)
+      throw Error("mok: invalid input: router logit of token " + std::to_string(e.detail) + " overflows");
     if (e.code == kBarrierTimeout)
       throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
                   " waited more than " + std::to_string(launch.watchdog_seconds) +

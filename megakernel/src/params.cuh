@@ -24,10 +24,10 @@ struct KernelError {
   int code;  // 0: none; see ErrorCode
   int phase;
   int cycle;
-  int detail;  // the block that waited
+  int detail;  // the block that waited (timeout), the token (logit overflow)
 };
 
-enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1 };
+enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1, kLogitOverflow = 2 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
 enum Phase : int {

@@ -223,6 +223,12 @@ TEST_F(Gpu, RejectsBadLaunches) {
   std::vector<bf16> x = p.x;
   x[5] = bf16{0x7fc0};
   EXPECT_THROW(mk.forward(x, nullptr), Error);
+  // Finite inputs whose router logits overflow: reported by the kernel, as the reference does.
+  LayerWeights w = p.weights;
+  std::fill(w.router.begin(), w.router.end(), 1.0f);
+  std::fill(x.begin(), x.end(), bf16{0x7f7f});  // the largest finite bf16
+  Megakernel overflowing(p.config, w, {});
+  EXPECT_THROW(overflowing.forward(x, nullptr), Error);
 }
 
 }  // namespace
