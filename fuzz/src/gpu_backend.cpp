@@ -5,6 +5,8 @@
 namespace mok::fuzz {
 namespace {
 
+// The megakernel always saves h and a; in recompute mode it returns the reference's results (no
+// saved activations) and its backward recomputes nothing, which gives the same bits.
 class GpuBackend final : public Backend {
  public:
   GpuBackend() {
@@ -17,14 +19,16 @@ class GpuBackend final : public Backend {
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
     gpu::Megakernel mk(c, w, launch(opt));
-    return mk.forward(x, given);
+    ref::Forward f = mk.forward(x, given);
+    if (opt.recompute) f.h.clear(), f.a.clear();  // the reference's results in recompute mode
+    return f;
   }
 
   // The megakernel keeps its forward's state on the device: replay that forward (same bits, D1),
   // with the forward's routing given when it was given, then run the backward.
   ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                           const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
-    validate_backward_inputs(c, x, w, fwd, dy);
+    validate_backward_inputs(c, x, w, fwd, dy, opt.recompute);
     gpu::Megakernel mk(c, w, launch(opt));
     mk.forward(x, fwd.logits.empty() ? &fwd.routing : nullptr);
     return mk.backward(dy);

@@ -253,9 +253,8 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
                    const std::vector<bf16>& dy, const Options& opt) {
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k, T = c.tokens_per_rank;
   const int Is = c.shared_intermediate;
-  validate_backward_inputs(c, x, w, fwd, dy);
   require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
-  require(opt.recompute || fwd.h.size() == at(at(N, k), 2 * I), "forward saved no activations: use recompute");
+  validate_backward_inputs(c, x, w, fwd, dy, opt.recompute);
   const DispatchLayout& l = fwd.layout;
   std::vector<RankMemory> ranks = rank_table(c, x.data(), dy.data(), fwd.routing.topk_w.data());
   Gradients gr;

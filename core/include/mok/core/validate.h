@@ -69,9 +69,10 @@ inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, co
   if (given) validate_routing(c, *given);
 }
 
-// The backward's inputs: the forward's inputs again, a Forward made for this config, and dy.
+// The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved
+// activations unless the backward recomputes them), and dy.
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
-                                     const Forward& fwd, const std::vector<bf16>& dy) {
+                                     const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
   validate_inputs(c, x, w, &fwd.routing);
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
   require(fwd.layout.counts.size() == E && fwd.layout.offsets.size() == E + 1 &&
@@ -79,6 +80,8 @@ inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf1
               fwd.shared_h.size() == N * 2 * Is,
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
   validate_tokens(c, dy, "dy [N, H]");
+  require(recompute || fwd.h.size() == N * k * 2 * size_t(c.intermediate),
+          "forward saved no activations: use recompute");
 }
 
 }  // namespace mok
