@@ -16,8 +16,10 @@ __device__ void router_logits(const Params& p) {
   for (long i = thread_id(); i < long(N) * E; i += thread_count()) {
     const bf16* x = p.x + (i / E) * H;
     const float* w = p.router_w + (i % E) * H;
-    p.logits[i] = fma_chain(
+    const float logit = fma_chain(
         H, [&](int h) { return to_float(x[h]); }, [&](int h) { return w[h]; });
+    p.logits[i] = logit;
+    if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(i / E));
   }
 }
 
