@@ -13,12 +13,8 @@ namespace {
 
 // g = dy W2 for ring rows: items (rank, ring tile, 8 columns of I); g kept in fp32 per layout row.
 __device__ void expert_down_grad(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, per_rank = ring_tiles(p) * (I / 8);
-  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / (I / 8), n0 = int(item % (I / 8)) * 8;
-    const int tile = ring_tile(p, r, cycle, slot);
-    if (tile < 0) continue;
-    const ExpertTile t = expert_tile(p, tile);
+  const int I = p.c.intermediate, H = p.c.hidden;
+  for_each_ring_tile(p, cycle, I, [&](int r, int slot, int n0, const ExpertTile& t) {
     const bf16* ring = p.rank[r].ring + long(slot) * kTileRows * H;
     const bf16* w2t = p.w2t + long(t.expert) * I * H;
     ptx::FragC acc{};
@@ -28,7 +24,7 @@ __device__ void expert_down_grad(const Params& p, int cycle) {
     const LaneCoord l;
     for (int i = 0; i < 4; ++i)
       if (l.row(i) < t.rows) p.g[long(t.first_row + l.row(i)) * I + n0 + l.col(i)] = acc.v[i];
-  }
+  });
 }
 
 // Per ring row (one warp): d topk_w = <g, a> pushed to the source rank, dh = bf16(swiglu_grad(w g)),
@@ -64,26 +60,16 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer.
 __device__ void expert_dx_push(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, k = p.c.top_k, per_rank = ring_tiles(p) * (H / 8);
-  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / (H / 8), n0 = int(item % (H / 8)) * 8;
-    const int tile = ring_tile(p, r, cycle, slot);
-    if (tile < 0) continue;
-    const ExpertTile t = expert_tile(p, tile);
+  const int I = p.c.intermediate, H = p.c.hidden;
+  for_each_ring_tile(p, cycle, H, [&](int, int, int n0, const ExpertTile& t) {
     const bf16* w1t = p.w1t + long(t.expert) * H * 2 * I;
     ptx::FragC acc{};
     mma_chain(
         acc, 0, 2 * I,
         [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.dh + long(t.first_row + m) * 2 * I, kk) : 0u; },
         [&](int kk, int n) { return contiguous_pair(w1t + long(n0 + n) * 2 * I, kk); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i) {
-      if (l.row(i) >= t.rows) continue;
-      const SlotSource s = slot_source(p, t.first_row + l.row(i));
-      bf16* slots = p.rank[token_rank(p, s.token)].slots;
-      slots[(long(token_local(p, s.token)) * k + s.slot) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
-    }
-  }
+    push_to_slots(p, t, n0, acc);
+  });
 }
 
 // out[M, N] = chain over K rows of A^T B: a_col(row, m) and b_col(row, n) read row `row` of the

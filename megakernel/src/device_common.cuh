@@ -54,6 +54,18 @@ __device__ __forceinline__ int ring_tile(const Params& p, int r, int cycle, int 
   return tile < rank_tile_end(p, r) ? tile : -1;
 }
 
+// This cycle's ring work items, one warp each: (rank r, ring slot, 8-column block n0) over `columns`
+// output columns, for the slots that hold a tile.
+template <class Visit>
+__device__ void for_each_ring_tile(const Params& p, int cycle, int columns, Visit visit) {
+  const int blocks = columns / 8, per_rank = ring_tiles(p) * blocks;
+  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
+    const int r = int(item / per_rank), slot = int(item % per_rank) / blocks, n0 = int(item % blocks) * 8;
+    const int tile = ring_tile(p, r, cycle, slot);
+    if (tile >= 0) visit(r, slot, n0, expert_tile(p, tile));
+  }
+}
+
 // Source of a layout row: global token g and slot j.
 struct SlotSource {
   int token, slot;
@@ -66,6 +78,19 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 // Rank-local coordinates of global token g.
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
+
+// Push: a 16x8 accumulator tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward).
+__device__ __forceinline__ void push_to_slots(const Params& p, const ExpertTile& t, int n0, const ptx::FragC& acc) {
+  const int H = p.c.hidden;
+  const LaneCoord l;
+  for (int i = 0; i < 4; ++i) {
+    if (l.row(i) >= t.rows) continue;
+    const SlotSource s = slot_source(p, t.first_row + l.row(i));
+    bf16* slots = p.rank[token_rank(p, s.token)].slots;
+    slots[(long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
+  }
+}
 
 // Pull: warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0).
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {

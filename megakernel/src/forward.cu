@@ -104,40 +104,26 @@ __device__ void shared_down(const Params& p) {
 
 // GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, 8 columns of I).
 __device__ void expert_up(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, per_rank = ring_tiles(p) * (I / 8);
-  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / (I / 8), n0 = int(item % (I / 8)) * 8;
-    const int tile = ring_tile(p, r, cycle, slot);
-    if (tile < 0) continue;
-    const ExpertTile t = expert_tile(p, tile);
+  const int I = p.c.intermediate, H = p.c.hidden;
+  for_each_ring_tile(p, cycle, I, [&](int r, int slot, int n0, const ExpertTile& t) {
     const bf16* ring = p.rank[r].ring + long(slot) * kTileRows * H;
     const auto rows = [&](int m) { return ring + long(m) * H; };  // padding rows are zero in the ring
     swiglu_up_tile(p, rows, t.rows, n0, p.w1 + long(t.expert) * 2 * I * H, I, p.h, p.a, t.first_row);
-  }
+  });
 }
 
 // GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
 __device__ void expert_down(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, k = p.c.top_k, per_rank = ring_tiles(p) * (H / 8);
-  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / (H / 8), n0 = int(item % (H / 8)) * 8;
-    const int tile = ring_tile(p, r, cycle, slot);
-    if (tile < 0) continue;
-    const ExpertTile t = expert_tile(p, tile);
+  const int I = p.c.intermediate, H = p.c.hidden;
+  for_each_ring_tile(p, cycle, H, [&](int, int, int n0, const ExpertTile& t) {
     const bf16* w2 = p.w2 + long(t.expert) * H * I;
     ptx::FragC acc{};
     mma_chain(
         acc, 0, I,
         [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.a + long(t.first_row + m) * I, kk) : 0u; },
         [&](int kk, int n) { return contiguous_pair(w2 + long(n0 + n) * I, kk); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i) {
-      if (l.row(i) >= t.rows) continue;
-      const SlotSource s = slot_source(p, t.first_row + l.row(i));
-      bf16* slots = p.rank[token_rank(p, s.token)].slots;
-      slots[(long(token_local(p, s.token)) * k + s.slot) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
-    }
-  }
+    push_to_slots(p, t, n0, acc);
+  });
 }
 
 __device__ void combine(const Params& p) {

@@ -84,16 +84,7 @@ class Gpu : public ::testing::Test {
   }
 };
 
-LayerConfig small(int R, int T, int E, int k) {
-  LayerConfig c;
-  c.ranks = R;
-  c.tokens_per_rank = T;
-  c.experts = E;
-  c.top_k = k;
-  c.hidden = 128;
-  c.intermediate = 64;
-  return c;
-}
+LayerConfig small(int R, int T, int E, int k) { return make_config(R, T, 128, 64, E, k); }
 
 struct Case {
   const char* name;

@@ -46,7 +46,7 @@ void expect_same_outputs(const Outputs& a, const Outputs& b, bool router, bool s
 
 // 128 tokens in all, 8 experts (so R up to 8 divides them), router and shared expert.
 LayerConfig global_batch(int ranks) {
-  LayerConfig c = small_config(ranks, 128 / ranks, 128, 64, 8, 3);
+  LayerConfig c = make_config(ranks, 128 / ranks, 128, 64, 8, 3);
   c.shared_intermediate = 64;
   return c;
 }
@@ -113,7 +113,7 @@ TEST_P(Determinism, D2RankCountInvariantWithImbalancedGivenRouting) {
 // many minibatches, a 64-row ring into a few, and the check below makes sure one expert ends in a
 // partial chunk; 4096 rows take each expert whole.
 TEST_P(Determinism, RingRowsDoNotChangeAnyBit) {
-  LayerConfig c = small_config(2, 128, 128, 64, 4, 2);
+  LayerConfig c = make_config(2, 128, 128, 64, 4, 2);
   c.shared_intermediate = 64;
   const Problem p = make_problem(c, 35);
   Options opt = options();

@@ -27,7 +27,7 @@ const float kInf = std::numeric_limits<float>::infinity();
 class BadInputs : public ::testing::Test {
  protected:
   BadInputs()
-      : c_(small_config(2, 8, 64, 64, 4, 2)),
+      : c_(make_config(2, 8, 64, 64, 4, 2)),
         p_(make_problem(c_, 41)),
         given_(make_problem(c_, 41, RoutingKind::uniform)) {}
 

@@ -103,7 +103,7 @@ void expect_gradients_match_differences(const LayerConfig& c, RoutingKind kind) 
 }
 
 LayerConfig tiny_config() {
-  LayerConfig c = small_config(2, 4, 64, 64, 4, 2);
+  LayerConfig c = make_config(2, 4, 64, 64, 4, 2);
   c.shared_intermediate = 64;
   return c;
 }
@@ -120,7 +120,7 @@ TEST(OracleFiniteDifferences, SoftmaxPlain) {
 }
 
 TEST(OracleFiniteDifferences, SigmoidGroupedScaledClamped) {
-  LayerConfig c = small_config(2, 4, 64, 64, 8, 3);
+  LayerConfig c = make_config(2, 4, 64, 64, 8, 3);
   c.score_mode = ScoreMode::sigmoid;
   c.n_group = 4;
   c.topk_group = 2;
@@ -142,7 +142,7 @@ struct AccuracyCase {
 };
 
 std::vector<AccuracyCase> accuracy_cases() {
-  const LayerConfig base = small_config(2, 64, 128, 128, 8, 2);
+  const LayerConfig base = make_config(2, 64, 128, 128, 8, 2);
   LayerConfig plain_shared = base, grouped = base, clamped = base;
   plain_shared.renormalize = false;
   plain_shared.shared_intermediate = 64;
@@ -218,7 +218,7 @@ const OracleCheck& check_of(const std::vector<OracleCheck>& checks, OracleTensor
 // returns exact zeros; the oracle must too, and 0 against 0 is error 0.
 TEST(ReferenceVsOracleEdges, TopOneRenormalisedRouterGradientsAreExactlyZero) {
   for (ScoreMode mode : {ScoreMode::softmax, ScoreMode::sigmoid}) {
-    LayerConfig c = small_config(2, 8, 64, 64, 8, 1);
+    LayerConfig c = make_config(2, 8, 64, 64, 8, 1);
     c.renormalize = true;
     c.score_mode = mode;
     if (mode == ScoreMode::sigmoid) c.routed_scale = 2.5f;
@@ -245,7 +245,7 @@ TEST(ReferenceVsOracleEdges, TopOneRenormalisedRouterGradientsAreExactlyZero) {
 // times the terms, which is O(1) of the cancelled value but well inside the bound against the
 // condition scale ||g .* a||_2. d logits (softmax, not renormalised) inherits the cancellation.
 TEST(ReferenceVsOracleEdges, CancellingSingleElementTopkWeightGradientPasses) {
-  LayerConfig c = small_config(1, 1, 64, 64, 4, 1);
+  LayerConfig c = make_config(1, 1, 64, 64, 4, 1);
   c.renormalize = false;
   Problem p = make_problem(c, 3, RoutingKind::router);
   Options opt;

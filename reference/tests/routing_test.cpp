@@ -15,7 +15,7 @@ namespace mok::ref::test {
 namespace {
 
 LayerConfig router_config(ScoreMode mode, int experts, int top_k) {
-  LayerConfig c = small_config(1, 1, 64, 64, experts, top_k);
+  LayerConfig c = make_config(1, 1, 64, 64, experts, top_k);
   c.score_mode = mode;
   return c;
 }
@@ -205,7 +205,7 @@ TEST(RouterBackward, SigmoidPlainScaledMatchesFiniteDifferences) {
 
 TEST(DispatchLayout, HandRoutingWithAnEmptyExpert) {
   // 5 tokens, k = 2, 4 experts; expert 2 gets nothing.
-  const LayerConfig c = small_config(1, 5, 64, 64, 4, 2);
+  const LayerConfig c = make_config(1, 5, 64, 64, 4, 2);
   const std::vector<int32_t> topk_idx = {1, 3, /**/ 3, 0, /**/ 1, 0, /**/ 0, 3, /**/ 3, 1};
   const DispatchLayout l = build_dispatch_layout(c, topk_idx);
   EXPECT_EQ(l.counts, (std::vector<int32_t>{3, 3, 0, 4}));
@@ -218,7 +218,7 @@ TEST(DispatchLayout, HandRoutingWithAnEmptyExpert) {
 
 TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
   // 300 tokens span three 128-token chunks; a zipf routing leaves the tail experts nearly empty.
-  const LayerConfig c = small_config(2, 150, 64, 64, 16, 4);
+  const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);
   const Problem p = make_problem(c, 5, RoutingKind::zipf, 2.0);
   const DispatchLayout l = build_dispatch_layout(c, p.routing->topk_idx);
   std::vector<int32_t> want_source;

@@ -53,15 +53,4 @@ template <class T>
   return ::testing::AssertionSuccess();
 }
 
-inline LayerConfig small_config(int ranks, int tokens_per_rank, int hidden, int intermediate, int experts, int top_k) {
-  LayerConfig c;
-  c.ranks = ranks;
-  c.tokens_per_rank = tokens_per_rank;
-  c.hidden = hidden;
-  c.intermediate = intermediate;
-  c.experts = experts;
-  c.top_k = top_k;
-  return c;
-}
-
 }  // namespace mok::ref::test

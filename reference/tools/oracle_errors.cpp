@@ -21,37 +21,27 @@ struct Case {
   RoutingKind routing;
 };
 
-LayerConfig base(int ranks, int tokens_per_rank, int hidden, int intermediate, int experts, int top_k) {
-  LayerConfig c;
-  c.ranks = ranks;
-  c.tokens_per_rank = tokens_per_rank;
-  c.hidden = hidden;
-  c.intermediate = intermediate;
-  c.experts = experts;
-  c.top_k = top_k;
-  return c;
-}
-
 std::vector<Case> cases() {
   std::vector<Case> out;
-  out.push_back({"softmax, renormalised", base(4, 64, 256, 128, 16, 4), RoutingKind::router});
-  LayerConfig plain = base(4, 64, 256, 128, 16, 4);
+  out.push_back({"softmax, renormalised", make_config(4, 64, 256, 128, 16, 4), RoutingKind::router});
+  LayerConfig plain = make_config(4, 64, 256, 128, 16, 4);
   plain.renormalize = false;
   plain.shared_intermediate = 128;
   out.push_back({"softmax, not renormalised, shared expert", plain, RoutingKind::router});
-  LayerConfig grouped = base(4, 64, 256, 128, 16, 4);
+  LayerConfig grouped = make_config(4, 64, 256, 128, 16, 4);
   grouped.score_mode = ScoreMode::sigmoid;
   grouped.n_group = 4;
   grouped.topk_group = 2;
   grouped.routed_scale = 2.5f;
   grouped.shared_intermediate = 128;
   out.push_back({"sigmoid, 4 groups keep 2, scale 2.5, shared expert", grouped, RoutingKind::router});
-  LayerConfig clamped = base(4, 64, 256, 128, 16, 4);
+  LayerConfig clamped = make_config(4, 64, 256, 128, 16, 4);
   clamped.swiglu_limit = 0.75f;
   clamped.shared_intermediate = 64;
   out.push_back({"softmax, clamped SwiGLU (limit 0.75), shared expert", clamped, RoutingKind::router});
-  out.push_back({"given zipf routing", base(4, 64, 256, 128, 16, 4), RoutingKind::zipf});
-  out.push_back({"issue 2 size: R=4 T=512 H=512 I=256 E=16 k=4", base(4, 512, 512, 256, 16, 4), RoutingKind::router});
+  out.push_back({"given zipf routing", make_config(4, 64, 256, 128, 16, 4), RoutingKind::zipf});
+  out.push_back(
+      {"issue 2 size: R=4 T=512 H=512 I=256 E=16 k=4", make_config(4, 512, 512, 256, 16, 4), RoutingKind::router});
   return out;
 }
 

@@ -41,6 +41,18 @@ struct LayerConfig {
   MOK_HD bool has_shared() const { return shared_intermediate > 0; }
 };
 
+// A config from its shapes, everything else at its default.
+inline LayerConfig make_config(int ranks, int tokens_per_rank, int hidden, int intermediate, int experts, int top_k) {
+  LayerConfig c;
+  c.ranks = ranks;
+  c.tokens_per_rank = tokens_per_rank;
+  c.hidden = hidden;
+  c.intermediate = intermediate;
+  c.experts = experts;
+  c.top_k = top_k;
+  return c;
+}
+
 inline void require(bool ok, const std::string& what) {
   if (!ok) throw Error("mok: invalid input: " + what);
 }
