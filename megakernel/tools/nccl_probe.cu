@@ -1,0 +1,131 @@
+// mok-nccl-probe: the communication substrate of the NCCL backend (issue 8), checked on the GPUs at
+// hand. One process drives R GPUs (R = 1 is allowed: NCCL accepts a one-rank communicator); each rank
+// allocates a buffer with ncclMemAlloc and registers it as a symmetric window; every rank writes a
+// pattern recording its origin, then reads its neighbour's buffer through the device-side LSA pointer
+// (ncclGetLsaPointer), checks every word, and times a peer-to-local copy over that pointer.
+//   mok-nccl-probe [ranks = all GPUs] [MiB per rank = 256]
+// Exit status: 0 all words right, 1 a mismatch, 2 error, 77 no GPU.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mok/megakernel/check.h"
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) throw mok::Error(std::string("mok: NCCL error (") + what + "): " + ncclGetErrorString(r));
+}
+#define MOK_NCCL_CHECK(call) check_nccl((call), #call)
+
+__host__ __device__ uint32_t pattern(int rank, size_t i) { return uint32_t(rank + 1) * 0x9e3779b9u ^ uint32_t(i); }
+
+__global__ void fill(uint32_t* buf, size_t n, int rank) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    buf[i] = pattern(rank, i);
+}
+
+__global__ void check_peer(ncclWindow_t window, size_t n, int peer, unsigned long long* bad) {
+  const uint32_t* p = static_cast<const uint32_t*>(ncclGetLsaPointer(window, 0, peer));
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    if (p[i] != pattern(peer, i)) atomicAdd(bad, 1ull);
+}
+
+__global__ void copy_from_peer(ncclWindow_t window, size_t n16, int peer, int4* dst) {
+  const int4* p = static_cast<const int4*>(ncclGetLsaPointer(window, 0, peer));
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = p[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      std::printf("mok-nccl-probe: no CUDA device (skipped)\n");
+      return 77;
+    }
+    const int ranks = argc > 1 ? std::atoi(argv[1]) : devices;
+    const size_t bytes = size_t(argc > 2 ? std::atoi(argv[2]) : 256) << 20;
+    if (ranks < 1 || ranks > devices || bytes == 0)
+      throw mok::Error("mok-nccl-probe: need 1 <= ranks <= " + std::to_string(devices) + " and a positive size");
+    int version = 0;
+    MOK_NCCL_CHECK(ncclGetVersion(&version));
+    std::printf("mok-nccl-probe: NCCL %d, %d rank(s) on %d GPU(s), %zu MiB per rank\n", version, ranks, devices,
+                bytes >> 20);
+    std::vector<int> devs(ranks);
+    for (int r = 0; r < ranks; ++r) devs[r] = r;
+    std::vector<ncclComm_t> comms(ranks);
+    MOK_NCCL_CHECK(ncclCommInitAll(comms.data(), ranks, devs.data()));
+    std::vector<void*> buf(ranks), local(ranks);
+    std::vector<ncclWindow_t> win(ranks);
+    std::vector<unsigned long long*> bad(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      MOK_CUDA_CHECK(cudaSetDevice(r));
+      MOK_NCCL_CHECK(ncclMemAlloc(&buf[r], bytes));
+      MOK_CUDA_CHECK(cudaMalloc(&local[r], bytes));
+      MOK_CUDA_CHECK(cudaMalloc(&bad[r], sizeof(unsigned long long)));
+      MOK_CUDA_CHECK(cudaMemset(bad[r], 0, sizeof(unsigned long long)));
+    }
+    MOK_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < ranks; ++r)
+      MOK_NCCL_CHECK(ncclCommWindowRegister(comms[r], buf[r], bytes, &win[r], NCCL_WIN_COLL_SYMMETRIC));
+    MOK_NCCL_CHECK(ncclGroupEnd());
+    const size_t words = bytes / 4;
+    for (int r = 0; r < ranks; ++r) {
+      MOK_CUDA_CHECK(cudaSetDevice(r));
+      fill<<<1024, 256>>>(static_cast<uint32_t*>(buf[r]), words, r);
+      MOK_CUDA_CHECK(cudaGetLastError());
+    }
+    for (int r = 0; r < ranks; ++r) MOK_CUDA_CHECK(cudaSetDevice(r)), MOK_CUDA_CHECK(cudaDeviceSynchronize());
+    unsigned long long total_bad = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int peer = (r + 1) % ranks;
+      MOK_CUDA_CHECK(cudaSetDevice(r));
+      check_peer<<<1024, 256>>>(win[r], words, peer, bad[r]);
+      MOK_CUDA_CHECK(cudaGetLastError());
+      unsigned long long n = 0;
+      MOK_CUDA_CHECK(cudaMemcpy(&n, bad[r], sizeof n, cudaMemcpyDeviceToHost));
+      total_bad += n;
+      cudaEvent_t start, stop;
+      MOK_CUDA_CHECK(cudaEventCreate(&start));
+      MOK_CUDA_CHECK(cudaEventCreate(&stop));
+      std::vector<float> ms(5);
+      for (float& t : ms) {
+        MOK_CUDA_CHECK(cudaEventRecord(start));
+        copy_from_peer<<<132 * 8, 512>>>(win[r], bytes / 16, peer, static_cast<int4*>(local[r]));
+        MOK_CUDA_CHECK(cudaEventRecord(stop));
+        MOK_CUDA_CHECK(cudaEventSynchronize(stop));
+        MOK_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      }
+      std::sort(ms.begin(), ms.end());
+      std::printf(
+          "rank %d reads rank %d through its LSA pointer: %llu wrong words of %zu; copy %.1f GB/s (median of 5)\n", r,
+          peer, n, words, double(bytes) / (ms[2] * 1e6));
+      MOK_CUDA_CHECK(cudaEventDestroy(start));
+      MOK_CUDA_CHECK(cudaEventDestroy(stop));
+    }
+    MOK_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < ranks; ++r) MOK_NCCL_CHECK(ncclCommWindowDeregister(comms[r], win[r]));
+    MOK_NCCL_CHECK(ncclGroupEnd());
+    for (int r = 0; r < ranks; ++r) {
+      MOK_CUDA_CHECK(cudaSetDevice(r));
+      MOK_NCCL_CHECK(ncclMemFree(buf[r]));
+      MOK_CUDA_CHECK(cudaFree(local[r]));
+      MOK_CUDA_CHECK(cudaFree(bad[r]));
+      MOK_NCCL_CHECK(ncclCommDestroy(comms[r]));
+    }
+    std::printf("mok-nccl-probe: %s\n", total_bad == 0 ? "every word right" : "MISMATCH");
+    return total_bad == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
