@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r)
       MOK_NCCL_CHECK(ncclCommWindowRegister(comms[r], buf[r], bytes, &win[r], NCCL_WIN_COLL_SYMMETRIC));
     MOK_NCCL_CHECK(ncclGroupEnd());
+    for (int r = 0; r < ranks; ++r)
+      if (win[r] == nullptr)
+        throw mok::Error("mok-nccl-probe: NCCL registered no symmetric window for rank " + std::to_string(r));
     const size_t words = bytes / 4;
     for (int r = 0; r < ranks; ++r) {
       MOK_CUDA_CHECK(cudaSetDevice(r));
