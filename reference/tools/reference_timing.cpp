@@ -1,0 +1,44 @@
+// mok-reference-timing: wall time of the CPU reference's forward and backward, per step model.
+//   mok-reference-timing [R T H I E k]      (default: issue 2's size, 4 512 512 256 16 4)
+// Uses every core OpenMP offers (OMP_NUM_THREADS to change it).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "mok/reference/layer.h"
+#include "mok/reference/problem.h"
+
+int main(int argc, char** argv) {
+  using namespace mok;
+  using clock = std::chrono::steady_clock;
+  if (argc != 1 && argc != 7) {
+    std::fprintf(stderr, "usage: mok-reference-timing [R T H I E k]\n");
+    return 2;
+  }
+  const auto arg = [&](int i, int fallback) { return argc == 7 ? std::atoi(argv[i]) : fallback; };
+  try {
+    const LayerConfig c = make_config(arg(1, 4), arg(2, 512), arg(3, 512), arg(4, 256), arg(5, 16), arg(6, 4));
+    const ref::Problem p = ref::make_problem(c, 7);
+    std::printf("R=%d T=%d H=%d I=%d E=%d k=%d\n", c.ranks, c.tokens_per_rank, c.hidden, c.intermediate, c.experts,
+                c.top_k);
+    for (const StepModel step : {StepModel::fp32_fma, StepModel::hopper_tc}) {
+      ref::Options o;
+      o.step = step;
+      const auto t0 = clock::now();
+      const ref::Forward f = ref::forward(c, p.x, p.weights, nullptr, o);
+      const auto t1 = clock::now();
+      ref::backward(c, p.x, p.weights, f, p.dy, o);
+      const auto t2 = clock::now();
+      const double fwd = std::chrono::duration<double>(t1 - t0).count();
+      const double bwd = std::chrono::duration<double>(t2 - t1).count();
+      const double macs = 3.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate;  // forward GEMMs
+      std::printf("%-9s forward %7.2f s  backward %7.2f s  (%.2f G multiply-adds/s)\n",
+                  step == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma", fwd, bwd, 3 * macs / (fwd + bwd) / 1e9);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
