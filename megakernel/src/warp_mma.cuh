@@ -37,9 +37,4 @@ __device__ __forceinline__ uint32_t contiguous_pair(const bf16* row, int k) {
   return *reinterpret_cast<const uint32_t*>(row + k);
 }
 
-// A pair of bf16 one stride apart (operands read across rows).
-__device__ __forceinline__ uint32_t strided_pair(const bf16* p, long stride) {
-  return ptx::pack_bf16(p[0].bits, p[stride].bits);
-}
-
 }  // namespace mok::gpu
