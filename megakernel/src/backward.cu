@@ -11,19 +11,19 @@
 namespace mok::gpu {
 namespace {
 
-// g = dy W2 for ring rows: items (rank, ring tile, 8 columns of I); g kept in fp32 per layout row.
+// g = dy W2 for ring rows: items (rank, ring tile, kTileCols columns of I); g kept in fp32 per layout row.
 __device__ void expert_down_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   for_each_ring_tile(p, cycle, I, [&](int r, int slot, int n0, const ExpertTile& t) {
     const bf16* ring = p.rank[r].ring + long(slot) * kTileRows * H;
     const bf16* w2t = p.w2t + long(t.expert) * I * H;
-    ptx::FragC acc{};
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, H, [&](int m, int k) { return contiguous_pair(ring + long(m) * H, k); },
         [&](int k, int n) { return contiguous_pair(w2t + long(n0 + n) * H, k); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i)
-      if (l.row(i) < t.rows) p.g[long(t.first_row + l.row(i)) * I + n0 + l.col(i)] = acc.v[i];
+    store_tile(acc, [&](int row, int col, float v) {
+      if (row < t.rows) p.g[long(t.first_row + row) * I + n0 + col] = v;
+    });
   });
 }
 
@@ -63,7 +63,7 @@ __device__ void expert_dx_push(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   for_each_ring_tile(p, cycle, H, [&](int, int, int n0, const ExpertTile& t) {
     const bf16* w1t = p.w1t + long(t.expert) * H * 2 * I;
-    ptx::FragC acc{};
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, 2 * I,
         [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.dh + long(t.first_row + m) * 2 * I, kk) : 0u; },
@@ -73,12 +73,12 @@ __device__ void expert_dx_push(const Params& p, int cycle) {
 }
 
 // out[M, N] = chain over K rows of A^T B: a_col(row, m) and b_col(row, n) read row `row` of the
-// row-major operands; rows >= k_rows are zero (the last chunk's padding). Items: 16 x 8 tiles.
+// row-major operands; rows >= k_rows are zero (the last chunk's padding). Items: 16 x kTileCols tiles.
 template <class ACol, class BCol>
 __device__ void weight_grad(int m_total, int n_total, int k_rows, ACol a_col, BCol b_col, float* out, long item) {
-  const int tiles_n = n_total / 8;
-  const int m0 = int(item / tiles_n) * kTileRows, n0 = int(item % tiles_n) * 8;
-  ptx::FragC acc{};
+  const int tiles_n = n_total / kTileCols;
+  const int m0 = int(item / tiles_n) * kTileRows, n0 = int(item % tiles_n) * kTileCols;
+  ptx::FragC acc[kColBlocks] = {};
   const int k_end = (k_rows + kTileRows - 1) / kTileRows * kTileRows;
   mma_chain(
       acc, 0, k_end,
@@ -88,15 +88,14 @@ __device__ void weight_grad(int m_total, int n_total, int k_rows, ACol a_col, BC
       [&](int k, int n) {
         return ptx::pack_bf16(k < k_rows ? b_col(k, n0 + n).bits : 0, k + 1 < k_rows ? b_col(k + 1, n0 + n).bits : 0);
       });
-  const LaneCoord l;
-  for (int i = 0; i < 4; ++i) out[long(m0 + l.row(i)) * n_total + n0 + l.col(i)] = acc.v[i];
+  store_tile(acc, [&](int row, int col, float v) { out[long(m0 + row) * n_total + n0 + col] = v; });
 }
 
 // dW1_e = dh^T x and dW2_e = dye^T a over expert e's rows; dW1_s, dW2_s over all tokens.
 __device__ void weight_grads(const Params& p) {
   const int I = p.c.intermediate, H = p.c.hidden, E = p.c.experts, Is = p.c.shared_intermediate, N = p.c.tokens();
-  const long w1_items = long(2 * I / kTileRows) * (H / 8), w2_items = long(H / kTileRows) * (I / 8);
-  const long s1_items = long(2 * Is / kTileRows) * (H / 8), s2_items = long(H / kTileRows) * (Is / 8);
+  const long w1_items = long(2 * I / kTileRows) * (H / kTileCols), w2_items = long(H / kTileRows) * (I / kTileCols);
+  const long s1_items = long(2 * Is / kTileRows) * (H / kTileCols), s2_items = long(H / kTileRows) * (Is / kTileCols);
   const long expert_items = E * (w1_items + w2_items);
   for (long item = warp_id(); item < expert_items + s1_items + s2_items; item += warp_count()) {
     if (item < expert_items) {
@@ -127,40 +126,39 @@ __device__ void weight_grads(const Params& p) {
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long items = long((N + kTileRows - 1) / kTileRows) * (Is / 8);
+  const long items = long((N + kTileRows - 1) / kTileRows) * (Is / kTileCols);
   for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (Is / 8)) * kTileRows, n0 = int(item % (Is / 8)) * 8;
-    ptx::FragC acc{};
+    const int first = int(item / (Is / kTileCols)) * kTileRows, n0 = int(item % (Is / kTileCols)) * kTileCols;
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, H, [&](int m, int k) { return first + m < N ? contiguous_pair(p.dy + long(first + m) * H, k) : 0u; },
         [&](int k, int n) { return contiguous_pair(p.shared_w2t + long(n0 + n) * H, k); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i) {
-      const long g = first + l.row(i);
-      if (g >= N) continue;
-      const int col = n0 + l.col(i);
+    store_tile(acc, [&](int row, int tile_col, float g_value) {
+      const long g = first + row;
+      if (g >= N) return;
+      const int col = n0 + tile_col;
       const bf16* h = p.shared_h + g * 2 * Is;
-      const SwigluGrad d = swiglu_grad(to_float(h[col]), to_float(h[Is + col]), acc.v[i], p.c.swiglu_limit);
+      const SwigluGrad d = swiglu_grad(to_float(h[col]), to_float(h[Is + col]), g_value, p.c.swiglu_limit);
       p.shared_dh[g * 2 * Is + col] = to_bf16(d.gate);
       p.shared_dh[g * 2 * Is + Is + col] = to_bf16(d.up);
-    }
+    });
   }
 }
 
 // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
 __device__ void shared_dx(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long items = long((N + kTileRows - 1) / kTileRows) * (H / 8);
+  const long items = long((N + kTileRows - 1) / kTileRows) * (H / kTileCols);
   for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (H / 8)) * kTileRows, n0 = int(item % (H / 8)) * 8;
-    ptx::FragC acc{};
+    const int first = int(item / (H / kTileCols)) * kTileRows, n0 = int(item % (H / kTileCols)) * kTileCols;
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, 2 * Is,
         [&](int m, int k) { return first + m < N ? contiguous_pair(p.shared_dh + long(first + m) * 2 * Is, k) : 0u; },
         [&](int k, int n) { return contiguous_pair(p.shared_w1t + long(n0 + n) * 2 * Is, k); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i)
-      if (first + l.row(i) < N) p.shared_y[long(first + l.row(i)) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
+    store_tile(acc, [&](int row, int col, float v) {
+      if (first + row < N) p.shared_y[long(first + row) * H + n0 + col] = to_bf16(v);
+    });
   }
 }
 

@@ -54,13 +54,13 @@ __device__ __forceinline__ int ring_tile(const Params& p, int r, int cycle, int 
   return tile < rank_tile_end(p, r) ? tile : -1;
 }
 
-// This cycle's ring work items, one warp each: (rank r, ring slot, 8-column block n0) over `columns`
-// output columns, for the slots that hold a tile.
+// This cycle's ring work items, one warp each: (rank r, ring slot, first column n0 of a kTileCols
+// block) over `columns` output columns, for the slots that hold a tile.
 template <class Visit>
 __device__ void for_each_ring_tile(const Params& p, int cycle, int columns, Visit visit) {
-  const int blocks = columns / 8, per_rank = ring_tiles(p) * blocks;
+  const int blocks = columns / kTileCols, per_rank = ring_tiles(p) * blocks;
   for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / blocks, n0 = int(item % blocks) * 8;
+    const int r = int(item / per_rank), slot = int(item % per_rank) / blocks, n0 = int(item % blocks) * kTileCols;
     const int tile = ring_tile(p, r, cycle, slot);
     if (tile >= 0) visit(r, slot, n0, expert_tile(p, tile));
   }
@@ -79,17 +79,17 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
-// Push: a 16x8 accumulator tile, each valid row rounded to bf16 into the (token, slot) buffer of its
-// source rank (y_j in the forward, dx_j in the backward).
-__device__ __forceinline__ void push_to_slots(const Params& p, const ExpertTile& t, int n0, const ptx::FragC& acc) {
+// Push: a 16 x kTileCols accumulator tile, each valid row rounded to bf16 into the (token, slot)
+// buffer of its source rank (y_j in the forward, dx_j in the backward).
+__device__ __forceinline__ void push_to_slots(const Params& p, const ExpertTile& t, int n0,
+                                              const ptx::FragC (&acc)[kColBlocks]) {
   const int H = p.c.hidden;
-  const LaneCoord l;
-  for (int i = 0; i < 4; ++i) {
-    if (l.row(i) >= t.rows) continue;
-    const SlotSource s = slot_source(p, t.first_row + l.row(i));
+  store_tile(acc, [&](int row, int col, float v) {
+    if (row >= t.rows) return;
+    const SlotSource s = slot_source(p, t.first_row + row);
     bf16* slots = p.rank[token_rank(p, s.token)].slots;
-    slots[(long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
-  }
+    slots[(long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + n0 + col] = to_bf16(v);
+  });
 }
 
 // Pull: warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0).

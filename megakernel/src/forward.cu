@@ -54,33 +54,40 @@ __device__ void layout_place(const Params& p) {
                 p.slot_row);
 }
 
-// h = bf16(A W1^T) for a 16-row tile and 8 gate + 8 up columns, then a = bf16(swiglu(h)).
-// rows(m) gives A's row m (nullptr past the valid rows); out_row(m) the layout/token row to write.
+// h = bf16(A W1^T) for a 16-row tile, kTileCols gate and the matching up columns (one chain: each A
+// fragment serves both), then a = bf16(swiglu(h)). rows(m) gives A's row m (nullptr past the valid
+// rows); out_first is the layout/token row of row 0.
 template <class Rows>
 __device__ void swiglu_up_tile(const Params& p, Rows rows, int valid, int n0, const bf16* w1, int inter, bf16* h,
                                bf16* a, long out_first) {
   const int H = p.c.hidden;
-  const auto a_pair = [&](int m, int k) { return rows(m) ? contiguous_pair(rows(m), k) : 0u; };
-  ptx::FragC gate{}, up{};
-  mma_chain(gate, 0, H, a_pair, [&](int k, int n) { return contiguous_pair(w1 + long(n0 + n) * H, k); });
-  mma_chain(up, 0, H, a_pair, [&](int k, int n) { return contiguous_pair(w1 + long(inter + n0 + n) * H, k); });
+  ptx::FragC acc[2 * kColBlocks] = {};  // gate blocks, then up blocks
+  mma_chain(
+      acc, 0, H, [&](int m, int k) { return rows(m) ? contiguous_pair(rows(m), k) : 0u; },
+      [&](int k, int n) {
+        const int w_row = n < kTileCols ? n0 + n : inter + n0 + n - kTileCols;
+        return contiguous_pair(w1 + long(w_row) * H, k);
+      });
   const LaneCoord l;
-  for (int i = 0; i < 4; ++i) {
-    if (l.row(i) >= valid) continue;
-    const long row = out_first + l.row(i);
-    const int col = n0 + l.col(i);
-    const bf16 hg = to_bf16(gate.v[i]), hu = to_bf16(up.v[i]);
-    h[row * 2 * inter + col] = hg;
-    h[row * 2 * inter + inter + col] = hu;
-    a[row * inter + col] = to_bf16(swiglu(to_float(hg), to_float(hu), p.c.swiglu_limit));
-  }
+#pragma unroll
+  for (int j = 0; j < kColBlocks; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (l.row(i) >= valid) continue;
+      const long row = out_first + l.row(i);
+      const int col = n0 + 8 * j + l.col(i);
+      const bf16 hg = to_bf16(acc[j].v[i]), hu = to_bf16(acc[kColBlocks + j].v[i]);
+      h[row * 2 * inter + col] = hg;
+      h[row * 2 * inter + inter + col] = hu;
+      a[row * inter + col] = to_bf16(swiglu(to_float(hg), to_float(hu), p.c.swiglu_limit));
+    }
 }
 
 __device__ void shared_up(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (Is / 8);
+  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (Is / kTileCols);
   for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (Is / 8)) * kTileRows, n0 = int(item % (Is / 8)) * 8;
+    const int first = int(item / (Is / kTileCols)) * kTileRows, n0 = int(item % (Is / kTileCols)) * kTileCols;
     const auto rows = [&](int m) { return first + m < N ? p.x + long(first + m) * H : nullptr; };
     swiglu_up_tile(p, rows, min(kTileRows, N - first), n0, p.shared_w1, Is, p.shared_h, p.shared_a, first);
   }
@@ -88,21 +95,21 @@ __device__ void shared_up(const Params& p) {
 
 __device__ void shared_down(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (H / 8);
+  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (H / kTileCols);
   for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (H / 8)) * kTileRows, n0 = int(item % (H / 8)) * 8;
-    ptx::FragC acc{};
+    const int first = int(item / (H / kTileCols)) * kTileRows, n0 = int(item % (H / kTileCols)) * kTileCols;
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, Is,
         [&](int m, int k) { return first + m < N ? contiguous_pair(p.shared_a + long(first + m) * Is, k) : 0u; },
         [&](int k, int n) { return contiguous_pair(p.shared_w2 + long(n0 + n) * Is, k); });
-    const LaneCoord l;
-    for (int i = 0; i < 4; ++i)
-      if (first + l.row(i) < N) p.shared_y[long(first + l.row(i)) * H + n0 + l.col(i)] = to_bf16(acc.v[i]);
+    store_tile(acc, [&](int row, int col, float v) {
+      if (first + row < N) p.shared_y[long(first + row) * H + n0 + col] = to_bf16(v);
+    });
   }
 }
 
-// GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, 8 columns of I).
+// GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, kTileCols columns of I).
 __device__ void expert_up(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   for_each_ring_tile(p, cycle, I, [&](int r, int slot, int n0, const ExpertTile& t) {
@@ -117,7 +124,7 @@ __device__ void expert_down(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   for_each_ring_tile(p, cycle, H, [&](int, int, int n0, const ExpertTile& t) {
     const bf16* w2 = p.w2 + long(t.expert) * H * I;
-    ptx::FragC acc{};
+    ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, I,
         [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.a + long(t.first_row + m) * I, kk) : 0u; },
