@@ -2,6 +2,7 @@
 // in the same process, the device's bf16 matrix-product rate (cuBLAS, 8192^3) as the peak to
 // compare against. Median of --runs timed launches after --warmup; CUDA events around each.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
+//             [--ring-rows R]   (default 16384: one GPU's ring large enough to keep every SM busy)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -83,7 +84,7 @@ double matmul_peak_tflops(int warmup, int runs) {
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 5, warmup = 1, tokens = 0;
+  int runs = 5, warmup = 1, tokens = 0, ring_rows = 16384;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T]\n");
+                   "[--tokens T] [--ring-rows R]\n");
       return 2;
     }
   }
@@ -124,7 +125,9 @@ int main(int argc, char** argv) {
       c.hidden = s.H, c.intermediate = s.I, c.experts = s.E, c.top_k = s.k;
       std::fprintf(stderr, "%s: generating inputs...\n", s.name);
       const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
-      mok::gpu::Megakernel mk(c, p.weights, {});
+      mok::gpu::LaunchConfig launch;
+      launch.ring_rows = ring_rows;
+      mok::gpu::Megakernel mk(c, p.weights, launch);
       mk.set_input(p.x, &*p.routing);
       const double fwd = median_ms(warmup, runs, [&] { mk.launch_forward(); });
       mk.set_output_grad(p.dy);
