@@ -126,9 +126,7 @@ __device__ void weight_grads(const Params& p) {
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long items = long((N + kTileRows - 1) / kTileRows) * (Is / kTileCols);
-  for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (Is / kTileCols)) * kTileRows, n0 = int(item % (Is / kTileCols)) * kTileCols;
+  for_each_token_tile(p, Is, [&](int first, int n0) {
     ptx::FragC acc[kColBlocks] = {};
     mma_chain(
         acc, 0, H, [&](int m, int k) { return first + m < N ? contiguous_pair(p.dy + long(first + m) * H, k) : 0u; },
@@ -142,24 +140,7 @@ __device__ void shared_down_grad(const Params& p) {
       p.shared_dh[g * 2 * Is + col] = to_bf16(d.gate);
       p.shared_dh[g * 2 * Is + Is + col] = to_bf16(d.up);
     });
-  }
-}
-
-// Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
-__device__ void shared_dx(const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long items = long((N + kTileRows - 1) / kTileRows) * (H / kTileCols);
-  for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (H / kTileCols)) * kTileRows, n0 = int(item % (H / kTileCols)) * kTileCols;
-    ptx::FragC acc[kColBlocks] = {};
-    mma_chain(
-        acc, 0, 2 * Is,
-        [&](int m, int k) { return first + m < N ? contiguous_pair(p.shared_dh + long(first + m) * 2 * Is, k) : 0u; },
-        [&](int k, int n) { return contiguous_pair(p.shared_w1t + long(n0 + n) * 2 * Is, k); });
-    store_tile(acc, [&](int row, int col, float v) {
-      if (first + row < N) p.shared_y[long(first + row) * H + n0 + col] = to_bf16(v);
-    });
-  }
+  });
 }
 
 __device__ void router_grad(const Params& p) {
@@ -216,7 +197,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
   if (p.router) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
   weight_grads(p);
-  if (p.c.has_shared()) shared_dx(p);
+  // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
+  if (p.c.has_shared())
+    token_gemm_bf16(p, p.shared_dh, 2 * p.c.shared_intermediate, p.shared_w1t, p.c.hidden, p.shared_y);
   if (!grid_sync(b, kWeightGrad, 0)) return;
   router_weight_grad_and_combine(p);
 }

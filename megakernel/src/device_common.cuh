@@ -66,6 +66,30 @@ __device__ void for_each_ring_tile(const Params& p, int cycle, int columns, Visi
   }
 }
 
+// Work items over all tokens in global order, one warp each: (first token of a 16-token tile, first
+// column n0 of a kTileCols block) over `columns` output columns (the shared expert's GEMMs).
+template <class Visit>
+__device__ void for_each_token_tile(const Params& p, int columns, Visit visit) {
+  const int blocks = columns / kTileCols;
+  const long items = long((p.c.tokens() + kTileRows - 1) / kTileRows) * blocks;
+  for (long item = warp_id(); item < items; item += warp_count())
+    visit(int(item / blocks) * kTileRows, int(item % blocks) * kTileCols);
+}
+
+// out[g, :] = bf16(a[g, :] b^T) for every token g: a [N, k], b [n, k], out [N, n].
+__device__ inline void token_gemm_bf16(const Params& p, const bf16* a, int k, const bf16* b, int n, bf16* out) {
+  const int N = p.c.tokens();
+  for_each_token_tile(p, n, [&](int first, int n0) {
+    ptx::FragC acc[kColBlocks] = {};
+    mma_chain(
+        acc, 0, k, [&](int m, int kk) { return first + m < N ? contiguous_pair(a + long(first + m) * k, kk) : 0u; },
+        [&](int kk, int col) { return contiguous_pair(b + long(n0 + col) * k, kk); });
+    store_tile(acc, [&](int row, int col, float v) {
+      if (first + row < N) out[long(first + row) * n + n0 + col] = to_bf16(v);
+    });
+  });
+}
+
 // Source of a layout row: global token g and slot j.
 struct SlotSource {
   int token, slot;

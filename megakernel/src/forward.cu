@@ -85,28 +85,10 @@ __device__ void swiglu_up_tile(const Params& p, Rows rows, int valid, int n0, co
 
 __device__ void shared_up(const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (Is / kTileCols);
-  for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (Is / kTileCols)) * kTileRows, n0 = int(item % (Is / kTileCols)) * kTileCols;
+  for_each_token_tile(p, Is, [&](int first, int n0) {
     const auto rows = [&](int m) { return first + m < N ? p.x + long(first + m) * H : nullptr; };
     swiglu_up_tile(p, rows, min(kTileRows, N - first), n0, p.shared_w1, Is, p.shared_h, p.shared_a, first);
-  }
-}
-
-__device__ void shared_down(const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const long tiles = (N + kTileRows - 1) / kTileRows, items = tiles * (H / kTileCols);
-  for (long item = warp_id(); item < items; item += warp_count()) {
-    const int first = int(item / (H / kTileCols)) * kTileRows, n0 = int(item % (H / kTileCols)) * kTileCols;
-    ptx::FragC acc[kColBlocks] = {};
-    mma_chain(
-        acc, 0, Is,
-        [&](int m, int k) { return first + m < N ? contiguous_pair(p.shared_a + long(first + m) * Is, k) : 0u; },
-        [&](int k, int n) { return contiguous_pair(p.shared_w2 + long(n0 + n) * Is, k); });
-    store_tile(acc, [&](int row, int col, float v) {
-      if (first + row < N) p.shared_y[long(first + row) * H + n0 + col] = to_bf16(v);
-    });
-  }
+  });
 }
 
 // GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, kTileCols columns of I).
@@ -162,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
   layout_place(p);
   if (p.c.has_shared()) shared_up(p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
-  if (p.c.has_shared()) shared_down(p);
+  if (p.c.has_shared()) token_gemm_bf16(p, p.shared_a, p.c.shared_intermediate, p.shared_w2, p.c.hidden, p.shared_y);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });
