@@ -25,6 +25,15 @@ MOK_HD float float_of(uint32_t u) {
   return f;
 }
 
+// Position of the highest set bit of a nonzero value.
+MOK_HD int leading_bit(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  return 63 - __clzll(static_cast<long long>(v));
+#else
+  return 63 - __builtin_clzll(v);
+#endif
+}
+
 // fma is exact-then-round-once on both sides (IEEE fusedMultiplyAdd); every other float step is a
 // separate, uncontracted operation (host: -ffp-contract=off, device: --fmad=false).
 MOK_HD float fma32(float a, float b, float c) {

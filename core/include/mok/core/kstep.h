@@ -68,9 +68,7 @@ struct HopperBf16StepModel {
   MOK_HD static float round_to_f32(int64_t sum, int e_max) {
     const uint32_t sign = sum < 0 ? 0x80000000u : 0u;
     uint64_t mag = uint64_t(sum < 0 ? -sum : sum);
-    int msb = 63;
-    while (!(mag >> msb)) --msb;
-    const int exp = msb + e_max - kFractionBits;  // unbiased exponent of the leading bit
+    const int exp = leading_bit(mag) + e_max - kFractionBits;  // unbiased exponent of the leading bit
     if (exp > 127) return float_of(sign | 0x7f800000u);
     const int lsb_exp = exp >= -126 ? exp - 23 : -149;  // 24 bits if normal, fewer if subnormal
     const int drop = lsb_exp - (e_max - kFractionBits);
@@ -102,7 +100,8 @@ struct HopperBf16StepModel {
     for (int i = 0; i < kStepK; ++i) {
       p_sig[i] = a_sig[i] * b_sig[i];
       p_exp[i] = a_exp[i] + b_exp[i];
-      if (p_sig[i] != 0 && p_exp[i] > e_max) e_max = p_exp[i];
+      const int exp = p_sig[i] != 0 ? p_exp[i] : kNoTerm;  // branch-free: the loop vectorises
+      e_max = exp > e_max ? exp : e_max;
     }
     if (e_max == kNoTerm) return zero_sum(c, a, b);
     if (e_max < kAlignFloor) e_max = kAlignFloor;
