@@ -13,13 +13,17 @@ if [ -z "${MOK_NO_INSTALL:-}" ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
     build-essential cmake ninja-build git clang-format \
-    libeigen3-dev libgtest-dev googletest librapidcheck-dev libhdf5-dev python3-pip >/dev/null
-  echo "== installing pinned PyPI packages (docs/golden-format.md's Python reader and its test)"
-  python3 -m pip install -q -r requirements.txt
+    libeigen3-dev libgtest-dev googletest librapidcheck-dev libhdf5-dev python3-venv >/dev/null
+  # A virtual environment: Debian's own python3 refuses system-wide pip installs (PEP 668).
+  echo "== installing pinned PyPI packages into .venv (docs/golden-format.md's Python reader and its test)"
+  python3 -m venv .venv
+  .venv/bin/python3 -m pip install -q -r requirements.txt
 fi
 
 echo "== configuring and building (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+python_hint=()
+[ -x .venv/bin/python3 ] && python_hint=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python3")
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${python_hint[@]}" >/dev/null
 cmake --build build -j"$(nproc)"
 
 echo "== main job: the built-in golden check"
