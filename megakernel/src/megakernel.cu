@@ -196,7 +196,7 @@ void Megakernel::set_input(const std::vector<bf16>& x, const Routing* given) {
     m.topk_idx.poison();
     m.topk_w.poison();
   }
-  for (auto* buf : {&m.logits}) buf->poison();
+  m.logits.poison();
   for (auto* buf : {&m.offsets, &m.tile_offsets, &m.row_source, &m.slot_row}) buf->poison();
   for (auto* buf : {&m.h, &m.a, &m.shared_h, &m.shared_a, &m.shared_y, &m.slots, &m.y}) buf->poison();
 }
