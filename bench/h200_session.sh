@@ -1,46 +1,70 @@
 #!/usr/bin/env bash
-# One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT):
-# build with the carried rapidcheck, GPU tests, tensor-core model validation, memcheck, every golden
-# through the GPU backend, a GPU fuzz run, and the kernel timings beside the PyTorch baseline.
-#   MOK_COMMIT=<hash> bash bench/h200_session.sh [fuzz_seconds=240] [bench_shapes="olmoe kimi-k2"]
+# One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT, at most 8
+# files): build with the carried rapidcheck, then the steps asked for, in this order:
+#   tests   ctest -L gpu, and every golden through the GPU backend (mok-verify)
+#   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma)
+#   memcheck compute-sanitizer memcheck over the GPU tests
+#   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
+#   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
+#           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf)
+#   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
 mkdir -p "$out"
-fuzz_seconds=${1:-240}
-shapes=${2:-olmoe kimi-k2}
-log() { echo "== $*" | tee -a "$out/summary.log"; }
+shapes=${MOK_SHAPES:-kimi-k2 glm-5 qwen3.5-397b deepseek-v4 qwen3-30b-a3b olmoe}
+routings=${MOK_ROUTINGS:-uniform zipf}
+log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.log"; }
 {
   echo "commit: ${MOK_COMMIT:-unknown}"
   echo "date: $(date -u +%FT%TZ)"
-  echo "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader)"
+  echo "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1)"
   echo "nvcc: $(nvcc --version | tail -1)"
+  echo "steps: $*"
 } | tee "$out/summary.log"
 
 rc_dir=.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$PWD/$rc_dir" >/tmp/build.log 2>&1 &&
-  cmake --build build -j16 >>/tmp/build.log 2>&1 || { tail -40 /tmp/build.log; exit 1; }
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$PWD/$rc_dir" >"$out/build.log" 2>&1 &&
+  cmake --build build -j16 >>"$out/build.log" 2>&1 || { tail -60 "$out/build.log"; exit 1; }
 log "build ok"
 
-log "ctest -L gpu"
-ctest --test-dir build -L gpu --output-on-failure 2>&1 | tee "$out/gpu_tests.log" | tail -5
-log "mok-tc-validate 1e8 (mma.sync) and 1e8 (wgmma)"
-build/megakernel/mok-tc-validate 1e8 2>&1 | tee "$out/tc_validate.log" | tail -1
-build/megakernel/mok-tc-validate 1e8 20261130 wgmma 2>&1 | tee "$out/tc_validate_wgmma.log" | tail -1
-log "compute-sanitizer memcheck (GPU tests)"
-compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
-  --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.log" 2>&1
-echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.log")" | tee -a "$out/summary.log"
-log "mok-verify --backend gpu golden/data"
-build/verify/mok-verify golden/data --backend gpu 2>&1 | tee "$out/verify_gpu.log" | grep -E "^(EQUAL|DIFFER|ERROR)"
-echo "mok-verify exit ${PIPESTATUS[0]}" | tee -a "$out/summary.log"
-log "mok-fuzz --backend gpu --seconds $fuzz_seconds"
-build/fuzz/mok-fuzz --backend gpu --seed 20261129 --seconds "$fuzz_seconds" >"$out/fuzz_gpu.log" 2>&1
-fuzz_rc=$?
-tail -14 "$out/fuzz_gpu.log"
-echo "mok-fuzz exit $fuzz_rc" | tee -a "$out/summary.log"
-for s in $shapes; do
-  log "mok-bench --shape $s"
-  build/megakernel/mok-bench --shape "$s" --runs 5 2>&1 | tee -a "$out/bench.log" | tail -1
-  log "torch baseline --shape $s"
-  python3 bench/torch_baseline.py --shape "$s" 2>&1 | tee -a "$out/bench.log" | tail -1
+for step in "$@"; do
+  case $step in
+    tests)
+      log "ctest -L gpu"
+      ctest --test-dir build -L gpu --output-on-failure --timeout 300 >"$out/gpu_tests.log" 2>&1
+      grep -E "tests passed|tests failed|Failed|FAILED" "$out/gpu_tests.log" | tee -a "$out/summary.log" | head -20
+      log "mok-verify --backend gpu golden/data"
+      build/verify/mok-verify golden/data --backend gpu >"$out/verify_gpu.log" 2>&1
+      echo "mok-verify exit $?: $(grep -cE '^EQUAL' "$out/verify_gpu.log") EQUAL, $(grep -cE '^(DIFFER|ERROR)' "$out/verify_gpu.log") DIFFER/ERROR" | tee -a "$out/summary.log"
+      ;;
+    model)
+      log "mok-tc-validate 1e8 (mma.sync) and 1e8 (wgmma)"
+      { build/megakernel/mok-tc-validate 1e8; build/megakernel/mok-tc-validate 1e8 20261130 wgmma; } >"$out/tc_validate.log" 2>&1
+      grep -i "mismatch" "$out/tc_validate.log" | tail -2 | tee -a "$out/summary.log"
+      ;;
+    memcheck)
+      log "compute-sanitizer memcheck (GPU tests)"
+      compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
+        --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.log" 2>&1
+      echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.log")" | tee -a "$out/summary.log"
+      ;;
+    fuzz)
+      log "mok-fuzz --backend gpu --seconds ${MOK_FUZZ_SECONDS:-120}"
+      build/fuzz/mok-fuzz --backend gpu --seed 20261129 --seconds "${MOK_FUZZ_SECONDS:-120}" >"$out/fuzz_gpu.log" 2>&1
+      echo "mok-fuzz exit $?" | tee -a "$out/summary.log"
+      tail -14 "$out/fuzz_gpu.log"
+      ;;
+    bench)
+      for routing in $routings; do
+        for s in $shapes; do
+          log "mok-bench --shape $s --routing $routing"
+          build/megakernel/mok-bench --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+          log "torch baseline --shape $s --routing $routing"
+          python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+        done
+      done
+      ;;
+    *) echo "unknown step $step" ;;
+  esac
 done
+log "done"

@@ -39,7 +39,7 @@ class GpuBackend final : public Backend {
     require(opt.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
     gpu::LaunchConfig l;
-    l.ring_rows = opt.ring_rows;
+    l.ring_rows = gpu::whole_tile_ring_rows(opt.ring_rows);
     return l;
   }
 };

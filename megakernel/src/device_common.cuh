@@ -1,14 +1,17 @@
 // Work distribution and dispatch-layout lookups shared by the forward and backward kernels.
+// Each expert's layout rows are cut into tiles of kTileRows; per-row scratch (h, a, g, dh, dye, xe)
+// is stored by padded row = kTileRows * (tiles before the expert) + row within the expert, and
+// padding rows hold zeros, so a tile's rows are contiguous and a weight gradient's last K-step
+// reads zeros past the expert's rows.
 #pragma once
 
 #include "mok/core/dispatch_layout.h"
 #include "params.cuh"
-#include "warp_mma.cuh"
+#include "tile_gemm.cuh"
 
 namespace mok::gpu {
 
-inline constexpr int kThreads = 256;  // 8 warps per persistent block
-inline constexpr int kTileRows = 16;  // rows of one mma tile = one K-chunk of a weight gradient
+inline constexpr int kTileRows = kTileM;
 
 __device__ __forceinline__ long thread_id() { return long(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ long thread_count() { return long(gridDim.x) * blockDim.x; }
@@ -16,19 +19,23 @@ __device__ __forceinline__ long warp_id() { return thread_id() / 32; }
 __device__ __forceinline__ long warp_count() { return thread_count() / 32; }
 __device__ __forceinline__ int lane_id() { return threadIdx.x % 32; }
 
-// A 16-row tile of one expert's layout rows: tiles are numbered expert by expert (tile_offsets).
+__device__ __forceinline__ void store_pair(bf16* dst, float v0, float v1) {
+  *reinterpret_cast<uint32_t*>(dst) = uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
+}
+
+// A tile of one expert's layout rows: tiles are numbered expert by expert (tile_offsets).
 struct ExpertTile {
   int expert;
   int first_row;  // layout row of the tile's row 0
-  int rows;       // valid rows, 1..16
+  int rows;       // valid rows, 1..kTileRows
+  int pad_row;    // padded row of the tile's row 0
 };
 
 __device__ __forceinline__ ExpertTile expert_tile(const Params& p, int tile) {
   int e = 0;
   while (p.tile_offsets[e + 1] <= tile) ++e;
   const int first = p.offsets[e] + kTileRows * (tile - p.tile_offsets[e]);
-  const int rows = min(kTileRows, p.offsets[e + 1] - first);
-  return ExpertTile{e, first, rows};
+  return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * tile};
 }
 
 // Tiles of rank r's experts: [rank_tile_begin, rank_tile_end).
@@ -54,40 +61,59 @@ __device__ __forceinline__ int ring_tile(const Params& p, int r, int cycle, int 
   return tile < rank_tile_end(p, r) ? tile : -1;
 }
 
-// This cycle's ring work items, one warp each: (rank r, ring slot, first column n0 of a kTileCols
-// block) over `columns` output columns, for the slots that hold a tile.
-template <class Visit>
-__device__ void for_each_ring_tile(const Params& p, int cycle, int columns, Visit visit) {
-  const int blocks = columns / kTileCols, per_rank = ring_tiles(p) * blocks;
-  for (long item = warp_id(); item < long(p.c.ranks) * per_rank; item += warp_count()) {
-    const int r = int(item / per_rank), slot = int(item % per_rank) / blocks, n0 = int(item % blocks) * kTileCols;
-    const int tile = ring_tile(p, r, cycle, slot);
-    if (tile >= 0) visit(r, slot, n0, expert_tile(p, tile));
-  }
+// One output tile of a ring phase: rank r's ring slot (its rows start at ring_row of the ring map)
+// and the first output column n0.
+struct RingItem {
+  int r, ring_row, n0;
+  ExpertTile t;
+};
+
+// Output tile `item` of this cycle's ring phase over `col_tiles` tiles of `width` columns, or false
+// when that ring slot is empty.
+__device__ __forceinline__ bool ring_item(const Params& p, int cycle, int col_tiles, int width, long item,
+                                          RingItem& out) {
+  const int per_rank = ring_tiles(p) * col_tiles;
+  const int r = int(item / per_rank), slot = int(item % per_rank) / col_tiles;
+  const int tile = ring_tile(p, r, cycle, slot);
+  if (tile < 0) return false;
+  out = RingItem{r, r * p.ring_rows + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
+  return true;
 }
 
-// Work items over all tokens in global order, one warp each: (first token of a 16-token tile, first
-// column n0 of a kTileCols block) over `columns` output columns (the shared expert's GEMMs).
-template <class Visit>
-__device__ void for_each_token_tile(const Params& p, int columns, Visit visit) {
-  const int blocks = columns / kTileCols;
-  const long items = long((p.c.tokens() + kTileRows - 1) / kTileRows) * blocks;
-  for (long item = warp_id(); item < items; item += warp_count())
-    visit(int(item / blocks) * kTileRows, int(item % blocks) * kTileCols);
+__device__ __forceinline__ long ring_items(const Params& p, int col_tiles) {
+  return long(p.c.ranks) * ring_tiles(p) * col_tiles;
 }
 
-// out[g, :] = bf16(a[g, :] b^T) for every token g: a [N, k], b [n, k], out [N, n].
-__device__ inline void token_gemm_bf16(const Params& p, const bf16* a, int k, const bf16* b, int n, bf16* out) {
-  const int N = p.c.tokens();
-  for_each_token_tile(p, n, [&](int first, int n0) {
-    ptx::FragC acc[kColBlocks] = {};
-    mma_chain(
-        acc, 0, k, [&](int m, int kk) { return first + m < N ? contiguous_pair(a + long(first + m) * k, kk) : 0u; },
-        [&](int kk, int col) { return contiguous_pair(b + long(n0 + col) * k, kk); });
-    store_tile(acc, [&](int row, int col, float v) {
-      if (first + row < N) out[long(first + row) * n + n0 + col] = to_bf16(v);
-    });
-  });
+__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (64 each), K = k columns.
+__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
+                                            int k) {
+  return TileLoad{&ma, &mb, {a_row, a_row + kBox}, {b0, b1}, 0, k / kBox};
+}
+
+// out[g, :] = bf16(a[g, :] b^T) for every token g (the shared expert's down GEMMs): A map [N, k],
+// B map [n, k] (n columns of out).
+__device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
+                                       int k, int n, bf16* out, int phase) {
+  const int N = p.c.tokens(), col_tiles = ceil_div(n, kTileN);
+  gemm_tiles<false>(
+      pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        const int n0 = int(t % col_tiles) * kTileN;
+        l = k_major(a, b, int(t / col_tiles) * kTileRows, n0, n0 + kBox, k);
+        return true;
+      },
+      [&](long t, int half, const float(&acc)[64]) {
+        const long first = t / col_tiles * kTileRows;
+        const int n0 = int(t % col_tiles) * kTileN;
+        for_each_pair(
+            half, acc,
+            [&](int row, int col, float v0, float v1) {
+              if (first + row < N) store_pair(out + (first + row) * n + n0 + col, v0, v1);
+            },
+            min(kTileN, n - n0));
+      });
 }
 
 // Source of a layout row: global token g and slot j.
@@ -103,20 +129,23 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
-// Push: a 16 x kTileCols accumulator tile, each valid row rounded to bf16 into the (token, slot)
-// buffer of its source rank (y_j in the forward, dx_j in the backward).
-__device__ __forceinline__ void push_to_slots(const Params& p, const ExpertTile& t, int n0,
-                                              const ptx::FragC (&acc)[kColBlocks]) {
+// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward).
+__device__ __forceinline__ void push_to_slots(const Params& p, const RingItem& it, int half, const float (&acc)[64]) {
   const int H = p.c.hidden;
-  store_tile(acc, [&](int row, int col, float v) {
-    if (row >= t.rows) return;
-    const SlotSource s = slot_source(p, t.first_row + row);
-    bf16* slots = p.rank[token_rank(p, s.token)].slots;
-    slots[(long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + n0 + col] = to_bf16(v);
-  });
+  for_each_pair(
+      half, acc,
+      [&](int row, int col, float v0, float v1) {
+        if (row >= it.t.rows) return;
+        const SlotSource s = slot_source(p, it.t.first_row + row);
+        bf16* slots = p.rank[token_rank(p, s.token)].slots;
+        store_pair(slots + (long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + it.n0 + col, v0, v1);
+      },
+      min(kTileN, H - it.n0));
 }
 
-// Pull: warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0).
+// Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
+// source writes zeros.
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);

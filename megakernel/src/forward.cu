@@ -54,65 +54,73 @@ __device__ void layout_place(const Params& p) {
                 p.slot_row);
 }
 
-// h = bf16(A W1^T) for a 16-row tile, kTileCols gate and the matching up columns (one chain: each A
-// fragment serves both), then a = bf16(swiglu(h)). rows(m) gives A's row m (nullptr past the valid
-// rows); out_first is the layout/token row of row 0.
-template <class Rows>
-__device__ void swiglu_up_tile(const Params& p, Rows rows, int valid, int n0, const bf16* w1, int inter, bf16* h,
-                               bf16* a, long out_first) {
-  const int H = p.c.hidden;
-  ptx::FragC acc[2 * kColBlocks] = {};  // gate blocks, then up blocks
-  mma_chain(
-      acc, 0, H, [&](int m, int k) { return rows(m) ? contiguous_pair(rows(m), k) : 0u; },
-      [&](int k, int n) {
-        const int w_row = n < kTileCols ? n0 + n : inter + n0 + n - kTileCols;
-        return contiguous_pair(w1 + long(w_row) * H, k);
+// The GEMM1 epilogue: the tile's columns 0-63 are gate columns n0.., 64-127 the matching up
+// columns; h = bf16(gate | up) and a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a.
+__device__ void swiglu_epilogue(const Params& p, int half, const float (&acc)[64], int inter, int n0, int valid,
+                                long first, bf16* h, bf16* a) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int row = acc_row(half, i);
+    if (row >= valid) continue;
+    const long out = first + row;
+    const int col = n0 + acc_col(i);
+    store_pair(h + out * 2 * inter + col, acc[i], acc[i + 1]);
+    store_pair(h + out * 2 * inter + inter + col, acc[i + 32], acc[i + 33]);
+    float act[2];
+    for (int j = 0; j < 2; ++j)
+      act[j] = swiglu(to_float(to_bf16(acc[i + j])), to_float(to_bf16(acc[i + 32 + j])), p.c.swiglu_limit);
+    store_pair(a + out * inter + col, act[0], act[1]);
+  }
+}
+
+// The shared expert's GEMM1 + SwiGLU over all tokens: tiles of 128 tokens x 64 intermediate columns.
+__device__ void shared_up(Pipeline& pipe, const Params& p) {
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden, col_tiles = Is / kBox;
+  gemm_tiles<false>(
+      pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, kLayoutPlace,
+      [&](long t, TileLoad& l) {
+        const int n0 = int(t % col_tiles) * kBox;
+        l = k_major(p.maps.x, p.maps.shared_w1, int(t / col_tiles) * kTileRows, n0, Is + n0, H);
+        return true;
+      },
+      [&](long t, int half, const float(&acc)[64]) {
+        const long first = t / col_tiles * kTileRows;
+        swiglu_epilogue(p, half, acc, Is, int(t % col_tiles) * kBox, int(min(long(kTileRows), N - first)), first,
+                        p.shared_h, p.shared_a);
       });
-  const LaneCoord l;
-#pragma unroll
-  for (int j = 0; j < kColBlocks; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (l.row(i) >= valid) continue;
-      const long row = out_first + l.row(i);
-      const int col = n0 + 8 * j + l.col(i);
-      const bf16 hg = to_bf16(acc[j].v[i]), hu = to_bf16(acc[kColBlocks + j].v[i]);
-      h[row * 2 * inter + col] = hg;
-      h[row * 2 * inter + inter + col] = hu;
-      a[row * inter + col] = to_bf16(swiglu(to_float(hg), to_float(hu), p.c.swiglu_limit));
-    }
 }
 
-__device__ void shared_up(const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
-  for_each_token_tile(p, Is, [&](int first, int n0) {
-    const auto rows = [&](int m) { return first + m < N ? p.x + long(first + m) * H : nullptr; };
-    swiglu_up_tile(p, rows, min(kTileRows, N - first), n0, p.shared_w1, Is, p.shared_h, p.shared_a, first);
-  });
-}
-
-// GEMM1 + SwiGLU on the rows in the rings: items (rank, ring tile, kTileCols columns of I).
-__device__ void expert_up(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden;
-  for_each_ring_tile(p, cycle, I, [&](int r, int slot, int n0, const ExpertTile& t) {
-    const bf16* ring = p.rank[r].ring + long(slot) * kTileRows * H;
-    const auto rows = [&](int m) { return ring + long(m) * H; };  // padding rows are zero in the ring
-    swiglu_up_tile(p, rows, t.rows, n0, p.w1 + long(t.expert) * 2 * I * H, I, p.h, p.a, t.first_row);
-  });
+// GEMM1 + SwiGLU on the rows in the rings: tiles (rank, ring slot, 64 columns of I). Padding rows
+// (zero in the ring) are written too: their a is zero, as the weight gradients expect.
+__device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
+  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = I / kBox;
+  RingItem it;
+  gemm_tiles<false>(
+      pipe, ring_items(p, col_tiles), p.barrier, kExpertUp,
+      [&](long t, TileLoad& l) {
+        if (!ring_item(p, cycle, col_tiles, kBox, t, it)) return false;
+        const int w = it.t.expert * 2 * I + it.n0;
+        l = k_major(p.maps.ring, p.maps.w1, it.ring_row, w, w + I, H);
+        return true;
+      },
+      [&](long, int half, const float(&acc)[64]) {
+        swiglu_epilogue(p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
+      });
 }
 
 // GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
-__device__ void expert_down(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden;
-  for_each_ring_tile(p, cycle, H, [&](int, int, int n0, const ExpertTile& t) {
-    const bf16* w2 = p.w2 + long(t.expert) * H * I;
-    ptx::FragC acc[kColBlocks] = {};
-    mma_chain(
-        acc, 0, I,
-        [&](int m, int kk) { return m < t.rows ? contiguous_pair(p.a + long(t.first_row + m) * I, kk) : 0u; },
-        [&](int kk, int n) { return contiguous_pair(w2 + long(n0 + n) * I, kk); });
-    push_to_slots(p, t, n0, acc);
-  });
+__device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
+  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(H, kTileN);
+  RingItem it;
+  gemm_tiles<false>(
+      pipe, ring_items(p, col_tiles), p.barrier, kExpertDown,
+      [&](long t, TileLoad& l) {
+        if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
+        const int w = it.t.expert * H + it.n0;
+        l = k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kBox, I);
+        return true;
+      },
+      [&](long, int half, const float(&acc)[64]) { push_to_slots(p, it, half, acc); });
 }
 
 __device__ void combine(const Params& p) {
@@ -129,8 +137,9 @@ __device__ void combine(const Params& p) {
 
 }  // namespace
 
-__global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
+  Pipeline pipe = pipeline_init();
   if (p.router) {
     router_logits(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
@@ -142,16 +151,18 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
   layout_scan(p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(p);
-  if (p.c.has_shared()) shared_up(p);
+  if (p.c.has_shared()) shared_up(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
-  if (p.c.has_shared()) token_gemm_bf16(p, p.shared_a, p.c.shared_intermediate, p.shared_w2, p.c.hidden, p.shared_y);
+  if (p.c.has_shared())
+    token_gemm_bf16(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y,
+                    kPull);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });
     if (!grid_sync(b, kPull, cycle)) return;
-    expert_up(p, cycle);
+    expert_up(pipe, p, cycle);
     if (!grid_sync(b, kExpertUp, cycle)) return;
-    expert_down(p, cycle);
+    expert_down(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;
   }
   combine(p);

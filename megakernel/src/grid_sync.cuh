@@ -1,8 +1,10 @@
 // A grid-wide barrier for the persistent kernels (launched cooperatively, so every block is
 // resident), with a watchdog: a block that waits past the timeout records who waited where and
 // every block leaves instead of hanging. Returns false once any error is recorded.
+// Global stores before the barrier are visible after it to ordinary loads and to TMA copies.
 #pragma once
 
+#include "mok/megakernel/ptx/tma.cuh"
 #include "params.cuh"
 
 namespace mok::gpu {
@@ -27,6 +29,7 @@ __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
 }
 
 __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
+  ptx::fence_proxy_async_global();  // this phase's stores are visible to the next phase's TMA reads
   __syncthreads();
   if (threadIdx.x == 0) {
     volatile unsigned int* generation = b.generation;

@@ -4,6 +4,7 @@
 
 #include "device_array.cuh"
 #include "kernels.cuh"
+#include "tensor_map.h"
 #include "mok/core/validate.h"
 #include "mok/megakernel/megakernel.h"
 
@@ -30,6 +31,23 @@ DeviceArray<bf16> transposed(const DeviceArray<bf16>& in, int batches, int rows,
 
 size_t sz(long a, long b) { return size_t(a) * size_t(b); }
 
+// Rows of the padded per-row scratch: every expert's rows rounded up to whole tiles.
+long padded_rows(const LayerConfig& c) {
+  return kTileRows * ((long(c.tokens()) * c.top_k + kTileRows - 1) / kTileRows + c.experts);
+}
+
+// The [N k, width] layout-row view of a padded per-row buffer.
+std::vector<bf16> compact_rows(const std::vector<bf16>& padded, long width, const std::vector<int32_t>& offsets,
+                               const std::vector<int32_t>& tile_offsets) {
+  const int E = int(offsets.size()) - 1;
+  std::vector<bf16> out(sz(offsets[E], width));
+  for (int e = 0; e < E; ++e)
+    for (long i = 0; i < offsets[e + 1] - offsets[e]; ++i)
+      std::copy_n(padded.begin() + (long(kTileRows) * tile_offsets[e] + i) * width, width,
+                  out.begin() + (offsets[e] + i) * width);
+  return out;
+}
+
 }  // namespace
 
 bool device_available() {
@@ -54,10 +72,34 @@ struct Megakernel::Impl {
   DeviceArray<bf16> x, dy, ring;
   DeviceArray<float> logits, topk_w;
   DeviceArray<int32_t> topk_idx, chunk_counts, chunk_base, offsets, tile_offsets, row_source, slot_row;
-  DeviceArray<bf16> h, a, dh, dye, shared_h, shared_a, shared_y, shared_dh, slots, y, dx;
+  DeviceArray<bf16> h, a, dh, dye, xe, shared_h, shared_a, shared_y, shared_dh, slots, y, dx;
   DeviceArray<float> g, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
   DeviceArray<unsigned int> barrier_words;
   DeviceArray<KernelError> error;
+  TensorMaps maps{};
+
+  void make_tensor_maps() {
+    const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const long P = padded_rows(c);
+    maps.ring = tensor_map(ring.get(), long(c.ranks) * launch.ring_rows, H);
+    maps.w1 = tensor_map(w1.get(), E * 2 * I, H);
+    maps.w2 = tensor_map(w2.get(), E * H, I);
+    maps.w1t = tensor_map(w1t.get(), E * H, 2 * I);
+    maps.w2t = tensor_map(w2t.get(), E * I, H);
+    maps.a = tensor_map(a.get(), P, I);
+    maps.dh = tensor_map(dh.get(), P, 2 * I);
+    maps.dye = tensor_map(dye.get(), P, H);
+    maps.xe = tensor_map(xe.get(), P, H);
+    maps.x = tensor_map(x.get(), N, H);
+    maps.dy = tensor_map(dy.get(), N, H);
+    if (Is == 0) return;
+    maps.shared_w1 = tensor_map(shared_w1.get(), 2 * Is, H);
+    maps.shared_w2 = tensor_map(shared_w2.get(), H, Is);
+    maps.shared_w1t = tensor_map(shared_w1t.get(), H, 2 * Is);
+    maps.shared_w2t = tensor_map(shared_w2t.get(), Is, H);
+    maps.shared_a = tensor_map(shared_a.get(), N, Is);
+    maps.shared_dh = tensor_map(shared_dh.get(), N, 2 * Is);
+  }
 
   Params params() const {
     Params p{};
@@ -71,6 +113,7 @@ struct Megakernel::Impl {
                               d_topk_w.get() + sz(r, sz(T, k)), ring.get() + sz(r, sz(launch.ring_rows, H))};
     p.barrier = GridBarrier{barrier_words.get(), barrier_words.get() + 1, error.get(),
                             (long long)(launch.watchdog_seconds * 1e9)};
+    p.maps = maps;
     p.router_w = router_w.get();
     p.expert_bias = expert_bias.size() ? expert_bias.get() : nullptr;
     p.w1 = w1.get(), p.w2 = w2.get(), p.w1t = w1t.get(), p.w2t = w2t.get();
@@ -80,7 +123,7 @@ struct Megakernel::Impl {
     p.logits = logits.get(), p.topk_idx = topk_idx.get(), p.topk_w = topk_w.get();
     p.chunk_counts = chunk_counts.get(), p.chunk_base = chunk_base.get(), p.offsets = offsets.get();
     p.tile_offsets = tile_offsets.get(), p.row_source = row_source.get(), p.slot_row = slot_row.get();
-    p.h = h.get(), p.a = a.get(), p.g = g.get(), p.dh = dh.get(), p.dye = dye.get();
+    p.h = h.get(), p.a = a.get(), p.g = g.get(), p.dh = dh.get(), p.dye = dye.get(), p.xe = xe.get();
     p.shared_h = shared_h.get(), p.shared_a = shared_a.get(), p.shared_y = shared_y.get();
     p.shared_dh = shared_dh.get();
     p.y = y.get(), p.dx = dx.get(), p.d_logits = d_logits.get(), p.d_router = d_router.get();
@@ -93,11 +136,16 @@ struct Megakernel::Impl {
     error.zero();
     Params p = params();
     void* args[] = {&p};
-    MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, 0, nullptr));
+    MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, nullptr));
     MOK_CUDA_CHECK(cudaDeviceSynchronize());
     const KernelError e = error.download()[0];
     if (e.code == kLogitOverflow)
       throw Error("mok: invalid input: router logit of token " + std::to_string(e.detail) + " overflows");
+    if (e.code == kPipelineTimeout)
+      throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
+                  " waited more than " + std::to_string(launch.watchdog_seconds) +
+                  " s for its operand pipeline in phase '" +
+                  (e.phase >= 0 && e.phase < kPhaseCount ? kPhaseNames[e.phase] : "?") + "'");
     if (e.code == kBarrierTimeout)
       throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
                   " waited more than " + std::to_string(launch.watchdog_seconds) +
@@ -112,8 +160,10 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   validate(c);
   validate_weights(c, w);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
+  static_assert(kRingRowGranularity == kTileRows);
   require(launch.ring_rows > 0 && launch.ring_rows % kTileRows == 0,
-          "ring_rows = " + std::to_string(launch.ring_rows) + " is not a positive multiple of 16");
+          "ring_rows = " + std::to_string(launch.ring_rows) + " is not a positive multiple of " +
+              std::to_string(kTileRows));
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
   Impl& m = *impl_;
@@ -122,8 +172,10 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, 0));
-  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, 0));
+  for (const void* kernel : {(const void*)forward_kernel, (const void*)backward_kernel})
+    MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
+  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));
   const int resident = sms * std::min(per_sm_fwd, per_sm_bwd);
   require(launch.blocks >= 0 && launch.blocks <= resident, "blocks = " + std::to_string(launch.blocks) +
                                                                " exceeds the " + std::to_string(resident) +
@@ -131,7 +183,7 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   m.blocks = launch.blocks ? launch.blocks : resident;
 
   const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-  const long Is = c.shared_intermediate, rows = N * k, chunks = layout_chunks(int(N));
+  const long Is = c.shared_intermediate, rows = N * k, chunks = layout_chunks(int(N)), P = padded_rows(c);
   m.router_w = DeviceArray<float>(w.router);
   m.expert_bias = DeviceArray<float>(w.expert_bias);
   m.w1 = DeviceArray<bf16>(w.w1);
@@ -154,11 +206,12 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   m.tile_offsets = DeviceArray<int32_t>(E + 1);
   m.row_source = DeviceArray<int32_t>(rows);
   m.slot_row = DeviceArray<int32_t>(rows);
-  m.h = DeviceArray<bf16>(sz(rows, 2 * I));
-  m.a = DeviceArray<bf16>(sz(rows, I));
-  m.g = DeviceArray<float>(sz(rows, I));
-  m.dh = DeviceArray<bf16>(sz(rows, 2 * I));
-  m.dye = DeviceArray<bf16>(sz(rows, H));
+  m.h = DeviceArray<bf16>(sz(P, 2 * I));
+  m.a = DeviceArray<bf16>(sz(P, I));
+  m.g = DeviceArray<float>(sz(P, I));
+  m.dh = DeviceArray<bf16>(sz(P, 2 * I));
+  m.dye = DeviceArray<bf16>(sz(P, H));
+  m.xe = DeviceArray<bf16>(sz(P, H));
   m.shared_h = DeviceArray<bf16>(sz(N, 2 * Is));
   m.shared_a = DeviceArray<bf16>(sz(N, Is));
   m.shared_y = DeviceArray<bf16>(sz(N, H));
@@ -175,6 +228,7 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   m.d_shared_w2 = DeviceArray<float>(sz(H, Is));
   m.barrier_words = DeviceArray<unsigned int>(2);
   m.error = DeviceArray<KernelError>(1);
+  m.make_tensor_maps();
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -213,13 +267,14 @@ Forward Megakernel::read_forward() const {
   f.routing = Routing{m.topk_idx.download(), m.topk_w.download()};
   if (m.router) f.logits = m.logits.download();
   f.layout.offsets = m.offsets.download();
+  const std::vector<int32_t> tile_offsets = m.tile_offsets.download();
   f.layout.row_source = m.row_source.download();
   f.layout.slot_row = m.slot_row.download();
   f.layout.counts.resize(m.c.experts);
   for (int e = 0; e < m.c.experts; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
   f.y = m.y.download();
-  f.h = m.h.download();
-  f.a = m.a.download();
+  f.h = compact_rows(m.h.download(), 2L * m.c.intermediate, f.layout.offsets, tile_offsets);
+  f.a = compact_rows(m.a.download(), m.c.intermediate, f.layout.offsets, tile_offsets);
   f.shared_h = m.shared_h.download();
   f.shared_a = m.shared_a.download();
   return f;
@@ -232,7 +287,7 @@ void Megakernel::set_output_grad(const std::vector<bf16>& dy) {
   m.dy.upload(dy);
   for (auto* buf : {&m.g, &m.d_topk_w, &m.d_logits, &m.d_router, &m.d_w1, &m.d_w2, &m.d_shared_w1, &m.d_shared_w2})
     buf->poison();
-  for (auto* buf : {&m.dh, &m.dye, &m.shared_dh, &m.shared_y, &m.slots, &m.dx}) buf->poison();
+  for (auto* buf : {&m.dh, &m.dye, &m.xe, &m.shared_dh, &m.shared_y, &m.slots, &m.dx}) buf->poison();
 }
 
 void Megakernel::launch_backward() { impl_->run(reinterpret_cast<const void*>(backward_kernel), "backward"); }

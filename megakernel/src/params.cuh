@@ -1,6 +1,8 @@
 // Device-side parameters of the persistent kernels: one struct, passed by value.
 #pragma once
 
+#include <cuda.h>
+
 #include "mok/core/bf16.h"
 #include "mok/core/config.h"
 
@@ -27,7 +29,7 @@ struct KernelError {
   int detail;  // the block that waited (timeout), the token (logit overflow)
 };
 
-enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1, kLogitOverflow = 2 };
+enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1, kLogitOverflow = 2, kPipelineTimeout = 3 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
 enum Phase : int {
@@ -58,12 +60,19 @@ struct GridBarrier {
   long long timeout_ns;
 };
 
+// TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
+struct TensorMaps {
+  CUtensorMap ring, w1, w2, w1t, w2t, a, dh, dye, xe, x, dy;
+  CUtensorMap shared_w1, shared_w2, shared_w1t, shared_w2t, shared_a, shared_dh;
+};
+
 struct Params {
   LayerConfig c;
   int ring_rows;
   bool router;  // false: the routing was given (topk_* already filled)
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
+  TensorMaps maps;
 
   // Weights (the experts of every simulated rank live on this GPU).
   const float* router_w;     // [E, H]
@@ -92,12 +101,13 @@ struct Params {
   int32_t* row_source;    // [N k]
   int32_t* slot_row;      // [N k]
 
-  // Per layout row.
-  bf16* h;    // [N k, 2I]
-  bf16* a;    // [N k, I]
-  float* g;   // [N k, I]   dy W2 (backward)
-  bf16* dh;   // [N k, 2I]  (backward)
-  bf16* dye;  // [N k, H]   bf16(w dy) (backward)
+  // Per padded layout row (P rows: device_common.cuh).
+  bf16* h;    // [P, 2I]
+  bf16* a;    // [P, I]
+  float* g;   // [P, I]   dy W2 (backward)
+  bf16* dh;   // [P, 2I]  (backward)
+  bf16* dye;  // [P, H]   bf16(w dy) (backward)
+  bf16* xe;   // [P, H]   the row's token x (backward: dW1's operand)
 
   // Shared expert, per token.
   bf16* shared_h;   // [N, 2Is]

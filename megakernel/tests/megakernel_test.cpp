@@ -161,7 +161,7 @@ TEST_F(Gpu, LaunchAndRingInvariance) {
   const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);
   const GpuRun base = run_gpu(p);
   for (int blocks : {1, 3, 17, 132}) {
-    for (int ring : {16, 48, 4096}) {
+    for (int ring : {128, 384, 4096}) {
       SCOPED_TRACE("blocks " + std::to_string(blocks) + ", ring " + std::to_string(ring));
       const GpuRun got = run_gpu(p, LaunchConfig{blocks, ring, 10.0});
       expect_forward_bits(got.fwd, base.fwd);
@@ -206,7 +206,7 @@ TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
 
 TEST_F(Gpu, RejectsBadLaunches) {
   const Problem p = make_problem(small(1, 16, 4, 2), 3);
-  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 24, 10.0}), Error);
+  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 64, 10.0}), Error);  // not whole tiles
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{1 << 20, 256, 10.0}), Error);
   Megakernel mk(p.config, p.weights, {});
   EXPECT_THROW(mk.backward(p.dy), Error);

@@ -1,8 +1,12 @@
 // mok-bench: times the persistent forward and backward kernels on the shapes of DESIGN.md §6 and,
 // in the same process, the device's bf16 matrix-product rate (cuBLAS, 8192^3) as the peak to
-// compare against. Median of --runs timed launches after --warmup; CUDA events around each.
+// compare against. Median of --runs timed launches after --warmup; CUDA events around each. Input
+// sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed
+// launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
-//             [--ring-rows R]   (default 16384: one GPU's ring large enough to keep every SM busy)
+//             [--ring-rows R] [--sets N]
+//   --ring-rows: default 16384, one GPU's ring large enough to keep every SM busy;
+//   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,10 +22,31 @@
 
 namespace {
 
+constexpr size_t kScrubBytes = size_t(256) << 20;
+
 struct Shape {
   const char* name;
   int H, I, E, k, T;
 };
+
+// One input set: the problem's tokens rotated by `shift` rows (other bytes, the same routing statistics).
+struct Inputs {
+  std::vector<mok::bf16> x, dy;
+  mok::Routing routing;
+};
+
+template <class T>
+std::vector<T> rotate_rows(const std::vector<T>& v, long row_size, long shift) {
+  std::vector<T> out(v);
+  std::rotate(out.begin(), out.begin() + shift * row_size, out.end());
+  return out;
+}
+
+Inputs rotated(const mok::ref::Problem& p, int shift) {
+  const long H = p.config.hidden, k = p.config.top_k;
+  return Inputs{rotate_rows(p.x, H, shift), rotate_rows(p.dy, H, shift),
+                mok::Routing{rotate_rows(p.routing->topk_idx, k, shift), rotate_rows(p.routing->topk_w, k, shift)}};
+}
 
 constexpr Shape kShapes[] = {
     {"kimi-k2", 7168, 2048, 32, 8, 8192},        {"glm-5", 6144, 2048, 32, 8, 8192},
@@ -29,14 +54,31 @@ constexpr Shape kShapes[] = {
     {"qwen3-30b-a3b", 2048, 768, 128, 8, 16384}, {"olmoe", 2048, 1024, 64, 8, 8192},
 };
 
-template <class F>
-double median_ms(int warmup, int runs, F launch) {
+// Overwrites more than the L2 cache (50 MB on the H200) so the next launch starts cold.
+void scrub_l2() {
+  static void* buffer = [] {
+    void* b = nullptr;
+    MOK_CUDA_CHECK(cudaMalloc(&b, kScrubBytes));
+    return b;
+  }();
+  MOK_CUDA_CHECK(cudaMemsetAsync(buffer, 0x5a, kScrubBytes));
+}
+
+// prepare(i) runs untimed before timed launch i (negative i: warm-up).
+template <class Prepare, class F>
+double median_ms(int warmup, int runs, Prepare prepare, F launch) {
   cudaEvent_t start, stop;
   MOK_CUDA_CHECK(cudaEventCreate(&start));
   MOK_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) launch();
+  for (int i = 0; i < warmup; ++i) {
+    prepare(-1 - i);
+    launch();
+  }
   std::vector<float> ms(runs);
-  for (float& t : ms) {
+  for (int i = 0; i < runs; ++i) {
+    float& t = ms[i];
+    prepare(i);
+    scrub_l2();
     MOK_CUDA_CHECK(cudaEventRecord(start));
     launch();
     MOK_CUDA_CHECK(cudaEventRecord(stop));
@@ -68,7 +110,7 @@ double matmul_peak_tflops(int warmup, int runs) {
   cublasHandle_t handle;
   check_cublas(cublasCreate(&handle), "create");
   const float one = 1.0f, zero = 0.0f;
-  const double ms = median_ms(warmup, runs, [&] {
+  const double ms = median_ms(warmup, runs, [](int) {}, [&] {
     check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
                               &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "gemm");
@@ -84,7 +126,7 @@ double matmul_peak_tflops(int warmup, int runs) {
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 5, warmup = 1, tokens = 0, ring_rows = 16384;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 16384, sets = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -98,10 +140,14 @@ int main(int argc, char** argv) {
       warmup = std::atoi(argv[++i]);
     else if (arg == "--tokens" && has_value)
       tokens = std::atoi(argv[++i]);
+    else if (arg == "--ring-rows" && has_value)
+      ring_rows = std::atoi(argv[++i]);
+    else if (arg == "--sets" && has_value)
+      sets = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T] [--ring-rows R]\n");
+                   "[--tokens T] [--ring-rows R] [--sets N]\n");
       return 2;
     }
   }
@@ -111,11 +157,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (runs < 1 || warmup < 0) throw mok::Error("mok-bench: --runs must be >= 1 and --warmup >= 0");
+    if (ring_rows < 1 || tokens < 0 || sets < 1)
+      throw mok::Error("mok-bench: --ring-rows and --sets must be >= 1, --tokens >= 0");
     const auto kind = mok::ref::routing_kind_from_string(routing);
+    if (kind != mok::ref::RoutingKind::uniform && kind != mok::ref::RoutingKind::zipf)
+      throw mok::Error("mok-bench: --routing must be uniform or zipf");
     const double peak = matmul_peak_tflops(3, 10);
     std::printf("bf16 matmul peak (cuBLAS 8192^3, random data): %.0f TFLOP/s\n", peak);
-    std::printf("%-15s %-8s %10s %10s %9s %9s %8s %8s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd TF/s",
-                "bwd TF/s", "fwd %pk", "bwd %pk");
+    std::printf("%-15s %-8s %8s %8s %10s %9s %9s %8s %8s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd+bwd ms",
+                "fwd TF/s", "f+b TF/s", "fwd %pk", "f+b %pk");
     bool matched = false;
     for (const Shape& s : kShapes) {
       if (only != "all" && only != s.name) continue;
@@ -125,17 +175,28 @@ int main(int argc, char** argv) {
       c.hidden = s.H, c.intermediate = s.I, c.experts = s.E, c.top_k = s.k;
       std::fprintf(stderr, "%s: generating inputs...\n", s.name);
       const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
+      std::vector<Inputs> inputs;
+      for (int i = 0; i < sets; ++i) inputs.push_back(rotated(p, int(long(i) * c.tokens() / sets)));
       mok::gpu::LaunchConfig launch;
       launch.ring_rows = ring_rows;
       mok::gpu::Megakernel mk(c, p.weights, launch);
-      mk.set_input(p.x, &*p.routing);
-      const double fwd = median_ms(warmup, runs, [&] { mk.launch_forward(); });
-      mk.set_output_grad(p.dy);
-      const double bwd = median_ms(warmup, runs, [&] { mk.launch_backward(); });
+      const auto input = [&](int i) -> const Inputs& { return inputs[(i % sets + sets) % sets]; };
+      const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
+      std::fprintf(stderr, "%s: timing the forward...\n", s.name);
+      const double fwd = median_ms(warmup, runs, set_input, [&] { mk.launch_forward(); });
+      std::fprintf(stderr, "%s: timing the backward...\n", s.name);
+      const double bwd = median_ms(
+          warmup, runs,
+          [&](int i) {
+            set_input(i);
+            mk.launch_forward();
+            mk.set_output_grad(input(i).dy);
+          },
+          [&] { mk.launch_backward(); });
       const double flops = 6.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate;
-      const double fwd_tf = flops / (fwd * 1e9), bwd_tf = 2 * flops / (bwd * 1e9);
-      std::printf("%-15s %-8s %10.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%\n", s.name, routing.c_str(), fwd, bwd, fwd_tf,
-                  bwd_tf, 100 * fwd_tf / peak, 100 * bwd_tf / peak);
+      const double fwd_tf = flops / (fwd * 1e9), fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
+      std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%\n", s.name, routing.c_str(), fwd, bwd,
+                  fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / peak, 100 * fb_tf / peak);
       std::fflush(stdout);
     }
     if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");

@@ -22,7 +22,7 @@ class GpuBackend : public Backend {
                                                         "; the GPU computes hopper_tc");
     const ref::Problem p = golden::problem_of(g);
     gpu::LaunchConfig launch;
-    launch.ring_rows = flags_.ring_rows.value_or(g.options.ring_rows);
+    launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
     gpu::Megakernel mk(p.config, p.weights, launch);
     const Forward f = mk.forward(p.x, p.routing ? &*p.routing : nullptr);
     return golden::results_of(p, f, mk.backward(p.dy));

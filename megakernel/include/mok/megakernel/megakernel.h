@@ -21,10 +21,18 @@ namespace mok::gpu {
 // True when a CUDA device of compute capability 9.0 is usable.
 bool device_available();
 
+// Ring sizes are whole expert tiles (the GEMMs' 128-row tiles). The results do not depend on it (D3).
+inline constexpr int kRingRowGranularity = 128;
+
+// The smallest valid ring holding `rows` rows (a CPU reference ring, whole 16-row chunks).
+inline int whole_tile_ring_rows(int rows) {
+  return (rows + kRingRowGranularity - 1) / kRingRowGranularity * kRingRowGranularity;
+}
+
 struct LaunchConfig {
   int blocks = 0;                  // persistent blocks; 0: as many as are co-resident on the device
-  int ring_rows = 256;             // rows of each rank's receive ring per cycle: a positive multiple of 16
-  double watchdog_seconds = 10.0;  // a grid barrier waiting longer reports an error instead of hanging
+  int ring_rows = 4096;            // rows of each rank's receive ring per cycle: a multiple of 128
+  double watchdog_seconds = 10.0;  // a barrier or pipeline wait longer than this reports an error, no hang
 };
 
 class Megakernel {

@@ -1,6 +1,8 @@
 // Thin wrappers of Hopper's warpgroup matrix instruction (sm_90a), operands in shared memory.
-//   wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16: D(64x8) = A(64x16) B(16x8) + D, issued by
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64xN) = A(64x16) B(16xN) + D, issued by
 //   the 128 threads of a warpgroup; one K-step of mok/core/kstep.h per output element.
+// m64n8k16 on the unswizzled layout (the model's validation probe); m64n128k16 on the swizzled one
+// (the megakernel).
 // Shared-memory operands in the canonical K-major layout without swizzle: 8x8 bf16 "core matrices"
 // of 128 contiguous bytes (8 rows of 16 bytes); the descriptor gives the byte distance between core
 // matrices along K (leading, LBO) and along M/N (stride, SBO).
@@ -33,6 +35,47 @@ __device__ __forceinline__ void wgmma_bf16_m64n8k16(float (&d)[4], uint64_t desc
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "l"(desc_a), "l"(desc_b), "r"(1)
+      : "memory");
+}
+
+// The canonical layouts with the 128-byte swizzle, as the TMA writes them (CU_TENSOR_MAP_SWIZZLE_128B):
+// rows of 64 bf16 (128 bytes), 16-byte chunks XOR-permuted by (row % 8), the tile 1024-byte aligned.
+//   K-major (rows along M/N, 64 K per row): 8-row groups 1024 bytes apart (stride, SBO); the K-step
+//     k of the tile starts 32 k bytes in.
+//   MN-major (rows along K, 64 M/N per row): 8 K-rows form one 1024-byte group (SBO again), the
+//     next 64 M/N columns start `leading_bytes` later (LBO); the K-step k starts 2048 k bytes in.
+__device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* smem, uint32_t leading_bytes = 0) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((addr & 0x3ffffu) >> 4) | (uint64_t(leading_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// d += A B for a 64x128 tile (scale-d = 1): A 64x16 and B 16x128 from shared memory, K-major
+// unless kTransA / kTransB (then MN-major). Thread t = 32 w + 4 g + q of the warpgroup holds
+// d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
+template <int kTransA = 0, int kTransB = 0>
+__device__ __forceinline__ void wgmma_bf16_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+      " %64, %65, p, 1, 1, %67, %68;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB)
       : "memory");
 }
 

@@ -1,0 +1,62 @@
+// Thin wrappers of Hopper's bulk tensor copy engine (TMA) and the shared-memory barriers (mbarrier)
+// that count its bytes (sm_90a). One place for this inline PTX.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace mok::gpu::ptx {
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+}
+
+// Barrier initialisation becomes visible to the async proxy (the TMA unit) and the other threads.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+
+// One arrival that also announces `bytes` still to land through TMA copies completing on `bar`.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+// True once the barrier's phase with the given parity has completed (a bounded hardware wait).
+__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Box {c0 (inner, elements), c1 (rows)} of a 2-D tensor map into shared memory; the copy's bytes
+// complete on `bar`. Out-of-bounds elements arrive as zeros (and still count).
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_address(bar))
+      : "memory");
+}
+
+// Ordinary global stores before this fence are ordered before later TMA reads (async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+}  // namespace mok::gpu::ptx

@@ -1,0 +1,168 @@
+// The megakernel's matrix engine: 128 x 128 output tiles on wgmma, fed by the TMA through a
+// multi-stage mbarrier pipeline, with a producer warpgroup and two consumer warpgroups per block.
+//   warpgroup 0, thread 0: for each K-block (64 of K), waits for a free stage, then copies four
+//     64 x 64 bf16 boxes (A rows 0-63 and 64-127, B columns 0-63 and 64-127) into it;
+//   warpgroups 1 and 2: wait for the stage, run the K-steps of 16 in order on their 64 rows
+//     (wgmma m64n128k16, one accumulator chain per element: the K-step order of mok/core/kstep.h),
+//     release the stage, and at the tile's end hand the accumulators to the phase's epilogue.
+// Tiles are handed out round-robin over the persistent blocks (the tile scheduler); every role walks
+// the same sequence, so the pipeline's counters agree without talking. The producer runs ahead into
+// the next tile while the consumers finish their epilogue.
+#pragma once
+
+#include <cuda.h>
+
+#include "grid_sync.cuh"
+#include "mok/megakernel/ptx/tma.cuh"
+#include "mok/megakernel/ptx/wgmma.cuh"
+
+namespace mok::gpu {
+
+inline constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+inline constexpr int kTileM = 128, kTileN = 128;
+inline constexpr int kBox = 64;                     // TMA box: 64 x 64 bf16 = 8 KB, 128-byte rows
+inline constexpr int kBoxBytes = kBox * kBox * 2;   // one half of an operand
+inline constexpr int kStageBytes = 4 * kBoxBytes;   // A halves, then B halves
+inline constexpr int kStepsPerStage = kBox / 16;    // K-steps per pipeline stage
+inline constexpr int kStages = 5;
+inline constexpr int kConsumerWarps = 8;
+
+struct GemmSmem {
+  alignas(1024) uint8_t stage[kStages][kStageBytes];
+  uint64_t full[kStages];   // TMA bytes landed
+  uint64_t empty[kStages];  // every consumer warp done reading
+};
+inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + 1024;  // + room to align the dynamic base
+
+// Where one output tile's operands start, per 64-wide half. K-major operands (rows of K, the
+// forward and the input gradients): half h of A is rows a[h] .. a[h] + 63, K-block kb is columns
+// 64 kb ..; MN-major operands (A^T B over rows, the weight gradients): half h is columns a[h] ..,
+// K-block kb is rows k_first + 64 kb .. (the same for B).
+// A chain of K-steps over zero rows leaves every accumulator unchanged (a zero-product step returns
+// C exactly, and C is never -0: docs/numerics.md), so chains are whole K-blocks of 4 K-steps.
+struct TileLoad {
+  const CUtensorMap *ma, *mb;
+  int a[2], b[2];
+  int k_first;
+  int k_blocks;  // the chain length in K-blocks of 64
+};
+
+struct Pipeline {
+  GemmSmem* smem;
+  uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
+  __device__ uint32_t stage() const { return blocks % kStages; }
+  __device__ uint32_t parity() const { return (blocks / kStages) & 1u; }
+};
+
+__device__ inline Pipeline pipeline_init() {
+  extern __shared__ uint8_t dynamic_smem[];
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(dynamic_smem) + 1023) & ~uintptr_t(1023);
+  Pipeline pipe{reinterpret_cast<GemmSmem*>(base)};
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&pipe.smem->full[s], 1);
+      ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerWarps);
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  return pipe;
+}
+
+// A bounded wait: past the watchdog's timeout the block records where it stuck and gives up.
+__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
+  const long long start = global_ns();
+  while (!ptx::mbarrier_try_wait(bar, parity))
+    if (global_ns() - start > b.timeout_ns) {
+      record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
+      return false;
+    }
+  return true;
+}
+
+template <bool kMnMajor>
+__device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) return false;
+    uint64_t* full = &pipe.smem->full[pipe.stage()];
+    uint8_t* st = pipe.smem->stage[pipe.stage()];
+    ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+    for (int h = 0; h < 2; ++h) {
+      const int k = kMnMajor ? l.k_first + kBox * kb : kBox * kb;
+      const auto load = [&](uint8_t* dst, const CUtensorMap* map, int at) {
+        ptx::tma_load_2d(dst, map, kMnMajor ? at : k, kMnMajor ? k : at, full);
+      };
+      load(st + h * kBoxBytes, l.ma, l.a[h]);
+      load(st + (2 + h) * kBoxBytes, l.mb, l.b[h]);
+    }
+  }
+  return true;
+}
+
+// The four K-steps of one stage, in K order, on this consumer warpgroup's 64 rows (half).
+template <bool kMnMajor>
+__device__ __forceinline__ void stage_steps(const uint8_t* st, int half, float (&acc)[64]) {
+  const uint64_t da = ptx::smem_descriptor_sw128(st + half * kBoxBytes);
+  const uint64_t db = ptx::smem_descriptor_sw128(st + 2 * kBoxBytes, kMnMajor ? kBoxBytes : 0);
+  constexpr uint64_t step = kMnMajor ? 2048 >> 4 : 32 >> 4;  // descriptor address units of 16 bytes
+#pragma unroll
+  for (int kk = 0; kk < kStepsPerStage; ++kk)
+    ptx::wgmma_bf16_m64n128k16<kMnMajor, kMnMajor>(acc, da + kk * step, db + kk * step);
+}
+
+template <bool kMnMajor>
+__device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, float (&acc)[64], const GridBarrier& b,
+                               int phase) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    if (!pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase)) return false;
+    ptx::wgmma_fence();
+    stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait_all();
+    if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[pipe.stage()]);
+  }
+  return true;
+}
+
+// Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
+// operands (false: nothing to do); epilogue(t, half, acc) consumes a finished half tile; the job
+// and the epilogue of one tile run back to back in each thread. kMnMajor: the operands' rows are
+// along K (A^T B, the weight gradients).
+template <bool kMnMajor, class Job, class Epilogue>
+__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
+  const int role = __shfl_sync(~0u, int(threadIdx.x) / 128, 0);  // warp-uniform, visibly to the compiler
+  for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    TileLoad l;
+    if (!job(t, l)) continue;
+    if (role == 0) {
+      if (threadIdx.x == 0) {
+        if (!produce<kMnMajor>(pipe, l, b, phase)) return;
+      } else {
+        pipe.blocks += l.k_blocks;
+      }
+    } else {
+      float acc[64];
+      if (!consume<kMnMajor>(pipe, l, role - 1, acc, b, phase)) return;
+      epilogue(t, role - 1, acc);
+    }
+  }
+}
+
+// Where accumulator i of this thread sits in the 128 x 128 tile (half: the consumer warpgroup).
+__device__ __forceinline__ int acc_row(int half, int i) {
+  const int t = threadIdx.x % 128;
+  return 64 * half + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+}
+__device__ __forceinline__ int acc_col(int i) { return 8 * (i / 4) + 2 * (threadIdx.x % 4) + i % 2; }
+
+// Visits this thread's accumulator pairs of columns [0, columns): store(row, col, d[col], d[col + 1]).
+template <class Store>
+__device__ __forceinline__ void for_each_pair(int half, const float (&acc)[64], Store store, int columns = kTileN) {
+#pragma unroll
+  for (int i = 0; i < 64; i += 2)
+    if (acc_col(i) < columns) store(acc_row(half, i), acc_col(i), acc[i], acc[i + 1]);
+}
+
+}  // namespace mok::gpu
