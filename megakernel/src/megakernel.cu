@@ -81,24 +81,24 @@ struct Megakernel::Impl {
   void make_tensor_maps() {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
     const long P = padded_rows(c);
-    maps.ring = tensor_map(ring.get(), long(c.ranks) * launch.ring_rows, H);
-    maps.w1 = tensor_map(w1.get(), E * 2 * I, H);
-    maps.w2 = tensor_map(w2.get(), E * H, I);
-    maps.w1t = tensor_map(w1t.get(), E * H, 2 * I);
-    maps.w2t = tensor_map(w2t.get(), E * I, H);
-    maps.a = tensor_map(a.get(), P, I);
-    maps.dh = tensor_map(dh.get(), P, 2 * I);
-    maps.dye = tensor_map(dye.get(), P, H);
-    maps.xe = tensor_map(xe.get(), P, H);
-    maps.x = tensor_map(x.get(), N, H);
-    maps.dy = tensor_map(dy.get(), N, H);
+    encode_tensor_map(maps.ring, ring.get(), long(c.ranks) * launch.ring_rows, H);
+    encode_tensor_map(maps.w1, w1.get(), E * 2 * I, H);
+    encode_tensor_map(maps.w2, w2.get(), E * H, I);
+    encode_tensor_map(maps.w1t, w1t.get(), E * H, 2 * I);
+    encode_tensor_map(maps.w2t, w2t.get(), E * I, H);
+    encode_tensor_map(maps.a, a.get(), P, I);
+    encode_tensor_map(maps.dh, dh.get(), P, 2 * I);
+    encode_tensor_map(maps.dye, dye.get(), P, H);
+    encode_tensor_map(maps.xe, xe.get(), P, H);
+    encode_tensor_map(maps.x, x.get(), N, H);
+    encode_tensor_map(maps.dy, dy.get(), N, H);
     if (Is == 0) return;
-    maps.shared_w1 = tensor_map(shared_w1.get(), 2 * Is, H);
-    maps.shared_w2 = tensor_map(shared_w2.get(), H, Is);
-    maps.shared_w1t = tensor_map(shared_w1t.get(), H, 2 * Is);
-    maps.shared_w2t = tensor_map(shared_w2t.get(), Is, H);
-    maps.shared_a = tensor_map(shared_a.get(), N, Is);
-    maps.shared_dh = tensor_map(shared_dh.get(), N, 2 * Is);
+    encode_tensor_map(maps.shared_w1, shared_w1.get(), 2 * Is, H);
+    encode_tensor_map(maps.shared_w2, shared_w2.get(), H, Is);
+    encode_tensor_map(maps.shared_w1t, shared_w1t.get(), H, 2 * Is);
+    encode_tensor_map(maps.shared_w2t, shared_w2t.get(), Is, H);
+    encode_tensor_map(maps.shared_a, shared_a.get(), N, Is);
+    encode_tensor_map(maps.shared_dh, shared_dh.get(), N, 2 * Is);
   }
 
   Params params() const {

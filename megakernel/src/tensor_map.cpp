@@ -26,18 +26,17 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-CUtensorMap tensor_map(const void* base, long rows, long cols) {
-  CUtensorMap map{};
-  if (rows == 0 || cols == 0) return map;
+void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols) {
+  out = CUtensorMap{};
+  if (rows == 0 || cols == 0) return;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t row_stride[1] = {cuuint64_t(cols) * 2};
   const cuuint32_t box[2] = {64, 64}, element_strides[2] = {1, 1};
-  const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, row_stride, box,
+  const CUresult r = encoder()(&out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, row_stride, box,
                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "mok: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
                                  std::to_string(rows) + ", " + std::to_string(cols) + "] bf16 matrix");
-  return map;
 }
 
 }  // namespace mok::gpu
