@@ -31,10 +31,10 @@ for step in "$@"; do
   case $step in
     tests)
       log "ctest -L gpu"
-      ctest --test-dir build -L gpu --output-on-failure --timeout 300 >"$out/gpu_tests.log" 2>&1
+      ctest --test-dir build -L gpu --output-on-failure --timeout 60 --stop-on-failure >"$out/gpu_tests.log" 2>&1
       grep -E "tests passed|tests failed|Failed|FAILED" "$out/gpu_tests.log" | tee -a "$out/summary.log" | head -20
       log "mok-verify --backend gpu golden/data"
-      build/verify/mok-verify golden/data --backend gpu >"$out/verify_gpu.log" 2>&1
+      timeout 120 build/verify/mok-verify golden/data --backend gpu >"$out/verify_gpu.log" 2>&1
       echo "mok-verify exit $?: $(grep -cE '^EQUAL' "$out/verify_gpu.log") EQUAL, $(grep -cE '^(DIFFER|ERROR)' "$out/verify_gpu.log") DIFFER/ERROR" | tee -a "$out/summary.log"
       ;;
     model)
@@ -58,9 +58,9 @@ for step in "$@"; do
       for routing in $routings; do
         for s in $shapes; do
           log "mok-bench --shape $s --routing $routing"
-          build/megakernel/mok-bench --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+          timeout 150 build/megakernel/mok-bench --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
           log "torch baseline --shape $s --routing $routing"
-          python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+          timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
         done
       done
       ;;

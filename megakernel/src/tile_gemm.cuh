@@ -70,11 +70,16 @@ __device__ inline Pipeline pipeline_init() {
 }
 
 // A bounded wait: false past the watchdog's timeout, or at once after an earlier wait of the same
-// loop failed (`healthy` false), so a stuck pipeline drains without blocking again. The verdict is
-// the whole warp's (a vote), so the code around it stays warp-uniform.
+// loop failed (`healthy` false), so a stuck pipeline drains without blocking again.
 __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, bool healthy) {
   const long long deadline = healthy ? global_ns() + b.timeout_ns : 0;
-  return __all_sync(~0u, ptx::mbarrier_wait(bar, parity, uint64_t(deadline)));
+  return ptx::mbarrier_wait(bar, parity, uint64_t(deadline));
+}
+
+// The consumers' wait: the verdict is the whole warp's (a vote), so the code around it stays
+// warp-uniform (the producer's wait runs in one thread).
+__device__ inline bool pipeline_wait_warp(uint64_t* bar, uint32_t parity, const GridBarrier& b, bool healthy) {
+  return __all_sync(~0u, pipeline_wait(bar, parity, b, healthy));
 }
 
 // Reports a pipeline that stopped (the block, the phase) and returns false; true when it ran.
@@ -126,7 +131,7 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   bool healthy = true;
   const int k_blocks = __shfl_sync(~0u, l.k_blocks, 0);  // uniform, visibly to the compiler
   for (int kb = 0; kb < k_blocks; ++kb, ++pipe.blocks) {
-    healthy = pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, healthy);
+    healthy = pipeline_wait_warp(&pipe.smem->full[pipe.stage()], pipe.parity(), b, healthy);
     ptx::wgmma_fence();  // after a failed wait the group reads stale data: harmless, the launch reports an error
     stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
     ptx::wgmma_commit();
