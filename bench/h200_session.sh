@@ -44,7 +44,7 @@ for step in "$@"; do
       ;;
     memcheck)
       log "compute-sanitizer memcheck (GPU tests)"
-      compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
         --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.log" 2>&1
       echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.log")" | tee -a "$out/summary.log"
       ;;

@@ -69,31 +69,21 @@ __device__ inline Pipeline pipeline_init() {
   return pipe;
 }
 
-// A bounded wait: false past the watchdog's timeout, or at once after an earlier wait of the same
-// loop failed (`healthy` false), so a stuck pipeline drains without blocking again.
-__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, bool healthy) {
-  const long long deadline = healthy ? global_ns() + b.timeout_ns : 0;
-  return ptx::mbarrier_wait(bar, parity, uint64_t(deadline));
-}
-
-// The consumers' wait: the verdict is the whole warp's (a vote), so the code around it stays
-// warp-uniform (the producer's wait runs in one thread).
-__device__ inline bool pipeline_wait_warp(uint64_t* bar, uint32_t parity, const GridBarrier& b, bool healthy) {
-  return __all_sync(~0u, pipeline_wait(bar, parity, b, healthy));
-}
-
-// Reports a pipeline that stopped (the block, the phase) and returns false; true when it ran.
-__device__ inline bool pipeline_verdict(bool healthy, const GridBarrier& b, int phase) {
-  if (!healthy) record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
-  return healthy;
+// A bounded wait: past the watchdog's timeout the block records where it stuck and gives up.
+__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
+  const long long start = global_ns();
+  while (!ptx::mbarrier_try_wait(bar, parity))
+    if (global_ns() - start > b.timeout_ns) {
+      record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
+      return false;
+    }
+  return true;
 }
 
 template <bool kMnMajor>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
-  bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    healthy = pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, healthy);
-    if (!healthy) continue;
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) return false;
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
@@ -106,7 +96,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
       load(st + (2 + h) * kBoxBytes, l.mb, l.b[h]);
     }
   }
-  return pipeline_verdict(healthy, b, phase);
+  return true;
 }
 
 // The four K-steps of one stage, in K order, on this consumer warpgroup's 64 rows (half).
@@ -125,23 +115,15 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
                                int phase) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  // One stage's wgmma group stays in flight while the next is issued (the accumulators' chain still
-  // runs in issue order); a stage is released once the group reading it has completed.
-  uint32_t previous = 0;
-  bool healthy = true;
-  const int k_blocks = __shfl_sync(~0u, l.k_blocks, 0);  // uniform, visibly to the compiler
-  for (int kb = 0; kb < k_blocks; ++kb, ++pipe.blocks) {
-    healthy = pipeline_wait_warp(&pipe.smem->full[pipe.stage()], pipe.parity(), b, healthy);
-    ptx::wgmma_fence();  // after a failed wait the group reads stale data: harmless, the launch reports an error
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    if (!pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase)) return false;
+    ptx::wgmma_fence();
     stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
     ptx::wgmma_commit();
-    ptx::wgmma_wait<1>();
-    ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], kb > 0 && threadIdx.x % 32 == 0);
-    previous = pipe.stage();
+    ptx::wgmma_wait_all();
+    if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[pipe.stage()]);
   }
-  ptx::wgmma_wait<0>();
-  ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], k_blocks > 0 && threadIdx.x % 32 == 0);
-  return pipeline_verdict(healthy, b, phase);
+  return true;
 }
 
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
@@ -153,7 +135,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   const int role = __shfl_sync(~0u, int(threadIdx.x) / 128, 0);  // warp-uniform, visibly to the compiler
   for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
     TileLoad l;
-    if (!__shfl_sync(~0u, int(job(t, l)), 0)) continue;  // the same in every thread; uniform to the compiler
+    if (!job(t, l)) continue;
     if (role == 0) {
       if (threadIdx.x == 0) {
         if (!produce<kMnMajor>(pipe, l, b, phase)) return;

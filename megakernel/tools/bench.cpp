@@ -5,7 +5,7 @@
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N]
-//   --ring-rows: default 16384, one GPU's ring large enough to keep every SM busy;
+//   --ring-rows: default 131072, one ring cycle for the shapes (two for qwen3-30b-a3b);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -126,7 +126,7 @@ double matmul_peak_tflops(int warmup, int runs) {
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 20, warmup = 2, tokens = 0, ring_rows = 16384, sets = 3;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 131072, sets = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;

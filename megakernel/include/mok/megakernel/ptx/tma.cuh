@@ -21,17 +21,8 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// An arrival by the threads with `arrive` set, predicated inside the instruction: no branch, so no
-// divergent path between the wgmma groups around it.
-__device__ __forceinline__ void mbarrier_arrive_if(uint64_t* bar, bool arrive) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %1, 0;\n"
-      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(int(arrive))
-      : "memory");
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
 // One arrival that also announces `bytes` still to land through TMA copies completing on `bar`.
@@ -40,26 +31,17 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
-// Waits until the barrier's phase with the given parity has completed, or the global timer passes
-// `deadline_ns` (then false). The loop lives inside the instruction block, so the compiler sees no
-// divergent path between the wgmma groups around it.
-__device__ __forceinline__ bool mbarrier_wait(uint64_t* bar, uint32_t parity, uint64_t deadline_ns) {
+// True once the barrier's phase with the given parity has completed (a bounded hardware wait).
+__device__ __forceinline__ bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      ".reg .u64 now;\n"
-      "WAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "@p bra DONE;\n"
-      "mov.u64 now, %%globaltimer;\n"
-      "setp.lt.u64 p, now, %3;\n"
-      "@p bra WAIT;\n"
-      "DONE:\n"
       "selp.u32 %0, 1, 0, p;\n"
       "}\n"
       : "=r"(done)
-      : "r"(smem_address(bar)), "r"(parity), "l"(deadline_ns)
+      : "r"(smem_address(bar)), "r"(parity)
       : "memory");
   return done != 0;
 }
