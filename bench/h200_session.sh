@@ -6,7 +6,8 @@
 #   memcheck compute-sanitizer memcheck over the GPU tests
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
-#           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf)
+#           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
+#           MOK_TORCH=0 skips the baseline
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
@@ -58,7 +59,9 @@ for step in "$@"; do
       for routing in $routings; do
         for s in $shapes; do
           log "mok-bench --shape $s --routing $routing"
-          timeout 150 build/megakernel/mok-bench --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+          timeout 150 build/megakernel/mok-bench --shape "$s" --routing "$routing" ${MOK_BENCH_ARGS:-} 2>>"$out/bench.err" |
+            tee -a "$out/bench.log" | tail -3
+          [ "${MOK_TORCH:-1}" = 0 ] && continue
           log "torch baseline --shape $s --routing $routing"
           timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
         done

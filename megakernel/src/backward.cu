@@ -206,6 +206,7 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
 
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
+  stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {

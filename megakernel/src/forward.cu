@@ -139,6 +139,7 @@ __device__ void combine(const Params& p) {
 
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
+  stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
   if (p.router) {
     router_logits(p);

@@ -28,6 +28,16 @@ __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
   return *reinterpret_cast<volatile int*>(&b.error->code) != kNoError;
 }
 
+// Block 0's stamp (see PhaseClock); one writer, so a plain counter.
+__device__ inline void stamp_phase(const GridBarrier& b, int phase) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const int i = *b.clock.count;
+  if (i >= kClockEntries) return;
+  b.clock.ns[i] = global_ns();
+  b.clock.phase[i] = phase;
+  *b.clock.count = i + 1;
+}
+
 __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
   ptx::fence_proxy_async_global();  // this phase's stores are visible to the next phase's TMA reads
   __syncthreads();
@@ -51,6 +61,7 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
       }
     }
     __threadfence();
+    stamp_phase(b, phase);
   }
   __syncthreads();
   return !error_recorded(b);

@@ -1,5 +1,6 @@
 // Host API of the megakernel: validation, workspace sized up front, cooperative launches,
 // poisoned outputs, watchdog reports.
+#include <algorithm>
 #include <string>
 
 #include "device_array.cuh"
@@ -75,6 +76,8 @@ struct Megakernel::Impl {
   DeviceArray<bf16> h, a, dh, dye, xe, shared_h, shared_a, shared_y, shared_dh, slots, y, dx;
   DeviceArray<float> g, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
   DeviceArray<unsigned int> barrier_words;
+  DeviceArray<long long> clock_ns;
+  DeviceArray<int> clock_phase, clock_count;
   DeviceArray<KernelError> error;
   TensorMaps maps{};
 
@@ -112,7 +115,8 @@ struct Megakernel::Impl {
                               topk_w.get() + sz(r, sz(T, k)),   slots.get() + sz(r, sz(T, sz(k, H))),
                               d_topk_w.get() + sz(r, sz(T, k)), ring.get() + sz(r, sz(launch.ring_rows, H))};
     p.barrier = GridBarrier{barrier_words.get(), barrier_words.get() + 1, error.get(),
-                            (long long)(launch.watchdog_seconds * 1e9)};
+                            (long long)(launch.watchdog_seconds * 1e9),
+                            PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()}};
     p.maps = maps;
     p.router_w = router_w.get();
     p.expert_bias = expert_bias.size() ? expert_bias.get() : nullptr;
@@ -134,6 +138,7 @@ struct Megakernel::Impl {
   void run(const void* kernel, const char* direction) {
     barrier_words.zero();
     error.zero();
+    clock_count.zero();
     Params p = params();
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, nullptr));
@@ -227,6 +232,9 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   m.d_shared_w1 = DeviceArray<float>(sz(2 * Is, H));
   m.d_shared_w2 = DeviceArray<float>(sz(H, Is));
   m.barrier_words = DeviceArray<unsigned int>(2);
+  m.clock_ns = DeviceArray<long long>(kClockEntries);
+  m.clock_phase = DeviceArray<int>(kClockEntries);
+  m.clock_count = DeviceArray<int>(1);
   m.error = DeviceArray<KernelError>(1);
   m.make_tensor_maps();
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
@@ -235,6 +243,24 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
 Megakernel::~Megakernel() = default;
 
 int Megakernel::blocks() const { return impl_->blocks; }
+
+std::vector<PhaseTime> Megakernel::phase_times() const {
+  const Impl& m = *impl_;
+  const int count = std::min(m.clock_count.download()[0], kClockEntries);
+  const std::vector<long long> ns = m.clock_ns.download();
+  const std::vector<int> phase = m.clock_phase.download();
+  std::vector<PhaseTime> times;
+  for (int i = 1; i < count; ++i) {
+    const std::string name = phase[i] >= 0 && phase[i] < kPhaseCount ? kPhaseNames[phase[i]] : "?";
+    const double ms = double(ns[i] - ns[i - 1]) * 1e-6;
+    const auto same = [&](const PhaseTime& t) { return t.phase == name; };
+    if (const auto it = std::find_if(times.begin(), times.end(), same); it != times.end())
+      it->ms += ms;
+    else
+      times.push_back(PhaseTime{name, ms});
+  }
+  return times;
+}
 
 void Megakernel::set_input(const std::vector<bf16>& x, const Routing* given) {
   Impl& m = *impl_;

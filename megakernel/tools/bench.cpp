@@ -122,6 +122,12 @@ double matmul_peak_tflops(int warmup, int runs) {
   return 2.0 * n * n * double(n) / (ms * 1e9);
 }
 
+void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>& phases) {
+  std::printf("  %s phases (last launch, block 0, ms):", direction);
+  for (const auto& t : phases) std::printf("  %s %.2f;", t.phase.c_str(), t.ms);
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +190,7 @@ int main(int argc, char** argv) {
       const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
       std::fprintf(stderr, "%s: timing the forward...\n", s.name);
       const double fwd = median_ms(warmup, runs, set_input, [&] { mk.launch_forward(); });
+      const auto fwd_phases = mk.phase_times();
       std::fprintf(stderr, "%s: timing the backward...\n", s.name);
       const double bwd = median_ms(
           warmup, runs,
@@ -197,6 +204,8 @@ int main(int argc, char** argv) {
       const double fwd_tf = flops / (fwd * 1e9), fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
       std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%\n", s.name, routing.c_str(), fwd, bwd,
                   fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / peak, 100 * fb_tf / peak);
+      print_phases("forward", fwd_phases);
+      print_phases("backward", mk.phase_times());
       std::fflush(stdout);
     }
     if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mok/core/config.h"
@@ -33,6 +34,14 @@ struct LaunchConfig {
   int blocks = 0;                  // persistent blocks; 0: as many as are co-resident on the device
   int ring_rows = 4096;            // rows of each rank's receive ring per cycle: a multiple of 128
   double watchdog_seconds = 10.0;  // a barrier or pipeline wait longer than this reports an error, no hang
+};
+
+// Time spent in one phase of the last launch: from the previous grid barrier (or the kernel's start)
+// to the barrier that closes the phase, summed over ring cycles, as block 0 saw it. The work after
+// the last barrier (the combine) is not included.
+struct PhaseTime {
+  std::string phase;
+  double ms;
 };
 
 class Megakernel {
@@ -60,6 +69,9 @@ class Megakernel {
 
   // Blocks the persistent kernels run with (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
+
+  // Where the last launch spent its time, phase by phase (in order of first appearance).
+  std::vector<PhaseTime> phase_times() const;
 
  private:
   struct Impl;
