@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
   if (p.c.has_shared())
-    token_gemm_bf16(pipe, p, p.maps.shared_dh, p.maps.shared_w1t, 2 * p.c.shared_intermediate, p.c.hidden,
-                    p.shared_y, kWeightGrad);
+    token_gemm_bf16(pipe, p, p.maps.shared_dh, p.maps.shared_w1t, 2 * p.c.shared_intermediate, p.c.hidden, p.shared_y,
+                    kWeightGrad);
   if (!grid_sync(b, kWeightGrad, 0)) return;
   router_weight_grad_and_combine(p);
 }

@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   if (p.c.has_shared()) shared_up(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared())
-    token_gemm_bf16(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y,
-                    kPull);
+    token_gemm_bf16(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y, kPull);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });

@@ -5,9 +5,9 @@
 
 #include "device_array.cuh"
 #include "kernels.cuh"
-#include "tensor_map.h"
 #include "mok/core/validate.h"
 #include "mok/megakernel/megakernel.h"
+#include "tensor_map.h"
 
 namespace mok::gpu {
 namespace {
@@ -166,9 +166,9 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   validate_weights(c, w);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   static_assert(kRingRowGranularity == kTileRows);
-  require(launch.ring_rows > 0 && launch.ring_rows % kTileRows == 0,
-          "ring_rows = " + std::to_string(launch.ring_rows) + " is not a positive multiple of " +
-              std::to_string(kTileRows));
+  require(launch.ring_rows > 0 && launch.ring_rows % kTileRows == 0, "ring_rows = " + std::to_string(launch.ring_rows) +
+                                                                         " is not a positive multiple of " +
+                                                                         std::to_string(kTileRows));
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
   Impl& m = *impl_;

@@ -49,26 +49,26 @@ enum Phase : int {
   kPhaseCount
 };
 inline constexpr const char* kPhaseNames[kPhaseCount] = {"router logits",
-                                                          "router top-k",
-                                                          "layout count",
-                                                          "layout scan",
-                                                          "layout place (+ shared expert GEMM1)",
-                                                          "ring pull (+ shared expert GEMM2)",
-                                                          "expert GEMM1",
-                                                          "expert GEMM2",
-                                                          "expert dy W2",
-                                                          "router-weight grad and SwiGLU backward",
-                                                          "dx push",
-                                                          "router backward (+ shared expert dy W2)",
-                                                          "weight gradients (+ shared expert dx)"};
+                                                         "router top-k",
+                                                         "layout count",
+                                                         "layout scan",
+                                                         "layout place (+ shared expert GEMM1)",
+                                                         "ring pull (+ shared expert GEMM2)",
+                                                         "expert GEMM1",
+                                                         "expert GEMM2",
+                                                         "expert dy W2",
+                                                         "router-weight grad and SwiGLU backward",
+                                                         "dx push",
+                                                         "router backward (+ shared expert dy W2)",
+                                                         "weight gradients (+ shared expert dx)"};
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1) and as it
 // leaves each grid barrier (the phase the barrier closes), up to kClockEntries stamps.
 inline constexpr int kClockEntries = 1024;
 struct PhaseClock {
-  long long* ns;   // [kClockEntries]
-  int* phase;      // [kClockEntries]
-  int* count;      // stamps taken
+  long long* ns;  // [kClockEntries]
+  int* phase;     // [kClockEntries]
+  int* count;     // stamps taken
 };
 
 struct GridBarrier {

@@ -1,7 +1,7 @@
 #include "tensor_map.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <string>
 
@@ -18,7 +18,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
     MOK_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    require(found == cudaDriverEntryPointSuccess && fn != nullptr, "mok: the CUDA driver has no cuTensorMapEncodeTiled");
+    require(found == cudaDriverEntryPointSuccess && fn != nullptr,
+            "mok: the CUDA driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   return encode;
@@ -32,8 +33,8 @@ void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols)
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t row_stride[1] = {cuuint64_t(cols) * 2};
   const cuuint32_t box[2] = {64, 64}, element_strides[2] = {1, 1};
-  const CUresult r = encoder()(&out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, row_stride, box,
-                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  const CUresult r = encoder()(&out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, row_stride,
+                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "mok: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
                                  std::to_string(rows) + ", " + std::to_string(cols) + "] bf16 matrix");

@@ -20,10 +20,10 @@ namespace mok::gpu {
 
 inline constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 inline constexpr int kTileM = 128, kTileN = 128;
-inline constexpr int kBox = 64;                     // TMA box: 64 x 64 bf16 = 8 KB, 128-byte rows
-inline constexpr int kBoxBytes = kBox * kBox * 2;   // one half of an operand
-inline constexpr int kStageBytes = 4 * kBoxBytes;   // A halves, then B halves
-inline constexpr int kStepsPerStage = kBox / 16;    // K-steps per pipeline stage
+inline constexpr int kBox = 64;                    // TMA box: 64 x 64 bf16 = 8 KB, 128-byte rows
+inline constexpr int kBoxBytes = kBox * kBox * 2;  // one half of an operand
+inline constexpr int kStageBytes = 4 * kBoxBytes;  // A halves, then B halves
+inline constexpr int kStepsPerStage = kBox / 16;   // K-steps per pipeline stage
 inline constexpr int kStages = 5;
 inline constexpr int kConsumerWarps = 8;
 

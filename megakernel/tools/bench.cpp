@@ -110,11 +110,13 @@ double matmul_peak_tflops(int warmup, int runs) {
   cublasHandle_t handle;
   check_cublas(cublasCreate(&handle), "create");
   const float one = 1.0f, zero = 0.0f;
-  const double ms = median_ms(warmup, runs, [](int) {}, [&] {
-    check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
-                              &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "gemm");
-  });
+  const double ms = median_ms(
+      warmup, runs, [](int) {},
+      [&] {
+        check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                                  &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "gemm");
+      });
   check_cublas(cublasDestroy(handle), "destroy");
   MOK_CUDA_CHECK(cudaFree(a));
   MOK_CUDA_CHECK(cudaFree(b));

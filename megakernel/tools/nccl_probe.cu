@@ -3,6 +3,10 @@
 // allocates a buffer with ncclMemAlloc and registers it as a symmetric window; every rank writes a
 // pattern recording its origin, then reads its neighbour's buffer through the device-side LSA pointer
 // (ncclGetLsaPointer), checks every word, and times a peer-to-local copy over that pointer.
+// Whether NCCL gave the communicator symmetric memory is asked with ncclDevCommCreate: NCCL before
+// 2.28.7 gives a one-rank communicator none and returns a host-side registration handle as its
+// window (src/transport.cc, src/dev_runtime.cc of 2.28.3), which no kernel may read through. A
+// one-rank run then reads its own ncclMemAlloc buffer directly, the pointer a rank always has.
 //   mok-nccl-probe [ranks = all GPUs] [MiB per rank = 256]
 // Exit status: 0 all words right, 1 a mismatch, 2 error, 77 no GPU.
 #include <cuda_runtime.h>
@@ -31,16 +35,40 @@ __global__ void fill(uint32_t* buf, size_t n, int rank) {
     buf[i] = pattern(rank, i);
 }
 
-__global__ void check_peer(ncclWindow_t window, size_t n, int peer, unsigned long long* bad) {
-  const uint32_t* p = static_cast<const uint32_t*>(ncclGetLsaPointer(window, 0, peer));
+// The peer's buffer: through the symmetric window, or `own` (the rank's own buffer, when the
+// communicator has no symmetric memory and the peer is the rank itself).
+__device__ const void* peer_buffer(ncclWindow_t window, int peer, const void* own) {
+  return own ? own : ncclGetLsaPointer(window, 0, peer);
+}
+
+__global__ void check_peer(ncclWindow_t window, const void* own, size_t n, int peer, unsigned long long* bad) {
+  const uint32_t* p = static_cast<const uint32_t*>(peer_buffer(window, peer, own));
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     if (p[i] != pattern(peer, i)) atomicAdd(bad, 1ull);
 }
 
-__global__ void copy_from_peer(ncclWindow_t window, size_t n16, int peer, int4* dst) {
-  const int4* p = static_cast<const int4*>(ncclGetLsaPointer(window, 0, peer));
+__global__ void copy_from_peer(ncclWindow_t window, const void* own, size_t n16, int peer, int4* dst) {
+  const int4* p = static_cast<const int4*>(peer_buffer(window, peer, own));
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = p[i];
+}
+
+// True when every rank's communicator supports symmetric memory: ncclDevCommCreate (collective) refuses
+// a communicator without it. The device communicators are destroyed again; the probe needs none.
+bool has_symmetric_memory(const std::vector<ncclComm_t>& comms) {
+  ncclDevCommRequirements_t requirements{};
+  std::vector<ncclDevComm_t> dev(comms.size());
+  MOK_NCCL_CHECK(ncclGroupStart());
+  for (size_t r = 0; r < comms.size(); ++r)
+    if (ncclDevCommCreate(comms[r], &requirements, &dev[r]) != ncclSuccess) {
+      ncclGroupEnd();
+      return false;
+    }
+  if (ncclGroupEnd() != ncclSuccess) return false;
+  MOK_NCCL_CHECK(ncclGroupStart());
+  for (size_t r = 0; r < comms.size(); ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
+  MOK_NCCL_CHECK(ncclGroupEnd());
+  return true;
 }
 
 }  // namespace
@@ -80,7 +108,13 @@ int main(int argc, char** argv) {
     MOK_NCCL_CHECK(ncclGroupEnd());
     for (int r = 0; r < ranks; ++r)
       if (win[r] == nullptr)
-        throw mok::Error("mok-nccl-probe: NCCL registered no symmetric window for rank " + std::to_string(r));
+        throw mok::Error("mok-nccl-probe: NCCL registered no window for rank " + std::to_string(r));
+    const bool symmetric = has_symmetric_memory(comms);
+    if (!symmetric && ranks > 1)
+      throw mok::Error("mok-nccl-probe: NCCL gives these " + std::to_string(ranks) +
+                       " ranks no symmetric memory (ncclDevCommCreate refused)");
+    if (!symmetric)
+      std::printf("mok-nccl-probe: no symmetric memory for one rank (NCCL < 2.28.7): reading its own buffer\n");
     const size_t words = bytes / 4;
     for (int r = 0; r < ranks; ++r) {
       MOK_CUDA_CHECK(cudaSetDevice(r));
@@ -92,7 +126,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r) {
       const int peer = (r + 1) % ranks;
       MOK_CUDA_CHECK(cudaSetDevice(r));
-      check_peer<<<1024, 256>>>(win[r], words, peer, bad[r]);
+      const void* own = symmetric ? nullptr : buf[r];
+      check_peer<<<1024, 256>>>(win[r], own, words, peer, bad[r]);
       MOK_CUDA_CHECK(cudaGetLastError());
       unsigned long long n = 0;
       MOK_CUDA_CHECK(cudaMemcpy(&n, bad[r], sizeof n, cudaMemcpyDeviceToHost));
@@ -103,7 +138,7 @@ int main(int argc, char** argv) {
       std::vector<float> ms(5);
       for (float& t : ms) {
         MOK_CUDA_CHECK(cudaEventRecord(start));
-        copy_from_peer<<<132 * 8, 512>>>(win[r], bytes / 16, peer, static_cast<int4*>(local[r]));
+        copy_from_peer<<<132 * 8, 512>>>(win[r], own, bytes / 16, peer, static_cast<int4*>(local[r]));
         MOK_CUDA_CHECK(cudaEventRecord(stop));
         MOK_CUDA_CHECK(cudaEventSynchronize(stop));
         MOK_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));

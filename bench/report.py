@@ -1,0 +1,112 @@
+"""Turns a bench.log of bench/h200_session.sh (mok-bench and torch_baseline.py rows, side by side)
+into the markdown table of docs/benchmarks.md and its PNG chart.
+
+    python3 bench/report.py docs/results/<run>/bench.log [--png docs/benchmarks.png]
+"""
+import argparse
+import re
+import sys
+
+PEAK = re.compile(r"bf16 matmul peak \((cuBLAS|torch) .*\): (\d+) TFLOP/s")
+NUMBER = r"([\d.]+)"
+
+
+def parse(path):
+    """{(shape, routing): {"mok": {...}, "torch": {...}}} from the log's result rows."""
+    rows, source, peak = {}, None, None
+    for line in open(path):
+        m = PEAK.search(line)
+        if m:
+            source, peak = ("mok" if m.group(1) == "cuBLAS" else "torch"), float(m.group(2))
+            continue
+        fields = line.split()
+        if len(fields) < 5 or line.startswith(("shape", " ")) or not re.fullmatch(NUMBER, fields[2]):
+            continue
+        key = (fields[0], fields[1])
+        values = [float(v.rstrip("%")) for v in fields[2:]]
+        if source == "mok":
+            fwd, _, fb = values[0], values[1], values[2]
+        else:
+            fwd, fb = values[0], values[1]
+        rows.setdefault(key, {})[source] = {"fwd": fwd, "fb": fb, "peak": peak}
+    return {k: v for k, v in rows.items() if "mok" in v and "torch" in v}
+
+
+def table(rows, flops_of):
+    out = ["| shape | routing | mok fwd ms | torch fwd ms | fwd speed-up | mok fwd TFLOP/s (% peak) "
+           "| mok fwd+bwd ms | torch fwd+bwd ms | fwd+bwd speed-up | mok fwd+bwd TFLOP/s (% peak) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for (shape, routing), r in rows.items():
+        m, t = r["mok"], r["torch"]
+        f = flops_of(shape)
+        fwd_tf, fb_tf = f / (m["fwd"] * 1e9), 3 * f / (m["fb"] * 1e9)
+        out.append(f"| {shape} | {routing} | {m['fwd']:.2f} | {t['fwd']:.2f} | {t['fwd'] / m['fwd']:.2f}× "
+                   f"| {fwd_tf:.0f} ({100 * fwd_tf / m['peak']:.0f}%) | {m['fb']:.2f} | {t['fb']:.2f} "
+                   f"| {t['fb'] / m['fb']:.2f}× | {fb_tf:.0f} ({100 * fb_tf / m['peak']:.0f}%) |")
+    return "\n".join(out)
+
+
+SHAPES = {  # name: (H, I, E, k, T), as in mok-bench and torch_baseline.py
+    "kimi-k2": (7168, 2048, 32, 8, 8192),
+    "glm-5": (6144, 2048, 32, 8, 8192),
+    "qwen3.5-397b": (4096, 1024, 64, 10, 8192),
+    "deepseek-v4": (7168, 3072, 32, 6, 8192),
+    "qwen3-30b-a3b": (2048, 768, 128, 8, 16384),
+    "olmoe": (2048, 1024, 64, 8, 8192),
+}
+
+
+def flops(shape):
+    H, I, _, k, T = SHAPES[shape]
+    return 6.0 * T * k * H * I
+
+
+def chart(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = [s for s in SHAPES if (s, "uniform") in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    width = 0.2
+    for i, (routing, what, label) in enumerate([("uniform", "fwd", "fwd, balanced"), ("zipf", "fwd", "fwd, Zipf"),
+                                                ("uniform", "fb", "fwd+bwd, balanced"),
+                                                ("zipf", "fb", "fwd+bwd, Zipf")]):
+        speedup = [rows[(s, routing)]["torch"][what] / rows[(s, routing)]["mok"][what]
+                   if (s, routing) in rows else 0 for s in shapes]
+        left.bar([x + (i - 1.5) * width for x in range(len(shapes))], speedup, width, label=label)
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.axhline(1.6, color="gray", linestyle="--", linewidth=0.8, label="target fwd 1.6×")
+    left.set_xticks(range(len(shapes)), shapes, rotation=20)
+    left.set_ylabel("speed-up over deterministic torch grouped_mm (×)")
+    left.set_title("mok vs PyTorch 2.11 (same device call)")
+    left.legend(fontsize=8)
+    for i, (what, label, scale) in enumerate([("fwd", "fwd", 1), ("fb", "fwd+bwd", 3)]):
+        pct = [100 * scale * flops(s) / (rows[(s, "uniform")]["mok"][what] * 1e9) / rows[(s, "uniform")]["mok"]["peak"]
+               for s in shapes]
+        right.bar([x + (i - 0.5) * 0.35 for x in range(len(shapes))], pct, 0.35, label=f"mok {label}")
+    right.axhline(70, color="gray", linestyle="--", linewidth=0.8, label="target fwd 70% (kimi-k2)")
+    right.set_xticks(range(len(shapes)), shapes, rotation=20)
+    right.set_ylabel("% of the measured bf16 matmul peak (cuBLAS 8192³)")
+    right.set_title("mok, balanced routing")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("log")
+    p.add_argument("--png")
+    args = p.parse_args()
+    rows = parse(args.log)
+    if not rows:
+        sys.exit(f"report.py: no mok/torch row pairs in {args.log}")
+    print(table(rows, flops))
+    if args.png:
+        chart(rows, args.png)
+
+
+if __name__ == "__main__":
+    main()
