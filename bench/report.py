@@ -7,6 +7,8 @@ import argparse
 import re
 import sys
 
+from shapes import SHAPES
+
 PEAK = re.compile(r"bf16 matmul peak \((cuBLAS|torch) .*\): (\d+) TFLOP/s")
 NUMBER = r"([\d.]+)"
 
@@ -46,14 +48,6 @@ def table(rows, flops_of):
     return "\n".join(out)
 
 
-SHAPES = {  # name: (H, I, E, k, T), as in mok-bench and torch_baseline.py
-    "kimi-k2": (7168, 2048, 32, 8, 8192),
-    "glm-5": (6144, 2048, 32, 8, 8192),
-    "qwen3.5-397b": (4096, 1024, 64, 10, 8192),
-    "deepseek-v4": (7168, 3072, 32, 6, 8192),
-    "qwen3-30b-a3b": (2048, 768, 128, 8, 16384),
-    "olmoe": (2048, 1024, 64, 8, 8192),
-}
 
 
 def flops(shape):
