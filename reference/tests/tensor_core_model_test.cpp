@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 #include "mok/core/kstep.h"
+#include "mok/reference/problem.h"
 
 namespace mok {
 namespace {
@@ -94,6 +96,48 @@ TEST(TensorCoreModel, TruncatesTermsBelowTheKeptBits) {
   a[8] = to_bf16(1.0f), b[8] = to_bf16(1.0f);
   EXPECT_EQ(HopperBf16Step{}(0.0f, a, b), 1.0f);
   EXPECT_EQ(Fp32FmaStep{}(0.0f, a, b), 1.0f + 0x1p-23f);
+}
+
+// Operands of one K-step: random bf16 bit patterns (NaN and Inf included), or values whose products
+// land near the subnormal range, or exact cancellation pairs (sums that truncate to zero).
+void random_operands(ref::Rng& rng, int kind, bf16 (&a)[16], bf16 (&b)[16]) {
+  for (int i = 0; i < 16; ++i) {
+    if (kind == 0) {
+      a[i] = bf16{uint16_t(rng.next())}, b[i] = bf16{uint16_t(rng.next())};
+    } else if (kind == 1) {
+      a[i] = to_bf16(std::ldexp(rng.symmetric(1.0f), -60 - rng.below(30)));
+      b[i] = to_bf16(std::ldexp(rng.symmetric(1.0f), -40 - rng.below(30)));
+    } else {
+      a[i] = to_bf16(rng.symmetric(4.0f)), b[i] = to_bf16(rng.symmetric(4.0f));
+      if (i % 2) a[i] = bf16{uint16_t(a[i - 1].bits ^ 0x8000u)}, b[i] = b[i - 1];
+    }
+  }
+}
+
+// The megakernel runs weight-gradient chains in whole K-blocks of 64 rows, so a chain may take up to
+// three more K-steps over zero padding rows than the reference (docs/numerics.md). Such a step must
+// return its C bit for bit, and no chain from +0 may reach -0 (the one C a zero step would change).
+TEST(TensorCoreModel, ZeroPaddingStepsChangeNoBit) {
+  ref::Rng rng(20261129);
+  bf16 zero_a[16], zero_b[16];
+  for (int i = 0; i < 16; ++i)  // padding rows hold +0; their products with either sign are +-0
+    zero_a[i] = bf16{uint16_t(i % 3 ? 0x0000 : 0x8000)}, zero_b[i] = bf16{uint16_t(i % 2 ? 0x8000 : 0x0000)};
+  int changed = 0, negative_zero = 0;
+  for (int trial = 0; trial < 30000; ++trial) {
+    float c = 0.0f;
+    const int steps = 1 + rng.below(4), kind = rng.below(3);
+    for (int s = 0; s < steps; ++s) {
+      bf16 a[16], b[16];
+      random_operands(rng, kind, a, b);
+      c = HopperBf16Step{}(c, a, b);
+      negative_zero += bits_of(c) == 0x80000000u;
+    }
+    float padded = c;
+    for (int extra = 0; extra < 3; ++extra) padded = HopperBf16Step{}(padded, zero_a, zero_b);
+    changed += bits_of(padded) != bits_of(c);
+  }
+  EXPECT_EQ(changed, 0);
+  EXPECT_EQ(negative_zero, 0);
 }
 
 }  // namespace
