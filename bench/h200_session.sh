@@ -5,6 +5,8 @@
 #   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma)
 #   memcheck compute-sanitizer memcheck over the GPU tests
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
+#   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of $MOK_PROFILE_SHAPE (default
+#           kimi-k2): speed of light, memory workload, warp stall reasons (ncu.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline
@@ -54,6 +56,15 @@ for step in "$@"; do
       build/fuzz/mok-fuzz --backend gpu --seed 20261129 --seconds "${MOK_FUZZ_SECONDS:-120}" >"$out/fuzz_gpu.log" 2>&1
       echo "mok-fuzz exit $?" | tee -a "$out/summary.log"
       tail -14 "$out/fuzz_gpu.log"
+      ;;
+    profile)
+      log "ncu --shape ${MOK_PROFILE_SHAPE:-kimi-k2} (the timed forward, the backward's forward and the backward)"
+      timeout 400 ncu --kernel-name regex:'(forward|backward)_kernel' --launch-count 3 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        build/megakernel/mok-bench --shape "${MOK_PROFILE_SHAPE:-kimi-k2}" --runs 1 --warmup 0 --sets 1 \
+        >"$out/ncu.log" 2>&1
+      echo "ncu exit $?" | tee -a "$out/summary.log"
+      grep -E "SM Busy|Compute \(SM\) Throughput|DRAM Throughput|Memory Throughput|Duration" "$out/ncu.log" | head -20
       ;;
     bench)
       for routing in $routings; do
