@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT, at most 8
-# files): build with the carried rapidcheck, then the steps asked for, in this order:
+# files): build with the carried rapidcheck, then the steps asked for, in the order given:
 #   tests   ctest -L gpu, and every golden through the GPU backend (mok-verify)
 #   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma)
 #   memcheck compute-sanitizer memcheck over the GPU tests
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
-#   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of $MOK_PROFILE_SHAPE (default
-#           kimi-k2): speed of light, memory workload, warp stall reasons (ncu.log)
+#   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
+#           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline
