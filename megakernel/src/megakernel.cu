@@ -32,6 +32,9 @@ DeviceArray<bf16> transposed(const DeviceArray<bf16>& in, int batches, int rows,
 
 size_t sz(long a, long b) { return size_t(a) * size_t(b); }
 
+// The name of a phase the kernels reported ("?" for a value out of range).
+std::string phase_name(int phase) { return phase >= 0 && phase < kPhaseCount ? kPhaseNames[phase] : "?"; }
+
 // Rows of the padded per-row scratch: every expert's rows rounded up to whole tiles.
 long padded_rows(const LayerConfig& c) {
   return kTileRows * ((long(c.tokens()) * c.top_k + kTileRows - 1) / kTileRows + c.experts);
@@ -147,16 +150,17 @@ struct Megakernel::Impl {
     if (e.code == kLogitOverflow)
       throw Error("mok: invalid input: router logit of token " + std::to_string(e.detail) + " overflows");
     if (e.code == kPipelineTimeout)
-      throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
-                  " waited more than " + std::to_string(launch.watchdog_seconds) +
-                  " s for its operand pipeline in phase '" +
-                  (e.phase >= 0 && e.phase < kPhaseCount ? kPhaseNames[e.phase] : "?") + "'");
+      throw Error(watchdog_report(direction, e, " s for its operand pipeline in phase '" + phase_name(e.phase) + "'"));
     if (e.code == kBarrierTimeout)
-      throw Error(std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
-                  " waited more than " + std::to_string(launch.watchdog_seconds) +
-                  " s at the grid barrier after phase '" +
-                  (e.phase >= 0 && e.phase < kPhaseCount ? kPhaseNames[e.phase] : "?") + "', ring cycle " +
-                  std::to_string(e.cycle));
+      throw Error(watchdog_report(
+          direction, e,
+          " s at the grid barrier after phase '" + phase_name(e.phase) + "', ring cycle " + std::to_string(e.cycle)));
+  }
+
+  // "mok: watchdog: the <direction> kernel's block <b> waited more than <t>" + where.
+  std::string watchdog_report(const char* direction, const KernelError& e, const std::string& where) const {
+    return std::string("mok: watchdog: the ") + direction + " kernel's block " + std::to_string(e.detail) +
+           " waited more than " + std::to_string(launch.watchdog_seconds) + where;
   }
 };
 
@@ -251,7 +255,7 @@ std::vector<PhaseTime> Megakernel::phase_times() const {
   const std::vector<int> phase = m.clock_phase.download();
   std::vector<PhaseTime> times;
   for (int i = 1; i < count; ++i) {
-    const std::string name = phase[i] >= 0 && phase[i] < kPhaseCount ? kPhaseNames[phase[i]] : "?";
+    const std::string name = phase_name(phase[i]);
     const double ms = double(ns[i] - ns[i - 1]) * 1e-6;
     const auto same = [&](const PhaseTime& t) { return t.phase == name; };
     if (const auto it = std::find_if(times.begin(), times.end(), same); it != times.end())
