@@ -33,41 +33,75 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// Per ring row (one warp): d topk_w = <g, a> pushed to the source rank, dh = bf16(swiglu_grad(w g)),
-// dye = bf16(w dy), xe = the token's x row; zeros in the padding rows.
+// Ring row `item` of this cycle (over all ranks' rings): its rank, its tile (none: an empty slot) and
+// its padded row; `valid` false for a tile's padding rows.
+struct RingRow {
+  int r, q;
+  bool in_tile, valid;
+  ExpertTile t;
+  long pad;
+};
+__device__ RingRow ring_row(const Params& p, int cycle, long item) {
+  RingRow row{int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
+  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
+  if (tile < 0) return row;
+  row.in_tile = true;
+  row.t = expert_tile(p, tile);
+  row.valid = row.q % kTileRows < row.t.rows;
+  row.pad = row.t.pad_row + row.q % kTileRows;
+  return row;
+}
+
+// The (token, slot) a valid ring row came from, in its source rank's buffers.
+__device__ long source_slot(const Params& p, const RingRow& row, const RankBuffers*& src) {
+  const SlotSource s = slot_source(p, row.t.first_row + row.q % kTileRows);
+  src = &p.rank[token_rank(p, s.token)];
+  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
+}
+
+// d topk_w = <g, a> pushed to the source rank, one thread per ring row: each chain is sequential in I
+// (the core's fma_chain order), so rows run side by side.
+__device__ void expert_topk_weight_grad(const Params& p, int cycle) {
+  const int I = p.c.intermediate;
+  for (long item = thread_id(); item < long(p.c.ranks) * p.ring_rows; item += thread_count()) {
+    const RingRow row = ring_row(p, cycle, item);
+    if (!row.valid) continue;
+    const RankBuffers* src;
+    const long slot = source_slot(p, row, src);
+    const float* g = p.g + row.pad * I;
+    const bf16* a = p.a + row.pad * I;
+    src->d_topk_w[slot] = fma_chain(
+        I, [&](int i) { return g[i]; }, [&](int i) { return to_float(a[i]); });
+  }
+}
+
+// Per ring row (one warp): dh = bf16(swiglu_grad(w g)), dye = bf16(w dy), xe = the token's x row;
+// zeros in the padding rows.
 __device__ void expert_row_grad(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, k = p.c.top_k;
+  const int I = p.c.intermediate, H = p.c.hidden;
   for (long item = warp_id(); item < long(p.c.ranks) * p.ring_rows; item += warp_count()) {
-    const int r = int(item / p.ring_rows), q = int(item % p.ring_rows);
-    const int tile = ring_tile(p, r, cycle, q / kTileRows);
-    if (tile < 0) continue;
-    const ExpertTile t = expert_tile(p, tile);
-    const long pad = t.pad_row + q % kTileRows;
-    bf16* dh = p.dh + pad * 2 * I;
-    if (q % kTileRows >= t.rows) {
+    const RingRow row = ring_row(p, cycle, item);
+    if (!row.in_tile) continue;
+    bf16* dh = p.dh + row.pad * 2 * I;
+    if (!row.valid) {
       copy_row(dh, nullptr, 2 * I);
-      copy_row(p.dye + pad * H, nullptr, H);
-      copy_row(p.xe + pad * H, nullptr, H);
+      copy_row(p.dye + row.pad * H, nullptr, H);
+      copy_row(p.xe + row.pad * H, nullptr, H);
       continue;
     }
-    const SlotSource s = slot_source(p, t.first_row + q % kTileRows);
-    const RankBuffers& src = p.rank[token_rank(p, s.token)];
-    const long slot = long(token_local(p, s.token)) * k + s.slot;
-    const float w = src.topk_w[slot];
-    const float* g = p.g + pad * I;
-    const bf16* a = p.a + pad * I;
-    const bf16* h = p.h + pad * 2 * I;
-    if (lane_id() == 0)
-      src.d_topk_w[slot] = fma_chain(
-          I, [&](int i) { return g[i]; }, [&](int i) { return to_float(a[i]); });
+    const RankBuffers* src;
+    const long slot = source_slot(p, row, src);
+    const float w = src->topk_w[slot];
+    const float* g = p.g + row.pad * I;
+    const bf16* h = p.h + row.pad * 2 * I;
     for (int i = lane_id(); i < I; i += 32) {
       const SwigluGrad d = swiglu_grad(to_float(h[i]), to_float(h[I + i]), w * g[i], p.c.swiglu_limit);
       dh[i] = to_bf16(d.gate);
       dh[I + i] = to_bf16(d.up);
     }
-    const bf16* dy = p.rank[r].ring + long(q) * H;
-    for (int col = lane_id(); col < H; col += 32) p.dye[pad * H + col] = weighted_dy(w, dy[col]);
-    copy_row(p.xe + pad * H, src.x + long(token_local(p, s.token)) * H, H);
+    const bf16* dy = p.rank[row.r].ring + long(row.q) * H;
+    for (int col = lane_id(); col < H; col += 32) p.dye[row.pad * H + col] = weighted_dy(w, dy[col]);
+    copy_row(p.xe + row.pad * H, src->x + slot / p.c.top_k * H, H);
   }
 }
 
@@ -214,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     if (!grid_sync(b, kPull, cycle)) return;
     expert_down_grad(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
+    expert_topk_weight_grad(p, cycle);
     expert_row_grad(p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
     expert_dx_push(pipe, p, cycle);

@@ -39,13 +39,22 @@ __device__ void layout_count(const Params& p) {
     count_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.c.experts, p.chunk_counts + ch * p.c.experts);
 }
 
+// In block 0: the experts' offsets (their row totals: one expert per thread, then one thread's prefix
+// sum), then each expert's column of chunk_base and its tile count, one expert per thread.
 __device__ void layout_scan(const Params& p) {
-  if (thread_id() != 0) return;
-  const int E = p.c.experts;
-  scan_chunks(p.chunk_counts, layout_chunks(p.c.tokens()), E, p.chunk_base, p.offsets);
-  p.tile_offsets[0] = 0;
-  for (int e = 0; e < E; ++e)
-    p.tile_offsets[e + 1] = p.tile_offsets[e] + (p.offsets[e + 1] - p.offsets[e] + kTileRows - 1) / kTileRows;
+  if (blockIdx.x != 0) return;
+  const int E = p.c.experts, chunks = layout_chunks(p.c.tokens());
+  for (int e = threadIdx.x; e < E; e += blockDim.x) p.offsets[e + 1] = expert_rows(p.chunk_counts, chunks, E, e);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    prefix_offsets(E, p.offsets);
+    p.tile_offsets[0] = 0;
+    for (int e = 0; e < E; ++e)
+      p.tile_offsets[e + 1] = p.tile_offsets[e] + (p.offsets[e + 1] - p.offsets[e] + kTileRows - 1) / kTileRows;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x)
+    scan_expert(p.chunk_counts, chunks, E, e, p.offsets[e], p.chunk_base);
 }
 
 __device__ void layout_place(const Params& p) {

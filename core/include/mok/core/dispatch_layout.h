@@ -6,7 +6,7 @@
 //   row_source[row]      g * k + j, the (token, slot) a layout row serves
 //   slot_row[g * k + j]  the inverse: the layout row of (token, slot)
 // Built in chunks of kLayoutChunk tokens so the GPU runs these same functions one chunk per thread:
-// count per chunk, scan over (expert, chunk), place per chunk.
+// count per chunk, scan over (expert, chunk) (one expert per thread), place per chunk.
 #pragma once
 
 #include "mok/core/host_device.h"
@@ -25,19 +25,37 @@ MOK_HD void count_chunk(const int32_t* topk_idx, int k, int chunk, int tokens, i
     for (int j = 0; j < k; ++j) ++chunk_counts[topk_idx[g * k + j]];
 }
 
-// counts_by_chunk: [chunks, E] in, chunk_base: [chunks, E] out (first layout row of each expert's
-// rows from each chunk), offsets: [E + 1] out. Order: expert-major, then chunk: a pure scan.
+// Rows of expert e over all chunks (counts_by_chunk: [chunks, E]).
+MOK_HD int32_t expert_rows(const int32_t* counts_by_chunk, int chunks, int experts, int e) {
+  int32_t rows = 0;
+  for (int c = 0; c < chunks; ++c) rows += counts_by_chunk[c * experts + e];
+  return rows;
+}
+
+// Column e of chunk_base: the first layout row of expert e's rows from each chunk, the expert's rows
+// starting at layout row `first` (its offset). Experts are independent given their offsets, so the
+// GPU runs one expert per thread.
+MOK_HD void scan_expert(const int32_t* counts_by_chunk, int chunks, int experts, int e, int32_t first,
+                        int32_t* chunk_base) {
+  for (int c = 0; c < chunks; ++c) {
+    chunk_base[c * experts + e] = first;
+    first += counts_by_chunk[c * experts + e];
+  }
+}
+
+// offsets[1..E] hold the experts' rows on entry; on return offsets is their exclusive prefix sum.
+MOK_HD void prefix_offsets(int experts, int32_t* offsets) {
+  offsets[0] = 0;
+  for (int e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+}
+
+// counts_by_chunk: [chunks, E] in, chunk_base: [chunks, E] out, offsets: [E + 1] out. Order:
+// expert-major, then chunk: a pure scan.
 MOK_HD void scan_chunks(const int32_t* counts_by_chunk, int chunks, int experts, int32_t* chunk_base,
                         int32_t* offsets) {
-  int32_t running = 0;
-  for (int e = 0; e < experts; ++e) {
-    offsets[e] = running;
-    for (int c = 0; c < chunks; ++c) {
-      chunk_base[c * experts + e] = running;
-      running += counts_by_chunk[c * experts + e];
-    }
-  }
-  offsets[experts] = running;
+  for (int e = 0; e < experts; ++e) offsets[e + 1] = expert_rows(counts_by_chunk, chunks, experts, e);
+  prefix_offsets(experts, offsets);
+  for (int e = 0; e < experts; ++e) scan_expert(counts_by_chunk, chunks, experts, e, offsets[e], chunk_base);
 }
 
 // cursor: this chunk's row of chunk_base, advanced as rows are placed.
