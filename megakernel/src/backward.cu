@@ -171,33 +171,17 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
 
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad(Pipeline& pipe, const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden, col_tiles = ceil_div(Is, kTileN);
-  gemm_tiles<false>(
-      pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, kRouterGrad,
-      [&](long t, TileLoad& l) {
-        const int n0 = int(t % col_tiles) * kTileN;
-        l = k_major(p.maps.dy, p.maps.shared_w2t, int(t / col_tiles) * kTileRows, n0, n0 + kBox, H);
-        return true;
-      },
-      [&](long t, int half, const float(&acc)[64]) {
-        const long first = t / col_tiles * kTileRows;
-        const int n0 = int(t % col_tiles) * kTileN;
-        for_each_pair(
-            half, acc,
-            [&](int row, int tile_col, float g0, float g1) {
-              const long g = first + row;
-              if (g >= N) return;
-              const bf16* h = p.shared_h + g * 2 * Is;
-              bf16* dh = p.shared_dh + g * 2 * Is;
-              const float gv[2] = {g0, g1};
-              for (int j = 0; j < 2; ++j) {
-                const int col = n0 + tile_col + j;
-                const SwigluGrad d = swiglu_grad(to_float(h[col]), to_float(h[Is + col]), gv[j], p.c.swiglu_limit);
-                dh[col] = to_bf16(d.gate);
-                dh[Is + col] = to_bf16(d.up);
-              }
-            },
-            min(kTileN, Is - n0));
+  const int Is = p.c.shared_intermediate;
+  token_gemm(
+      pipe, p, p.maps.dy, p.maps.shared_w2t, p.c.hidden, Is, kRouterGrad, [&](long g, int col, float g0, float g1) {
+        const bf16* h = p.shared_h + g * 2 * Is;
+        bf16* dh = p.shared_dh + g * 2 * Is;
+        const float gv[2] = {g0, g1};
+        for (int j = 0; j < 2; ++j) {
+          const SwigluGrad d = swiglu_grad(to_float(h[col + j]), to_float(h[Is + col + j]), gv[j], p.c.swiglu_limit);
+          dh[col + j] = to_bf16(d.gate);
+          dh[Is + col + j] = to_bf16(d.up);
+        }
       });
 }
 

@@ -92,10 +92,11 @@ __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtenso
   return TileLoad{&ma, &mb, {a_row, a_row + kBox}, {b0, b1}, 0, k / kBox};
 }
 
-// out[g, :] = bf16(a[g, :] b^T) for every token g (the shared expert's down GEMMs): A map [N, k],
-// B map [n, k] (n columns of out).
-__device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
-                                       int k, int n, bf16* out, int phase) {
+// C = a b^T over every token g (the shared expert's GEMMs): A map [N, k], B map [n, k]; the
+// accumulators of token g, columns col and col + 1 (< n), go to store(g, col, c0, c1).
+template <class Store>
+__device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
+                           int phase, Store store) {
   const int N = p.c.tokens(), col_tiles = ceil_div(n, kTileN);
   gemm_tiles<false>(
       pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, phase,
@@ -110,10 +111,17 @@ __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CU
         for_each_pair(
             half, acc,
             [&](int row, int col, float v0, float v1) {
-              if (first + row < N) store_pair(out + (first + row) * n + n0 + col, v0, v1);
+              if (first + row < N) store(first + row, n0 + col, v0, v1);
             },
             min(kTileN, n - n0));
       });
+}
+
+// out[g, :] = bf16(a[g, :] b^T) for every token g: out [N, n].
+__device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
+                                       int k, int n, bf16* out, int phase) {
+  token_gemm(pipe, p, a, b, k, n, phase,
+             [&](long g, int col, float v0, float v1) { store_pair(out + g * n + col, v0, v1); });
 }
 
 // Source of a layout row: global token g and slot j.
