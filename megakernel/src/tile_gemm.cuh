@@ -69,21 +69,25 @@ __device__ inline Pipeline pipeline_init() {
   return pipe;
 }
 
-// A bounded wait: past the watchdog's timeout the block records where it stuck and gives up.
-__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
+// A bounded wait: false past the watchdog's timeout.
+__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b) {
   const long long start = global_ns();
   while (!ptx::mbarrier_try_wait(bar, parity))
-    if (global_ns() - start > b.timeout_ns) {
-      record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
-      return false;
-    }
+    if (global_ns() - start > b.timeout_ns) return false;
   return true;
+}
+
+// Records a pipeline that stopped (the block, the phase); returns `healthy`.
+__device__ inline bool pipeline_verdict(bool healthy, const GridBarrier& b, int phase) {
+  if (!healthy) record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
+  return healthy;
 }
 
 template <bool kMnMajor>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) return false;
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b))
+      return pipeline_verdict(false, b, phase);
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
@@ -110,20 +114,39 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, int half, float (
     ptx::wgmma_bf16_m64n128k16<kMnMajor, kMnMajor>(acc, da + kk * step, db + kk * step);
 }
 
+// Pins the accumulator registers: the compiler may not move their reads or writes across this point
+// (an in-flight wgmma group owns them).
+__device__ __forceinline__ void fence_operands(float (&acc)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// One tile's chain on this consumer warpgroup's 64 rows (half). One stage's wgmma group stays in flight
+// while the next is issued (the accumulators' K-steps still run in issue order); a stage is released
+// once the group reading it has completed. After a failed wait the loop runs on without waiting (its
+// results are void: the launch reports the error), so no exit leaves a group in flight.
 template <bool kMnMajor>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, float (&acc)[64], const GridBarrier& b,
                                int phase) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  uint32_t previous = 0;
+  bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    if (!pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase)) return false;
+    healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b);
+    fence_operands(acc);
     ptx::wgmma_fence();
     stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
     ptx::wgmma_commit();
-    ptx::wgmma_wait_all();
-    if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[pipe.stage()]);
+    ptx::wgmma_wait<1>();
+    fence_operands(acc);
+    if (kb > 0 && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[previous]);
+    previous = pipe.stage();
   }
-  return true;
+  ptx::wgmma_wait<0>();
+  fence_operands(acc);
+  if (l.k_blocks > 0 && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[previous]);
+  return pipeline_verdict(healthy, b, phase);
 }
 
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(128) warpgroup_tiles(uint64_t seed, int cls, l
     mok::gpu::ptx::wgmma_bf16_m64n8k16(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256),
                                        mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
     mok::gpu::ptx::wgmma_commit();
-    mok::gpu::ptx::wgmma_wait_all();
+    mok::gpu::ptx::wgmma_wait<0>();
     float* out = d + tile * 512;
     out[row * 8 + 2 * quad] = acc[0];
     out[row * 8 + 2 * quad + 1] = acc[1];

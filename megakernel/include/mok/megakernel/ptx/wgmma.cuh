@@ -23,7 +23,11 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most `kPending` committed groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
 
 // d += A B (scale-d = 1: the registers' values are the accumulator C).
 __device__ __forceinline__ void wgmma_bf16_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
