@@ -69,25 +69,41 @@ __device__ inline Pipeline pipeline_init() {
   return pipe;
 }
 
-// A bounded wait: false past the watchdog's timeout.
-__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b) {
+// A bounded wait: false once the watchdog's timeout passes (the block records the phase) or once any
+// block has recorded an error, so a stuck launch drains quickly everywhere.
+__device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
   const long long start = global_ns();
-  while (!ptx::mbarrier_try_wait(bar, parity))
-    if (global_ns() - start > b.timeout_ns) return false;
+  while (!ptx::mbarrier_try_wait(bar, parity)) {
+    if (error_recorded(b)) return false;
+    if (global_ns() - start > b.timeout_ns) {
+      record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
+      return false;
+    }
+  }
   return true;
 }
 
-// Records a pipeline that stopped (the block, the phase); returns `healthy`.
-__device__ inline bool pipeline_verdict(bool healthy, const GridBarrier& b, int phase) {
-  if (!healthy) record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
-  return healthy;
+// True when `v` holds in every thread of consumer warpgroup `half` (named barrier 1 + half; 0 is
+// __syncthreads), so the warpgroup leaves a phase together.
+__device__ __forceinline__ bool warpgroup_all(int half, bool v) {
+  uint32_t all;
+  asm volatile(
+      "{\n"
+      ".reg .pred p, q;\n"
+      "setp.ne.u32 p, %1, 0;\n"
+      "bar.red.and.pred q, %2, 128, p;\n"
+      "selp.u32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(all)
+      : "r"(uint32_t(v)), "r"(1 + half)
+      : "memory");
+  return all != 0;
 }
 
 template <bool kMnMajor>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b))
-      return pipeline_verdict(false, b, phase);
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) return false;
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
@@ -124,7 +140,8 @@ __device__ __forceinline__ void fence_operands(float (&acc)[64]) {
 // One tile's chain on this consumer warpgroup's 64 rows (half). One stage's wgmma group stays in flight
 // while the next is issued (the accumulators' K-steps still run in issue order); a stage is released
 // once the group reading it has completed. After a failed wait the loop runs on without waiting (its
-// results are void: the launch reports the error), so no exit leaves a group in flight.
+// results are void: the launch reports the error), so no exit leaves a group in flight, and the
+// verdict is the warpgroup's, so no thread leaves its warpgroup behind in a wgmma.
 template <bool kMnMajor>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, float (&acc)[64], const GridBarrier& b,
                                int phase) {
@@ -133,7 +150,7 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   uint32_t previous = 0;
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b);
+    healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase);
     fence_operands(acc);
     ptx::wgmma_fence();
     stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
@@ -146,7 +163,7 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   ptx::wgmma_wait<0>();
   fence_operands(acc);
   if (l.k_blocks > 0 && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[previous]);
-  return pipeline_verdict(healthy, b, phase);
+  return warpgroup_all(half, healthy);  // every thread of the warpgroup gets here
 }
 
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
