@@ -117,7 +117,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
         l = k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kBox, 2 * I);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) { push_to_slots(p, it, half, acc); });
+      [&](long, int half, const float(&acc)[64]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both

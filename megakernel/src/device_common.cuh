@@ -137,19 +137,39 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
-// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
-// source rank (y_j in the forward, dx_j in the backward).
-__device__ __forceinline__ void push_to_slots(const Params& p, const RingItem& it, int half, const float (&acc)[64]) {
-  const int H = p.c.hidden;
+// Writes a finished half tile as bf16 rows through the warpgroup's staging rows in shared memory:
+// each thread rounds its accumulator pairs into the rows, then 16 lanes copy each row's first
+// `columns` columns with 16-byte stores to row_dst(row) (row within the whole tile; nullptr: skip).
+template <class RowDst>
+__device__ void write_half_tile(Pipeline& pipe, int half, const float (&acc)[64], int columns, RowDst row_dst) {
+  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
+  warpgroup_sync(half);  // the previous tile's copy is done with the rows
   for_each_pair(
       half, acc,
       [&](int row, int col, float v0, float v1) {
-        if (row >= it.t.rows) return;
-        const SlotSource s = slot_source(p, it.t.first_row + row);
-        bf16* slots = p.rank[token_rank(p, s.token)].slots;
-        store_pair(slots + (long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + it.n0 + col, v0, v1);
+        store_pair(reinterpret_cast<bf16*>(&rows[row - kTileM / 2 * half][col]), v0, v1);
       },
-      min(kTileN, H - it.n0));
+      columns);
+  warpgroup_sync(half);
+  const int t = threadIdx.x % 128, chunk = t % 16;
+  for (int r = t / 16; r < kTileM / 2; r += 8) {
+    bf16* dst = row_dst(kTileM / 2 * half + r);
+    if (dst != nullptr && 8 * chunk < columns)
+      *reinterpret_cast<int4*>(dst + 8 * chunk) = *reinterpret_cast<const int4*>(&rows[r][8 * chunk]);
+  }
+}
+
+// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward).
+__device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, int half,
+                                     const float (&acc)[64]) {
+  const int H = p.c.hidden;
+  write_half_tile(pipe, half, acc, min(kTileN, H - it.n0), [&](int row) -> bf16* {
+    if (row >= it.t.rows) return nullptr;
+    const SlotSource s = slot_source(p, it.t.first_row + row);
+    bf16* slots = p.rank[token_rank(p, s.token)].slots;
+    return slots + (long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + it.n0;
+  });
 }
 
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null

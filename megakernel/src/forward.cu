@@ -129,7 +129,7 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
         l = k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kBox, I);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) { push_to_slots(p, it, half, acc); });
+      [&](long, int half, const float(&acc)[64]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 __device__ void combine(const Params& p) {

@@ -27,10 +27,13 @@ inline constexpr int kStepsPerStage = kBox / 16;   // K-steps per pipeline stage
 inline constexpr int kStages = 5;
 inline constexpr int kConsumerWarps = 8;
 
+inline constexpr int kStagedPitch = kTileN + 8;  // bf16 per staged row; the pad spreads rows over banks
+
 struct GemmSmem {
   alignas(1024) uint8_t stage[kStages][kStageBytes];
-  uint64_t full[kStages];   // TMA bytes landed
-  uint64_t empty[kStages];  // every consumer warp done reading
+  uint64_t full[kStages];                                    // TMA bytes landed
+  uint64_t empty[kStages];                                   // every consumer warp done reading
+  alignas(16) uint16_t staged[2][kTileM / 2][kStagedPitch];  // each consumer warpgroup's half tile, as bf16
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + 1024;  // + room to align the dynamic base
 
@@ -81,6 +84,11 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
     }
   }
   return true;
+}
+
+// Barrier of consumer warpgroup `half` alone (named barrier 1 + half; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync(int half) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + half) : "memory");
 }
 
 // True when `v` holds in every thread of consumer warpgroup `half` (named barrier 1 + half; 0 is
