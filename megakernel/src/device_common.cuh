@@ -142,8 +142,9 @@ __device__ __forceinline__ int token_local(const Params& p, int g) { return g % 
 // `columns` columns with 16-byte stores to row_dst(row) (row within the whole tile; nullptr: skip).
 template <class RowDst>
 __device__ void write_half_tile(Pipeline& pipe, int half, const float (&acc)[64], int columns, RowDst row_dst) {
+  // The previous tile's copy is done with the rows: every thread of the warpgroup passed the
+  // warpgroup-wide verdict at the end of this tile's chain since.
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
-  warpgroup_sync(half);  // the previous tile's copy is done with the rows
   for_each_pair(
       half, acc,
       [&](int row, int col, float v0, float v1) {

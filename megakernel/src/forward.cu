@@ -39,8 +39,8 @@ __device__ void layout_count(const Params& p) {
     count_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.c.experts, p.chunk_counts + ch * p.c.experts);
 }
 
-// In block 0: the experts' offsets (their row totals: one expert per thread, then one thread's prefix
-// sum), then each expert's column of chunk_base and its tile count, one expert per thread.
+// In block 0: the experts' row totals (one expert per thread), their prefix sum and tile counts (one
+// thread), then each expert's column of chunk_base (one expert per thread).
 __device__ void layout_scan(const Params& p) {
   if (blockIdx.x != 0) return;
   const int E = p.c.experts, chunks = layout_chunks(p.c.tokens());

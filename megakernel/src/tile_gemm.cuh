@@ -73,11 +73,11 @@ __device__ inline Pipeline pipeline_init() {
 }
 
 // A bounded wait: false once the watchdog's timeout passes (the block records the phase) or once any
-// block has recorded an error, so a stuck launch drains quickly everywhere.
+// block has recorded an error (polled now and then), so a stuck launch drains quickly everywhere.
 __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
   const long long start = global_ns();
-  while (!ptx::mbarrier_try_wait(bar, parity)) {
-    if (error_recorded(b)) return false;
+  for (uint32_t spin = 1; !ptx::mbarrier_try_wait(bar, parity); ++spin) {
+    if (spin % 256 == 0 && error_recorded(b)) return false;
     if (global_ns() - start > b.timeout_ns) {
       record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
       return false;
@@ -86,32 +86,61 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
   return true;
 }
 
-// Barrier of consumer warpgroup `half` alone (named barrier 1 + half; 0 is __syncthreads).
-__device__ __forceinline__ void warpgroup_sync(int half) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + half) : "memory");
+// Before a producer gives up: lets the copies of its last stages land (bounded by 1 ms), so no block
+// leaves with bulk copies into its shared memory in flight.
+__device__ inline void drain_copies(const Pipeline& pipe) {
+  const long long deadline = global_ns() + 1000000;
+  const uint32_t first = pipe.blocks > uint32_t(kStages) ? pipe.blocks - kStages : 0;
+  for (uint32_t j = first; j < pipe.blocks; ++j)
+    while (!ptx::mbarrier_try_wait(&pipe.smem->full[j % kStages], (j / kStages) & 1u) && global_ns() < deadline) {
+    }
 }
 
-// True when `v` holds in every thread of consumer warpgroup `half` (named barrier 1 + half; 0 is
-// __syncthreads), so the warpgroup leaves a phase together.
+// Barrier of consumer warpgroup `half` alone (named barriers 1 and 2; 0 is __syncthreads). Immediate
+// ids, so ptxas reserves only these.
+__device__ __forceinline__ void warpgroup_sync(int half) {
+  if (half == 0)
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+// True when `v` holds in every thread of consumer warpgroup `half` (the same named barriers), so the
+// warpgroup leaves a phase together.
 __device__ __forceinline__ bool warpgroup_all(int half, bool v) {
   uint32_t all;
-  asm volatile(
-      "{\n"
-      ".reg .pred p, q;\n"
-      "setp.ne.u32 p, %1, 0;\n"
-      "bar.red.and.pred q, %2, 128, p;\n"
-      "selp.u32 %0, 1, 0, q;\n"
-      "}\n"
-      : "=r"(all)
-      : "r"(uint32_t(v)), "r"(1 + half)
-      : "memory");
+  if (half == 0)
+    asm volatile(
+        "{\n"
+        ".reg .pred p, q;\n"
+        "setp.ne.u32 p, %1, 0;\n"
+        "bar.red.and.pred q, 1, 128, p;\n"
+        "selp.u32 %0, 1, 0, q;\n"
+        "}\n"
+        : "=r"(all)
+        : "r"(uint32_t(v))
+        : "memory");
+  else
+    asm volatile(
+        "{\n"
+        ".reg .pred p, q;\n"
+        "setp.ne.u32 p, %1, 0;\n"
+        "bar.red.and.pred q, 2, 128, p;\n"
+        "selp.u32 %0, 1, 0, q;\n"
+        "}\n"
+        : "=r"(all)
+        : "r"(uint32_t(v))
+        : "memory");
   return all != 0;
 }
 
 template <bool kMnMajor>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) return false;
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
+      drain_copies(pipe);
+      return false;
+    }
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
@@ -159,18 +188,21 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase);
+    __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
     fence_operands(acc);
     ptx::wgmma_fence();
     stage_steps<kMnMajor>(pipe.smem->stage[pipe.stage()], half, acc);
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
     fence_operands(acc);
-    if (kb > 0 && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[previous]);
+    // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
+    // may still be landing (it fails its own wait instead).
+    ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && kb > 0 && threadIdx.x % 32 == 0);
     previous = pipe.stage();
   }
   ptx::wgmma_wait<0>();
   fence_operands(acc);
-  if (l.k_blocks > 0 && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&pipe.smem->empty[previous]);
+  ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && l.k_blocks > 0 && threadIdx.x % 32 == 0);
   return warpgroup_all(half, healthy);  // every thread of the warpgroup gets here
 }
 

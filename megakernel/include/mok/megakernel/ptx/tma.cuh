@@ -25,6 +25,19 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
+// An arrival by the threads with `arrive` set, predicated inside the instruction: no branch, so no
+// divergent path next to an in-flight wgmma group.
+__device__ __forceinline__ void mbarrier_arrive_if(uint64_t* bar, bool arrive) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.u32 p, %1, 0;\n"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(uint32_t(arrive))
+      : "memory");
+}
+
 // One arrival that also announces `bytes` still to land through TMA copies completing on `bar`.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
