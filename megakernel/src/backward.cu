@@ -59,20 +59,45 @@ __device__ long source_slot(const Params& p, const RingRow& row, const RankBuffe
   return long(token_local(p, s.token)) * p.c.top_k + s.slot;
 }
 
-// d topk_w = <g, a> pushed to the source rank, one thread per ring row: each chain is sequential in I
-// (the core's fma_chain order), so rows run side by side.
-__device__ void expert_topk_weight_grad(const Params& p, int cycle) {
-  const int I = p.c.intermediate;
-  for (long item = thread_id(); item < long(p.c.ranks) * p.ring_rows; item += thread_count()) {
-    const RingRow row = ring_row(p, cycle, item);
-    if (!row.valid) continue;
-    const RankBuffers* src;
-    const long slot = source_slot(p, row, src);
-    const float* g = p.g + row.pad * I;
-    const bf16* a = p.a + row.pad * I;
-    src->d_topk_w[slot] = fma_chain(
-        I, [&](int i) { return g[i]; }, [&](int i) { return to_float(a[i]); });
+// d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
+// (the core's fma_chain order), so rows run side by side. A warp stages 32 rows x 32 columns of g
+// and a in shared memory at a time (the GEMM stages, idle in this phase), so every load is a run of
+// whole lines rather than one word per row.
+__device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cycle) {
+  constexpr int kRows = 32, kCols = 32, kPitch = kCols + 1;  // the pad makes the lane-per-row reads conflict-free
+  using Panel = float[kRows][kPitch];
+  static_assert(sizeof(Panel) * 2 * (kThreads / 32) <= sizeof(pipe.smem->stage));
+  Panel* panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0]) + 2 * (threadIdx.x / 32);
+  Panel &gs = panel[0], &as = panel[1];
+  const int I = p.c.intermediate, lane = lane_id();
+  const long rows = long(p.c.ranks) * p.ring_rows;  // a multiple of 32: rings are whole tiles
+  for (long first = warp_id() * kRows; first < rows; first += warp_count() * kRows) {
+    const RingRow mine = ring_row(p, cycle, first + lane);
+    const unsigned valid = __ballot_sync(~0u, mine.valid);
+    if (valid == 0) continue;
+    float acc = 0.0f;
+    for (int i0 = 0; i0 < I; i0 += kCols) {
+      const int n = min(kCols, I - i0);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;
+        if ((valid >> r & 1u) && lane < n) {
+          gs[r][lane] = p.g[at];
+          as[r][lane] = to_float(p.a[at]);
+        }
+      }
+      __syncwarp();
+      acc = fma_chain(
+          n, [&](int i) { return gs[lane][i]; }, [&](int i) { return as[lane][i]; }, acc);
+      __syncwarp();
+    }
+    if (mine.valid) {
+      const RankBuffers* src;
+      const long slot = source_slot(p, mine, src);
+      src->d_topk_w[slot] = acc;
+    }
   }
+  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
 // Per ring row (one warp): dh = bf16(swiglu_grad(w g)), dye = bf16(w dy), xe = the token's x row;
@@ -232,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     if (!grid_sync(b, kPull, cycle)) return;
     expert_down_grad(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
-    expert_topk_weight_grad(p, cycle);
+    expert_topk_weight_grad(pipe, p, cycle);
     expert_row_grad(p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
     expert_dx_push(pipe, p, cycle);

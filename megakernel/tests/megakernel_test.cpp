@@ -204,6 +204,17 @@ TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
   EXPECT_NO_THROW(healthy.forward(p.x, nullptr));
 }
 
+// Host only: the verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
+// the reference rejects stays rejected.
+TEST(WholeTileRingRows, RoundsAReferenceRingUpAndRejectsAnInvalidOne) {
+  EXPECT_EQ(whole_tile_ring_rows(16), 128);
+  EXPECT_EQ(whole_tile_ring_rows(256), 256);
+  EXPECT_EQ(whole_tile_ring_rows(272), 384);
+  EXPECT_THROW(whole_tile_ring_rows(24), Error);
+  EXPECT_THROW(whole_tile_ring_rows(0), Error);
+  EXPECT_THROW(whole_tile_ring_rows(-16), Error);
+}
+
 TEST_F(Gpu, RejectsBadLaunches) {
   const Problem p = make_problem(small(1, 16, 4, 2), 3);
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 64, 10.0}), Error);  // not whole tiles

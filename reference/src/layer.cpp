@@ -188,7 +188,7 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
 Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given,
                 const Options& opt) {
   validate_inputs(c, x, w, given);
-  require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
+  validate_ring_rows(opt.ring_rows);
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, k = c.top_k, T = c.tokens_per_rank;
   Forward f;
   f.routing = given ? *given : route(c, x, w, &f.logits, opt.fault);
@@ -253,7 +253,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
                    const std::vector<bf16>& dy, const Options& opt) {
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k, T = c.tokens_per_rank;
   const int Is = c.shared_intermediate;
-  require(opt.ring_rows > 0 && opt.ring_rows % kStepK == 0, "ring_rows must be a positive multiple of 16");
+  validate_ring_rows(opt.ring_rows);
   validate_backward_inputs(c, x, w, fwd, dy, opt.recompute);
   const DispatchLayout& l = fwd.layout;
   std::vector<RankMemory> ranks = rank_table(c, x.data(), dy.data(), fwd.routing.topk_w.data());

@@ -162,15 +162,16 @@ TEST_F(BadInputs, NanInSharedWeightsOrBias) {
 TEST_F(BadInputs, RingRowsAndSavedActivations) {
   Options opt;
   opt.ring_rows = 24;
-  expect_forward_error(c_, p_, "ring_rows must be a positive multiple of 16", opt);
+  expect_forward_error(c_, p_, "ring_rows = 24 is not a positive multiple of 16", opt);
   opt.ring_rows = 0;
-  expect_forward_error(c_, p_, "ring_rows must be a positive multiple of 16", opt);
+  expect_forward_error(c_, p_, "ring_rows = 0 is not a positive multiple of 16", opt);
   Options recompute;
   recompute.recompute = true;
   const Forward f = forward(c_, p_.x, p_.weights, nullptr, recompute);
   expect_error([&] { backward(c_, p_.x, p_.weights, f, p_.dy, Options()); },
                "forward saved no activations: use recompute");
-  expect_error([&] { backward(c_, p_.x, p_.weights, f, p_.dy, opt); }, "ring_rows must be a positive multiple of 16");
+  expect_error([&] { backward(c_, p_.x, p_.weights, f, p_.dy, opt); },
+               "ring_rows = 0 is not a positive multiple of 16");
 }
 
 }  // namespace

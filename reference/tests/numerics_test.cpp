@@ -2,9 +2,11 @@
 // SwiGLU and its clamp, the two K-step models, the fma chain, the combines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "mok/core/bf16.h"
 #include "mok/core/combine.h"
@@ -12,6 +14,7 @@
 #include "mok/core/kstep.h"
 #include "mok/core/scalar.h"
 #include "mok/core/swiglu.h"
+#include "mok/reference/problem.h"
 #include "test_support.h"
 
 namespace mok::ref::test {
@@ -307,6 +310,21 @@ TEST(FmaChain, OneFmaPerTermInIndexOrderFromZero) {
   const float c = 1.0f + 0x1p-12f, x[2] = {1.0f, c}, y[2] = {-1.0f, c};
   EXPECT_EQ(chain(2, x, y), 0x1p-11f + 0x1p-24f);
   EXPECT_EQ(bits_of(chain(0, x, y)), 0u);  // the chain starts from +0
+}
+
+TEST(FmaChain, PiecesContinueTheWholeChain) {
+  // The GPU runs a long chain in 32-term pieces; each piece continues from the last one's acc.
+  ref::Rng rng(11);
+  std::vector<float> a(100), b(100);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = rng.symmetric(1.0f);
+    b[i] = rng.symmetric(1.0f);
+  }
+  float pieces = 0.0f;
+  for (int i0 = 0; i0 < 100; i0 += 32)
+    pieces = fma_chain(
+        std::min(32, 100 - i0), [&](int i) { return a[i0 + i]; }, [&](int i) { return b[i0 + i]; }, pieces);
+  EXPECT_EQ(bits_of(pieces), bits_of(chain(100, a.data(), b.data())));
 }
 
 // ---- combines ----

@@ -1,5 +1,6 @@
 // CUDA-core reductions (router dots, router-gradient dots, weight-gradient of the router):
-// one fp32 fma per term, in index order from +0. A kernel computes each such sum in one thread.
+// one fp32 fma per term, in index order from +0. A kernel computes each such sum in one thread; a
+// chain may run in pieces, each continuing from the last one's acc.
 #pragma once
 
 #include "mok/core/host_device.h"
@@ -7,8 +8,7 @@
 namespace mok {
 
 template <class A, class B>
-MOK_HD float fma_chain(int n, A a, B b) {
-  float acc = 0.0f;
+MOK_HD float fma_chain(int n, A a, B b, float acc = 0.0f) {
   for (int i = 0; i < n; ++i) acc = fma32(a(i), b(i), acc);
   return acc;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mok/core/config.h"
+#include "mok/core/kstep.h"
 #include "mok/core/layer_io.h"
 
 namespace mok {
@@ -16,6 +17,12 @@ inline bool all_finite(const std::vector<bf16>& v) {
 
 inline bool all_finite(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
+}
+
+// A receive ring of `rows` rows per rank: whole K-steps (the reference's chains run per ring chunk).
+inline void validate_ring_rows(int rows) {
+  require(rows > 0 && rows % kStepK == 0,
+          "ring_rows = " + std::to_string(rows) + " is not a positive multiple of " + std::to_string(kStepK));
 }
 
 template <class V>

@@ -16,6 +16,7 @@
 
 #include "mok/core/config.h"
 #include "mok/core/layer_io.h"
+#include "mok/core/validate.h"
 
 namespace mok::gpu {
 
@@ -25,8 +26,9 @@ bool device_available();
 // Ring sizes are whole expert tiles (the GEMMs' 128-row tiles). The results do not depend on it (D3).
 inline constexpr int kRingRowGranularity = 128;
 
-// The smallest valid ring holding `rows` rows (a CPU reference ring, whole 16-row chunks).
+// The smallest GPU ring holding a CPU reference ring of `rows` rows (checked: whole 16-row chunks).
 inline int whole_tile_ring_rows(int rows) {
+  validate_ring_rows(rows);
   return (rows + kRingRowGranularity - 1) / kRingRowGranularity * kRingRowGranularity;
 }
 
