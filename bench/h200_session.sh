@@ -7,6 +7,8 @@
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
 #           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
+#   nccl    (every GPU here) mok-nccl-probe, every golden through NCCL windows on one GPU and on
+#           all GPUs (mok-verify --gpus), mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline
@@ -65,6 +67,22 @@ for step in "$@"; do
         >"$out/ncu.log" 2>&1
       echo "ncu exit $?" | tee -a "$out/summary.log"
       grep -E "SM Busy|Compute \(SM\) Throughput|DRAM Throughput|Memory Throughput|Duration" "$out/ncu.log" | head -20
+      ;;
+    nccl)
+      gpus=$(nvidia-smi -L | wc -l)
+      log "nccl: $gpus GPU(s): probe, goldens with --gpus 1 and --gpus $gpus, mok-bench --gpus $gpus"
+      {
+        timeout 120 build/megakernel/mok-nccl-probe "$gpus" 1024
+        echo "probe exit $?"
+        for n in $(printf '%s\n' 1 "$gpus" | sort -u); do
+          timeout 300 build/verify/mok-verify golden/data --backend gpu --gpus "$n" --runs 2
+          echo "mok-verify --gpus $n exit $?"
+        done
+        if [ "$gpus" -gt 1 ]; then
+          for s in $shapes; do timeout 200 build/megakernel/mok-bench --shape "$s" --gpus "$gpus" ${MOK_BENCH_ARGS:-}; done
+        fi
+      } >"$out/nccl.log" 2>&1
+      grep -E "wrong words|exit|GB/s|^[a-z0-9.-]+ +uniform|^[a-z0-9.-]+ +zipf" "$out/nccl.log" | tee -a "$out/summary.log"
       ;;
     bench)
       for routing in $routings; do

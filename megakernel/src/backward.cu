@@ -42,7 +42,7 @@ struct RingRow {
   long pad;
 };
 __device__ RingRow ring_row(const Params& p, int cycle, long item) {
-  RingRow row{int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
+  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
   const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
   if (tile < 0) return row;
   row.in_tile = true;
@@ -70,7 +70,7 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
   Panel* panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0]) + 2 * (threadIdx.x / 32);
   Panel &gs = panel[0], &as = panel[1];
   const int I = p.c.intermediate, lane = lane_id();
-  const long rows = long(p.c.ranks) * p.ring_rows;  // a multiple of 32: rings are whole tiles
+  const long rows = long(executed_ranks(p)) * p.ring_rows;  // a multiple of 32: rings are whole tiles
   for (long first = warp_id() * kRows; first < rows; first += warp_count() * kRows) {
     const RingRow mine = ring_row(p, cycle, first + lane);
     const unsigned valid = __ballot_sync(~0u, mine.valid);
@@ -104,7 +104,7 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
 // zeros in the padding rows.
 __device__ void expert_row_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  for (long item = warp_id(); item < long(p.c.ranks) * p.ring_rows; item += warp_count()) {
+  for (long item = warp_id(); item < long(executed_ranks(p)) * p.ring_rows; item += warp_count()) {
     const RingRow row = ring_row(p, cycle, item);
     if (!row.in_tile) continue;
     bf16* dh = p.dh + row.pad * 2 * I;
@@ -124,7 +124,7 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
       dh[i] = to_bf16(d.gate);
       dh[I + i] = to_bf16(d.up);
     }
-    const bf16* dy = p.rank[row.r].ring + long(row.q) * H;
+    const bf16* dy = ring_row_data(p, row.r, row.q);
     for (int col = lane_id(); col < H; col += 32) p.dye[row.pad * H + col] = weighted_dy(w, dy[col]);
     copy_row(p.xe + row.pad * H, src->x + slot / p.c.top_k * H, H);
   }
@@ -154,23 +154,30 @@ struct WeightGrad {
   __device__ int tiles() const { return ceil_div(m, kTileM) * ceil_div(n, kTileN); }
 };
 
+// The experts of this GPU's ranks: [own_expert_begin, own_expert_end).
+__device__ int own_expert_begin(const Params& p) { return p.rank_begin * p.c.experts_per_rank(); }
+__device__ int own_expert_end(const Params& p) { return p.rank_end * p.c.experts_per_rank(); }
+
 // dW1_e = dh^T xe and dW2_e = dye^T a over expert e's padded rows; dW1_s = dh_s^T x and
-// dW2_s = dy^T a_s over all tokens. Weight gradient w of the list: experts' dW1, dW2 in expert order,
-// then the shared expert's.
+// dW2_s = dy^T a_s over all tokens. Weight gradient w of the list: this GPU's experts' dW1, dW2 in
+// expert order, then the shared expert's (every GPU computes it from every token).
 __device__ WeightGrad weight_grad(const Params& p, int w) {
-  const int I = p.c.intermediate, H = p.c.hidden, E = p.c.experts, Is = p.c.shared_intermediate, N = p.c.tokens();
-  if (w < 2 * E) {
-    const int e = w / 2, first = kTileRows * p.tile_offsets[e], rows = p.offsets[e + 1] - p.offsets[e];
+  const int I = p.c.intermediate, H = p.c.hidden, Is = p.c.shared_intermediate, N = p.c.tokens();
+  const int own = own_expert_end(p) - own_expert_begin(p);
+  if (w < 2 * own) {
+    const int e = own_expert_begin(p) + w / 2, first = kTileRows * p.tile_offsets[e],
+              rows = p.offsets[e + 1] - p.offsets[e];
     if (w % 2 == 0) return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, p.d_w1 + long(e) * 2 * I * H};
     return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, p.d_w2 + long(e) * H * I};
   }
-  if (w == 2 * E) return WeightGrad{&p.maps.shared_dh, &p.maps.x, 2 * Is, H, 0, N, p.d_shared_w1};
+  if (w == 2 * own) return WeightGrad{&p.maps.shared_dh, &p.maps.x, 2 * Is, H, 0, N, p.d_shared_w1};
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
 }
 
 __device__ void weight_grads(Pipeline& pipe, const Params& p) {
   long tiles = 0;
-  for (int w = 0; w < 2 * p.c.experts + (p.c.has_shared() ? 2 : 0); ++w) tiles += weight_grad(p, w).tiles();
+  const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() ? 2 : 0);
+  for (int w = 0; w < grads; ++w) tiles += weight_grad(p, w).tiles();
   WeightGrad wg;
   int m0 = 0, n0 = 0;
   gemm_tiles<true>(
@@ -210,10 +217,11 @@ __device__ void shared_down_grad(Pipeline& pipe, const Params& p) {
       });
 }
 
+// d logits of this GPU's tokens.
 __device__ void router_grad(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
   float scores[kMaxExperts], d_scores[kMaxExperts];
-  for (long g = thread_id(); g < p.c.tokens(); g += thread_count()) {
+  for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
     const RankBuffers& rb = p.rank[token_rank(p, int(g))];
     router_scores(p.c, p.logits + g * E, scores);
     router_backward(p.c, scores, p.topk_idx + g * k, rb.d_topk_w + long(token_local(p, int(g))) * k, d_scores,
@@ -221,17 +229,18 @@ __device__ void router_grad(const Params& p) {
   }
 }
 
-// dWr[e, h] over global tokens, and dx = slots + shared + router share, per element.
+// dWr[e, h] over global tokens for this GPU's experts, and dx = slots + shared + router share for its
+// tokens, per element.
 __device__ void router_weight_grad_and_combine(const Params& p) {
   const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden, k = p.c.top_k;
   if (p.router)
-    for (long i = thread_id(); i < long(E) * H; i += thread_count()) {
+    for (long i = long(own_expert_begin(p)) * H + thread_id(); i < long(own_expert_end(p)) * H; i += thread_count()) {
       const int e = int(i / H), col = int(i % H);
       p.d_router[i] = fma_chain(
           N, [&](int g) { return p.d_logits[long(g) * E + e]; },
           [&](int g) { return to_float(p.x[long(g) * H + col]); });
     }
-  for (long i = thread_id(); i < long(N) * H; i += thread_count()) {
+  for (long i = own_token_begin(p) * H + thread_id(); i < own_token_end(p) * H; i += thread_count()) {
     const int g = int(i / H), col = int(i % H);
     const RankBuffers& rb = p.rank[token_rank(p, g)];
     const bf16* slots = rb.slots + long(token_local(p, g)) * k * H + col;
@@ -251,6 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   const GridBarrier& b = p.barrier;
   stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
+  // Across GPUs the shared expert reads every token's dy.
+  if (p.peers.gpus > 1 && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_into_rings(p, cycle, [&](int r) { return p.rank[r].dy; });
@@ -263,9 +274,14 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     expert_dx_push(pipe, p, cycle);
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
+  if (!peer_sync(b, p.peers, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
   if (p.c.has_shared()) shared_down_grad(pipe, p);
   if (p.router) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
+  if (!peer_sync(b, p.peers, kRouterGrad, 0)) return;
+  // The router-weight gradient's chains run over every token's d logits.
+  if (p.peers.gpus > 1 && p.router)
+    gather_token_values(p, p.d_logits, p.c.experts, [&](int r) { return p.rank[r].d_logits; });
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
   if (p.c.has_shared())

@@ -1,6 +1,8 @@
-// An owning device allocation with checked transfers.
+// Device memory with checked transfers: DeviceSpan views memory owned elsewhere (a rank's window),
+// DeviceArray owns its allocation (on the device current when it was made).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "mok/megakernel/check.h"
@@ -8,33 +10,28 @@
 namespace mok::gpu {
 
 template <class T>
-class DeviceArray {
+class DeviceSpan {
  public:
-  DeviceArray() = default;
-  explicit DeviceArray(size_t n) : n_(n) {
-    if (n) MOK_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() {
-    if (p_) cudaFree(p_);
-  }
-  DeviceArray(DeviceArray&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
+  DeviceSpan() = default;
+  DeviceSpan(T* p, size_t n) : p_(p), n_(n) {}
 
   T* get() const { return p_; }
   size_t size() const { return n_; }
 
   void upload(const std::vector<T>& host) {
     require(host.size() == n_, "device upload of the wrong size");
-    if (n_) MOK_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    upload(host.data(), 0, n_);
   }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    if (n_) MOK_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+  // Elements [first, first + n) from host[0, n).
+  void upload(const T* host, size_t first, size_t n) {
+    require(first + n <= n_, "device upload past the end");
+    if (n) MOK_CUDA_CHECK(cudaMemcpy(p_ + first, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const { return download(0, n_); }
+  std::vector<T> download(size_t first, size_t n) const {
+    require(first + n <= n_, "device download past the end");
+    std::vector<T> host(n);
+    if (n) MOK_CUDA_CHECK(cudaMemcpy(host.data(), p_ + first, n * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
   // All bytes 0xff: NaN for floats and bf16, -1 for ints; an element nothing wrote stays visible.
@@ -45,9 +42,29 @@ class DeviceArray {
     if (n_) MOK_CUDA_CHECK(cudaMemset(p_, 0, n_ * sizeof(T)));
   }
 
- private:
+ protected:
   T* p_ = nullptr;
   size_t n_ = 0;
+};
+
+template <class T>
+class DeviceArray : public DeviceSpan<T> {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) {
+    if (n) MOK_CUDA_CHECK(cudaMalloc(&this->p_, n * sizeof(T)));
+    this->n_ = n;
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { this->upload(host); }
+  ~DeviceArray() {
+    if (this->p_) cudaFree(this->p_);
+  }
+  DeviceArray(DeviceArray&& o) noexcept : DeviceSpan<T>(std::exchange(o.p_, nullptr), std::exchange(o.n_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(this->p_, o.p_);
+    std::swap(this->n_, o.n_);
+    return *this;
+  }
 };
 
 }  // namespace mok::gpu

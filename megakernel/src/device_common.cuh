@@ -46,7 +46,18 @@ __device__ __forceinline__ int rank_tile_end(const Params& p, int r) {
   return p.tile_offsets[(r + 1) * p.c.experts_per_rank()];
 }
 
+// The ranks this GPU executes, and their tokens [own_token_begin, own_token_end).
+__device__ __forceinline__ int executed_ranks(const Params& p) { return p.rank_end - p.rank_begin; }
+__device__ __forceinline__ bool executes(const Params& p, int r) { return r >= p.rank_begin && r < p.rank_end; }
+__device__ __forceinline__ long own_token_begin(const Params& p) { return long(p.rank_begin) * p.c.tokens_per_rank; }
+__device__ __forceinline__ long own_token_end(const Params& p) { return long(p.rank_end) * p.c.tokens_per_rank; }
+
 __device__ __forceinline__ int ring_tiles(const Params& p) { return p.ring_rows / kTileRows; }
+
+// Row q of rank r's ring.
+__device__ __forceinline__ bf16* ring_row_data(const Params& p, int r, int q) {
+  return p.ring + (long(r) * p.ring_rows + q) * p.c.hidden;
+}
 
 // Ring cycles needed by the busiest rank (the same value in every block).
 __device__ __forceinline__ int ring_cycles(const Params& p) {
@@ -73,7 +84,7 @@ struct RingItem {
 __device__ __forceinline__ bool ring_item(const Params& p, int cycle, int col_tiles, int width, long item,
                                           RingItem& out) {
   const int per_rank = ring_tiles(p) * col_tiles;
-  const int r = int(item / per_rank), slot = int(item % per_rank) / col_tiles;
+  const int r = p.rank_begin + int(item / per_rank), slot = int(item % per_rank) / col_tiles;
   const int tile = ring_tile(p, r, cycle, slot);
   if (tile < 0) return false;
   out = RingItem{r, r * p.ring_rows + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
@@ -81,7 +92,7 @@ __device__ __forceinline__ bool ring_item(const Params& p, int cycle, int col_ti
 }
 
 __device__ __forceinline__ long ring_items(const Params& p, int col_tiles) {
-  return long(p.c.ranks) * ring_tiles(p) * col_tiles;
+  return long(executed_ranks(p)) * ring_tiles(p) * col_tiles;
 }
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -181,14 +192,14 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
   for (int i = lane_id(); i < h / 8; i += 32) d[i] = src ? s[i] : int4{0, 0, 0, 0};
 }
 
-// Fills each rank's ring with the rows of its tiles for this cycle, read from the source ranks'
-// buffers (`source(rank)` gives the [T, H] buffer: x forward, dy backward). Padding rows are zero.
+// Fills each executed rank's ring with the rows of its tiles for this cycle, read from the source
+// ranks' buffers (`source(rank)` gives the [T, H] buffer: x forward, dy backward). Padding rows are zero.
 template <class Source>
 __device__ void pull_into_rings(const Params& p, int cycle, Source source) {
   const int H = p.c.hidden;
-  const long rows = long(p.c.ranks) * p.ring_rows;
+  const long rows = long(executed_ranks(p)) * p.ring_rows;
   for (long item = warp_id(); item < rows; item += warp_count()) {
-    const int r = int(item / p.ring_rows), q = int(item % p.ring_rows);
+    const int r = p.rank_begin + int(item / p.ring_rows), q = int(item % p.ring_rows);
     const int tile = ring_tile(p, r, cycle, q / kTileRows);
     const bf16* src = nullptr;
     if (tile >= 0) {
@@ -198,7 +209,28 @@ __device__ void pull_into_rings(const Params& p, int cycle, Source source) {
         src = source(token_rank(p, g)) + long(token_local(p, g)) * H;
       }
     }
-    copy_row(p.rank[r].ring + long(q) * H, src, H);
+    copy_row(ring_row_data(p, r, q), src, H);
+  }
+}
+
+// Across GPUs: the other GPUs' tokens' rows of a per-token [N, H] buffer, copied from their ranks'
+// buffers (`source(rank)`) into this GPU's global view.
+template <class Source>
+__device__ void gather_token_rows(const Params& p, bf16* view, Source source) {
+  const int H = p.c.hidden;
+  for (long g = warp_id(); g < p.c.tokens(); g += warp_count()) {
+    const int r = token_rank(p, int(g));
+    if (!executes(p, r)) copy_row(view + g * H, source(r) + long(token_local(p, int(g))) * H, H);
+  }
+}
+
+// The same for a small per-token [N, width] buffer, element by element.
+template <class T, class Source>
+__device__ void gather_token_values(const Params& p, T* view, int width, Source source) {
+  const long per_rank = long(p.c.tokens_per_rank) * width;
+  for (long i = thread_id(); i < p.c.tokens() * long(width); i += thread_count()) {
+    const int r = int(i / per_rank);
+    if (!executes(p, r)) view[i] = source(r)[i % per_rank];
   }
 }
 

@@ -11,9 +11,10 @@
 namespace mok::gpu {
 namespace {
 
+// Logits and top-k of this GPU's tokens.
 __device__ void router_logits(const Params& p) {
-  const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
-  for (long i = thread_id(); i < long(N) * E; i += thread_count()) {
+  const int E = p.c.experts, H = p.c.hidden;
+  for (long i = own_token_begin(p) * E + thread_id(); i < own_token_end(p) * E; i += thread_count()) {
     const bf16* x = p.x + (i / E) * H;
     const float* w = p.router_w + (i % E) * H;
     const float logit = fma_chain(
@@ -27,7 +28,7 @@ __device__ void router_select_tokens(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
   float scores[kMaxExperts], key[kMaxExperts];
   bool allowed[kMaxExperts];
-  for (long g = thread_id(); g < p.c.tokens(); g += thread_count()) {
+  for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
     router_scores(p.c, p.logits + g * E, scores);
     router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
     router_weights(p.c, scores, p.topk_idx + g * k, p.topk_w + g * k);
@@ -132,9 +133,10 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
       [&](long, int half, const float(&acc)[64]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
+// y of this GPU's tokens.
 __device__ void combine(const Params& p) {
   const int H = p.c.hidden, k = p.c.top_k;
-  for (long i = thread_id(); i < long(p.c.tokens()) * H; i += thread_count()) {
+  for (long i = own_token_begin(p) * H + thread_id(); i < own_token_end(p) * H; i += thread_count()) {
     const int g = int(i / H), col = int(i % H);
     const RankBuffers& rb = p.rank[token_rank(p, g)];
     const int t = token_local(p, g);
@@ -150,11 +152,18 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   const GridBarrier& b = p.barrier;
   stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
+  // Across GPUs the shared expert and the router's weight gradient read every token's x.
+  if (p.peers.gpus > 1) gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   if (p.router) {
     router_logits(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
     router_select_tokens(p);
     if (!grid_sync(b, kRouterSelect, 0)) return;
+    if (p.peers.gpus > 1) {  // every GPU computes the whole dispatch layout from every token's top-k
+      if (!peer_sync(b, p.peers, kRouterSelect, 0)) return;
+      gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });
+      if (!grid_sync(b, kRouterSelect, 0)) return;
+    }
   }
   layout_count(p);
   if (!grid_sync(b, kLayoutCount, 0)) return;
@@ -174,6 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     expert_down(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;
   }
+  if (!peer_sync(b, p.peers, kExpertDown, cycles)) return;  // every GPU's pushes have landed
   combine(p);
 }
 

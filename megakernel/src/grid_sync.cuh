@@ -67,4 +67,40 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
   return !error_recorded(b);
 }
 
+// System-scope flag accesses: a peer GPU's window is reached over NVLink.
+__device__ __forceinline__ void store_release_system(unsigned int* flag, unsigned int v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int load_acquire_system(const unsigned int* flag) {
+  unsigned int v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+
+// Block 0's part of the barrier across GPUs: announce this barrier in every GPU's flags, then wait
+// until every GPU announced it here (watchdog: kPeerTimeout names the GPU that did not come).
+__device__ inline void peer_barrier(const GridBarrier& b, const PeerSync& s, int phase, int cycle) {
+  const unsigned int number = s.epoch + ++*s.count;
+  for (int j = 0; j < s.gpus; ++j) store_release_system(s.flags[j] + s.me, number);
+  const long long start = global_ns();
+  for (int j = 0; j < s.gpus; ++j)
+    while (int(load_acquire_system(s.flags[s.me] + j) - number) < 0) {
+      if (global_ns() - start > b.timeout_ns) {
+        record_error(b, kPeerTimeout, phase, cycle, j);
+        return;
+      }
+      __nanosleep(256);
+    }
+}
+
+// Every block of every GPU: each thread's stores to peers (and its own) are visible to every GPU
+// after it. One GPU: nothing to do (the phases' grid barriers order everything).
+__device__ inline bool peer_sync(const GridBarrier& b, const PeerSync& s, int phase, int cycle) {
+  if (s.gpus == 1) return true;
+  __threadfence_system();
+  if (!grid_sync(b, phase, cycle)) return false;
+  if (blockIdx.x == 0 && threadIdx.x == 0) peer_barrier(b, s, phase, cycle);
+  return grid_sync(b, phase, cycle);
+}
+
 }  // namespace mok::gpu

@@ -9,16 +9,28 @@
 namespace mok::gpu {
 
 inline constexpr int kMaxRanks = 64;
+inline constexpr int kMaxGpus = 8;
 
 // What one rank exposes to its peers. With simulated ranks these are slices of one allocation;
-// a communication backend (NCCL symmetric windows) fills the same table with peer pointers.
+// across GPUs (NCCL symmetric windows) the same table holds peer pointers (docs/multi-gpu.md).
 struct RankBuffers {
-  const bf16* x;        // [T, H]  pulled by expert ranks (dispatch)
-  const bf16* dy;       // [T, H]  pulled by expert ranks (reverse combine)
-  const float* topk_w;  // [T, k]
-  bf16* slots;          // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
-  float* d_topk_w;      // [T, k]    expert ranks push d topk_w here
-  bf16* ring;           // [ring_rows, H] this rank's receive ring
+  const bf16* x;            // [T, H]  pulled by expert ranks (dispatch)
+  const bf16* dy;           // [T, H]  pulled by expert ranks (reverse combine)
+  const int32_t* topk_idx;  // [T, k]  gathered by every GPU (the dispatch layout is global)
+  const float* topk_w;      // [T, k]
+  bf16* slots;              // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
+  float* d_topk_w;          // [T, k]    expert ranks push d topk_w here
+  const float* d_logits;    // [T, E]  gathered by every GPU (the router-weight gradient)
+};
+
+// The barrier across GPUs: GPU i's window holds flag word j = the last barrier GPU j reached. A
+// barrier's number is epoch + the barriers before it in this launch (the same on every GPU), so flags
+// only grow and are never reset.
+struct PeerSync {
+  int gpus, me;
+  unsigned int* flags[kMaxGpus];  // each GPU's flag words, as this GPU reaches them
+  unsigned int epoch;
+  unsigned int* count;  // barriers passed in this launch (block 0's counter)
 };
 
 // Where the watchdog or an input check stopped a kernel.
@@ -29,7 +41,13 @@ struct KernelError {
   int detail;  // the block that waited (timeout), the token (logit overflow)
 };
 
-enum ErrorCode : int { kNoError = 0, kBarrierTimeout = 1, kLogitOverflow = 2, kPipelineTimeout = 3 };
+enum ErrorCode : int {
+  kNoError = 0,
+  kBarrierTimeout = 1,
+  kLogitOverflow = 2,
+  kPipelineTimeout = 3,
+  kPeerTimeout = 4,  // detail: the GPU that did not arrive
+};
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
 enum Phase : int {
@@ -88,12 +106,14 @@ struct TensorMaps {
 struct Params {
   LayerConfig c;
   int ring_rows;
-  bool router;  // false: the routing was given (topk_* already filled)
+  bool router;               // false: the routing was given (topk_* already filled)
+  int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
+  PeerSync peers;
   TensorMaps maps;
 
-  // Weights (the experts of every simulated rank live on this GPU).
+  // Weights (every expert; a GPU uses its ranks' experts).
   const float* router_w;     // [E, H]
   const float* expert_bias;  // [E] or null
   const bf16* w1;            // [E, 2I, H]
@@ -105,9 +125,10 @@ struct Params {
   const bf16* shared_w1t;    // [H, 2Is]
   const bf16* shared_w2t;    // [Is, H]
 
-  // Global-order views of the per-rank inputs (rank r's slice starts at r * T).
-  const bf16* x;   // [N, H]
-  const bf16* dy;  // [N, H]
+  // Global-order views of the per-rank buffers (rank r's slice starts at r * T). This GPU's ranks'
+  // slices are theirs; across GPUs the others' are gathered where a phase needs them.
+  bf16* x;   // [N, H]
+  bf16* dy;  // [N, H]
 
   // Routing and dispatch layout.
   float* logits;          // [N, E]
@@ -119,6 +140,8 @@ struct Params {
   int32_t* tile_offsets;  // [E + 1] 16-row tiles before expert e
   int32_t* row_source;    // [N k]
   int32_t* slot_row;      // [N k]
+
+  bf16* ring;  // [R ring_rows, H] the executed ranks' receive rings (rank r's from row r ring_rows)
 
   // Per padded layout row (P rows: device_common.cuh).
   bf16* h;    // [P, 2I]

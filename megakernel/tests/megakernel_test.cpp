@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -156,6 +157,38 @@ TEST_F(Gpu, RankCountInvariance) {
   }
 }
 
+// The NCCL transport on one GPU (a one-rank communicator; every rank's buffers in its window) gives
+// the simulated ranks' bits.
+TEST_F(Gpu, NcclTransportOnOneGpu) {
+  for (const Case& cs : cases()) {
+    SCOPED_TRACE(cs.name);
+    const Problem p = make_problem(cs.config, 21, cs.kind);
+    const GpuRun want = run_gpu(p);
+    const GpuRun got = run_gpu(p, LaunchConfig{.transport = Transport::nccl});
+    expect_forward_bits(got.fwd, want.fwd);
+    expect_gradient_bits(got.grad, want.grad);
+  }
+}
+
+// D2 across GPUs: the ranks spread over 2 (4, 8 where present) GPUs through NCCL windows give the bits
+// of the same ranks simulated on one GPU, run after run (D1). Skips with fewer than two GPUs.
+TEST_F(Gpu, AcrossGpusSameBitsAsOneGpu) {
+  const int available = hopper_gpus();
+  if (available < 2) GTEST_SKIP() << "needs two Hopper GPUs, found " << available;
+  for (const Case& cs : cases()) {
+    const Problem p = make_problem(cs.config, 22, cs.kind);
+    const GpuRun want = run_gpu(p);
+    for (int gpus = 2; gpus <= std::min(available, cs.config.ranks); gpus *= 2) {
+      SCOPED_TRACE(std::string(cs.name) + " on " + std::to_string(gpus) + " GPUs");
+      for (int run = 0; run < 2; ++run) {
+        const GpuRun got = run_gpu(p, LaunchConfig{.gpus = gpus, .transport = Transport::nccl});
+        expect_forward_bits(got.fwd, want.fwd);
+        expect_gradient_bits(got.grad, want.grad);
+      }
+    }
+  }
+}
+
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
 TEST_F(Gpu, LaunchAndRingInvariance) {
   const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);
@@ -219,6 +252,8 @@ TEST_F(Gpu, RejectsBadLaunches) {
   const Problem p = make_problem(small(1, 16, 4, 2), 3);
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 64, 10.0}), Error);  // not whole tiles
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{1 << 20, 256, 10.0}), Error);
+  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 2}), Error);  // R = 1; and simulated
+  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 0, .transport = Transport::nccl}), Error);
   Megakernel mk(p.config, p.weights, {});
   EXPECT_THROW(mk.backward(p.dy), Error);
   std::vector<bf16> x = p.x;

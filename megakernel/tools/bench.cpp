@@ -4,9 +4,13 @@
 // sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
-//             [--ring-rows R] [--sets N]
+//             [--ring-rows R] [--sets N] [--gpus G]
 //   --ring-rows: default 131072, one ring cycle for the shapes (two for qwen3-30b-a3b);
-//   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py).
+//   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
+//   --gpus: G ranks on G GPUs through NCCL windows, T tokens each (the global batch grows with G);
+//           the peak fraction is of G times one GPU's peak, and the bytes crossing between GPUs
+//           (rows of x, y, dy, dx and the backward's x reads whose rank and expert sit on different
+//           GPUs) are reported per second of the step.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -124,6 +128,14 @@ double matmul_peak_tflops(int warmup, int runs) {
   return 2.0 * n * n * double(n) / (ms * 1e9);
 }
 
+// (token, slot) rows whose token's rank and expert's rank sit on different GPUs (one rank per GPU).
+long rows_between_gpus(const mok::LayerConfig& c, const std::vector<int32_t>& topk_idx) {
+  long rows = 0;
+  for (long i = 0; i < long(topk_idx.size()); ++i)
+    rows += i / c.top_k / c.tokens_per_rank != topk_idx[i] / c.experts_per_rank();
+  return rows;
+}
+
 void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>& phases) {
   std::printf("  %s phases (last launch, block 0, ms):", direction);
   for (const auto& t : phases) std::printf("  %s %.2f;", t.phase.c_str(), t.ms);
@@ -134,7 +146,7 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 20, warmup = 2, tokens = 0, ring_rows = 131072, sets = 3;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 131072, sets = 3, gpus = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -152,10 +164,12 @@ int main(int argc, char** argv) {
       ring_rows = std::atoi(argv[++i]);
     else if (arg == "--sets" && has_value)
       sets = std::atoi(argv[++i]);
+    else if (arg == "--gpus" && has_value)
+      gpus = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T] [--ring-rows R] [--sets N]\n");
+                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G]\n");
       return 2;
     }
   }
@@ -165,20 +179,22 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (runs < 1 || warmup < 0) throw mok::Error("mok-bench: --runs must be >= 1 and --warmup >= 0");
-    if (ring_rows < 1 || tokens < 0 || sets < 1)
-      throw mok::Error("mok-bench: --ring-rows and --sets must be >= 1, --tokens >= 0");
+    if (ring_rows < 1 || tokens < 0 || sets < 1 || gpus < 1)
+      throw mok::Error("mok-bench: --ring-rows, --sets and --gpus must be >= 1, --tokens >= 0");
     const auto kind = mok::ref::routing_kind_from_string(routing);
     if (kind != mok::ref::RoutingKind::uniform && kind != mok::ref::RoutingKind::zipf)
       throw mok::Error("mok-bench: --routing must be uniform or zipf");
     const double peak = matmul_peak_tflops(3, 10);
     std::printf("bf16 matmul peak (cuBLAS 8192^3, random data): %.0f TFLOP/s\n", peak);
-    std::printf("%-15s %-8s %8s %8s %10s %9s %9s %8s %8s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd+bwd ms",
-                "fwd TF/s", "f+b TF/s", "fwd %pk", "f+b %pk");
+    if (gpus > 1) std::printf("across %d GPUs (NCCL windows): peak fractions of %d x that peak\n", gpus, gpus);
+    std::printf("%-15s %-8s %8s %8s %10s %9s %9s %8s %8s%s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd+bwd ms",
+                "fwd TF/s", "f+b TF/s", "fwd %pk", "f+b %pk", gpus > 1 ? "  fwd GB/s  bwd GB/s" : "");
     bool matched = false;
     for (const Shape& s : kShapes) {
       if (only != "all" && only != s.name) continue;
       matched = true;
       mok::LayerConfig c;
+      c.ranks = gpus;
       c.tokens_per_rank = tokens ? tokens : s.T;
       c.hidden = s.H, c.intermediate = s.I, c.experts = s.E, c.top_k = s.k;
       std::fprintf(stderr, "%s: generating inputs...\n", s.name);
@@ -187,6 +203,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < sets; ++i) inputs.push_back(rotated(p, int(long(i) * c.tokens() / sets)));
       mok::gpu::LaunchConfig launch;
       launch.ring_rows = ring_rows;
+      if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
       mok::gpu::Megakernel mk(c, p.weights, launch);
       const auto input = [&](int i) -> const Inputs& { return inputs[(i % sets + sets) % sets]; };
       const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
@@ -204,8 +221,13 @@ int main(int argc, char** argv) {
           [&] { mk.launch_backward(); });
       const double flops = 6.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate;
       const double fwd_tf = flops / (fwd * 1e9), fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
-      std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%\n", s.name, routing.c_str(), fwd, bwd,
-                  fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / peak, 100 * fb_tf / peak);
+      std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, routing.c_str(), fwd, bwd,
+                  fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * peak), 100 * fb_tf / (gpus * peak));
+      if (gpus > 1) {
+        const double row_bytes = 2.0 * c.hidden * double(rows_between_gpus(c, p.routing->topk_idx));
+        std::printf("  %8.1f  %8.1f", 2 * row_bytes / (fwd * 1e6), 3 * row_bytes / (bwd * 1e6));
+      }
+      std::printf("\n");
       print_phases("forward", fwd_phases);
       print_phases("backward", mk.phase_times());
       std::fflush(stdout);

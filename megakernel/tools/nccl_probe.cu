@@ -20,13 +20,9 @@
 #include <vector>
 
 #include "mok/megakernel/check.h"
+#include "mok/megakernel/nccl.h"
 
 namespace {
-
-void check_nccl(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw mok::Error(std::string("mok: NCCL error (") + what + "): " + ncclGetErrorString(r));
-}
-#define MOK_NCCL_CHECK(call) check_nccl((call), #call)
 
 __host__ __device__ uint32_t pattern(int rank, size_t i) { return uint32_t(rank + 1) * 0x9e3779b9u ^ uint32_t(i); }
 
@@ -51,24 +47,6 @@ __global__ void copy_from_peer(ncclWindow_t window, const void* own, size_t n16,
   const int4* p = static_cast<const int4*>(peer_buffer(window, peer, own));
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = p[i];
-}
-
-// True when every rank's communicator supports symmetric memory: ncclDevCommCreate (collective) refuses
-// a communicator without it. The device communicators are destroyed again; the probe needs none.
-bool has_symmetric_memory(const std::vector<ncclComm_t>& comms) {
-  ncclDevCommRequirements_t requirements{};
-  std::vector<ncclDevComm_t> dev(comms.size());
-  MOK_NCCL_CHECK(ncclGroupStart());
-  for (size_t r = 0; r < comms.size(); ++r)
-    if (ncclDevCommCreate(comms[r], &requirements, &dev[r]) != ncclSuccess) {
-      ncclGroupEnd();
-      return false;
-    }
-  if (ncclGroupEnd() != ncclSuccess) return false;
-  MOK_NCCL_CHECK(ncclGroupStart());
-  for (size_t r = 0; r < comms.size(); ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
-  MOK_NCCL_CHECK(ncclGroupEnd());
-  return true;
 }
 
 }  // namespace
@@ -109,7 +87,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r)
       if (win[r] == nullptr)
         throw mok::Error("mok-nccl-probe: NCCL registered no window for rank " + std::to_string(r));
-    const bool symmetric = has_symmetric_memory(comms);
+    const bool symmetric = mok::gpu::has_symmetric_memory(comms);
     if (!symmetric && ranks > 1)
       throw mok::Error("mok-nccl-probe: NCCL gives these " + std::to_string(ranks) +
                        " ranks no symmetric memory (ncclDevCommCreate refused)");

@@ -5,7 +5,9 @@ namespace {
 
 class ReferenceBackend : public Backend {
  public:
-  explicit ReferenceBackend(const BackendFlags& flags) : flags_(flags) {}
+  explicit ReferenceBackend(const BackendFlags& flags) : flags_(flags) {
+    require(!flags.gpus, "--gpus applies to the gpu backend only");
+  }
 
   std::string name() const override {
     std::string n = "reference";

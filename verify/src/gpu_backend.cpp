@@ -13,22 +13,43 @@ class GpuBackend : public Backend {
   }
 
   std::string name() const override {
-    return flags_.ring_rows ? "gpu ring_rows=" + std::to_string(*flags_.ring_rows) : "gpu";
+    std::string n = "gpu";
+    if (flags_.ring_rows) n += " ring_rows=" + std::to_string(*flags_.ring_rows);
+    if (flags_.gpus) n += " gpus=" + std::to_string(*flags_.gpus) + " (nccl)";
+    return n;
   }
 
   golden::LayerResults run(const golden::GoldenCase& g) override {
     require(g.options.step == StepModel::hopper_tc, "golden '" + g.name + "' was made with step " +
                                                         golden::to_string(g.options.step) +
                                                         "; the GPU computes hopper_tc");
-    const ref::Problem p = golden::problem_of(g);
+    const ref::Problem p = spread(golden::problem_of(g));
     gpu::LaunchConfig launch;
     launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
+    if (flags_.gpus) {
+      launch.gpus = *flags_.gpus;
+      launch.transport = gpu::Transport::nccl;
+    }
     gpu::Megakernel mk(p.config, p.weights, launch);
     const Forward f = mk.forward(p.x, p.routing ? &*p.routing : nullptr);
     return golden::results_of(p, f, mk.backward(p.dy));
   }
 
  private:
+  // Across GPUs, a golden whose ranks do not split over them runs as the same global batch on one rank
+  // per GPU (D2: the bits do not depend on R), when its tokens and experts split evenly.
+  ref::Problem spread(ref::Problem p) const {
+    const int gpus = flags_.gpus.value_or(1);
+    LayerConfig& c = p.config;
+    if (c.ranks % gpus == 0) return p;
+    require(c.tokens() % gpus == 0 && c.experts % gpus == 0,
+            "the golden's " + std::to_string(c.tokens()) + " tokens and " + std::to_string(c.experts) +
+                " experts do not split over " + std::to_string(gpus) + " GPUs");
+    c.tokens_per_rank = c.tokens() / gpus;
+    c.ranks = gpus;
+    return p;
+  }
+
   BackendFlags flags_;
 };
 

@@ -27,10 +27,11 @@ constexpr int64_t kProgressElements = int64_t(1) << 20;  // per-tensor progress 
 constexpr const char* kUsage = R"(usage:
   mok-verify GOLDEN --candidate FILE [--json FILE] [--quiet]
   mok-verify GOLDEN... --backend NAME [--step hopper_tc|fp32] [--ring-rows N] [--recompute on|off]
-                                      [--runs N] [--json FILE] [--quiet]
+                                      [--gpus N] [--runs N] [--json FILE] [--quiet]
 GOLDEN is a golden file or a directory (each *.h5 in it). A candidate file is compared in every
 tensor, inputs included; a backend runs on each golden's inputs and its routing and outputs are
-compared. Backends: reference. Progress goes to stderr (--quiet: none), the report to stdout.
+compared. Backends: reference, gpu (--gpus N: the golden's ranks over N GPUs through NCCL windows).
+Progress goes to stderr (--quiet: none), the report to stdout.
 Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
 )";
 
@@ -96,7 +97,9 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--recompute") {
       if (value != "on" && value != "off") throw UsageError("--recompute takes on or off");
       a.flags.recompute = value == "on";
-    } else if (arg == "--runs") {
+    } else if (arg == "--gpus")
+      a.flags.gpus = positive_int(arg, value);
+    else if (arg == "--runs") {
       a.runs = positive_int(arg, value);
       runs_given = true;
     } else
@@ -105,8 +108,8 @@ Args parse_args(int argc, char** argv) {
   if (a.goldens.empty()) throw UsageError("no golden file given");
   if (a.candidate.empty() == a.backend.empty()) throw UsageError("give one of --candidate FILE and --backend NAME");
   if (!a.candidate.empty()) {
-    if (a.flags.step || a.flags.ring_rows || a.flags.recompute || runs_given)
-      throw UsageError("--step, --ring-rows, --recompute and --runs apply to --backend only");
+    if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || runs_given)
+      throw UsageError("--step, --ring-rows, --recompute, --gpus and --runs apply to --backend only");
     if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0]))
       throw UsageError("--candidate compares against exactly one golden file");
   }

@@ -1,6 +1,8 @@
-// mok megakernel: the deterministic MoE layer on an NVIDIA Hopper GPU (sm_90a).
-// One persistent kernel per direction runs every step of the layer for R expert-parallel ranks
-// (simulated ranks: all R ranks' buffers on one GPU, reached through a rank pointer table).
+// mok megakernel: the deterministic MoE layer on NVIDIA Hopper GPUs (sm_90a).
+// One persistent kernel per direction runs every step of the layer for R expert-parallel ranks,
+// reached through a rank pointer table: simulated ranks (all R ranks' buffers on one GPU), or R ranks
+// spread over the GPUs of this process through NCCL symmetric windows (docs/multi-gpu.md). The bits
+// do not depend on which (D2).
 // Results equal the CPU reference's (hopper_tc step model) bit for bit: docs/numerics.md.
 //
 //   mok::gpu::Megakernel mk(config, weights, {});   // validates, uploads weights, sizes workspace
@@ -23,6 +25,9 @@ namespace mok::gpu {
 // True when a CUDA device of compute capability 9.0 is usable.
 bool device_available();
 
+// How many of the devices 0, 1, ... are usable Hopper GPUs (compute capability 9.0), in a row.
+int hopper_gpus();
+
 // Ring sizes are whole expert tiles (the GEMMs' 128-row tiles). The results do not depend on it (D3).
 inline constexpr int kRingRowGranularity = 128;
 
@@ -32,10 +37,16 @@ inline int whole_tile_ring_rows(int rows) {
   return (rows + kRingRowGranularity - 1) / kRingRowGranularity * kRingRowGranularity;
 }
 
+// How the ranks' buffers reach each other: one allocation on one GPU, or NCCL symmetric windows (one
+// per GPU; NCCL 2.28 device API).
+enum class Transport { simulated, nccl };
+
 struct LaunchConfig {
-  int blocks = 0;                  // persistent blocks; 0: as many as are co-resident on the device
-  int ring_rows = 4096;            // rows of each rank's receive ring per cycle: a multiple of 128
-  double watchdog_seconds = 10.0;  // a barrier or pipeline wait longer than this reports an error, no hang
+  int blocks = 0;                              // persistent blocks per GPU; 0: as many as are co-resident on the device
+  int ring_rows = 4096;                        // rows of each rank's receive ring per cycle: a multiple of 128
+  double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
+  int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
+  Transport transport = Transport::simulated;  // gpus > 1 needs nccl
 };
 
 // Time spent in one phase of the last launch: from the previous grid barrier (or the kernel's start)
@@ -69,10 +80,10 @@ class Megakernel {
   void launch_backward();
   Gradients read_gradients() const;
 
-  // Blocks the persistent kernels run with (after resolving LaunchConfig::blocks = 0).
+  // Blocks the persistent kernels run with per GPU (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
 
-  // Where the last launch spent its time, phase by phase (in order of first appearance).
+  // Where the last launch spent its time on GPU 0, phase by phase (in order of first appearance).
   std::vector<PhaseTime> phase_times() const;
 
  private:

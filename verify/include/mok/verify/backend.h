@@ -27,12 +27,14 @@ struct BackendFlags {
   std::optional<StepModel> step;
   std::optional<int> ring_rows;
   std::optional<bool> recompute;
+  std::optional<int> gpus;  // gpu backend: the golden's ranks over this many GPUs through NCCL windows
 };
 
 // The CPU reference (reference/layer.h) on the golden's stored inputs.
 std::unique_ptr<Backend> make_reference_backend(const BackendFlags& flags);
 
-// The megakernel (megakernel/megakernel.h) on one Hopper GPU, simulated ranks. It computes the
+// The megakernel (megakernel/megakernel.h) on one Hopper GPU, simulated ranks, or with --gpus N the
+// ranks spread over N GPUs through NCCL windows (N = 1: the NCCL transport on one GPU). It computes the
 // hopper_tc model only and has no recompute mode (saved activations give the same bits); without CUDA
 // in the build, or without a GPU, it throws mok::Error.
 std::unique_ptr<Backend> make_gpu_backend(const BackendFlags& flags);
