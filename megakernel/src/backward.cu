@@ -100,8 +100,13 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
+// Eight consecutive bf16 (16 bytes: one vector access per lane, so a warp moves 512 bytes per step).
+struct alignas(16) Bf16x8 {
+  bf16 e[8];
+};
+
 // Per ring row (one warp): dh = bf16(swiglu_grad(w g)), dye = bf16(w dy), xe = the token's x row;
-// zeros in the padding rows.
+// zeros in the padding rows. Rows are 16-byte vectors per lane (I and H are multiples of 64).
 __device__ void expert_row_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   for (long item = warp_id(); item < long(executed_ranks(p)) * p.ring_rows; item += warp_count()) {
@@ -117,15 +122,37 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
     const RankBuffers* src;
     const long slot = source_slot(p, row, src);
     const float w = src->topk_w[slot];
-    const float* g = p.g + row.pad * I;
-    const bf16* h = p.h + row.pad * 2 * I;
-    for (int i = lane_id(); i < I; i += 32) {
-      const SwigluGrad d = swiglu_grad(to_float(h[i]), to_float(h[I + i]), w * g[i], p.c.swiglu_limit);
-      dh[i] = to_bf16(d.gate);
-      dh[I + i] = to_bf16(d.up);
+    // Distinct buffers (restrict): the compiler may issue several steps' loads before their stores.
+    const float4* __restrict__ g = reinterpret_cast<const float4*>(p.g + row.pad * I);
+    const Bf16x8* __restrict__ gate = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
+    const Bf16x8* __restrict__ up = gate + I / 8;
+    Bf16x8* __restrict__ dh_gate = reinterpret_cast<Bf16x8*>(dh);
+    Bf16x8* __restrict__ dh_up = dh_gate + I / 8;
+#pragma unroll 4
+    for (int c = lane_id(); c < I / 8; c += 32) {
+      const Bf16x8 hg = gate[c], hu = up[c];
+      const float4 g0 = g[2 * c], g1 = g[2 * c + 1];
+      const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+      Bf16x8 d_gate, d_up;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const SwigluGrad d = swiglu_grad(to_float(hg.e[j]), to_float(hu.e[j]), w * gv[j], p.c.swiglu_limit);
+        d_gate.e[j] = to_bf16(d.gate);
+        d_up.e[j] = to_bf16(d.up);
+      }
+      dh_gate[c] = d_gate;
+      dh_up[c] = d_up;
     }
-    const bf16* dy = ring_row_data(p, row.r, row.q);
-    for (int col = lane_id(); col < H; col += 32) p.dye[row.pad * H + col] = weighted_dy(w, dy[col]);
+    const Bf16x8* __restrict__ dy = reinterpret_cast<const Bf16x8*>(ring_row_data(p, row.r, row.q));
+    Bf16x8* __restrict__ dye = reinterpret_cast<Bf16x8*>(p.dye + row.pad * H);
+#pragma unroll 4
+    for (int c = lane_id(); c < H / 8; c += 32) {
+      const Bf16x8 v = dy[c];
+      Bf16x8 out;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
+      dye[c] = out;
+    }
     copy_row(p.xe + row.pad * H, src->x + slot / p.c.top_k * H, H);
   }
 }
@@ -174,17 +201,33 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
 }
 
+// Each tile finds its gradient by binary search over the gradients' first tiles, which the block
+// lays out in shared memory first (a walk over the list per tile cost a tile's worth of latency).
 __device__ void weight_grads(Pipeline& pipe, const Params& p) {
-  long tiles = 0;
+  __shared__ int first_tile[2 * kMaxExperts + 3];
   const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() ? 2 : 0);
-  for (int w = 0; w < grads; ++w) tiles += weight_grad(p, w).tiles();
+  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w + 1] = weight_grad(p, w).tiles();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    first_tile[0] = 0;
+    for (int w = 0; w < grads; ++w) first_tile[w + 1] += first_tile[w];
+  }
+  __syncthreads();
   WeightGrad wg;
   int m0 = 0, n0 = 0;
   gemm_tiles<true>(
-      pipe, tiles, p.barrier, kWeightGrad,
+      pipe, first_tile[grads], p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        int w = 0;  // find the gradient of tile t
-        for (wg = weight_grad(p, 0); t >= wg.tiles(); wg = weight_grad(p, ++w)) t -= wg.tiles();
+        int w = 0, last = grads - 1;  // the last gradient starting at or before tile t
+        while (w < last) {
+          const int mid = (w + last + 1) / 2;
+          if (first_tile[mid] <= t)
+            w = mid;
+          else
+            last = mid - 1;
+        }
+        wg = weight_grad(p, w);
+        t -= first_tile[w];
         const int col_tiles = ceil_div(wg.n, kTileN);
         m0 = int(t / col_tiles) * kTileM, n0 = int(t % col_tiles) * kTileN;
         l = TileLoad{wg.a, wg.b, {m0, m0 + kBox}, {n0, n0 + kBox}, wg.k_first, ceil_div(wg.k_rows, kBox)};

@@ -31,9 +31,17 @@ struct ExpertTile {
   int pad_row;    // padded row of the tile's row 0
 };
 
+// The expert owning a tile: the last e with tile_offsets[e] <= tile (an expert without tiles shares its
+// offset with the next one, so the last is the one with tiles), by binary search.
 __device__ __forceinline__ ExpertTile expert_tile(const Params& p, int tile) {
-  int e = 0;
-  while (p.tile_offsets[e + 1] <= tile) ++e;
+  int e = 0, last = p.c.experts - 1;
+  while (e < last) {
+    const int mid = (e + last + 1) / 2;
+    if (p.tile_offsets[mid] <= tile)
+      e = mid;
+    else
+      last = mid - 1;
+  }
   const int first = p.offsets[e] + kTileRows * (tile - p.tile_offsets[e]);
   return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * tile};
 }
