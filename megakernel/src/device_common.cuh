@@ -195,8 +195,10 @@ __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const Ring
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
 // source writes zeros.
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
-  const int4* s = reinterpret_cast<const int4*>(src);
-  int4* d = reinterpret_cast<int4*>(dst);
+  // Distinct rows (restrict): several steps' loads may be in flight before their stores.
+  const int4* __restrict__ s = reinterpret_cast<const int4*>(src);
+  int4* __restrict__ d = reinterpret_cast<int4*>(dst);
+#pragma unroll 4
   for (int i = lane_id(); i < h / 8; i += 32) d[i] = src ? s[i] : int4{0, 0, 0, 0};
 }
 
