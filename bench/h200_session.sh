@@ -3,7 +3,7 @@
 # files): build with the carried rapidcheck, then the steps asked for, in the order given:
 #   tests   ctest -L gpu, and every golden through the GPU backend (mok-verify)
 #   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma)
-#   memcheck compute-sanitizer memcheck over the GPU tests
+#   memcheck compute-sanitizer memcheck over the GPU tests (appended to gpu_tests.log)
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
 #           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
@@ -11,7 +11,7 @@
 #           all GPUs (mok-verify --gpus), mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
-#           MOK_TORCH=0 skips the baseline
+#           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
@@ -50,8 +50,9 @@ for step in "$@"; do
     memcheck)
       log "compute-sanitizer memcheck (GPU tests)"
       timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
-        --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.log" 2>&1
-      echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.log")" | tee -a "$out/summary.log"
+        --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.tmp" 2>&1
+      echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.tmp")" | tee -a "$out/summary.log"
+      { echo "== compute-sanitizer memcheck"; cat "$out/memcheck.tmp"; } >>"$out/gpu_tests.log" && rm "$out/memcheck.tmp"
       ;;
     fuzz)
       log "mok-fuzz --backend gpu --seconds ${MOK_FUZZ_SECONDS:-120}"
@@ -91,6 +92,7 @@ for step in "$@"; do
           timeout 150 build/megakernel/mok-bench --shape "$s" --routing "$routing" ${MOK_BENCH_ARGS:-} 2>>"$out/bench.err" |
             tee -a "$out/bench.log" | tail -3
           [ "${MOK_TORCH:-1}" = 0 ] && continue
+          case " ${MOK_TORCH_ROUTINGS:-$routings} " in *" $routing "*) ;; *) continue ;; esac
           log "torch baseline --shape $s --routing $routing"
           timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
         done

@@ -100,11 +100,6 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
-// Eight consecutive bf16 (16 bytes: one vector access per lane, so a warp moves 512 bytes per step).
-struct alignas(16) Bf16x8 {
-  bf16 e[8];
-};
-
 // Per ring row (one warp): dh = bf16(swiglu_grad(w g)), dye = bf16(w dy), xe = the token's x row;
 // zeros in the padding rows. Rows are 16-byte vectors per lane (I and H are multiples of 64).
 __device__ void expert_row_grad(const Params& p, int cycle) {
@@ -122,37 +117,41 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
     const RankBuffers* src;
     const long slot = source_slot(p, row, src);
     const float w = src->topk_w[slot];
-    // Distinct buffers (restrict): the compiler may issue several steps' loads before their stores.
-    const float4* __restrict__ g = reinterpret_cast<const float4*>(p.g + row.pad * I);
-    const Bf16x8* __restrict__ gate = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
-    const Bf16x8* __restrict__ up = gate + I / 8;
-    Bf16x8* __restrict__ dh_gate = reinterpret_cast<Bf16x8*>(dh);
-    Bf16x8* __restrict__ dh_up = dh_gate + I / 8;
-#pragma unroll 4
-    for (int c = lane_id(); c < I / 8; c += 32) {
-      const Bf16x8 hg = gate[c], hu = up[c];
-      const float4 g0 = g[2 * c], g1 = g[2 * c + 1];
-      const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-      Bf16x8 d_gate, d_up;
+    // h's gate and up vectors and g's matching 8 floats, per 8 columns.
+    struct Operands {
+      Bf16x8 gate, up;
+      float4 g0, g1;
+    };
+    const float4* g = reinterpret_cast<const float4*>(p.g + row.pad * I);
+    const Bf16x8* h = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
+    Bf16x8* dh_vec = reinterpret_cast<Bf16x8*>(dh);
+    row_pass<2>(
+        I / 8,
+        [&](int c) {
+          return Operands{h[c], h[I / 8 + c], g[2 * c], g[2 * c + 1]};
+        },
+        [&](int c, const Operands& o) {
+          const float gv[8] = {o.g0.x, o.g0.y, o.g0.z, o.g0.w, o.g1.x, o.g1.y, o.g1.z, o.g1.w};
+          Bf16x8 d_gate, d_up;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const SwigluGrad d = swiglu_grad(to_float(hg.e[j]), to_float(hu.e[j]), w * gv[j], p.c.swiglu_limit);
-        d_gate.e[j] = to_bf16(d.gate);
-        d_up.e[j] = to_bf16(d.up);
-      }
-      dh_gate[c] = d_gate;
-      dh_up[c] = d_up;
-    }
-    const Bf16x8* __restrict__ dy = reinterpret_cast<const Bf16x8*>(ring_row_data(p, row.r, row.q));
-    Bf16x8* __restrict__ dye = reinterpret_cast<Bf16x8*>(p.dye + row.pad * H);
-#pragma unroll 4
-    for (int c = lane_id(); c < H / 8; c += 32) {
-      const Bf16x8 v = dy[c];
-      Bf16x8 out;
+          for (int j = 0; j < 8; ++j) {
+            const SwigluGrad d = swiglu_grad(to_float(o.gate.e[j]), to_float(o.up.e[j]), w * gv[j], p.c.swiglu_limit);
+            d_gate.e[j] = to_bf16(d.gate);
+            d_up.e[j] = to_bf16(d.up);
+          }
+          dh_vec[c] = d_gate;
+          dh_vec[I / 8 + c] = d_up;
+        });
+    const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(ring_row_data(p, row.r, row.q));
+    Bf16x8* dye = reinterpret_cast<Bf16x8*>(p.dye + row.pad * H);
+    row_pass(
+        H / 8, [&](int c) { return dy[c]; },
+        [&](int c, const Bf16x8& v) {
+          Bf16x8 out;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
-      dye[c] = out;
-    }
+          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
+          dye[c] = out;
+        });
     copy_row(p.xe + row.pad * H, src->x + slot / p.c.top_k * H, H);
   }
 }
@@ -273,9 +272,9 @@ __device__ void router_grad(const Params& p) {
 }
 
 // dWr[e, h] over global tokens for this GPU's experts, and dx = slots + shared + router share for its
-// tokens, per element.
+// tokens.
 __device__ void router_weight_grad_and_combine(const Params& p) {
-  const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden, k = p.c.top_k;
+  const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
   if (p.router)
     for (long i = long(own_expert_begin(p)) * H + thread_id(); i < long(own_expert_end(p)) * H; i += thread_count()) {
       const int e = int(i / H), col = int(i % H);
@@ -283,18 +282,25 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
           N, [&](int g) { return p.d_logits[long(g) * E + e]; },
           [&](int g) { return to_float(p.x[long(g) * H + col]); });
     }
-  for (long i = own_token_begin(p) * H + thread_id(); i < own_token_end(p) * H; i += thread_count()) {
-    const int g = int(i / H), col = int(i % H);
-    const RankBuffers& rb = p.rank[token_rank(p, g)];
-    const bf16* slots = rb.slots + long(token_local(p, g)) * k * H + col;
-    const float router = p.router ? fma_chain(
-                                        E, [&](int e) { return p.d_logits[long(g) * E + e]; },
-                                        [&](int e) { return p.router_w[long(e) * H + col]; })
-                                  : 0.0f;
-    const float shared = p.c.has_shared() ? to_float(p.shared_y[i]) : 0.0f;
-    p.dx[i] = combine_dx(
-        k, shared, [&](int j) { return slots[long(j) * H]; }, router);
-  }
+  combine_tokens(
+      p, [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); },
+      [&](const RankBuffers&, long, int j, bf16 v, float acc) {
+        return combine_dx_chain(
+            j, 1, [&](int) { return v; }, acc);
+      },
+      [&](long i, int g, const float(&acc)[8]) {
+        Bf16x8 dx;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const long col = i % (H / 8) * 8 + c;
+          const float router = p.router ? fma_chain(
+                                              E, [&](int e) { return p.d_logits[long(g) * E + e]; },
+                                              [&](int e) { return p.router_w[e * H + col]; })
+                                        : 0.0f;
+          dx.e[c] = combine_dx_round(acc[c], router);
+        }
+        reinterpret_cast<Bf16x8*>(p.dx)[i] = dx;
+      });
 }
 
 }  // namespace

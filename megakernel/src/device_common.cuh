@@ -192,14 +192,38 @@ __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const Ring
   });
 }
 
+// Eight consecutive bf16 (16 bytes: one vector access per lane, so a warp moves 512 bytes per step).
+struct alignas(16) Bf16x8 {
+  bf16 e[8];
+};
+
+// A warp's pass over one row of n vectors: lane l handles vectors l, l + 32, ...; store(c, load(c)).
+// kBatch of a lane's loads are issued before their stores: such a loop is latency-bound, and the
+// compiler may not hoist a load over a store it cannot prove distinct.
+template <int kBatch = 4, class Load, class Store>
+__device__ __forceinline__ void row_pass(int n, Load load, Store store) {
+  for (int c0 = lane_id(); c0 < n; c0 += 32 * kBatch) {
+    decltype(load(0)) v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + 32 * b < n) v[b] = load(c0 + 32 * b);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + 32 * b < n) store(c0 + 32 * b, v[b]);
+  }
+}
+
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
 // source writes zeros.
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
-  // Distinct rows (restrict): several steps' loads may be in flight before their stores.
-  const int4* __restrict__ s = reinterpret_cast<const int4*>(src);
-  int4* __restrict__ d = reinterpret_cast<int4*>(dst);
-#pragma unroll 4
-  for (int i = lane_id(); i < h / 8; i += 32) d[i] = src ? s[i] : int4{0, 0, 0, 0};
+  const int4* s = reinterpret_cast<const int4*>(src);
+  int4* d = reinterpret_cast<int4*>(dst);
+  row_pass(
+      h / 8,
+      [&](int i) {
+        return src ? s[i] : int4{0, 0, 0, 0};
+      },
+      [&](int i, int4 v) { d[i] = v; });
 }
 
 // Fills each executed rank's ring with the rows of its tiles for this cycle, read from the source
@@ -242,6 +266,44 @@ __device__ void gather_token_values(const Params& p, T* view, int width, Source 
     const int r = int(i / per_rank);
     if (!executes(p, r)) view[i] = source(r)[i % per_rank];
   }
+}
+
+// The combines on the source ranks: for each of this GPU's tokens and 8 columns (one thread), start(i,
+// acc) sets the 8 columns' sums (i: the vector index in [N, H/8]), step(slot, value, acc) continues one
+// column's sum over one slot, in slot order, and finish(i, token, acc) writes the vector. Eight slots'
+// 16-byte vectors are loaded before they are summed: the loads are what the combine waits for.
+template <class Start, class Step, class Finish>
+__device__ void combine_tokens(const Params& p, Start start, Step step, Finish finish) {
+  constexpr int kBatch = 8;
+  const int H = p.c.hidden, k = p.c.top_k, chunks = H / 8;
+  for (long i = own_token_begin(p) * chunks + thread_id(); i < own_token_end(p) * chunks; i += thread_count()) {
+    const int g = int(i / chunks);
+    const RankBuffers& rb = p.rank[token_rank(p, g)];
+    const long t = token_local(p, g);
+    const Bf16x8* slots = reinterpret_cast<const Bf16x8*>(rb.slots + t * k * H) + i % chunks;
+    float acc[8];
+    start(i, acc);
+    for (int j0 = 0; j0 < k; j0 += kBatch) {
+      Bf16x8 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (j0 + j < k) v[j] = slots[long(j0 + j) * chunks];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (j0 + j < k) {
+#pragma unroll
+          for (int col = 0; col < 8; ++col) acc[col] = step(rb, t, j0 + j, v[j].e[col], acc[col]);
+        }
+    }
+    finish(i, g, acc);
+  }
+}
+
+// The 8 columns' starting sums: the shared expert's vector i of `shared` ([N, H] bf16), or +0.
+__device__ __forceinline__ void start_from_shared(const Params& p, const bf16* shared, long i, float (&acc)[8]) {
+  const Bf16x8 s = p.c.has_shared() ? reinterpret_cast<const Bf16x8*>(shared)[i] : Bf16x8{};
+#pragma unroll
+  for (int col = 0; col < 8; ++col) acc[col] = to_float(s.e[col]);
 }
 
 }  // namespace mok::gpu

@@ -135,15 +135,19 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
 
 // y of this GPU's tokens.
 __device__ void combine(const Params& p) {
-  const int H = p.c.hidden, k = p.c.top_k;
-  for (long i = own_token_begin(p) * H + thread_id(); i < own_token_end(p) * H; i += thread_count()) {
-    const int g = int(i / H), col = int(i % H);
-    const RankBuffers& rb = p.rank[token_rank(p, g)];
-    const int t = token_local(p, g);
-    const float shared = p.c.has_shared() ? to_float(p.shared_y[i]) : 0.0f;
-    const bf16* slots = rb.slots + long(t) * k * H + col;
-    p.y[i] = combine_y(k, shared, rb.topk_w + long(t) * k, [&](int j) { return slots[long(j) * H]; });
-  }
+  const int k = p.c.top_k;
+  combine_tokens(
+      p, [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); },
+      [&](const RankBuffers& rb, long t, int j, bf16 v, float acc) {
+        return combine_y_chain(
+            j, 1, rb.topk_w + t * k, [&](int) { return v; }, acc);
+      },
+      [&](long i, int, const float(&acc)[8]) {
+        Bf16x8 y;
+#pragma unroll
+        for (int col = 0; col < 8; ++col) y.e[col] = to_bf16(acc[col]);
+        reinterpret_cast<Bf16x8*>(p.y)[i] = y;
+      });
 }
 
 }  // namespace

@@ -8,18 +8,31 @@
 
 namespace mok {
 
+// The sums run in pieces: a *_chain call continues acc over slots [first, first + n); the GPU steps
+// one slot at a time through vectors it loaded in batches. A whole combine is one piece.
 template <class Slot>
-MOK_HD bf16 combine_y(int k, float shared, const float* w, Slot slot) {
-  float acc = shared;
-  for (int j = 0; j < k; ++j) acc = fma32(w[j], to_float(slot(j)), acc);
-  return to_bf16(acc);
+MOK_HD float combine_y_chain(int first, int n, const float* w, Slot slot, float acc) {
+  for (int j = first; j < first + n; ++j) acc = fma32(w[j], to_float(slot(j)), acc);
+  return acc;
 }
 
 template <class Slot>
+MOK_HD bf16 combine_y(int k, float shared, const float* w, Slot slot) {
+  return to_bf16(combine_y_chain(0, k, w, slot, shared));
+}
+
+template <class Slot>
+MOK_HD float combine_dx_chain(int first, int n, Slot slot, float acc) {
+  for (int j = first; j < first + n; ++j) acc = acc + to_float(slot(j));
+  return acc;
+}
+
+// dx from the slots' sum (shared first) and the router's share.
+MOK_HD bf16 combine_dx_round(float slots_sum, float router) { return to_bf16(slots_sum + router); }
+
+template <class Slot>
 MOK_HD bf16 combine_dx(int k, float shared, Slot slot, float router) {
-  float acc = shared;
-  for (int j = 0; j < k; ++j) acc = acc + to_float(slot(j));
-  return to_bf16(acc + router);
+  return combine_dx_round(combine_dx_chain(0, k, slot, shared), router);
 }
 
 // The gradient reaching expert e's output for (token, slot): w * dy, rounded to bf16 (dW2's operand).
