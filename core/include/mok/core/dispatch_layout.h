@@ -13,7 +13,7 @@
 
 namespace mok {
 
-inline constexpr int kLayoutChunk = 128;
+inline constexpr int kLayoutChunk = 32;  // small: the GPU runs count and place one thread per chunk
 
 MOK_HD int layout_chunks(int tokens) { return (tokens + kLayoutChunk - 1) / kLayoutChunk; }
 
