@@ -22,7 +22,7 @@ std::vector<int> divisors(int n, int most) {
   return out;
 }
 
-constexpr int kMaxTokens = 160;  // N = R T: above the layout's 128-token chunk, still fast
+constexpr int kMaxTokens = 160;  // N = R T: several of the layout's 32-token chunks, still fast
 
 // Every draw has a fixed range and dependent values are clamped into validity afterwards, so shrinking
 // one draw (say E) leaves the others (say k) where they were instead of redrawing them.

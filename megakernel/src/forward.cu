@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
   // Across GPUs the shared expert and the router's weight gradient read every token's x.
-  if (p.peers.gpus > 1) gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  if (p.peers.gpus > 1 && (p.router || p.c.has_shared())) gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   if (p.router) {
     router_logits(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;

@@ -85,6 +85,7 @@ __device__ inline void peer_barrier(const GridBarrier& b, const PeerSync& s, int
   const long long start = global_ns();
   for (int j = 0; j < s.gpus; ++j)
     while (int(load_acquire_system(s.flags[s.me] + j) - number) < 0) {
+      if (error_recorded(b)) return;
       if (global_ns() - start > b.timeout_ns) {
         record_error(b, kPeerTimeout, phase, cycle, j);
         return;
@@ -100,7 +101,9 @@ __device__ inline bool peer_sync(const GridBarrier& b, const PeerSync& s, int ph
   __threadfence_system();
   if (!grid_sync(b, phase, cycle)) return false;
   if (blockIdx.x == 0 && threadIdx.x == 0) peer_barrier(b, s, phase, cycle);
-  return grid_sync(b, phase, cycle);
+  GridBarrier patient = b;  // the other blocks wait longer, so block 0's report names the missing GPU
+  patient.timeout_ns *= 2;
+  return grid_sync(patient, phase, cycle);
 }
 
 }  // namespace mok::gpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "current_device.h"
 #include "device_array.cuh"
 #include "kernels.cuh"
 #include "mok/core/validate.h"
@@ -66,20 +67,6 @@ ExposedLayout exposed_layout(const LayerConfig& c) {
   return l;
 }
 
-// The calling thread's current device, restored when a public call returns (the calls switch GPUs).
-class KeepCurrentDevice {
- public:
-  KeepCurrentDevice() {
-    if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1, cudaGetLastError();  // no device: nothing to keep
-  }
-  ~KeepCurrentDevice() {
-    if (device_ >= 0) cudaSetDevice(device_);
-  }
-
- private:
-  int device_ = -1;
-};
-
 template <class T>
 T* at_offset(uint8_t* base, size_t offset) {
   return reinterpret_cast<T*>(base + offset);
@@ -121,6 +108,7 @@ int hopper_gpus() {
 struct GpuState {
   int device = 0, rank_begin = 0, rank_end = 0, blocks = 0;
   DeviceArray<uint8_t> exposed_memory;  // simulated ranks; NCCL windows belong to the PeerGroup
+  uint8_t* exposed = nullptr;           // this GPU's exposed block (its own allocation's address)
   std::vector<uint8_t*> peer_exposed;   // each GPU's exposed block, as this GPU addresses it
 
   DeviceSpan<bf16> x, dy, slots;
@@ -155,6 +143,7 @@ struct Megakernel::Impl {
   std::vector<GpuState> gpus;
 
   ~Impl() {
+    const KeepCurrentDevice keep;
     for (GpuState& s : gpus) {  // each GPU's memory freed with that GPU current
       cudaSetDevice(s.device);
       GpuState gone = std::move(s);
@@ -162,6 +151,7 @@ struct Megakernel::Impl {
   }
 
   int ranks_per_gpu() const { return c.ranks / launch.gpus; }
+  int index_of(const GpuState& s) const { return int(&s - gpus.data()); }
   int owner(int rank) const { return rank / ranks_per_gpu(); }
 
   void allocate(GpuState& s, const LayerWeights& w) {
@@ -212,6 +202,7 @@ struct Megakernel::Impl {
 
   // The exposed block's views (the flags start at zero: they only grow).
   void expose(GpuState& s, uint8_t* base) {
+    s.exposed = base;
     const size_t N = c.tokens(), H = c.hidden, k = c.top_k, E = c.experts;
     s.x = DeviceSpan<bf16>(at_offset<bf16>(base, exposed.x), N * H);
     s.dy = DeviceSpan<bf16>(at_offset<bf16>(base, exposed.dy), N * H);
@@ -248,9 +239,11 @@ struct Megakernel::Impl {
     encode_tensor_map(maps.shared_dh, s.shared_dh.get(), N, 2 * Is);
   }
 
-  // Rank r's slice of its owner's exposed block, as GPU s addresses it.
+  // Rank r's slice of its owner's exposed block, as GPU s addresses it: its own ranks through the same
+  // address as its global views (the window's peer mapping is another address of the same bytes, and
+  // a launch that wrote through one must not read through the other).
   RankBuffers rank_buffers(const GpuState& s, int r) const {
-    uint8_t* base = s.peer_exposed[owner(r)];
+    uint8_t* base = owner(r) == index_of(s) ? s.exposed : s.peer_exposed[owner(r)];
     const size_t T = c.tokens_per_rank, H = c.hidden, k = c.top_k, E = c.experts;
     return RankBuffers{
         at_offset<bf16>(base, exposed.x) + r * T * H,           at_offset<bf16>(base, exposed.dy) + r * T * H,
@@ -269,7 +262,7 @@ struct Megakernel::Impl {
     p.barrier = GridBarrier{s.barrier_words.get(), s.barrier_words.get() + 1, s.error.get(),
                             (long long)(launch.watchdog_seconds * 1e9),
                             PhaseClock{s.clock_ns.get(), s.clock_phase.get(), s.clock_count.get()}};
-    p.peers.gpus = launch.gpus, p.peers.me = int(&s - gpus.data());
+    p.peers.gpus = launch.gpus, p.peers.me = index_of(s);
     for (int j = 0; j < launch.gpus; ++j) p.peers.flags[j] = at_offset<unsigned int>(s.peer_exposed[j], exposed.flags);
     p.peers.epoch = launches * 16;  // a launch passes fewer than 16 barriers across GPUs
     p.peers.count = s.peer_barriers.get();
@@ -301,15 +294,22 @@ struct Megakernel::Impl {
         s.use();
         MOK_CUDA_CHECK(cudaDeviceSynchronize());
       }
-    for (GpuState& s : gpus) {
-      s.use();
-      s.barrier_words.zero();
-      s.peer_barriers.zero();
-      s.error.zero();
-      s.clock_count.zero();
-      Params p = params(s);
-      void* args[] = {&p};
-      MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(s.blocks), dim3(kThreads), args, kSmemBytes, nullptr));
+    size_t launched = 0;
+    try {
+      for (GpuState& s : gpus) {
+        s.use();
+        s.barrier_words.zero();
+        s.peer_barriers.zero();
+        s.error.zero();
+        s.clock_count.zero();
+        Params p = params(s);
+        void* args[] = {&p};
+        MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(s.blocks), dim3(kThreads), args, kSmemBytes, nullptr));
+        ++launched;
+      }
+    } catch (...) {  // the GPUs already running wait for this one until their watchdogs end them
+      for (size_t g = 0; g < launched; ++g) cudaSetDevice(gpus[g].device), cudaDeviceSynchronize();
+      throw;
     }
     std::vector<KernelError> errors;
     for (GpuState& s : gpus) {
@@ -446,7 +446,7 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   }
 }
 
-Megakernel::~Megakernel() = default;
+Megakernel::~Megakernel() = default;  // ~Impl keeps the caller's device
 
 int Megakernel::blocks() const { return impl_->gpus[0].blocks; }
 

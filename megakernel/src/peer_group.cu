@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "current_device.h"
 #include "device_array.cuh"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/nccl.h"
@@ -12,6 +13,25 @@
 
 namespace mok::gpu {
 namespace {
+
+// ncclGroupStart .. ncclGroupEnd, the group ended on every path: a thread left inside a group by an
+// exception would queue every later NCCL call of the thread.
+class NcclGroup {
+ public:
+  NcclGroup() { MOK_NCCL_CHECK(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  ncclResult_t end() {
+    open_ = false;
+    return ncclGroupEnd();
+  }
+
+ private:
+  bool open_ = true;
+};
 
 __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
   for (int j = threadIdx.x; j < gpus; j += blockDim.x) out[j] = ncclGetPeerPointer(window, 0, j);
@@ -22,17 +42,15 @@ __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
 bool has_symmetric_memory(const std::vector<ncclComm_t>& comms) {
   ncclDevCommRequirements_t requirements{};
   std::vector<ncclDevComm_t> dev(comms.size());
-  MOK_NCCL_CHECK(ncclGroupStart());
-  for (size_t r = 0; r < comms.size(); ++r)
-    if (ncclDevCommCreate(comms[r], &requirements, &dev[r]) != ncclSuccess) {
-      ncclGroupEnd();
-      return false;
-    }
-  if (ncclGroupEnd() != ncclSuccess) return false;
-  MOK_NCCL_CHECK(ncclGroupStart());
-  for (size_t r = 0; r < comms.size(); ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
-  MOK_NCCL_CHECK(ncclGroupEnd());
-  return true;
+  size_t created = 0;
+  NcclGroup create;
+  while (created < comms.size() && ncclDevCommCreate(comms[created], &requirements, &dev[created]) == ncclSuccess)
+    ++created;
+  if (create.end() != ncclSuccess) return false;
+  NcclGroup destroy;  // the probe needs no device communicator: destroy what was made
+  for (size_t r = 0; r < created; ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
+  MOK_NCCL_CHECK(destroy.end());
+  return created == comms.size();
 }
 
 PeerGroup::PeerGroup(int gpus, size_t bytes) : comms_(gpus), buffers_(gpus), windows_(gpus) {
@@ -55,10 +73,10 @@ void PeerGroup::open(size_t bytes) {
     MOK_NCCL_CHECK(ncclMemAlloc(&buffers_[g], bytes));
     MOK_CUDA_CHECK(cudaMemset(buffers_[g], 0, bytes));
   }
-  MOK_NCCL_CHECK(ncclGroupStart());
+  NcclGroup group;
   for (int g = 0; g < gpus; ++g)
     MOK_NCCL_CHECK(ncclCommWindowRegister(comms_[g], buffers_[g], bytes, &windows_[g], NCCL_WIN_COLL_SYMMETRIC));
-  MOK_NCCL_CHECK(ncclGroupEnd());
+  MOK_NCCL_CHECK(group.end());
   symmetric_ = has_symmetric_memory(comms_);
   // One GPU without symmetric memory (NCCL < 2.28.7) still has its own buffer; several need windows.
   require(symmetric_ || gpus == 1,
@@ -68,6 +86,7 @@ void PeerGroup::open(size_t bytes) {
 PeerGroup::~PeerGroup() { release(); }
 
 void PeerGroup::release() noexcept {
+  const KeepCurrentDevice keep;
   ncclGroupStart();
   for (size_t g = 0; g < comms_.size(); ++g)
     if (windows_[g]) ncclCommWindowDeregister(comms_[g], windows_[g]);

@@ -217,7 +217,7 @@ TEST(DispatchLayout, HandRoutingWithAnEmptyExpert) {
 }
 
 TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
-  // 300 tokens span three 128-token chunks; a zipf routing leaves the tail experts nearly empty.
+  // 300 tokens span ten 32-token chunks; a zipf routing leaves the tail experts nearly empty.
   const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);
   const Problem p = make_problem(c, 5, RoutingKind::zipf, 2.0);
   const DispatchLayout l = build_dispatch_layout(c, p.routing->topk_idx);
