@@ -357,6 +357,27 @@ TEST(Combine, DxAddsSharedThenSlotsThenRouter) {
             to_bf16(1.0f).bits);
 }
 
+TEST(Combine, ChainsRunSlotBySlotGiveTheWholeCombine) {
+  // The GPU continues each column's sum one slot at a time (combine_*_chain with n = 1).
+  ref::Rng rng(12);
+  const int k = 11;
+  std::vector<float> w(k);
+  std::vector<bf16> slots(k);
+  for (int j = 0; j < k; ++j) {
+    w[j] = rng.symmetric(1.0f);
+    slots[j] = to_bf16(rng.symmetric(4.0f));
+  }
+  const auto slot = [&](int j) { return slots[j]; };
+  const float shared = rng.symmetric(2.0f), router = rng.symmetric(0.5f);
+  float y = shared, dx = shared;
+  for (int j = 0; j < k; ++j) {
+    y = combine_y_chain(j, 1, w.data(), slot, y);
+    dx = combine_dx_chain(j, 1, slot, dx);
+  }
+  EXPECT_EQ(to_bf16(y).bits, combine_y(k, shared, w.data(), slot).bits);
+  EXPECT_EQ(combine_dx_round(dx, router).bits, combine_dx(k, shared, slot, router).bits);
+}
+
 TEST(Combine, WeightedDyRoundsTheProductOnce) {
   // 3 * (1 + 2^-7) = 3 + 3 * 2^-7: bf16 spacing at 2 is 2^-6, so 3.0234375 rounds to 3.03125.
   EXPECT_EQ(weighted_dy(3.0f, to_bf16(1.0f + 0x1p-7f)).bits, to_bf16(3.03125f).bits);
