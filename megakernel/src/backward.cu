@@ -11,7 +11,7 @@
 namespace mok::gpu {
 namespace {
 
-// g = dy W2 for ring rows: tiles (rank, ring slot, 128 columns of I); g kept in fp32 per padded row.
+// g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(I, kTileN);
   RingItem it;
@@ -20,10 +20,10 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       [&](long t, TileLoad& l) {
         if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
         const int w = it.t.expert * I + it.n0;
-        l = k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kBox, H);
+        l = k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kTileN / 2, H);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) {
+      [&](long, int half, const float(&acc)[kAccumulators]) {
         for_each_pair(
             half, acc,
             [&](int row, int col, float v0, float v1) {
@@ -165,10 +165,10 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       [&](long t, TileLoad& l) {
         if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
         const int w = it.t.expert * H + it.n0;
-        l = k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kBox, 2 * I);
+        l = k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kTileN / 2, 2 * I);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](long, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
@@ -229,10 +229,10 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         t -= first_tile[w];
         const int col_tiles = ceil_div(wg.n, kTileN);
         m0 = int(t / col_tiles) * kTileM, n0 = int(t % col_tiles) * kTileN;
-        l = TileLoad{wg.a, wg.b, {m0, m0 + kBox}, {n0, n0 + kBox}, wg.k_first, ceil_div(wg.k_rows, kBox)};
+        l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, ceil_div(wg.k_rows, kBox)};
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) {
+      [&](long, int half, const float(&acc)[kAccumulators]) {
         for_each_pair(
             half, acc,
             [&](int row, int col, float v0, float v1) {

@@ -105,10 +105,10 @@ __device__ __forceinline__ long ring_items(const Params& p, int col_tiles) {
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (64 each), K = k columns.
+// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each), K = k columns.
 __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
                                             int k) {
-  return TileLoad{&ma, &mb, {a_row, a_row + kBox}, {b0, b1}, 0, k / kBox};
+  return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, k / kBox};
 }
 
 // C = a b^T over every token g (the shared expert's GEMMs): A map [N, k], B map [n, k]; the
@@ -121,10 +121,10 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
       pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, phase,
       [&](long t, TileLoad& l) {
         const int n0 = int(t % col_tiles) * kTileN;
-        l = k_major(a, b, int(t / col_tiles) * kTileRows, n0, n0 + kBox, k);
+        l = k_major(a, b, int(t / col_tiles) * kTileRows, n0, n0 + kTileN / 2, k);
         return true;
       },
-      [&](long t, int half, const float(&acc)[64]) {
+      [&](long t, int half, const float(&acc)[kAccumulators]) {
         const long first = t / col_tiles * kTileRows;
         const int n0 = int(t % col_tiles) * kTileN;
         for_each_pair(
@@ -156,33 +156,44 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
-// Writes a finished half tile as bf16 rows through the warpgroup's staging rows in shared memory:
-// each thread rounds its accumulator pairs into the rows, then 16 lanes copy each row's first
-// `columns` columns with 16-byte stores to row_dst(row) (row within the whole tile; nullptr: skip).
+// Writes a finished half tile as bf16 rows through the warpgroup's staging rows in shared memory, in
+// passes of 64 columns: each thread rounds its accumulator pairs of the pass into the rows, then 8
+// lanes copy each row's part of the first `columns` columns with 16-byte stores to row_dst(row)
+// (row within the whole tile; nullptr: skip). A thread copies the same four rows in every pass.
 template <class RowDst>
-__device__ void write_half_tile(Pipeline& pipe, int half, const float (&acc)[64], int columns, RowDst row_dst) {
-  // The previous tile's copy is done with the rows: every thread of the warpgroup passed the
-  // warpgroup-wide verdict at the end of this tile's chain since.
+__device__ void write_half_tile(Pipeline& pipe, int half, const float (&acc)[kAccumulators], int columns,
+                                RowDst row_dst) {
+  constexpr int kRowsPerThread = kTileM / 2 * kStagedCols / 8 / 128, kPerPass = kTileM / 2 * kStagedCols / 128;
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
-  for_each_pair(
-      half, acc,
-      [&](int row, int col, float v0, float v1) {
-        store_pair(reinterpret_cast<bf16*>(&rows[row - kTileM / 2 * half][col]), v0, v1);
-      },
-      columns);
-  warpgroup_sync(half);
-  const int t = threadIdx.x % 128, chunk = t % 16;
-  for (int r = t / 16; r < kTileM / 2; r += 8) {
-    bf16* dst = row_dst(kTileM / 2 * half + r);
-    if (dst != nullptr && 8 * chunk < columns)
-      *reinterpret_cast<int4*>(dst + 8 * chunk) = *reinterpret_cast<const int4*>(&rows[r][8 * chunk]);
+  const int t = threadIdx.x % 128, chunk = t % 8;
+  bf16* dst[kRowsPerThread];
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) dst[j] = row_dst(kTileM / 2 * half + t / 8 + 16 * j);
+#pragma unroll
+  for (int pass = 0; pass < kTileN / kStagedCols; ++pass) {
+    const int first = kStagedCols * pass;
+    if (first >= columns) break;
+    // The previous pass's (or tile's) copy is done with the rows: the warpgroup met since (the
+    // barrier below, or the warpgroup-wide verdict at the end of this tile's chain).
+    if (pass > 0) warpgroup_sync(half);
+#pragma unroll
+    for (int i = kPerPass * pass; i < kPerPass * (pass + 1); i += 2)
+      if (acc_col(i) < columns)
+        store_pair(reinterpret_cast<bf16*>(&rows[acc_row(half, i) - kTileM / 2 * half][acc_col(i) - first]), acc[i],
+                   acc[i + 1]);
+    warpgroup_sync(half);
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j)
+      if (dst[j] != nullptr && first + 8 * chunk < columns)
+        *reinterpret_cast<int4*>(dst[j] + first + 8 * chunk) =
+            *reinterpret_cast<const int4*>(&rows[t / 8 + 16 * j][8 * chunk]);
   }
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
 // source rank (y_j in the forward, dx_j in the backward).
 __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, int half,
-                                     const float (&acc)[64]) {
+                                     const float (&acc)[kAccumulators]) {
   const int H = p.c.hidden;
   write_half_tile(pipe, half, acc, min(kTileN, H - it.n0), [&](int row) -> bf16* {
     if (row >= it.t.rows) return nullptr;

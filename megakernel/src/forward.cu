@@ -64,56 +64,61 @@ __device__ void layout_place(const Params& p) {
                 p.slot_row);
 }
 
-// The GEMM1 epilogue: the tile's columns 0-63 are gate columns n0.., 64-127 the matching up
-// columns; h = bf16(gate | up) and a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a.
-__device__ void swiglu_epilogue(const Params& p, int half, const float (&acc)[64], int inter, int n0, int valid,
-                                long first, bf16* h, bf16* a) {
+// The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
+// columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a.
+__device__ void swiglu_epilogue(const Params& p, int half, const float (&acc)[kAccumulators], int inter, int n0,
+                                int valid, long first, bf16* h, bf16* a) {
+  constexpr int kUp = kAccumulators / 2;  // accumulator i's up partner
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {
+  for (int i = 0; i < kUp; i += 2) {
     const int row = acc_row(half, i);
-    if (row >= valid) continue;
+    if (row >= valid || acc_col(i) >= inter - n0) continue;
     const long out = first + row;
     const int col = n0 + acc_col(i);
     store_pair(h + out * 2 * inter + col, acc[i], acc[i + 1]);
-    store_pair(h + out * 2 * inter + inter + col, acc[i + 32], acc[i + 33]);
+    store_pair(h + out * 2 * inter + inter + col, acc[i + kUp], acc[i + kUp + 1]);
     float act[2];
     for (int j = 0; j < 2; ++j)
-      act[j] = swiglu(to_float(to_bf16(acc[i + j])), to_float(to_bf16(acc[i + 32 + j])), p.c.swiglu_limit);
+      act[j] = swiglu(to_float(to_bf16(acc[i + j])), to_float(to_bf16(acc[i + kUp + j])), p.c.swiglu_limit);
     store_pair(a + out * inter + col, act[0], act[1]);
   }
 }
 
-// The shared expert's GEMM1 + SwiGLU over all tokens: tiles of 128 tokens x 64 intermediate columns.
+// Gate columns per GEMM1 tile (the up columns fill the tile's other half).
+inline constexpr int kGateCols = kTileN / 2;
+
+// The shared expert's GEMM1 + SwiGLU over all tokens: tiles of 128 tokens x 128 intermediate columns.
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden, col_tiles = Is / kBox;
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden, col_tiles = ceil_div(Is, kGateCols);
   gemm_tiles<false>(
       pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, kLayoutPlace,
       [&](long t, TileLoad& l) {
-        const int n0 = int(t % col_tiles) * kBox;
+        const int n0 = int(t % col_tiles) * kGateCols;
         l = k_major(p.maps.x, p.maps.shared_w1, int(t / col_tiles) * kTileRows, n0, Is + n0, H);
         return true;
       },
-      [&](long t, int half, const float(&acc)[64]) {
+      [&](long t, int half, const float(&acc)[kAccumulators]) {
         const long first = t / col_tiles * kTileRows;
-        swiglu_epilogue(p, half, acc, Is, int(t % col_tiles) * kBox, int(min(long(kTileRows), N - first)), first,
+        swiglu_epilogue(p, half, acc, Is, int(t % col_tiles) * kGateCols, int(min(long(kTileRows), N - first)), first,
                         p.shared_h, p.shared_a);
       });
 }
 
-// GEMM1 + SwiGLU on the rows in the rings: tiles (rank, ring slot, 64 columns of I). Padding rows
+// GEMM1 + SwiGLU on the rows in the rings: tiles (rank, ring slot, 128 columns of I). Padding rows
 // (zero in the ring) are written too: their a is zero, as the weight gradients expect.
 __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = I / kBox;
+  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(I, kGateCols);
   RingItem it;
   gemm_tiles<false>(
       pipe, ring_items(p, col_tiles), p.barrier, kExpertUp,
       [&](long t, TileLoad& l) {
-        if (!ring_item(p, cycle, col_tiles, kBox, t, it)) return false;
+        if (!ring_item(p, cycle, col_tiles, kGateCols, t, it)) return false;
         const int w = it.t.expert * 2 * I + it.n0;
         l = k_major(p.maps.ring, p.maps.w1, it.ring_row, w, w + I, H);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) {
+      [&](long, int half, const float(&acc)[kAccumulators]) {
         swiglu_epilogue(p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
       });
 }
@@ -127,10 +132,10 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
       [&](long t, TileLoad& l) {
         if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
         const int w = it.t.expert * H + it.n0;
-        l = k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kBox, I);
+        l = k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kTileN / 2, I);
         return true;
       },
-      [&](long, int half, const float(&acc)[64]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](long, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 // y of this GPU's tokens.

@@ -1,10 +1,13 @@
-// The megakernel's matrix engine: 128 x 128 output tiles on wgmma, fed by the TMA through a
+// The megakernel's matrix engine: 128 x 256 output tiles on wgmma, fed by the TMA through a
 // multi-stage mbarrier pipeline, with a producer warpgroup and two consumer warpgroups per block.
-//   warpgroup 0, thread 0: for each K-block (64 of K), waits for a free stage, then copies four
-//     64 x 64 bf16 boxes (A rows 0-63 and 64-127, B columns 0-63 and 64-127) into it;
+//   warpgroup 0, thread 0: for each K-block (64 of K), waits for a free stage, then copies six
+//     64 x 64 bf16 boxes (A rows 0-127, B columns 0-255) into it;
 //   warpgroups 1 and 2: wait for the stage, run the K-steps of 16 in order on their 64 rows
-//     (wgmma m64n128k16, one accumulator chain per element: the K-step order of mok/core/kstep.h),
+//     (wgmma m64n256k16, one accumulator chain per element: the K-step order of mok/core/kstep.h),
 //     release the stage, and at the tile's end hand the accumulators to the phase's epilogue.
+// A tile of 256 columns halves what the L2 cache must deliver per product against 128 x 128 tiles
+// (which ran at 51-71% of peak); its 128 accumulators per consumer thread come from the producer
+// warpgroup's registers (setmaxnreg) for the length of a GEMM phase.
 // Tiles are handed out round-robin over the persistent blocks (the tile scheduler); every role walks
 // the same sequence, so the pipeline's counters agree without talking. The producer runs ahead into
 // the next tile while the consumers finish their epilogue.
@@ -19,33 +22,43 @@
 namespace mok::gpu {
 
 inline constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-inline constexpr int kTileM = 128, kTileN = 128;
-inline constexpr int kBox = 64;                    // TMA box: 64 x 64 bf16 = 8 KB, 128-byte rows
-inline constexpr int kBoxBytes = kBox * kBox * 2;  // one half of an operand
-inline constexpr int kStageBytes = 4 * kBoxBytes;  // A halves, then B halves
-inline constexpr int kStepsPerStage = kBox / 16;   // K-steps per pipeline stage
-inline constexpr int kStages = 5;
+inline constexpr int kTileM = 128, kTileN = 256;
+inline constexpr int kBox = 64;                            // TMA box: 64 x 64 bf16 = 8 KB, 128-byte rows
+inline constexpr int kBoxBytes = kBox * kBox * 2;          // a quarter of B, a half of A
+inline constexpr int kABytes = kTileM / kBox * kBoxBytes;  // A's boxes come first in a stage
+inline constexpr int kStageBytes = (kTileM + kTileN) / kBox * kBoxBytes;
+inline constexpr int kStepsPerStage = kBox / 16;  // K-steps per pipeline stage
+inline constexpr int kStages = 4;
 inline constexpr int kConsumerWarps = 8;
+inline constexpr int kAccumulators = kTileM / 2 * kTileN / 128;  // per consumer thread
 
-inline constexpr int kStagedPitch = kTileN + 8;  // bf16 per staged row; the pad spreads rows over banks
+// Registers per thread during a GEMM phase (setmaxnreg): each producer thread gives up 128, each
+// consumer thread takes 64 more; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
+// thread, and what all get back afterwards.
+inline constexpr int kKernelRegisters = 168, kProducerRegisters = 40, kConsumerRegisters = 232;
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * kKernelRegisters);
+
+// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+inline constexpr int kStagedCols = 64;
+inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 
 struct GemmSmem {
   alignas(1024) uint8_t stage[kStages][kStageBytes];
   uint64_t full[kStages];                                    // TMA bytes landed
   uint64_t empty[kStages];                                   // every consumer warp done reading
-  alignas(16) uint16_t staged[2][kTileM / 2][kStagedPitch];  // each consumer warpgroup's half tile, as bf16
+  alignas(16) uint16_t staged[2][kTileM / 2][kStagedPitch];  // each consumer warpgroup's rows, as bf16
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + 1024;  // + room to align the dynamic base
 
-// Where one output tile's operands start, per 64-wide half. K-major operands (rows of K, the
-// forward and the input gradients): half h of A is rows a[h] .. a[h] + 63, K-block kb is columns
-// 64 kb ..; MN-major operands (A^T B over rows, the weight gradients): half h is columns a[h] ..,
-// K-block kb is rows k_first + 64 kb .. (the same for B).
+// Where one output tile's operands start: A's 128 rows from a, B's 256 in two halves of 128 from b[0]
+// and b[1] (GEMM1 puts its gate and up columns side by side). K-major operands (rows of K, the
+// forward and the input gradients): rows a .. a + 127, K-block kb is columns 64 kb ..; MN-major
+// operands (A^T B over rows, the weight gradients): columns a .., K-block kb is rows k_first + 64 kb ..
 // A chain of K-steps over zero rows leaves every accumulator unchanged (a zero-product step returns
 // C exactly, and C is never -0: docs/numerics.md), so chains are whole K-blocks of 4 K-steps.
 struct TileLoad {
   const CUtensorMap *ma, *mb;
-  int a[2], b[2];
+  int a, b[2];
   int k_first;
   int k_blocks;  // the chain length in K-blocks of 64
 };
@@ -144,13 +157,14 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+    const int k = kMnMajor ? l.k_first + kBox * kb : kBox * kb;
+    const auto load = [&](int box, const CUtensorMap* map, int at) {
+      ptx::tma_load_2d(st + box * kBoxBytes, map, kMnMajor ? at : k, kMnMajor ? k : at, full);
+    };
     for (int h = 0; h < 2; ++h) {
-      const int k = kMnMajor ? l.k_first + kBox * kb : kBox * kb;
-      const auto load = [&](uint8_t* dst, const CUtensorMap* map, int at) {
-        ptx::tma_load_2d(dst, map, kMnMajor ? at : k, kMnMajor ? k : at, full);
-      };
-      load(st + h * kBoxBytes, l.ma, l.a[h]);
-      load(st + (2 + h) * kBoxBytes, l.mb, l.b[h]);
+      load(h, l.ma, l.a + kBox * h);
+      load(2 + 2 * h, l.mb, l.b[h]);
+      load(3 + 2 * h, l.mb, l.b[h] + kBox);
     }
   }
   return true;
@@ -158,20 +172,20 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
 
 // The four K-steps of one stage, in K order, on this consumer warpgroup's 64 rows (half).
 template <bool kMnMajor>
-__device__ __forceinline__ void stage_steps(const uint8_t* st, int half, float (&acc)[64]) {
+__device__ __forceinline__ void stage_steps(const uint8_t* st, int half, float (&acc)[kAccumulators]) {
   const uint64_t da = ptx::smem_descriptor_sw128(st + half * kBoxBytes);
-  const uint64_t db = ptx::smem_descriptor_sw128(st + 2 * kBoxBytes, kMnMajor ? kBoxBytes : 0);
+  const uint64_t db = ptx::smem_descriptor_sw128(st + kABytes, kMnMajor ? kBoxBytes : 0);
   constexpr uint64_t step = kMnMajor ? 2048 >> 4 : 32 >> 4;  // descriptor address units of 16 bytes
 #pragma unroll
   for (int kk = 0; kk < kStepsPerStage; ++kk)
-    ptx::wgmma_bf16_m64n128k16<kMnMajor, kMnMajor>(acc, da + kk * step, db + kk * step);
+    ptx::wgmma_bf16_m64n256k16<kMnMajor, kMnMajor>(acc, da + kk * step, db + kk * step);
 }
 
 // Pins the accumulator registers: the compiler may not move their reads or writes across this point
 // (an in-flight wgmma group owns them).
-__device__ __forceinline__ void fence_operands(float (&acc)[64]) {
+__device__ __forceinline__ void fence_operands(float (&acc)[kAccumulators]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
 // One tile's chain on this consumer warpgroup's 64 rows (half). One stage's wgmma group stays in flight
@@ -180,10 +194,10 @@ __device__ __forceinline__ void fence_operands(float (&acc)[64]) {
 // results are void: the launch reports the error), so no exit leaves a group in flight, and the
 // verdict is the warpgroup's, so no thread leaves its warpgroup behind in a wgmma.
 template <bool kMnMajor>
-__device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, float (&acc)[64], const GridBarrier& b,
-                               int phase) {
+__device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, float (&acc)[kAccumulators],
+                               const GridBarrier& b, int phase) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   uint32_t previous = 0;
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
@@ -206,31 +220,50 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   return warpgroup_all(half, healthy);  // every thread of the warpgroup gets here
 }
 
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
 // operands (false: nothing to do); epilogue(t, half, acc) consumes a finished half tile; the job
 // and the epilogue of one tile run back to back in each thread. kMnMajor: the operands' rows are
-// along K (A^T B, the weight gradients).
+// along K (A^T B, the weight gradients). Every thread leaves with kKernelRegisters again: the
+// consumers hand theirs back before the producer warpgroup takes its own back.
 template <bool kMnMajor, class Job, class Epilogue>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
   const int role = __shfl_sync(~0u, int(threadIdx.x) / 128, 0);  // warp-uniform, visibly to the compiler
-  for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
-    TileLoad l;
-    if (!job(t, l)) continue;
-    if (role == 0) {
-      if (threadIdx.x == 0) {
-        if (!produce<kMnMajor>(pipe, l, b, phase)) return;
-      } else {
+  if (role == 0) {
+    registers_decrease<kProducerRegisters>();
+    bool healthy = true;
+    for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
+      TileLoad l;
+      if (!job(t, l)) continue;
+      if (threadIdx.x == 0)
+        healthy = produce<kMnMajor>(pipe, l, b, phase);
+      else
         pipe.blocks += l.k_blocks;
-      }
-    } else {
-      float acc[64];
-      if (!consume<kMnMajor>(pipe, l, role - 1, acc, b, phase)) return;
+    }
+    __syncwarp();
+    registers_increase<kKernelRegisters>();
+  } else {
+    registers_increase<kConsumerRegisters>();
+    for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
+      TileLoad l;
+      if (!job(t, l)) continue;
+      float acc[kAccumulators];
+      if (!consume<kMnMajor>(pipe, l, role - 1, acc, b, phase)) break;
       epilogue(t, role - 1, acc);
     }
+    registers_decrease<kKernelRegisters>();
   }
 }
 
-// Where accumulator i of this thread sits in the 128 x 128 tile (half: the consumer warpgroup).
+// Where accumulator i of this thread sits in the 128 x 256 tile (half: the consumer warpgroup).
 __device__ __forceinline__ int acc_row(int half, int i) {
   const int t = threadIdx.x % 128;
   return 64 * half + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
@@ -239,9 +272,10 @@ __device__ __forceinline__ int acc_col(int i) { return 8 * (i / 4) + 2 * (thread
 
 // Visits this thread's accumulator pairs of columns [0, columns): store(row, col, d[col], d[col + 1]).
 template <class Store>
-__device__ __forceinline__ void for_each_pair(int half, const float (&acc)[64], Store store, int columns = kTileN) {
+__device__ __forceinline__ void for_each_pair(int half, const float (&acc)[kAccumulators], Store store,
+                                              int columns = kTileN) {
 #pragma unroll
-  for (int i = 0; i < 64; i += 2)
+  for (int i = 0; i < kAccumulators; i += 2)
     if (acc_col(i) < columns) store(acc_row(half, i), acc_col(i), acc[i], acc[i + 1]);
 }
 
