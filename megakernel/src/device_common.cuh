@@ -213,11 +213,12 @@ struct alignas(16) Bf16x8 {
 // compiler may not hoist a load over a store it cannot prove distinct.
 template <int kBatch = 4, class Load, class Store>
 __device__ __forceinline__ void row_pass(int n, Load load, Store store) {
+  using Value = decltype(load(0));
   for (int c0 = lane_id(); c0 < n; c0 += 32 * kBatch) {
-    decltype(load(0)) v[kBatch];
+    Value v[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (c0 + 32 * b < n) v[b] = load(c0 + 32 * b);
+      v[b] = c0 + 32 * b < n ? load(c0 + 32 * b) : Value{};  // no value kept from the last pass
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
       if (c0 + 32 * b < n) store(c0 + 32 * b, v[b]);

@@ -220,6 +220,9 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, int half, floa
   return warpgroup_all(half, healthy);  // every thread of the warpgroup gets here
 }
 
+// Barrier of the whole block from the roles' separate paths (named barrier 3).
+__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 3, %0;\n" ::"n"(kThreads) : "memory"); }
+
 template <int kRegisters>
 __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -232,13 +235,18 @@ __device__ __forceinline__ void registers_decrease() {
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
 // operands (false: nothing to do); epilogue(t, half, acc) consumes a finished half tile; the job
 // and the epilogue of one tile run back to back in each thread. kMnMajor: the operands' rows are
-// along K (A^T B, the weight gradients). Every thread leaves with kKernelRegisters again: the
-// consumers hand theirs back before the producer warpgroup takes its own back.
+// along K (A^T B, the weight gradients).
+// Registers move through the block's pool in a fixed order, each move behind a block barrier: the
+// producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
+// producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
+// consumers got them, and the block would wait forever in setmaxnreg and __syncthreads.)
 template <bool kMnMajor, class Job, class Epilogue>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
   const int role = __shfl_sync(~0u, int(threadIdx.x) / 128, 0);  // warp-uniform, visibly to the compiler
+  // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (role == 0) {
     registers_decrease<kProducerRegisters>();
+    block_sync();
     bool healthy = true;
     for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
       TileLoad l;
@@ -248,9 +256,10 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       else
         pipe.blocks += l.k_blocks;
     }
-    __syncwarp();
+    block_sync();
     registers_increase<kKernelRegisters>();
   } else {
+    block_sync();
     registers_increase<kConsumerRegisters>();
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
       TileLoad l;
@@ -260,6 +269,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       epilogue(t, role - 1, acc);
     }
     registers_decrease<kKernelRegisters>();
+    block_sync();
   }
 }
 
