@@ -125,7 +125,7 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
     const float4* g = reinterpret_cast<const float4*>(p.g + row.pad * I);
     const Bf16x8* h = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
     Bf16x8* dh_vec = reinterpret_cast<Bf16x8*>(dh);
-    row_pass<2>(
+    row_pass(
         I / 8,
         [&](int c) {
           return Operands{h[c], h[I / 8 + c], g[2 * c], g[2 * c + 1]};
@@ -142,17 +142,26 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
           dh_vec[c] = d_gate;
           dh_vec[I / 8 + c] = d_up;
         });
+    // dy's and x's vectors in one pass, so both rows' loads are in flight together.
+    struct DyAndX {
+      Bf16x8 dy, x;
+    };
     const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(ring_row_data(p, row.r, row.q));
+    const Bf16x8* x = reinterpret_cast<const Bf16x8*>(src->x + slot / p.c.top_k * H);
     Bf16x8* dye = reinterpret_cast<Bf16x8*>(p.dye + row.pad * H);
+    Bf16x8* xe = reinterpret_cast<Bf16x8*>(p.xe + row.pad * H);
     row_pass(
-        H / 8, [&](int c) { return dy[c]; },
-        [&](int c, const Bf16x8& v) {
+        H / 8,
+        [&](int c) {
+          return DyAndX{dy[c], x[c]};
+        },
+        [&](int c, const DyAndX& v) {
           Bf16x8 out;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
+          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.dy.e[j]);
           dye[c] = out;
+          xe[c] = v.x;
         });
-    copy_row(p.xe + row.pad * H, src->x + slot / p.c.top_k * H, H);
   }
 }
 

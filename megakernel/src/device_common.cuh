@@ -226,11 +226,11 @@ __device__ __forceinline__ void row_pass(int n, Load load, Store store) {
 }
 
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
-// source writes zeros.
+// source writes zeros. Eight vectors per lane in flight: the copies are bound by loads in flight.
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
-  row_pass(
+  row_pass<8>(
       h / 8,
       [&](int i) {
         return src ? s[i] : int4{0, 0, 0, 0};

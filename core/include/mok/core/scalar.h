@@ -44,12 +44,17 @@ MOK_HD float exp_f32(float x) {
 
 MOK_HD float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 
-MOK_HD float silu_f32(float x) { return x * sigmoid_f32(x); }
-
-// d silu / dx = s * (1 + x * (1 - s)), s = sigmoid(x).
-MOK_HD float silu_grad_f32(float x) {
+// silu(x) = x s and d silu / dx = s * (1 + x * (1 - s)) from one sigmoid s = sigmoid(x): the SwiGLU
+// backward needs both, and the sigmoid is most of the cost.
+struct SiluWithGrad {
+  float value, grad;
+};
+MOK_HD SiluWithGrad silu_with_grad_f32(float x) {
   const float s = sigmoid_f32(x);
-  return s * (1.0f + x * (1.0f - s));
+  return SiluWithGrad{x * s, s * (1.0f + x * (1.0f - s))};
 }
+
+MOK_HD float silu_f32(float x) { return silu_with_grad_f32(x).value; }
+MOK_HD float silu_grad_f32(float x) { return silu_with_grad_f32(x).grad; }
 
 }  // namespace mok

@@ -28,7 +28,8 @@ MOK_HD SwigluGrad swiglu_grad(float gate, float up, float da, float limit) {
   const float u = clamp_up(up, limit);
   const bool gate_clamped = g != gate;
   const bool up_clamped = u != up;
-  return SwigluGrad{gate_clamped ? 0.0f : (da * u) * silu_grad_f32(g), up_clamped ? 0.0f : da * silu_f32(g)};
+  const SiluWithGrad silu = silu_with_grad_f32(g);
+  return SwigluGrad{gate_clamped ? 0.0f : (da * u) * silu.grad, up_clamped ? 0.0f : da * silu.value};
 }
 
 }  // namespace mok
