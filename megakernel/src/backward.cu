@@ -78,14 +78,18 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
     float acc = 0.0f;
     for (int i0 = 0; i0 < I; i0 += kCols) {
       const int n = min(kCols, I - i0);
+      // Every load of the panel is issued before the first store: the compiler cannot tell the panels
+      // (generic pointers) from g and a, and interleaved it ran the 32 rows' loads one after another.
+      float gv[kRows], av[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;
-        if ((valid >> r & 1u) && lane < n) {
-          gs[r][lane] = p.g[at];
-          as[r][lane] = to_float(p.a[at]);
-        }
+        const bool load = (valid >> r & 1u) && lane < n;
+        gv[r] = load ? p.g[at] : 0.0f;
+        av[r] = load ? to_float(p.a[at]) : 0.0f;
       }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) gs[r][lane] = gv[r], as[r][lane] = av[r];
       __syncwarp();
       acc = fma_chain(
           n, [&](int i) { return gs[lane][i]; }, [&](int i) { return as[lane][i]; }, acc);
