@@ -13,17 +13,14 @@ namespace {
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(I, kTileN);
-  RingItem it;
-  gemm_tiles<false>(
-      pipe, ring_items(p, col_tiles), p.barrier, kDownGrad,
-      [&](long t, TileLoad& l) {
-        if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
+  const int I = p.c.intermediate, H = p.c.hidden;
+  ring_gemm(
+      pipe, p, cycle, kDownGrad, kTileN, I,
+      [&](const RingItem& it) {
         const int w = it.t.expert * I + it.n0;
-        l = k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kTileN / 2, H);
-        return true;
+        return k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kTileN / 2, H);
       },
-      [&](long, int half, const float(&acc)[kAccumulators]) {
+      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
         for_each_pair(
             half, acc,
             [&](int row, int col, float v0, float v1) {
@@ -171,17 +168,14 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer.
 __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(H, kTileN);
-  RingItem it;
-  gemm_tiles<false>(
-      pipe, ring_items(p, col_tiles), p.barrier, kDxPush,
-      [&](long t, TileLoad& l) {
-        if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
+  const int I = p.c.intermediate, H = p.c.hidden;
+  ring_gemm(
+      pipe, p, cycle, kDxPush, kTileN, H,
+      [&](const RingItem& it) {
         const int w = it.t.expert * H + it.n0;
-        l = k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kTileN / 2, 2 * I);
-        return true;
+        return k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kTileN / 2, 2 * I);
       },
-      [&](long, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both

@@ -105,6 +105,23 @@ __device__ __forceinline__ long ring_items(const Params& p, int col_tiles) {
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
+// columns); load(it) gives a tile's operands, epilogue(it, half, acc) consumes a finished half tile.
+template <class Load, class Epilogue>
+__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
+                          Epilogue epilogue) {
+  const int col_tiles = ceil_div(columns, width);
+  RingItem it;
+  gemm_tiles<false>(
+      pipe, ring_items(p, col_tiles), p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        if (!ring_item(p, cycle, col_tiles, width, t, it)) return false;
+        l = load(it);
+        return true;
+      },
+      [&](long, int half, const float(&acc)[kAccumulators]) { epilogue(it, half, acc); });
+}
+
 // A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each), K = k columns.
 __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
                                             int k) {

@@ -35,9 +35,31 @@ __device__ void router_select_tokens(const Params& p) {
   }
 }
 
-__device__ void layout_count(const Params& p) {
-  for (long ch = thread_id(); ch < layout_chunks(p.c.tokens()); ch += thread_count())
-    count_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.c.experts, p.chunk_counts + ch * p.c.experts);
+// The route masks of chunk ch in this warp's shared-memory table (lane = the chunk's token).
+__device__ void warp_route_masks(const Params& p, long ch, uint32_t* masks) {
+  const int E = p.c.experts, k = p.c.top_k;
+  for (int e = lane_id(); e < E; e += 32) masks[e] = 0;
+  __syncwarp();
+  const long g = ch * kLayoutChunk + lane_id();
+  if (g < p.c.tokens())
+    for (int j = 0; j < k; ++j) atomicOr(&masks[p.topk_idx[g * k + j]], route_bit(int(g)));
+  __syncwarp();
+}
+
+// Each warp's route-mask table: the GEMM stages, idle in the layout phases.
+__device__ uint32_t* warp_masks(Pipeline& pipe) {
+  static_assert(kLayoutChunk == 32 && sizeof(uint32_t) * kMaxExperts * (kThreads / 32) <= sizeof(pipe.smem->stage));
+  return reinterpret_cast<uint32_t*>(&pipe.smem->stage[0][0]) + threadIdx.x / 32 * kMaxExperts;
+}
+
+__device__ void layout_count(Pipeline& pipe, const Params& p) {
+  const int E = p.c.experts;
+  uint32_t* masks = warp_masks(pipe);
+  for (long ch = warp_id(); ch < layout_chunks(p.c.tokens()); ch += warp_count()) {
+    warp_route_masks(p, ch, masks);
+    for (int e = lane_id(); e < E; e += 32) p.chunk_counts[ch * E + e] = chunk_rows(masks[e]);
+    __syncwarp();  // read before the next chunk clears them
+  }
 }
 
 // In block 0: the experts' row totals (one expert per thread), their prefix sum and tile counts (one
@@ -58,10 +80,16 @@ __device__ void layout_scan(const Params& p) {
     scan_expert(p.chunk_counts, chunks, E, e, p.offsets[e], p.chunk_base);
 }
 
-__device__ void layout_place(const Params& p) {
-  for (long ch = thread_id(); ch < layout_chunks(p.c.tokens()); ch += thread_count())
-    place_chunk(p.topk_idx, p.c.top_k, int(ch), p.c.tokens(), p.chunk_base + ch * p.c.experts, p.row_source,
-                p.slot_row);
+__device__ void layout_place(Pipeline& pipe, const Params& p) {
+  uint32_t* masks = warp_masks(pipe);
+  for (long ch = warp_id(); ch < layout_chunks(p.c.tokens()); ch += warp_count()) {
+    warp_route_masks(p, ch, masks);
+    const long g = ch * kLayoutChunk + lane_id();
+    if (g < p.c.tokens())
+      place_token(p.topk_idx, p.c.top_k, int(g), masks, p.chunk_base + ch * p.c.experts, p.row_source, p.slot_row);
+    __syncwarp();
+  }
+  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
@@ -108,34 +136,28 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
 // GEMM1 + SwiGLU on the rows in the rings: tiles (rank, ring slot, 128 columns of I). Padding rows
 // (zero in the ring) are written too: their a is zero, as the weight gradients expect.
 __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(I, kGateCols);
-  RingItem it;
-  gemm_tiles<false>(
-      pipe, ring_items(p, col_tiles), p.barrier, kExpertUp,
-      [&](long t, TileLoad& l) {
-        if (!ring_item(p, cycle, col_tiles, kGateCols, t, it)) return false;
+  const int I = p.c.intermediate, H = p.c.hidden;
+  ring_gemm(
+      pipe, p, cycle, kExpertUp, kGateCols, I,
+      [&](const RingItem& it) {
         const int w = it.t.expert * 2 * I + it.n0;
-        l = k_major(p.maps.ring, p.maps.w1, it.ring_row, w, w + I, H);
-        return true;
+        return k_major(p.maps.ring, p.maps.w1, it.ring_row, w, w + I, H);
       },
-      [&](long, int half, const float(&acc)[kAccumulators]) {
+      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
         swiglu_epilogue(p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
       });
 }
 
 // GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
 __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden, col_tiles = ceil_div(H, kTileN);
-  RingItem it;
-  gemm_tiles<false>(
-      pipe, ring_items(p, col_tiles), p.barrier, kExpertDown,
-      [&](long t, TileLoad& l) {
-        if (!ring_item(p, cycle, col_tiles, kTileN, t, it)) return false;
+  const int I = p.c.intermediate, H = p.c.hidden;
+  ring_gemm(
+      pipe, p, cycle, kExpertDown, kTileN, H,
+      [&](const RingItem& it) {
         const int w = it.t.expert * H + it.n0;
-        l = k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kTileN / 2, I);
-        return true;
+        return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kTileN / 2, I);
       },
-      [&](long, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }
 
 // y of this GPU's tokens.
@@ -174,11 +196,11 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
       if (!grid_sync(b, kRouterSelect, 0)) return;
     }
   }
-  layout_count(p);
+  layout_count(pipe, p);
   if (!grid_sync(b, kLayoutCount, 0)) return;
   layout_scan(p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
-  layout_place(p);
+  layout_place(pipe, p);
   if (p.c.has_shared()) shared_up(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared())

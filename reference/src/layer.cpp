@@ -143,15 +143,21 @@ int drop_capacity(const LayerConfig& c) { return 2 * ((c.routed_rows() + c.exper
 
 DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
   const int N = c.tokens(), E = c.experts, k = c.top_k, chunks = layout_chunks(N);
+  std::vector<uint32_t> masks(at(chunks, E));
   std::vector<int32_t> by_chunk(at(chunks, E)), base(at(chunks, E));
   DispatchLayout l;
   l.offsets.resize(E + 1);
   l.row_source.resize(at(N, k));
   l.slot_row.resize(at(N, k));
-  for (int ch = 0; ch < chunks; ++ch) count_chunk(topk_idx.data(), k, ch, N, E, by_chunk.data() + at(ch, E));
+  for (int ch = 0; ch < chunks; ++ch) {
+    route_masks(topk_idx.data(), k, ch, N, E, masks.data() + at(ch, E));
+    for (int e = 0; e < E; ++e) by_chunk[at(ch, E) + e] = chunk_rows(masks[at(ch, E) + e]);
+  }
   scan_chunks(by_chunk.data(), chunks, E, base.data(), l.offsets.data());
-  for (int ch = 0; ch < chunks; ++ch)
-    place_chunk(topk_idx.data(), k, ch, N, base.data() + at(ch, E), l.row_source.data(), l.slot_row.data());
+  for (int g = 0; g < N; ++g) {
+    const size_t ch = at(g / kLayoutChunk, E);
+    place_token(topk_idx.data(), k, g, masks.data() + ch, base.data() + ch, l.row_source.data(), l.slot_row.data());
+  }
   l.counts.resize(E);
   for (int e = 0; e < E; ++e) l.counts[e] = l.offsets[e + 1] - l.offsets[e];
   return l;

@@ -5,25 +5,34 @@
 //   offsets[e]           exclusive prefix sum of counts (offsets[E] = N * k)
 //   row_source[row]      g * k + j, the (token, slot) a layout row serves
 //   slot_row[g * k + j]  the inverse: the layout row of (token, slot)
-// Built in chunks of kLayoutChunk tokens so the GPU runs these same functions one chunk per thread:
-// count per chunk, scan over (expert, chunk) (one expert per thread), place per chunk.
+// Built in chunks of kLayoutChunk = 32 tokens, one bit per token: a chunk's route masks (bit l of
+// masks[e]: the chunk's token l routes to expert e) give its rows per expert (population counts) and
+// each row's place among them, since a token meets an expert at most once and so an expert's rows
+// within a chunk are in token order. The GPU runs a chunk per warp (lane = token, the masks built
+// with atomicOr: OR is order-free), the scan one expert per thread.
 #pragma once
 
 #include "mok/core/host_device.h"
 
 namespace mok {
 
-inline constexpr int kLayoutChunk = 32;  // small: the GPU runs count and place one thread per chunk
+inline constexpr int kLayoutChunk = 32;  // the bits of a route mask
 
 MOK_HD int layout_chunks(int tokens) { return (tokens + kLayoutChunk - 1) / kLayoutChunk; }
 
-// chunk_counts[e] = rows of expert e among the chunk's tokens.
-MOK_HD void count_chunk(const int32_t* topk_idx, int k, int chunk, int tokens, int experts, int32_t* chunk_counts) {
-  for (int e = 0; e < experts; ++e) chunk_counts[e] = 0;
+// The bit of global token g in its chunk's route masks.
+MOK_HD uint32_t route_bit(int g) { return 1u << (g % kLayoutChunk); }
+
+// masks[e] for the chunk's tokens (masks: [E]).
+MOK_HD void route_masks(const int32_t* topk_idx, int k, int chunk, int tokens, int experts, uint32_t* masks) {
+  for (int e = 0; e < experts; ++e) masks[e] = 0;
   const int end = (chunk + 1) * kLayoutChunk < tokens ? (chunk + 1) * kLayoutChunk : tokens;
   for (int g = chunk * kLayoutChunk; g < end; ++g)
-    for (int j = 0; j < k; ++j) ++chunk_counts[topk_idx[g * k + j]];
+    for (int j = 0; j < k; ++j) masks[topk_idx[g * k + j]] |= route_bit(g);
 }
+
+// Rows of an expert among a chunk's tokens.
+MOK_HD int32_t chunk_rows(uint32_t mask) { return popcount32(mask); }
 
 // Rows of expert e over all chunks (counts_by_chunk: [chunks, E]).
 MOK_HD int32_t expert_rows(const int32_t* counts_by_chunk, int chunks, int experts, int e) {
@@ -58,16 +67,15 @@ MOK_HD void scan_chunks(const int32_t* counts_by_chunk, int chunks, int experts,
   for (int e = 0; e < experts; ++e) scan_expert(counts_by_chunk, chunks, experts, e, offsets[e], chunk_base);
 }
 
-// cursor: this chunk's row of chunk_base, advanced as rows are placed.
-MOK_HD void place_chunk(const int32_t* topk_idx, int k, int chunk, int tokens, int32_t* cursor, int32_t* row_source,
-                        int32_t* slot_row) {
-  const int end = (chunk + 1) * kLayoutChunk < tokens ? (chunk + 1) * kLayoutChunk : tokens;
-  for (int g = chunk * kLayoutChunk; g < end; ++g)
-    for (int j = 0; j < k; ++j) {
-      const int32_t row = cursor[topk_idx[g * k + j]]++;
-      row_source[row] = g * k + j;
-      slot_row[g * k + j] = row;
-    }
+// Places token g's k rows: masks and base are its chunk's route masks and row of chunk_base.
+MOK_HD void place_token(const int32_t* topk_idx, int k, int g, const uint32_t* masks, const int32_t* base,
+                        int32_t* row_source, int32_t* slot_row) {
+  for (int j = 0; j < k; ++j) {
+    const int e = topk_idx[g * k + j];
+    const int32_t row = base[e] + popcount32(masks[e] & (route_bit(g) - 1u));  // the chunk's earlier tokens
+    row_source[row] = g * k + j;
+    slot_row[g * k + j] = row;
+  }
 }
 
 }  // namespace mok

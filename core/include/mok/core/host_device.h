@@ -34,6 +34,14 @@ MOK_HD int leading_bit(uint64_t v) {
 #endif
 }
 
+MOK_HD int popcount32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popc(v);
+#else
+  return __builtin_popcount(v);
+#endif
+}
+
 // fma is exact-then-round-once on both sides (IEEE fusedMultiplyAdd); every other float step is a
 // separate, uncontracted operation (host: -ffp-contract=off, device: --fmad=false).
 MOK_HD float fma32(float a, float b, float c) {
