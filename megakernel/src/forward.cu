@@ -46,7 +46,9 @@ __device__ void warp_route_masks(const Params& p, long ch, uint32_t* masks) {
   __syncwarp();
 }
 
-// Each warp's route-mask table: the GEMM stages, idle in the layout phases.
+// Each warp's route-mask table, in the GEMM stages: no copy is in flight during the layout, and the
+// shared expert's GEMM that follows the place starts only after layout_place's proxy fence and
+// gemm_tiles' entry barrier.
 __device__ uint32_t* warp_masks(Pipeline& pipe) {
   static_assert(kLayoutChunk == 32 && sizeof(uint32_t) * kMaxExperts * (kThreads / 32) <= sizeof(pipe.smem->stage));
   return reinterpret_cast<uint32_t*>(&pipe.smem->stage[0][0]) + threadIdx.x / 32 * kMaxExperts;

@@ -77,8 +77,16 @@ int resident_blocks(int asked) {
   int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  for (const void* kernel : {(const void*)forward_kernel, (const void*)backward_kernel})
+  for (const void* kernel : {(const void*)forward_kernel, (const void*)backward_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
+    // that gave the kernels fewer registers would hang in it.
+    cudaFuncAttributes attributes{};
+    MOK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    require(attributes.numRegs == kKernelRegisters,
+            "mok: the kernels were built with " + std::to_string(attributes.numRegs) + " registers per thread, not " +
+                std::to_string(kKernelRegisters) + " (check -maxrregcount, -G)");
+  }
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));
   const int resident = sms * std::min(per_sm_fwd, per_sm_bwd);

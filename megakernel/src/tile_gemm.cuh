@@ -36,6 +36,7 @@ inline constexpr int kAccumulators = kTileM / 2 * kTileN / 128;  // per consumer
 // consumer thread takes 64 more; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
 // thread, and what all get back afterwards.
 inline constexpr int kKernelRegisters = 168, kProducerRegisters = 40, kConsumerRegisters = 232;
+static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per SM gives each thread");
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * kKernelRegisters);
 
 // The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
@@ -256,6 +257,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       else
         pipe.blocks += l.k_blocks;
     }
+    __syncwarp();  // thread 0 may have left the loop early; the barrier and setmaxnreg are warp-aligned
     block_sync();
     registers_increase<kKernelRegisters>();
   } else {

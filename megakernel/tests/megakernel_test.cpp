@@ -106,6 +106,10 @@ std::vector<Case> cases() {
   LayerConfig wide = small(2, 48, 8, 2);
   wide.hidden = 256;
   wide.intermediate = 192;
+  // Past one 128 x 256 tile, with partial last tiles: H = 448 (a second column tile of 192, staged
+  // in three passes), I = 320 (GEMM1's last gate tile 64 wide), Is = 192.
+  LayerConfig past_one_tile = make_config(2, 40, 448, 320, 8, 2);
+  past_one_tile.shared_intermediate = 192;
   return {{"softmax_router", small(2, 40, 8, 2), RoutingKind::router},
           {"sigmoid_grouped", sig, RoutingKind::router},
           {"shared_expert_clamped", shared, RoutingKind::router},
@@ -114,7 +118,8 @@ std::vector<Case> cases() {
           {"empty_experts", small(8, 9, 32, 3), RoutingKind::sparse},
           {"score_ties", small(1, 37, 8, 3), RoutingKind::router_ties},
           {"one_token", small(1, 1, 4, 4), RoutingKind::router},
-          {"wider_shapes", wide, RoutingKind::uniform}};
+          {"wider_shapes", wide, RoutingKind::uniform},
+          {"past_one_tile", past_one_tile, RoutingKind::router}};
 }
 
 TEST_F(Gpu, MatchesReferenceBitForBit) {

@@ -8,8 +8,9 @@
 // Built in chunks of kLayoutChunk = 32 tokens, one bit per token: a chunk's route masks (bit l of
 // masks[e]: the chunk's token l routes to expert e) give its rows per expert (population counts) and
 // each row's place among them, since a token meets an expert at most once and so an expert's rows
-// within a chunk are in token order. The GPU runs a chunk per warp (lane = token, the masks built
-// with atomicOr: OR is order-free), the scan one expert per thread.
+// within a chunk are in token order. The GPU runs a chunk per warp (lane = token) and builds the
+// same masks as route_masks with atomicOr (OR is order-free); chunk_rows, place_token and the scan
+// are shared code.
 #pragma once
 
 #include "mok/core/host_device.h"
