@@ -33,8 +33,9 @@ LayerConfig draw_config() {
   c.ranks = ranks[std::min<size_t>(*rc::gen::inRange<size_t>(0, 4), ranks.size() - 1)];
   c.tokens_per_rank = *pick<int>({1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 33, 65});
   while (c.ranks * c.tokens_per_rank > kMaxTokens) c.tokens_per_rank = (c.tokens_per_rank + 1) / 2;
-  c.hidden = *pick<int>({64, 128});
-  c.intermediate = *pick<int>({64, 128});
+  // 448 and 320: past one 128 x 256 GPU tile, with partial last tiles (and a 64-wide last gate tile).
+  c.hidden = *pick<int>({64, 128, 448});
+  c.intermediate = *pick<int>({64, 128, 320});
   c.score_mode = *pick<ScoreMode>({ScoreMode::softmax, ScoreMode::sigmoid});
   const std::vector<int> groups = divisors(c.experts, c.experts);
   const size_t group_pick = *rc::gen::inRange<size_t>(0, 5);
@@ -50,7 +51,7 @@ LayerConfig draw_config() {
   c.top_k = std::min(*rc::gen::inRange(1, 9), max_k);
   c.renormalize = *pick<bool>({true, false});
   c.swiglu_limit = *pick<float>({0.0f, 7.0f, 0.75f});
-  c.shared_intermediate = *pick<int>({0, 64, 128});
+  c.shared_intermediate = *pick<int>({0, 64, 128, 192});
   return c;
 }
 

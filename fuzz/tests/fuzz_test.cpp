@@ -31,7 +31,7 @@ void check_cases(int cases, Body body) {
 }
 
 TEST(Generators, CasesAreValidAndCoverTheEdges) {
-  int one_token = 0, odd = 0, sigmoid_groups = 0, shared = 0, clamped = 0, hopper = 0, chunks = 0;
+  int one_token = 0, odd = 0, sigmoid_groups = 0, shared = 0, clamped = 0, hopper = 0, chunks = 0, wide = 0;
   std::vector<int> kinds(7, 0);
   check_cases(400, [&] {
     const FuzzCase fc = *gen_fuzz_case();
@@ -46,9 +46,10 @@ TEST(Generators, CasesAreValidAndCoverTheEdges) {
     clamped += fc.config.swiglu_limit > 0;
     hopper += fc.params.options.step == StepModel::hopper_tc;
     chunks += fc.config.tokens() > kLayoutChunk;
+    wide += fc.config.hidden > 256 && fc.config.intermediate > 256;  // past one GPU tile both ways
     ++kinds[int(fc.routing)];
   });
-  for (int n : {one_token, odd, sigmoid_groups, shared, clamped, hopper, chunks}) EXPECT_GT(n, 10);
+  for (int n : {one_token, odd, sigmoid_groups, shared, clamped, hopper, chunks, wide}) EXPECT_GT(n, 10);
   for (int n : kinds) EXPECT_GT(n, 20);
 }
 
