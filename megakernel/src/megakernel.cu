@@ -416,9 +416,7 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   validate_weights(c, w);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   static_assert(kRingRowGranularity == kTileRows);
-  require(launch.ring_rows > 0 && launch.ring_rows % kTileRows == 0, "ring_rows = " + std::to_string(launch.ring_rows) +
-                                                                         " is not a positive multiple of " +
-                                                                         std::to_string(kTileRows));
+  validate_ring_rows(launch.ring_rows, kTileRows);
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
   require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
           "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");

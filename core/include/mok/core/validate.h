@@ -19,10 +19,11 @@ inline bool all_finite(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
 }
 
-// A receive ring of `rows` rows per rank: whole K-steps (the reference's chains run per ring chunk).
-inline void validate_ring_rows(int rows) {
-  require(rows > 0 && rows % kStepK == 0,
-          "ring_rows = " + std::to_string(rows) + " is not a positive multiple of " + std::to_string(kStepK));
+// A receive ring of `rows` rows per rank, in whole units of `granularity` rows: K-steps for the
+// reference (its chains run per ring chunk), 128-row tiles for the GPU.
+inline void validate_ring_rows(int rows, int granularity = kStepK) {
+  require(rows > 0 && rows % granularity == 0,
+          "ring_rows = " + std::to_string(rows) + " is not a positive multiple of " + std::to_string(granularity));
 }
 
 template <class V>
