@@ -11,6 +11,39 @@
 namespace mok::gpu {
 namespace {
 
+// The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
+// buffers into the ring (g = dy W2 reads it) and, weighted, into dye = bf16(w dy) per padded row (dW2's
+// operand) in the same pass; padding rows zero.
+__device__ void pull_dy(const Params& p, int cycle) {
+  const int H = p.c.hidden;
+  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
+    const RingRow row = ring_row(p, cycle, item);
+    if (!row.in_tile) continue;
+    bf16* ring = ring_row_data(p, row.r, row.q);
+    bf16* dye = p.dye + row.pad * H;
+    if (!row.valid) {
+      copy_row(ring, nullptr, H);
+      copy_row(dye, nullptr, H);
+      continue;
+    }
+    const RankBuffers* src;
+    const long slot = source_slot(p, row, src);
+    const float w = src->topk_w[slot];
+    const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(src->dy + slot / p.c.top_k * H);
+    Bf16x8* ring_vec = reinterpret_cast<Bf16x8*>(ring);
+    Bf16x8* dye_vec = reinterpret_cast<Bf16x8*>(dye);
+    row_pass(
+        H / 8, [&](int c) { return dy[c]; },
+        [&](int c, const Bf16x8& v) {
+          ring_vec[c] = v;
+          Bf16x8 out;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
+          dye_vec[c] = out;
+        });
+  }
+}
+
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
@@ -30,32 +63,6 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// Ring row `item` of this cycle (over all ranks' rings): its rank, its tile (none: an empty slot) and
-// its padded row; `valid` false for a tile's padding rows.
-struct RingRow {
-  int r, q;
-  bool in_tile, valid;
-  ExpertTile t;
-  long pad;
-};
-__device__ RingRow ring_row(const Params& p, int cycle, long item) {
-  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
-  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
-  if (tile < 0) return row;
-  row.in_tile = true;
-  row.t = expert_tile(p, tile);
-  row.valid = row.q % kTileRows < row.t.rows;
-  row.pad = row.t.pad_row + row.q % kTileRows;
-  return row;
-}
-
-// The (token, slot) a valid ring row came from, in its source rank's buffers.
-__device__ long source_slot(const Params& p, const RingRow& row, const RankBuffers*& src) {
-  const SlotSource s = slot_source(p, row.t.first_row + row.q % kTileRows);
-  src = &p.rank[token_rank(p, s.token)];
-  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
-}
-
 // d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
 // (the core's fma_chain order), so rows run side by side. A warp stages 32 rows x 32 columns of g
 // and a in shared memory at a time (the GEMM stages, idle in this phase), so every load is a run of
@@ -67,7 +74,7 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
   Panel* panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0]) + 2 * (threadIdx.x / 32);
   Panel &gs = panel[0], &as = panel[1];
   const int I = p.c.intermediate, lane = lane_id();
-  const long rows = long(executed_ranks(p)) * p.ring_rows;  // a multiple of 32: rings are whole tiles
+  const long rows = cycle_ring_rows(p);
   for (long first = warp_id() * kRows; first < rows; first += warp_count() * kRows) {
     const RingRow mine = ring_row(p, cycle, first + lane);
     const unsigned valid = __ballot_sync(~0u, mine.valid);
@@ -101,18 +108,16 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
-// Per ring row (one warp): dh = bf16(swiglu_grad(w g)), dye = bf16(w dy), xe = the token's x row;
-// zeros in the padding rows. Rows are 16-byte vectors per lane (I and H are multiples of 64).
+// Per ring row (one warp): dh = bf16(swiglu_grad(w g)); zeros in the padding rows. Rows are 16-byte
+// vectors per lane (I is a multiple of 64).
 __device__ void expert_row_grad(const Params& p, int cycle) {
-  const int I = p.c.intermediate, H = p.c.hidden;
-  for (long item = warp_id(); item < long(executed_ranks(p)) * p.ring_rows; item += warp_count()) {
+  const int I = p.c.intermediate;
+  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
     const RingRow row = ring_row(p, cycle, item);
     if (!row.in_tile) continue;
     bf16* dh = p.dh + row.pad * 2 * I;
     if (!row.valid) {
       copy_row(dh, nullptr, 2 * I);
-      copy_row(p.dye + row.pad * H, nullptr, H);
-      copy_row(p.xe + row.pad * H, nullptr, H);
       continue;
     }
     const RankBuffers* src;
@@ -142,26 +147,6 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
           }
           dh_vec[c] = d_gate;
           dh_vec[I / 8 + c] = d_up;
-        });
-    // dy's and x's vectors in one pass, so both rows' loads are in flight together.
-    struct DyAndX {
-      Bf16x8 dy, x;
-    };
-    const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(ring_row_data(p, row.r, row.q));
-    const Bf16x8* x = reinterpret_cast<const Bf16x8*>(src->x + slot / p.c.top_k * H);
-    Bf16x8* dye = reinterpret_cast<Bf16x8*>(p.dye + row.pad * H);
-    Bf16x8* xe = reinterpret_cast<Bf16x8*>(p.xe + row.pad * H);
-    row_pass(
-        H / 8,
-        [&](int c) {
-          return DyAndX{dy[c], x[c]};
-        },
-        [&](int c, const DyAndX& v) {
-          Bf16x8 out;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.dy.e[j]);
-          dye[c] = out;
-          xe[c] = v.x;
         });
   }
 }
@@ -320,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   if (p.peers.gpus > 1 && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    pull_into_rings(p, cycle, [&](int r) { return p.rank[r].dy; });
+    pull_dy(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;
     expert_down_grad(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;

@@ -255,24 +255,45 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
       [&](int i, int4 v) { d[i] = v; });
 }
 
-// Fills each executed rank's ring with the rows of its tiles for this cycle, read from the source
-// ranks' buffers (`source(rank)` gives the [T, H] buffer: x forward, dy backward). Padding rows are zero.
-template <class Source>
-__device__ void pull_into_rings(const Params& p, int cycle, Source source) {
+// Ring row `item` of this cycle (over all ranks' rings): its rank, its tile (none: an empty slot) and
+// its padded row; `valid` false for a tile's padding rows.
+struct RingRow {
+  int r, q;
+  bool in_tile, valid;
+  ExpertTile t;
+  long pad;
+};
+__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
+  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
+  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
+  if (tile < 0) return row;
+  row.in_tile = true;
+  row.t = expert_tile(p, tile);
+  row.valid = row.q % kTileRows < row.t.rows;
+  row.pad = row.t.pad_row + row.q % kTileRows;
+  return row;
+}
+
+// The (token, slot) a valid ring row came from, in its source rank's buffers.
+__device__ inline long source_slot(const Params& p, const RingRow& row, const RankBuffers*& src) {
+  const SlotSource s = slot_source(p, row.t.first_row + row.q % kTileRows);
+  src = &p.rank[token_rank(p, s.token)];
+  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
+}
+
+// Ring rows of this cycle over the executed ranks (a multiple of 32: rings are whole tiles).
+__device__ __forceinline__ long cycle_ring_rows(const Params& p) { return long(executed_ranks(p)) * p.ring_rows; }
+
+// The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
+// straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward); padding rows zero.
+__device__ inline void pull_x(const Params& p, int cycle) {
   const int H = p.c.hidden;
-  const long rows = long(executed_ranks(p)) * p.ring_rows;
-  for (long item = warp_id(); item < rows; item += warp_count()) {
-    const int r = p.rank_begin + int(item / p.ring_rows), q = int(item % p.ring_rows);
-    const int tile = ring_tile(p, r, cycle, q / kTileRows);
-    const bf16* src = nullptr;
-    if (tile >= 0) {
-      const ExpertTile t = expert_tile(p, tile);
-      if (q % kTileRows < t.rows) {
-        const int g = slot_source(p, t.first_row + q % kTileRows).token;
-        src = source(token_rank(p, g)) + long(token_local(p, g)) * H;
-      }
-    }
-    copy_row(ring_row_data(p, r, q), src, H);
+  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
+    const RingRow row = ring_row(p, cycle, item);
+    if (!row.in_tile) continue;
+    const RankBuffers* src = nullptr;
+    const long slot = row.valid ? source_slot(p, row, src) : 0;
+    copy_row(p.xe + row.pad * H, row.valid ? src->x + slot / p.c.top_k * H : nullptr, H);
   }
 }
 

@@ -1,5 +1,6 @@
-// The persistent forward kernel: router, dispatch layout, then ring cycles of pull dispatch,
-// GEMM1 + SwiGLU and GEMM2 + push combine, and the slot-ordered combine on the source ranks.
+// The persistent forward kernel: router, dispatch layout, then ring cycles of pull dispatch (x rows
+// into xe, per padded row), GEMM1 + SwiGLU and GEMM2 + push combine, and the slot-ordered combine on
+// the source ranks.
 // Phases are separated by the watchdog grid barrier; every reduction is in the order of the shared
 // core code, so the bits equal the CPU reference's (docs/architecture.md, docs/numerics.md).
 #include "kernels.cuh"
@@ -135,15 +136,15 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
       });
 }
 
-// GEMM1 + SwiGLU on the rows in the rings: tiles (rank, ring slot, 128 columns of I). Padding rows
-// (zero in the ring) are written too: their a is zero, as the weight gradients expect.
+// GEMM1 + SwiGLU on this cycle's tiles' rows of xe: tiles (rank, ring slot, 128 columns of I).
+// Padding rows (zero in xe) are written too: their a is zero, as the weight gradients expect.
 __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   ring_gemm(
       pipe, p, cycle, kExpertUp, kGateCols, I,
       [&](const RingItem& it) {
         const int w = it.t.expert * 2 * I + it.n0;
-        return k_major(p.maps.ring, p.maps.w1, it.ring_row, w, w + I, H);
+        return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
         swiglu_epilogue(p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     token_gemm_bf16(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y, kPull);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    pull_into_rings(p, cycle, [&](int r) { return p.rank[r].x; });
+    pull_x(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;
     expert_up(pipe, p, cycle);
     if (!grid_sync(b, kExpertUp, cycle)) return;
