@@ -396,13 +396,13 @@ struct Megakernel::Impl {
   void poison_forward(GpuState& s) {
     s.logits.poison();
     for (auto* buf : {&s.offsets, &s.tile_offsets, &s.row_source, &s.slot_row}) buf->poison();
-    for (auto* buf : {&s.h, &s.a, &s.shared_h, &s.shared_a, &s.shared_y, &s.y}) buf->poison();
+    for (auto* buf : {&s.xe, &s.h, &s.a, &s.shared_h, &s.shared_a, &s.shared_y, &s.y}) buf->poison();
     s.slots.poison();
   }
 
   void poison_backward(GpuState& s) {
     for (auto* buf : {&s.g, &s.d_router, &s.d_w1, &s.d_w2, &s.d_shared_w1, &s.d_shared_w2}) buf->poison();
-    for (auto* buf : {&s.dh, &s.dye, &s.xe, &s.shared_dh, &s.shared_y, &s.dx}) buf->poison();
+    for (auto* buf : {&s.dh, &s.dye, &s.shared_dh, &s.shared_y, &s.dx}) buf->poison();
     s.d_topk_w.poison();
     s.d_logits.poison();
     s.slots.poison();
