@@ -54,12 +54,8 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
         return k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kTileN / 2, H);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
-        for_each_pair(
-            half, acc,
-            [&](int row, int col, float v0, float v1) {
-              *reinterpret_cast<float2*>(p.g + long(it.t.pad_row + row) * I + it.n0 + col) = float2{v0, v1};
-            },
-            min(kTileN, I - it.n0));
+        stage_row_dst(pipe, half, 0, [&](int r) { return p.g + long(it.t.pad_row + r) * I + it.n0; });
+        write_f32_tile(pipe, half, acc, I - it.n0);
       });
 }
 
@@ -225,13 +221,9 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         return true;
       },
       [&](long, int half, const float(&acc)[kAccumulators]) {
-        for_each_pair(
-            half, acc,
-            [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m)
-                *reinterpret_cast<float2*>(wg.out + long(m0 + row) * wg.n + n0 + col) = float2{v0, v1};
-            },
-            min(kTileN, wg.n - n0));
+        stage_row_dst(pipe, half, 0,
+                      [&](int r) { return m0 + r < wg.m ? wg.out + long(m0 + r) * wg.n + n0 : nullptr; });
+        write_f32_tile(pipe, half, acc, wg.n - n0);
       });
 }
 

@@ -19,8 +19,15 @@ __device__ __forceinline__ long warp_id() { return thread_id() / 32; }
 __device__ __forceinline__ long warp_count() { return thread_count() / 32; }
 __device__ __forceinline__ int lane_id() { return threadIdx.x % 32; }
 
+// Two floats rounded to bf16, packed as one 32-bit word (v0 in the low half: the lower address).
+__device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) {
+  return uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
+}
+__device__ __forceinline__ float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
+__device__ __forceinline__ float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
+
 __device__ __forceinline__ void store_pair(bf16* dst, float v0, float v1) {
-  *reinterpret_cast<uint32_t*>(dst) = uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
+  *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v0, v1);
 }
 
 // A tile of one expert's layout rows: tiles are numbered expert by expert (tile_offsets).
@@ -173,51 +180,70 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
-// Writes a finished half tile as bf16 rows through the warpgroup's staging rows in shared memory, in
-// passes of 64 columns: each thread rounds its accumulator pairs of the pass into the rows, then 8
-// lanes copy each row's part of the first `columns` columns with 16-byte stores to row_dst(row)
-// (row within the whole tile; nullptr: skip). A thread copies the same four rows in every pass.
+// A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
+// rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
+// warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip) in one of two tables;
+// thread t < 64 computes row t's.
 template <class RowDst>
-__device__ void write_half_tile(Pipeline& pipe, int half, const float (&acc)[kAccumulators], int columns,
-                                RowDst row_dst) {
-  constexpr int kRowsPerThread = kTileM / 2 * kStagedCols / 8 / 128, kPerPass = kTileM / 2 * kStagedCols / 128;
+__device__ __forceinline__ void stage_row_dst(Pipeline& pipe, int half, int table, RowDst row_dst) {
+  const int t = threadIdx.x % 128;
+  if (t < kTileM / 2) pipe.smem->staged_dst[half][table][t] = row_dst(kTileM / 2 * half + t);
+}
+
+// One pass of 128 bytes per row: for bf16 output (Elem = bf16), 64 columns, word(i) giving accumulator
+// pair i packed (uint32_t); for fp32 output (Elem = float), 32 columns, word(i) giving the pair as a
+// float2. The pass covers the accumulators of tile columns [cols window, cols (window + 1)); they are
+// staged, then 8 lanes copy each row's 128 bytes with 16-byte stores to its destination in `table`,
+// plus `offset` elements. A thread copies the same four rows in every pass.
+template <class Elem, class Word>
+__device__ __forceinline__ void staged_pass(Pipeline& pipe, int half, int table, int window, long offset, Word word) {
+  constexpr int kCols = 128 / sizeof(Elem), kPerPass = kTileM / 2 * kCols / 128, kRowsPerThread = kTileM / 2 * 8 / 128;
+  static_assert(kCols <= kStagedCols);
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
+  void* const* dst = pipe.smem->staged_dst[half][table];
   const int t = threadIdx.x % 128, chunk = t % 8;
-  bf16* dst[kRowsPerThread];
+  warpgroup_sync(half);  // the last pass's copies are done with the rows; the destinations are published
 #pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) dst[j] = row_dst(kTileM / 2 * half + t / 8 + 16 * j);
+  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2) {
+    Elem* at = reinterpret_cast<Elem*>(rows[acc_row(half, i) - kTileM / 2 * half]) + acc_col(i) - kCols * window;
+    *reinterpret_cast<decltype(word(i))*>(at) = word(i);
+  }
+  warpgroup_sync(half);
 #pragma unroll
-  for (int pass = 0; pass < kTileN / kStagedCols; ++pass) {
-    const int first = kStagedCols * pass;
-    if (first >= columns) break;
-    // The previous pass's (or tile's) copy is done with the rows: the warpgroup met since (the
-    // barrier below, or the warpgroup-wide verdict at the end of this tile's chain).
-    if (pass > 0) warpgroup_sync(half);
-#pragma unroll
-    for (int i = kPerPass * pass; i < kPerPass * (pass + 1); i += 2)
-      if (acc_col(i) < columns)
-        store_pair(reinterpret_cast<bf16*>(&rows[acc_row(half, i) - kTileM / 2 * half][acc_col(i) - first]), acc[i],
-                   acc[i + 1]);
-    warpgroup_sync(half);
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j)
-      if (dst[j] != nullptr && first + 8 * chunk < columns)
-        *reinterpret_cast<int4*>(dst[j] + first + 8 * chunk) =
-            *reinterpret_cast<const int4*>(&rows[t / 8 + 16 * j][8 * chunk]);
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = t / 8 + 16 * j;
+    if (Elem* d = static_cast<Elem*>(dst[r]))
+      *reinterpret_cast<int4*>(d + offset + chunk * (16 / sizeof(Elem))) =
+          reinterpret_cast<const int4*>(rows[r])[chunk];
   }
 }
 
+// A finished half tile of fp32 into rows published in table 0, its first `columns` columns.
+__device__ __forceinline__ void write_f32_tile(Pipeline& pipe, int half, const float (&acc)[kAccumulators],
+                                               int columns) {
+  constexpr int kCols = 128 / sizeof(float);
+#pragma unroll
+  for (int w = 0; w < kTileN / kCols; ++w)
+    if (kCols * w < columns)
+      staged_pass<float>(pipe, half, 0, w, kCols * w, [&](int i) { return float2{acc[i], acc[i + 1]}; });
+}
+
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
-// source rank (y_j in the forward, dx_j in the backward).
+// source rank (y_j in the forward, dx_j in the backward). The row table is free: the warpgroup met at
+// the end of this tile's chain, after the last tile's passes.
 __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, int half,
                                      const float (&acc)[kAccumulators]) {
   const int H = p.c.hidden;
-  write_half_tile(pipe, half, acc, min(kTileN, H - it.n0), [&](int row) -> bf16* {
-    if (row >= it.t.rows) return nullptr;
-    const SlotSource s = slot_source(p, it.t.first_row + row);
+  stage_row_dst(pipe, half, 0, [&](int r) -> bf16* {
+    if (r >= it.t.rows) return nullptr;
+    const SlotSource s = slot_source(p, it.t.first_row + r);
     bf16* slots = p.rank[token_rank(p, s.token)].slots;
     return slots + (long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + it.n0;
   });
+#pragma unroll
+  for (int w = 0; w < kTileN / kStagedCols; ++w)
+    if (it.n0 + kStagedCols * w < H)
+      staged_pass<bf16>(pipe, half, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // Eight consecutive bf16 (16 bytes: one vector access per lane, so a warp moves 512 bytes per step).

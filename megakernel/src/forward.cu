@@ -97,22 +97,29 @@ __device__ void layout_place(Pipeline& pipe, const Params& p) {
 
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
-// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a.
-__device__ void swiglu_epilogue(const Params& p, int half, const float (&acc)[kAccumulators], int inter, int n0,
-                                int valid, long first, bf16* h, bf16* a) {
-  constexpr int kUp = kAccumulators / 2;  // accumulator i's up partner
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a. All of a is computed in registers
+// before the staged passes, so the compiler interleaves the 64 independent SwiGLUs (they are most of
+// this epilogue's time).
+__device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const float (&acc)[kAccumulators], int inter,
+                                int n0, int valid, long first, bf16* h, bf16* a) {
+  constexpr int kUp = kAccumulators / 2, kUpWindow = kTileN / 2 / kStagedCols;  // accumulator i's up partner
+  uint32_t hw[kAccumulators / 2], aw[kUp / 2];
+#pragma unroll
+  for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
+  const float limit = p.c.swiglu_limit;
 #pragma unroll
   for (int i = 0; i < kUp; i += 2) {
-    const int row = acc_row(half, i);
-    if (row >= valid || acc_col(i) >= inter - n0) continue;
-    const long out = first + row;
-    const int col = n0 + acc_col(i);
-    store_pair(h + out * 2 * inter + col, acc[i], acc[i + 1]);
-    store_pair(h + out * 2 * inter + inter + col, acc[i + kUp], acc[i + kUp + 1]);
-    float act[2];
-    for (int j = 0; j < 2; ++j)
-      act[j] = swiglu(to_float(to_bf16(acc[i + j])), to_float(to_bf16(acc[i + kUp + j])), p.c.swiglu_limit);
-    store_pair(a + out * inter + col, act[0], act[1]);
+    const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
+    aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
+  }
+  stage_row_dst(pipe, half, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
+  stage_row_dst(pipe, half, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
+#pragma unroll
+  for (int w = 0; w < kUpWindow; ++w) {
+    if (n0 + kStagedCols * w >= inter) continue;
+    staged_pass<bf16>(pipe, half, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass<bf16>(pipe, half, 0, kUpWindow + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass<bf16>(pipe, half, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
   }
 }
 
@@ -131,8 +138,8 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
       },
       [&](long t, int half, const float(&acc)[kAccumulators]) {
         const long first = t / col_tiles * kTileRows;
-        swiglu_epilogue(p, half, acc, Is, int(t % col_tiles) * kGateCols, int(min(long(kTileRows), N - first)), first,
-                        p.shared_h, p.shared_a);
+        swiglu_epilogue(pipe, p, half, acc, Is, int(t % col_tiles) * kGateCols, int(min(long(kTileRows), N - first)),
+                        first, p.shared_h, p.shared_a);
       });
 }
 
@@ -147,7 +154,7 @@ __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue(p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
+        swiglu_epilogue(pipe, p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
       });
 }
 

@@ -40,6 +40,8 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * kKernelRegisters);
 
 // The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// Stores of whole 128-byte row parts, 16 bytes per lane, cost about half of what the accumulator
+// layout's scattered 4-byte stores cost (results/2026-11-29-h200-r).
 inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 
@@ -48,6 +50,7 @@ struct GemmSmem {
   uint64_t full[kStages];                                    // TMA bytes landed
   uint64_t empty[kStages];                                   // every consumer warp done reading
   alignas(16) uint16_t staged[2][kTileM / 2][kStagedPitch];  // each consumer warpgroup's rows, as bf16
+  void* staged_dst[2][2][kTileM / 2];                        // per warpgroup, two tables of where each staged row goes
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + 1024;  // + room to align the dynamic base
 

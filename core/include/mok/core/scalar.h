@@ -13,18 +13,22 @@ MOK_HD float exp2_int(int n) {
   return float_of(1u << (n + 149));
 }
 
+// Straight-line code (selects, no early returns): a GPU epilogue runs dozens of these per thread, and
+// without branches the compiler interleaves them.
 MOK_HD float exp_f32(float x) {
-  if (x != x) return x;
-  if (x > 88.72283935546875f) return float_of(0x7f800000u);
-  if (x < -103.972076416015625f) return 0.0f;
+  constexpr float kOverflow = 88.72283935546875f, kUnderflow = -103.972076416015625f;
+  const bool nan = x != x;
+  // The reduction runs on x clamped into the finite range (and NaN on 0), so n below is a small
+  // integer for every input; the selects at the end give the clamped inputs their results.
+  const float xc = nan ? 0.0f : (x > kOverflow ? kOverflow : (x < kUnderflow ? kUnderflow : x));
   // n = round(x / ln 2) through the 1.5*2^23 shifter; r = x - n*ln2 in two exact-ish parts.
   constexpr float kLog2e = 1.44269502162933349609375f;
   constexpr float kShifter = 12582912.0f;
   constexpr float kLn2Hi = 0.693145751953125f;  // 11 significant bits: n*kLn2Hi is exact
   constexpr float kLn2Lo = 1.428606765330187045e-06f;
-  const float shifted = fma32(x, kLog2e, kShifter);
+  const float shifted = fma32(xc, kLog2e, kShifter);
   const float n = shifted - kShifter;
-  float r = fma32(-n, kLn2Hi, x);
+  float r = fma32(-n, kLn2Hi, xc);
   r = fma32(-n, kLn2Lo, r);
   // exp(r) on |r| <= 0.35 by Taylor to degree 7 in Horner form.
   float p = 1.0f / 5040.0f;
@@ -35,11 +39,13 @@ MOK_HD float exp_f32(float x) {
   p = fma32(p, r, 0.5f);
   p = fma32(p, r, 1.0f);
   p = fma32(p, r, 1.0f);
+  // p 2^n as (p 2^a) b with 2^a normal: two exact power-of-two scalings keep a subnormal result to a
+  // single rounding (a = n + 64, b = 2^-64), and 2^128 is reached as 2^127 * 2; else b = 1.
   const int ni = int(n);
-  // Two exact power-of-two scalings keep a subnormal result to a single rounding.
-  if (ni < -125) return (p * exp2_int(ni + 64)) * exp2_int(-64);
-  if (ni > 127) return (p * exp2_int(ni - 1)) * 2.0f;
-  return p * exp2_int(ni);
+  const int a = ni < -125 ? ni + 64 : (ni > 127 ? ni - 1 : ni);
+  const float b = ni < -125 ? exp2_int(-64) : (ni > 127 ? 2.0f : 1.0f);
+  const float e = (p * float_of(uint32_t(a + 127) << 23)) * b;
+  return nan ? x : (x > kOverflow ? float_of(0x7f800000u) : (x < kUnderflow ? 0.0f : e));
 }
 
 MOK_HD float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
