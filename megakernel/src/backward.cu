@@ -51,11 +51,15 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       pipe, p, cycle, kDownGrad, kTileN, I,
       [&](const RingItem& it) {
         const int w = it.t.expert * I + it.n0;
-        return k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, w + kTileN / 2, H);
+        return k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, H);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
-        stage_row_dst(pipe, half, 0, [&](int r) { return p.g + long(it.t.pad_row + r) * I + it.n0; });
-        write_f32_tile(pipe, half, acc, I - it.n0);
+        for_each_pair(
+            half, acc,
+            [&](int row, int col, float v0, float v1) {
+              *reinterpret_cast<float2*>(p.g + long(it.t.pad_row + row) * I + it.n0 + col) = float2{v0, v1};
+            },
+            min(kTileN, I - it.n0));
       });
 }
 
@@ -154,7 +158,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       pipe, p, cycle, kDxPush, kTileN, H,
       [&](const RingItem& it) {
         const int w = it.t.expert * H + it.n0;
-        return k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, w + kTileN / 2, 2 * I);
+        return k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, 2 * I);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }
@@ -221,9 +225,13 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         return true;
       },
       [&](long, int half, const float(&acc)[kAccumulators]) {
-        stage_row_dst(pipe, half, 0,
-                      [&](int r) { return m0 + r < wg.m ? wg.out + long(m0 + r) * wg.n + n0 : nullptr; });
-        write_f32_tile(pipe, half, acc, wg.n - n0);
+        for_each_pair(
+            half, acc,
+            [&](int row, int col, float v0, float v1) {
+              if (m0 + row < wg.m)
+                *reinterpret_cast<float2*>(wg.out + long(m0 + row) * wg.n + n0 + col) = float2{v0, v1};
+            },
+            min(kTileN, wg.n - n0));
       });
 }
 

@@ -134,6 +134,10 @@ __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtenso
                                             int k) {
   return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, k / kBox};
 }
+// ... with B's 256 rows contiguous from b_row.
+__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b_row, int k) {
+  return k_major(ma, mb, a_row, b_row, b_row + kTileN / 2, k);
+}
 
 // C = a b^T over every token g (the shared expert's GEMMs): A map [N, k], B map [n, k]; the
 // accumulators of token g, columns col and col + 1 (< n), go to store(g, col, c0, c1).
@@ -145,7 +149,7 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
       pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, phase,
       [&](long t, TileLoad& l) {
         const int n0 = int(t % col_tiles) * kTileN;
-        l = k_major(a, b, int(t / col_tiles) * kTileRows, n0, n0 + kTileN / 2, k);
+        l = k_major(a, b, int(t / col_tiles) * kTileRows, n0, k);
         return true;
       },
       [&](long t, int half, const float(&acc)[kAccumulators]) {
@@ -190,42 +194,29 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, int half, int tabl
   if (t < kTileM / 2) pipe.smem->staged_dst[half][table][t] = row_dst(kTileM / 2 * half + t);
 }
 
-// One pass of 128 bytes per row: for bf16 output (Elem = bf16), 64 columns, word(i) giving accumulator
-// pair i packed (uint32_t); for fp32 output (Elem = float), 32 columns, word(i) giving the pair as a
-// float2. The pass covers the accumulators of tile columns [cols window, cols (window + 1)); they are
-// staged, then 8 lanes copy each row's 128 bytes with 16-byte stores to its destination in `table`,
-// plus `offset` elements. A thread copies the same four rows in every pass.
-template <class Elem, class Word>
+// One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
+// i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
+// destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
+// (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
+// staged they were slower, results/2026-11-29-h200-w.)
+template <class Word>
 __device__ __forceinline__ void staged_pass(Pipeline& pipe, int half, int table, int window, long offset, Word word) {
-  constexpr int kCols = 128 / sizeof(Elem), kPerPass = kTileM / 2 * kCols / 128, kRowsPerThread = kTileM / 2 * 8 / 128;
-  static_assert(kCols <= kStagedCols);
+  constexpr int kPerPass = kTileM / 2 * kStagedCols / 128, kRowsPerThread = kTileM / 2 * 8 / 128;
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
   void* const* dst = pipe.smem->staged_dst[half][table];
   const int t = threadIdx.x % 128, chunk = t % 8;
   warpgroup_sync(half);  // the last pass's copies are done with the rows; the destinations are published
 #pragma unroll
-  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2) {
-    Elem* at = reinterpret_cast<Elem*>(rows[acc_row(half, i) - kTileM / 2 * half]) + acc_col(i) - kCols * window;
-    *reinterpret_cast<decltype(word(i))*>(at) = word(i);
-  }
+  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
+    *reinterpret_cast<uint32_t*>(&rows[acc_row(half, i) - kTileM / 2 * half][acc_col(i) - kStagedCols * window]) =
+        word(i);
   warpgroup_sync(half);
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j) {
     const int r = t / 8 + 16 * j;
-    if (Elem* d = static_cast<Elem*>(dst[r]))
-      *reinterpret_cast<int4*>(d + offset + chunk * (16 / sizeof(Elem))) =
-          reinterpret_cast<const int4*>(rows[r])[chunk];
+    if (bf16* d = static_cast<bf16*>(dst[r]))
+      *reinterpret_cast<int4*>(d + offset + 8 * chunk) = *reinterpret_cast<const int4*>(&rows[r][8 * chunk]);
   }
-}
-
-// A finished half tile of fp32 into rows published in table 0, its first `columns` columns.
-__device__ __forceinline__ void write_f32_tile(Pipeline& pipe, int half, const float (&acc)[kAccumulators],
-                                               int columns) {
-  constexpr int kCols = 128 / sizeof(float);
-#pragma unroll
-  for (int w = 0; w < kTileN / kCols; ++w)
-    if (kCols * w < columns)
-      staged_pass<float>(pipe, half, 0, w, kCols * w, [&](int i) { return float2{acc[i], acc[i + 1]}; });
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
@@ -243,7 +234,7 @@ __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const Ring
 #pragma unroll
   for (int w = 0; w < kTileN / kStagedCols; ++w)
     if (it.n0 + kStagedCols * w < H)
-      staged_pass<bf16>(pipe, half, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
+      staged_pass(pipe, half, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // Eight consecutive bf16 (16 bytes: one vector access per lane, so a warp moves 512 bytes per step).

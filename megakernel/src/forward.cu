@@ -117,9 +117,9 @@ __device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const
 #pragma unroll
   for (int w = 0; w < kUpWindow; ++w) {
     if (n0 + kStagedCols * w >= inter) continue;
-    staged_pass<bf16>(pipe, half, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass<bf16>(pipe, half, 0, kUpWindow + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass<bf16>(pipe, half, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
+    staged_pass(pipe, half, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, half, 0, kUpWindow + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, half, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
   }
 }
 
@@ -165,7 +165,7 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
       pipe, p, cycle, kExpertDown, kTileN, H,
       [&](const RingItem& it) {
         const int w = it.t.expert * H + it.n0;
-        return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, w + kTileN / 2, I);
+        return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
       [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
 }

@@ -28,6 +28,17 @@ __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
   return *reinterpret_cast<volatile int*>(&b.error->code) != kNoError;
 }
 
+// One check of a spin-wait's watchdog: true (stop waiting) once any block has recorded an error, or
+// once the wait, begun at `start`, has passed the timeout (then it records code, phase, cycle and
+// detail), so a stuck launch drains quickly everywhere.
+__device__ inline bool watchdog_stop(const GridBarrier& b, long long start, int code, int phase, int cycle,
+                                     int detail) {
+  if (error_recorded(b)) return true;
+  if (global_ns() - start <= b.timeout_ns) return false;
+  record_error(b, code, phase, cycle, detail);
+  return true;
+}
+
 // Block 0's stamp (see PhaseClock); one writer, so a plain counter.
 __device__ inline void stamp_phase(const GridBarrier& b, int phase) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -51,14 +62,8 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
       atomicAdd(const_cast<unsigned int*>(generation), 1u);
     } else {
       const long long start = global_ns();
-      while (*generation == seen) {
-        if (error_recorded(b)) break;
-        if (global_ns() - start > b.timeout_ns) {
-          record_error(b, kBarrierTimeout, phase, cycle, int(blockIdx.x));
-          break;
-        }
+      while (*generation == seen && !watchdog_stop(b, start, kBarrierTimeout, phase, cycle, int(blockIdx.x)))
         __nanosleep(64);
-      }
     }
     __threadfence();
     stamp_phase(b, phase);
@@ -85,11 +90,7 @@ __device__ inline void peer_barrier(const GridBarrier& b, const PeerSync& s, int
   const long long start = global_ns();
   for (int j = 0; j < s.gpus; ++j)
     while (int(load_acquire_system(s.flags[s.me] + j) - number) < 0) {
-      if (error_recorded(b)) return;
-      if (global_ns() - start > b.timeout_ns) {
-        record_error(b, kPeerTimeout, phase, cycle, j);
-        return;
-      }
+      if (watchdog_stop(b, start, kPeerTimeout, phase, cycle, j)) return;
       __nanosleep(256);
     }
 }

@@ -89,17 +89,12 @@ __device__ inline Pipeline pipeline_init() {
   return pipe;
 }
 
-// A bounded wait: false once the watchdog's timeout passes (the block records the phase) or once any
-// block has recorded an error (polled now and then), so a stuck launch drains quickly everywhere.
+// A bounded wait: false once the watchdog stops it (checked every 256 tries: each try is a bounded
+// hardware wait already).
 __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
   const long long start = global_ns();
-  for (uint32_t spin = 1; !ptx::mbarrier_try_wait(bar, parity); ++spin) {
-    if (spin % 256 == 0 && error_recorded(b)) return false;
-    if (global_ns() - start > b.timeout_ns) {
-      record_error(b, kPipelineTimeout, phase, 0, int(blockIdx.x));
-      return false;
-    }
-  }
+  for (uint32_t spin = 1; !ptx::mbarrier_try_wait(bar, parity); ++spin)
+    if (spin % 256 == 0 && watchdog_stop(b, start, kPipelineTimeout, phase, 0, int(blockIdx.x))) return false;
   return true;
 }
 
