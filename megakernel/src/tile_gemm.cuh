@@ -40,8 +40,8 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= kThreads * kKernelRegisters);
 
 // The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
-// Stores of whole 128-byte row parts, 16 bytes per lane, cost about half of what the accumulator
-// layout's scattered 4-byte stores cost (results/2026-11-29-h200-r).
+// bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
+// accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 
