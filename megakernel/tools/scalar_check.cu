@@ -1,0 +1,171 @@
+// mok-scalar-check: the layer's shared scalar functions on the GPU against the same source on the
+// CPU, bit for bit, over whole input spaces (D5: one host/device implementation must also compile to
+// the same bits on both). exp_f32, sigmoid_f32, silu_with_grad_f32 (value and gradient) and to_bf16
+// see every one of the 2^32 float bit patterns; swiglu (unclamped and clamped) and swiglu_grad see
+// every pair of bf16 operands (their inputs are bf16-rounded h), swiglu_grad with a gradient drawn
+// from the pair by a hash. NaN outputs must match bit for bit too.
+// Usage: mok-scalar-check [stride=1]: stride > 1 checks every stride-th input only (the ctest).
+// Exit status: 0 no mismatch, 1 any, 2 error, 77 no GPU (a skip for ctest).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mok/core/bf16.h"
+#include "mok/core/scalar.h"
+#include "mok/core/swiglu.h"
+#include "mok/megakernel/check.h"
+
+namespace {
+
+using mok::bf16;
+using mok::bits_of;
+using mok::float_of;
+
+constexpr float kLimit = 7.0f;  // the clamped SwiGLU's limit (gpt-oss)
+
+// A function under test: input pattern u (32 bits) -> output bits; the same object runs on both sides.
+struct Exp {
+  __host__ __device__ uint32_t operator()(uint32_t u) const { return bits_of(mok::exp_f32(float_of(u))); }
+};
+struct Sigmoid {
+  __host__ __device__ uint32_t operator()(uint32_t u) const { return bits_of(mok::sigmoid_f32(float_of(u))); }
+};
+struct SiluValue {
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    return bits_of(mok::silu_with_grad_f32(float_of(u)).value);
+  }
+};
+struct SiluGrad {
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    return bits_of(mok::silu_with_grad_f32(float_of(u)).grad);
+  }
+};
+struct ToBf16 {
+  __host__ __device__ uint32_t operator()(uint32_t u) const { return mok::to_bf16(float_of(u)).bits; }
+};
+
+// u = gate bits << 16 | up bits.
+__host__ __device__ float gate_of(uint32_t u) { return mok::to_float(bf16{uint16_t(u >> 16)}); }
+__host__ __device__ float up_of(uint32_t u) { return mok::to_float(bf16{uint16_t(u & 0xffffu)}); }
+
+struct Swiglu {
+  float limit;
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    return bits_of(mok::swiglu(gate_of(u), up_of(u), limit));
+  }
+};
+
+// The gradient reaching a: a finite float of either sign, exponents 2^-20 .. 2^11, from a hash of u.
+__host__ __device__ float da_of(uint32_t u) {
+  uint32_t h = u * 0x9e3779b1u;
+  h ^= h >> 15;
+  h *= 0x85ebca77u;
+  h ^= h >> 13;
+  return float_of((h & 0x80000000u) | ((107u + (h >> 8) % 32u) << 23) | (h & 0x7fffffu));
+}
+struct SwigluGrad {
+  float limit;
+  bool up;  // which output: d gate or d up
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    const mok::SwigluGrad g = mok::swiglu_grad(gate_of(u), up_of(u), da_of(u), limit);
+    return bits_of(up ? g.up : g.gate);
+  }
+};
+
+template <class F>
+__global__ void evaluate(uint64_t first, uint64_t stride, uint32_t n, uint32_t* out, F f) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = f(uint32_t(first + uint64_t(i) * stride));
+}
+
+constexpr uint32_t kChunk = 1u << 26;  // inputs per launch (256 MB of results)
+
+struct Report {
+  uint64_t inputs = 0, mismatches = 0;
+  uint32_t first_input = 0, gpu = 0, cpu = 0;
+};
+
+// Compares the chunk's GPU results with the CPU's, on every core; keeps the first mismatch.
+template <class F>
+void compare_chunk(const std::vector<uint32_t>& gpu, uint64_t first, uint64_t stride, uint32_t n, F f, Report& report) {
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<Report> part(workers);
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      for (uint32_t i = uint32_t(uint64_t(n) * w / workers); i < uint32_t(uint64_t(n) * (w + 1) / workers); ++i) {
+        const uint32_t input = uint32_t(first + uint64_t(i) * stride), want = f(input);
+        if (gpu[i] == want) continue;
+        if (part[w].mismatches++ == 0) part[w].first_input = input, part[w].gpu = gpu[i], part[w].cpu = want;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  report.inputs += n;
+  for (const Report& p : part) {
+    if (p.mismatches > 0 && report.mismatches == 0)
+      report.first_input = p.first_input, report.gpu = p.gpu, report.cpu = p.cpu;
+    report.mismatches += p.mismatches;
+  }
+}
+
+template <class F>
+bool check(const char* name, F f, uint64_t stride, uint32_t* device_out) {
+  const uint64_t total = ((uint64_t(1) << 32) + stride - 1) / stride;
+  std::vector<uint32_t> gpu(kChunk);
+  Report report;
+  for (uint64_t done = 0; done < total; done += kChunk) {
+    const uint32_t n = uint32_t(std::min<uint64_t>(kChunk, total - done));
+    MOK_CUDA_CHECK(cudaMemset(device_out, 0xff, size_t(n) * sizeof(uint32_t)));  // poison
+    evaluate<<<(n + 255) / 256, 256>>>(done * stride, stride, n, device_out, f);
+    MOK_CUDA_CHECK(cudaGetLastError());
+    MOK_CUDA_CHECK(cudaMemcpy(gpu.data(), device_out, size_t(n) * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    compare_chunk(gpu, done * stride, stride, n, f, report);
+  }
+  std::printf("%-26s %10llu inputs  %llu mismatches", name, static_cast<unsigned long long>(report.inputs),
+              static_cast<unsigned long long>(report.mismatches));
+  if (report.mismatches > 0)
+    std::printf("  (first: input 0x%08x, gpu 0x%08x, cpu 0x%08x)", report.first_input, report.gpu, report.cpu);
+  std::printf("\n");
+  std::fflush(stdout);
+  return report.mismatches == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const long stride = argc > 1 ? std::atol(argv[1]) : 1;
+    if (argc > 2 || stride < 1) {
+      std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1]\n");
+      return 2;
+    }
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      std::printf("mok-scalar-check: no GPU, skipped\n");
+      return 77;
+    }
+    uint32_t* out = nullptr;
+    MOK_CUDA_CHECK(cudaMalloc(&out, size_t(kChunk) * sizeof(uint32_t)));
+    const uint64_t s = uint64_t(stride);
+    bool ok = check("exp_f32", Exp{}, s, out);
+    ok = check("sigmoid_f32", Sigmoid{}, s, out) && ok;
+    ok = check("silu value", SiluValue{}, s, out) && ok;
+    ok = check("silu gradient", SiluGrad{}, s, out) && ok;
+    ok = check("to_bf16", ToBf16{}, s, out) && ok;
+    ok = check("swiglu", Swiglu{0.0f}, s, out) && ok;
+    ok = check("swiglu clamped", Swiglu{kLimit}, s, out) && ok;
+    ok = check("swiglu_grad gate", SwigluGrad{0.0f, false}, s, out) && ok;
+    ok = check("swiglu_grad up", SwigluGrad{0.0f, true}, s, out) && ok;
+    ok = check("swiglu_grad gate clamped", SwigluGrad{kLimit, false}, s, out) && ok;
+    ok = check("swiglu_grad up clamped", SwigluGrad{kLimit, true}, s, out) && ok;
+    MOK_CUDA_CHECK(cudaFree(out));
+    std::printf("mok-scalar-check: %s\n", ok ? "every output equal" : "MISMATCH");
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mok-scalar-check: %s\n", e.what());
+    return 2;
+  }
+}
