@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT, at most 8
-# files): build with the carried rapidcheck, then the steps asked for, in the order given:
+# One device call on the H200 (the device tool runs it in the repo root; logs go to $OUT, of which the
+# tool returns at most 8 files: summary, build and each step's log below, so pick steps to fit): build with the carried rapidcheck, then the steps asked for, in the order given:
 #   tests   ctest -L gpu, and every golden through the GPU backend (mok-verify)
 #   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma), and the shared
-#           scalar functions GPU against CPU on every input (mok-scalar-check, scalar_check.log)
+#           scalar functions GPU against CPU on every input (mok-scalar-check); both in model.log
 #   memcheck compute-sanitizer memcheck over the GPU tests (appended to gpu_tests.log)
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
@@ -45,11 +45,12 @@ for step in "$@"; do
       ;;
     model)
       log "mok-tc-validate 1e8 (mma.sync) and 1e8 (wgmma)"
-      { build/megakernel/mok-tc-validate 1e8; build/megakernel/mok-tc-validate 1e8 20261130 wgmma; } >"$out/tc_validate.log" 2>&1
-      grep -i "mismatch" "$out/tc_validate.log" | tail -2 | tee -a "$out/summary.log"
+      { build/megakernel/mok-tc-validate 1e8; build/megakernel/mok-tc-validate 1e8 20261130 wgmma; } >"$out/model.log" 2>&1
+      grep -i "mismatch" "$out/model.log" | tail -2 | tee -a "$out/summary.log"
       log "mok-scalar-check (every input)"
-      timeout 300 build/megakernel/mok-scalar-check >"$out/scalar_check.log" 2>&1
-      echo "mok-scalar-check exit $?: $(tail -1 "$out/scalar_check.log")" | tee -a "$out/summary.log"
+      timeout 300 build/megakernel/mok-scalar-check >"$out/scalar_check.tmp" 2>&1
+      echo "mok-scalar-check exit $?: $(tail -1 "$out/scalar_check.tmp")" | tee -a "$out/summary.log"
+      cat "$out/scalar_check.tmp" >>"$out/model.log" && rm "$out/scalar_check.tmp"
       ;;
     memcheck)
       log "compute-sanitizer memcheck (GPU tests)"

@@ -197,14 +197,17 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, int half, int tabl
 // One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
 // i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
 // destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
+// Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
 // staged they were slower, results/2026-11-29-h200-w.)
 template <class Word>
 __device__ __forceinline__ void staged_pass(Pipeline& pipe, int half, int table, int window, long offset, Word word) {
-  constexpr int kPerPass = kTileM / 2 * kStagedCols / 128, kRowsPerThread = kTileM / 2 * 8 / 128;
+  constexpr int kPerPass = kTileM / 2 * kStagedCols / 128;  // accumulators per thread and pass
+  constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
+  constexpr int kRowsPerThread = kTileM / 2 * kChunksPerRow / 128;
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[half];
   void* const* dst = pipe.smem->staged_dst[half][table];
-  const int t = threadIdx.x % 128, chunk = t % 8;
+  const int t = threadIdx.x % 128, chunk = t % kChunksPerRow;
   warpgroup_sync(half);  // the last pass's copies are done with the rows; the destinations are published
 #pragma unroll
   for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
@@ -213,9 +216,9 @@ __device__ __forceinline__ void staged_pass(Pipeline& pipe, int half, int table,
   warpgroup_sync(half);
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j) {
-    const int r = t / 8 + 16 * j;
+    const int r = t / kChunksPerRow + 128 / kChunksPerRow * j;
     if (bf16* d = static_cast<bf16*>(dst[r]))
-      *reinterpret_cast<int4*>(d + offset + 8 * chunk) = *reinterpret_cast<const int4*>(&rows[r][8 * chunk]);
+      *reinterpret_cast<int4*>(d + offset + kChunk * chunk) = *reinterpret_cast<const int4*>(&rows[r][kChunk * chunk]);
   }
 }
 

@@ -102,7 +102,8 @@ __device__ void layout_place(Pipeline& pipe, const Params& p) {
 // this epilogue's time).
 __device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const float (&acc)[kAccumulators], int inter,
                                 int n0, int valid, long first, bf16* h, bf16* a) {
-  constexpr int kUp = kAccumulators / 2, kUpWindow = kTileN / 2 / kStagedCols;  // accumulator i's up partner
+  constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
+  constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
@@ -115,10 +116,10 @@ __device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const
   stage_row_dst(pipe, half, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, half, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
-  for (int w = 0; w < kUpWindow; ++w) {
+  for (int w = 0; w < kGateWindows; ++w) {
     if (n0 + kStagedCols * w >= inter) continue;
     staged_pass(pipe, half, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass(pipe, half, 0, kUpWindow + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, half, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
     staged_pass(pipe, half, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
   }
 }

@@ -71,7 +71,7 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"router logits",
                                                          "layout count",
                                                          "layout scan",
                                                          "layout place (+ shared expert GEMM1)",
-                                                         "ring pull (+ shared expert GEMM2)",
+                                                         "pull (+ shared expert GEMM2)",
                                                          "expert GEMM1",
                                                          "expert GEMM2",
                                                          "expert dy W2",
@@ -141,7 +141,7 @@ struct Params {
   int32_t* row_source;    // [N k]
   int32_t* slot_row;      // [N k]
 
-  bf16* ring;  // [R ring_rows, H] the executed ranks' receive rings (rank r's from row r ring_rows)
+  bf16* ring;  // [R ring_rows, H] the executed ranks' dy receive rings (rank r's from row r ring_rows)
 
   // Per padded layout row (P rows: device_common.cuh).
   bf16* h;    // [P, 2I]
@@ -149,7 +149,7 @@ struct Params {
   float* g;   // [P, I]   dy W2 (backward)
   bf16* dh;   // [P, 2I]  (backward)
   bf16* dye;  // [P, H]   bf16(w dy) (backward)
-  bf16* xe;   // [P, H]   the row's token x (backward: dW1's operand)
+  bf16* xe;   // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
 
   // Shared expert, per token.
   bf16* shared_h;   // [N, 2Is]
