@@ -3,9 +3,10 @@
 // the same bits on both). exp_f32, sigmoid_f32, silu_with_grad_f32 (value and gradient) and to_bf16
 // see every one of the 2^32 float bit patterns; swiglu (unclamped and clamped) and swiglu_grad see
 // every pair of bf16 operands (their inputs are bf16-rounded h), swiglu_grad with a gradient drawn
-// from the pair by a hash. A NaN matches any NaN: the layer stores every such result through
-// to_bf16, which gives every NaN one pattern, and fp32 arithmetic NaNs differ by design (the GPU
-// gives 0x7fffffff, x86 keeps an operand's payload); differing NaN patterns are counted apart.
+// from the pair by a hash. A NaN matches any NaN: fp32 arithmetic NaNs differ by design (the GPU
+// gives 0x7fffffff, x86 keeps an operand's payload), and no NaN pattern reaches an output (bf16
+// results go through to_bf16, which has one NaN; the router rejects non-finite logits). Differing
+// NaN patterns are counted apart.
 // The CPU side is this file's host code (nvcc's host compiler, -ffp-contract=off), not the
 // reference library's object code; fma32 is correctly rounded either way.
 // Usage: mok-scalar-check [stride=1]: stride > 1 checks every stride-th input only (the ctest).
