@@ -68,8 +68,9 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
     __threadfence();
     stamp_phase(b, phase);
   }
-  __syncthreads();
-  return !error_recorded(b);
+  // One verdict for the whole block: read thread by thread, an error recorded meanwhile by another
+  // block could send some threads on and leave the rest waiting at the next block barrier.
+  return !__syncthreads_or(error_recorded(b));
 }
 
 // System-scope flag accesses: a peer GPU's window is reached over NVLink.
