@@ -184,6 +184,14 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
+// The (token, slot) layout row `row` came from: its source rank's buffers (src) and the slot's index
+// in them.
+__device__ inline long source_slot(const Params& p, int row, const RankBuffers*& src) {
+  const SlotSource s = slot_source(p, row);
+  src = &p.rank[token_rank(p, s.token)];
+  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
+}
+
 // A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
 // rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
 // warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip) in one of two tables;
@@ -230,9 +238,9 @@ __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const Ring
   const int H = p.c.hidden;
   stage_row_dst(pipe, half, 0, [&](int r) -> bf16* {
     if (r >= it.t.rows) return nullptr;
-    const SlotSource s = slot_source(p, it.t.first_row + r);
-    bf16* slots = p.rank[token_rank(p, s.token)].slots;
-    return slots + (long(token_local(p, s.token)) * p.c.top_k + s.slot) * H + it.n0;
+    const RankBuffers* src;
+    const long slot = source_slot(p, it.t.first_row + r, src);
+    return src->slots + slot * H + it.n0;
   });
 #pragma unroll
   for (int w = 0; w < kTileN / kStagedCols; ++w)
@@ -294,11 +302,9 @@ __device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
   return row;
 }
 
-// The (token, slot) a valid ring row came from, in its source rank's buffers.
+// ... of a valid ring row.
 __device__ inline long source_slot(const Params& p, const RingRow& row, const RankBuffers*& src) {
-  const SlotSource s = slot_source(p, row.t.first_row + row.q % kTileRows);
-  src = &p.rank[token_rank(p, s.token)];
-  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
+  return source_slot(p, row.t.first_row + row.q % kTileRows, src);
 }
 
 // Ring rows of this cycle over the executed ranks (a multiple of 32: rings are whole tiles).
