@@ -16,15 +16,13 @@ namespace {
 // operand) in the same pass; padding rows zero.
 __device__ void pull_dy(const Params& p, int cycle) {
   const int H = p.c.hidden;
-  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
-    const RingRow row = ring_row(p, cycle, item);
-    if (!row.in_tile) continue;
+  for_each_tile_row(p, cycle, [&](const RingRow& row) {
     bf16* ring = ring_row_data(p, row.r, row.q);
     bf16* dye = p.dye + row.pad * H;
     if (!row.valid) {
       copy_row(ring, nullptr, H);
       copy_row(dye, nullptr, H);
-      continue;
+      return;
     }
     const RankBuffers* src;
     const long slot = source_slot(p, row, src);
@@ -41,7 +39,7 @@ __device__ void pull_dy(const Params& p, int cycle) {
           for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
           dye_vec[c] = out;
         });
-  }
+  });
 }
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
@@ -112,13 +110,11 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
 // vectors per lane (I is a multiple of 64).
 __device__ void expert_row_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate;
-  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
-    const RingRow row = ring_row(p, cycle, item);
-    if (!row.in_tile) continue;
+  for_each_tile_row(p, cycle, [&](const RingRow& row) {
     bf16* dh = p.dh + row.pad * 2 * I;
     if (!row.valid) {
       copy_row(dh, nullptr, 2 * I);
-      continue;
+      return;
     }
     const RankBuffers* src;
     const long slot = source_slot(p, row, src);
@@ -148,7 +144,7 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
           dh_vec[c] = d_gate;
           dh_vec[I / 8 + c] = d_up;
         });
-  }
+  });
 }
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer.

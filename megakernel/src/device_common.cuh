@@ -310,17 +310,25 @@ __device__ inline long source_slot(const Params& p, const RingRow& row, const Ra
 // Ring rows of this cycle over the executed ranks (a multiple of 32: rings are whole tiles).
 __device__ __forceinline__ long cycle_ring_rows(const Params& p) { return long(executed_ranks(p)) * p.ring_rows; }
 
+// A warp's share of this cycle's tile rows, one row per call of row(RingRow): the ring rows that hold
+// a tile, its padding rows included (valid false).
+template <class Row>
+__device__ __forceinline__ void for_each_tile_row(const Params& p, int cycle, Row row) {
+  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
+    const RingRow r = ring_row(p, cycle, item);
+    if (r.in_tile) row(r);
+  }
+}
+
 // The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
 // straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward); padding rows zero.
 __device__ inline void pull_x(const Params& p, int cycle) {
   const int H = p.c.hidden;
-  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
-    const RingRow row = ring_row(p, cycle, item);
-    if (!row.in_tile) continue;
+  for_each_tile_row(p, cycle, [&](const RingRow& row) {
     const RankBuffers* src = nullptr;
     const long slot = row.valid ? source_slot(p, row, src) : 0;
     copy_row(p.xe + row.pad * H, row.valid ? src->x + slot / p.c.top_k * H : nullptr, H);
-  }
+  });
 }
 
 // Across GPUs: the other GPUs' tokens' rows of a per-token [N, H] buffer, copied from their ranks'
