@@ -4,8 +4,14 @@
 #   tests   ctest -L gpu, and every golden through the GPU backend (mok-verify)
 #   model   tensor-core model validation, 1e8 outputs per instruction (mma.sync, wgmma), and the shared
 #           scalar functions GPU against CPU on every input (mok-scalar-check); both in model.log
-#   memcheck compute-sanitizer memcheck over the GPU tests (appended to gpu_tests.log)
-#   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120)
+#   sanitize compute-sanitizer memcheck, racecheck, initcheck and synccheck ($MOK_SANITIZE_TOOLS) over
+#           the GPU tests in $MOK_SANITIZE_FILTER (sanitize.log; each tool's error summary in summary.log)
+#   python  the PyTorch extension built against the machine's torch (-DMOK_TORCH=ON) and its tests
+#           (pytest python/tests; python.log)
+#   op      (after python) bench/op_bench.py: mok through its PyTorch op beside the torch layer, per
+#           shape in $MOK_SHAPES, with peak memory, and the op's per-call cost (op_bench.log)
+#   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120), seed $MOK_FUZZ_SEED (default:
+#           a fresh one from the clock, printed)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
 #           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
 #   nccl    (every GPU here) mok-nccl-probe, every golden through NCCL windows on one GPU and on
@@ -37,7 +43,7 @@ for step in "$@"; do
   case $step in
     tests)
       log "ctest -L gpu"
-      ctest --test-dir build -L gpu --output-on-failure --timeout 60 --stop-on-failure >"$out/gpu_tests.log" 2>&1
+      ctest --test-dir build -L gpu --output-on-failure --timeout 120 >"$out/gpu_tests.log" 2>&1
       grep -E "tests passed|tests failed|Failed|FAILED" "$out/gpu_tests.log" | tee -a "$out/summary.log" | head -20
       log "mok-verify --backend gpu golden/data"
       timeout 120 build/verify/mok-verify golden/data --backend gpu >"$out/verify_gpu.log" 2>&1
@@ -52,16 +58,35 @@ for step in "$@"; do
       echo "mok-scalar-check exit $?: $(tail -1 "$out/scalar_check.tmp")" | tee -a "$out/summary.log"
       cat "$out/scalar_check.tmp" >>"$out/model.log" && rm "$out/scalar_check.tmp"
       ;;
-    memcheck)
-      log "compute-sanitizer memcheck (GPU tests)"
-      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
-        --gtest_filter='Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.RankCount*' >"$out/memcheck.tmp" 2>&1
-      echo "memcheck exit $?: $(grep 'ERROR SUMMARY' "$out/memcheck.tmp")" | tee -a "$out/summary.log"
-      { echo "== compute-sanitizer memcheck"; cat "$out/memcheck.tmp"; } >>"$out/gpu_tests.log" && rm "$out/memcheck.tmp"
+    memcheck | sanitize)
+      tools=memcheck
+      [ "$step" = sanitize ] && tools=${MOK_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}
+      for tool in $tools; do
+        log "compute-sanitizer $tool (GPU tests)"
+        timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
+          --gtest_filter="${MOK_SANITIZE_FILTER:-Gpu.MatchesReference*:Gpu.BatchInvariance:LayerApi.*}" >"$out/sanitize.tmp" 2>&1
+        echo "$tool exit $?: $(grep 'ERROR SUMMARY' "$out/sanitize.tmp" | tail -1)" | tee -a "$out/summary.log"
+        { echo "== compute-sanitizer $tool"; head -c 200000 "$out/sanitize.tmp"; } >>"$out/sanitize.log" && rm "$out/sanitize.tmp"
+      done
+      ;;
+    python)
+      log "PyTorch extension (MOK_TORCH=ON) and pytest python/tests"
+      { cmake -S . -B build -DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)" &&
+          cmake --build build -j16 && PYTHONUNBUFFERED=1 ctest --test-dir build -L python --output-on-failure --timeout 500
+      } >"$out/python.log" 2>&1
+      echo "python exit $?: $(grep -E '[0-9]+ (passed|failed)' "$out/python.log" | tail -1)" | tee -a "$out/summary.log"
+      ;;
+    op)
+      log "bench/op_bench.py (the PyTorch op beside the torch layer)"
+      for s in $shapes; do
+        PYTHONPATH=build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} 2>>"$out/bench.err" |
+          tee -a "$out/op_bench.log" | tail -2
+      done
       ;;
     fuzz)
-      log "mok-fuzz --backend gpu --seconds ${MOK_FUZZ_SECONDS:-120}"
-      build/fuzz/mok-fuzz --backend gpu --seed 20261129 --seconds "${MOK_FUZZ_SECONDS:-120}" >"$out/fuzz_gpu.log" 2>&1
+      seed=${MOK_FUZZ_SEED:-$(date +%s%N | cut -c7-16)}
+      log "mok-fuzz --backend gpu --seed $seed --seconds ${MOK_FUZZ_SECONDS:-120}"
+      build/fuzz/mok-fuzz --backend gpu --seed "$seed" --seconds "${MOK_FUZZ_SECONDS:-120}" >"$out/fuzz_gpu.log" 2>&1
       echo "mok-fuzz exit $?" | tee -a "$out/summary.log"
       tail -14 "$out/fuzz_gpu.log"
       ;;

@@ -1,4 +1,4 @@
-"""The shapes of DESIGN.md §6, as mok-bench (megakernel/tools/bench.cpp) runs them.
+"""The shapes of docs/benchmarks.md, as mok-bench (megakernel/tools/bench.cpp) runs them.
 name: (H, I, E, k, T) — hidden, intermediate, experts, top-k, tokens."""
 SHAPES = {
     "kimi-k2": (7168, 2048, 32, 8, 8192),

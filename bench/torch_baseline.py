@@ -1,4 +1,4 @@
-"""The baseline of DESIGN.md §6: a torchtitan-style MoE layer on torch.nn.functional.grouped_mm in
+"""The baseline of docs/design.md (performance protocol): a torchtitan-style MoE layer on torch.nn.functional.grouped_mm in
 deterministic mode, bf16, timed forward and forward+backward with CUDA events (median of --runs after
 --warmup, inputs rotated over several sets so the L2 cache does not flatter), plus the bf16 matmul
 peak measured in the same process. Prints one table row per shape and routing.

@@ -18,8 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kRoundCases = 4;            // cases per rapidcheck run: the unit between time checks
+constexpr int kRoundCases = 4;            // cases per rapidcheck run (a seed's cases do not depend on time)
 constexpr double kProgressSeconds = 5.0;  // between progress lines
+constexpr const char* kTimeUp = "the time budget is spent";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -31,7 +32,43 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// Counts the cases rapidcheck runs (shrink attempts apart) and prints progress now and then.
+// Thrown by DeadlineBackend once its deadline has passed. Not a std::exception, so that no property
+// takes it for the layer's own answer (the properties catch mok::Error and std::exception).
+struct TimeUp {};
+
+// The backend, stopped at a deadline: every forward and backward first looks at the clock, so that a
+// property that runs the layer several times per case stops within one layer run of the deadline.
+class DeadlineBackend final : public Backend {
+ public:
+  explicit DeadlineBackend(Backend& inner) : inner_(inner) {}
+
+  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+  bool passed() const { return deadline_ && Clock::now() >= *deadline_; }
+
+  std::string name() const override { return inner_.name(); }
+  std::optional<StepModel> fixed_step() const override { return inner_.fixed_step(); }
+  ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                       const ref::Routing* given, const ref::Options& opt) override {
+    stop_if_passed();
+    return inner_.forward(c, x, w, given, opt);
+  }
+  ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                          const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
+    stop_if_passed();
+    return inner_.backward(c, x, w, fwd, dy, opt);
+  }
+
+ private:
+  void stop_if_passed() const {
+    if (passed()) throw TimeUp{};
+  }
+
+  Backend& inner_;
+  std::optional<Clock::time_point> deadline_;
+};
+
+// Counts the cases rapidcheck runs (shrink attempts and cases cut off by the deadline apart) and prints
+// progress now and then.
 class Progress final : public rc::detail::TestListener {
  public:
   Progress(const std::string& property, const int& failures, std::ostream& log)
@@ -42,7 +79,8 @@ class Progress final : public rc::detail::TestListener {
         last_case_(start_),
         last_print_(start_) {}
 
-  void onTestCaseFinished(const rc::detail::CaseDescription&) override {
+  void onTestCaseFinished(const rc::detail::CaseDescription& description) override {
+    if (description.result.type == rc::detail::CaseResult::Type::Discard) return;
     ++cases_;
     last_case_ = Clock::now();
     if (seconds_between(last_print_, last_case_) >= kProgressSeconds) {
@@ -63,7 +101,6 @@ class Progress final : public rc::detail::TestListener {
   long cases() const { return cases_; }
   int shrinks() const { return shrinks_; }
   double seconds() const { return seconds_between(start_, last_case_); }  // to the last case's end
-  double elapsed() const { return seconds_between(start_, Clock::now()); }
 
  private:
   std::string property_;
@@ -89,10 +126,14 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
   for (const std::string& name : o.properties) selected.push_back(&find_property(name));
   if (o.properties.empty())
     for (const Property& p : all_properties()) selected.push_back(&p);
-  const double budget = o.seconds / selected.size();
+  // With a time budget, each property gets an equal share of what is left when it starts.
+  const Clock::time_point end =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  DeadlineBackend timed(backend);
   std::vector<PropertyReport> reports;
   int failures = 0;
   for (const Property* prop : selected) {
+    if (o.cases == 0) timed.set_deadline(Clock::now() + (end - Clock::now()) / long(selected.size() - reports.size()));
     PropertyReport report;
     report.property = prop->name;
     std::optional<FuzzCase> failing;  // the last failing case: after shrinking, the minimal one
@@ -100,9 +141,12 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
       FuzzCase fc = *gen_fuzz_case();
       fc.params.options.fault = o.fault;
       if (const auto step = backend.fixed_step()) fc.params.options.step = *step;
+      if (timed.passed()) RC_DISCARD(kTimeUp);
       Verdict v;
       try {
-        v = prop->check(backend, make_problem(fc), fc.params);
+        v = prop->check(timed, make_problem(fc), fc.params);
+      } catch (const TimeUp&) {
+        RC_DISCARD(kTimeUp);  // a case cut short is no case: neither counted nor a failure
       } catch (const std::exception& e) {
         v = std::string("unexpected exception: ") + e.what();
       }
@@ -116,13 +160,16 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
     metadata.id = metadata.description = prop->name;
     ref::Rng round_seeds(o.seed ^ fnv1a(prop->name));
     Progress progress(prop->name, failures, log);
-    while (o.cases > 0 ? progress.cases() < o.cases : progress.elapsed() < budget) {
+    while (o.cases > 0 ? progress.cases() < o.cases : !timed.passed()) {
       rc::detail::TestParams params;
       params.seed = round_seeds.next();
       params.maxSuccess = int(o.cases > 0 ? std::min<long>(kRoundCases, o.cases - progress.cases()) : kRoundCases);
+      // Only the deadline discards a case: the first discard ends the round (rapidcheck "gives up").
+      params.maxDiscardRatio = 0;
       // An empty reproduce map keeps rapidcheck's global configuration (RC_PARAMS, its own seed) out.
       const rc::detail::TestResult result = rc::detail::checkProperty(property, metadata, params, progress, {});
       if (result.is<rc::detail::SuccessResult>()) continue;
+      if (result.is<rc::detail::GaveUpResult>()) break;
       report.failed = true;
       if (!failing) {  // rapidcheck itself failed (a generator error): no case to keep
         std::ostringstream what;

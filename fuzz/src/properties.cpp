@@ -517,7 +517,16 @@ Verdict invalid_inputs(Backend& b, const ref::Problem& p, const CaseParams& cp) 
 
 Verdict oracle_bounds(Backend& b, const ref::Problem& p, const CaseParams& cp) {
   const Run r = run_layer(b, p, cp.options);
-  const ref::OracleResult want = ref::oracle(ref::oracle_inputs(p.config, p.x, p.weights, p.dy, r.fwd));
+  // The oracle takes the SwiGLU clamp's branches from the layer's bf16 h (docs/accuracy.md). A
+  // recompute-mode forward saves none: its backward recomputes the bits a saving forward keeps.
+  ref::Forward decided;
+  if (p.config.swiglu_limit > 0 && r.fwd.h.empty()) {
+    ref::Options saving = cp.options;
+    saving.recompute = false;
+    decided = b.forward(p.config, p.x, p.weights, given_of(p), saving);
+  }
+  const ref::Forward& branches = decided.h.empty() ? r.fwd : decided;
+  const ref::OracleResult want = ref::oracle(ref::oracle_inputs(p.config, p.x, p.weights, p.dy, branches));
   for (const ref::OracleCheck& check : ref::compare_with_oracle(r.fwd, r.grad, want))
     if (!check.passed()) {
       char buf[256];

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "mok/core/dispatch_layout.h"
 #include "mok/fuzz/driver.h"
@@ -147,6 +149,49 @@ TEST(Driver, SameSeedSameRun) {
   EXPECT_EQ(a.cases, b.cases);
   EXPECT_EQ(a.counterexample, b.counterexample);
   EXPECT_EQ(a.failure, b.failure);
+}
+
+// The reference, at least `delay` per forward and per backward: a case of `repeat` (two of each) takes
+// four delays, so a round of four cases far outlasts a one-second budget.
+class SlowBackend final : public Backend {
+ public:
+  explicit SlowBackend(std::chrono::milliseconds delay) : delay_(delay) {}
+  std::string name() const override { return "slow reference"; }
+  ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                       const ref::Routing* given, const ref::Options& opt) override {
+    std::this_thread::sleep_for(delay_);
+    return reference_.forward(c, x, w, given, opt);
+  }
+  ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                          const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
+    std::this_thread::sleep_for(delay_);
+    return reference_.backward(c, x, w, fwd, dy, opt);
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+  ReferenceBackend reference_;
+};
+
+// The budget holds within one layer run: the deadline is checked before every case and every layer run
+// (it used to be checked between rounds of four cases: here 3.2 s and more for a 1 s budget). The case
+// the deadline cuts short is dropped, neither counted nor a failure.
+TEST(Driver, TimeBudgetHoldsWithinOneLayerRun) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 0;
+  o.seconds = 1;
+  o.properties = {"repeat"};
+  SlowBackend backend(std::chrono::milliseconds(200));
+  std::ostringstream log;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<PropertyReport> reports = run_fuzz(backend, o, log);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_FALSE(reports[0].failed) << reports[0].failure;
+  EXPECT_GE(reports[0].cases, 1);
+  EXPECT_LE(reports[0].cases, 2);
+  EXPECT_LT(seconds, 2.0) << log.str();
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 //   mok-fuzz --list
 // Exit status: 0 every property held, 1 a property failed, 2 bad usage or backend not available.
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -29,6 +31,8 @@ constexpr const char* kUsage =
     "shrinks to a repro file and prints the command that replays it. Without --seed a fresh seed is drawn\n"
     "and printed. --inject plants a fault in the reference (see --list) to show that the fuzzer catches it.\n";
 
+constexpr double kMaxSeconds = 1e9;  // about 30 years: the deadline must fit the clock
+
 struct Usage : Error {
   using Error::Error;
 };
@@ -43,14 +47,15 @@ struct Args {
   bool help = false;
 };
 
-long to_long(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    const long n = std::stol(v, &used);
-    if (used == v.size() && n >= 0) return n;
-  } catch (const std::logic_error&) {
-  }
-  throw Usage(flag + " needs a non-negative integer, not '" + v + "'");
+// The whole of v as a decimal number of type T, strictly: no sign (so "-1" is no seed), no spaces, no
+// trailing text, in T's range.
+template <class T>
+T to_number(const std::string& flag, const std::string& v, const char* want) {
+  T n{};
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || v.front() == '-')
+    throw Usage(flag + " needs " + want + ", not " + quote_input(v));
+  return n;
 }
 
 Args parse(int argc, char** argv) {
@@ -62,22 +67,18 @@ Args parse(int argc, char** argv) {
       (flag == "--list" ? a.list : a.help) = true;
       continue;
     }
-    if (i + 1 >= argc) throw Usage("unknown flag or missing value: " + flag);
+    if (i + 1 >= argc) throw Usage("unknown flag or missing value: " + quote_input(flag));
     const std::string v = argv[++i];
+    if (v.empty()) throw Usage(quote_input(flag) + " needs a value, not an empty string");
     if (flag == "--seed") {
-      try {
-        size_t used = 0;
-        a.fuzz.seed = std::stoull(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-      } catch (const std::logic_error&) {
-        throw Usage("--seed needs an unsigned integer, not '" + v + "'");
-      }
+      a.fuzz.seed = to_number<uint64_t>(flag, v, "an unsigned 64-bit integer");
       a.seed_given = true;
     } else if (flag == "--cases") {
-      a.fuzz.cases = to_long(flag, v);
+      a.fuzz.cases = to_number<long>(flag, v, "a non-negative integer");
       a.fuzz.seconds = 0;
     } else if (flag == "--seconds") {
-      a.fuzz.seconds = double(to_long(flag, v));
+      a.fuzz.seconds = double(to_number<long>(flag, v, "a non-negative integer"));
+      if (a.fuzz.seconds > kMaxSeconds) throw Usage("--seconds is at most " + std::to_string(long(kMaxSeconds)));
       a.fuzz.cases = 0;
     } else if (flag == "--backend") {
       a.backend = v;
@@ -91,7 +92,7 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--replay") {
       a.replay = v;
     } else {
-      throw Usage("unknown flag " + flag);
+      throw Usage("unknown flag " + quote_input(flag));
     }
   }
   if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
@@ -121,7 +122,26 @@ int replay_file(Backend& backend, const Args& a) {
   return 0;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The cases that ran and the time they took, against the budget; properties the budget left no case.
+void print_totals(const std::vector<PropertyReport>& reports, double seconds, const FuzzOptions& o) {
+  long cases = 0;
+  std::string starved;
+  for (const PropertyReport& r : reports) {
+    cases += r.cases;
+    if (r.cases == 0) starved += " " + r.property;
+  }
+  std::printf("%ld cases in %.1f s", cases, seconds);
+  if (o.cases == 0) std::printf(" (budget %.0f s)", o.seconds);
+  std::printf("\n");
+  if (!starved.empty()) std::printf("no case ran (the budget was spent) for:%s\n", starved.c_str());
+}
+
 int run(Backend& backend, Args& a) {
+  const auto start = std::chrono::steady_clock::now();
   if (!a.seed_given) a.fuzz.seed = std::random_device{}();
   std::cerr << "mok-fuzz: seed " << a.fuzz.seed << ", backend " << backend.name() << ", "
             << (a.fuzz.cases > 0 ? std::to_string(a.fuzz.cases) + " cases per property"
@@ -137,6 +157,7 @@ int run(Backend& backend, Args& a) {
   }
   for (const PropertyReport& r : reports)
     if (!r.replay_command.empty()) std::printf("replay %s: %s\n", r.property.c_str(), r.replay_command.c_str());
+  print_totals(reports, seconds_since(start), a.fuzz);
   return failed ? 1 : 0;
 }
 
@@ -156,10 +177,13 @@ int main(int argc, char** argv) {
     const std::unique_ptr<Backend> backend = make_backend(a.backend);
     return a.replay.empty() ? run(*backend, a) : replay_file(*backend, a);
   } catch (const Usage& e) {
-    std::cerr << "mok-fuzz: " << e.what() << "\n" << kUsage;
+    std::cerr << "mok-fuzz: " << escape_bytes(e.what(), true) << "\n" << kUsage;
     return 2;
   } catch (const Error& e) {  // a bad flag value, an unreadable repro, a backend this build lacks
-    std::cerr << e.what() << "\n";
+    std::cerr << escape_bytes(e.what(), true) << "\n";
+    return 2;
+  } catch (const std::exception& e) {  // out of memory, an internal error
+    std::cerr << "mok-fuzz: " << escape_bytes(e.what(), true) << "\n";
     return 2;
   }
 }

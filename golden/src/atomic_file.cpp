@@ -5,7 +5,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstring>
+#include <mutex>
+#include <utility>
 
 #include "mok/core/config.h"
 
@@ -15,6 +19,63 @@ namespace {
 std::atomic<unsigned> temp_counter{0};
 
 std::string os_error() { return std::strerror(errno); }
+
+// The temporaries being written, for the SIGINT/SIGTERM handler to unlink: an interrupted write must
+// leave no hidden ".NAME.tmp.PID.N" behind. Fixed slots of plain chars, since a handler may only read
+// memory and call async-signal-safe functions (unlink, signal, raise). A slot is free, being filled, or
+// live; the handler unlinks the live ones.
+constexpr int kTempSlots = 16;
+enum SlotState : int { kFree = 0, kFilling = 1, kLive = 2 };
+
+struct TempSlot {
+  std::atomic<int> state{kFree};
+  char path[PATH_MAX];
+};
+
+TempSlot temp_slots[kTempSlots];
+
+extern "C" void unlink_temporaries(int sig) {
+  for (TempSlot& slot : temp_slots)
+    if (slot.state.load() == kLive) ::unlink(slot.path);
+  std::signal(sig, SIG_DFL);  // then die of the signal as if it had not been caught
+  std::raise(sig);
+}
+
+// Installs the handler for SIGINT and SIGTERM, where they still have the default action (a program
+// that handles or ignores them keeps its choice).
+void install_handler_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const int sig : {SIGINT, SIGTERM}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+      struct sigaction now {};
+      now.sa_handler = unlink_temporaries;
+      sigemptyset(&now.sa_mask);
+      ::sigaction(sig, &now, nullptr);
+    }
+  });
+}
+
+// The slot now holding `path` for the handler, or -1 when all are taken or the path is too long (that
+// temporary is then only removed by the destructor).
+int register_temporary(const std::filesystem::path& path) {
+  install_handler_once();
+  const std::string& text = path.native();
+  if (text.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = kFree;
+    if (!temp_slots[i].state.compare_exchange_strong(expected, kFilling)) continue;
+    std::memcpy(temp_slots[i].path, text.c_str(), text.size() + 1);
+    temp_slots[i].state.store(kLive);
+    return i;
+  }
+  return -1;
+}
+
+void release_temporary(int slot) {
+  if (slot >= 0) temp_slots[slot].state.store(kFree);
+}
 
 }  // namespace
 
@@ -28,13 +89,16 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   name += target_.filename().string();
   name += ".tmp." + std::to_string(getpid()) + "." + std::to_string(temp_counter++);
   temp_ = dir / name;
+  slot_ = register_temporary(temp_);
 }
 
+// Removed before the slot is released: a signal in between unlinks a name that is already gone.
 AtomicFile::~AtomicFile() {
   if (!committed_) {
     std::error_code ec;
     std::filesystem::remove(temp_, ec);
   }
+  release_temporary(slot_);
 }
 
 void AtomicFile::commit() {
@@ -47,6 +111,7 @@ void AtomicFile::commit() {
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw Error("mok: cannot rename " + temp_.string() + " to " + target_.string() + ": " + os_error());
   committed_ = true;
+  release_temporary(std::exchange(slot_, -1));
 }
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {

@@ -1,12 +1,16 @@
 #include "mok/golden/catalogue.h"
 
+#include <cerrno>
 #include <charconv>
-#include <cstdlib>
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
 #include "error_text.h"
+#include "mok/golden/file_kind.h"
 
 namespace mok::golden {
 namespace {
@@ -115,17 +119,20 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
+// The whole of v as a number of type T, strictly: no sign on unsigned types, no '+', no spaces, in range.
 template <class T>
-bool parse_integer(const std::string& v, T& out) {
+bool parse_number(const std::string& v, T& out) {
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   return ec == std::errc() && end == v.data() + v.size();
 }
 
-bool parse_double(const std::string& v, double& out) {
-  if (v.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(v.c_str(), &end);
-  return end == v.c_str() + v.size();
+// Why a finite number cannot be a float32 config value, or "": out of range, or so small that it
+// rounds to 0 or to a subnormal (a limit of 1e-50 would silently switch the clamp off).
+std::string float32_problem(double d) {
+  const float f = float(d);
+  if (std::isfinite(d) && !std::isfinite(f)) return "is out of the float32 range";
+  if (d != 0 && std::fabs(f) < std::numeric_limits<float>::min()) return "rounds to 0 or to a subnormal in float32";
+  return "";
 }
 
 }  // namespace
@@ -153,17 +160,20 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
     const std::string content = trim(raw.substr(0, raw.find('#')));
     if (content.empty()) continue;
     const size_t eq = content.find('=');
-    if (eq == std::string::npos) bad_line(source, line, "expected key = value, got '" + content + "'");
+    if (eq == std::string::npos) bad_line(source, line, "expected key = value, got " + quote_input(content));
     const std::string key = trim(content.substr(0, eq)), value = trim(content.substr(eq + 1));
     if (seen.count(key)) bad_line(source, line, "key " + key + " repeats line " + std::to_string(seen[key]));
     seen[key] = line;
-    const auto bad = [&](const char* want) { bad_line(source, line, key + " = '" + value + "': expected " + want); };
+    const auto bad = [&](const std::string& want) {
+      bad_line(source, line, key + " = " + quote_input(value) + ": expected " + want);
+    };
     const auto integer = [&](int32_t& out) {
-      if (!parse_integer(value, out)) bad("an integer");
+      if (!parse_number(value, out)) bad("an integer");
     };
     const auto real = [&](float& out) {
       double d;
-      if (!parse_double(value, d)) bad("a number");
+      if (!parse_number(value, d)) bad("a number");
+      if (const std::string why = float32_problem(d); !why.empty()) bad("a float32 value, but it " + why);
       out = float(d);
     };
     const auto flag = [&](bool& out) {
@@ -209,13 +219,14 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
       else if (key == "recompute")
         flag(spec.options.recompute);
       else if (key == "seed") {
-        if (!parse_integer(value, spec.recipe.seed)) bad("an unsigned 64-bit integer");
+        if (!parse_number(value, spec.recipe.seed)) bad("an unsigned 64-bit integer");
       } else if (key == "routing")
         spec.recipe.routing = ref::routing_kind_from_string(value);
       else if (key == "zipf_s") {
-        if (!parse_double(value, spec.recipe.zipf_s)) bad("a number");
+        if (!parse_number(value, spec.recipe.zipf_s)) bad("a number");
+        ref::validate_zipf_s(spec.recipe.zipf_s);
       } else
-        bad_line(source, line, "unknown key '" + key + "' (the keys are listed in docs/golden-format.md)");
+        bad_line(source, line, "unknown key " + quote_input(key) + " (the keys are listed in docs/golden-format.md)");
     } catch (const Error& e) {
       if (std::string(e.what()).rfind("mok: " + source + ":", 0) == 0) throw;
       bad_line(source, line, reason_of(e));
@@ -224,6 +235,7 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
   if (spec.name.empty()) throw Error("mok: " + source + ": the case has no name");
   try {
     validate(spec.config);
+    require_fits_in_memory(spec.config);
   } catch (const Error& e) {
     throw Error("mok: " + source + ": " + reason_of(e));
   }
@@ -231,10 +243,14 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
 }
 
 CaseSpec parse_case_file(const std::filesystem::path& path) {
+  // Checked before opening: a directory reads as empty text (a case of all defaults), a FIFO blocks.
+  if (const std::string kind = not_a_regular_file(path); !kind.empty())
+    throw Error("mok: case file " + path.string() + " " + kind);
   std::ifstream in(path);
-  if (!in) throw Error("mok: cannot read case file " + path.string());
+  if (!in) throw Error("mok: cannot read case file " + path.string() + ": " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
+  if (in.bad()) throw Error("mok: cannot read case file " + path.string());
   return parse_case_text(text.str(), path.string(), path.stem().string());
 }
 

@@ -54,13 +54,13 @@ class GroupBuilder {
         tensors_.push_back(tensor_of(name, s.dtype, s.shape, values));
         return;
       }
-    throw Error("mok: format v1 has no dataset " + name + " for this config");
+    fail_internal("format v1 has no dataset " + name + " for this config");
   }
 
   std::vector<Tensor> finish() {
     if (tensors_.size() != specs_.size())
-      throw Error("mok: built " + std::to_string(tensors_.size()) + " tensors, format v1 expects " +
-                  std::to_string(specs_.size()));
+      fail_internal("built " + std::to_string(tensors_.size()) + " tensors, format v1 expects " +
+                    std::to_string(specs_.size()));
     return std::move(tensors_);
   }
 
@@ -80,7 +80,7 @@ std::string to_string(DType dtype) {
     case DType::i32:
       return "i32";
   }
-  throw Error("mok: unknown dtype " + std::to_string(int(dtype)));
+  fail_internal("unknown dtype " + std::to_string(int(dtype)));
 }
 
 size_t element_size(DType dtype) { return dtype == DType::bf16 ? 2 : 4; }
@@ -94,7 +94,7 @@ std::string to_string(Group group) {
     case Group::outputs:
       return "outputs";
   }
-  throw Error("mok: unknown group " + std::to_string(int(group)));
+  fail_internal("unknown group " + std::to_string(int(group)));
 }
 
 int64_t Tensor::elements() const { return product(shape); }
@@ -308,13 +308,13 @@ std::string to_string(StepModel step) {
     case StepModel::hopper_tc:
       return "hopper_tc";
   }
-  throw Error("mok: unknown step model " + std::to_string(int(step)));
+  fail_internal("unknown step model " + std::to_string(int(step)));
 }
 
 StepModel step_model_from_string(const std::string& name) {
   if (name == "fp32_fma") return StepModel::fp32_fma;
   if (name == "hopper_tc") return StepModel::hopper_tc;
-  throw Error("mok: unknown step model '" + name + "' (fp32_fma or hopper_tc)");
+  throw Error("mok: unknown step model " + quote_input(name) + " (fp32_fma or hopper_tc)");
 }
 
 std::string to_string(ScoreMode mode) { return mode == ScoreMode::softmax ? "softmax" : "sigmoid"; }
@@ -322,7 +322,7 @@ std::string to_string(ScoreMode mode) { return mode == ScoreMode::softmax ? "sof
 ScoreMode score_mode_from_string(const std::string& name) {
   if (name == "softmax") return ScoreMode::softmax;
   if (name == "sigmoid") return ScoreMode::sigmoid;
-  throw Error("mok: unknown score mode '" + name + "' (softmax or sigmoid)");
+  throw Error("mok: unknown score mode " + quote_input(name) + " (softmax or sigmoid)");
 }
 
 }  // namespace mok::golden

@@ -9,6 +9,7 @@
 
 #include "error_text.h"
 #include "mok/golden/atomic_file.h"
+#include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
 #include "mok/golden/seal.h"
 #include "mok/golden/sha256.h"
@@ -246,7 +247,7 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
     throw Error("dataset " + path + " has the wrong element type, expected " + type_description(spec.dtype));
   const std::string dtype = read_string(ds.get(), path, "dtype");
   if (dtype != to_string(spec.dtype))
-    throw Error("dataset " + path + "@dtype is '" + dtype + "', expected '" + to_string(spec.dtype) + "'");
+    throw Error("dataset " + path + "@dtype is " + quote_input(dtype) + ", expected '" + to_string(spec.dtype) + "'");
   Handle space(H5Dget_space(ds.get()), H5Sclose, "cannot get the dataspace of dataset " + path);
   const int rank = check(H5Sget_simple_extent_ndims(space.get()), "cannot read the rank of dataset " + path);
   std::vector<hsize_t> dims(size_t(std::max(rank, 0)));
@@ -307,6 +308,7 @@ LayerConfig read_config(hid_t root) {
   c.swiglu_limit = read_f32(id, w, "swiglu_limit");
   c.shared_intermediate = read_i32(id, w, "shared_intermediate");
   validate(c);
+  require_fits_in_memory(c);  // before any dataset of this config is allocated
   return c;
 }
 
@@ -339,6 +341,7 @@ Recipe read_recipe(hid_t root) {
   r.seed = read_u64(g.get(), "/recipe", "seed");
   r.routing = ref::routing_kind_from_string(read_string(g.get(), "/recipe", "routing_kind"));
   r.zipf_s = read_f64(g.get(), "/recipe", "zipf_s");
+  ref::validate_zipf_s(r.zipf_s);
   return r;
 }
 
@@ -463,8 +466,7 @@ void write_file(const std::string& file, const GoldenCase& g) {
 }
 
 GoldenCase read_file(const std::string& file) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) throw Error("no such file");
+  if (const std::string kind = not_a_regular_file(file); !kind.empty()) throw Error(kind);
   check_seal(file);
   Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
            "cannot open the file (corrupt or truncated?)");
@@ -486,7 +488,7 @@ GoldenCase read_file(const std::string& file) {
   g.description = read_string(root, "/", "description");
   const std::string source = read_string(root, "/", "routing_source");
   if (source != "router" && source != "given")
-    throw Error("attribute /@routing_source is '" + source + "', expected 'router' or 'given'");
+    throw Error("attribute /@routing_source is " + quote_input(source) + ", expected 'router' or 'given'");
   g.config = read_config(root);
   g.options = read_options(root);
   if (check(H5Lexists(root, "recipe", H5P_DEFAULT), "cannot look up group /recipe")) g.recipe = read_recipe(root);

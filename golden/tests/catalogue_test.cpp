@@ -125,10 +125,57 @@ TEST(CaseFile, ErrorsNameTheLine) {
   EXPECT_EQ(parse_error("top_k = two\n"), "mok: case.txt:1: top_k = 'two': expected an integer");
   EXPECT_EQ(parse_error("recompute = yes\n"), "mok: case.txt:1: recompute = 'yes': expected true or false");
   EXPECT_EQ(parse_error("just words\n"), "mok: case.txt:1: expected key = value, got 'just words'");
-  EXPECT_EQ(parse_error("routing = sideways\n"), "mok: case.txt:1: unknown routing kind 'sideways'");
+  EXPECT_EQ(parse_error("routing = sideways\n"),
+            "mok: case.txt:1: unknown routing kind 'sideways' (router, router_ties, uniform, zipf, one_hot, "
+            "all_to_one or sparse)");
   EXPECT_NE(
       parse_error("ranks = 3\nexperts = 4\n").find("mok: case.txt: invalid input: experts E = 4 is not a multiple"),
       std::string::npos);
+}
+
+// Issue 16: values that parsed and then meant something else (a NaN scale, a limit that rounds to 0,
+// an exponent no Zipf law has), sizes past int32 or memory: each refused, naming the line or the file.
+TEST(CaseFile, ValuesAFloatOrAZipfLawCannotHoldAreRefused) {
+  for (const char* scale : {"nan", "-3", "0", "1e-50", "1e39"})
+    for (const char* mode : {"softmax", "sigmoid"}) {
+      const std::string message = parse_error(std::string("score_mode = ") + mode + "\nrouted_scale = " + scale + "\n");
+      EXPECT_NE(message.find("mok: case.txt"), std::string::npos) << message;
+      EXPECT_NE(message.find("routed_scale"), std::string::npos) << mode << " " << scale << ": " << message;
+    }
+  EXPECT_EQ(parse_error("swiglu_limit = 1e-50\n"),
+            "mok: case.txt:1: swiglu_limit = '1e-50': expected a float32 value, but it rounds to 0 or to a "
+            "subnormal in float32");
+  EXPECT_NE(parse_error("swiglu_limit = 1e-40\n").find("rounds to 0 or to a subnormal"), std::string::npos);
+  EXPECT_EQ(parse_error("routed_scale = 1e39\n"),
+            "mok: case.txt:1: routed_scale = '1e39': expected a float32 value, but it is out of the float32 range");
+  EXPECT_EQ(parse_error("zipf_s = nan\n"),
+            "mok: case.txt:1: invalid input: zipf_s = nan (need a finite Zipf exponent >= 0)");
+  EXPECT_EQ(parse_error("zipf_s = -1e308\n"),
+            "mok: case.txt:1: invalid input: zipf_s = -1e+308 (need a finite Zipf exponent >= 0)");
+  EXPECT_EQ(parse_error("zipf_s = 1e999\n"), "mok: case.txt:1: zipf_s = '1e999': expected a number");
+}
+
+TEST(CaseFile, NumbersParseStrictly) {
+  for (const char* line : {"seed = -1", "seed = +1", "ranks = 2x", "ranks = 0x2", "zipf_s = 1.5.", "zipf_s = +1"})
+    EXPECT_NE(parse_error(std::string(line) + "\n").find("expected"), std::string::npos) << line;
+}
+
+TEST(CaseFile, SizesPastInt32OrMemoryAreRefused) {
+  EXPECT_EQ(parse_error("ranks = 2\ntokens_per_rank = 1073741824\nexperts = 2\n"),
+            "mok: case.txt: invalid input: tokens N = R * T = 2147483648 is more than 2^31 - 1: too large for mok's "
+            "32-bit indices");
+  EXPECT_NE(parse_error("hidden = 1073741824\nintermediate = 1073741824\n").find("2 * I = 2147483648"),
+            std::string::npos);
+  const std::string memory = parse_error("hidden = 1048576\nintermediate = 1048576\n");
+  EXPECT_NE(memory.find("mok: case.txt: invalid input: this problem"), std::string::npos) << memory;
+  EXPECT_NE(memory.find("GiB of host memory for its tensors, more than the"), std::string::npos) << memory;
+}
+
+TEST(CaseFile, BinaryJunkIsEchoedEscaped) {
+  const std::string message = parse_error("col\x1b[31mour = red\n");
+  EXPECT_EQ(message, "mok: case.txt:1: unknown key 'col\\x1b[31mour' (the keys are listed in docs/golden-format.md)");
+  EXPECT_EQ(parse_error("\x01\x02\n"), "mok: case.txt:1: expected key = value, got '\\x01\\x02'");
+  EXPECT_EQ(parse_error("top_k = \x80\n"), "mok: case.txt:1: top_k = '\\x80': expected an integer");
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // mok-golden as CI runs it: exit status 0 / 1 / 2 and the first differing element named.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
@@ -10,8 +13,8 @@ namespace {
 
 using testing::TempDir;
 
-testing::ToolRun run_tool(const TempDir& dir, const std::string& args) {
-  return testing::run_tool(MOK_GOLDEN_TOOL, dir, args);
+testing::ToolRun run_tool(const TempDir& dir, const std::string& args, int timeout_s = 0) {
+  return testing::run_tool(MOK_GOLDEN_TOOL, dir, args, timeout_s);
 }
 
 TEST(MokGoldenCli, CheckPassesOnFreshGoldens) {
@@ -70,6 +73,76 @@ TEST(MokGoldenCli, GenerateFromCaseFile) {
   EXPECT_EQ(g.config.score_mode, ScoreMode::sigmoid);
   ASSERT_TRUE(g.recipe);
   EXPECT_EQ(g.recipe->seed, 2024u);
+}
+
+// Issue 16: a file named for a catalogue case is that case's golden; holding another case is a failure
+// naming both (it used to pass, checking the other case, and the named case was never checked).
+TEST(MokGoldenCli, CheckFailsAFileHoldingAnotherCaseThanItsName) {
+  TempDir dir("golden-cli-misnamed");
+  write_golden(dir / "smoke.h5", make_case(*find_case("single_token")));
+  const testing::ToolRun r = run_tool(dir, "check --name smoke --dir " + dir.path().string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL  smoke.h5: named for the catalogue case smoke but holds the case 'single_token'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("1 goldens checked"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 failed"), std::string::npos) << r.output;
+}
+
+// routing = zipf with zipf_s = 2000 and k = 2 used to corrupt the heap (SIGABRT): the weights after
+// expert 0's underflow to 0.
+TEST(MokGoldenCli, GenerateAZipfCaseWithAHugeExponent) {
+  TempDir dir("golden-cli-zipf");
+  std::ofstream(dir / "zipf.txt") << "ranks = 2\ntokens_per_rank = 4\nexperts = 4\ntop_k = 2\nrouting = zipf\n"
+                                     "zipf_s = 2000\n";
+  const testing::ToolRun r =
+      run_tool(dir, "generate --config " + (dir / "zipf.txt").string() + " --out " + (dir / "zipf.h5").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const GoldenCase g = read_golden(dir / "zipf.h5");
+  EXPECT_EQ(i32_values(g.tensor("given_topk_idx")),
+            (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
+}
+
+// A directory used to become a golden of all defaults (exit 0), a FIFO to block; /dev/zero is no file
+// either. Each exits 2 naming what the path is, and nothing is written.
+TEST(MokGoldenCli, GenerateRefusesAConfigThatIsNoRegularFile) {
+  TempDir dir("golden-cli-config-kind");
+  std::filesystem::create_directory(dir / "a_dir");
+  ASSERT_EQ(mkfifo((dir / "a_fifo").c_str(), 0600), 0);
+  const struct {
+    std::string path, what;
+  } cases[] = {{(dir / "a_dir").string(), "is a directory, not a regular file"},
+               {(dir / "a_fifo").string(), "is a FIFO, not a regular file"},
+               {"/dev/zero", "is a character device, not a regular file"},
+               {(dir / "absent.txt").string(), "no such file"}};
+  for (const auto& c : cases) {
+    const testing::ToolRun r = run_tool(dir, "generate --config " + c.path + " --out " + (dir / "out.h5").string(), 30);
+    EXPECT_EQ(r.status, 2) << c.path << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok: case file " + c.path + " " + c.what), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.h5")) << c.path;
+  }
+}
+
+TEST(MokGoldenCli, SizesPastMemoryAreRefusedBeforeAllocating) {
+  TempDir dir("golden-cli-huge");
+  std::ofstream(dir / "huge.txt") << "hidden = 1048576\nintermediate = 1048576\n";
+  std::ofstream(dir / "overflow.txt") << "ranks = 2\ntokens_per_rank = 1073741824\nexperts = 2\n";
+  testing::ToolRun r =
+      run_tool(dir, "generate --config " + (dir / "huge.txt").string() + " --out " + (dir / "huge.h5").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("huge.txt: invalid input: this problem"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("GiB of host memory for its tensors, more than the"), std::string::npos) << r.output;
+  r = run_tool(dir, "generate --config " + (dir / "overflow.txt").string() + " --out " + (dir / "o.h5").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("tokens N = R * T = 2147483648 is more than 2^31 - 1"), std::string::npos) << r.output;
+}
+
+TEST(MokGoldenCli, JunkArgumentsAreEchoedEscaped) {
+  TempDir dir("golden-cli-junk");
+  const testing::ToolRun r = run_tool(dir, "\"$(printf 'fr\\033[2Job')\" --out x");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'fr\\x1b[2Job'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
 }
 
 TEST(MokGoldenCli, UsageErrorsExitTwo) {

@@ -1,6 +1,10 @@
 // Golden files: bitwise round trip, atomic writes, and a clear mok::Error for every kind of bad file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <csignal>
+
+#include "mok/golden/atomic_file.h"
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
 #include "test_files.h"
@@ -146,6 +150,37 @@ TEST(Tensor, ShapeMustHoldTheValues) {
 }
 
 TEST_F(GoldenFile, MissingFile) { EXPECT_NE(read_error(dir_ / "none.h5").find("no such file"), std::string::npos); }
+
+// A directory, a FIFO (which would block a reader) or a device is named for what it is.
+TEST_F(GoldenFile, NotARegularFile) {
+  std::filesystem::create_directory(dir_ / "dir.h5");
+  ASSERT_EQ(mkfifo((dir_ / "fifo.h5").c_str(), 0600), 0);
+  EXPECT_NE(read_error(dir_ / "dir.h5").find("dir.h5: is a directory, not a regular file"), std::string::npos);
+  EXPECT_NE(read_error(dir_ / "fifo.h5").find("fifo.h5: is a FIFO, not a regular file"), std::string::npos);
+  EXPECT_NE(read_error("/dev/zero").find("/dev/zero: is a character device, not a regular file"), std::string::npos);
+}
+
+// Killed by SIGTERM or SIGINT in the middle of a write (here: right after the temporary is written),
+// the process removes the hidden temporary before it dies, and the target is left as it was.
+TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    write_golden(dir_ / "target.h5", *smoke_);
+    const std::vector<char> old = testing::read_bytes(dir_ / "target.h5");
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      AtomicFile file(dir_ / "target.h5");
+      testing::write_bytes(file.temp_path(), {'p', 'a', 'r', 't'});
+      raise(sig);
+      _exit(0);  // not reached: the signal's default action ends the process
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    EXPECT_EQ(dir_.entries(), std::vector<std::string>{"target.h5"}) << "the temporary was left behind";
+    EXPECT_EQ(testing::read_bytes(dir_ / "target.h5"), old);
+  }
+}
 
 TEST_F(GoldenFile, NotAGolden) {
   testing::write_bytes(dir_ / "text.h5", {'h', 'e', 'l', 'l', 'o'});

@@ -65,10 +65,12 @@ struct ToolRun {
   std::string output;  // stdout and stderr
 };
 
-// Runs a command-line tool with the given arguments, its output captured in a file of `dir`.
-inline ToolRun run_tool(const std::string& tool, const TempDir& dir, const std::string& args) {
+// Runs a command-line tool with the given arguments, its output captured in a file of `dir`; with a
+// timeout, killed after that many seconds (exit status 124), so that a tool that hangs fails the test.
+inline ToolRun run_tool(const std::string& tool, const TempDir& dir, const std::string& args, int timeout_s = 0) {
   const std::filesystem::path log = dir / "tool.log";
-  const int raw = std::system((tool + " " + args + " > " + log.string() + " 2>&1").c_str());
+  const std::string limit = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : "";
+  const int raw = std::system((limit + tool + " " + args + " > " + log.string() + " 2>&1").c_str());
   return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
 }
 

@@ -61,7 +61,7 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& keys) {
       continue;
     }
     if (std::find(keys.begin(), keys.end(), arg) == keys.end())
-      throw UsageError("unknown option '" + arg + "' for " + a.command);
+      throw UsageError("unknown option " + quote_input(arg) + " for " + a.command);
     if (i + 1 >= argc || std::string(argv[i + 1]).empty()) throw UsageError(arg + " needs a value");
     a.options.emplace_back(arg, argv[++i]);
   }
@@ -108,7 +108,7 @@ int generate(const Args& a) {
   const fs::path dir = a.get("--out");
   if (a.has("--name")) {
     const CaseSpec* spec = find_case(a.get("--name"));
-    if (!spec) throw UsageError("the catalogue has no case '" + a.get("--name") + "' (see mok-golden list)");
+    if (!spec) throw UsageError("the catalogue has no case " + quote_input(a.get("--name")) + " (see mok-golden list)");
     generate_one(*spec, dir / (spec->name + ".h5"));
     return kEqual;
   }
@@ -168,10 +168,17 @@ std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
   return "";
 }
 
-// Regenerates one committed golden (from its recipe, or from its stored inputs) and compares.
+// Regenerates one committed golden (from its recipe, or from its stored inputs) and compares. A file
+// named for a catalogue case must hold that case: the check counts it as that case's golden.
 int check_file(const fs::path& file) {
   const auto start = std::chrono::steady_clock::now();
   const GoldenCase golden = read_golden(file);
+  const std::string stem = file.stem().string();
+  if (find_case(stem) && golden.name != stem) {
+    std::cout << "FAIL  " << file.filename().string() << ": named for the catalogue case " << stem
+              << " but holds the case " << quote_input(golden.name) << std::endl;
+    return kMismatch;
+  }
   if (const CaseSpec* spec = find_case(golden.name)) {
     const std::string field = stale_field(golden, *spec);
     if (!field.empty()) {
@@ -278,7 +285,7 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return kEqual;
   }
-  throw UsageError("unknown command '" + command + "'");
+  throw UsageError("unknown command " + quote_input(command));
 }
 
 }  // namespace
@@ -287,9 +294,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    std::cerr << "mok-golden: " << e.what() << "\n" << kUsage;
+    std::cerr << "mok-golden: " << escape_bytes(e.what(), true) << "\n" << kUsage;
   } catch (const std::exception& e) {
-    std::cerr << e.what() << std::endl;
+    std::cerr << escape_bytes(e.what(), true) << std::endl;
   }
   return kError;
 }

@@ -2,11 +2,19 @@
 // router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1 pushed back to
 // the source ranks; then the weight gradients as K-step chains over each expert's rows in global
 // token order, the shared expert, the router backward, and the slot-ordered dx combine.
+#include "combine_tokens.cuh"
+#include "gather.cuh"
+#include "gemm_phases.cuh"
+#include "grid_sync.cuh"
 #include "kernels.cuh"
 #include "mok/core/combine.h"
 #include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
+#include "row_copy.cuh"
+#include "schedule.cuh"
+#include "tile_gemm.cuh"
+#include "tile_schedules.cuh"
 
 namespace mok::gpu {
 namespace {
@@ -43,17 +51,15 @@ __device__ void pull_dy(const Params& p, int cycle) {
 }
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
+// W2_e [H, I] is read as stored (rows along K).
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  ring_gemm(
+  ring_gemm<kNN>(
       pipe, p, cycle, kDownGrad, kTileN, I,
-      [&](const RingItem& it) {
-        const int w = it.t.expert * I + it.n0;
-        return k_major(p.maps.ring, p.maps.w2t, it.ring_row, w, H);
-      },
-      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
+      [&](const RingItem& it) { return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, it.t.expert * H, H); },
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
-            half, acc,
+            consumer, acc,
             [&](int row, int col, float v0, float v1) {
               *reinterpret_cast<float2*>(p.g + long(it.t.pad_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
@@ -147,16 +153,29 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
   });
 }
 
-// dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer.
+// dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored.
 __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  ring_gemm(
+  ring_gemm<kNN>(
       pipe, p, cycle, kDxPush, kTileN, H,
       [&](const RingItem& it) {
-        const int w = it.t.expert * H + it.n0;
-        return k_major(p.maps.dh, p.maps.w1t, it.t.pad_row, w, 2 * I);
+        return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, it.t.expert * 2 * I, 2 * I);
       },
-      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
+}
+
+// A weight gradient's two adjacent fp32 elements: stored, or added into what the caller's buffer holds
+// (gradient accumulation: one rounding, out + d, as the reference adds).
+__device__ __forceinline__ void store_gradient_pair(const Params& p, float* out, float d0, float d1) {
+  float2* o = reinterpret_cast<float2*>(out);
+  if (p.accumulate) {
+    const float2 held = *o;
+    *o = float2{held.x + d0, held.y + d1};
+  } else {
+    *o = float2{d0, d1};
+  }
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
@@ -165,7 +184,7 @@ struct WeightGrad {
   const CUtensorMap *a, *b;
   int m, n, k_first, k_rows;
   float* out;
-  __device__ int tiles() const { return ceil_div(m, kTileM) * ceil_div(n, kTileN); }
+  __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
 };
 
 // The experts of this GPU's ranks: [own_expert_begin, own_expert_end).
@@ -188,10 +207,12 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
 }
 
-// Each tile finds its gradient by binary search over the gradients' first tiles, which the block
-// lays out in shared memory first (a walk over the list per tile cost a tile's worth of latency).
+// Each tile finds its gradient by binary search over the gradients' first tiles (WeightGradTiles),
+// which the block lays out in shared memory first (a walk over the list per tile cost a tile's worth
+// of latency).
 __device__ void weight_grads(Pipeline& pipe, const Params& p) {
-  __shared__ int first_tile[2 * kMaxExperts + 3];
+  __shared__ int first_tile[2 * kMaxExperts + 3];  // two gradients per expert and the shared expert's, + 1
+  static_assert(kSmemBytes + sizeof(first_tile) <= kMaxSmemPerBlock, "the block's dynamic and static shared memory");
   const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() ? 2 : 0);
   for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w + 1] = weight_grad(p, w).tiles();
   __syncthreads();
@@ -200,32 +221,25 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
     for (int w = 0; w < grads; ++w) first_tile[w + 1] += first_tile[w];
   }
   __syncthreads();
+  const WeightGradTiles tiles{first_tile, grads};
   WeightGrad wg;
   int m0 = 0, n0 = 0;
-  gemm_tiles<true>(
-      pipe, first_tile[grads], p.barrier, kWeightGrad,
+  gemm_tiles<kTN>(
+      pipe, tiles.count(), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        int w = 0, last = grads - 1;  // the last gradient starting at or before tile t
-        while (w < last) {
-          const int mid = (w + last + 1) / 2;
-          if (first_tile[mid] <= t)
-            w = mid;
-          else
-            last = mid - 1;
-        }
+        const int w = tiles.grad(t);
         wg = weight_grad(p, w);
-        t -= first_tile[w];
+        t -= tiles.first[w];
         const int col_tiles = ceil_div(wg.n, kTileN);
-        m0 = int(t / col_tiles) * kTileM, n0 = int(t % col_tiles) * kTileN;
-        l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, ceil_div(wg.k_rows, kBox)};
+        m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
+        l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, ceil_div(wg.k_rows, kBox)};
         return true;
       },
-      [&](long, int half, const float(&acc)[kAccumulators]) {
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
-            half, acc,
+            consumer, acc,
             [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m)
-                *reinterpret_cast<float2*>(wg.out + long(m0 + row) * wg.n + n0 + col) = float2{v0, v1};
+              if (m0 + row < wg.m) store_gradient_pair(p, wg.out + long(m0 + row) * wg.n + n0 + col, v0, v1);
             },
             min(kTileN, wg.n - n0));
       });
@@ -234,8 +248,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate;
-  token_gemm(
-      pipe, p, p.maps.dy, p.maps.shared_w2t, p.c.hidden, Is, kRouterGrad, [&](long g, int col, float g0, float g1) {
+  token_gemm<kNN>(
+      pipe, p, p.maps.dy, p.maps.shared_w2, p.c.hidden, Is, kRouterGrad, [&](long g, int col, float g0, float g1) {
         const bf16* h = p.shared_h + g * 2 * Is;
         bf16* dh = p.shared_dh + g * 2 * Is;
         const float gv[2] = {g0, g1};
@@ -263,12 +277,13 @@ __device__ void router_grad(const Params& p) {
 // tokens.
 __device__ void router_weight_grad_and_combine(const Params& p) {
   const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
-  if (p.router)
+  if (has_router(p))
     for (long i = long(own_expert_begin(p)) * H + thread_id(); i < long(own_expert_end(p)) * H; i += thread_count()) {
       const int e = int(i / H), col = int(i % H);
-      p.d_router[i] = fma_chain(
+      const float d = fma_chain(
           N, [&](int g) { return p.d_logits[long(g) * E + e]; },
           [&](int g) { return to_float(p.x[long(g) * H + col]); });
+      p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
     }
   combine_tokens(
       p, [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); },
@@ -281,10 +296,10 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const long col = i % (H / 8) * 8 + c;
-          const float router = p.router ? fma_chain(
-                                              E, [&](int e) { return p.d_logits[long(g) * E + e]; },
-                                              [&](int e) { return p.router_w[e * H + col]; })
-                                        : 0.0f;
+          const float router = has_router(p) ? fma_chain(
+                                                   E, [&](int e) { return p.d_logits[long(g) * E + e]; },
+                                                   [&](int e) { return p.router_w[e * H + col]; })
+                                             : 0.0f;
           dx.e[c] = combine_dx_round(acc[c], router);
         }
         reinterpret_cast<Bf16x8*>(p.dx)[i] = dx;
@@ -297,8 +312,12 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   const GridBarrier& b = p.barrier;
   stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
-  // Across GPUs the shared expert reads every token's dy.
+  // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
+  // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
+  if (!peer_sync(b, p.peers, kStart, 0)) return;
   if (p.peers.gpus > 1 && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
+  if (p.peers.gpus > 1 && (has_router(p) || p.c.has_shared()))
+    gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy(p, cycle);
@@ -313,17 +332,17 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   }
   if (!peer_sync(b, p.peers, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
   if (p.c.has_shared()) shared_down_grad(pipe, p);
-  if (p.router) router_grad(p);
+  if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
   if (!peer_sync(b, p.peers, kRouterGrad, 0)) return;
   // The router-weight gradient's chains run over every token's d logits.
-  if (p.peers.gpus > 1 && p.router)
+  if (p.peers.gpus > 1 && has_router(p))
     gather_token_values(p, p.d_logits, p.c.experts, [&](int r) { return p.rank[r].d_logits; });
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
   if (p.c.has_shared())
-    token_gemm_bf16(pipe, p, p.maps.shared_dh, p.maps.shared_w1t, 2 * p.c.shared_intermediate, p.c.hidden, p.shared_y,
-                    kWeightGrad);
+    token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * p.c.shared_intermediate, p.c.hidden,
+                         p.shared_y, kWeightGrad);
   if (!grid_sync(b, kWeightGrad, 0)) return;
   router_weight_grad_and_combine(p);
 }

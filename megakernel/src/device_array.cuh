@@ -2,6 +2,7 @@
 // DeviceArray owns its allocation (on the device current when it was made).
 #pragma once
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,29 @@ class DeviceArray : public DeviceSpan<T> {
     std::swap(this->n_, o.n_);
     return *this;
   }
+};
+
+// Page-locked host memory the device copies into asynchronously (the device error word's host copy).
+template <class T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(size_t n) {
+    MOK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&p_), n * sizeof(T), cudaHostAllocDefault));
+    std::fill_n(p_, n, T{});
+  }
+  ~PinnedArray() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedArray(PinnedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
 };
 
 }  // namespace mok::gpu

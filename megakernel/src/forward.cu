@@ -3,11 +3,21 @@
 // the source ranks.
 // Phases are separated by the watchdog grid barrier; every reduction is in the order of the shared
 // core code, so the bits equal the CPU reference's (docs/architecture.md, docs/numerics.md).
+#include "combine_tokens.cuh"
+#include "epilogue_store.cuh"
+#include "gather.cuh"
+#include "gemm_phases.cuh"
+#include "grid_sync.cuh"
 #include "kernels.cuh"
 #include "mok/core/combine.h"
+#include "mok/core/dispatch_layout.h"
 #include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
+#include "row_copy.cuh"
+#include "schedule.cuh"
+#include "tile_gemm.cuh"
+#include "tile_schedules.cuh"
 
 namespace mok::gpu {
 namespace {
@@ -25,14 +35,34 @@ __device__ void router_logits(const Params& p) {
   }
 }
 
+// Top-k (unless replayed) and weights of this GPU's tokens.
 __device__ void router_select_tokens(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
   float scores[kMaxExperts], key[kMaxExperts];
   bool allowed[kMaxExperts];
   for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
     router_scores(p.c, p.logits + g * E, scores);
-    router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
+    if (p.routing == RoutingMode::router) router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
     router_weights(p.c, scores, p.topk_idx + g * k, p.topk_w + g * k);
+  }
+}
+
+// A given routing (every token's: every GPU lays out all of them) before anything reads it: an expert
+// id outside [0, E) or twice in one token would send rows out of bounds, a non-finite given weight
+// poisons y. The first bad token is recorded (kBadRouting) and the launch ends at the next barrier.
+__device__ void check_given_routing(const Params& p) {
+  const int E = p.c.experts, k = p.c.top_k;
+  for (long g = thread_id(); g < p.c.tokens(); g += thread_count()) {
+    uint32_t seen[kMaxExperts / 32] = {};
+    bool ok = true;
+    for (int j = 0; j < k && ok; ++j) {
+      const int32_t e = p.topk_idx[g * k + j];
+      ok = e >= 0 && e < E && !(seen[e / 32] >> (e % 32) & 1u);
+      if (ok) seen[e / 32] |= 1u << (e % 32);
+      const float w = p.routing == RoutingMode::given ? p.topk_w[g * k + j] : 0.0f;
+      ok = ok && w - w == 0.0f;
+    }
+    if (!ok) record_error(p.barrier, kBadRouting, kRoutingCheck, 0, int(g));
   }
 }
 
@@ -95,13 +125,36 @@ __device__ void layout_place(Pipeline& pipe, const Params& p) {
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
+// Padded rows past the last expert's tiles: no tile writes them, so they are zeroed here and the
+// saved buffer holds the same bytes run to run (D1) also where nothing reads it.
+__device__ void zero_unused_rows(const Params& p) {
+  const int H = p.c.hidden, I = p.c.intermediate;
+  for (long row = long(kTileRows) * p.tile_offsets[p.c.experts] + warp_id(); row < padded_rows(p.c);
+       row += warp_count()) {
+    copy_row(p.xe + row * H, nullptr, H);
+    copy_row(p.h + row * 2 * I, nullptr, 2 * I);
+    copy_row(p.a + row * I, nullptr, I);
+  }
+}
+
+// The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
+// straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward); padding rows zero.
+__device__ void pull_x(const Params& p, int cycle) {
+  const int H = p.c.hidden;
+  for_each_tile_row(p, cycle, [&](const RingRow& row) {
+    const RankBuffers* src = nullptr;
+    const long slot = row.valid ? source_slot(p, row, src) : 0;
+    copy_row(p.xe + row.pad * H, row.valid ? src->x + slot / p.c.top_k * H : nullptr, H);
+  });
+}
+
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
 // a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a. All of a is computed in registers
 // before the staged passes, so the compiler interleaves the 64 independent SwiGLUs (they are most of
 // this epilogue's time).
-__device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const float (&acc)[kAccumulators], int inter,
-                                int n0, int valid, long first, bf16* h, bf16* a) {
+__device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                int inter, int n0, int valid, long first, bf16* h, bf16* a) {
   constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
   constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
@@ -113,14 +166,14 @@ __device__ void swiglu_epilogue(Pipeline& pipe, const Params& p, int half, const
     const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
     aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
   }
-  stage_row_dst(pipe, half, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
-  stage_row_dst(pipe, half, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
+  stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
+  stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
   for (int w = 0; w < kGateWindows; ++w) {
     if (n0 + kStagedCols * w >= inter) continue;
-    staged_pass(pipe, half, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass(pipe, half, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass(pipe, half, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
+    staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
   }
 }
 
@@ -129,18 +182,19 @@ inline constexpr int kGateCols = kTileN / 2;
 
 // The shared expert's GEMM1 + SwiGLU over all tokens: tiles of 128 tokens x 128 intermediate columns.
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden, col_tiles = ceil_div(Is, kGateCols);
-  gemm_tiles<false>(
-      pipe, long(ceil_div(N, kTileRows)) * col_tiles, p.barrier, kLayoutPlace,
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
+  const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
+  gemm_tiles<kNT>(
+      pipe, tiles.count(), p.barrier, kLayoutPlace,
       [&](long t, TileLoad& l) {
-        const int n0 = int(t % col_tiles) * kGateCols;
-        l = k_major(p.maps.x, p.maps.shared_w1, int(t / col_tiles) * kTileRows, n0, Is + n0, H);
+        const int n0 = tiles.n0(t);
+        l = k_major(p.maps.x, p.maps.shared_w1, int(tiles.first_token(t)), n0, Is + n0, H);
         return true;
       },
-      [&](long t, int half, const float(&acc)[kAccumulators]) {
-        const long first = t / col_tiles * kTileRows;
-        swiglu_epilogue(pipe, p, half, acc, Is, int(t % col_tiles) * kGateCols, int(min(long(kTileRows), N - first)),
-                        first, p.shared_h, p.shared_a);
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        swiglu_epilogue(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+                        p.shared_h, p.shared_a);
       });
 }
 
@@ -154,8 +208,8 @@ __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
         const int w = it.t.expert * 2 * I + it.n0;
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
-      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue(pipe, p, half, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        swiglu_epilogue(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
       });
 }
 
@@ -168,7 +222,9 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
         const int w = it.t.expert * H + it.n0;
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
-      [&](const RingItem& it, int half, const float(&acc)[kAccumulators]) { push_to_slots(pipe, p, it, half, acc); });
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // y of this GPU's tokens.
@@ -194,14 +250,21 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   const GridBarrier& b = p.barrier;
   stamp_phase(b, -1);
   Pipeline pipe = pipeline_init();
+  // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
+  if (!peer_sync(b, p.peers, kStart, 0)) return;
   // Across GPUs the shared expert and the router's weight gradient read every token's x.
-  if (p.peers.gpus > 1 && (p.router || p.c.has_shared())) gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
-  if (p.router) {
+  if (p.peers.gpus > 1 && (has_router(p) || p.c.has_shared()))
+    gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  if (p.routing != RoutingMode::router) {
+    check_given_routing(p);
+    if (!grid_sync(b, kRoutingCheck, 0)) return;
+  }
+  if (has_router(p)) {
     router_logits(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
     router_select_tokens(p);
     if (!grid_sync(b, kRouterSelect, 0)) return;
-    if (p.peers.gpus > 1) {  // every GPU computes the whole dispatch layout from every token's top-k
+    if (p.peers.gpus > 1 && p.routing == RoutingMode::router) {  // every GPU lays out every token's top-k
       if (!peer_sync(b, p.peers, kRouterSelect, 0)) return;
       gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });
       if (!grid_sync(b, kRouterSelect, 0)) return;
@@ -212,10 +275,12 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   layout_scan(p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(pipe, p);
+  zero_unused_rows(p);
   if (p.c.has_shared()) shared_up(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared())
-    token_gemm_bf16(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y, kPull);
+    token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y,
+                         kPull);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_x(p, cycle);

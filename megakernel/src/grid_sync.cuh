@@ -4,16 +4,12 @@
 // Global stores before the barrier are visible after it to ordinary loads and to TMA copies.
 #pragma once
 
+#include "mok/megakernel/ptx/system_scope.cuh"
+#include "mok/megakernel/ptx/timer.cuh"
 #include "mok/megakernel/ptx/tma.cuh"
 #include "params.cuh"
 
 namespace mok::gpu {
-
-__device__ __forceinline__ long long global_ns() {
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ __forceinline__ void record_error(const GridBarrier& b, int code, int phase, int cycle, int detail) {
   if (atomicCAS(&b.error->code, kNoError, code) == kNoError) {
@@ -34,7 +30,7 @@ __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
 __device__ inline bool watchdog_stop(const GridBarrier& b, long long start, int code, int phase, int cycle,
                                      int detail) {
   if (error_recorded(b)) return true;
-  if (global_ns() - start <= b.timeout_ns) return false;
+  if (ptx::global_timer_ns() - start <= b.timeout_ns) return false;
   record_error(b, code, phase, cycle, detail);
   return true;
 }
@@ -44,7 +40,7 @@ __device__ inline void stamp_phase(const GridBarrier& b, int phase) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const int i = *b.clock.count;
   if (i >= kClockEntries) return;
-  b.clock.ns[i] = global_ns();
+  b.clock.ns[i] = ptx::global_timer_ns();
   b.clock.phase[i] = phase;
   *b.clock.count = i + 1;
 }
@@ -61,7 +57,7 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
       __threadfence();
       atomicAdd(const_cast<unsigned int*>(generation), 1u);
     } else {
-      const long long start = global_ns();
+      const long long start = ptx::global_timer_ns();
       while (*generation == seen && !watchdog_stop(b, start, kBarrierTimeout, phase, cycle, int(blockIdx.x)))
         __nanosleep(64);
     }
@@ -73,24 +69,15 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
   return !__syncthreads_or(error_recorded(b));
 }
 
-// System-scope flag accesses: a peer GPU's window is reached over NVLink.
-__device__ __forceinline__ void store_release_system(unsigned int* flag, unsigned int v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned int load_acquire_system(const unsigned int* flag) {
-  unsigned int v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-
 // Block 0's part of the barrier across GPUs: announce this barrier in every GPU's flags, then wait
-// until every GPU announced it here (watchdog: kPeerTimeout names the GPU that did not come).
+// until every GPU announced it here (watchdog: kPeerTimeout names the GPU that did not come). The
+// flags are released and acquired at system scope: the peers' windows are reached over NVLink.
 __device__ inline void peer_barrier(const GridBarrier& b, const PeerSync& s, int phase, int cycle) {
   const unsigned int number = s.epoch + ++*s.count;
-  for (int j = 0; j < s.gpus; ++j) store_release_system(s.flags[j] + s.me, number);
-  const long long start = global_ns();
+  for (int j = 0; j < s.gpus; ++j) ptx::store_release_sys(s.flags[j] + s.me, number);
+  const long long start = ptx::global_timer_ns();
   for (int j = 0; j < s.gpus; ++j)
-    while (int(load_acquire_system(s.flags[s.me] + j) - number) < 0) {
+    while (int(ptx::load_acquire_sys(s.flags[s.me] + j) - number) < 0) {
       if (watchdog_stop(b, start, kPeerTimeout, phase, cycle, j)) return;
       __nanosleep(256);
     }

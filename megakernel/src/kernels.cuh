@@ -1,8 +1,12 @@
-// The persistent kernels and their phase bodies' shared pieces.
+// The persistent kernels, and what their launch needs: the block size, the dynamic shared memory and
+// the registers per thread (gemm_geometry.cuh), the parameters (params.cuh), and the layout arithmetic
+// the host sizes their workspace with (dispatch_layout.h, saved_layout.h).
 #pragma once
 
-#include "device_common.cuh"
-#include "grid_sync.cuh"
+#include "gemm_geometry.cuh"
+#include "mok/core/dispatch_layout.h"
+#include "mok/core/saved_layout.h"
+#include "params.cuh"
 
 namespace mok::gpu {
 

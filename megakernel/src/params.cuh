@@ -5,6 +5,7 @@
 
 #include "mok/core/bf16.h"
 #include "mok/core/config.h"
+#include "mok/core/layer_io.h"
 
 namespace mok::gpu {
 
@@ -47,10 +48,13 @@ enum ErrorCode : int {
   kLogitOverflow = 2,
   kPipelineTimeout = 3,
   kPeerTimeout = 4,  // detail: the GPU that did not arrive
+  kBadRouting = 5,   // detail: the token whose given routing is out of range, repeated or not finite
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
 enum Phase : int {
+  kStart,
+  kRoutingCheck,
   kRouterLogits,
   kRouterSelect,
   kLayoutCount,
@@ -66,7 +70,9 @@ enum Phase : int {
   kWeightGrad,
   kPhaseCount
 };
-inline constexpr const char* kPhaseNames[kPhaseCount] = {"router logits",
+inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
+                                                         "given routing check",
+                                                         "router logits",
                                                          "router top-k",
                                                          "layout count",
                                                          "layout scan",
@@ -98,32 +104,26 @@ struct GridBarrier {
 };
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
+// The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
 struct TensorMaps {
-  CUtensorMap ring, w1, w2, w1t, w2t, a, dh, dye, xe, x, dy;
-  CUtensorMap shared_w1, shared_w2, shared_w1t, shared_w2t, shared_a, shared_dh;
+  CUtensorMap ring, w1, w2, a, dh, dye, xe, x, dy;
+  CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
 };
 
 struct Params {
   LayerConfig c;
   int ring_rows;
-  bool router;               // false: the routing was given (topk_* already filled)
+  RoutingMode routing;       // replay_ids, given: topk_idx (and for given topk_w) already filled
+  bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   PeerSync peers;
   TensorMaps maps;
 
-  // Weights (every expert; a GPU uses its ranks' experts).
+  // Weights (every expert; a GPU uses its ranks' experts). The matrices are read through the maps.
   const float* router_w;     // [E, H]
   const float* expert_bias;  // [E] or null
-  const bf16* w1;            // [E, 2I, H]
-  const bf16* w2;            // [E, H, I]
-  const bf16* w1t;           // [E, H, 2I]  (backward)
-  const bf16* w2t;           // [E, I, H]   (backward)
-  const bf16* shared_w1;     // [2Is, H]
-  const bf16* shared_w2;     // [H, Is]
-  const bf16* shared_w1t;    // [H, 2Is]
-  const bf16* shared_w2t;    // [Is, H]
 
   // Global-order views of the per-rank buffers (rank r's slice starts at r * T). This GPU's ranks'
   // slices are theirs; across GPUs the others' are gathered where a phase needs them.
@@ -137,13 +137,13 @@ struct Params {
   int32_t* chunk_counts;  // [chunks, E]
   int32_t* chunk_base;    // [chunks, E]
   int32_t* offsets;       // [E + 1]
-  int32_t* tile_offsets;  // [E + 1] 16-row tiles before expert e
+  int32_t* tile_offsets;  // [E + 1] 128-row tiles before expert e
   int32_t* row_source;    // [N k]
   int32_t* slot_row;      // [N k]
 
   bf16* ring;  // [R ring_rows, H] the executed ranks' dy receive rings (rank r's from row r ring_rows)
 
-  // Per padded layout row (P rows: device_common.cuh).
+  // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
   bf16* h;    // [P, 2I]
   bf16* a;    // [P, I]
   float* g;   // [P, I]   dy W2 (backward)
@@ -167,5 +167,8 @@ struct Params {
   float* d_shared_w1;  // [2Is, H]
   float* d_shared_w2;  // [H, Is]
 };
+
+// The router ran (its logits exist, its gradient flows): every mode but a given routing.
+__host__ __device__ inline bool has_router(const Params& p) { return p.routing != RoutingMode::given; }
 
 }  // namespace mok::gpu

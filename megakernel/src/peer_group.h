@@ -17,6 +17,7 @@ class PeerGroup {
   PeerGroup(const PeerGroup&) = delete;
   PeerGroup& operator=(const PeerGroup&) = delete;
 
+  int gpus() const { return int(comms_.size()); }
   // GPU g's own window.
   uint8_t* local(int g) const { return static_cast<uint8_t*>(buffers_[g]); }
   // Every GPU's window as GPU g addresses it (its own included).

@@ -1,4 +1,4 @@
-// mok-bench: times the persistent forward and backward kernels on the shapes of DESIGN.md §6 and,
+// mok-bench: times the persistent forward and backward kernels on the shapes of docs/benchmarks.md and,
 // in the same process, the device's bf16 matrix-product rate (cuBLAS, 8192^3) as the peak to
 // compare against. Median of --runs timed launches after --warmup; CUDA events around each. Input
 // sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed

@@ -164,7 +164,7 @@ DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int
 }
 
 Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits_out,
-              Fault fault) {
+              Fault fault, const std::vector<int32_t>* replay_ids) {
   const int N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
   Routing r;
   r.topk_idx.resize(at(N, k));
@@ -182,9 +182,12 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
       require(lg[e] - lg[e] == 0.0f, "router logit of token " + std::to_string(g) + " overflows");
     }
     router_scores(c, lg, scores.data());
-    (fault == Fault::tie_higher_index ? select_higher_wins : router_select)(
-        c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
-        r.topk_idx.data() + at(g, k));
+    if (replay_ids)
+      std::copy_n(replay_ids->data() + at(g, k), k, r.topk_idx.data() + at(g, k));
+    else
+      (fault == Fault::tie_higher_index ? select_higher_wins : router_select)(
+          c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
+          r.topk_idx.data() + at(g, k));
     router_weights(c, scores.data(), r.topk_idx.data() + at(g, k), r.topk_w.data() + at(g, k));
   }
   if (logits_out) *logits_out = std::move(logits);
@@ -193,11 +196,14 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
 
 Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given,
                 const Options& opt) {
-  validate_inputs(c, x, w, given);
+  validate_inputs(c, x, w, given, opt.replay_ids);
   validate_ring_rows(opt.ring_rows);
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, k = c.top_k, T = c.tokens_per_rank;
   Forward f;
-  f.routing = given ? *given : route(c, x, w, &f.logits, opt.fault);
+  if (given && !opt.replay_ids)
+    f.routing = *given;
+  else
+    f.routing = route(c, x, w, &f.logits, opt.fault, given ? &given->topk_idx : nullptr);
   f.layout = build_dispatch_layout(c, f.routing.topk_idx);
   if (opt.fault == Fault::layout_off_by_one) shift_first_boundary(f.layout);
   std::vector<RankMemory> ranks = rank_table(c, x.data(), nullptr, f.routing.topk_w.data());

@@ -29,38 +29,68 @@ double silu_grad(double v) {
   return s * (1.0 + v * (1.0 - s));
 }
 
-// The clamp of core/swiglu.h at the same limit: gate clamped above, up to [-limit, limit]. Whether
-// an operand is clamped is a discrete choice, like the routing, and the layer makes it on the stored
-// bf16 h: the oracle makes it on bf16(h) too (which equals the reference's bf16 h unless h lies
-// within fp32 error of a bf16 rounding boundary next to the limit). Deciding on the fp64 h instead
-// would flip the clamped operand's gradient between 0 and its full value wherever bf16 rounding
-// crosses the limit: an error of the comparison, not of the layer.
-bool above(double v, double limit) { return limit > 0 && double(to_float(to_bf16(float(v)))) > limit; }
+// The clamp of core/swiglu.h at the same limit: gate clamped above, up to [-limit, limit]. Which
+// operands are clamped is a discrete choice, like the routing, and the layer makes it on its bf16 h;
+// at the limit the layer is not differentiable, and its forward fixes the side of the kink it is on.
+// So the oracle takes that choice as given (OracleInputs::clamped, from the layer's saved h) and
+// computes the exact math of that branch. A branch decided on the oracle's own h instead, in fp64 or
+// as bf16(fp64 h), differs from the layer's wherever rounding moves h across the limit, or across the
+// bf16 midpoint next to it, and flips that operand's gradient between 0 and its full value: an error
+// of the comparison, not of the layer (issue 16). Without the layer's h, the oracle decides on
+// bf16(fp64 h), which equals the layer's choice unless h is within fp32 error of that midpoint.
+bool beyond(double v, double limit) { return v > limit || v < -limit; }
+double bf16_of(double v) { return double(to_float(to_bf16(float(v)))); }
+
+// Which operands of h = [gate | up] ([m, 2I]) are clamped: 1 per clamped operand.
+std::vector<uint8_t> clamp_branches(const Matrix& h, double limit) {
+  const long inter = h.cols() / 2;
+  std::vector<uint8_t> out(at(h.rows(), h.cols()));
+  for (long r = 0; r < h.rows(); ++r)
+    for (long i = 0; i < inter; ++i) {
+      out[at(r, h.cols()) + i] = bf16_of(h(r, i)) > limit;
+      out[at(r, h.cols()) + inter + i] = beyond(bf16_of(h(r, inter + i)), limit);
+    }
+  return out;
+}
 
 struct SwigluOperands {
   double gate, up;
   bool gate_clamped, up_clamped;
 };
 
-SwigluOperands clamped(double gate, double up, double limit) {
-  const bool gate_clamped = above(gate, limit), up_high = above(up, limit), up_low = above(-up, limit);
-  return SwigluOperands{gate_clamped ? limit : gate, up_high ? limit : (up_low ? -limit : up), gate_clamped,
-                        up_high || up_low};
+SwigluOperands operands(double gate, double up, double limit, bool gate_clamped, bool up_clamped) {
+  return SwigluOperands{gate_clamped ? limit : gate, up_clamped ? std::copysign(limit, up) : up, gate_clamped,
+                        up_clamped};
 }
 
-// One SwiGLU MLP over m rows: h = x W1^T ([m, 2I], gate | up), a = swiglu(h), out = a W2^T.
+// One SwiGLU MLP over m rows: h = x W1^T ([m, 2I], gate | up), a = swiglu(h), out = a W2^T, with the
+// clamp branches `clamped` ([m, 2I], the layer's) or, when empty, decided on bf16(h).
 struct MlpPass {
   Matrix x, h, a, out;
+  std::vector<uint8_t> clamped;  // [m, 2I]; empty without a clamp
+
+  SwigluOperands swiglu_operands(long r, long i, double limit) const {
+    const long inter = a.cols();
+    if (clamped.empty()) return operands(h(r, i), h(r, inter + i), limit, false, false);
+    return operands(h(r, i), h(r, inter + i), limit, clamped[at(r, 2 * inter) + i] != 0,
+                    clamped[at(r, 2 * inter) + inter + i] != 0);
+  }
 };
 
-MlpPass mlp_forward(Matrix x, const ConstView& w1, const ConstView& w2, double limit) {
+MlpPass mlp_forward(Matrix x, const ConstView& w1, const ConstView& w2, double limit, std::vector<uint8_t> clamped) {
   const long inter = w2.cols();
-  MlpPass p{std::move(x), Matrix(), Matrix(), Matrix()};
+  MlpPass p{std::move(x), Matrix(), Matrix(), Matrix(), std::move(clamped)};
   p.h = p.x * w1.transpose();
+  require(p.clamped.empty() || p.clamped.size() == at(p.h.rows(), p.h.cols()),
+          "oracle: clamp branches of a wrong size");
+  if (limit <= 0)
+    p.clamped.clear();
+  else if (p.clamped.empty())
+    p.clamped = clamp_branches(p.h, limit);
   p.a.resize(p.h.rows(), inter);
   for (long r = 0; r < p.h.rows(); ++r)
     for (long i = 0; i < inter; ++i) {
-      const SwigluOperands op = clamped(p.h(r, i), p.h(r, inter + i), limit);
+      const SwigluOperands op = p.swiglu_operands(r, i, limit);
       p.a(r, i) = silu(op.gate) * op.up;
     }
   p.out = p.a * w2.transpose();
@@ -68,12 +98,12 @@ MlpPass mlp_forward(Matrix x, const ConstView& w1, const ConstView& w2, double l
 }
 
 // dh from da: a clamped operand passes no gradient, as in core/swiglu.h.
-Matrix swiglu_backward(const Matrix& h, const Matrix& da, double limit) {
+Matrix swiglu_backward(const MlpPass& p, const Matrix& da, double limit) {
   const long inter = da.cols();
-  Matrix dh(h.rows(), 2 * inter);
-  for (long r = 0; r < h.rows(); ++r)
+  Matrix dh(p.h.rows(), 2 * inter);
+  for (long r = 0; r < p.h.rows(); ++r)
     for (long i = 0; i < inter; ++i) {
-      const SwigluOperands op = clamped(h(r, i), h(r, inter + i), limit);
+      const SwigluOperands op = p.swiglu_operands(r, i, limit);
       dh(r, i) = op.gate_clamped ? 0.0 : da(r, i) * op.up * silu_grad(op.gate);
       dh(r, inter + i) = op.up_clamped ? 0.0 : da(r, i) * silu(op.gate);
     }
@@ -99,6 +129,18 @@ std::vector<ExpertRows> rows_by_expert(const LayerConfig& c, const std::vector<i
 Matrix gather(const ConstView& m, const std::vector<int>& rows) {
   Matrix out(long(rows.size()), m.cols());
   for (size_t i = 0; i < rows.size(); ++i) out.row(long(i)) = m.row(rows[i]);
+  return out;
+}
+
+// The given clamp branches of an expert's rows ((token, slot) pairs), or none.
+std::vector<uint8_t> expert_branches(const OracleInputs& in, const ExpertRows& rows) {
+  if (in.clamped.empty()) return {};
+  const size_t width = size_t(2 * in.config.intermediate);
+  std::vector<uint8_t> out(rows.token.size() * width);
+  for (size_t i = 0; i < rows.token.size(); ++i) {
+    const size_t src = at(rows.token[i], in.config.top_k) + size_t(rows.slot[i]);
+    std::copy_n(in.clamped.begin() + long(src * width), width, out.begin() + long(i * width));
+  }
   return out;
 }
 
@@ -227,6 +269,31 @@ OracleInputs oracle_inputs(const LayerConfig& c, const std::vector<bf16>& x, con
   in.shared_w2 = widened(w.shared_w2);
   in.topk_idx = fwd.routing.topk_idx;
   if (fwd.logits.empty()) in.given_topk_w = widened(fwd.routing.topk_w);
+  if (c.swiglu_limit > 0) {
+    const int N = c.tokens(), k = c.top_k, I2 = 2 * c.intermediate, Is2 = 2 * c.shared_intermediate;
+    const double limit = c.swiglu_limit;
+    if (!fwd.h.empty()) {  // layout order: row slot_row[g k + j] holds (token g, slot j)
+      require(fwd.h.size() == at(at(N, k), I2) && fwd.layout.slot_row.size() == at(N, k),
+              "oracle_inputs: the forward's h is [" + std::to_string(fwd.h.size()) + "], not [N k 2I]");
+      in.clamped.resize(fwd.h.size());
+      for (size_t src = 0; src < at(N, k); ++src) {
+        const size_t row = size_t(fwd.layout.slot_row[src]);
+        for (int n = 0; n < I2; ++n) {
+          const double h = to_float(fwd.h[row * I2 + n]);
+          in.clamped[src * I2 + n] = n < I2 / 2 ? h > limit : beyond(h, limit);
+        }
+      }
+    }
+    if (c.has_shared() && !fwd.shared_h.empty()) {
+      require(fwd.shared_h.size() == at(N, Is2),
+              "oracle_inputs: the forward's shared h is [" + std::to_string(fwd.shared_h.size()) + "], not [N 2Is]");
+      in.shared_clamped.resize(fwd.shared_h.size());
+      for (size_t i = 0; i < fwd.shared_h.size(); ++i) {
+        const double h = to_float(fwd.shared_h[i]);
+        in.shared_clamped[i] = long(i % Is2) < Is2 / 2 ? h > limit : beyond(h, limit);
+      }
+    }
+  }
   return in;
 }
 
@@ -260,16 +327,17 @@ std::vector<double> oracle_y(const OracleInputs& in, const std::vector<double>& 
   View Y(y.data(), N, H);
   const std::vector<ExpertRows> rows = rows_by_expert(c, in.topk_idx);
   for (int e = 0; e < c.experts; ++e) {
-    const MlpPass p = mlp_forward(gather(x, rows[e].token), expert_w1(in, e), expert_w2(in, e), c.swiglu_limit);
+    const MlpPass p = mlp_forward(gather(x, rows[e].token), expert_w1(in, e), expert_w2(in, e), c.swiglu_limit,
+                                  expert_branches(in, rows[e]));
     for (size_t i = 0; i < rows[e].token.size(); ++i) {
       const int g = rows[e].token[i];
       Y.row(g) += topk_w[at(g, k) + rows[e].slot[i]] * p.out.row(long(i));
     }
   }
   if (c.has_shared())
-    Y +=
-        mlp_forward(x, ConstView(in.shared_w1.data(), 2 * Is, H), ConstView(in.shared_w2.data(), H, Is), c.swiglu_limit)
-            .out;
+    Y += mlp_forward(x, ConstView(in.shared_w1.data(), 2 * Is, H), ConstView(in.shared_w2.data(), H, Is),
+                     c.swiglu_limit, in.shared_clamped)
+             .out;
   return y;
 }
 
@@ -298,12 +366,12 @@ OracleResult oracle(const OracleInputs& in) {
   for (int e = 0; e < E; ++e) {
     const long m = long(rows[e].token.size());
     const ConstView w1 = expert_w1(in, e), w2 = expert_w2(in, e);
-    const MlpPass p = mlp_forward(gather(x, rows[e].token), w1, w2, limit);
+    const MlpPass p = mlp_forward(gather(x, rows[e].token), w1, w2, limit, expert_branches(in, rows[e]));
     Eigen::VectorXd w(m);
     for (long i = 0; i < m; ++i) w(i) = o.topk_w[at(rows[e].token[i], k) + rows[e].slot[i]];
     const Matrix dy_e = gather(dy, rows[e].token);
     const Matrix g = dy_e * w2;  // [m, I], the gradient reaching a before the routing weight
-    const Matrix dh = swiglu_backward(p.h, w.asDiagonal() * g, limit);
+    const Matrix dh = swiglu_backward(p, w.asDiagonal() * g, limit);
     const Matrix dx_e = dh * w1;
     for (long i = 0; i < m; ++i) {
       const int t = rows[e].token[i];
@@ -319,8 +387,8 @@ OracleResult oracle(const OracleInputs& in) {
 
   if (c.has_shared()) {
     const ConstView w1(in.shared_w1.data(), 2 * Is, H), w2(in.shared_w2.data(), H, Is);
-    const MlpPass p = mlp_forward(x, w1, w2, limit);
-    const Matrix dh = swiglu_backward(p.h, dy * w2, limit);
+    const MlpPass p = mlp_forward(x, w1, w2, limit, in.shared_clamped);
+    const Matrix dh = swiglu_backward(p, dy * w2, limit);
     Y += p.out;
     DX += dh * w1;
     o.d_shared_w1.resize(at(2 * Is, H));

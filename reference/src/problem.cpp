@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "mok/core/validate.h"
 
 namespace mok::ref {
 
@@ -28,22 +32,45 @@ std::vector<bf16> bf16_fill(Rng& rng, size_t n, float a) {
   return v;
 }
 
+// One expert not taken yet, drawn with probability p[e] / (the sum of p over those not taken).
+int draw_one(Rng& rng, const std::vector<double>& p, const std::vector<bool>& taken) {
+  double total = 0;
+  for (size_t e = 0; e < p.size(); ++e) total += taken[e] ? 0 : p[e];
+  double u = rng.uniform() * total;
+  int pick = -1;
+  for (size_t e = 0; e < p.size(); ++e) {
+    if (taken[e] || p[e] == 0) continue;
+    pick = int(e);
+    if (u < p[e]) break;
+    u -= p[e];
+  }
+  if (pick < 0) fail_internal("draw_one: every expert left has weight 0");
+  return pick;
+}
+
 // k distinct experts, each drawn from the weights `p` among those not taken yet.
 void draw_distinct(Rng& rng, const std::vector<double>& p, int k, int32_t* out) {
   std::vector<bool> taken(p.size(), false);
+  for (int j = 0; j < k; ++j) taken[out[j] = draw_one(rng, p, taken)] = true;
+}
+
+// Below this, the Zipf weights left are redrawn relative to the largest of them: weights down to 2^-62
+// of it (below which a 53-bit uniform draw hardly picks them) are then still normal doubles.
+constexpr double kZipfRescaleBelow = 0x1p-960;
+
+// k distinct experts, expert e with weight (e + 1)^-s among those not taken yet. With a large s the
+// weights of the later experts underflow to 0; once the largest weight left, that of the lowest expert
+// m not taken, is that small, the weights left are taken relative to it, ((m + 1) / (e + 1))^s (at most
+// 1, and 1 for m), so that any finite s >= 0 draws k experts. Where no weight left is that small (every
+// committed golden and fuzz case) only the first form runs: their draws keep their bits.
+void draw_zipf(Rng& rng, const std::vector<double>& zipf, double s, int k, int32_t* out) {
+  std::vector<bool> taken(zipf.size(), false);
+  std::vector<double> p = zipf;
   for (int j = 0; j < k; ++j) {
-    double total = 0;
-    for (size_t e = 0; e < p.size(); ++e) total += taken[e] ? 0 : p[e];
-    double u = rng.uniform() * total;
-    int pick = -1;
-    for (size_t e = 0; e < p.size(); ++e) {
-      if (taken[e] || p[e] == 0) continue;
-      pick = int(e);
-      if (u < p[e]) break;
-      u -= p[e];
-    }
-    taken[pick] = true;
-    out[j] = pick;
+    const size_t m = size_t(std::find(taken.begin(), taken.end(), false) - taken.begin());
+    if (p[m] < kZipfRescaleBelow)
+      for (size_t e = 0; e < p.size(); ++e) p[e] = std::pow((m + 1.0) / (e + 1.0), s);
+    taken[out[j] = draw_one(rng, p, taken)] = true;
   }
 }
 
@@ -68,6 +95,8 @@ Routing given_routing(const LayerConfig& c, RoutingKind kind, Rng& rng, double z
       rest[0] = 0;
       idx[0] = 0;
       draw_distinct(rng, rest, k - 1, idx + 1);
+    } else if (kind == RoutingKind::zipf) {
+      draw_zipf(rng, p, zipf_s, k, idx);
     } else {
       draw_distinct(rng, p, k, idx);
     }
@@ -80,16 +109,29 @@ Routing given_routing(const LayerConfig& c, RoutingKind kind, Rng& rng, double z
 
 }  // namespace
 
-std::string to_string(RoutingKind kind) { return kKindNames[int(kind)]; }
+std::string to_string(RoutingKind kind) {
+  if (size_t(kind) >= std::size(kKindNames)) fail_internal("unknown routing kind " + std::to_string(int(kind)));
+  return kKindNames[int(kind)];
+}
 
 RoutingKind routing_kind_from_string(const std::string& name) {
   for (int i = 0; i < int(std::size(kKindNames)); ++i)
     if (name == kKindNames[i]) return RoutingKind(i);
-  throw Error("mok: unknown routing kind '" + name + "'");
+  throw Error("mok: unknown routing kind " + quote_input(name) +
+              " (router, router_ties, uniform, zipf, one_hot, all_to_one or sparse)");
+}
+
+void validate_zipf_s(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", s);
+  require(s >= 0 && s <= std::numeric_limits<double>::max(),
+          "zipf_s = " + std::string(text) + " (need a finite Zipf exponent >= 0)");
 }
 
 Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind, double zipf_s) {
   validate(c);
+  require_fits_in_memory(c);
+  if (kind == RoutingKind::zipf) validate_zipf_s(zipf_s);
   Rng rng(seed);
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
   Problem p;

@@ -1,4 +1,4 @@
-// The determinism contract on the reference (DESIGN.md §3): D1 run to run, D2 rank-count
+// The determinism contract on the reference (docs/design.md): D1 run to run, D2 rank-count
 // invariance, and invariance to the ring's minibatch size and to the recompute mode.
 #include <gtest/gtest.h>
 

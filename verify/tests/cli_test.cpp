@@ -1,7 +1,9 @@
 // mok-verify as a user runs it: exit 0 / 1 / 2, the first mismatch named, bad files named, JSON.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <functional>
+#include <utility>
 
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
@@ -116,6 +118,54 @@ TEST_F(MokVerifyCli, JsonReportIsWrittenAtomically) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
   EXPECT_EQ(dir_.entries().size(), files_before);
+}
+
+// Issue 16: a directory without goldens used to exit 0 (and --json said all_equal: true). Checking
+// nothing is a failure.
+TEST_F(MokVerifyCli, ADirectoryWithoutGoldensFails) {
+  std::filesystem::create_directory(dir_ / "empty");
+  const std::string json = (dir_ / "report.json").string();
+  const ToolRun r = verify((dir_ / "empty").string() + " --backend reference --json " + json);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-verify: mok: directory " + (dir_ / "empty").string() +
+                          " holds no *.h5 golden file: nothing to verify"),
+            std::string::npos)
+      << r.output;
+  const std::string report = golden::testing::read_text(json);
+  EXPECT_NE(report.find("\"all_equal\": false"), std::string::npos) << report;
+  EXPECT_NE(report.find("nothing to verify"), std::string::npos) << report;
+}
+
+// A directory, a FIFO or a device given as the golden file is named for what it is ("no such file"
+// before).
+TEST_F(MokVerifyCli, AGoldenThatIsNoRegularFileIsNamed) {
+  ASSERT_EQ(mkfifo((dir_ / "fifo.h5").c_str(), 0600), 0);
+  for (const auto& [file, what] : {std::pair<std::string, std::string>{(dir_ / "fifo.h5").string(), "is a FIFO"},
+                                   {"/dev/zero", "is a character device"}}) {
+    ToolRun r = golden::testing::run_tool(MOK_VERIFY_TOOL, dir_, file + " --backend reference", 30);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(file + ": " + what + ", not a regular file"), std::string::npos) << r.output;
+    r = golden::testing::run_tool(MOK_VERIFY_TOOL, dir_, golden_path() + " --candidate " + file, 30);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(file + ": " + what + ", not a regular file"), std::string::npos) << r.output;
+  }
+}
+
+// Numbers parse strictly: " 2" and "+2" used to pass as 2.
+TEST_F(MokVerifyCli, NumbersParseStrictly) {
+  for (const char* value : {"' 2'", "+2", "2x", "0x2", "1e1", "99999999999", "''"}) {
+    const ToolRun r = verify(golden_path() + " --backend reference --runs " + value);
+    EXPECT_EQ(r.status, 2) << value << "\n" << r.output;
+    EXPECT_NE(r.output.find("usage:"), std::string::npos) << value << "\n" << r.output;
+  }
+}
+
+TEST_F(MokVerifyCli, JunkArgumentsAreEchoedEscaped) {
+  const ToolRun r = verify(golden_path() + " --backend reference --step \"$(printf 'fp\\001\\377')\"");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--step takes hopper_tc or fp32 (fp32_fma), got 'fp\\x01\\xff'"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find('\x01'), std::string::npos) << r.output;
 }
 
 TEST_F(MokVerifyCli, UsageErrorsExitTwo) {

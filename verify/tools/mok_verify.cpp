@@ -1,6 +1,7 @@
 // mok-verify: compare a candidate (a golden-format file, or a backend's run on the golden's inputs)
 // against golden files. Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -55,15 +56,12 @@ struct Args {
   bool quiet = false;
 };
 
+// The whole of value as a decimal integer >= 1: no sign, no spaces, no trailing text, in range.
 int positive_int(const std::string& option, const std::string& value) {
-  size_t used = 0;
   int v = 0;
-  try {
-    v = std::stoi(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || v <= 0) throw UsageError(option + " needs a positive integer, got '" + value + "'");
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size() || v <= 0)
+    throw UsageError(option + " needs a positive integer, got " + quote_input(value));
   return v;
 }
 
@@ -80,7 +78,7 @@ Args parse_args(int argc, char** argv) {
       a.goldens.push_back(arg);
       continue;
     }
-    if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+    if (i + 1 >= argc || !*argv[i + 1]) throw UsageError(quote_input(arg) + " needs a value");
     const std::string value = argv[++i];
     if (arg == "--candidate")
       a.candidate = value;
@@ -90,7 +88,7 @@ Args parse_args(int argc, char** argv) {
       a.json = value;
     else if (arg == "--step") {
       if (value != "fp32" && value != "fp32_fma" && value != "hopper_tc")
-        throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got '" + value + "'");
+        throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got " + quote_input(value));
       a.flags.step = golden::step_model_from_string(value == "fp32" ? "fp32_fma" : value);
     } else if (arg == "--ring-rows")
       a.flags.ring_rows = positive_int(arg, value);
@@ -103,7 +101,7 @@ Args parse_args(int argc, char** argv) {
       a.runs = positive_int(arg, value);
       runs_given = true;
     } else
-      throw UsageError("unknown option '" + arg + "'");
+      throw UsageError("unknown option " + quote_input(arg));
   }
   if (a.goldens.empty()) throw UsageError("no golden file given");
   if (a.candidate.empty() == a.backend.empty()) throw UsageError("give one of --candidate FILE and --backend NAME");
@@ -113,12 +111,13 @@ Args parse_args(int argc, char** argv) {
     if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0]))
       throw UsageError("--candidate compares against exactly one golden file");
   }
-  if (!a.backend.empty() && !backends().count(a.backend)) throw UsageError("unknown backend '" + a.backend + "'");
+  if (!a.backend.empty() && !backends().count(a.backend)) throw UsageError("unknown backend " + quote_input(a.backend));
   return a;
 }
 
-// Directories expand to their *.h5 files, sorted.
-std::vector<fs::path> golden_files(const std::vector<fs::path>& given) {
+// Directories expand to their *.h5 files, sorted. A directory without any is an error (in `errors`):
+// checking nothing must not pass.
+std::vector<fs::path> golden_files(const std::vector<fs::path>& given, std::vector<std::string>& errors) {
   std::vector<fs::path> files;
   for (const fs::path& p : given) {
     if (!fs::is_directory(p)) {
@@ -128,6 +127,8 @@ std::vector<fs::path> golden_files(const std::vector<fs::path>& given) {
     std::vector<fs::path> in_dir;
     for (const auto& entry : fs::directory_iterator(p))
       if (entry.path().extension() == ".h5") in_dir.push_back(entry.path());
+    if (in_dir.empty())
+      errors.push_back("mok: directory " + p.string() + " holds no *.h5 golden file: nothing to verify");
     std::sort(in_dir.begin(), in_dir.end());
     files.insert(files.end(), in_dir.begin(), in_dir.end());
   }
@@ -148,7 +149,9 @@ class Verifier {
   }
 
   int run() {
-    for (const fs::path& file : golden_files(args_.goldens)) {
+    const std::vector<fs::path> files = golden_files(args_.goldens, errors_);
+    for (const std::string& e : errors_) std::cerr << "mok-verify: " << e << std::endl;
+    for (const fs::path& file : files) {
       try {
         verify_golden(file);
       } catch (const Error& e) {
@@ -234,9 +237,9 @@ int main(int argc, char** argv) {
     const Args args = parse_args(argc, argv);
     return Verifier(args).run();
   } catch (const UsageError& e) {
-    std::cerr << "mok-verify: " << e.what() << "\n" << kUsage;
+    std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << "\n" << kUsage;
   } catch (const std::exception& e) {
-    std::cerr << "mok-verify: " << e.what() << std::endl;
+    std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
   }
   return kError;
 }

@@ -1,6 +1,8 @@
 // The layer's configuration: a plain struct that travels to the device as it is.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -57,6 +59,53 @@ inline void require(bool ok, const std::string& what) {
   if (!ok) throw Error("mok: invalid input: " + what);
 }
 
+// A broken invariant of mok itself, never the caller's input: a bug to report. Not a mok::Error, so
+// that nothing mistakes it for a rejected input.
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+[[noreturn]] inline void fail_internal(const std::string& what) { throw InternalError("mok: internal error: " + what); }
+
+// Text with each byte outside printable ASCII written as \xNN (newlines kept where `keep_newlines`):
+// binary junk from a file or an argument must not reach the terminal raw.
+inline std::string escape_bytes(const std::string& text, bool keep_newlines = false) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char ch : text) {
+    if ((ch >= 0x20 && ch < 0x7f) || (keep_newlines && ch == '\n')) {
+      out += char(ch);
+    } else {
+      out += "\\x";
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
+// Input text as an error message echoes it: quoted, escaped.
+inline std::string quote_input(const std::string& text) {
+  std::string quoted(1, '\'');  // appended, not "'" + ...: GCC 12 warns (-Wrestrict) on that form
+  quoted += escape_bytes(text);
+  quoted += '\'';
+  return quoted;
+}
+
+// Products the code indexes with int (token ids g * k + j, logits g * E + e, 2I rows of W1, router
+// rows e * H) must fit in int32; computed in 64 bits, so that the check itself cannot overflow.
+inline constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+
+inline void require_int_index(int64_t value, const char* what) {
+  require(value <= kMaxIndex, std::string(what) + " = " + std::to_string(value) +
+                                  " is more than 2^31 - 1: too large for mok's 32-bit indices");
+}
+
+// 0 (off), or a positive normal float: a subnormal limit is a typo, not a clamp.
+inline bool valid_swiglu_limit(float limit) {
+  return limit == 0.0f || (limit >= std::numeric_limits<float>::min() && limit <= std::numeric_limits<float>::max());
+}
+
 inline void validate(const LayerConfig& c) {
   const auto n = [](const char* name, long v) { return std::string(name) + " = " + std::to_string(v); };
   require(c.ranks >= 1, n("ranks R", c.ranks) + " (need R >= 1)");
@@ -72,9 +121,18 @@ inline void validate(const LayerConfig& c) {
           n("intermediate I", c.intermediate) + " (need a positive multiple of 64)");
   require(c.shared_intermediate >= 0 && c.shared_intermediate % kShapeMultiple == 0,
           n("shared_intermediate", c.shared_intermediate) + " (need 0 or a multiple of 64)");
-  require(c.swiglu_limit >= 0.0f && c.swiglu_limit < 3.0e38f, "swiglu_limit must be >= 0 and finite");
-  require(long(c.tokens()) * c.top_k < (1l << 31) && long(c.tokens()) * c.hidden < (1l << 40),
-          "problem too large for 32-bit row indices");
+  require(valid_swiglu_limit(c.swiglu_limit),
+          "swiglu_limit must be 0 (off) or a positive, finite, normal float32 (at least 2^-126)");
+  require(c.routed_scale > 0.0f && c.routed_scale <= std::numeric_limits<float>::max(),
+          "routed_scale must be positive and finite");
+  const int64_t N = int64_t(c.ranks) * c.tokens_per_rank;  // before anything calls tokens()
+  require_int_index(N, "tokens N = R * T");
+  require_int_index(N * c.top_k, "routed rows N * k");
+  require_int_index(N * c.experts, "logits N * E");
+  require_int_index(2 * int64_t(c.intermediate), "W1 rows per expert 2 * I");
+  require_int_index(2 * int64_t(c.shared_intermediate), "shared W1 rows 2 * Is");
+  require_int_index(int64_t(c.experts) * c.hidden, "router elements E * H");
+  require(N * c.hidden < (int64_t(1) << 40), "problem too large: N * H >= 2^40");
   if (c.score_mode == ScoreMode::sigmoid) {
     require(c.n_group >= 1 && c.experts % c.n_group == 0,
             n("n_group", c.n_group) + " must divide " + n("E", c.experts));
@@ -82,7 +140,6 @@ inline void validate(const LayerConfig& c) {
             n("topk_group", c.topk_group) + " (need 1 <= topk_group <= n_group)");
     require(c.top_k <= c.topk_group * (c.experts / c.n_group),
             n("top_k", c.top_k) + " exceeds the experts in the kept groups");
-    require(c.routed_scale > 0.0f && c.routed_scale < 3.0e38f, "routed_scale must be positive and finite");
   }
 }
 

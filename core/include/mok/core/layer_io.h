@@ -9,6 +9,13 @@
 
 namespace mok {
 
+// How the forward gets its routing (RL routing replay):
+//   router      the router computes logits, selects top-k and weights them;
+//   replay_ids  topk_idx is given (a rollout's expert selection); logits and topk_w are computed from
+//               the live router, and the router's gradient flows (routing replay / R3);
+//   given       topk_idx and topk_w are given (full replay); no logits; d topk_w is their gradient.
+enum class RoutingMode : uint8_t { router = 0, replay_ids = 1, given = 2 };
+
 struct LayerWeights {
   std::vector<float> router;       // [E, H] fp32
   std::vector<float> expert_bias;  // [E] sigmoid-mode selection bias; empty means zeros

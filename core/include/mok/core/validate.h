@@ -2,7 +2,10 @@
 // value is a mok::Error naming the tensor and the problem, before any work starts.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "mok/core/config.h"
@@ -52,12 +55,15 @@ inline void validate_weights(const LayerConfig& c, const LayerWeights& w) {
   require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
 }
 
-// A given (replayed) routing: ids in [0, E), no expert twice for one token, finite weights.
-inline void validate_routing(const LayerConfig& c, const Routing& r) {
+// A given (replayed) routing: ids in [0, E), no expert twice for one token, finite weights (unless
+// only the ids are replayed).
+inline void validate_routing(const LayerConfig& c, const Routing& r, bool ids_only = false) {
   const int N = c.tokens(), k = c.top_k, E = c.experts;
   require_size(r.topk_idx, size_t(N) * k, "given topk_idx [N, k]");
-  require_size(r.topk_w, size_t(N) * k, "given topk_w [N, k]");
-  require(all_finite(r.topk_w), "given topk_w holds NaN or Inf");
+  if (!ids_only) {
+    require_size(r.topk_w, size_t(N) * k, "given topk_w [N, k]");
+    require(all_finite(r.topk_w), "given topk_w holds NaN or Inf");
+  }
   for (int g = 0; g < N; ++g)
     for (int j = 0; j < k; ++j) {
       const int32_t e = r.topk_idx[size_t(g) * k + j];
@@ -70,11 +76,51 @@ inline void validate_routing(const LayerConfig& c, const Routing& r) {
 }
 
 inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
-                            const Routing* given) {
+                            const Routing* given, bool ids_only = false) {
   validate(c);
   validate_tokens(c, x, "x [N, H]");
   validate_weights(c, w);
-  if (given) validate_routing(c, *given);
+  if (given) validate_routing(c, *given, ids_only);
+}
+
+// The bytes of a problem's tensors on the host: its inputs (x, dy, router, W1, W2, shared weights), the
+// forward's results and saved activations (routing, logits, the k slots per token, h and a) and the
+// gradients (fp32 weight gradients). A lower bound of what the reference, a golden or a fuzz case holds
+// at once. In double: with every dimension below 2^31 the products can pass 2^64.
+inline double problem_bytes(const LayerConfig& c) {
+  const double N = double(c.ranks) * c.tokens_per_rank, k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate,
+               Is = c.shared_intermediate;
+  const double expert_weights = E * 3 * I * H + 3 * Is * H;               // W1 [E, 2I, H], W2 [E, H, I], shared
+  const double inputs = 2 * N * H * 2 + E * H * 4 + expert_weights * 2;   // bf16 x, dy, weights; fp32 router
+  const double forward = N * k * (4 + 4 + 2 * 4) + N * E * 4 + N * H * 2  // routing, layout, logits, y
+                         + N * k * (H + 3 * I) * 2 + N * 2 * Is * 2;      // slots, h and a, shared h
+  const double gradients = N * H * 2 + N * (k + E) * 4 + E * H * 4 + expert_weights * 4;
+  return inputs + forward + gradients;
+}
+
+// This machine's physical memory in bytes (sysconf), or 0 where the system does not say.
+inline double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+}
+
+// "12.5 GiB"
+inline std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+  return text;
+}
+
+// Refuses, before anything is allocated, a problem whose tensors alone need more than `limit` bytes
+// (default: this machine's physical memory): the host-side tools would otherwise allocate until the
+// system kills them.
+inline void require_fits_in_memory(const LayerConfig& c, double limit = physical_memory_bytes()) {
+  const double need = problem_bytes(c);
+  require(limit <= 0 || need <= limit,
+          "this problem (R = " + std::to_string(c.ranks) + ", T = " + std::to_string(c.tokens_per_rank) +
+              ", E = " + std::to_string(c.experts) + ", H = " + std::to_string(c.hidden) +
+              ", I = " + std::to_string(c.intermediate) + ") needs " + gib_text(need) +
+              " of host memory for its tensors, more than the " + gib_text(limit) + " this machine has");
 }
 
 // The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved

@@ -16,8 +16,11 @@ namespace mok::fuzz {
 
 struct FuzzOptions {
   uint64_t seed = 1;
-  long cases = 100;                     // per property; 0: run for `seconds` instead
-  double seconds = 0;                   // in all, shared evenly by the properties
+  long cases = 100;  // per property; 0: run for `seconds` instead
+  // In all: each property gets an equal share of the time left when it starts. The deadline is checked
+  // before every case and every layer run (a case it cuts short is dropped), so a run ends within one
+  // layer run (and the oracle) of it; a property whose share is gone runs no case.
+  double seconds = 0;
   std::vector<std::string> properties;  // empty: all, in all_properties() order
   ref::Fault fault = ref::Fault::none;
   std::filesystem::path repro_dir = ".";

@@ -8,7 +8,9 @@ namespace mok::golden {
 
 // The temporary file's name is reserved on construction; the caller writes it (any API), then
 // commit() syncs it to disk and renames it over the target. Destroyed uncommitted, the temporary is
-// removed and the target is left as it was. Errors are mok::Error naming the file.
+// removed and the target is left as it was; killed by SIGINT or SIGTERM meanwhile (where the program
+// left those at their default action), the process unlinks it before it dies. Errors are mok::Error
+// naming the file.
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path target);
@@ -22,6 +24,7 @@ class AtomicFile {
  private:
   std::filesystem::path target_;
   std::filesystem::path temp_;
+  int slot_ = -1;  // where the signal handler finds temp_, -1 if nowhere
   bool committed_ = false;
 };
 

@@ -1,4 +1,4 @@
-// The CPU reference of the MoE layer (DESIGN.md §2) over R simulated expert-parallel ranks.
+// The CPU reference of the MoE layer (docs/design.md) over R simulated expert-parallel ranks.
 // Every numerical step is the shared core's (mok/core); this file only moves data the way the
 // megakernel does: pull dispatch into a ring of whole 16-row chunks, push combine into per-slot
 // buffers on the source rank, slot-ordered sums there. docs/numerics.md lists every rounding point.
@@ -28,8 +28,10 @@ enum class Fault : uint8_t {
 
 struct Options {
   StepModel step = StepModel::hopper_tc;
-  int ring_rows = 256;     // rows of the receive ring per minibatch: a positive multiple of 16
-  bool recompute = false;  // the backward recomputes h and a instead of reading them saved
+  int ring_rows = 256;      // rows of the receive ring per minibatch: a positive multiple of 16
+  bool recompute = false;   // the backward recomputes h and a instead of reading them saved
+  bool replay_ids = false;  // with a given routing: replay its expert ids only; weights (and logits, and the
+                            // router's gradients) from the live router (RoutingMode::replay_ids)
   Fault fault = Fault::none;
 };
 
@@ -46,11 +48,12 @@ using mok::validate_inputs;
 
 DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx);
 
-// Router alone: logits, then top-k ids and weights, per token.
+// Router alone: logits, then top-k ids (replay_ids: these, not the router's choice) and weights, per token.
 Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, std::vector<float>* logits,
-              Fault fault = Fault::none);
+              Fault fault = Fault::none, const std::vector<int32_t>* replay_ids = nullptr);
 
-// given: a routing to replay instead of the router (nullptr: run the router).
+// given: a routing to replay instead of the router (nullptr: run the router); with opt.replay_ids only
+// its topk_idx is read.
 Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w, const Routing* given,
                 const Options& opt);
 

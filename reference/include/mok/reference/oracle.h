@@ -26,11 +26,21 @@ struct OracleInputs {
   std::vector<double> shared_w2;     // [H, Is]
   std::vector<int32_t> topk_idx;     // [N, k], held fixed
   std::vector<double> given_topk_w;  // [N, k] a replayed routing's weights; empty when the router routes
+  // The SwiGLU clamp's branch per operand, held fixed like topk_idx: 1 where the layer's bf16 h is
+  // beyond the limit (gate > limit; |up| > limit), so the operand is clamped and passes no gradient.
+  // [N * k, 2I] in (token, slot) order and [N, 2Is]; empty (no clamp, or no saved h): the oracle
+  // decides on bf16 of its own fp64 h, which can differ where h is within fp32 error of a bf16
+  // rounding boundary next to the limit (docs/accuracy.md).
+  std::vector<uint8_t> clamped;
+  std::vector<uint8_t> shared_clamped;
 
   bool routed_by_router() const { return given_topk_w.empty(); }
 };
 
-// The reference's inputs and its forward's routing (fwd.logits empty means the routing was given).
+// The reference's inputs, its forward's routing (fwd.logits empty means the routing was given) and,
+// with a clamp, its clamp branches from fwd.h and fwd.shared_h. A recompute-mode forward saves no
+// expert h: pass the forward of the same run with saved activations (the same bits), or the expert
+// branches are the oracle's own.
 OracleInputs oracle_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                            const std::vector<bf16>& dy, const Forward& fwd);
 

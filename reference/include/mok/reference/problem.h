@@ -44,8 +44,13 @@ struct Problem {
   std::optional<Routing> routing;  // set for the given kinds
 };
 
+// The Zipf exponent of RoutingKind::zipf: finite and >= 0 (mok::Error otherwise).
+void validate_zipf_s(double s);
+
 // Values: x, dy uniform in [-1, 1); expert weights uniform with variance 1/K; router rows uniform
 // with variance 1/H (times 4 for sharper scores); bias uniform in [-0.1, 0.1) in sigmoid mode.
+// Validates the config, the Zipf exponent (for the zipf kind) and that the problem fits in this
+// machine's memory (mok/core/validate.h) before allocating anything.
 Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind = RoutingKind::router, double zipf_s = 1.2);
 
 }  // namespace mok::ref

@@ -21,6 +21,7 @@ struct FragC {
   float v[4];
 };
 
+// D = A B + D, one m16n8k16 K-step (the fragments above).
 __device__ __forceinline__ void mma_bf16_16816(FragC& d, const FragA& a, const FragB& b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -29,6 +30,7 @@ __device__ __forceinline__ void mma_bf16_16816(FragC& d, const FragA& a, const F
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
 
+// Two bf16 bit patterns as one fragment register (lo: the lower index).
 __device__ __forceinline__ uint32_t pack_bf16(uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); }
 
 }  // namespace mok::gpu::ptx

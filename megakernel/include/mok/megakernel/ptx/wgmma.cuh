@@ -13,6 +13,7 @@
 
 namespace mok::gpu::ptx {
 
+// The descriptor of an operand in the unswizzled K-major layout above.
 __device__ __forceinline__ uint64_t smem_descriptor(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return uint64_t((addr & 0x3ffffu) >> 4) | (uint64_t(leading_bytes >> 4) << 16) | (uint64_t(stride_bytes >> 4) << 32);
@@ -21,12 +22,22 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* smem, uint32_t l
 // Ordinary stores to shared memory become visible to the tensor cores' (async) proxy.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Orders the warpgroup's earlier accesses to the accumulators and operands before the next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Closes the wgmma operations issued since the last commit into one group (see wgmma_wait).
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 // Waits until at most `kPending` committed groups of this warpgroup are still running.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins accumulator registers: the compiler may not move their reads or writes across this point (an
+// in-flight wgmma group owns them). An empty asm: no instruction.
+template <int kCount>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d += A B (scale-d = 1: the registers' values are the accumulator C).
@@ -54,10 +65,10 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* smem, uint
          (uint64_t(1) << 62);
 }
 
-// d += A B for a 64x256 tile (scale-d = 1): A 64x16 and B 16x256 from shared memory, K-major
-// unless kTransA / kTransB (then MN-major). Thread t = 32 w + 4 g + q of the warpgroup holds
-// d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
-template <int kTransA = 0, int kTransB = 0>
+// d += A B for a 64x256 tile (scale-d = 1): A 64x16 and B 16x256 from shared memory, K-major unless
+// kMnMajorA / kMnMajorB (then MN-major: the instruction's imm-trans-a, imm-trans-b). Thread
+// t = 32 w + 4 g + q of the warpgroup holds d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
+template <int kMnMajorA = 0, int kMnMajorB = 0>
 __device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
@@ -90,7 +101,7 @@ __device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t 
         "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
         "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
         "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB)
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kMnMajorA), "n"(kMnMajorB)
       : "memory");
 }
 

@@ -1,0 +1,134 @@
+"""mok through its PyTorch op beside the deterministic torch layer, in one process (docs/benchmarks.md).
+
+Per shape: the forward (no_grad) and forward+backward (autograd through mok.moe: mok::forward, then
+mok::backward, the weight gradients cast to bf16 as the parameters need) timed with CUDA events
+(median of --runs after --warmup, inputs rotated over --sets), the peak memory of each step
+(torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
+bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf).
+Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
+CUDA graph (which has no host work), and the host time to enqueue one call.
+
+    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20]
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import mok
+from shapes import SHAPES
+from torch_baseline import matmul_peak_tflops, median_ms, moe as torch_moe, routing as draw_routing
+
+
+def peak_mib(step):
+    """Peak memory of one step above what was allocated before it, in MiB."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step(0)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def mok_layer(H, I, E, k, T):
+    config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k)
+    router = (torch.randn(E, H, device="cuda") / H**0.5).requires_grad_()
+    w1 = (torch.randn(E, 2 * I, H, device="cuda") / H**0.5).bfloat16().requires_grad_()
+    w2 = (torch.randn(E, H, I, device="cuda") / I**0.5).bfloat16().requires_grad_()
+    return config, router, w1, w2
+
+
+def time_shape(name, args, peak):
+    H, I, E, k, T = SHAPES[name]
+    gen = torch.Generator().manual_seed(2026)
+    config, router, w1, w2 = mok_layer(H, I, E, k, T)
+    tw1 = (torch.randn(E, H, 2 * I, device="cuda") / H**0.5).bfloat16().requires_grad_()
+    tw2 = (torch.randn(E, I, H, device="cuda") / I**0.5).bfloat16().requires_grad_()
+    sets = []
+    for _ in range(args.sets):
+        x = torch.randn(T, H, device="cuda").bfloat16().requires_grad_()
+        idx, w = draw_routing(T, E, k, args.routing, gen)
+        sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx.contiguous(), w.float().contiguous()))
+
+    def mok_step(i, backward):
+        x, dy, idx, w = sets[i % len(sets)]
+        if not backward:
+            with torch.no_grad():
+                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full")
+            return
+        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full").backward(dy)
+
+    def torch_step(i, backward):
+        x, dy, idx, w = sets[i % len(sets)]
+        if not backward:
+            with torch.no_grad():
+                torch_moe(x, tw1, tw2, idx, w)
+            return
+        torch_moe(x, tw1, tw2, idx, w).backward(dy)
+
+    row = {}
+    for who, step in (("mok", mok_step), ("torch", torch_step)):
+        row[who] = (median_ms(lambda i: step(i, False), args.warmup, args.runs),
+                    median_ms(lambda i: step(i, True), args.warmup, args.runs),
+                    peak_mib(lambda i: step(i, False)), peak_mib(lambda i: step(i, True)))
+    flops = 6.0 * T * k * H * I
+    (mf, mb, mmf, mmb), (tf, tb, tmf, tmb) = row["mok"], row["torch"]
+    print(f"{name:15} {args.routing:8} {mf:8.2f} {tf:8.2f} {tf / mf:6.2f}x {mb:9.2f} {tb:9.2f} {tb / mb:6.2f}x "
+          f"{100 * flops / (mf * 1e9) / peak:6.1f}% {100 * 3 * flops / (mb * 1e9) / peak:6.1f}% "
+          f"{mmf:9.0f} {tmf:9.0f} {mmb:9.0f} {tmb:9.0f}", flush=True)
+    del router, w1, w2, tw1, tw2, sets
+    torch.cuda.empty_cache()
+
+
+def op_overhead(args):
+    """The op's cost per call on a small problem: eager minus graph replay, and host enqueue time."""
+    H, I, E, k, T = 2048, 1024, 64, 8, 256
+    config, router, w1, w2 = mok_layer(H, I, E, k, T)
+    x = torch.randn(T, H, device="cuda").bfloat16()
+    idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
+    idx, w = idx.contiguous(), w.float().contiguous()
+    with torch.no_grad():
+        call = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full")  # noqa: E731
+        for _ in range(10):
+            call()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        eager = median_ms(lambda i: call(), args.warmup, 200)
+        replay = median_ms(lambda i: graph.replay(), args.warmup, 200)
+        host = []
+        for _ in range(200):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            call()
+            host.append((time.perf_counter() - start) * 1e6)
+        torch.cuda.synchronize()
+    print(f"op overhead (H {H}, I {I}, E {E}, k {k}, T {T}): eager {eager * 1e3:.1f} us, graph replay "
+          f"{replay * 1e3:.1f} us, difference {(eager - replay) * 1e3:.1f} us per call; host enqueue "
+          f"{statistics.median(host):.1f} us (median of 200)", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="all")
+    p.add_argument("--routing", default="uniform", choices=["uniform", "zipf"])
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sets", type=int, default=3)
+    args = p.parse_args()
+    torch.use_deterministic_algorithms(True)
+    peak = matmul_peak_tflops()
+    print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
+    print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
+          f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
+    for name in SHAPES:
+        if args.shape in ("all", name):
+            time_shape(name, args, peak)
+    if args.shape in ("all", "olmoe"):  # once per session: the small problem is olmoe's layer
+        op_overhead(args)
+
+
+if __name__ == "__main__":
+    main()

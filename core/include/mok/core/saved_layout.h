@@ -1,0 +1,149 @@
+// What the forward saves for the backward, as one byte buffer whose size depends only on the config:
+// the dispatch layout, each padded row's x (xe), h and a, and the shared expert's h and a. The GPU
+// layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
+// so a saved buffer is one thing to a caller (the PyTorch op saves it for autograd) whichever device
+// made it, and unpack_saved turns either back into the reference's Forward.
+// Padded rows: every expert's layout rows rounded up to whole 128-row tiles (padded row of layout row
+// offsets[e] + i = 128 tile_offsets[e] + i); padding rows hold zeros.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+
+namespace mok {
+
+inline constexpr int kTileRows = 128;  // the GPU's GEMM tile: the unit of expert padding
+
+// Rows of the padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
+MOK_HD long padded_rows(const LayerConfig& c) {
+  return kTileRows * ((long(c.tokens()) * c.top_k + kTileRows - 1) / kTileRows + c.experts);
+}
+
+// Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16).
+struct SavedLayout {
+  size_t offsets, tile_offsets, row_source, slot_row;  // int32 [E + 1], [E + 1], [N k], [N k]
+  size_t xe, h, a;                                     // bf16 [P, H], [P, 2I], [P, I]
+  size_t shared_h, shared_a;                           // bf16 [N, 2Is], [N, Is]
+  size_t bytes;
+};
+
+inline SavedLayout saved_layout(const LayerConfig& c) {
+  const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
+  const size_t Is = c.shared_intermediate, P = padded_rows(c);
+  SavedLayout l{};
+  size_t at = 0;
+  const auto take = [&](size_t& field, size_t bytes) {
+    field = at;
+    at += (bytes + 255) / 256 * 256;
+  };
+  take(l.offsets, (E + 1) * 4);
+  take(l.tile_offsets, (E + 1) * 4);
+  take(l.row_source, N * k * 4);
+  take(l.slot_row, N * k * 4);
+  take(l.xe, P * H * 2);
+  take(l.h, P * 2 * I * 2);
+  take(l.a, P * I * 2);
+  take(l.shared_h, N * 2 * Is * 2);
+  take(l.shared_a, N * Is * 2);
+  l.bytes = at;
+  return l;
+}
+
+namespace saved_detail {
+
+template <class T>
+void put(std::vector<uint8_t>& out, size_t offset, const T* data, size_t n) {
+  if (n) std::memcpy(out.data() + offset, data, n * sizeof(T));
+}
+template <class T>
+std::vector<T> get(const std::vector<uint8_t>& in, size_t offset, size_t n) {
+  std::vector<T> v(n);
+  if (n) std::memcpy(v.data(), in.data() + offset, n * sizeof(T));
+  return v;
+}
+
+// Expert e's tiles start at padded row 128 tile_offsets[e].
+inline std::vector<int32_t> tile_offsets(const DispatchLayout& l) {
+  std::vector<int32_t> t(l.offsets.size(), 0);
+  for (size_t e = 0; e + 1 < l.offsets.size(); ++e)
+    t[e + 1] = t[e] + (l.offsets[e + 1] - l.offsets[e] + kTileRows - 1) / kTileRows;
+  return t;
+}
+
+// Moves `width` elements per layout row between compact (layout-row order) and padded rows.
+template <class T, class Move>
+void for_each_padded_row(const DispatchLayout& l, const std::vector<int32_t>& tiles, Move move) {
+  for (size_t e = 0; e + 1 < l.offsets.size(); ++e)
+    for (int32_t r = l.offsets[e]; r < l.offsets[e + 1]; ++r)
+      move(size_t(r), size_t(kTileRows) * tiles[e] + (r - l.offsets[e]));
+}
+
+// A layout read back from a saved buffer is one the layer could have made (else the rows it names
+// are read out of bounds): offsets rising from 0 to N k, the tiles they imply, row_source and slot_row
+// inverse permutations.
+inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const std::vector<int32_t>& tiles) {
+  const int32_t rows = c.tokens() * c.top_k;
+  bool ok = l.offsets.front() == 0 && l.offsets.back() == rows;
+  for (size_t e = 0; ok && e + 1 < l.offsets.size(); ++e) ok = l.offsets[e] <= l.offsets[e + 1];
+  ok = ok && tiles == tile_offsets(l);
+  for (int32_t r = 0; ok && r < rows; ++r)
+    ok = l.row_source[r] >= 0 && l.row_source[r] < rows && l.slot_row[l.row_source[r]] == r;
+  require(ok, "saved buffer holds no dispatch layout of this config: pass the saved output of a forward");
+}
+
+}  // namespace saved_detail
+
+// The reference's Forward (with its saved h and a) and the tokens x, as the GPU would have saved them.
+inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x) {
+  using namespace saved_detail;
+  const SavedLayout s = saved_layout(c);
+  const size_t H = c.hidden, I = c.intermediate, k = c.top_k;
+  std::vector<uint8_t> out(s.bytes, 0);
+  const std::vector<int32_t> tiles = tile_offsets(f.layout);
+  put(out, s.offsets, f.layout.offsets.data(), f.layout.offsets.size());
+  put(out, s.tile_offsets, tiles.data(), tiles.size());
+  put(out, s.row_source, f.layout.row_source.data(), f.layout.row_source.size());
+  put(out, s.slot_row, f.layout.slot_row.data(), f.layout.slot_row.size());
+  for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
+    put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
+    if (!f.h.empty()) put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
+    if (!f.a.empty()) put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
+  });
+  put(out, s.shared_h, f.shared_h.data(), f.shared_h.size());
+  put(out, s.shared_a, f.shared_a.data(), f.shared_a.size());
+  return out;
+}
+
+// The layout and saved activations of a saved buffer (routing and logits are the caller's tensors).
+inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved) {
+  using namespace saved_detail;
+  const SavedLayout s = saved_layout(c);
+  require(saved.size() == s.bytes, "saved buffer has " + std::to_string(saved.size()) + " bytes, expected " +
+                                       std::to_string(s.bytes) + " for this config");
+  const size_t N = c.tokens(), k = c.top_k, E = c.experts, I = c.intermediate, Is = c.shared_intermediate;
+  Forward f;
+  f.layout.offsets = get<int32_t>(saved, s.offsets, E + 1);
+  f.layout.row_source = get<int32_t>(saved, s.row_source, N * k);
+  f.layout.slot_row = get<int32_t>(saved, s.slot_row, N * k);
+  const std::vector<int32_t> tiles = get<int32_t>(saved, s.tile_offsets, E + 1);
+  validate_layout(c, f.layout, tiles);
+  f.layout.counts.resize(E);
+  for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
+  f.h.resize(N * k * 2 * I);
+  f.a.resize(N * k * I);
+  for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
+    std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
+    std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
+  });
+  f.shared_h = get<bf16>(saved, s.shared_h, N * 2 * Is);
+  f.shared_a = get<bf16>(saved, s.shared_a, N * Is);
+  return f;
+}
+
+}  // namespace mok

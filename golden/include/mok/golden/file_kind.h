@@ -1,0 +1,13 @@
+// What a path names, for messages about input files that are not what a tool can read.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace mok::golden {
+
+// "" for a regular file (symbolic links followed); otherwise what the path is, as a phrase that
+// completes "PATH ...": "no such file", "is a directory, not a regular file", "is a FIFO, not a regular file", ...
+std::string not_a_regular_file(const std::filesystem::path& path);
+
+}  // namespace mok::golden

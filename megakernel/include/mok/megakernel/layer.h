@@ -1,0 +1,148 @@
+// The production device API: one MoE layer on device tensors the caller owns, stream-ordered and
+// asynchronous. The layer object holds the config, the launch settings and a few words of its own
+// (the device error word, the phase clock); weights, activations, gradients and the workspace are
+// the caller's, read and written through the pointers of each call, so an optimizer step between
+// calls costs nothing and the calls can be captured in a CUDA graph.
+//
+//   mok::gpu::Layer layer(config, {});                        // validates; no weights, no big memory
+//   void* ws = ...;  layer.workspace_bytes() of device memory  // e.g. from the framework's allocator
+//   layer.forward(stream, ws, inputs, outputs);                // y, routing, logits, saved
+//   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
+//   layer.check();                                             // waits for the stream, raises device errors
+//
+// Shapes (N = R T tokens): x, y, dy, dx [N, H] bf16; router, d_router [E, H] fp32; expert_bias [E]
+// fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32); shared_w1 [2Is, H], shared_w2 [H, Is]
+// bf16; topk_idx [N, k] int32, topk_w and d_topk_w [N, k] fp32; logits, d_logits [N, E] fp32; saved
+// [saved_bytes()] bytes (mok/core/saved_layout.h). Every tensor contiguous, row-major, 16-byte aligned.
+//
+// Errors: bad arguments throw mok::Error at the call, before anything is enqueued. Errors found by
+// the kernels (a watchdog, a router-logit overflow, an expert id out of range in a given routing) are
+// recorded on the device, copied to the host behind each launch, and thrown by the next call that sees
+// them or by check(); until then the layer's launches do nothing. LaunchConfig::synchronous makes each
+// call wait and check (debugging).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/core/saved_layout.h"
+
+namespace mok::gpu {
+
+class PeerGroup;
+
+// True when a CUDA device of compute capability 9.0 is usable.
+bool device_available();
+
+// How many of the devices 0, 1, ... are usable Hopper GPUs (compute capability 9.0), in a row.
+int hopper_gpus();
+
+enum class DType : uint8_t { bf16, f32, i32, u8 };
+const char* dtype_name(DType t);
+size_t dtype_bytes(DType t);
+
+// A caller's device tensor: contiguous row-major `shape`. An absent optional tensor has data nullptr.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::bf16;
+  std::vector<int64_t> shape;
+};
+
+using mok::RoutingMode;  // mok/core/layer_io.h
+
+// How the ranks' buffers reach each other: one allocation on one GPU, or NCCL symmetric windows.
+enum class Transport { simulated, nccl };
+
+struct LaunchConfig {
+  int blocks = 0;                              // persistent blocks per GPU; 0: as many as are co-resident on the device
+  int ring_rows = 4096;                        // rows of each rank's receive ring per cycle: a multiple of 128
+  double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
+  int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
+  Transport transport = Transport::simulated;  // gpus > 1 needs nccl
+  bool synchronous = false;                    // every call waits for its kernel and raises its errors
+};
+
+struct WeightViews {
+  TensorView router, expert_bias, w1, w2, shared_w1, shared_w2;  // expert_bias optional; shared_* with Is > 0
+};
+
+struct ForwardInputs {
+  TensorView x;
+  WeightViews weights;
+  RoutingMode routing = RoutingMode::router;
+};
+
+// The forward's results. topk_idx (replay_ids, given) and topk_w (given) are read instead of written
+// where the routing mode gives them; logits are absent in mode given.
+struct ForwardOutputs {
+  TensorView y, topk_idx, topk_w, logits, saved;
+};
+
+// Gradients. d_logits and d_router are absent in mode given. accumulate: the weight gradients (d_router,
+// d_w1, d_w2, d_shared_*) are added into the fp32 tensors, one rounding per element (out + this call's
+// gradient), the same bits as the reference adding its gradients (gradient accumulation over
+// micro-batches); otherwise they are overwritten.
+struct GradOutputs {
+  TensorView dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
+  bool accumulate = false;
+};
+
+// Where the last launch spent its time: from the previous grid barrier (or the kernel's start) to the
+// barrier that closes the phase, summed over ring cycles, as block 0 saw it.
+struct PhaseTime {
+  std::string phase;
+  double ms;
+};
+
+// One GPU's share of the layer: ranks [gpu R / gpus, (gpu + 1) R / gpus) of the config, on the device
+// current at construction. With gpus > 1 every GPU runs its own Layer over a PeerGroup, and the
+// tensors are global-size [N, ...] of which each GPU reads and writes its own ranks' rows (the
+// weights: every expert).
+class Layer {
+ public:
+  Layer(const LayerConfig& config, const LaunchConfig& launch, int gpu = 0, const PeerGroup* peers = nullptr);
+  ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerConfig& config() const;
+  size_t workspace_bytes() const;  // device memory a call needs besides the caller's tensors
+  size_t saved_bytes() const;      // ForwardOutputs::saved
+  int blocks() const;              // persistent blocks per launch (LaunchConfig::blocks resolved)
+
+  // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window).
+  // `workspace`: workspace_bytes() of device memory, not used by anything else until the call's
+  // work on the stream is done.
+  void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
+  // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
+  void backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
+                const TensorView& dy, const GradOutputs& grads);
+
+  // Waits for the stream of this layer's last call (which must still exist) and throws the first
+  // error its kernels recorded, if any.
+  void check();
+  // The error recorded by this layer's launches that have completed ("" when none), without waiting;
+  // a recorded error stays until raised by check() or the next call.
+  struct DeviceError {
+    int code = 0;  // 0: none
+    std::string message;
+  };
+  DeviceError poll_error() const;
+
+  // Every byte of the workspace 0xff (tests: what the kernels read without writing shows up).
+  void poison_workspace(cudaStream_t stream, void* workspace) const;
+
+  // Where the last completed launch spent its time, phase by phase (waits for the stream).
+  std::vector<PhaseTime> phase_times() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mok::gpu

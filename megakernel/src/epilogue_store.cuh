@@ -1,0 +1,80 @@
+// The GEMM epilogues' stores: accumulator pairs rounded to bf16 and packed, and bf16 half tiles
+// moved to global memory through the consumer warpgroup's staging rows in shared memory.
+#pragma once
+
+#include "schedule.cuh"
+#include "tile_gemm.cuh"
+#include "tile_schedules.cuh"
+
+namespace mok::gpu {
+
+// Two floats rounded to bf16, packed as one 32-bit word (v0 in the low half: the lower address).
+__device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) {
+  return uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
+}
+__device__ __forceinline__ float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
+__device__ __forceinline__ float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
+
+__device__ __forceinline__ void store_pair(bf16* dst, float v0, float v1) {
+  *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v0, v1);
+}
+
+// A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
+// rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
+// warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip) in one of two tables;
+// thread t < 64 computes row t's.
+template <class RowDst>
+__device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer, int table, RowDst row_dst) {
+  const int c = consumer_index(consumer), t = threadIdx.x % kWarpgroupThreads;
+  if (t < kWgmmaM) pipe.smem->staged_dst[c][table][t] = row_dst(kWgmmaM * c + t);
+}
+
+// One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
+// i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
+// destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
+// Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
+// (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
+// staged they were slower, docs/results/2026-11-29-h200-w.)
+template <class Word>
+__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int table, int window, long offset,
+                                            Word word) {
+  constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
+  constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
+  constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
+  const int c = consumer_index(consumer);
+  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
+  void* const* dst = pipe.smem->staged_dst[c][table];
+  const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
+  warpgroup_sync(consumer);  // the last pass's copies are done with the rows; the destinations are published
+#pragma unroll
+  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
+    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
+        word(i);
+  warpgroup_sync(consumer);
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j;
+    if (bf16* d = static_cast<bf16*>(dst[r]))
+      *reinterpret_cast<int4*>(d + offset + kChunk * chunk) = *reinterpret_cast<const int4*>(&rows[r][kChunk * chunk]);
+  }
+}
+
+// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward). The row table is free: the warpgroup met at
+// the end of this tile's chain, after the last tile's passes.
+__device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
+                                     const float (&acc)[kAccumulators]) {
+  const int H = p.c.hidden;
+  stage_row_dst(pipe, consumer, 0, [&](int r) -> bf16* {
+    if (r >= it.t.rows) return nullptr;
+    const RankBuffers* src;
+    const long slot = source_slot(p, it.t.first_row + r, src);
+    return src->slots + slot * H + it.n0;
+  });
+#pragma unroll
+  for (int w = 0; w < kTileN / kStagedCols; ++w)
+    if (it.n0 + kStagedCols * w < H)
+      staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
+}
+
+}  // namespace mok::gpu

@@ -1,0 +1,157 @@
+#include "exchange.h"
+#include "mok/megakernel/check.h"
+#include "peer_group.h"
+
+namespace mok::gpu {
+namespace {
+
+template <class T>
+T* at_offset(uint8_t* base, size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+template <class T>
+T* ptr(const TensorView& v) {
+  return static_cast<T*>(v.data);
+}
+
+}  // namespace
+
+Exchange::Sections Exchange::sections(const LayerConfig& c) {
+  const size_t N = c.tokens(), H = c.hidden, k = c.top_k, E = c.experts;
+  Sections l{};
+  size_t at = 0;
+  const auto take = [&](size_t& field, size_t bytes) {
+    field = at;
+    at += (bytes + 4095) / 4096 * 4096;
+  };
+  take(l.x, N * H * sizeof(bf16));
+  take(l.dy, N * H * sizeof(bf16));
+  take(l.topk_idx, N * k * sizeof(int32_t));
+  take(l.topk_w, N * k * sizeof(float));
+  take(l.slots, N * k * H * sizeof(bf16));
+  take(l.d_topk_w, N * k * sizeof(float));
+  take(l.d_logits, N * E * sizeof(float));
+  take(l.flags, kMaxGpus * sizeof(unsigned int));
+  l.bytes = at;
+  return l;
+}
+
+Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers) : c_(c), gpu_(gpu), at_(sections(c)) {
+  if (peers == nullptr) return;
+  gpus_ = peers->gpus();
+  own_ = peers->local(gpu);
+  windows_ = peers->peers(gpu);
+}
+
+PeerSync Exchange::peer_sync(unsigned int launches, unsigned int* count) const {
+  PeerSync s{};
+  s.gpus = gpus_, s.me = gpu_;
+  for (int j = 0; j < gpus_ && windowed(); ++j) s.flags[j] = at_offset<unsigned int>(windows_[j], at_.flags);
+  s.epoch = launches * 16;  // a launch passes fewer than 16 barriers across GPUs
+  s.count = count;
+  return s;
+}
+
+RankBuffers Exchange::rank_buffers(int r) const {
+  const int owner = r / (c_.ranks / gpus_);
+  uint8_t* base = owner == gpu_ ? own_ : windows_[owner];
+  const size_t T = c_.tokens_per_rank, H = c_.hidden, k = c_.top_k, E = c_.experts;
+  return RankBuffers{
+      at_offset<bf16>(base, at_.x) + r * T * H,           at_offset<bf16>(base, at_.dy) + r * T * H,
+      at_offset<int32_t>(base, at_.topk_idx) + r * T * k, at_offset<float>(base, at_.topk_w) + r * T * k,
+      at_offset<bf16>(base, at_.slots) + r * T * k * H,   at_offset<float>(base, at_.d_topk_w) + r * T * k,
+      at_offset<float>(base, at_.d_logits) + r * T * E};
+}
+
+// Windowed: the global views are this GPU's window (its own ranks through the same address as the
+// views: the window's peer mapping is another address of the same bytes, and a launch that wrote
+// through one must not read through the other).
+void Exchange::bind_window(Params& p) const {
+  uint8_t* own = own_;
+  for (int r = 0; r < c_.ranks; ++r) p.rank[r] = rank_buffers(r);
+  p.x = at_offset<bf16>(own, at_.x);
+  p.dy = at_offset<bf16>(own, at_.dy);
+  p.topk_idx = at_offset<int32_t>(own, at_.topk_idx);
+  p.topk_w = at_offset<float>(own, at_.topk_w);
+  p.d_logits = at_offset<float>(own, at_.d_logits);
+}
+
+void Exchange::copy_rows(cudaStream_t stream, void* dst, const void* src, size_t bytes_per_token,
+                         bool all_tokens) const {
+  const size_t per_gpu = size_t(c_.tokens()) / gpus_;
+  const size_t first = all_tokens ? 0 : gpu_ * per_gpu, count = all_tokens ? size_t(c_.tokens()) : per_gpu;
+  const size_t offset = first * bytes_per_token;
+  MOK_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + offset, static_cast<const uint8_t*>(src) + offset,
+                                 count * bytes_per_token, cudaMemcpyDeviceToDevice, stream));
+}
+
+void Exchange::bind_forward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out,
+                            uint8_t* slots) const {
+  const size_t T = c_.tokens_per_rank, H = c_.hidden, k = c_.top_k;
+  if (!windowed()) {
+    p.x = ptr<bf16>(in.x);
+    p.topk_idx = ptr<int32_t>(out.topk_idx);
+    p.topk_w = ptr<float>(out.topk_w);
+    for (int r = 0; r < c_.ranks; ++r)
+      p.rank[r] = RankBuffers{p.x + r * T * H,
+                              nullptr,
+                              p.topk_idx + r * T * k,
+                              p.topk_w + r * T * k,
+                              reinterpret_cast<bf16*>(slots) + r * T * k * H,
+                              nullptr,
+                              nullptr};
+    return;
+  }
+  bind_window(p);
+  copy_rows(stream, p.x, in.x.data, H * sizeof(bf16), false);
+  // Every GPU lays out every token: a given routing goes to every window whole.
+  if (in.routing != RoutingMode::router) copy_rows(stream, p.topk_idx, out.topk_idx.data, k * sizeof(int32_t), true);
+  if (in.routing == RoutingMode::given) copy_rows(stream, p.topk_w, out.topk_w.data, k * sizeof(float), true);
+}
+
+void Exchange::after_forward(cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out) const {
+  if (!windowed()) return;
+  const size_t k = c_.top_k;
+  uint8_t* own = own_;
+  if (in.routing == RoutingMode::router)
+    copy_rows(stream, out.topk_idx.data, own + at_.topk_idx, k * sizeof(int32_t), false);
+  if (in.routing != RoutingMode::given) copy_rows(stream, out.topk_w.data, own + at_.topk_w, k * sizeof(float), false);
+}
+
+void Exchange::bind_backward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& fwd,
+                             const TensorView& dy, const GradOutputs& grads, uint8_t* slots) const {
+  const size_t T = c_.tokens_per_rank, H = c_.hidden, k = c_.top_k, E = c_.experts;
+  if (!windowed()) {
+    p.x = ptr<bf16>(in.x);
+    p.dy = ptr<bf16>(dy);
+    p.topk_idx = ptr<int32_t>(fwd.topk_idx);
+    p.topk_w = ptr<float>(fwd.topk_w);
+    p.d_logits = ptr<float>(grads.d_logits);
+    float* d_topk_w = ptr<float>(grads.d_topk_w);
+    for (int r = 0; r < c_.ranks; ++r)
+      p.rank[r] = RankBuffers{p.x + r * T * H,
+                              p.dy + r * T * H,
+                              p.topk_idx + r * T * k,
+                              p.topk_w + r * T * k,
+                              reinterpret_cast<bf16*>(slots) + r * T * k * H,
+                              d_topk_w + r * T * k,
+                              p.d_logits ? p.d_logits + r * T * E : nullptr};
+    return;
+  }
+  bind_window(p);
+  copy_rows(stream, p.x, in.x.data, H * sizeof(bf16), false);
+  copy_rows(stream, p.dy, dy.data, H * sizeof(bf16), false);
+  copy_rows(stream, p.topk_idx, fwd.topk_idx.data, k * sizeof(int32_t), false);
+  copy_rows(stream, p.topk_w, fwd.topk_w.data, k * sizeof(float), false);
+}
+
+void Exchange::after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const {
+  if (!windowed()) return;
+  uint8_t* own = own_;
+  copy_rows(stream, grads.d_topk_w.data, own + at_.d_topk_w, c_.top_k * sizeof(float), false);
+  if (in.routing != RoutingMode::given)
+    copy_rows(stream, grads.d_logits.data, own + at_.d_logits, c_.experts * sizeof(float), false);
+}
+
+}  // namespace mok::gpu

@@ -1,0 +1,63 @@
+// Where the ranks' shared buffers live, and how a call's tensors reach them (docs/multi-gpu.md):
+//   simulated: every rank on this GPU; the kernels read and write the caller's tensors directly, and
+//     the (token, slot) buffers are in the workspace;
+//   windows:   ranks over several GPUs; each GPU's NCCL symmetric window holds global-size [N, ...]
+//     views of x, dy, the routing and the pushed buffers (its own ranks' slices are its), which its
+//     peers reach over NVLink. A call copies its rows of the caller's tensors in before the launch
+//     and its results out after it (stream-ordered), since the peers can reach only the window.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "mok/megakernel/layer.h"
+#include "params.cuh"
+
+namespace mok::gpu {
+
+class PeerGroup;
+
+class Exchange {
+ public:
+  Exchange() = default;
+  // peers: null for simulated ranks; else GPU `gpu`'s place in the group.
+  Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers);
+
+  bool windowed() const { return !windows_.empty(); }
+
+  // The barrier across GPUs of launch number `launches` (its counter: `count`, in the workspace).
+  PeerSync peer_sync(unsigned int launches, unsigned int* count) const;
+
+  // Points p's rank table and global views at this call's buffers (slots: the workspace's (token, slot)
+  // buffers, unused when windowed) and copies this GPU's inputs in where windowed.
+  void bind_forward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out,
+                    uint8_t* slots) const;
+  void after_forward(cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out) const;
+  void bind_backward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& fwd,
+                     const TensorView& dy, const GradOutputs& grads, uint8_t* slots) const;
+  void after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const;
+
+ private:
+  // The window's sections: global-size views; then the flag words of the barrier across GPUs.
+  struct Sections {
+    size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, bytes;
+  };
+  static Sections sections(const LayerConfig& c);
+
+  RankBuffers rank_buffers(int r) const;  // windowed: rank r's slice of its owner's window
+  void bind_window(Params& p) const;
+  // Copies rows [first token, last token) of a per-token tensor between the caller and the window.
+  void copy_rows(cudaStream_t stream, void* dst, const void* src, size_t bytes_per_token, bool all_tokens) const;
+
+  LayerConfig c_{};
+  int gpu_ = 0, gpus_ = 1;
+  Sections at_{};
+  uint8_t* own_ = nullptr;         // this GPU's window, its own allocation's address
+  std::vector<uint8_t*> windows_;  // each GPU's window through its peer mapping (empty: simulated)
+
+ public:
+  static size_t window_bytes(const LayerConfig& c) { return sections(c).bytes; }
+};
+
+}  // namespace mok::gpu

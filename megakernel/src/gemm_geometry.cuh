@@ -1,0 +1,115 @@
+// The matrix engine's geometry (tile_gemm.cuh): the block's warpgroups and named barriers, the
+// output tile, the TMA boxes and pipeline stages, the shared memory, the registers, and where each
+// accumulator sits. Every derived size is checked where it is derived.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mok/core/saved_layout.h"
+
+namespace mok::gpu {
+
+// A block is three warpgroups of 128 threads, by role in a GEMM phase: warpgroup 0 is the TMA
+// producer, warpgroups 1 and 2 the wgmma consumers, each on its own 64 rows of the tile. A role's value
+// is its warpgroup - 1, so a consumer's value is its index (its rows, its staging rows).
+inline constexpr int kWarpgroupThreads = 128;
+enum class Warpgroup : int { producer = -1, consumer0 = 0, consumer1 = 1 };
+inline constexpr int kConsumers = 2;
+inline constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+inline constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;  // arrivals that free a stage
+
+__device__ __forceinline__ Warpgroup warpgroup_role(int warpgroup) { return Warpgroup(warpgroup - 1); }
+__device__ __forceinline__ int consumer_index(Warpgroup consumer) { return int(consumer); }
+
+// Named barrier ids (immediates in the PTX, so ptxas reserves only these).
+enum class NamedBarrier : int {
+  sync_threads = 0,  // __syncthreads
+  consumer0 = 1,     // consumer warpgroup 0 alone
+  consumer1 = 2,     // consumer warpgroup 1 alone
+  block = 3,         // the whole block, reached from the roles' separate paths
+};
+
+// The output tile: kTileRows (mok/core/saved_layout.h: experts' rows are padded to whole tiles) x
+// kTileN, one wgmma m64n256k16 chain per consumer and K-step.
+inline constexpr int kWgmmaM = 64, kWgmmaK = 16, kTileN = 256;
+static_assert(kConsumers * kWgmmaM == kTileRows, "the consumers' rows make the tile experts are padded to");
+
+// TMA: 64 x 64 bf16 boxes, rows of 128 bytes (the swizzle's span). A stage holds one K-block of 64:
+// A's two boxes of 64 rows (consumer c's rows are box c), then B's four boxes of 64 columns.
+inline constexpr int kBox = 64;
+inline constexpr int kBoxBytes = kBox * kBox * 2;
+inline constexpr int kABoxes = kTileRows / kBox, kBBoxes = kTileN / kBox;
+inline constexpr int kABytes = kABoxes * kBoxBytes;  // A's boxes come first in a stage
+inline constexpr int kStageBytes = (kABoxes + kBBoxes) * kBoxBytes;
+inline constexpr int kStepsPerStage = kBox / kWgmmaK;  // K-steps per pipeline stage
+inline constexpr int kStages = 4;
+static_assert(kBox * 2 == 128, "a box row is the 128-byte swizzle span");
+static_assert(kBox == kWgmmaM, "consumer c's A rows are box c");
+static_assert(kABoxes == 2 && kBBoxes == 4 && kStageBytes == 6 * kBoxBytes,
+              "produce() copies six boxes per stage and announces kStageBytes");
+static_assert(kTileRows % kBox == 0, "a weight gradient's last K-block ends in its expert's padding rows");
+
+// Accumulators per consumer thread: its share of the warpgroup's 64 x 256 half tile.
+inline constexpr int kAccumulators = kWgmmaM * kTileN / kWarpgroupThreads;
+
+// Where accumulator i of thread t of consumer c sits in the tile (the wgmma m64n256 fragment,
+// ptx/wgmma.cuh): rows 64 c.., columns 0-255.
+__host__ __device__ constexpr int acc_tile_row(int c, int t, int i) {
+  return kWgmmaM * c + 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+}
+// (t unsigned, as threadIdx.x is: the compiler then keeps t % 4 a mask.)
+__host__ __device__ constexpr int acc_tile_col(unsigned t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
+
+// Each element of the tile is one accumulator of one consumer thread.
+constexpr bool accumulators_cover_tile() {
+  bool seen[kTileRows * kTileN] = {};
+  for (int c = 0; c < kConsumers; ++c)
+    for (int t = 0; t < kWarpgroupThreads; ++t)
+      for (int i = 0; i < kAccumulators; ++i) {
+        const int row = acc_tile_row(c, t, i), col = acc_tile_col(t, i);
+        if (row < kWgmmaM * c || row >= kWgmmaM * (c + 1) || col < 0 || col >= kTileN || seen[row * kTileN + col])
+          return false;
+        seen[row * kTileN + col] = true;
+      }
+  return true;
+}
+static_assert(kAccumulators == 128 && accumulators_cover_tile(),
+              "one m64n256 fragment (ptx/wgmma.cuh) per consumer thread, covering the consumer's half tile once");
+
+// This thread's accumulator i (consumer: its warpgroup).
+__device__ __forceinline__ int acc_row(Warpgroup consumer, int i) {
+  return acc_tile_row(consumer_index(consumer), threadIdx.x % kWarpgroupThreads, i);
+}
+__device__ __forceinline__ int acc_col(int i) { return acc_tile_col(threadIdx.x, i); }
+
+// Registers per thread during a GEMM phase (setmaxnreg): each producer thread gives up 128, each
+// consumer thread takes 64 more; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
+// thread, and what all get back afterwards.
+inline constexpr int kKernelRegisters = 168, kProducerRegisters = 40, kConsumerRegisters = 232;
+static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per SM gives each thread");
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
+              "the consumers take only what the producer gave");
+
+// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
+// accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
+inline constexpr int kStagedCols = 64;
+inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
+inline constexpr int kStagedTables = 2;               // destination tables: GEMM1 stores h and a rows
+
+// The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
+inline constexpr int kSwizzleAlign = 1024;
+
+struct GemmSmem {
+  alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
+  uint64_t full[kStages];                                          // TMA bytes landed
+  uint64_t empty[kStages];                                         // every consumer warp done reading
+  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
+  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
+};
+inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
+inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block
+static_assert(kSmemBytes <= kMaxSmemPerBlock, "the pipeline fits one block's shared memory");
+
+}  // namespace mok::gpu

@@ -1,0 +1,82 @@
+// GEMM phases over the schedule's tiles: the ring phases (this cycle's expert tiles) and the token
+// phases (the shared expert over every token), with their tile loads.
+#pragma once
+
+#include "epilogue_store.cuh"
+#include "schedule.cuh"
+#include "tile_gemm.cuh"
+#include "tile_schedules.cuh"
+
+namespace mok::gpu {
+
+// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
+// columns); load(it) gives a tile's operands (majorness kM), epilogue(it, consumer, acc) consumes a
+// consumer's finished half tile.
+template <Majors kM = kNT, class Load, class Epilogue>
+__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
+                          Epilogue epilogue) {
+  const RingTiles tiles{p, cycle, ceil_div(columns, width), width};
+  RingItem it;
+  gemm_tiles<kM>(
+      pipe, tiles.count(), p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        if (!tiles.lookup(t, it)) return false;
+        l = load(it);
+        return true;
+      },
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
+}
+
+// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each), K = k columns.
+__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
+                                            int k) {
+  return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, 0, k / kBox};
+}
+// ... with B's 256 rows contiguous from b_row.
+__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b_row, int k) {
+  return k_major(ma, mb, a_row, b_row, b_row + kTileN / 2, k);
+}
+
+// A tile load with B as stored, rows along K (C = A B: the input gradients' weights, no transposed
+// copy): A rows a_row.. (128, K-major from column 0), B columns b_col.. (256) of rows b_k.., K = k.
+__device__ __forceinline__ TileLoad b_as_stored(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b_col,
+                                                int b_k, int k) {
+  return TileLoad{&ma, &mb, a_row, {b_col, b_col + kTileN / 2}, 0, b_k, k / kBox};
+}
+
+// C = a b^T (kM = kNT: B map [n, k]) or C = a b (kM = kNN: B map [k, n]) over every token g (the shared
+// expert's GEMMs): A map [N, k]; the accumulators of token g, columns col and col + 1 (< n), go to
+// store(g, col, c0, c1).
+template <Majors kM, class Store>
+__device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
+                           int phase, Store store) {
+  const int N = p.c.tokens();
+  const TokenTiles tiles{N, ceil_div(n, kTileN), kTileN};
+  gemm_tiles<kM>(
+      pipe, tiles.count(), p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        const int n0 = tiles.n0(t), a_row = int(tiles.first_token(t));
+        l = kM.b_mn ? b_as_stored(a, b, a_row, n0, 0, k) : k_major(a, b, a_row, n0, k);
+        return true;
+      },
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        const int n0 = tiles.n0(t);
+        for_each_pair(
+            consumer, acc,
+            [&](int row, int col, float v0, float v1) {
+              if (first + row < N) store(first + row, n0 + col, v0, v1);
+            },
+            min(kTileN, n - n0));
+      });
+}
+
+// out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n].
+template <Majors kM>
+__device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
+                                       int k, int n, bf16* out, int phase) {
+  token_gemm<kM>(pipe, p, a, b, k, n, phase,
+                 [&](long g, int col, float v0, float v1) { store_pair(out + g * n + col, v0, v1); });
+}
+
+}  // namespace mok::gpu

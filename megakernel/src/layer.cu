@@ -1,0 +1,404 @@
+// The device API (mok/megakernel/layer.h): argument checks, the workspace and the transport's
+// buffers laid out from the config, kernel parameters from the call's pointers, cooperative launches
+// on the caller's stream, device errors copied behind each launch and raised by the next call.
+#include <algorithm>
+#include <string>
+
+#include "current_device.h"
+#include "device_array.cuh"
+#include "exchange.h"
+#include "kernels.cuh"
+#include "mok/core/dispatch_layout.h"
+#include "mok/core/saved_layout.h"
+#include "mok/core/validate.h"
+#include "mok/megakernel/layer.h"
+#include "peer_group.h"
+#include "tensor_map.h"
+
+namespace mok::gpu {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned (the
+// kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases).
+void check_view(const TensorView& v, const char* name, DType dtype, std::vector<int64_t> shape, bool optional = false) {
+  if (v.data == nullptr) {
+    require(optional, std::string(name) + " is missing");
+    return;
+  }
+  require(v.dtype == dtype,
+          std::string(name) + " has dtype " + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
+  require(v.shape == shape,
+          std::string(name) + " has shape " + shape_text(v.shape) + ", expected " + shape_text(shape));
+  require(reinterpret_cast<uintptr_t>(v.data) % 16 == 0, std::string(name) + " is not 16-byte aligned");
+}
+
+template <class T>
+T* ptr(const TensorView& v) {
+  return static_cast<T*>(v.data);
+}
+
+// Persistent blocks on the current device: `asked`, or (0) as many as are co-resident.
+int resident_blocks(int asked) {
+  int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
+  MOK_CUDA_CHECK(cudaGetDevice(&dev));
+  MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  for (const void* kernel : {(const void*)forward_kernel, (const void*)backward_kernel}) {
+    MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
+    // that gave the kernels fewer registers would hang in it.
+    cudaFuncAttributes attributes{};
+    MOK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    if (attributes.numRegs != kKernelRegisters)
+      throw Error("mok: internal error: the kernels were built with " + std::to_string(attributes.numRegs) +
+                  " registers per thread, not " + std::to_string(kKernelRegisters) + " (check -maxrregcount, -G)");
+  }
+  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
+  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));
+  const int resident = sms * std::min(per_sm_fwd, per_sm_bwd);
+  require(asked >= 0 && asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " +
+                                               std::to_string(resident) + " co-resident blocks of this device");
+  return asked ? asked : resident;
+}
+
+// The workspace's sections (each 256-byte aligned), for the forward and the backward alike.
+struct WorkspaceLayout {
+  size_t barrier, ring, chunk_counts, chunk_base, g, dh, dye, shared_y, shared_dh, slots, bytes;
+};
+WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
+  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+  const size_t Is = c.shared_intermediate, P = padded_rows(c), chunks = layout_chunks(c.tokens());
+  WorkspaceLayout l{};
+  size_t at = 0;
+  const auto take = [&](size_t& field, size_t bytes) {
+    field = at;
+    at += (bytes + 255) / 256 * 256;
+  };
+  take(l.barrier, 4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
+  take(l.ring, size_t(c.ranks) * launch.ring_rows * H * 2);
+  take(l.chunk_counts, chunks * E * 4);
+  take(l.chunk_base, chunks * E * 4);
+  take(l.g, P * I * 4);
+  take(l.dh, P * 2 * I * 2);
+  take(l.dye, P * H * 2);
+  take(l.shared_y, N * H * 2);
+  take(l.shared_dh, N * 2 * Is * 2);
+  take(l.slots, slots_in_workspace ? N * k * H * 2 : 0);
+  l.bytes = at;
+  return l;
+}
+
+std::string phase_name(int phase) { return phase >= 0 && phase < kPhaseCount ? kPhaseNames[phase] : "?"; }
+
+}  // namespace
+
+size_t dtype_bytes(DType t) { return t == DType::bf16 ? 2 : t == DType::u8 ? 1 : 4; }
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f32:
+      return "float32";
+    case DType::i32:
+      return "int32";
+    case DType::u8:
+      return "uint8";
+  }
+  return "?";
+}
+
+struct Layer::Impl {
+  LayerConfig c;
+  LaunchConfig launch;
+  int gpu = 0, device = 0, blocks = 0;
+  int rank_begin = 0, rank_end = 0;
+  SavedLayout saved;
+  WorkspaceLayout ws;
+  Exchange exchange;  // where the ranks' shared buffers live (exchange.h)
+  unsigned int launches = 0;
+  cudaStream_t last_stream = nullptr;
+  DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
+  PinnedArray<KernelError> host_error;
+  DeviceArray<long long> clock_ns;
+  DeviceArray<int> clock_phase, clock_count;
+
+  // ---- argument checks ----
+  void check_weights(const WeightViews& w) const {
+    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    check_view(w.router, "router weight [E, H]", DType::f32, {E, H});
+    check_view(w.expert_bias, "expert_bias [E]", DType::f32, {E}, true);
+    check_view(w.w1, "w1 [E, 2I, H]", DType::bf16, {E, 2 * I, H});
+    check_view(w.w2, "w2 [E, H, I]", DType::bf16, {E, H, I});
+    check_view(w.shared_w1, "shared_w1 [2Is, H]", DType::bf16, {2 * Is, H}, Is == 0);
+    check_view(w.shared_w2, "shared_w2 [H, Is]", DType::bf16, {H, Is}, Is == 0);
+  }
+  void check_forward(const ForwardInputs& in, const ForwardOutputs& out, bool results) const {
+    const int64_t N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
+    check_view(in.x, "x [N, H]", DType::bf16, {N, H});
+    check_weights(in.weights);
+    if (results) check_view(out.y, "y [N, H]", DType::bf16, {N, H});
+    check_view(out.topk_idx, "topk_idx [N, k]", DType::i32, {N, k});
+    check_view(out.topk_w, "topk_w [N, k]", DType::f32, {N, k});
+    check_view(out.logits, "logits [N, E]", DType::f32, {N, E}, in.routing == RoutingMode::given);
+    check_view(out.saved, "saved", DType::u8, {int64_t(saved.bytes)});
+  }
+  void check_grads(const ForwardInputs& in, const GradOutputs& g) const {
+    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+    const int64_t Is = c.shared_intermediate;
+    const bool router = in.routing != RoutingMode::given;
+    check_view(g.dx, "dx [N, H]", DType::bf16, {N, H});
+    check_view(g.d_topk_w, "d_topk_w [N, k]", DType::f32, {N, k});
+    check_view(g.d_logits, "d_logits [N, E]", DType::f32, {N, E}, !router);
+    check_view(g.d_router, "d_router [E, H]", DType::f32, {E, H}, !router);
+    require(!router || (g.d_logits.data && g.d_router.data), "d_logits and d_router are missing");
+    check_view(g.d_w1, "d_w1 [E, 2I, H]", DType::f32, {E, 2 * I, H});
+    check_view(g.d_w2, "d_w2 [E, H, I]", DType::f32, {E, H, I});
+    check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", DType::f32, {2 * Is, H}, Is == 0);
+    check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", DType::f32, {H, Is}, Is == 0);
+  }
+
+  // ---- kernel parameters ----
+  Params params(uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+    Params p{};
+    p.c = c;
+    p.ring_rows = launch.ring_rows;
+    p.routing = in.routing;
+    p.rank_begin = rank_begin, p.rank_end = rank_end;
+    auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
+    p.barrier = GridBarrier{words, words + 1, error.get(), (long long)(launch.watchdog_seconds * 1e9),
+                            PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()}};
+    p.peers = exchange.peer_sync(launches, words + 2);
+    const WeightViews& w = in.weights;
+    p.router_w = ptr<float>(w.router);
+    p.expert_bias = ptr<float>(w.expert_bias);
+    p.logits = ptr<float>(out.logits);
+    uint8_t* s = ptr<uint8_t>(out.saved);
+    p.offsets = reinterpret_cast<int32_t*>(s + saved.offsets);
+    p.tile_offsets = reinterpret_cast<int32_t*>(s + saved.tile_offsets);
+    p.row_source = reinterpret_cast<int32_t*>(s + saved.row_source);
+    p.slot_row = reinterpret_cast<int32_t*>(s + saved.slot_row);
+    p.xe = reinterpret_cast<bf16*>(s + saved.xe);
+    p.h = reinterpret_cast<bf16*>(s + saved.h);
+    p.a = reinterpret_cast<bf16*>(s + saved.a);
+    p.shared_h = reinterpret_cast<bf16*>(s + saved.shared_h);
+    p.shared_a = reinterpret_cast<bf16*>(s + saved.shared_a);
+    p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
+    p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
+    p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
+    p.g = reinterpret_cast<float*>(workspace + ws.g);
+    p.dh = reinterpret_cast<bf16*>(workspace + ws.dh);
+    p.dye = reinterpret_cast<bf16*>(workspace + ws.dye);
+    p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
+    p.shared_dh = reinterpret_cast<bf16*>(workspace + ws.shared_dh);
+    p.y = ptr<bf16>(out.y);
+    return p;
+  }
+
+  void encode_maps(Params& p, const WeightViews& w) const {
+    const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const long P = padded_rows(c);
+    TensorMaps& maps = p.maps;
+    encode_tensor_map(maps.ring, p.ring, long(c.ranks) * launch.ring_rows, H);
+    encode_tensor_map(maps.w1, w.w1.data, E * 2 * I, H);
+    encode_tensor_map(maps.w2, w.w2.data, E * H, I);
+    encode_tensor_map(maps.a, p.a, P, I);
+    encode_tensor_map(maps.dh, p.dh, P, 2 * I);
+    encode_tensor_map(maps.dye, p.dye, P, H);
+    encode_tensor_map(maps.xe, p.xe, P, H);
+    encode_tensor_map(maps.x, p.x, N, H);
+    encode_tensor_map(maps.dy, p.dy, p.dy ? N : 0, H);
+    if (Is == 0) return;
+    encode_tensor_map(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
+    encode_tensor_map(maps.shared_w2, w.shared_w2.data, H, Is);
+    encode_tensor_map(maps.shared_a, p.shared_a, N, Is);
+    encode_tensor_map(maps.shared_dh, p.shared_dh, N, 2 * Is);
+  }
+
+  // The saved buffer's bytes that no kernel writes (alignment gaps around the layout's arrays and after
+  // the last section) are zeroed, so a forward gives the same bytes run to run (D1) in all of it: the
+  // layout region before the kernel writes its arrays, and the tail.
+  void zero_saved_gaps(cudaStream_t stream, uint8_t* s) const {
+    const size_t end = saved.shared_a + size_t(c.tokens()) * c.shared_intermediate * sizeof(bf16);
+    MOK_CUDA_CHECK(cudaMemsetAsync(s, 0, saved.xe, stream));
+    MOK_CUDA_CHECK(cudaMemsetAsync(s + end, 0, saved.bytes - end, stream));
+  }
+
+  // ---- launches and device errors ----
+  void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
+    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 3 * sizeof(unsigned int), stream));
+    MOK_CUDA_CHECK(cudaMemsetAsync(clock_count.get(), 0, sizeof(int), stream));
+    void* args[] = {&p};
+    MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
+    MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));
+    ++launches;
+    last_stream = stream;
+  }
+
+  // The recorded error as a message ("" for none). The host copy lands behind each launch.
+  Layer::DeviceError describe(const KernelError& e) const {
+    if (e.code == kNoError) return {};
+    const std::string where = launch.gpus > 1 ? " on GPU " + std::to_string(gpu) : "";
+    const std::string secs = std::to_string(launch.watchdog_seconds);
+    std::string m;
+    if (e.code == kLogitOverflow)
+      m = "mok: invalid input: router logit of token " + std::to_string(e.detail) + " overflows";
+    else if (e.code == kBadRouting)
+      m = "mok: invalid input: the given routing of token " + std::to_string(e.detail) +
+          " has an expert id outside [0, E = " + std::to_string(c.experts) +
+          "), an expert twice, or a non-finite weight";
+    else if (e.code == kPipelineTimeout)
+      m = "mok: watchdog: block " + std::to_string(e.detail) + where + " waited more than " + secs +
+          " s for its operand pipeline in phase '" + phase_name(e.phase) + "'";
+    else if (e.code == kBarrierTimeout)
+      m = "mok: watchdog: block " + std::to_string(e.detail) + where + " waited more than " + secs +
+          " s at the grid barrier after phase '" + phase_name(e.phase) + "', ring cycle " + std::to_string(e.cycle);
+    else
+      m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
+          std::to_string(e.detail) + " at the barrier across GPUs after phase '" + phase_name(e.phase) + "'";
+    return {e.code, m};
+  }
+
+  // Throws a recorded error after clearing it (the stream is drained first, so the copy is whole).
+  void raise_pending() {
+    // volatile: the device's copies land behind the compiler's back.
+    if (*reinterpret_cast<volatile int*>(&host_error.get()->code) == kNoError) return;
+    MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
+    const DeviceError e = describe(*host_error.get());
+    MOK_CUDA_CHECK(cudaMemset(error.get(), 0, sizeof(KernelError)));
+    *host_error.get() = KernelError{};
+    throw Error(e.message);
+  }
+
+  void finish_call() {
+    if (!launch.synchronous) return;
+    MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
+    raise_pending();
+  }
+};
+
+Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const PeerGroup* peers)
+    : impl_(std::make_unique<Impl>()) {
+  validate(c);
+  require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
+  validate_ring_rows(launch.ring_rows, kTileRows);
+  require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
+  require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
+          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
+  require(c.ranks % launch.gpus == 0,
+          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
+  require(launch.gpus == 1 || launch.transport == Transport::nccl, "gpus > 1 needs the nccl transport");
+  require((launch.transport == Transport::nccl) == (peers != nullptr), "the nccl transport needs a peer group");
+  require(gpu >= 0 && gpu < launch.gpus, "gpu " + std::to_string(gpu) + " is outside the launch's GPUs");
+  require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
+  Impl& m = *impl_;
+  m.c = c;
+  m.launch = launch;
+  m.gpu = gpu;
+  MOK_CUDA_CHECK(cudaGetDevice(&m.device));
+  m.rank_begin = gpu * (c.ranks / launch.gpus), m.rank_end = m.rank_begin + c.ranks / launch.gpus;
+  m.blocks = resident_blocks(launch.blocks);
+  m.saved = saved_layout(c);
+  m.exchange = Exchange(c, gpu, peers);
+  m.ws = workspace_layout(c, launch, !m.exchange.windowed());
+  m.error = DeviceArray<KernelError>(1);
+  m.error.zero();
+  m.host_error = PinnedArray<KernelError>(1);
+  m.clock_ns = DeviceArray<long long>(kClockEntries);
+  m.clock_phase = DeviceArray<int>(kClockEntries);
+  m.clock_count = DeviceArray<int>(1);
+  m.clock_count.zero();
+}
+
+Layer::~Layer() = default;
+
+const LayerConfig& Layer::config() const { return impl_->c; }
+size_t Layer::workspace_bytes() const { return impl_->ws.bytes; }
+size_t Layer::saved_bytes() const { return impl_->saved.bytes; }
+int Layer::blocks() const { return impl_->blocks; }
+
+// The layer's device is current for the length of a call, and the caller's afterwards.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) { MOK_CUDA_CHECK(cudaSetDevice(device)); }
+
+ private:
+  KeepCurrentDevice keep_;
+};
+
+void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out) {
+  Impl& m = *impl_;
+  const OnDevice on(m.device);
+  m.raise_pending();
+  m.check_forward(in, out, true);
+  require(workspace != nullptr, "workspace is missing");
+  Params p = m.params(static_cast<uint8_t*>(workspace), in, out);
+  m.zero_saved_gaps(stream, ptr<uint8_t>(out.saved));
+  m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
+  m.encode_maps(p, in.weights);
+  m.launch_kernel(reinterpret_cast<const void*>(forward_kernel), stream, p);
+  m.exchange.after_forward(stream, in, out);
+  m.finish_call();
+}
+
+void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
+                     const TensorView& dy, const GradOutputs& grads) {
+  Impl& m = *impl_;
+  const OnDevice on(m.device);
+  m.raise_pending();
+  m.check_forward(in, fwd, false);
+  check_view(dy, "dy [N, H]", DType::bf16, {m.c.tokens(), m.c.hidden});
+  m.check_grads(in, grads);
+  require(workspace != nullptr, "workspace is missing");
+  Params p = m.params(static_cast<uint8_t*>(workspace), in, fwd);
+  p.accumulate = grads.accumulate;
+  p.dx = ptr<bf16>(grads.dx);
+  p.d_router = ptr<float>(grads.d_router);
+  p.d_w1 = ptr<float>(grads.d_w1), p.d_w2 = ptr<float>(grads.d_w2);
+  p.d_shared_w1 = ptr<float>(grads.d_shared_w1), p.d_shared_w2 = ptr<float>(grads.d_shared_w2);
+  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
+  m.encode_maps(p, in.weights);
+  m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);
+  m.exchange.after_backward(stream, in, grads);
+  m.finish_call();
+}
+
+void Layer::check() {
+  const OnDevice on(impl_->device);
+  if (impl_->launches) MOK_CUDA_CHECK(cudaStreamSynchronize(impl_->last_stream));
+  impl_->raise_pending();
+}
+
+Layer::DeviceError Layer::poll_error() const { return impl_->describe(*impl_->host_error.get()); }
+
+void Layer::poison_workspace(cudaStream_t stream, void* workspace) const {
+  const OnDevice on(impl_->device);
+  MOK_CUDA_CHECK(cudaMemsetAsync(workspace, 0xff, impl_->ws.bytes, stream));
+}
+
+std::vector<PhaseTime> Layer::phase_times() const {
+  const Impl& m = *impl_;
+  const OnDevice on(m.device);
+  if (m.launches) MOK_CUDA_CHECK(cudaStreamSynchronize(m.last_stream));
+  const int count = std::min(m.clock_count.download()[0], kClockEntries);
+  const std::vector<long long> ns = m.clock_ns.download();
+  const std::vector<int> phase = m.clock_phase.download();
+  std::vector<PhaseTime> times;
+  for (int i = 1; i < count; ++i) {
+    const std::string name = phase_name(phase[i]);
+    const double ms = double(ns[i] - ns[i - 1]) * 1e-6;
+    const auto same = [&](const PhaseTime& t) { return t.phase == name; };
+    if (const auto it = std::find_if(times.begin(), times.end(), same); it != times.end())
+      it->ms += ms;
+    else
+      times.push_back(PhaseTime{name, ms});
+  }
+  return times;
+}
+
+}  // namespace mok::gpu

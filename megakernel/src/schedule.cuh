@@ -1,0 +1,151 @@
+// The schedule: how the persistent blocks share out the work, and the lookups between the layer's
+// index spaces. The index spaces, from a token to the ring (what it indexes; where it is computed):
+//   token g      the layer's tokens in global order, g = r T + t: x, y, dx      loops over N, own_token_*
+//   rank r, t    the rank holding token g, and g's row in that rank's buffers    token_rank, token_local
+//   slot j       g's j-th expert; t k + j indexes rank r's slots and topk_w      slot_source, source_slot
+//   layout row   one (token, slot), by expert, then by token: row_source         layout_place (place_token)
+//   expert tile  kTileRows layout rows of one expert, numbered expert by expert  layout_scan, expert_tile
+//   padded row   kTileRows tile + row in the tile: per-row h, a, g, dh, dye, xe  expert_tile, ring_row
+//   ring row     row q of rank r's ring; ring slot q / kTileRows holds a tile    ring_tile, ring_row
+// Padding rows (past an expert's last layout row, up to its tiles' end) hold zeros, so a tile's rows
+// are contiguous and a weight gradient's last K-block reads zeros past the expert's rows.
+#pragma once
+
+#include "mok/core/saved_layout.h"
+#include "params.cuh"
+
+namespace mok::gpu {
+
+__device__ __forceinline__ long thread_id() { return long(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ long thread_count() { return long(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ long warp_id() { return thread_id() / 32; }
+__device__ __forceinline__ long warp_count() { return thread_count() / 32; }
+__device__ __forceinline__ int lane_id() { return threadIdx.x % 32; }
+
+__device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The ranks this GPU executes, and their tokens [own_token_begin, own_token_end).
+__device__ __forceinline__ int executed_ranks(const Params& p) { return p.rank_end - p.rank_begin; }
+__device__ __forceinline__ bool executes(const Params& p, int r) { return r >= p.rank_begin && r < p.rank_end; }
+__device__ __forceinline__ long own_token_begin(const Params& p) { return long(p.rank_begin) * p.c.tokens_per_rank; }
+__device__ __forceinline__ long own_token_end(const Params& p) { return long(p.rank_end) * p.c.tokens_per_rank; }
+
+// Rank-local coordinates of global token g.
+__device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
+__device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
+
+// Source of a layout row: global token g and slot j.
+struct SlotSource {
+  int token, slot;
+};
+__device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
+  const int s = p.row_source[row];
+  return SlotSource{s / p.c.top_k, s % p.c.top_k};
+}
+
+// The (token, slot) layout row `row` came from: its source rank's buffers (src) and the slot's index
+// in them.
+__device__ inline long source_slot(const Params& p, int row, const RankBuffers*& src) {
+  const SlotSource s = slot_source(p, row);
+  src = &p.rank[token_rank(p, s.token)];
+  return long(token_local(p, s.token)) * p.c.top_k + s.slot;
+}
+
+// The last index i in [0, n) with table[i] <= value, by binary search: table is non-decreasing and
+// table[0] <= value. (Runs of equal entries are empty ranges: the last of them owns the value.)
+template <class Value>
+__device__ __forceinline__ int last_at_or_below(const int32_t* table, int n, Value value) {
+  int i = 0, last = n - 1;
+  while (i < last) {
+    const int mid = (i + last + 1) / 2;
+    if (table[mid] <= value)
+      i = mid;
+    else
+      last = mid - 1;
+  }
+  return i;
+}
+
+// A tile of one expert's layout rows: tiles are numbered expert by expert (tile_offsets).
+struct ExpertTile {
+  int expert;
+  int first_row;  // layout row of the tile's row 0
+  int rows;       // valid rows, 1..kTileRows
+  int pad_row;    // padded row of the tile's row 0
+};
+
+// Expert tile `tile`: its expert is the last e with tile_offsets[e] <= tile (an expert without tiles
+// shares its offset with the next one, so the last is the one with tiles).
+__device__ __forceinline__ ExpertTile expert_tile(const Params& p, int tile) {
+  const int e = last_at_or_below(p.tile_offsets, p.c.experts, tile);
+  const int first = p.offsets[e] + kTileRows * (tile - p.tile_offsets[e]);
+  return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * tile};
+}
+
+// Tiles of rank r's experts: [rank_tile_begin, rank_tile_end).
+__device__ __forceinline__ int rank_tile_begin(const Params& p, int r) {
+  return p.tile_offsets[r * p.c.experts_per_rank()];
+}
+__device__ __forceinline__ int rank_tile_end(const Params& p, int r) {
+  return p.tile_offsets[(r + 1) * p.c.experts_per_rank()];
+}
+
+// Tiles per ring (rings are whole tiles).
+__device__ __forceinline__ int ring_tiles(const Params& p) { return p.ring_rows / kTileRows; }
+
+// Row q of rank r's ring.
+__device__ __forceinline__ bf16* ring_row_data(const Params& p, int r, int q) {
+  return p.ring + (long(r) * p.ring_rows + q) * p.c.hidden;
+}
+
+// Ring cycles needed by the busiest rank (the same value in every block).
+__device__ __forceinline__ int ring_cycles(const Params& p) {
+  int most = 0;
+  for (int r = 0; r < p.c.ranks; ++r) most = max(most, rank_tile_end(p, r) - rank_tile_begin(p, r));
+  return (most + ring_tiles(p) - 1) / ring_tiles(p);
+}
+
+// The tile held in ring slot `slot` of rank r during `cycle`, or -1.
+__device__ __forceinline__ int ring_tile(const Params& p, int r, int cycle, int slot) {
+  const int tile = rank_tile_begin(p, r) + cycle * ring_tiles(p) + slot;
+  return tile < rank_tile_end(p, r) ? tile : -1;
+}
+
+// Ring row `item` of this cycle (over all ranks' rings): its rank, its tile (none: an empty slot) and
+// its padded row; `valid` false for a tile's padding rows.
+struct RingRow {
+  int r, q;
+  bool in_tile, valid;
+  ExpertTile t;
+  long pad;
+};
+__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
+  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
+  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
+  if (tile < 0) return row;
+  row.in_tile = true;
+  row.t = expert_tile(p, tile);
+  row.valid = row.q % kTileRows < row.t.rows;
+  row.pad = row.t.pad_row + row.q % kTileRows;
+  return row;
+}
+
+// source_slot of a valid ring row.
+__device__ inline long source_slot(const Params& p, const RingRow& row, const RankBuffers*& src) {
+  return source_slot(p, row.t.first_row + row.q % kTileRows, src);
+}
+
+// Ring rows of this cycle over the executed ranks (a multiple of 32: rings are whole tiles).
+__device__ __forceinline__ long cycle_ring_rows(const Params& p) { return long(executed_ranks(p)) * p.ring_rows; }
+
+// A warp's share of this cycle's tile rows, one row per call of row(RingRow): the ring rows that hold
+// a tile, its padding rows included (valid false).
+template <class Row>
+__device__ __forceinline__ void for_each_tile_row(const Params& p, int cycle, Row row) {
+  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
+    const RingRow r = ring_row(p, cycle, item);
+    if (r.in_tile) row(r);
+  }
+}
+
+}  // namespace mok::gpu

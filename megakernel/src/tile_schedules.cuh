@@ -1,0 +1,56 @@
+// The GEMM phases' tile schedules: each lists one phase's output tiles, with their count and a lookup
+// from a tile's number (gemm_tiles hands the numbers round-robin to the persistent blocks).
+#pragma once
+
+#include "schedule.cuh"
+
+namespace mok::gpu {
+
+// One output tile of a ring phase: rank r's ring slot (its rows start at ring_row of the ring map)
+// and the first output column n0.
+struct RingItem {
+  int r, ring_row, n0;
+  ExpertTile t;
+};
+
+// The output tiles of one ring phase in this cycle: (executed rank, ring slot, column tile of
+// `width` columns), column tile fastest.
+struct RingTiles {
+  const Params& p;
+  int cycle, col_tiles, width;
+
+  __device__ long count() const { return long(executed_ranks(p)) * ring_tiles(p) * col_tiles; }
+
+  // Tile `item`, or false when its ring slot is empty.
+  __device__ bool lookup(long item, RingItem& out) const {
+    const int per_rank = ring_tiles(p) * col_tiles;
+    const int r = p.rank_begin + int(item / per_rank), slot = int(item % per_rank) / col_tiles;
+    const int tile = ring_tile(p, r, cycle, slot);
+    if (tile < 0) return false;
+    out = RingItem{r, r * p.ring_rows + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
+    return true;
+  }
+};
+
+// The output tiles of a phase over every token (the shared expert's GEMMs): kTileRows tokens x `width`
+// columns, column tile fastest.
+struct TokenTiles {
+  int tokens, col_tiles, width;
+
+  __device__ long count() const { return long(ceil_div(tokens, kTileRows)) * col_tiles; }
+  __device__ long first_token(long t) const { return t / col_tiles * kTileRows; }
+  __device__ int n0(long t) const { return int(t % col_tiles) * width; }
+};
+
+// The weight gradients' output tiles, gradient after gradient: first[w] is gradient w's first tile,
+// first[grads] the count.
+struct WeightGradTiles {
+  const int32_t* first;
+  int grads;
+
+  __device__ long count() const { return first[grads]; }
+  // The gradient holding tile t.
+  __device__ int grad(long t) const { return last_at_or_below(first, grads, t); }
+};
+
+}  // namespace mok::gpu

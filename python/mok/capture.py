@@ -1,0 +1,59 @@
+"""mok.capture: one real layer call (forward and backward) written as a golden file
+(docs/golden-format.md, through the C++ writer), so `mok-verify FILE --backend reference` can check
+its bits against the CPU reference."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from mok import _C
+from mok.config import ROUTING_MODES, MoEConfig, pack_launch
+from mok.functional import RoutingArg, routing_mode
+from mok.nn import MoE
+
+
+def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[Tensor] = None, *,
+            routing: RoutingArg = None, replay: Optional[str] = None, name: str = "capture",
+            description: str = "") -> None:
+    """Runs mok::forward and mok::backward once on x (and dy: by default normal values from seed 0,
+    rounded to bf16) and writes every input and result to `path`.
+
+    layer: an MoE module, or a dict of mok.functional.moe's arguments (router, w1, w2, config and
+    optionally shared, expert_bias, ring_rows). Replayed ids (replay="ids") have no place in golden
+    format v1 and raise ValueError.
+    """
+    if isinstance(layer, MoE):
+        shared = (layer.shared_w1, layer.shared_w2) if layer.shared_w1 is not None else None
+        args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config, shared=shared,
+                    expert_bias=layer.expert_bias, ring_rows=layer.ring_rows)
+    else:
+        args = dict(layer)
+    config: MoEConfig = args["config"]
+    shared_w1, shared_w2 = args.get("shared") or (None, None)
+    ring_rows = args.get("ring_rows", 4096)
+    x = x.reshape(-1, config.hidden)
+    config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
+    mode, topk_idx, topk_w = routing_mode(routing, replay)
+    if ROUTING_MODES[mode] == "replay_ids":
+        raise ValueError("golden format v1 holds a router's routing or a given one, not replayed ids")
+    if dy is None:
+        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    dy = dy.reshape(x.shape).to(x.device).contiguous()
+
+    inputs = dict(x=x, router=args["router"], expert_bias=args.get("expert_bias"), w1=args["w1"], w2=args["w2"],
+                  shared_w1=shared_w1, shared_w2=shared_w2)
+    op_args = (config_ints, config_floats, mode, pack_launch(ring_rows))
+    with torch.no_grad():
+        y, idx, w, logits, saved = torch.ops.mok.forward(*inputs.values(), topk_idx, topk_w, *op_args)
+        grads = torch.ops.mok.backward(*inputs.values(), idx, w, logits, saved, dy, *op_args)
+    tensors = dict(inputs, dy=dy, given_topk_idx=topk_idx, given_topk_w=topk_w, topk_idx=idx, topk_w=w,
+                   logits=logits, saved=saved, y=y)
+    names = ("dx", "d_topk_w", "d_logits", "d_router", "d_w1", "d_w2", "d_shared_w1", "d_shared_w2")
+    tensors.update(zip(names, grads))
+    # What the golden does not hold for this config and mode is absent here (None, or no elements).
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items() if v is not None and v.numel()}
+    _C.write_golden(os.fspath(path), name, description, config_ints, config_floats, mode, ring_rows, tensors)

@@ -1,0 +1,86 @@
+"""The layer's configuration (mok::LayerConfig) and its packing into the ops' argument lists.
+
+The field names and their order come from the extension (mok._C.CONFIG_INT_FIELDS, ...), which is the
+one place that lists them; MoEConfig must name the same fields, checked at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from mok import _C
+
+INT_FIELDS: tuple[str, ...] = tuple(_C.CONFIG_INT_FIELDS)
+FLOAT_FIELDS: tuple[str, ...] = tuple(_C.CONFIG_FLOAT_FIELDS)
+LAUNCH_FIELDS: tuple[str, ...] = tuple(_C.LAUNCH_FIELDS)
+ROUTING_MODES: tuple[str, ...] = tuple(_C.ROUTING_MODES)  # index = the op's routing_mode
+SCORE_MODES: tuple[str, ...] = tuple(_C.SCORE_MODES)
+
+DEFAULT_RING_ROWS = 4096  # the GPU layer's default (mok::gpu::LaunchConfig)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """One MoE layer: shapes and routing rules (docs/python.md).
+
+    tokens_per_rank is the number of tokens of one call per rank; mok.functional.moe sets it from x,
+    so a config describes a layer whatever the batch. ranks > 1 simulates expert-parallel ranks on
+    one device (the same bits for every ranks, a test of the layer's determinism).
+    """
+
+    experts: int
+    hidden: int  # a multiple of 64
+    intermediate: int  # a multiple of 64
+    top_k: int
+    ranks: int = 1
+    tokens_per_rank: int = 1
+    score_mode: str = "softmax"  # or "sigmoid" (DeepSeek-V3: group-limited, bias, routed_scale)
+    renormalize: bool = True  # divide the selected weights by their sum
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scale: float = 1.0  # sigmoid mode; stored as float32
+    swiglu_limit: float = 0.0  # > 0: clamped SwiGLU; stored as float32
+    shared_intermediate: int = 0  # > 0: a shared expert of this intermediate size
+
+    def __post_init__(self) -> None:
+        if self.score_mode not in SCORE_MODES:
+            raise ValueError(f"score_mode must be one of {SCORE_MODES}, got {self.score_mode!r}")
+
+    def pack(self, tokens_per_rank: int | None = None) -> tuple[list[int], list[float]]:
+        """(config_ints, config_floats) for the ops, optionally with another tokens_per_rank."""
+        values = {name: getattr(self, name) for name in INT_FIELDS}
+        values["score_mode"] = SCORE_MODES.index(self.score_mode)
+        if tokens_per_rank is not None:
+            values["tokens_per_rank"] = tokens_per_rank
+        return [int(values[name]) for name in INT_FIELDS], [float(getattr(self, name)) for name in FLOAT_FIELDS]
+
+    @classmethod
+    def unpack(cls, config_ints: list[int], config_floats: list[float]) -> MoEConfig:
+        """The config the ops' lists describe."""
+        values: dict = dict(zip(INT_FIELDS, config_ints))
+        values.update(zip(FLOAT_FIELDS, config_floats))
+        values["score_mode"] = SCORE_MODES[values["score_mode"]]
+        values["renormalize"] = bool(values["renormalize"])
+        return cls(**values)
+
+    @property
+    def tokens(self) -> int:
+        return self.ranks * self.tokens_per_rank
+
+
+def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0) -> list[int]:
+    """The ops' launch list: ring rows per rank (a multiple of 128; no bit depends on it) and
+    persistent blocks per GPU (0: all that fit; the CPU ignores it)."""
+    values = {"ring_rows": ring_rows, "blocks": blocks}
+    return [int(values[name]) for name in LAUNCH_FIELDS]
+
+
+def _check_vocabulary() -> None:
+    ours = {f.name for f in dataclasses.fields(MoEConfig)}
+    theirs = set(INT_FIELDS) | set(FLOAT_FIELDS)
+    if ours != theirs:
+        raise ImportError(f"mok.MoEConfig's fields {sorted(ours ^ theirs)} disagree with mok._C's LayerConfig fields")
+
+
+_check_vocabulary()

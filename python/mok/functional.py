@@ -1,0 +1,82 @@
+"""The MoE layer as a function of its tensors (mok::forward, with autograd through mok::backward)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+import torch
+from torch import Tensor
+
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
+
+
+class Routing(NamedTuple):
+    """A call's routing: topk_idx [N, k] int32, topk_w [N, k] fp32 and the router's logits [N, E]
+    fp32 ([0, E] when the routing was given). None of them carries a gradient."""
+
+    topk_idx: Tensor
+    topk_w: Tensor
+    logits: Tensor
+
+
+# A routing to replay: a Routing, a (topk_idx, topk_w) pair, or topk_idx alone.
+RoutingArg = Union[Routing, tuple, Tensor, None]
+
+
+def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optional[Tensor], Optional[Tensor]]:
+    """The op's routing_mode, topk_idx and topk_w for a routing argument.
+
+    replay="ids": the ids are replayed, the weights (and logits, and the router's gradient) come from
+    the live router (RL routing replay, R3). replay="full": ids and weights are replayed, no router
+    runs; topk_w gets a gradient. Default: "full" when weights are given, else "ids".
+    """
+    if routing is None:
+        if replay is not None:
+            raise ValueError(f"replay={replay!r} needs a routing to replay")
+        return ROUTING_MODES.index("router"), None, None
+    topk_idx, topk_w = (routing, None) if isinstance(routing, Tensor) else (routing[0], routing[1])
+    replay = replay or ("ids" if topk_w is None else "full")
+    if replay == "ids":
+        return ROUTING_MODES.index("replay_ids"), topk_idx, None
+    if replay == "full":
+        if topk_w is None:
+            raise ValueError('replay="full" needs topk_w: pass routing=(topk_idx, topk_w)')
+        return ROUTING_MODES.index("given"), topk_idx, topk_w
+    raise ValueError(f'replay must be "ids", "full" or None, got {replay!r}')
+
+
+def moe(
+    x: Tensor,
+    router: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    *,
+    config: MoEConfig,
+    shared: Optional[tuple[Tensor, Tensor]] = None,
+    expert_bias: Optional[Tensor] = None,
+    routing: RoutingArg = None,
+    replay: Optional[str] = None,
+    ring_rows: int = DEFAULT_RING_ROWS,
+    blocks: int = 0,
+    return_routing: bool = False,
+) -> Union[Tensor, tuple[Tensor, Routing]]:
+    """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
+    w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
+    (sigmoid mode's selection bias). Tensors must be contiguous, on one device (CPU: the reference;
+    CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
+    """
+    shape, hidden = x.shape, x.shape[-1]
+    if x.dim() != 2:
+        if not x.is_contiguous():
+            raise ValueError("x is not contiguous (mok does not copy its inputs: pass .contiguous())")
+        x = x.view(-1, hidden)
+    if x.shape[0] % config.ranks:
+        raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
+    config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
+    mode, topk_idx, topk_w = routing_mode(routing, replay)
+    shared_w1, shared_w2 = shared if shared is not None else (None, None)
+    y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,
+                                                 topk_w, config_ints, config_floats, mode,
+                                                 pack_launch(ring_rows, blocks))
+    y = y.view(shape)
+    return (y, Routing(idx, w, logits)) if return_routing else y

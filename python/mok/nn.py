@@ -1,0 +1,60 @@
+"""mok.nn.MoE: the layer as a module holding its weights in mok's layout."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from mok.config import DEFAULT_RING_ROWS, MoEConfig
+from mok.functional import Routing, RoutingArg, moe
+
+
+class MoE(torch.nn.Module):
+    """Parameters: router [E, H] fp32, w1 [E, 2I, H] bf16 (gate rows, then up rows), w2 [E, H, I] bf16,
+    and with config.shared_intermediate > 0 shared_w1 [2Is, H], shared_w2 [H, Is] bf16. In sigmoid mode
+    the buffer expert_bias [E] fp32 (zeros) biases the selection (updated by the caller, not by
+    gradients). Gradients of the bf16 weights are the layer's fp32 gradients rounded to bf16 once.
+    """
+
+    def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
+                 device: Optional[torch.device | str] = None, generator: Optional[torch.Generator] = None):
+        super().__init__()
+        self.config, self.ring_rows, self.blocks = config, ring_rows, blocks
+        e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
+
+        def param(dtype: torch.dtype, *shape: int) -> torch.nn.Parameter:
+            return torch.nn.Parameter(torch.empty(shape, dtype=dtype, device=device))
+
+        self.router = param(torch.float32, e, h)
+        self.w1 = param(torch.bfloat16, e, 2 * i, h)
+        self.w2 = param(torch.bfloat16, e, h, i)
+        self.shared_w1 = param(torch.bfloat16, 2 * s, h) if s else None
+        self.shared_w2 = param(torch.bfloat16, h, s) if s else None
+        bias = torch.zeros(e, dtype=torch.float32, device=device) if config.score_mode == "sigmoid" else None
+        self.register_buffer("expert_bias", bias)
+        self.reset_parameters(generator)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
+        """Normal weights with std 1/sqrt(fan_in) (the router's 0.1/sqrt(H): near-uniform scores at
+        first). Drawn on the CPU in fp32 and then rounded, so a seed gives the same bits on any device."""
+        h = self.config.hidden
+        for p, std in ((self.router, 0.1 / math.sqrt(h)), (self.w1, 1 / math.sqrt(h)),
+                       (self.w2, 1 / math.sqrt(self.config.intermediate)), (self.shared_w1, 1 / math.sqrt(h)),
+                       (self.shared_w2, 1 / math.sqrt(max(self.config.shared_intermediate, 1)))):
+            if p is not None:
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+
+    def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
+                return_routing: bool = False) -> Tensor | tuple[Tensor, Routing]:
+        """See mok.functional.moe (x [..., H] bf16 on the module's device)."""
+        shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
+        return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
+                   expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
+                   blocks=self.blocks, return_routing=return_routing)
+
+    def extra_repr(self) -> str:
+        return f"{self.config}, ring_rows={self.ring_rows}"

@@ -1,0 +1,202 @@
+// The ops on the GPU: mok::gpu::Layer (mok/megakernel/layer.h) on the op's tensors, enqueued on
+// PyTorch's current stream with the workspace from PyTorch's caching allocator, so calls are
+// stream-ordered, never wait for the device and can be captured in a CUDA graph. Errors the kernels
+// find (router-logit overflow, a given id out of range, a watchdog) are raised by the layer's next
+// call or by mok.check() (check_cuda_layers).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "cuda_layers.h"
+#include "mok/megakernel/layer.h"
+#include "op_tensors.h"
+
+namespace mok::py {
+namespace {
+
+using Tensor = at::Tensor;
+using OptTensor = std::optional<at::Tensor>;
+
+// A Layer holds only the config, launch settings and a few device words of its own, so one per
+// (device, config, launch) serves every call; its mutex keeps two threads from enqueueing on it at once.
+struct CachedLayer {
+  CachedLayer(const LayerConfig& c, const gpu::LaunchConfig& l) : layer(c, l) {}
+  std::mutex mutex;
+  gpu::Layer layer;
+};
+
+using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int>;
+
+std::mutex cache_mutex;
+// Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
+// frees device memory.
+auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
+
+CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
+  const auto [ints, floats] = pack_config(call.config);
+  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks};
+  const std::lock_guard lock(cache_mutex);
+  auto it = layers->find(key);
+  if (it == layers->end()) {
+    gpu::LaunchConfig launch;
+    launch.ring_rows = call.ring_rows;
+    launch.blocks = call.blocks;
+    // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction.
+    it = layers->emplace(key, std::make_unique<CachedLayer>(call.config, launch)).first;
+  }
+  return *it->second;
+}
+
+gpu::DType dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return gpu::DType::bf16;
+    case at::kFloat:
+      return gpu::DType::f32;
+    case at::kInt:
+      return gpu::DType::i32;
+    case at::kByte:
+      return gpu::DType::u8;
+    default:
+      throw Error("internal: no mok dtype for " + std::string(c10::toString(t)));
+  }
+}
+
+// A tensor without elements is absent (data nullptr): the optional inputs, and the outputs a mode
+// lacks (logits in mode given, the shared gradients without a shared expert).
+gpu::TensorView view(const Tensor& t) {
+  return gpu::TensorView{t.numel() ? t.data_ptr() : nullptr, dtype_of(t.scalar_type()), t.sizes().vec()};
+}
+gpu::TensorView view(const OptTensor& t) { return t ? view(*t) : gpu::TensorView{}; }
+
+gpu::ForwardInputs inputs(const Call& call, const LayerArgs& a) {
+  return gpu::ForwardInputs{view(a.x),
+                            gpu::WeightViews{view(a.router), view(a.expert_bias), view(a.w1), view(a.w2),
+                                             view(a.shared_w1), view(a.shared_w2)},
+                            call.mode};
+}
+
+cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
+
+Tensor workspace(const gpu::Layer& layer, const Tensor& x) {
+  return at::empty({int64_t(layer.workspace_bytes())}, x.options().dtype(at::kByte));
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
+    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
+    const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
+    at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+  return value_errors([&] {
+    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
+    check_forward_args(call, args, topk_idx, topk_w, true);
+    const c10::cuda::CUDAGuard guard(x.device());
+    CachedLayer& cached = layer_for(call, x.device().index());
+    const LayerConfig& c = call.config;
+    const int64_t N = c.tokens(), k = c.top_k;
+    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+    // The layer reads a given routing from its outputs: they start as copies of the inputs.
+    Tensor idx = at::empty({N, k}, x.options().dtype(at::kInt));
+    Tensor w = at::empty({N, k}, f32);
+    if (topk_idx) idx.copy_(*topk_idx);
+    if (topk_w) w.copy_(*topk_w);
+    Tensor y = at::empty({N, c.hidden}, x.options());
+    Tensor logits = at::empty(logits_shape(call), f32);
+    Tensor saved = at::empty({int64_t(saved_layout(c).bytes)}, x.options().dtype(at::kByte));
+    const std::lock_guard lock(cached.mutex);
+    require(cached.layer.saved_bytes() == saved_layout(c).bytes, "internal: the layer's saved size differs");
+    const Tensor ws = workspace(cached.layer, x);
+    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args),
+                         gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
+    return std::make_tuple(y, idx, w, logits, saved);
+  });
+}
+
+// The saved outputs as the layer's backward reads them; y is not kept by the op.
+gpu::ForwardOutputs forward_of(const SavedArgs& s) {
+  return gpu::ForwardOutputs{gpu::TensorView{}, view(s.topk_idx), view(s.topk_w), view(s.logits), view(s.saved)};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backward_cuda(
+    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
+    const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
+    const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+  return value_errors([&] {
+    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
+    const SavedArgs s{topk_idx, topk_w, logits, saved};
+    check_backward_args(call, args, s, dy, true);
+    const c10::cuda::CUDAGuard guard(x.device());
+    CachedLayer& cached = layer_for(call, x.device().index());
+    const LayerConfig& c = call.config;
+    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+    Tensor dx = at::empty({N, H}, x.options());
+    Tensor d_topk_w = at::empty({N, int64_t(c.top_k)}, f32);
+    Tensor d_logits = at::empty(logits_shape(call), f32);
+    Tensor d_router = at::empty(d_router_shape(call), f32);
+    Tensor d_w1 = at::empty({E, 2 * I, H}, f32);
+    Tensor d_w2 = at::empty({E, H, I}, f32);
+    Tensor d_shared_w1 = at::empty({2 * Is, H}, f32);
+    Tensor d_shared_w2 = at::empty({H, Is}, f32);
+    const std::lock_guard lock(cached.mutex);
+    const Tensor ws = workspace(cached.layer, x);
+    cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
+                          gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
+                                           view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
+    return std::make_tuple(dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2);
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
+    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
+    const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
+    const Tensor& logits, const Tensor& saved, const Tensor& dy, const OptTensor& d_router, const Tensor& d_w1,
+    const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+  return value_errors([&] {
+    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
+    const SavedArgs s{topk_idx, topk_w, logits, saved};
+    check_backward_args(call, args, s, dy, true);
+    check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, true);
+    const c10::cuda::CUDAGuard guard(x.device());
+    CachedLayer& cached = layer_for(call, x.device().index());
+    const LayerConfig& c = call.config;
+    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+    Tensor dx = at::empty({int64_t(c.tokens()), c.hidden}, x.options());
+    Tensor d_topk_w = at::empty({int64_t(c.tokens()), c.top_k}, f32);
+    Tensor d_logits = at::empty(logits_shape(call), f32);
+    const std::lock_guard lock(cached.mutex);
+    const Tensor ws = workspace(cached.layer, x);
+    cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
+                          gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
+                                           view(d_w2), view(d_shared_w1), view(d_shared_w2), true});
+    return std::make_tuple(dx, d_topk_w, d_logits);
+  });
+}
+
+}  // namespace
+
+void check_cuda_layers() {
+  const std::lock_guard lock(cache_mutex);
+  for (auto& [key, cached] : *layers) {
+    const c10::cuda::CUDAGuard guard(std::get<0>(key));
+    const std::lock_guard layer_lock(cached->mutex);
+    cached->layer.check();
+  }
+}
+
+TORCH_LIBRARY_IMPL(mok, CUDA, m) {
+  m.impl("forward", &forward_cuda);
+  m.impl("backward", &backward_cuda);
+  m.impl("backward_accumulate", &backward_accumulate_cuda);
+}
+
+}  // namespace mok::py

@@ -1,0 +1,98 @@
+// mok._C: the ops' schemas (kernels: cpu_ops.cpp, cuda_ops.cpp) and the plain functions Python needs:
+// the config vocabulary, the saved buffer's size, golden files and the GPU's deferred error check.
+#include <torch/extension.h>
+
+#include "cuda_layers.h"
+#include "golden_io.h"
+#include "op_config.h"
+
+TORCH_LIBRARY(mok, m) {
+  // The forward's inputs, in this order, open every op. Absent by mode: topk_idx in mode router, topk_w
+  // unless given; logits (and d_logits, d_router) have first dimension 0 in mode given.
+  m.def(
+      "forward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
+      "Tensor? shared_w2, Tensor? topk_idx, Tensor? topk_w, int[] config_ints, float[] config_floats, "
+      "int routing_mode, int[] launch) -> (Tensor y, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved)");
+  m.def(
+      "backward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
+      "Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, Tensor dy, "
+      "int[] config_ints, float[] config_floats, int routing_mode, int[] launch) -> (Tensor dx, Tensor d_topk_w, "
+      "Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, Tensor d_shared_w1, Tensor d_shared_w2)");
+  // The weight gradients added into fp32 accumulators (gradient accumulation over micro-batches).
+  m.def(
+      "backward_accumulate(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, "
+      "Tensor? shared_w1, Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, "
+      "Tensor dy, Tensor(a!)? d_router, Tensor(b!) d_w1, Tensor(c!) d_w2, Tensor(d!)? d_shared_w1, "
+      "Tensor(e!)? d_shared_w2, int[] config_ints, float[] config_floats, int routing_mode, int[] launch) "
+      "-> (Tensor dx, Tensor d_topk_w, Tensor d_logits)");
+}
+
+namespace mok::py {
+namespace {
+
+template <class Table, class Name>
+pybind11::tuple names(const Table& table, Name name) {
+  pybind11::list out;
+  for (const auto& entry : table) out.append(name(entry));
+  return pybind11::tuple(out);
+}
+
+pybind11::dict golden_dict(const GoldenRead& g) {
+  const auto [ints, floats] = pack_config(g.call.config);
+  pybind11::dict d;
+  d["name"] = g.name;
+  d["description"] = g.description;
+  d["config_ints"] = ints;
+  d["config_floats"] = floats;
+  d["routing_mode"] = int(g.call.mode);
+  d["ring_rows"] = g.call.ring_rows;
+  d["tensors"] = g.tensors;
+  return d;
+}
+
+}  // namespace
+}  // namespace mok::py
+
+PYBIND11_MODULE(_C, m) {
+  using namespace mok::py;
+  namespace py = pybind11;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const mok::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  m.attr("CONFIG_INT_FIELDS") = names(kIntFields, [](const IntField& f) { return f.name; });
+  m.attr("CONFIG_FLOAT_FIELDS") = names(kFloatFields, [](const FloatField& f) { return f.name; });
+  m.attr("LAUNCH_FIELDS") = names(kLaunchFields, [](const char* f) { return f; });
+  m.attr("ROUTING_MODES") = names(kRoutingModes, [](const char* f) { return f; });
+  m.attr("SCORE_MODES") = names(kScoreModes, [](const char* f) { return f; });
+  m.attr("HAS_CUDA") = kHaveCudaLayers;
+
+  m.def(
+      "default_config", [] { return pack_config(mok::LayerConfig{}); },
+      "LayerConfig's defaults as (config_ints, config_floats).");
+  m.def(
+      "saved_bytes",
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats) {
+        return mok::saved_layout(parse_config(ints, floats)).bytes;
+      },
+      "Bytes of the forward's saved output for this config (mok/core/saved_layout.h).");
+  m.def("check", &check_cuda_layers,
+        "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
+        "without CUDA).");
+  m.def(
+      "read_golden", [](const std::string& path) { return golden_dict(read_golden(path)); },
+      "A golden file's name, config, routing mode, ring_rows and tensors by dataset name (validated).");
+  m.def(
+      "write_golden",
+      [](const std::string& path, const std::string& name, const std::string& description,
+         const std::vector<int64_t>& ints, const std::vector<double>& floats, int64_t routing_mode, int64_t ring_rows,
+         const NamedTensors& tensors) {
+        const int64_t launch[] = {ring_rows, 0};
+        write_golden(path, name, description, parse_call(ints, floats, routing_mode, launch), tensors);
+      },
+      "Writes one forward and backward (tensors by golden dataset name, plus saved) as a golden file.");
+}

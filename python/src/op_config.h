@@ -1,0 +1,129 @@
+// The ops' vocabulary for a layer call: mok::LayerConfig as two flat lists (config_ints, config_floats),
+// the routing mode and the launch settings. The tables below are the only place that names the fields
+// and their order; Python reads them (mok._C.CONFIG_INT_FIELDS, ...) and packs its MoEConfig by them.
+#pragma once
+
+#include <c10/util/ArrayRef.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+#include "mok/core/saved_layout.h"
+#include "mok/core/validate.h"
+
+namespace mok::py {
+
+// One int field of LayerConfig: its name, the values it accepts, and how to read and write it (the
+// int32 counts, the ScoreMode enum and the renormalize flag all travel as int64).
+struct IntField {
+  const char* name;
+  int64_t min, max;
+  int64_t (*get)(const LayerConfig&);
+  void (*set)(LayerConfig&, int64_t);
+};
+
+inline constexpr int64_t kInt32Max = 2147483647;
+
+// The macro names each field once, as the member and as its string; one field a line.
+// clang-format off
+#define MOK_INT_FIELD(field, min, max)                                              \
+  IntField{#field, min, max, [](const LayerConfig& c) { return int64_t(c.field); }, \
+           [](LayerConfig& c, int64_t v) { c.field = static_cast<decltype(c.field)>(v); }}
+inline constexpr IntField kIntFields[] = {
+    MOK_INT_FIELD(ranks, 1, kInt32Max),
+    MOK_INT_FIELD(tokens_per_rank, 1, kInt32Max),
+    MOK_INT_FIELD(experts, 1, kInt32Max),
+    MOK_INT_FIELD(hidden, 1, kInt32Max),
+    MOK_INT_FIELD(intermediate, 1, kInt32Max),
+    MOK_INT_FIELD(top_k, 1, kInt32Max),
+    MOK_INT_FIELD(score_mode, 0, 1),  // ScoreMode: softmax 0, sigmoid 1 (kScoreModes)
+    MOK_INT_FIELD(renormalize, 0, 1),
+    MOK_INT_FIELD(n_group, 1, kInt32Max),
+    MOK_INT_FIELD(topk_group, 1, kInt32Max),
+    MOK_INT_FIELD(shared_intermediate, 0, kInt32Max),
+};
+#undef MOK_INT_FIELD
+// clang-format on
+
+struct FloatField {
+  const char* name;
+  float LayerConfig::*member;
+};
+inline constexpr FloatField kFloatFields[] = {
+    {"routed_scale", &LayerConfig::routed_scale},
+    {"swiglu_limit", &LayerConfig::swiglu_limit},
+};
+
+// Enum names in value order: the Python side passes their index.
+inline constexpr const char* kRoutingModes[] = {"router", "replay_ids", "given"};
+static_assert(int(RoutingMode::router) == 0 && int(RoutingMode::replay_ids) == 1 && int(RoutingMode::given) == 2);
+inline constexpr const char* kScoreModes[] = {"softmax", "sigmoid"};
+static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
+
+// The launch list: rows of each rank's receive ring (a multiple of the GPU's 128-row tile; no bit
+// depends on it) and persistent blocks per GPU (0: all co-resident; the CPU ignores it).
+inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks"};
+
+struct Call {
+  LayerConfig config;
+  RoutingMode mode = RoutingMode::router;
+  int ring_rows = 4096;
+  int blocks = 0;
+};
+
+inline std::string list_size_error(const char* list, size_t got, size_t want) {
+  return std::string(list) + " has " + std::to_string(got) + " entries, expected " + std::to_string(want);
+}
+
+// Throws mok::Error naming the field; validates the config as the layer does.
+inline LayerConfig parse_config(c10::IntArrayRef ints, c10::ArrayRef<double> floats) {
+  require(ints.size() == std::size(kIntFields), list_size_error("config_ints", ints.size(), std::size(kIntFields)));
+  require(floats.size() == std::size(kFloatFields),
+          list_size_error("config_floats", floats.size(), std::size(kFloatFields)));
+  LayerConfig c;
+  for (size_t i = 0; i < ints.size(); ++i) {
+    const IntField& f = kIntFields[i];
+    require(ints[i] >= f.min && ints[i] <= f.max, std::string(f.name) + " = " + std::to_string(ints[i]) + " (need " +
+                                                      std::to_string(f.min) + " .. " + std::to_string(f.max) + ")");
+    f.set(c, ints[i]);
+  }
+  // Stored as float32, as LayerConfig holds them (rounded to nearest).
+  for (size_t i = 0; i < floats.size(); ++i) {
+    require(std::isfinite(floats[i]) && std::abs(floats[i]) <= std::numeric_limits<float>::max(),
+            std::string(kFloatFields[i].name) + " = " + std::to_string(floats[i]) + " is not a finite float32");
+    c.*kFloatFields[i].member = float(floats[i]);
+  }
+  validate(c);
+  return c;
+}
+
+inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int64_t routing_mode,
+                       c10::IntArrayRef launch) {
+  Call call;
+  call.config = parse_config(ints, floats);
+  require(routing_mode >= 0 && routing_mode < int64_t(std::size(kRoutingModes)),
+          "routing_mode = " + std::to_string(routing_mode) + " (need 0 router, 1 replay_ids or 2 given)");
+  call.mode = RoutingMode(routing_mode);
+  require(launch.size() == std::size(kLaunchFields),
+          list_size_error("launch", launch.size(), std::size(kLaunchFields)));
+  require(launch[0] > 0 && launch[0] <= kInt32Max, "ring_rows = " + std::to_string(launch[0]));
+  call.ring_rows = int(launch[0]);
+  validate_ring_rows(call.ring_rows, kTileRows);  // the GPU's unit, so a call valid on the CPU is valid on the GPU
+  require(launch[1] >= 0 && launch[1] <= kInt32Max, "blocks = " + std::to_string(launch[1]) + " (need >= 0)");
+  call.blocks = int(launch[1]);
+  return call;
+}
+
+inline std::pair<std::vector<int64_t>, std::vector<double>> pack_config(const LayerConfig& c) {
+  std::pair<std::vector<int64_t>, std::vector<double>> packed;
+  for (const IntField& f : kIntFields) packed.first.push_back(f.get(c));
+  for (const FloatField& f : kFloatFields) packed.second.push_back(c.*f.member);
+  return packed;
+}
+
+}  // namespace mok::py

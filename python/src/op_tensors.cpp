@@ -1,0 +1,109 @@
+#include "op_tensors.h"
+
+namespace mok::py {
+namespace {
+
+// "[2, 64]".
+std::string shape_text(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Checks every tensor of one call against x's device.
+class Checker {
+ public:
+  Checker(const at::Tensor& x, bool aligned) : device_(x.device()), aligned_(aligned) {}
+
+  // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
+  void operator()(const at::Tensor& t, const std::string& name, at::ScalarType dtype, at::IntArrayRef shape,
+                  const char* dims) const {
+    require(t.device() == device_, name + " is on " + t.device().str() + " but x is on " + device_.str() +
+                                       " (all tensors of a call must be on one device)");
+    require(t.scalar_type() == dtype,
+            name + " must be " + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
+    require(t.sizes() == shape, name + " must have shape " + shape_text(shape) + " = " + dims +
+                                    " for this config, got " + shape_text(t.sizes()));
+    require(t.is_contiguous(), name + " is not contiguous (mok does not copy its inputs: pass .contiguous())");
+    require(!aligned_ || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+            name + "'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
+  }
+
+  // An optional tensor: present exactly when `wanted` (`why` says when it is).
+  void optional(const std::optional<at::Tensor>& t, bool wanted, const std::string& why, const std::string& name,
+                at::ScalarType dtype, at::IntArrayRef shape, const char* dims) const {
+    require(t.has_value() == wanted, name + (wanted ? " is missing: " : " must be None: ") + why);
+    if (t) (*this)(*t, name, dtype, shape, dims);
+  }
+
+ private:
+  at::Device device_;
+  bool aligned_;
+};
+
+const char* mode_name(RoutingMode m) { return kRoutingModes[int(m)]; }
+
+void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
+  const LayerConfig& c = call.config;
+  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  check(a.x, "x", at::kBFloat16, {N, H}, "[N, H]");
+  check(a.router, "router", at::kFloat, {E, H}, "[E, H]");
+  if (a.expert_bias) check(*a.expert_bias, "expert_bias", at::kFloat, {E}, "[E]");
+  check(a.w1, "w1", at::kBFloat16, {E, 2 * I, H}, "[E, 2I, H]");
+  check(a.w2, "w2", at::kBFloat16, {E, H, I}, "[E, H, I]");
+  const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
+  check.optional(a.shared_w1, c.has_shared(), shared_rule, "shared_w1", at::kBFloat16, {2 * Is, H}, "[2Is, H]");
+  check.optional(a.shared_w2, c.has_shared(), shared_rule, "shared_w2", at::kBFloat16, {H, Is}, "[H, Is]");
+}
+
+}  // namespace
+
+std::vector<int64_t> logits_shape(const Call& call) {
+  return {call.mode == RoutingMode::given ? 0 : int64_t(call.config.tokens()), call.config.experts};
+}
+
+std::vector<int64_t> d_router_shape(const Call& call) {
+  return {call.mode == RoutingMode::given ? 0 : int64_t(call.config.experts), call.config.hidden};
+}
+
+void check_forward_args(const Call& call, const LayerArgs& a, const std::optional<at::Tensor>& topk_idx,
+                        const std::optional<at::Tensor>& topk_w, bool aligned) {
+  const Checker check(a.x, aligned);
+  check_layer(check, call, a);
+  const int64_t N = call.config.tokens(), k = call.config.top_k;
+  const std::string rule = std::string("routing mode ") + mode_name(call.mode);
+  check.optional(topk_idx, call.mode != RoutingMode::router, rule, "topk_idx", at::kInt, {N, k}, "[N, k]");
+  check.optional(topk_w, call.mode == RoutingMode::given, rule, "topk_w", at::kFloat, {N, k}, "[N, k]");
+}
+
+void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned) {
+  const Checker check(a.x, aligned);
+  check_layer(check, call, a);
+  const LayerConfig& c = call.config;
+  const int64_t N = c.tokens(), k = c.top_k;
+  check(s.topk_idx, "topk_idx", at::kInt, {N, k}, "[N, k]");
+  check(s.topk_w, "topk_w", at::kFloat, {N, k}, "[N, k]");
+  check(s.logits, "logits", at::kFloat, logits_shape(call), "[N, E] ([0, E] in mode given)");
+  check(s.saved, "saved", at::kByte, {int64_t(saved_layout(c).bytes)}, "[saved_bytes]");
+  check(dy, "dy", at::kBFloat16, {N, c.hidden}, "[N, H]");
+}
+
+void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned) {
+  const Checker check(x, aligned);
+  const LayerConfig& c = call.config;
+  const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  check.optional(acc.d_router, call.mode != RoutingMode::given, std::string("routing mode ") + mode_name(call.mode),
+                 "d_router", at::kFloat, {E, H}, "[E, H]");
+  check(acc.d_w1, "d_w1", at::kFloat, {E, 2 * I, H}, "[E, 2I, H]");
+  check(acc.d_w2, "d_w2", at::kFloat, {E, H, I}, "[E, H, I]");
+  const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
+  check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", at::kFloat, {2 * Is, H}, "[2Is, H]");
+  check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", at::kFloat, {H, Is}, "[H, Is]");
+}
+
+LayerWeights weights_of(const LayerArgs& a) {
+  return LayerWeights{values<float>(a.router), values<float>(a.expert_bias), values<bf16>(a.w1),
+                      values<bf16>(a.w2),      values<bf16>(a.shared_w1),    values<bf16>(a.shared_w2)};
+}
+
+}  // namespace mok::py

@@ -1,0 +1,114 @@
+// The ops' tensor arguments: checks shared by the CPU and CUDA kernels (before any work, each a
+// mok::Error naming the tensor), and copies between tensors and the layer's host vectors.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "op_config.h"
+
+namespace mok::py {
+
+// The forward's inputs as both ops receive them.
+struct LayerArgs {
+  const at::Tensor& x;
+  const at::Tensor& router;
+  const std::optional<at::Tensor>& expert_bias;
+  const at::Tensor& w1;
+  const at::Tensor& w2;
+  const std::optional<at::Tensor>& shared_w1;
+  const std::optional<at::Tensor>& shared_w2;
+};
+
+// What the forward returned that the backward reads (its y is not needed).
+struct SavedArgs {
+  const at::Tensor& topk_idx;
+  const at::Tensor& topk_w;
+  const at::Tensor& logits;
+  const at::Tensor& saved;
+};
+
+// The fp32 weight-gradient accumulators of mok::backward_accumulate.
+struct Accumulators {
+  const std::optional<at::Tensor>& d_router;
+  const at::Tensor& d_w1;
+  const at::Tensor& d_w2;
+  const std::optional<at::Tensor>& d_shared_w1;
+  const std::optional<at::Tensor>& d_shared_w2;
+};
+
+// Shapes of the tensors a routing mode may lack: their first dimension is 0 where the mode has none
+// (logits and d_logits [N, E], d_router [E, H] in mode given).
+std::vector<int64_t> logits_shape(const Call& call);
+std::vector<int64_t> d_router_shape(const Call& call);
+
+// All on x's device, dtype, shape for the config, contiguous; `aligned`: data 16-byte aligned (the GPU
+// kernels' requirement). Optional tensors must be present exactly where the config and mode use them.
+void check_forward_args(const Call& call, const LayerArgs& a, const std::optional<at::Tensor>& topk_idx,
+                        const std::optional<at::Tensor>& topk_w, bool aligned);
+void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned);
+void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned);
+
+template <class T>
+constexpr at::ScalarType scalar_type_of();
+template <>
+constexpr at::ScalarType scalar_type_of<bf16>() {
+  return at::kBFloat16;  // the same 16 bits as mok::bf16
+}
+template <>
+constexpr at::ScalarType scalar_type_of<float>() {
+  return at::kFloat;
+}
+template <>
+constexpr at::ScalarType scalar_type_of<int32_t>() {
+  return at::kInt;
+}
+template <>
+constexpr at::ScalarType scalar_type_of<uint8_t>() {
+  return at::kByte;
+}
+
+// A checked, contiguous CPU tensor's elements.
+template <class T>
+std::vector<T> values(const at::Tensor& t) {
+  require(
+      t.scalar_type() == scalar_type_of<T>() && t.is_cpu() && t.is_contiguous(),
+      "internal: values() of a tensor that is not a contiguous CPU " + std::string(c10::toString(scalar_type_of<T>())));
+  std::vector<T> v(size_t(t.numel()));
+  if (!v.empty()) std::memcpy(v.data(), t.data_ptr(), v.size() * sizeof(T));
+  return v;
+}
+
+template <class T>
+std::vector<T> values(const std::optional<at::Tensor>& t) {
+  return t ? values<T>(*t) : std::vector<T>();
+}
+
+// A new CPU tensor holding `v` (whose size must match the shape).
+template <class T>
+at::Tensor tensor_of(const std::vector<T>& v, const std::vector<int64_t>& shape) {
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(scalar_type_of<T>()));
+  require(size_t(t.numel()) == v.size(), "internal: " + std::to_string(v.size()) + " values for a tensor of " +
+                                             std::to_string(t.numel()) + " elements");
+  if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(T));
+  return t;
+}
+
+// The weights of checked CPU arguments, as the reference takes them.
+LayerWeights weights_of(const LayerArgs& a);
+
+// Runs f; a mok::Error becomes a c10::ValueError (Python's ValueError) with its message.
+template <class F>
+auto value_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    C10_THROW_ERROR(ValueError, e.what());
+  }
+}
+
+}  // namespace mok::py

@@ -1,0 +1,177 @@
+"""The ops on the GPU (the megakernel): the CPU op's bits, opcheck, CUDA graphs, streams, torch.compile,
+errors, capture, training. Skipped without a CUDA device or without mok's GPU ops."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
+
+import mok  # noqa: E402
+import test_autograd  # noqa: E402
+import test_capture  # noqa: E402
+import test_training  # noqa: E402
+from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, ROUTER,  # noqa: E402
+                     assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and mok built with its GPU ops")]
+
+MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
+
+
+def routing_for(layer, mode):
+    """The replay modes' input: the router's routing with ids rolled by one slot."""
+    if mode == ROUTER:
+        return None, None
+    _, idx, w, _, _ = layer.forward()
+    return idx.roll(1, dims=1).contiguous(), (w if mode == GIVEN else None)
+
+
+def both(layer, mode):
+    """Forward and backward outputs of the CPU op and of the CUDA op (copied to the CPU)."""
+    idx, w = routing_for(layer, mode)
+    cpu = layer.forward(mode, idx, w)
+    gpu_layer = layer.to("cuda")
+    gpu = gpu_layer.forward(mode, *(t.cuda() if t is not None else None for t in (idx, w)))
+    cpu_grads, gpu_grads = layer.backward(cpu, mode), gpu_layer.backward(gpu, mode)
+    mok.check()
+    return (cpu, cpu_grads), ([t.cpu() for t in gpu], [t.cpu() for t in gpu_grads])
+
+
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+@pytest.mark.parametrize("name", CONFIGS)
+def test_gpu_bits_are_the_cpu_bits(name, mode):
+    layer = make_layer(name)
+    (cpu, cpu_grads), (gpu, gpu_grads) = both(layer, mode)
+    assert_all_same_bits(gpu[:4], cpu[:4], FORWARD_OUTPUTS)
+    assert_all_same_bits(gpu_grads, cpu_grads, GRADIENTS)
+    # saved is compared through its reader (its alignment gaps and spare rows are not specified):
+    # the GPU's saved buffer drives the CPU backward to the same bits.
+    assert_all_same_bits(layer.backward(tuple(gpu), mode), cpu_grads, GRADIENTS)
+
+
+def test_cpu_saved_feeds_the_gpu_backward():
+    layer = make_layer("softmax_shared")
+    cpu = layer.forward()
+    gpu_layer = layer.to("cuda")
+    grads = gpu_layer.backward(tuple(t.cuda() for t in cpu))
+    assert_all_same_bits([g.cpu() for g in grads], layer.backward(cpu), GRADIENTS)
+
+
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+def test_opcheck(mode):
+    layer = make_layer("softmax_shared").to("cuda")
+    idx, w = (t.cuda() if t is not None else None for t in routing_for(make_layer("softmax_shared"), mode))
+    torch.library.opcheck(torch.ops.mok.forward.default, (*layer.weights(), idx, w, *layer.op_args(mode)))
+    _, topk_idx, topk_w, logits, saved = layer.forward(mode, idx, w)
+    args = (*layer.weights(), topk_idx, topk_w, logits, saved, layer.dy)
+    torch.library.opcheck(torch.ops.mok.backward.default, (*args, *layer.op_args(mode)))
+
+
+def test_accumulate_matches_cpu():
+    layer = make_layer("softmax_shared")
+    results = []
+    for l in (layer, layer.to("cuda")):
+        _, topk_idx, topk_w, logits, saved = l.forward()
+        acc = [torch.ones(g.shape, device=l.x.device) * 0.5 for g in l.backward(l.forward())[3:]]
+        outs = torch.ops.mok.backward_accumulate(*l.weights(), topk_idx, topk_w, logits, saved, l.dy, *acc,
+                                                 *l.op_args())
+        results.append([t.cpu() for t in (*outs, *acc)])
+    assert_all_same_bits(results[1], results[0])
+
+
+def test_cuda_graph_replay():
+    layer = make_layer("softmax_shared").to("cuda")
+    eager = layer.forward()
+    eager_grads = layer.backward(eager)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up off the default stream, as graph capture wants
+        layer.backward(layer.forward())
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fwd = layer.forward()
+        grads = layer.backward(fwd)
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        mok.check()
+        assert_all_same_bits(fwd, eager, FORWARD_OUTPUTS)
+        assert_all_same_bits(grads, eager_grads, GRADIENTS)
+
+
+def test_non_default_stream():
+    layer = make_layer("sigmoid_grouped").to("cuda")
+    want = layer.forward()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = layer.forward()
+        grads = layer.backward(got)
+    stream.synchronize()
+    mok.check()
+    assert_all_same_bits(got, want, FORWARD_OUTPUTS)
+    assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
+
+
+@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
+def test_compile_on_gpu_is_eager_and_cpu(mode):
+    layer = make_layer("softmax_shared")
+    cpu_y, cpu_grads = test_autograd.run_functional(layer, mode)
+    gpu_layer = layer.to("cuda")
+    y, grads = test_autograd.run_functional(gpu_layer, mode, torch.compile(mok.moe, fullgraph=True))
+    assert_same_bits(y, cpu_y, "y")
+    for k, v in cpu_grads.items():
+        assert (grads[k] is None) == (v is None), k
+        if v is not None:
+            assert_same_bits(grads[k], v, k)
+
+
+def test_errors():
+    layer = make_layer("softmax_shared").to("cuda")
+    with pytest.raises(ValueError, match="w1 is on cpu but x is on cuda"):
+        torch.ops.mok.forward(layer.x, layer.router, None, layer.w1.cpu(), layer.w2, layer.shared_w1,
+                              layer.shared_w2, None, None, *layer.op_args())
+    buffer = torch.zeros(layer.x.numel() + 1, dtype=torch.bfloat16, device="cuda")
+    misaligned = buffer[1:].view(layer.x.shape)
+    with pytest.raises(ValueError, match="x's data is not 16-byte aligned"):
+        torch.ops.mok.forward(misaligned, *layer.weights()[1:], None, None, *layer.op_args())
+
+
+def test_kernel_errors_raise_at_check_then_clear():
+    """Errors only the kernels see are raised by mok.check() (or the layer's next call), then cleared."""
+    layer = make_layer("softmax_shared").to("cuda")
+    huge = torch.full_like(layer.router, 3e38)
+    torch.ops.mok.forward(layer.x, huge, *layer.weights()[2:], None, None, *layer.op_args())
+    with pytest.raises(ValueError, match="overflow"):
+        mok.check()
+    _, idx, w, _, _ = layer.forward()
+    bad = idx.clone()
+    bad[0, 0] = 99
+    layer.forward(GIVEN, bad, w)
+    with pytest.raises(ValueError):
+        mok.check()
+    fwd = layer.forward()  # works again
+    mok.check()
+    assert_same_bits(fwd[0].cpu(), make_layer("softmax_shared").forward()[0])
+
+
+def test_capture_from_gpu(tmp_path):
+    layer = make_layer("sigmoid_grouped").to("cuda")
+    path = tmp_path / "gpu.h5"
+    mok.capture(path, test_capture.layer_args(layer), layer.x, layer.dy, name="gpu")
+    test_capture.verify_with_reference(path)  # the GPU's bits against the CPU reference, by mok-verify
+
+
+def test_training_on_gpu_is_reproducible():
+    test_training.assert_same_runs(test_training.train("cuda"), test_training.train("cuda"))
+
+
+def test_model_output_is_the_cpus():
+    """The same initial model (drawn on the CPU) gives the same output bits on both devices. (Training
+    runs then differ: the loss and Adam run on each device's own PyTorch kernels.)"""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.no_grad():
+        cpu = test_training.TwoLayers("cpu")(x)
+        gpu = test_training.TwoLayers("cuda")(x.cuda())
+    assert_same_bits(gpu.cpu(), cpu)

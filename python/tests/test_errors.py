@@ -1,0 +1,113 @@
+"""Bad input raises ValueError naming the problem, before any work (on the CPU)."""
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
+
+import mok  # noqa: E402
+from helpers import GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, make_layer  # noqa: E402
+from mok.config import pack_launch  # noqa: E402
+
+
+def forward_with(layer, mode=ROUTER, topk_idx=None, topk_w=None, launch=None, **replace):
+    """mok::forward with some of the layer's tensors replaced."""
+    t = dict(x=layer.x, router=layer.router, expert_bias=layer.expert_bias, w1=layer.w1, w2=layer.w2,
+             shared_w1=layer.shared_w1, shared_w2=layer.shared_w2)
+    t.update(replace)
+    ints, floats = layer.config.pack()
+    return torch.ops.mok.forward(*t.values(), topk_idx, topk_w, ints, floats, mode, launch or pack_launch(RING_ROWS))
+
+
+@pytest.mark.parametrize("name,bad,message", [
+    ("x", lambda t: t.float(), "x must be BFloat16, got Float"),
+    ("router", lambda t: t.to(torch.bfloat16), "router must be Float"),
+    ("w1", lambda t: t.float(), "w1 must be BFloat16"),
+    ("w1", lambda t: t[:, :64], r"w1 must have shape \[4, 128, 64\] = \[E, 2I, H\]"),
+    ("w2", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2), "w2 is not contiguous"),
+    ("x", lambda t: t[:16], r"x must have shape \[32, 64\]"),
+    ("shared_w1", lambda t: None, "shared_w1 is missing"),
+    ("expert_bias", lambda t: torch.zeros(3), r"expert_bias must have shape \[4\]"),
+])
+def test_bad_tensor(name, bad, message):
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match=message):
+        forward_with(layer, **{name: bad(getattr(layer, name))})
+
+
+def test_non_contiguous_x_through_functional():
+    layer = make_layer("softmax_shared")
+    x = torch.zeros(64, 32, dtype=torch.bfloat16).t()
+    with pytest.raises(ValueError, match="x is not contiguous"):
+        mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))
+
+
+def test_router_logit_overflow():
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match="router logit of token 0 overflows"):
+        forward_with(layer, router=torch.full_like(layer.router, 3e38))
+
+
+def test_non_finite_input():
+    layer = make_layer("softmax_shared")
+    x = layer.x.clone()
+    x[3, 5] = float("nan")
+    with pytest.raises(ValueError, match="x .* holds NaN or Inf"):
+        forward_with(layer, x=x)
+
+
+@pytest.mark.parametrize("mode", (REPLAY_IDS, GIVEN), ids=("replay_ids", "given"))
+def test_given_ids(mode):
+    layer = make_layer("softmax_shared")
+    _, idx, w, _, _ = forward_with(layer)
+    bad = idx.clone()
+    bad[2, 1] = 4
+    topk_w = w if mode == GIVEN else None
+    with pytest.raises(ValueError, match=r"topk_idx\[2, 1\] = 4 is outside \[0, 4\)"):
+        forward_with(layer, mode, bad, topk_w)
+    bad[2, 1] = bad[2, 0]
+    with pytest.raises(ValueError, match="routed to expert .* twice"):
+        forward_with(layer, mode, bad, topk_w)
+    with pytest.raises(ValueError, match="topk_idx must be Int"):
+        forward_with(layer, mode, idx.long(), topk_w)
+
+
+def test_routing_arguments_match_the_mode():
+    layer = make_layer("softmax_shared")
+    _, idx, w, _, _ = forward_with(layer)
+    with pytest.raises(ValueError, match="topk_idx must be None: routing mode router"):
+        forward_with(layer, ROUTER, idx)
+    with pytest.raises(ValueError, match="topk_w is missing: routing mode given"):
+        forward_with(layer, GIVEN, idx)
+    with pytest.raises(ValueError, match="topk_w must be None: routing mode replay_ids"):
+        forward_with(layer, REPLAY_IDS, idx, w)
+    with pytest.raises(ValueError, match="routing_mode = 3"):
+        forward_with(layer, 3)
+    with pytest.raises(ValueError, match='replay="full" needs topk_w'):
+        mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, routing=idx, replay="full")
+
+
+def test_bad_config_and_launch():
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match="ring_rows = 100 is not a positive multiple of 128"):
+        forward_with(layer, launch=pack_launch(100))
+    bad = dataclasses.replace(layer.config, hidden=96)
+    with pytest.raises(ValueError, match="hidden H = 96 .need a positive multiple of 64"):
+        torch.ops.mok.forward(*layer.weights(), None, None, *bad.pack(), ROUTER, pack_launch(RING_ROWS))
+    ints, floats = layer.config.pack()
+    with pytest.raises(ValueError, match="config_ints has 3 entries, expected 11"):
+        torch.ops.mok.forward(*layer.weights(), None, None, ints[:3], floats, ROUTER, pack_launch(RING_ROWS))
+    with pytest.raises(ValueError, match="score_mode must be one of"):
+        mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, score_mode="relu")
+
+
+def test_backward_rejects_a_foreign_saved_buffer():
+    layer = make_layer("softmax_shared")
+    y, idx, w, logits, saved = layer.forward()
+    with pytest.raises(ValueError, match="saved buffer holds no dispatch layout"):
+        layer.backward((y, idx, w, logits, torch.full_like(saved, 0x7f)))
+    with pytest.raises(ValueError, match=r"saved must have shape"):
+        layer.backward((y, idx, w, logits, saved[:-1]))
+    with pytest.raises(ValueError, match="logits must have shape"):
+        layer.backward((y, idx, w, logits[:0], saved))

@@ -1,0 +1,106 @@
+// Routing replay (RoutingMode::replay_ids), gradient accumulation and the saved buffer, on the
+// reference: the contracts the device API and the PyTorch op rest on.
+#include <gtest/gtest.h>
+
+#include "mok/core/saved_layout.h"
+#include "mok/reference/layer.h"
+#include "mok/reference/problem.h"
+#include "test_support.h"
+
+namespace mok::ref::test {
+namespace {
+
+LayerConfig sigmoid_shared() {
+  LayerConfig c = make_config(2, 48, 128, 64, 8, 3);
+  c.score_mode = ScoreMode::sigmoid;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.routed_scale = 2.5f;
+  c.shared_intermediate = 64;
+  return c;
+}
+
+// Replaying the router's own choice of experts is the router: the same logits, weights, y and every
+// gradient, the router's included.
+TEST(ReplayIds, OfTheRoutersOwnChoiceIsTheRouter) {
+  const LayerConfig c = sigmoid_shared();
+  const Problem p = make_problem(c, 5);
+  const Options opt{};
+  const Forward routed = forward(c, p.x, p.weights, nullptr, opt);
+  Options replay = opt;
+  replay.replay_ids = true;
+  const Routing ids{routed.routing.topk_idx, {}};
+  const Forward replayed = forward(c, p.x, p.weights, &ids, replay);
+  EXPECT_PRED_FORMAT2(same_bits, replayed.logits, routed.logits);
+  EXPECT_PRED_FORMAT2(same_bits, replayed.routing.topk_w, routed.routing.topk_w);
+  EXPECT_PRED_FORMAT2(same_bits, replayed.y, routed.y);
+  const Gradients a = backward(c, p.x, p.weights, routed, p.dy, opt);
+  const Gradients b = backward(c, p.x, p.weights, replayed, p.dy, replay);
+  EXPECT_PRED_FORMAT2(same_bits, b.d_router, a.d_router);
+  EXPECT_PRED_FORMAT2(same_bits, b.d_logits, a.d_logits);
+  EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
+}
+
+// Replayed ids that differ from the router's choice: the weights are the live router's scores of the
+// replayed experts (so they differ from a full replay of old weights), and the router's gradient flows.
+TEST(ReplayIds, WeighsOtherExpertsByTheLiveRouter) {
+  const LayerConfig c = sigmoid_shared();
+  const Problem p = make_problem(c, 6);
+  const Forward routed = forward(c, p.x, p.weights, nullptr, {});
+  Routing ids{routed.routing.topk_idx, {}};
+  for (int32_t& e : ids.topk_idx) e = (e + 1) % c.experts;  // a rotation keeps each token's ids distinct
+  Options replay{};
+  replay.replay_ids = true;
+  const Forward replayed = forward(c, p.x, p.weights, &ids, replay);
+  EXPECT_EQ(replayed.routing.topk_idx, ids.topk_idx);
+  EXPECT_PRED_FORMAT2(same_bits, replayed.logits, routed.logits);
+  EXPECT_NE(replayed.routing.topk_w, routed.routing.topk_w);
+  const Gradients g = backward(c, p.x, p.weights, replayed, p.dy, replay);
+  EXPECT_EQ(g.d_router.size(), size_t(c.experts) * c.hidden);
+}
+
+TEST(ReplayIds, RejectsOutOfRangeIds) {
+  const LayerConfig c = sigmoid_shared();
+  const Problem p = make_problem(c, 7);
+  Routing ids{std::vector<int32_t>(size_t(c.tokens()) * c.top_k, 0), {}};
+  for (size_t i = 0; i < ids.topk_idx.size(); ++i) ids.topk_idx[i] = int32_t(i % c.top_k);
+  ids.topk_idx[4] = c.experts;
+  Options replay{};
+  replay.replay_ids = true;
+  EXPECT_THROW(forward(c, p.x, p.weights, &ids, replay), Error);
+}
+
+// The saved buffer holds what the backward needs: unpacked, it gives the layout and activations back,
+// and the backward from it equals the backward from the Forward.
+TEST(SavedBuffer, RoundTripsTheForward) {
+  const LayerConfig c = sigmoid_shared();
+  const Problem p = make_problem(c, 8);
+  const Forward f = forward(c, p.x, p.weights, nullptr, {});
+  const std::vector<uint8_t> saved = pack_saved(c, f, p.x);
+  EXPECT_EQ(saved.size(), saved_layout(c).bytes);
+  Forward back = unpack_saved(c, saved);
+  EXPECT_EQ(back.layout.offsets, f.layout.offsets);
+  EXPECT_EQ(back.layout.counts, f.layout.counts);
+  EXPECT_EQ(back.layout.row_source, f.layout.row_source);
+  EXPECT_EQ(back.layout.slot_row, f.layout.slot_row);
+  EXPECT_PRED_FORMAT2(same_bits, back.h, f.h);
+  EXPECT_PRED_FORMAT2(same_bits, back.a, f.a);
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
+  back.routing = f.routing;
+  back.logits = f.logits;
+  const Gradients a = backward(c, p.x, p.weights, f, p.dy, {});
+  const Gradients b = backward(c, p.x, p.weights, back, p.dy, {});
+  EXPECT_PRED_FORMAT2(same_bits, b.d_w1, a.d_w1);
+  EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
+}
+
+TEST(SavedBuffer, RejectsAForeignBuffer) {
+  const LayerConfig c = sigmoid_shared();
+  EXPECT_THROW(unpack_saved(c, std::vector<uint8_t>(saved_layout(c).bytes - 256)), Error);
+  std::vector<uint8_t> corrupt(saved_layout(c).bytes, 0xff);  // offsets of -1
+  EXPECT_THROW(unpack_saved(c, corrupt), Error);
+}
+
+}  // namespace
+}  // namespace mok::ref::test
