@@ -8,7 +8,7 @@ bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uni
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
-    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20]
+    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R]
 """
 import argparse
 import statistics
@@ -55,9 +55,9 @@ def time_shape(name, args, peak):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
             with torch.no_grad():
-                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full")
+                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows)
             return
-        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full").backward(dy)
+        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows).backward(dy)
 
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
@@ -117,6 +117,7 @@ def main():
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
+    p.add_argument("--ring-rows", type=int, default=4096, help="the layer's ring (mok-bench's default: 131072)")
     args = p.parse_args()
     torch.use_deterministic_algorithms(True)
     peak = matmul_peak_tflops()
