@@ -110,6 +110,32 @@ def op_overhead(args):
           f"{statistics.median(host):.1f} us (median of 200)", flush=True)
 
 
+def kernel_times(args):
+    """olmoe's op forward: the megakernel's own device time (torch.profiler) beside the step's CUDA-event
+    time and a CUDA-graph replay of the step, to tell a slower kernel from work around it."""
+    H, I, E, k, T = SHAPES["olmoe"]
+    config, router, w1, w2 = mok_layer(H, I, E, k, T)
+    x = torch.randn(T, H, device="cuda").bfloat16()
+    idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
+    idx, w = idx.contiguous(), w.float().contiguous()
+    with torch.no_grad():
+        call = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full",  # noqa: E731
+                               ring_rows=args.ring_rows)
+        events = median_ms(lambda i: call(), args.warmup, args.runs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        replay = median_ms(lambda i: graph.replay(), args.warmup, args.runs)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                call()
+            torch.cuda.synchronize()
+    for e in prof.key_averages():
+        if e.device_time_total > 0:
+            print(f"  {e.key[:60]:60} {e.count:3d} calls, {e.device_time_total / e.count / 1e3:8.3f} ms each")
+    print(f"olmoe op forward: events {events:.3f} ms, graph replay {replay:.3f} ms", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="all")
@@ -118,8 +144,12 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
     p.add_argument("--ring-rows", type=int, default=4096, help="the layer's ring (mok-bench's default: 131072)")
+    p.add_argument("--kernel-times", action="store_true", help="only the profile of olmoe's op forward")
     args = p.parse_args()
     torch.use_deterministic_algorithms(True)
+    if args.kernel_times:
+        kernel_times(args)
+        return
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
