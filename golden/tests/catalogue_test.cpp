@@ -1,5 +1,5 @@
 // The catalogue covers issue 3's list; case files parse or fail naming the line; one global batch
-// gives the same bits over R = 1, 2, 4, 8, ring capacities and recompute mode (DESIGN.md D2).
+// gives the same bits over R = 1, 2, 4, 8, ring capacities and recompute mode (docs/design.md, D2).
 #include "mok/golden/catalogue.h"
 
 #include <gtest/gtest.h>

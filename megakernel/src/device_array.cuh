@@ -20,17 +20,17 @@ class DeviceSpan {
   size_t size() const { return n_; }
 
   void upload(const std::vector<T>& host) {
-    require(host.size() == n_, "device upload of the wrong size");
+    if (host.size() != n_) fail_internal("device upload of the wrong size");
     upload(host.data(), 0, n_);
   }
   // Elements [first, first + n) from host[0, n).
   void upload(const T* host, size_t first, size_t n) {
-    require(first + n <= n_, "device upload past the end");
+    if (first + n > n_) fail_internal("device upload past the end");
     if (n) MOK_CUDA_CHECK(cudaMemcpy(p_ + first, host, n * sizeof(T), cudaMemcpyHostToDevice));
   }
   std::vector<T> download() const { return download(0, n_); }
   std::vector<T> download(size_t first, size_t n) const {
-    require(first + n <= n_, "device download past the end");
+    if (first + n > n_) fail_internal("device download past the end");
     std::vector<T> host(n);
     if (n) MOK_CUDA_CHECK(cudaMemcpy(host.data(), p_ + first, n * sizeof(T), cudaMemcpyDeviceToHost));
     return host;

@@ -55,8 +55,8 @@ int resident_blocks(int asked) {
     cudaFuncAttributes attributes{};
     MOK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
     if (attributes.numRegs != kKernelRegisters)
-      throw Error("mok: internal error: the kernels were built with " + std::to_string(attributes.numRegs) +
-                  " registers per thread, not " + std::to_string(kKernelRegisters) + " (check -maxrregcount, -G)");
+      fail_internal("the kernels were built with " + std::to_string(attributes.numRegs) +
+                    " registers per thread, not " + std::to_string(kKernelRegisters) + " (check -maxrregcount, -G)");
   }
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));

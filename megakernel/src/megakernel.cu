@@ -28,7 +28,7 @@ class DeviceTensor {
   const TensorView& view() const { return view_; }
   template <class T>
   void upload(const std::vector<T>& host) {
-    require(host.size() * sizeof(T) == bytes_.size(), "mok: internal error: upload of the wrong size");
+    if (host.size() * sizeof(T) != bytes_.size()) fail_internal("upload of the wrong size");
     bytes_.upload(reinterpret_cast<const uint8_t*>(host.data()), 0, bytes_.size());
   }
   // Elements [first, first + n) as T.
@@ -329,8 +329,7 @@ Forward Megakernel::read_forward() const {
     const DispatchLayout &mine = per_gpu_saved.back().layout, &first_gpu = per_gpu_saved.front().layout;
     if (mine.offsets != first_gpu.offsets || mine.row_source != first_gpu.row_source ||
         mine.slot_row != first_gpu.slot_row)
-      throw Error("mok: internal error: GPU " + std::to_string(s.device) +
-                  " computed another dispatch layout than GPU 0");
+      fail_internal("GPU " + std::to_string(s.device) + " computed another dispatch layout than GPU 0");
   }
   const Forward& gpu0 = per_gpu_saved.front();
   f.layout = gpu0.layout;

@@ -225,10 +225,12 @@ void router_backward(const LayerConfig& c, const double* logits, const int32_t* 
 template <class T, class ToDouble>
 TensorError error_of(const std::vector<T>& out, const std::vector<double>& ref, const std::vector<double>& scale,
                      ToDouble to_double) {
-  require(out.size() == ref.size(), "tensor_error: " + std::to_string(out.size()) + " elements against " +
-                                        std::to_string(ref.size()) + " in the oracle");
-  require(scale.empty() || scale.size() == ref.size(),
-          "tensor_error: " + std::to_string(scale.size()) + " scales for " + std::to_string(ref.size()) + " elements");
+  if (out.size() != ref.size())
+    fail_internal("tensor_error: " + std::to_string(out.size()) + " elements against " + std::to_string(ref.size()) +
+                  " in the oracle");
+  if (!scale.empty() && scale.size() != ref.size())
+    fail_internal("tensor_error: " + std::to_string(scale.size()) + " scales for " + std::to_string(ref.size()) +
+                  " elements");
   double diff2 = 0, scale2 = 0;
   TensorError err;
   for (size_t i = 0; i < out.size(); ++i) {

@@ -334,7 +334,7 @@ TEST(TensorError, MeasuresAgainstAConditionScale) {
   EXPECT_DOUBLE_EQ(e.relative, 0.5 / 5.0);
   EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
   EXPECT_DOUBLE_EQ(e.max_ref, 4.0);
-  EXPECT_THROW(tensor_error(std::vector<float>(2), std::vector<double>(2), std::vector<double>(1)), Error);
+  EXPECT_THROW(tensor_error(std::vector<float>(2), std::vector<double>(2), std::vector<double>(1)), InternalError);
 }
 
 TEST(TensorError, MeasuresRelativeFrobeniusAndMaxAbs) {
@@ -342,7 +342,7 @@ TEST(TensorError, MeasuresRelativeFrobeniusAndMaxAbs) {
   EXPECT_DOUBLE_EQ(e.relative, 0.5 / 5.0);
   EXPECT_DOUBLE_EQ(e.max_abs, 0.5);
   EXPECT_DOUBLE_EQ(e.max_ref, 4.0);
-  EXPECT_THROW(tensor_error(std::vector<bf16>(3), std::vector<double>(2)), Error);
+  EXPECT_THROW(tensor_error(std::vector<bf16>(3), std::vector<double>(2)), InternalError);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The fuzzer's properties (DESIGN.md §3 and §5 V3). Each is a plain check of one problem under one
-// set of run parameters, so rapidcheck drives it, a repro file replays it, and any Backend runs it.
+// The fuzzer's properties (docs/design.md: the determinism contract, verification level V3). Each is a plain check of
+// one problem under one set of run parameters, so rapidcheck drives it, a repro file replays it, and any Backend runs
+// it.
 #pragma once
 
 #include <string>

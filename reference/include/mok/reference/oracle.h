@@ -1,5 +1,5 @@
-// The fp64 oracle of the layer (DESIGN.md §5 V1) and the accuracy bounds the reference (and, through
-// the goldens, the megakernel) must meet against it. docs/accuracy.md explains and measures them.
+// The fp64 oracle of the layer (docs/design.md, verification level V1) and the accuracy bounds the reference (and,
+// through the goldens, the megakernel) must meet against it. docs/accuracy.md explains and measures them.
 //
 // The oracle is the layer's exact math in double precision with no intermediate rounding, on the
 // reference's inputs converted exactly to double. Routing is discrete, so the oracle takes the
