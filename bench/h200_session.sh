@@ -72,7 +72,7 @@ for step in "$@"; do
     python)
       log "PyTorch extension (MOK_TORCH=ON) and pytest python/tests"
       { cmake -S . -B build -DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)" &&
-          cmake --build build -j16 && PYTHONUNBUFFERED=1 ctest --test-dir build -L python --output-on-failure --timeout 500
+          cmake --build build -j16 && PYTHONUNBUFFERED=1 ctest --test-dir build -L python -V --timeout 500
       } >"$out/python.log" 2>&1
       echo "python exit $?: $(grep -E '[0-9]+ (passed|failed)' "$out/python.log" | tail -1)" | tee -a "$out/summary.log"
       ;;

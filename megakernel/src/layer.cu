@@ -26,16 +26,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 // A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned (the
 // kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases).
+// The messages are built only on failure: this runs for every tensor of every call.
 void check_view(const TensorView& v, const char* name, DType dtype, std::vector<int64_t> shape, bool optional = false) {
+  const auto refuse = [&](const std::string& what) { require(false, std::string(name) + what); };
   if (v.data == nullptr) {
-    require(optional, std::string(name) + " is missing");
+    if (!optional) refuse(" is missing");
     return;
   }
-  require(v.dtype == dtype,
-          std::string(name) + " has dtype " + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
-  require(v.shape == shape,
-          std::string(name) + " has shape " + shape_text(v.shape) + ", expected " + shape_text(shape));
-  require(reinterpret_cast<uintptr_t>(v.data) % 16 == 0, std::string(name) + " is not 16-byte aligned");
+  if (v.dtype != dtype) refuse(std::string(" has dtype ") + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
+  if (v.shape != shape) refuse(" has shape " + shape_text(v.shape) + ", expected " + shape_text(shape));
+  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
 }
 
 template <class T>

@@ -16,17 +16,20 @@ class Checker {
   Checker(const at::Tensor& x, bool aligned) : device_(x.device()), aligned_(aligned) {}
 
   // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
+  // The messages are built only on failure: this runs for every tensor of every call.
   void operator()(const at::Tensor& t, const std::string& name, at::ScalarType dtype, at::IntArrayRef shape,
                   const char* dims) const {
-    require(t.device() == device_, name + " is on " + t.device().str() + " but x is on " + device_.str() +
-                                       " (all tensors of a call must be on one device)");
-    require(t.scalar_type() == dtype,
-            name + " must be " + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
-    require(t.sizes() == shape, name + " must have shape " + shape_text(shape) + " = " + dims +
-                                    " for this config, got " + shape_text(t.sizes()));
-    require(t.is_contiguous(), name + " is not contiguous (mok does not copy its inputs: pass .contiguous())");
-    require(!aligned_ || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
-            name + "'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
+    const auto refuse = [&](const std::string& what) { require(false, name + what); };
+    if (t.device() != device_)
+      refuse(" is on " + t.device().str() + " but x is on " + device_.str() +
+             " (all tensors of a call must be on one device)");
+    if (t.scalar_type() != dtype)
+      refuse(std::string(" must be ") + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
+    if (t.sizes() != shape)
+      refuse(" must have shape " + shape_text(shape) + " = " + dims + " for this config, got " + shape_text(t.sizes()));
+    if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
+    if (aligned_ && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
+      refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
   }
 
   // An optional tensor: present exactly when `wanted` (`why` says when it is).
