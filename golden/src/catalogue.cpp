@@ -8,8 +8,10 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "error_text.h"
+#include "mok/core/fields.h"
 #include "mok/golden/file_kind.h"
 
 namespace mok::golden {
@@ -181,37 +183,25 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
       out = value == "true";
     };
     try {
-      LayerConfig& c = spec.config;
+      bool config_key = false;  // a field of the config (mok/core/fields.h), parsed by its type
+      for_each_field(spec.config, [&](const char* name, auto& field) {
+        using T = std::remove_reference_t<decltype(field)>;
+        if (key != name) return;
+        config_key = true;
+        if constexpr (std::is_same_v<T, ScoreMode>)
+          field = score_mode_from_string(value);
+        else if constexpr (std::is_same_v<T, float>)
+          real(field);
+        else if constexpr (std::is_same_v<T, bool>)
+          flag(field);
+        else
+          integer(field);
+      });
+      if (config_key) continue;
       if (key == "name")
         spec.name = value;
       else if (key == "description")
         spec.description = value;
-      else if (key == "ranks")
-        integer(c.ranks);
-      else if (key == "tokens_per_rank")
-        integer(c.tokens_per_rank);
-      else if (key == "experts")
-        integer(c.experts);
-      else if (key == "hidden")
-        integer(c.hidden);
-      else if (key == "intermediate")
-        integer(c.intermediate);
-      else if (key == "top_k")
-        integer(c.top_k);
-      else if (key == "score_mode")
-        c.score_mode = score_mode_from_string(value);
-      else if (key == "renormalize")
-        flag(c.renormalize);
-      else if (key == "n_group")
-        integer(c.n_group);
-      else if (key == "topk_group")
-        integer(c.topk_group);
-      else if (key == "routed_scale")
-        real(c.routed_scale);
-      else if (key == "swiglu_limit")
-        real(c.swiglu_limit);
-      else if (key == "shared_intermediate")
-        integer(c.shared_intermediate);
       else if (key == "step")
         spec.options.step = step_model_from_string(value);
       else if (key == "ring_rows")

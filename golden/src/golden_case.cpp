@@ -1,7 +1,9 @@
 // Tensors, the dataset table of format v1, and cases built by running the reference.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
+#include "mok/core/fields.h"
 #include "mok/golden/golden.h"
 #include "mok/reference/oracle.h"
 
@@ -45,6 +47,10 @@ class GroupBuilder {
  public:
   GroupBuilder(const LayerConfig& c, bool routing_given, Group group) : specs_(tensor_specs(c, routing_given)) {
     std::erase_if(specs_, [&](const TensorSpec& s) { return s.group != group; });
+  }
+
+  bool has(const std::string& name) const {
+    return std::any_of(specs_.begin(), specs_.end(), [&](const TensorSpec& s) { return s.name == name; });
   }
 
   template <class T>
@@ -222,31 +228,19 @@ ref::Problem problem_of(const GoldenCase& g) {
   return p;
 }
 
+// Every field of the Forward and the Gradients (mok/core/fields.h) that format v1 stores for this
+// config, into the group its spec names, in the visitor's order (the order of the datasets).
 LayerResults results_of(const ref::Problem& p, const ref::Forward& f, const ref::Gradients& g) {
-  const LayerConfig& c = p.config;
   const bool given = p.routing.has_value();
-  GroupBuilder routing(c, given, Group::routing);
-  routing.add("topk_idx", f.routing.topk_idx);
-  routing.add("topk_w", f.routing.topk_w);
-  if (!given) routing.add("logits", f.logits);
-  routing.add("counts", f.layout.counts);
-  routing.add("offsets", f.layout.offsets);
-  routing.add("row_source", f.layout.row_source);
-  routing.add("slot_row", f.layout.slot_row);
-  GroupBuilder outputs(c, given, Group::outputs);
-  outputs.add("y", f.y);
-  outputs.add("dx", g.dx);
-  outputs.add("d_topk_w", g.d_topk_w);
-  if (!given) {
-    outputs.add("d_logits", g.d_logits);
-    outputs.add("d_router", g.d_router);
-  }
-  outputs.add("d_w1", g.d_w1);
-  outputs.add("d_w2", g.d_w2);
-  if (c.has_shared()) {
-    outputs.add("d_shared_w1", g.d_shared_w1);
-    outputs.add("d_shared_w2", g.d_shared_w2);
-  }
+  GroupBuilder routing(p.config, given, Group::routing), outputs(p.config, given, Group::outputs);
+  const auto add = [&](const char* name, const auto& values) {
+    if (routing.has(name))
+      routing.add(name, values);
+    else if (outputs.has(name))
+      outputs.add(name, values);
+  };
+  for_each_field(f, add);
+  for_each_field(g, add);
   return LayerResults{routing.finish(), outputs.finish()};
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "error_text.h"
+#include "mok/core/fields.h"
 #include "mok/golden/atomic_file.h"
 #include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
@@ -270,23 +272,20 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
 
 // ---- the file ---------------------------------------------------------------------------------------
 
+// Every scalar of the config (mok/core/fields.h), as an attribute of /config, in the visitor's order.
 void write_config(hid_t root, const LayerConfig& c) {
   Handle g = create_group(root, "config");
   const hid_t id = g.get();
   const std::string w = "/config";
-  write_i32(id, w, "ranks", c.ranks);
-  write_i32(id, w, "tokens_per_rank", c.tokens_per_rank);
-  write_i32(id, w, "experts", c.experts);
-  write_i32(id, w, "hidden", c.hidden);
-  write_i32(id, w, "intermediate", c.intermediate);
-  write_i32(id, w, "top_k", c.top_k);
-  write_string(id, w, "score_mode", to_string(c.score_mode));
-  write_i32(id, w, "renormalize", c.renormalize);
-  write_i32(id, w, "n_group", c.n_group);
-  write_i32(id, w, "topk_group", c.topk_group);
-  write_f32(id, w, "routed_scale", c.routed_scale);
-  write_f32(id, w, "swiglu_limit", c.swiglu_limit);
-  write_i32(id, w, "shared_intermediate", c.shared_intermediate);
+  for_each_field(c, [&](const char* name, const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, ScoreMode>)
+      write_string(id, w, name, to_string(value));
+    else if constexpr (std::is_same_v<T, float>)
+      write_f32(id, w, name, value);
+    else
+      write_i32(id, w, name, int32_t(value));  // int32_t, and bool as 0 / 1
+  });
 }
 
 LayerConfig read_config(hid_t root) {
@@ -294,19 +293,17 @@ LayerConfig read_config(hid_t root) {
   const hid_t id = g.get();
   const std::string w = "/config";
   LayerConfig c;
-  c.ranks = read_i32(id, w, "ranks");
-  c.tokens_per_rank = read_i32(id, w, "tokens_per_rank");
-  c.experts = read_i32(id, w, "experts");
-  c.hidden = read_i32(id, w, "hidden");
-  c.intermediate = read_i32(id, w, "intermediate");
-  c.top_k = read_i32(id, w, "top_k");
-  c.score_mode = score_mode_from_string(read_string(id, w, "score_mode"));
-  c.renormalize = read_flag(id, w, "renormalize");
-  c.n_group = read_i32(id, w, "n_group");
-  c.topk_group = read_i32(id, w, "topk_group");
-  c.routed_scale = read_f32(id, w, "routed_scale");
-  c.swiglu_limit = read_f32(id, w, "swiglu_limit");
-  c.shared_intermediate = read_i32(id, w, "shared_intermediate");
+  for_each_field(c, [&](const char* name, auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, ScoreMode>)
+      value = score_mode_from_string(read_string(id, w, name));
+    else if constexpr (std::is_same_v<T, float>)
+      value = read_f32(id, w, name);
+    else if constexpr (std::is_same_v<T, bool>)
+      value = read_flag(id, w, name);
+    else
+      value = read_i32(id, w, name);
+  });
   validate(c);
   require_fits_in_memory(c);  // before any dataset of this config is allocated
   return c;

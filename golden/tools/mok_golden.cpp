@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/fields.h"
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
 #include "mok/golden/locate.h"
@@ -140,21 +141,12 @@ int compare_cases(const GoldenCase& want, const GoldenCase& got, const char* wan
 
 // The first field in which a committed golden's recipe differs from the catalogue's, or "".
 std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
-  const LayerConfig &a = g.config, &b = s.config;
+  std::string stale;  // the config's fields (mok/core/fields.h), then the options and the recipe
+  for_each_field(g.config, s.config, [&](const char* name, const auto& a, const auto& b) {
+    if (stale.empty() && !(a == b)) stale = name;
+  });
+  if (!stale.empty()) return stale;
   const std::pair<const char*, bool> fields[] = {
-      {"ranks", a.ranks == b.ranks},
-      {"tokens_per_rank", a.tokens_per_rank == b.tokens_per_rank},
-      {"experts", a.experts == b.experts},
-      {"hidden", a.hidden == b.hidden},
-      {"intermediate", a.intermediate == b.intermediate},
-      {"top_k", a.top_k == b.top_k},
-      {"score_mode", a.score_mode == b.score_mode},
-      {"renormalize", a.renormalize == b.renormalize},
-      {"n_group", a.n_group == b.n_group},
-      {"topk_group", a.topk_group == b.topk_group},
-      {"routed_scale", a.routed_scale == b.routed_scale},
-      {"swiglu_limit", a.swiglu_limit == b.swiglu_limit},
-      {"shared_intermediate", a.shared_intermediate == b.shared_intermediate},
       {"step", g.options.step == s.options.step},
       {"ring_rows", g.options.ring_rows == s.options.ring_rows},
       {"recompute", g.options.recompute == s.options.recompute},

@@ -7,11 +7,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstring>
 #include <string>
 #include <utility>
 
+#include "mok/core/fields.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 
@@ -65,22 +64,6 @@ class Buffer {
   TensorView view_;
   size_t bytes_ = 0;
 };
-
-// "" when every bit agrees, else the first differing element, both values in hex.
-template <class T>
-std::string difference(const std::vector<T>& got, const std::vector<T>& want) {
-  if (got.size() != want.size()) return std::to_string(got.size()) + " vs " + std::to_string(want.size()) + " elements";
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      uint32_t g = 0, w = 0;
-      std::memcpy(&g, &got[i], sizeof(T));
-      std::memcpy(&w, &want[i], sizeof(T));
-      char text[96];
-      std::snprintf(text, sizeof text, "element %zu: got 0x%08x, want 0x%08x", i, g, w);
-      return text;
-    }
-  return "";
-}
 
 // One problem's tensors on the device, in the layer's vocabulary.
 struct Bound {
@@ -187,7 +170,7 @@ Results reference(const ref::Problem& p, RoutingMode mode) {
           g.d_w1, g.d_w2, g.d_shared_w1,      g.d_shared_w2};
 }
 
-#define MOK_EXPECT_SAME(field) EXPECT_EQ(difference(got.field, want.field), "") << #field
+#define MOK_EXPECT_SAME(field) EXPECT_EQ(first_bit_mismatch(#field, got.field, want.field), "")
 void expect_same(const Results& got, const Results& want) {
   MOK_EXPECT_SAME(y);
   MOK_EXPECT_SAME(dx);
@@ -284,8 +267,8 @@ TEST_F(LayerApi, AccumulatesWeightGradientsAsTheReferenceAdds) {
   MOK_EXPECT_SAME(d_w2);
   MOK_EXPECT_SAME(d_sw1);
   MOK_EXPECT_SAME(d_sw2);
-  EXPECT_EQ(difference(got.dx, two.dx), "") << "dx is the second batch's alone";
-  EXPECT_NE(difference(got.d_w1, two.d_w1), "") << "d_w1 is not the second batch's alone";
+  EXPECT_EQ(first_bit_mismatch("dx, the second batch's alone", got.dx, two.dx), "");
+  EXPECT_NE(first_bit_mismatch("d_w1", got.d_w1, two.d_w1), "") << "d_w1 is not the second batch's alone";
 }
 
 // Forward and backward captured in a CUDA graph and replayed give the eager run's bits.

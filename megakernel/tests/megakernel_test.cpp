@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
+#include "mok/core/fields.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 
@@ -19,51 +19,17 @@ using ref::make_problem;
 using ref::Problem;
 using ref::RoutingKind;
 
-uint32_t bits(bf16 v) { return v.bits; }
-uint32_t bits(float v) { return bits_of(v); }
-uint32_t bits(int32_t v) { return uint32_t(v); }
-
-// First element whose bits differ, as "name[i]: 0x.. vs 0x..", or "" when all are equal.
-template <class T>
-std::string first_mismatch(const char* name, const std::vector<T>& got, const std::vector<T>& want) {
-  if (got.size() != want.size())
-    return std::string(name) + ": " + std::to_string(got.size()) + " elements vs " + std::to_string(want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i])) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s[%zu]: got 0x%08x, want 0x%08x", name, i, bits(got[i]), bits(want[i]));
-      return buf;
-    }
-  return "";
+// Every field of a Forward / Gradients (mok/core/fields.h), bit for bit; each failure names the
+// first differing element, both values in hex.
+template <class S>
+void expect_bits(const S& got, const S& want) {
+  for_each_field(got, want, [](const char* name, const auto& g, const auto& w) {
+    EXPECT_EQ(first_bit_mismatch(name, g, w), "") << "(got vs want)";
+  });
 }
 
-#define MOK_EXPECT_BITS(field, got, want) EXPECT_EQ(first_mismatch(#field, got.field, want.field), "")
-
-void expect_forward_bits(const Forward& got, const Forward& want) {
-  MOK_EXPECT_BITS(routing.topk_idx, got, want);
-  MOK_EXPECT_BITS(routing.topk_w, got, want);
-  MOK_EXPECT_BITS(logits, got, want);
-  MOK_EXPECT_BITS(layout.counts, got, want);
-  MOK_EXPECT_BITS(layout.offsets, got, want);
-  MOK_EXPECT_BITS(layout.row_source, got, want);
-  MOK_EXPECT_BITS(layout.slot_row, got, want);
-  MOK_EXPECT_BITS(y, got, want);
-  MOK_EXPECT_BITS(h, got, want);
-  MOK_EXPECT_BITS(a, got, want);
-  MOK_EXPECT_BITS(shared_h, got, want);
-  MOK_EXPECT_BITS(shared_a, got, want);
-}
-
-void expect_gradient_bits(const Gradients& got, const Gradients& want) {
-  MOK_EXPECT_BITS(dx, got, want);
-  MOK_EXPECT_BITS(d_topk_w, got, want);
-  MOK_EXPECT_BITS(d_logits, got, want);
-  MOK_EXPECT_BITS(d_router, got, want);
-  MOK_EXPECT_BITS(d_w1, got, want);
-  MOK_EXPECT_BITS(d_w2, got, want);
-  MOK_EXPECT_BITS(d_shared_w1, got, want);
-  MOK_EXPECT_BITS(d_shared_w2, got, want);
-}
+void expect_forward_bits(const Forward& got, const Forward& want) { expect_bits(got, want); }
+void expect_gradient_bits(const Gradients& got, const Gradients& want) { expect_bits(got, want); }
 
 struct GpuRun {
   Forward fwd;
@@ -223,7 +189,7 @@ TEST_F(Gpu, BatchInvariance) {
                               full.routing->topk_w.begin() + (first + count) * k);
   const GpuRun sub = run_gpu(part);
   const std::vector<bf16> want(all.fwd.y.begin() + first * H, all.fwd.y.begin() + (first + count) * H);
-  EXPECT_EQ(first_mismatch("y", sub.fwd.y, want), "");
+  EXPECT_EQ(first_bit_mismatch("y", sub.fwd.y, want), "");
 }
 
 // A grid barrier that waits past the watchdog reports phase and block instead of hanging: with a 1 ns

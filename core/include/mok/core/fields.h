@@ -1,0 +1,126 @@
+// The one list of the fields of Forward, Gradients and LayerConfig, by name (host code only).
+//
+//   for_each_field(fwd, f)        calls f("y", fwd.y) for every tensor of a Forward, in this order;
+//   for_each_field(a, b, f)       calls f("y", a.y, b.y): two of the same struct side by side;
+// the same for Gradients, and for LayerConfig's scalar fields. Names are those of the golden files
+// (format v1: /routing/..., /outputs/..., /config attributes); h, a, shared_h and shared_a are not
+// stored in goldens. A new field is added here once, and every user sees it.
+//
+// first_bit_mismatch(name, a, b): the first element whose bits differ, both values in hex, or "".
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mok/core/bf16.h"
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+
+namespace mok {
+
+template <class S, class T>
+concept FieldsOf = std::same_as<std::remove_const_t<S>, T>;
+
+namespace detail {
+
+template <class F, class... S>
+void forward_fields(F&& f, S&... s) {
+  f("topk_idx", s.routing.topk_idx...);
+  f("topk_w", s.routing.topk_w...);
+  f("logits", s.logits...);
+  f("counts", s.layout.counts...);
+  f("offsets", s.layout.offsets...);
+  f("row_source", s.layout.row_source...);
+  f("slot_row", s.layout.slot_row...);
+  f("y", s.y...);
+  f("h", s.h...);
+  f("a", s.a...);
+  f("shared_h", s.shared_h...);
+  f("shared_a", s.shared_a...);
+}
+
+template <class F, class... S>
+void gradient_fields(F&& f, S&... s) {
+  f("dx", s.dx...);
+  f("d_topk_w", s.d_topk_w...);
+  f("d_logits", s.d_logits...);
+  f("d_router", s.d_router...);
+  f("d_w1", s.d_w1...);
+  f("d_w2", s.d_w2...);
+  f("d_shared_w1", s.d_shared_w1...);
+  f("d_shared_w2", s.d_shared_w2...);
+}
+
+// In the order of the struct and of a golden file's /config attributes.
+template <class F, class... S>
+void config_fields(F&& f, S&... s) {
+  f("ranks", s.ranks...);
+  f("tokens_per_rank", s.tokens_per_rank...);
+  f("experts", s.experts...);
+  f("hidden", s.hidden...);
+  f("intermediate", s.intermediate...);
+  f("top_k", s.top_k...);
+  f("score_mode", s.score_mode...);
+  f("renormalize", s.renormalize...);
+  f("n_group", s.n_group...);
+  f("topk_group", s.topk_group...);
+  f("routed_scale", s.routed_scale...);
+  f("swiglu_limit", s.swiglu_limit...);
+  f("shared_intermediate", s.shared_intermediate...);
+}
+
+}  // namespace detail
+
+template <FieldsOf<Forward> S, class F>
+void for_each_field(S& s, F&& f) {
+  detail::forward_fields(f, s);
+}
+template <FieldsOf<Forward> A, FieldsOf<Forward> B, class F>
+void for_each_field(A& a, B& b, F&& f) {
+  detail::forward_fields(f, a, b);
+}
+
+template <FieldsOf<Gradients> S, class F>
+void for_each_field(S& s, F&& f) {
+  detail::gradient_fields(f, s);
+}
+template <FieldsOf<Gradients> A, FieldsOf<Gradients> B, class F>
+void for_each_field(A& a, B& b, F&& f) {
+  detail::gradient_fields(f, a, b);
+}
+
+template <FieldsOf<LayerConfig> S, class F>
+void for_each_field(S& s, F&& f) {
+  detail::config_fields(f, s);
+}
+template <FieldsOf<LayerConfig> A, FieldsOf<LayerConfig> B, class F>
+void for_each_field(A& a, B& b, F&& f) {
+  detail::config_fields(f, a, b);
+}
+
+namespace detail {
+inline uint32_t raw_bits(bf16 v) { return v.bits; }
+inline uint32_t raw_bits(float v) { return bits_of(v); }
+inline uint32_t raw_bits(int32_t v) { return uint32_t(v); }
+}  // namespace detail
+
+// The first element whose bits differ, as "name[i]: 0x.. vs 0x.." (a's value first), or "" when both
+// hold the same bits; a differing size is reported as such.
+template <class T>
+std::string first_bit_mismatch(const std::string& name, const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return name + ": " + std::to_string(a.size()) + " elements vs " + std::to_string(b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (detail::raw_bits(a[i]) != detail::raw_bits(b[i])) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "[%zu]: 0x%0*x vs 0x%0*x", i, int(2 * sizeof(T)), unsigned(detail::raw_bits(a[i])),
+                    int(2 * sizeof(T)), unsigned(detail::raw_bits(b[i])));
+      return name + buf;
+    }
+  return "";
+}
+
+}  // namespace mok
