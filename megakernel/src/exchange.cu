@@ -10,34 +10,25 @@ T* at_offset(uint8_t* base, size_t offset) {
   return reinterpret_cast<T*>(base + offset);
 }
 
-template <class T>
-T* ptr(const TensorView& v) {
-  return static_cast<T*>(v.data);
-}
-
 }  // namespace
 
-Exchange::Sections Exchange::sections(const LayerConfig& c) {
+Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c) {
   const size_t N = c.tokens(), H = c.hidden, k = c.top_k, E = c.experts;
-  Sections l{};
-  size_t at = 0;
-  const auto take = [&](size_t& field, size_t bytes) {
-    field = at;
-    at += (bytes + 4095) / 4096 * 4096;
-  };
-  take(l.x, N * H * sizeof(bf16));
-  take(l.dy, N * H * sizeof(bf16));
-  take(l.topk_idx, N * k * sizeof(int32_t));
-  take(l.topk_w, N * k * sizeof(float));
-  take(l.slots, N * k * H * sizeof(bf16));
-  take(l.d_topk_w, N * k * sizeof(float));
-  take(l.d_logits, N * E * sizeof(float));
-  take(l.flags, kMaxGpus * sizeof(unsigned int));
-  l.bytes = at;
+  WindowLayout l{};
+  Sections sections(4096);
+  l.x = sections.take(N * H * sizeof(bf16));
+  l.dy = sections.take(N * H * sizeof(bf16));
+  l.topk_idx = sections.take(N * k * sizeof(int32_t));
+  l.topk_w = sections.take(N * k * sizeof(float));
+  l.slots = sections.take(N * k * H * sizeof(bf16));
+  l.d_topk_w = sections.take(N * k * sizeof(float));
+  l.d_logits = sections.take(N * E * sizeof(float));
+  l.flags = sections.take(kMaxGpus * sizeof(unsigned int));
+  l.bytes = sections.bytes();
   return l;
 }
 
-Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers) : c_(c), gpu_(gpu), at_(sections(c)) {
+Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers) : c_(c), gpu_(gpu), at_(window_layout(c)) {
   if (peers == nullptr) return;
   gpus_ = peers->gpus();
   own_ = peers->local(gpu);

@@ -18,6 +18,12 @@ namespace mok::gpu {
 
 class PeerGroup;
 
+// A view's data as T (the views were checked by the Layer).
+template <class T>
+T* ptr(const TensorView& v) {
+  return static_cast<T*>(v.data);
+}
+
 class Exchange {
  public:
   Exchange() = default;
@@ -25,6 +31,9 @@ class Exchange {
   Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers);
 
   bool windowed() const { return !windows_.empty(); }
+
+  // Bytes of each GPU's window for this config.
+  static size_t window_bytes(const LayerConfig& c) { return window_layout(c).bytes; }
 
   // The barrier across GPUs of launch number `launches` (its counter: `count`, in the workspace).
   PeerSync peer_sync(unsigned int launches, unsigned int* count) const;
@@ -40,10 +49,10 @@ class Exchange {
 
  private:
   // The window's sections: global-size views; then the flag words of the barrier across GPUs.
-  struct Sections {
+  struct WindowLayout {
     size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, bytes;
   };
-  static Sections sections(const LayerConfig& c);
+  static WindowLayout window_layout(const LayerConfig& c);
 
   RankBuffers rank_buffers(int r) const;  // windowed: rank r's slice of its owner's window
   void bind_window(Params& p) const;
@@ -52,12 +61,9 @@ class Exchange {
 
   LayerConfig c_{};
   int gpu_ = 0, gpus_ = 1;
-  Sections at_{};
+  WindowLayout at_{};
   uint8_t* own_ = nullptr;         // this GPU's window, its own allocation's address
   std::vector<uint8_t*> windows_;  // each GPU's window through its peer mapping (empty: simulated)
-
- public:
-  static size_t window_bytes(const LayerConfig& c) { return sections(c).bytes; }
 };
 
 }  // namespace mok::gpu

@@ -38,11 +38,6 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::vector<
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
 }
 
-template <class T>
-T* ptr(const TensorView& v) {
-  return static_cast<T*>(v.data);
-}
-
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident.
 int resident_blocks(int asked) {
   int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
@@ -74,22 +69,18 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, P = padded_rows(c), chunks = layout_chunks(c.tokens());
   WorkspaceLayout l{};
-  size_t at = 0;
-  const auto take = [&](size_t& field, size_t bytes) {
-    field = at;
-    at += (bytes + 255) / 256 * 256;
-  };
-  take(l.barrier, 4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
-  take(l.ring, size_t(c.ranks) * launch.ring_rows * H * 2);
-  take(l.chunk_counts, chunks * E * 4);
-  take(l.chunk_base, chunks * E * 4);
-  take(l.g, P * I * 4);
-  take(l.dh, P * 2 * I * 2);
-  take(l.dye, P * H * 2);
-  take(l.shared_y, N * H * 2);
-  take(l.shared_dh, N * 2 * Is * 2);
-  take(l.slots, slots_in_workspace ? N * k * H * 2 : 0);
-  l.bytes = at;
+  Sections sections(256);
+  l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
+  l.ring = sections.take(size_t(c.ranks) * launch.ring_rows * H * 2);
+  l.chunk_counts = sections.take(chunks * E * 4);
+  l.chunk_base = sections.take(chunks * E * 4);
+  l.g = sections.take(P * I * 4);
+  l.dh = sections.take(P * 2 * I * 2);
+  l.dye = sections.take(P * H * 2);
+  l.shared_y = sections.take(N * H * 2);
+  l.shared_dh = sections.take(N * 2 * Is * 2);
+  l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  l.bytes = sections.bytes();
   return l;
 }
 

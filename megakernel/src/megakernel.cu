@@ -246,6 +246,12 @@ std::vector<T> rows_of(const DeviceTensor& t, size_t first, size_t count, size_t
   return t.download<T>(first * width, count * width);
 }
 
+// One GPU's rows after the GPUs before it.
+template <class T>
+void append(std::vector<T>& out, const std::vector<T>& part) {
+  out.insert(out.end(), part.begin(), part.end());
+}
+
 }  // namespace
 
 Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch)
@@ -319,7 +325,6 @@ Forward Megakernel::read_forward() const {
   for (const GpuShare& s : m.gpus) {
     s.use();
     const size_t first = size_t(s.device) * per_gpu;
-    const auto append = [](auto& out, const auto& part) { out.insert(out.end(), part.begin(), part.end()); };
     append(f.routing.topk_idx, rows_of<int32_t>(s.fwd.topk_idx, first, per_gpu, k));
     append(f.routing.topk_w, rows_of<float>(s.fwd.topk_w, first, per_gpu, k));
     if (m.routing != RoutingMode::given) append(f.logits, rows_of<float>(s.fwd.logits, first, per_gpu, E));
@@ -372,7 +377,6 @@ Gradients Megakernel::read_gradients() const {
   for (const GpuShare& s : m.gpus) {
     s.use();
     const size_t first = size_t(s.device) * per_gpu, first_expert = size_t(s.device) * Epg;
-    const auto append = [](auto& out, const auto& part) { out.insert(out.end(), part.begin(), part.end()); };
     append(gr.dx, rows_of<bf16>(s.grad.dx, first, per_gpu, H));
     append(gr.d_topk_w, rows_of<float>(s.grad.d_topk_w, first, per_gpu, k));
     if (router) {

@@ -25,6 +25,23 @@ MOK_HD long padded_rows(const LayerConfig& c) {
   return kTileRows * ((long(c.tokens()) * c.top_k + kTileRows - 1) / kTileRows + c.experts);
 }
 
+// Lays out a buffer's sections one after another, each starting at a multiple of `align` bytes
+// (the saved buffer's, the workspace's and the NCCL window's sections).
+class Sections {
+ public:
+  explicit Sections(size_t align) : align_(align) {}
+  // The next section's offset; `bytes` of it are reserved.
+  size_t take(size_t bytes) {
+    const size_t offset = at_;
+    at_ += (bytes + align_ - 1) / align_ * align_;
+    return offset;
+  }
+  size_t bytes() const { return at_; }
+
+ private:
+  size_t align_, at_ = 0;
+};
+
 // Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16).
 struct SavedLayout {
   size_t offsets, tile_offsets, row_source, slot_row;  // int32 [E + 1], [E + 1], [N k], [N k]
@@ -37,21 +54,17 @@ inline SavedLayout saved_layout(const LayerConfig& c) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = padded_rows(c);
   SavedLayout l{};
-  size_t at = 0;
-  const auto take = [&](size_t& field, size_t bytes) {
-    field = at;
-    at += (bytes + 255) / 256 * 256;
-  };
-  take(l.offsets, (E + 1) * 4);
-  take(l.tile_offsets, (E + 1) * 4);
-  take(l.row_source, N * k * 4);
-  take(l.slot_row, N * k * 4);
-  take(l.xe, P * H * 2);
-  take(l.h, P * 2 * I * 2);
-  take(l.a, P * I * 2);
-  take(l.shared_h, N * 2 * Is * 2);
-  take(l.shared_a, N * Is * 2);
-  l.bytes = at;
+  Sections sections(256);
+  l.offsets = sections.take((E + 1) * 4);
+  l.tile_offsets = sections.take((E + 1) * 4);
+  l.row_source = sections.take(N * k * 4);
+  l.slot_row = sections.take(N * k * 4);
+  l.xe = sections.take(P * H * 2);
+  l.h = sections.take(P * 2 * I * 2);
+  l.a = sections.take(P * I * 2);
+  l.shared_h = sections.take(N * 2 * Is * 2);
+  l.shared_a = sections.take(N * Is * 2);
+  l.bytes = sections.bytes();
   return l;
 }
 
