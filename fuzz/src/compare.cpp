@@ -1,15 +1,15 @@
 #include "mok/fuzz/compare.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <iterator>
 #include <numeric>
+#include <string_view>
+#include <utility>
+
+#include "mok/core/fields.h"
 
 namespace mok::fuzz {
 namespace {
-
-uint32_t raw_bits(bf16 v) { return v.bits; }
-uint32_t raw_bits(float v) { return bits_of(v); }
-uint32_t raw_bits(int32_t v) { return uint32_t(v); }
 
 std::vector<int> iota_rows(size_t n) {
   std::vector<int> rows(n);
@@ -17,21 +17,33 @@ std::vector<int> iota_rows(size_t n) {
   return rows;
 }
 
+// The row width of a Forward or Gradients field in this config, for the "name[row, column]" of a
+// mismatch: a token's (or a weight's) row, one element for the layout tables. The field list itself
+// is fields.h's; a field added there without a width here is an internal error on the first compare.
+int width_of(std::string_view name, const LayerConfig& c) {
+  const int k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+  const std::pair<std::string_view, int> widths[] = {
+      {"topk_idx", k},      {"topk_w", k},    {"logits", E}, {"counts", 1},      {"offsets", 1},
+      {"row_source", 1},    {"slot_row", 1},  {"y", H},      {"h", 2 * I},       {"a", I},
+      {"shared_h", 2 * Is}, {"shared_a", Is}, {"dx", H},     {"d_topk_w", k},    {"d_logits", E},
+      {"d_router", H},      {"d_w1", H},      {"d_w2", I},   {"d_shared_w1", H}, {"d_shared_w2", Is}};
+  const auto* it = std::find_if(std::begin(widths), std::end(widths), [&](const auto& w) { return w.first == name; });
+  if (it == std::end(widths)) fail_internal("fuzz compare: no row width for the field " + std::string(name));
+  return it->second;
+}
+
+// The first field of a and b, in for_each_field's order, whose bits differ; fields that `skip` names
+// are left out.
+template <class Result, class Skip>
+Verdict first_differing_field(const LayerConfig& c, const Result& a, const Result& b, Skip skip) {
+  Verdict verdict;
+  for_each_field(a, b, [&](const char* name, const auto& field_a, const auto& field_b) {
+    if (!verdict && !skip(std::string_view(name))) verdict = compare_bits(name, field_a, field_b, width_of(name, c));
+  });
+  return verdict;
+}
+
 }  // namespace
-
-std::string show_element(bf16 v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "0x%04x (%a)", unsigned(v.bits), double(to_float(v)));
-  return buf;
-}
-
-std::string show_element(float v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "0x%08x (%a)", unsigned(bits_of(v)), double(v));
-  return buf;
-}
-
-std::string show_element(int32_t v) { return std::to_string(v); }
 
 template <class T>
 Verdict compare_rows(const std::string& name, const std::vector<T>& a, const std::vector<T>& b, int width,
@@ -74,33 +86,13 @@ template Verdict compare_bits(const std::string&, const std::vector<float>&, con
 template Verdict compare_bits(const std::string&, const std::vector<int32_t>&, const std::vector<int32_t>&, int);
 
 Verdict compare_forward(const LayerConfig& c, const ref::Forward& a, const ref::Forward& b, bool activations) {
-  const int k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
-  if (auto v = compare_bits("topk_idx", a.routing.topk_idx, b.routing.topk_idx, k)) return v;
-  if (auto v = compare_bits("topk_w", a.routing.topk_w, b.routing.topk_w, k)) return v;
-  if (auto v = compare_bits("logits", a.logits, b.logits, E)) return v;
-  if (auto v = compare_bits("counts", a.layout.counts, b.layout.counts, 1)) return v;
-  if (auto v = compare_bits("offsets", a.layout.offsets, b.layout.offsets, 1)) return v;
-  if (auto v = compare_bits("row_source", a.layout.row_source, b.layout.row_source, 1)) return v;
-  if (auto v = compare_bits("slot_row", a.layout.slot_row, b.layout.slot_row, 1)) return v;
-  if (auto v = compare_bits("y", a.y, b.y, H)) return v;
-  if (activations) {
-    if (auto v = compare_bits("h", a.h, b.h, 2 * I)) return v;
-    if (auto v = compare_bits("a", a.a, b.a, I)) return v;
-  }
-  if (auto v = compare_bits("shared_h", a.shared_h, b.shared_h, 2 * Is)) return v;
-  return compare_bits("shared_a", a.shared_a, b.shared_a, Is);
+  // h and a are saved activations: a run that recomputes them has none to compare.
+  return first_differing_field(
+      c, a, b, [activations](std::string_view name) { return !activations && (name == "h" || name == "a"); });
 }
 
 Verdict compare_gradients(const LayerConfig& c, const ref::Gradients& a, const ref::Gradients& b) {
-  const int k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
-  if (auto v = compare_bits("dx", a.dx, b.dx, H)) return v;
-  if (auto v = compare_bits("d_topk_w", a.d_topk_w, b.d_topk_w, k)) return v;
-  if (auto v = compare_bits("d_logits", a.d_logits, b.d_logits, E)) return v;
-  if (auto v = compare_bits("d_router", a.d_router, b.d_router, H)) return v;
-  if (auto v = compare_bits("d_w1", a.d_w1, b.d_w1, H)) return v;
-  if (auto v = compare_bits("d_w2", a.d_w2, b.d_w2, I)) return v;
-  if (auto v = compare_bits("d_shared_w1", a.d_shared_w1, b.d_shared_w1, H)) return v;
-  return compare_bits("d_shared_w2", a.d_shared_w2, b.d_shared_w2, Is);
+  return first_differing_field(c, a, b, [](std::string_view) { return false; });
 }
 
 }  // namespace mok::fuzz

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "mok/core/dispatch_layout.h"
+#include "mok/core/fields.h"
+#include "mok/fuzz/compare.h"
 #include "mok/fuzz/driver.h"
 #include "mok/fuzz/generators.h"
 #include "mok/fuzz/properties.h"
@@ -78,6 +80,84 @@ TEST(BruteForceTopk, GroupsRankByTheirTwoBestKeys) {
   c.topk_group = 2;
   c.top_k = 3;
   EXPECT_EQ(brute_force_topk(c, scores, nullptr), (std::vector<int32_t>{0, 4, 5}));
+}
+
+// One reference run with every field of Forward and Gradients non-empty: router routing (logits, d_router),
+// a shared expert, saved activations.
+struct FullRun {
+  LayerConfig config = with_shared(make_config(2, 8, 64, 64, 4, 2));
+  ref::Problem problem = ref::make_problem(config, 3);
+  ref::Forward fwd = ref::forward(config, problem.x, problem.weights, nullptr, {});
+  ref::Gradients grad = ref::backward(config, problem.x, problem.weights, fwd, problem.dy, {});
+
+  static LayerConfig with_shared(LayerConfig c) {
+    c.shared_intermediate = 64;
+    return c;
+  }
+};
+
+bf16 flipped(bf16 v) { return bf16{uint16_t(v.bits ^ 1u)}; }
+float flipped(float v) { return float_of(bits_of(v) ^ 1u); }
+int32_t flipped(int32_t v) { return v ^ 1; }
+
+// Flips the lowest bit of each field's last element in turn (a copy of `result`), and expects `check`
+// to name that field.
+template <class Result, class Check>
+void expect_every_field_compared(const Result& result, Check check) {
+  for_each_field(result, [&](const char* name, const auto& field) {
+    ASSERT_FALSE(field.empty()) << name;
+    Result changed = result;
+    for_each_field(changed, [&](const char* changed_name, auto& changed_field) {
+      if (std::string(changed_name) == name) changed_field.back() = flipped(changed_field.back());
+    });
+    check(name, changed);
+  });
+}
+
+TEST(Compare, ForwardComparesEveryFieldAndActivationsOnlyWhenAsked) {
+  const FullRun run;
+  EXPECT_EQ(compare_forward(run.config, run.fwd, run.fwd, true), std::nullopt);
+  expect_every_field_compared(run.fwd, [&](const std::string& name, const ref::Forward& changed) {
+    const Verdict v = compare_forward(run.config, run.fwd, changed, true);
+    ASSERT_TRUE(v) << name;
+    EXPECT_EQ(v->rfind(name + "[", 0), 0u) << *v;
+    const Verdict without = compare_forward(run.config, run.fwd, changed, false);
+    if (name == "h" || name == "a")
+      EXPECT_EQ(without, std::nullopt) << *without;
+    else
+      EXPECT_EQ(without, v);
+  });
+}
+
+TEST(Compare, GradientsCompareEveryField) {
+  const FullRun run;
+  EXPECT_EQ(compare_gradients(run.config, run.grad, run.grad), std::nullopt);
+  expect_every_field_compared(run.grad, [&](const std::string& name, const ref::Gradients& changed) {
+    const Verdict v = compare_gradients(run.config, run.grad, changed);
+    ASSERT_TRUE(v) << name;
+    EXPECT_EQ(v->rfind(name + "[", 0), 0u) << *v;
+  });
+}
+
+// Rows of the field's own width in the config: y and dx by token (H), d_w2 by weight row (I), the layout
+// tables one element a row; the first differing field in fields.h's order is the one reported.
+TEST(Compare, MismatchesAreNamedByRowAndColumn) {
+  const FullRun run;
+  const int H = run.config.hidden, I = run.config.intermediate;
+  ref::Forward fwd = run.fwd;
+  fwd.y[size_t(3) * H + 5] = to_bf16(2.0f);
+  fwd.y[size_t(4) * H] = to_bf16(2.0f);
+  EXPECT_EQ(compare_forward(run.config, run.fwd, fwd, false),
+            "y[3, 5]: " + show_element(run.fwd.y[size_t(3) * H + 5]) + " vs 0x4000 (0x1p+1)");
+  fwd.layout.slot_row[7] += 1;
+  EXPECT_EQ(compare_forward(run.config, run.fwd, fwd, false),
+            "slot_row[7, 0]: " + std::to_string(run.fwd.layout.slot_row[7]) + " vs " +
+                std::to_string(fwd.layout.slot_row[7]));
+  ref::Gradients grad = run.grad;
+  grad.d_w2[size_t(2) * I + 1] = -grad.d_w2[size_t(2) * I + 1];
+  const Verdict v = compare_gradients(run.config, run.grad, grad);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->rfind("d_w2[2, 1]: ", 0), 0u) << *v;
 }
 
 TEST(Backends, GpuIsReportedUnavailable) {

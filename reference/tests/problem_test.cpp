@@ -1,7 +1,7 @@
-// Configs and problem recipes at their limits (issue 16): sizes whose products pass int32 or this
-// machine's memory, values a float32 or a Zipf law cannot hold, and Zipf exponents so large that the
-// weights underflow. Each is a mok::Error naming the problem before anything is allocated, or a
-// problem drawn as asked; never a crash.
+// Problem recipes at their limits (issue 16): problems larger than this machine's memory, Zipf
+// exponents a Zipf law cannot hold or so large that the weights underflow, junk routing-kind names.
+// Each is a mok::Error naming the problem before anything is allocated, or a problem drawn as asked;
+// never a crash. The config checks themselves are core's tests (core/tests/validate_test.cpp).
 #include "mok/reference/problem.h"
 
 #include <gtest/gtest.h>
@@ -11,85 +11,13 @@
 #include <set>
 #include <string>
 
+#include "core_test_support.h"
 #include "mok/core/validate.h"
 
 namespace mok::ref {
 namespace {
 
-// The message of the mok::Error that `call` throws ("" if none).
-template <class Call>
-std::string error_of(Call call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string validate_error(const LayerConfig& c) {
-  return error_of([&] { validate(c); });
-}
-
-TEST(Validate, TokensPastInt32AreRefusedBeforeTokensOverflows) {
-  LayerConfig c = make_config(2, 1 << 30, 64, 64, 2, 1);
-  EXPECT_EQ(validate_error(c),
-            "mok: invalid input: tokens N = R * T = 2147483648 is more than 2^31 - 1: too large for mok's 32-bit "
-            "indices");
-  c = make_config(1, 1 << 29, 64, 64, 8, 8);  // N fits, N * k does not
-  EXPECT_NE(validate_error(c).find("routed rows N * k = 4294967296 is more than 2^31 - 1"), std::string::npos);
-  c = make_config(1, 1 << 23, 64, 64, 512, 1);  // N * E: the logits
-  EXPECT_NE(validate_error(c).find("logits N * E = 4294967296"), std::string::npos);
-}
-
-TEST(Validate, WidthsPastInt32AreRefused) {
-  const int big = 1 << 30;
-  EXPECT_NE(validate_error(make_config(1, 1, 64, big, 1, 1)).find("W1 rows per expert 2 * I = 2147483648"),
-            std::string::npos);
-  LayerConfig c = make_config(1, 1, 64, 64, 1, 1);
-  c.shared_intermediate = big;
-  EXPECT_NE(validate_error(c).find("shared W1 rows 2 * Is = 2147483648"), std::string::npos);
-  EXPECT_NE(validate_error(make_config(1, 1, 1 << 24, 64, 512, 1)).find("router elements E * H = 8589934592"),
-            std::string::npos);
-  EXPECT_NE(validate_error(make_config(1, 1, big, big, 1, 1)), "");
-}
-
-TEST(Validate, RoutedScaleIsCheckedInEveryMode) {
-  for (const ScoreMode mode : {ScoreMode::softmax, ScoreMode::sigmoid})
-    for (const float scale :
-         {std::numeric_limits<float>::quiet_NaN(), -3.0f, 0.0f, std::numeric_limits<float>::infinity()}) {
-      LayerConfig c = make_config(1, 4, 64, 64, 4, 2);
-      c.score_mode = mode;
-      c.routed_scale = scale;
-      EXPECT_EQ(validate_error(c), "mok: invalid input: routed_scale must be positive and finite") << scale;
-    }
-}
-
-TEST(Validate, SwigluLimitIsZeroOrANormalFloat) {
-  LayerConfig c = make_config(1, 4, 64, 64, 4, 2);
-  for (const float limit : {std::numeric_limits<float>::denorm_min(), 1e-40f, -1.0f,
-                            std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
-    c.swiglu_limit = limit;
-    EXPECT_NE(validate_error(c).find("swiglu_limit must be 0 (off) or a positive, finite, normal float32"),
-              std::string::npos)
-        << limit;
-  }
-  for (const float limit : {0.0f, std::numeric_limits<float>::min(), 0.75f}) {
-    c.swiglu_limit = limit;
-    EXPECT_EQ(validate_error(c), "") << limit;
-  }
-}
-
-TEST(Memory, AProblemLargerThanTheLimitIsRefusedWithItsSize) {
-  const LayerConfig c = make_config(1, 1, 1 << 14, 1 << 14, 16, 1);  // 16 experts of 2^28 weights each
-  EXPECT_EQ(validate_error(c), "");
-  // 12 Gi weights: 24 GiB in bf16 and 48 GiB of fp32 gradients, plus a few MiB of tokens and router.
-  EXPECT_NEAR(problem_bytes(c) / double(1ull << 30), 72.0, 0.01);
-  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 30)); }),
-            "mok: invalid input: this problem (R = 1, T = 1, E = 16, H = 16384, I = 16384) needs 72.0 GiB of host "
-            "memory for its tensors, more than the 1.0 GiB this machine has");
-  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 40)); }), "");
-}
+using mok::test::error_of;
 
 TEST(Memory, MakeProblemRefusesWhatThisMachineCannotHoldBeforeAllocating) {
   ASSERT_GT(physical_memory_bytes(), 0.0);
@@ -164,19 +92,6 @@ TEST(RoutingKindNames, JunkIsEchoedEscaped) {
   const std::string message = error_of([] { routing_kind_from_string(std::string("zip\x01\xff", 5)); });
   EXPECT_NE(message.find("unknown routing kind 'zip\\x01\\xff'"), std::string::npos) << message;
   EXPECT_EQ(message.find('\x01'), std::string::npos);
-}
-
-TEST(ErrorText, InputIsQuotedAndEscapedInternalFaultsAreNoInputErrors) {
-  EXPECT_EQ(quote_input(std::string("a\tb\0c\x7f\x80", 7)), "'a\\x09b\\x00c\\x7f\\x80'");
-  EXPECT_EQ(escape_bytes("one\ntwo\r", true), "one\ntwo\\x0d");
-  try {
-    fail_internal("a broken invariant");
-    FAIL();
-  } catch (const Error&) {
-    FAIL() << "an internal fault is no invalid input";
-  } catch (const InternalError& e) {
-    EXPECT_STREQ(e.what(), "mok: internal error: a broken invariant");
-  }
 }
 
 }  // namespace

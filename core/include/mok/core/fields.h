@@ -6,7 +6,10 @@
 // (format v1: /routing/..., /outputs/..., /config attributes); h, a, shared_h and shared_a are not
 // stored in goldens. A new field is added here once, and every user sees it.
 //
-// first_bit_mismatch(name, a, b): the first element whose bits differ, both values in hex, or "".
+// Bitwise comparison, shared by every consumer that compares results bit for bit:
+//   raw_bits(v)                     an element's bits as one word (what "bit for bit" compares);
+//   show_element(v)                 an element for a message: bits and value ("0x3f80 (0x1p+0)");
+//   first_bit_mismatch(name, a, b)  the first element whose bits differ, both values in hex, or "".
 #pragma once
 
 #include <concepts>
@@ -102,11 +105,23 @@ void for_each_field(A& a, B& b, F&& f) {
   detail::config_fields(f, a, b);
 }
 
-namespace detail {
+// Bits, not values: -0 differs from +0 and a NaN from a NaN with another payload.
 inline uint32_t raw_bits(bf16 v) { return v.bits; }
 inline uint32_t raw_bits(float v) { return bits_of(v); }
 inline uint32_t raw_bits(int32_t v) { return uint32_t(v); }
-}  // namespace detail
+
+// Floats as their bits and their value in hex-float notation, which is exact: "0x3f80 (0x1p+0)".
+inline std::string show_element(bf16 v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "0x%04x (%a)", unsigned(v.bits), double(to_float(v)));
+  return buf;
+}
+inline std::string show_element(float v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "0x%08x (%a)", unsigned(bits_of(v)), double(v));
+  return buf;
+}
+inline std::string show_element(int32_t v) { return std::to_string(v); }
 
 // The first element whose bits differ, as "name[i]: 0x.. vs 0x.." (a's value first), or "" when both
 // hold the same bits; a differing size is reported as such.
@@ -114,10 +129,10 @@ template <class T>
 std::string first_bit_mismatch(const std::string& name, const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return name + ": " + std::to_string(a.size()) + " elements vs " + std::to_string(b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    if (detail::raw_bits(a[i]) != detail::raw_bits(b[i])) {
+    if (raw_bits(a[i]) != raw_bits(b[i])) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "[%zu]: 0x%0*x vs 0x%0*x", i, int(2 * sizeof(T)), unsigned(detail::raw_bits(a[i])),
-                    int(2 * sizeof(T)), unsigned(detail::raw_bits(b[i])));
+      std::snprintf(buf, sizeof buf, "[%zu]: 0x%0*x vs 0x%0*x", i, int(2 * sizeof(T)), unsigned(raw_bits(a[i])),
+                    int(2 * sizeof(T)), unsigned(raw_bits(b[i])));
       return name + buf;
     }
   return "";

@@ -13,12 +13,9 @@ namespace mok::fuzz {
 // A property's outcome: nullopt when it holds, otherwise what failed.
 using Verdict = std::optional<std::string>;
 
-std::string show_element(bf16 v);     // "0x3f80 (1)"
-std::string show_element(float v);    // "0x3f800000 (0x1p+0)"
-std::string show_element(int32_t v);  // "5"
-
-// Row rows_a[i] of a against row rows_b[i] of b, `width` elements each, bit for bit. Rows are
-// tokens (or layout rows): a mismatch reads "name[row a / row b, column]: value a vs value b".
+// Row rows_a[i] of a against row rows_b[i] of b, `width` elements each, bit for bit (mok::raw_bits).
+// Rows are tokens (or layout rows): a mismatch reads "name[row a / row b, column]: value a vs value b",
+// values as mok::show_element writes them.
 // Two empty tensors are equal (an output the configuration does not have).
 template <class T>
 Verdict compare_rows(const std::string& name, const std::vector<T>& a, const std::vector<T>& b, int width,
@@ -28,7 +25,8 @@ Verdict compare_rows(const std::string& name, const std::vector<T>& a, const std
 template <class T>
 Verdict compare_bits(const std::string& name, const std::vector<T>& a, const std::vector<T>& b, int width);
 
-// Every tensor of two forward passes (h and a only when `activations`) and of two backward passes.
+// Every field of two forward passes (h and a only when `activations`) and of two backward passes, in
+// the order of mok::for_each_field, each viewed as rows of its width in this config.
 Verdict compare_forward(const LayerConfig& c, const ref::Forward& a, const ref::Forward& b, bool activations);
 Verdict compare_gradients(const LayerConfig& c, const ref::Gradients& a, const ref::Gradients& b);
 

@@ -8,16 +8,16 @@
 #include <limits>
 #include <vector>
 
+#include "core_test_support.h"
 #include "mok/core/bf16.h"
 #include "mok/core/combine.h"
+#include "mok/core/fields.h"
 #include "mok/core/fma_chain.h"
 #include "mok/core/kstep.h"
 #include "mok/core/scalar.h"
 #include "mok/core/swiglu.h"
-#include "mok/reference/problem.h"
-#include "test_support.h"
 
-namespace mok::ref::test {
+namespace mok::test {
 namespace {
 
 // ---- bf16 ----
@@ -63,7 +63,7 @@ TEST(Bf16, EveryNonNanValueRoundTripsExactly) {
   for (uint32_t b = 0; b < 0x10000u; ++b) {
     const bf16 v{uint16_t(b)};
     if ((b & 0x7fffu) > 0x7f80u) continue;  // NaN
-    ASSERT_EQ(to_bf16(to_float(v)).bits, v.bits) << describe(v);
+    ASSERT_EQ(to_bf16(to_float(v)).bits, v.bits) << show_element(v);
   }
 }
 
@@ -101,14 +101,14 @@ TEST(ExpF32, Within2UlpOverADenseSweep) {
   ExpSweep sweep;
   sweep.run(0x00000000u, 0x42b20000u, 101);    // [0, 89]
   sweep.run(kNegativeZero, 0xc2d00000u, 101);  // [-104, -0]
-  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << describe(sweep.first_failure) << " of " << sweep.checked;
+  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << show_element(sweep.first_failure) << " of " << sweep.checked;
 }
 
 TEST(ExpF32, Within2UlpOnEverySubnormalResult) {
   ExpSweep sweep;
   sweep.run(0xc2aeac50u, 0xc2cff1b6u, 1);  // x in [-87.34, -103.98]: exp(x) below 2^-126, every float
   EXPECT_GT(sweep.checked, 2000000);
-  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << describe(sweep.first_failure);
+  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << show_element(sweep.first_failure);
 }
 
 TEST(ExpF32, OverflowEdge) {
@@ -117,7 +117,7 @@ TEST(ExpF32, OverflowEdge) {
   ASSERT_GE(std::exp(double(std::nextafter(last_finite, 100.0f))), 0x1p128 * (1 - 0x1p-25));
   ExpSweep sweep;
   sweep.run(bits_of(last_finite) - 4096, bits_of(last_finite) + 4096, 1);
-  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << describe(sweep.first_failure);
+  EXPECT_EQ(sweep.failed, 0) << "first failure at x = " << show_element(sweep.first_failure);
   EXPECT_TRUE(std::isfinite(exp_f32(last_finite)));
   EXPECT_TRUE(std::isinf(exp_f32(std::nextafter(last_finite, 100.0f))));
 }
@@ -158,7 +158,7 @@ TEST(Scalar, SigmoidSiluSiluGradAgainstFp64) {
     const bool ok_grad = std::abs(double(silu_grad_f32(x)) - grad) <= 8 * u * s * (1.0 + std::abs(double(x)));
     if (!(ok_sigmoid && ok_silu && ok_grad)) {
       ++failures;
-      ADD_FAILURE() << "x = " << describe(x) << ": sigmoid " << ok_sigmoid << " silu " << ok_silu << " silu' "
+      ADD_FAILURE() << "x = " << show_element(x) << ": sigmoid " << ok_sigmoid << " silu " << ok_silu << " silu' "
                     << ok_grad;
     }
   }
@@ -314,7 +314,7 @@ TEST(FmaChain, OneFmaPerTermInIndexOrderFromZero) {
 
 TEST(FmaChain, PiecesContinueTheWholeChain) {
   // The GPU runs a long chain in 32-term pieces; each piece continues from the last one's acc.
-  ref::Rng rng(11);
+  TestRng rng(11);
   std::vector<float> a(100), b(100);
   for (size_t i = 0; i < a.size(); ++i) {
     a[i] = rng.symmetric(1.0f);
@@ -359,7 +359,7 @@ TEST(Combine, DxAddsSharedThenSlotsThenRouter) {
 
 TEST(Combine, ChainsRunSlotBySlotGiveTheWholeCombine) {
   // The GPU continues each column's sum one slot at a time (combine_*_chain with n = 1).
-  ref::Rng rng(12);
+  TestRng rng(12);
   const int k = 11;
   std::vector<float> w(k);
   std::vector<bf16> slots(k);
@@ -385,4 +385,4 @@ TEST(Combine, WeightedDyRoundsTheProductOnce) {
 }
 
 }  // namespace
-}  // namespace mok::ref::test
+}  // namespace mok::test

@@ -1,4 +1,5 @@
-// The router's per-token steps and the dispatch layout, on hand-computed cases.
+// The router's per-token steps (scores, top-k selection, weights, backward): hand-computed cases, fp64
+// and finite differences.
 #include "mok/core/routing.h"
 
 #include <gtest/gtest.h>
@@ -7,11 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "mok/reference/layer.h"
-#include "mok/reference/problem.h"
-#include "test_support.h"
+#include "core_test_support.h"
 
-namespace mok::ref::test {
+namespace mok::test {
 namespace {
 
 LayerConfig router_config(ScoreMode mode, int experts, int top_k) {
@@ -56,7 +55,7 @@ TEST(Softmax, SubtractsTheMaximumBeforeExp) {
 // Error of the fp32 softmax: the max subtraction (u |l - m|), exp (2 ulp), E additions, one division.
 TEST(Softmax, MatchesFp64WithinItsOperationCount) {
   const LayerConfig c = router_config(ScoreMode::softmax, 16, 1);
-  Rng rng(3);
+  TestRng rng(3);
   for (int trial = 0; trial < 1000; ++trial) {
     std::vector<float> logits(c.experts);
     for (float& l : logits) l = rng.symmetric(6.0f);
@@ -152,7 +151,7 @@ TEST(RouterWeights, RenormaliseAndScale) {
 // ~ 1e-5, rounding noise ~ 4 ulp * sum|dw w| / 2h ~ 2e-5, both times the scale (measured: at most
 // 6e-6 times the scale); a wrong formula is off by O(1).
 void expect_router_backward_matches_differences(LayerConfig c) {
-  Rng rng(11);
+  TestRng rng(11);
   const int E = c.experts, k = c.top_k;
   const float h = 0x1p-7f;
   for (int trial = 0; trial < 20; ++trial) {
@@ -201,35 +200,5 @@ TEST(RouterBackward, SigmoidPlainScaledMatchesFiniteDifferences) {
   expect_router_backward_matches_differences(c);
 }
 
-// ---- dispatch layout ----
-
-TEST(DispatchLayout, HandRoutingWithAnEmptyExpert) {
-  // 5 tokens, k = 2, 4 experts; expert 2 gets nothing.
-  const LayerConfig c = make_config(1, 5, 64, 64, 4, 2);
-  const std::vector<int32_t> topk_idx = {1, 3, /**/ 3, 0, /**/ 1, 0, /**/ 0, 3, /**/ 3, 1};
-  const DispatchLayout l = build_dispatch_layout(c, topk_idx);
-  EXPECT_EQ(l.counts, (std::vector<int32_t>{3, 3, 0, 4}));
-  EXPECT_EQ(l.offsets, (std::vector<int32_t>{0, 3, 6, 6, 10}));
-  // Rows by expert, then token: expert 0 serves (1,1) (2,1) (3,0); expert 1 (0,0) (2,0) (4,1);
-  // expert 3 (0,1) (1,0) (3,1) (4,0). A row's source is token * k + slot.
-  EXPECT_EQ(l.row_source, (std::vector<int32_t>{3, 5, 6, 0, 4, 9, 1, 2, 7, 8}));
-  EXPECT_EQ(l.slot_row, (std::vector<int32_t>{3, 6, 7, 0, 4, 1, 2, 8, 9, 5}));
-}
-
-TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
-  // 300 tokens span ten 32-token chunks; a zipf routing leaves the tail experts nearly empty.
-  const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);
-  const Problem p = make_problem(c, 5, RoutingKind::zipf, 2.0);
-  const DispatchLayout l = build_dispatch_layout(c, p.routing->topk_idx);
-  std::vector<int32_t> want_source;
-  for (int e = 0; e < c.experts; ++e)
-    for (int g = 0; g < c.tokens(); ++g)
-      for (int j = 0; j < c.top_k; ++j)
-        if (p.routing->topk_idx[g * c.top_k + j] == e) want_source.push_back(g * c.top_k + j);
-  EXPECT_EQ(l.row_source, want_source);
-  for (size_t row = 0; row < l.row_source.size(); ++row) ASSERT_EQ(l.slot_row[l.row_source[row]], int32_t(row));
-  EXPECT_EQ(l.offsets.back(), c.routed_rows());
-}
-
 }  // namespace
-}  // namespace mok::ref::test
+}  // namespace mok::test

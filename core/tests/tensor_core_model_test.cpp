@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core_test_support.h"
 #include "mok/core/kstep.h"
-#include "mok/reference/problem.h"
 
-namespace mok {
+namespace mok::test {
 namespace {
 
 struct HardwareCase {
@@ -100,7 +100,7 @@ TEST(TensorCoreModel, TruncatesTermsBelowTheKeptBits) {
 
 // Operands of one K-step: random bf16 bit patterns (NaN and Inf included), or values whose products
 // land near the subnormal range, or exact cancellation pairs (sums that truncate to zero).
-void random_operands(ref::Rng& rng, int kind, bf16 (&a)[16], bf16 (&b)[16]) {
+void random_operands(TestRng& rng, int kind, bf16 (&a)[16], bf16 (&b)[16]) {
   for (int i = 0; i < 16; ++i) {
     if (kind == 0) {
       a[i] = bf16{uint16_t(rng.next())}, b[i] = bf16{uint16_t(rng.next())};
@@ -118,7 +118,7 @@ void random_operands(ref::Rng& rng, int kind, bf16 (&a)[16], bf16 (&b)[16]) {
 // three more K-steps over zero padding rows than the reference (docs/numerics.md). Such a step must
 // return its C bit for bit, and no chain from +0 may reach -0 (the one C a zero step would change).
 TEST(TensorCoreModel, ZeroPaddingStepsChangeNoBit) {
-  ref::Rng rng(20261129);
+  TestRng rng(20261129);
   bf16 zero_a[16], zero_b[16];
   for (int i = 0; i < 16; ++i)  // padding rows hold +0; their products with either sign are +-0
     zero_a[i] = bf16{uint16_t(i % 3 ? 0x0000 : 0x8000)}, zero_b[i] = bf16{uint16_t(i % 2 ? 0x8000 : 0x0000)};
@@ -141,4 +141,4 @@ TEST(TensorCoreModel, ZeroPaddingStepsChangeNoBit) {
 }
 
 }  // namespace
-}  // namespace mok
+}  // namespace mok::test

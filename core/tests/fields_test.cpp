@@ -1,0 +1,37 @@
+// The bitwise comparison every consumer shares (mok/core/fields.h): what counts as a difference, and
+// how a mismatch reads.
+#include "mok/core/fields.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace mok::test {
+namespace {
+
+TEST(RawBits, TellSignedZerosAndNanPayloadsApart) {
+  EXPECT_NE(raw_bits(0.0f), raw_bits(-0.0f));
+  EXPECT_NE(raw_bits(bf16{0x7fc0}), raw_bits(bf16{0x7fc1}));
+  EXPECT_EQ(raw_bits(bf16{0x8000}), 0x8000u);
+  EXPECT_EQ(raw_bits(int32_t(-1)), 0xffffffffu);
+}
+
+TEST(ShowElement, GivesTheBitsAndTheExactValue) {
+  EXPECT_EQ(show_element(to_bf16(1.0f)), "0x3f80 (0x1p+0)");
+  EXPECT_EQ(show_element(-0.0f), "0x80000000 (-0x0p+0)");
+  EXPECT_EQ(show_element(0x1p-149f), "0x00000001 (0x1p-149)");
+  EXPECT_EQ(show_element(int32_t(-5)), "-5");
+}
+
+TEST(FirstBitMismatch, NamesTheFirstDifferingElement) {
+  const std::vector<float> a = {1.0f, 0.0f, 2.0f}, b = {1.0f, -0.0f, 3.0f};
+  EXPECT_EQ(first_bit_mismatch("v", a, b), "v[1]: 0x00000000 vs 0x80000000");
+  EXPECT_EQ(first_bit_mismatch("v", a, a), "");
+  EXPECT_EQ(first_bit_mismatch("v", a, std::vector<float>(2)), "v: 3 elements vs 2");
+  const std::vector<bf16> c = {bf16{0x3f80}}, d = {bf16{0x3f81}};
+  EXPECT_EQ(first_bit_mismatch("w", c, d), "w[0]: 0x3f80 vs 0x3f81");
+}
+
+}  // namespace
+}  // namespace mok::test

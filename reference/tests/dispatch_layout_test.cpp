@@ -1,0 +1,43 @@
+// The reference's dispatch layout (build_dispatch_layout over core's chunk steps), on a hand-computed
+// routing and on a skewed one that spans several 32-token chunks.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "mok/reference/layer.h"
+#include "mok/reference/problem.h"
+
+namespace mok::ref::test {
+namespace {
+
+TEST(DispatchLayout, HandRoutingWithAnEmptyExpert) {
+  // 5 tokens, k = 2, 4 experts; expert 2 gets nothing.
+  const LayerConfig c = make_config(1, 5, 64, 64, 4, 2);
+  const std::vector<int32_t> topk_idx = {1, 3, /**/ 3, 0, /**/ 1, 0, /**/ 0, 3, /**/ 3, 1};
+  const DispatchLayout l = build_dispatch_layout(c, topk_idx);
+  EXPECT_EQ(l.counts, (std::vector<int32_t>{3, 3, 0, 4}));
+  EXPECT_EQ(l.offsets, (std::vector<int32_t>{0, 3, 6, 6, 10}));
+  // Rows by expert, then token: expert 0 serves (1,1) (2,1) (3,0); expert 1 (0,0) (2,0) (4,1);
+  // expert 3 (0,1) (1,0) (3,1) (4,0). A row's source is token * k + slot.
+  EXPECT_EQ(l.row_source, (std::vector<int32_t>{3, 5, 6, 0, 4, 9, 1, 2, 7, 8}));
+  EXPECT_EQ(l.slot_row, (std::vector<int32_t>{3, 6, 7, 0, 4, 1, 2, 8, 9, 5}));
+}
+
+TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
+  // 300 tokens span ten 32-token chunks; a zipf routing leaves the tail experts nearly empty.
+  const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);
+  const Problem p = make_problem(c, 5, RoutingKind::zipf, 2.0);
+  const DispatchLayout l = build_dispatch_layout(c, p.routing->topk_idx);
+  std::vector<int32_t> want_source;
+  for (int e = 0; e < c.experts; ++e)
+    for (int g = 0; g < c.tokens(); ++g)
+      for (int j = 0; j < c.top_k; ++j)
+        if (p.routing->topk_idx[g * c.top_k + j] == e) want_source.push_back(g * c.top_k + j);
+  EXPECT_EQ(l.row_source, want_source);
+  for (size_t row = 0; row < l.row_source.size(); ++row) ASSERT_EQ(l.slot_row[l.row_source[row]], int32_t(row));
+  EXPECT_EQ(l.offsets.back(), c.routed_rows());
+}
+
+}  // namespace
+}  // namespace mok::ref::test
