@@ -98,42 +98,63 @@ def op_overhead(args):
             call()
         eager = median_ms(lambda i: call(), args.warmup, 200)
         replay = median_ms(lambda i: graph.replay(), args.warmup, 200)
-        host = []
-        for _ in range(200):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            call()
-            host.append((time.perf_counter() - start) * 1e6)
-        torch.cuda.synchronize()
+        # The op alone, its lists packed once: what mok.moe adds in Python is the difference.
+        ints, floats = config.pack(tokens_per_rank=T)
+        op_args = (x, router, None, w1, w2, None, None, idx, w, ints, floats, 2, mok.config.pack_launch())
+        op = lambda: torch.ops.mok.forward(*op_args)  # noqa: E731
+        host, host_op = host_us(call), host_us(op)
     print(f"op overhead (H {H}, I {I}, E {E}, k {k}, T {T}): eager {eager * 1e3:.1f} us, graph replay "
           f"{replay * 1e3:.1f} us, difference {(eager - replay) * 1e3:.1f} us per call; host enqueue "
-          f"{statistics.median(host):.1f} us (median of 200)", flush=True)
+          f"{host:.1f} us (mok.moe), {host_op:.1f} us (torch.ops.mok.forward alone) (medians of 200)", flush=True)
+
+
+def host_us(call, n=200):
+    """Median host time to enqueue one call, from an idle device, in microseconds."""
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def kernel_times(args):
-    """olmoe's op forward: the megakernel's own device time (torch.profiler) beside the step's CUDA-event
-    time and a CUDA-graph replay of the step, to tell a slower kernel from work around it."""
-    H, I, E, k, T = SHAPES["olmoe"]
+    """One shape's op forward (no_grad) and forward+backward (autograd): every device kernel's time
+    (torch.profiler) beside the step's CUDA-event time, and the forward's CUDA-graph replay, to tell a
+    slower kernel from work around it."""
+    name = "olmoe" if args.shape == "all" else args.shape
+    H, I, E, k, T = SHAPES[name]
     config, router, w1, w2 = mok_layer(H, I, E, k, T)
-    x = torch.randn(T, H, device="cuda").bfloat16()
+    x = torch.randn(T, H, device="cuda").bfloat16().requires_grad_()
+    dy = torch.randn(T, H, device="cuda").bfloat16()
     idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
     idx, w = idx.contiguous(), w.float().contiguous()
-    with torch.no_grad():
-        call = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full",  # noqa: E731
-                               ring_rows=args.ring_rows)
-        events = median_ms(lambda i: call(), args.warmup, args.runs)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            call()
-        replay = median_ms(lambda i: graph.replay(), args.warmup, args.runs)
+    moe = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full",  # noqa: E731
+                          ring_rows=args.ring_rows)
+
+    def forward():
+        with torch.no_grad():
+            moe()
+
+    def profile(step, what):
+        events = median_ms(lambda i: step(), args.warmup, args.runs)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
-                call()
+                step()
             torch.cuda.synchronize()
-    for e in prof.key_averages():
-        if e.device_time_total > 0:
-            print(f"  {e.key[:60]:60} {e.count:3d} calls, {e.device_time_total / e.count / 1e3:8.3f} ms each")
-    print(f"olmoe op forward: events {events:.3f} ms, graph replay {replay:.3f} ms", flush=True)
+        print(f"{name} op {what}: events {events:.3f} ms; device kernels per step:")
+        for e in prof.key_averages():
+            if e.device_time_total > 0:
+                print(f"  {e.key[:60]:60} {e.count / 5:4.1f} per step, {e.device_time_total / e.count / 1e3:8.3f} ms each")
+
+    profile(forward, "forward")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    print(f"{name} op forward: graph replay {median_ms(lambda i: graph.replay(), args.warmup, args.runs):.3f} ms")
+    profile(lambda: moe().backward(dy), "forward+backward")
 
 
 def main():
@@ -143,8 +164,9 @@ def main():
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
-    p.add_argument("--ring-rows", type=int, default=4096, help="the layer's ring (mok-bench's default: 131072)")
-    p.add_argument("--kernel-times", action="store_true", help="only the profile of olmoe's op forward")
+    p.add_argument("--ring-rows", type=int, default=0, help="the backward's dy ring (0: the layer's default)")
+    p.add_argument("--kernel-times", action="store_true",
+                   help="only the device-kernel profile of one shape's op steps (--shape; all: olmoe)")
     args = p.parse_args()
     torch.use_deterministic_algorithms(True)
     if args.kernel_times:

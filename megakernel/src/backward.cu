@@ -166,10 +166,19 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// A weight gradient's two adjacent fp32 elements: stored, or added into what the caller's buffer holds
-// (gradient accumulation: one rounding, out + d, as the reference adds).
-__device__ __forceinline__ void store_gradient_pair(const Params& p, float* out, float d0, float d1) {
-  float2* o = reinterpret_cast<float2*>(out);
+// Element `i` of a weight gradient's buffer (fp32, or bf16: Params::grads_bf16).
+__device__ __forceinline__ void* gradient_at(const Params& p, void* base, long i) {
+  return static_cast<uint8_t*>(base) + i * (p.grads_bf16 ? sizeof(bf16) : sizeof(float));
+}
+
+// A weight gradient's two adjacent elements: rounded once to bf16, or stored in fp32, or added into
+// what the caller's fp32 buffer holds (gradient accumulation: one rounding, out + d, as the reference adds).
+__device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, float d0, float d1) {
+  if (p.grads_bf16) {
+    store_pair(static_cast<bf16*>(out), d0, d1);
+    return;
+  }
+  float2* o = static_cast<float2*>(out);
   if (p.accumulate) {
     const float2 held = *o;
     *o = float2{held.x + d0, held.y + d1};
@@ -183,7 +192,7 @@ __device__ __forceinline__ void store_gradient_pair(const Params& p, float* out,
 struct WeightGrad {
   const CUtensorMap *a, *b;
   int m, n, k_first, k_rows;
-  float* out;
+  void* out;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
 };
 
@@ -200,8 +209,9 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   if (w < 2 * own) {
     const int e = own_expert_begin(p) + w / 2, first = kTileRows * p.tile_offsets[e],
               rows = p.offsets[e + 1] - p.offsets[e];
-    if (w % 2 == 0) return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, p.d_w1 + long(e) * 2 * I * H};
-    return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, p.d_w2 + long(e) * H * I};
+    if (w % 2 == 0)
+      return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, long(e) * 2 * I * H)};
+    return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, gradient_at(p, p.d_w2, long(e) * H * I)};
   }
   if (w == 2 * own) return WeightGrad{&p.maps.shared_dh, &p.maps.x, 2 * Is, H, 0, N, p.d_shared_w1};
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
@@ -239,7 +249,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m) store_gradient_pair(p, wg.out + long(m0 + row) * wg.n + n0 + col, v0, v1);
+              if (m0 + row < wg.m)
+                store_gradient_pair(p, gradient_at(p, wg.out, long(m0 + row) * wg.n + n0 + col), v0, v1);
             },
             min(kTileN, wg.n - n0));
       });

@@ -2,6 +2,7 @@
 // buffers laid out from the config, kernel parameters from the call's pointers, cooperative launches
 // on the caller's stream, device errors copied behind each launch and raised by the next call.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "current_device.h"
@@ -61,9 +62,31 @@ int resident_blocks(int asked) {
   return asked ? asked : resident;
 }
 
-// The workspace's sections (each 256-byte aligned), for the forward and the backward alike.
+// Ring rows that hold `rows` routed rows of one rank's experts in whole tiles (each expert's last tile
+// may be part empty).
+int ring_rows_for(const LayerConfig& c, int64_t rows) {
+  const int64_t ring = (rows / kTileRows + c.experts_per_rank()) * kTileRows;
+  require(ring <= std::numeric_limits<int>::max(), "the ring of " + std::to_string(rows) + " rows is too large");
+  return int(ring);
+}
+
+// The backward's default ring: an average rank's rows, so balanced routing takes one cycle.
+int average_rank_ring_rows(const LayerConfig& c) {
+  const int64_t rows = int64_t(c.tokens()) * c.top_k;
+  return ring_rows_for(c, (rows + c.ranks - 1) / c.ranks);
+}
+
+// The forward stages nothing in the ring (it pulls x straight into xe): one cycle over the most rows a
+// rank can receive, N min(k, experts per rank) (a token picks distinct experts).
+int forward_cycle_rows(const LayerConfig& c) {
+  return ring_rows_for(c, int64_t(c.tokens()) * std::min(c.top_k, c.experts_per_rank()));
+}
+
+// The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
+// the forward's workspace is a prefix of the backward's.
 struct WorkspaceLayout {
-  size_t barrier, ring, chunk_counts, chunk_base, g, dh, dye, shared_y, shared_dh, slots, bytes;
+  size_t barrier, chunk_counts, chunk_base, shared_y, slots, forward_bytes;
+  size_t ring, g, dh, dye, shared_dh, bytes;
 };
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
@@ -71,15 +94,16 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   WorkspaceLayout l{};
   Sections sections(256);
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
-  l.ring = sections.take(size_t(c.ranks) * launch.ring_rows * H * 2);
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
+  l.shared_y = sections.take(N * H * 2);
+  l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  l.forward_bytes = sections.bytes();
+  l.ring = sections.take(size_t(c.ranks) * launch.ring_rows * H * 2);
   l.g = sections.take(P * I * 4);
   l.dh = sections.take(P * 2 * I * 2);
   l.dye = sections.take(P * H * 2);
-  l.shared_y = sections.take(N * H * 2);
   l.shared_dh = sections.take(N * 2 * Is * 2);
-  l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.bytes = sections.bytes();
   return l;
 }
@@ -148,17 +172,20 @@ struct Layer::Impl {
     check_view(g.d_logits, "d_logits [N, E]", DType::f32, {N, E}, !router);
     check_view(g.d_router, "d_router [E, H]", DType::f32, {E, H}, !router);
     require(!router || (g.d_logits.data && g.d_router.data), "d_logits and d_router are missing");
-    check_view(g.d_w1, "d_w1 [E, 2I, H]", DType::f32, {E, 2 * I, H});
-    check_view(g.d_w2, "d_w2 [E, H, I]", DType::f32, {E, H, I});
-    check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", DType::f32, {2 * Is, H}, Is == 0);
-    check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", DType::f32, {H, Is}, Is == 0);
+    // The weight gradients' one dtype: d_w1's, bf16 only where they are overwritten.
+    const DType wd = g.d_w1.dtype == DType::bf16 ? DType::bf16 : DType::f32;
+    require(!(g.accumulate && wd == DType::bf16), "d_w1 is bfloat16: accumulating gradients needs float32 buffers");
+    check_view(g.d_w1, "d_w1 [E, 2I, H]", wd, {E, 2 * I, H});
+    check_view(g.d_w2, "d_w2 [E, H, I]", wd, {E, H, I});
+    check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", wd, {2 * Is, H}, Is == 0);
+    check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", wd, {H, Is}, Is == 0);
   }
 
   // ---- kernel parameters ----
-  Params params(uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+  Params params(Pass pass, uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
     Params p{};
     p.c = c;
-    p.ring_rows = launch.ring_rows;
+    p.ring_rows = pass == Pass::forward ? forward_cycle_rows(c) : launch.ring_rows;
     p.routing = in.routing;
     p.rank_begin = rank_begin, p.rank_end = rank_end;
     auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
@@ -181,13 +208,14 @@ struct Layer::Impl {
     p.shared_a = reinterpret_cast<bf16*>(s + saved.shared_a);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
     p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
+    p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
+    p.y = ptr<bf16>(out.y);
+    if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections
     p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
     p.g = reinterpret_cast<float*>(workspace + ws.g);
     p.dh = reinterpret_cast<bf16*>(workspace + ws.dh);
     p.dye = reinterpret_cast<bf16*>(workspace + ws.dye);
-    p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
     p.shared_dh = reinterpret_cast<bf16*>(workspace + ws.shared_dh);
-    p.y = ptr<bf16>(out.y);
     return p;
   }
 
@@ -195,12 +223,13 @@ struct Layer::Impl {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
     const long P = padded_rows(c);
     TensorMaps& maps = p.maps;
-    encode_tensor_map(maps.ring, p.ring, long(c.ranks) * launch.ring_rows, H);
+    // The backward's own buffers are null in the forward: their maps stay empty.
+    encode_tensor_map(maps.ring, p.ring, p.ring ? long(c.ranks) * launch.ring_rows : 0, H);
     encode_tensor_map(maps.w1, w.w1.data, E * 2 * I, H);
     encode_tensor_map(maps.w2, w.w2.data, E * H, I);
     encode_tensor_map(maps.a, p.a, P, I);
-    encode_tensor_map(maps.dh, p.dh, P, 2 * I);
-    encode_tensor_map(maps.dye, p.dye, P, H);
+    encode_tensor_map(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
+    encode_tensor_map(maps.dye, p.dye, p.dye ? P : 0, H);
     encode_tensor_map(maps.xe, p.xe, P, H);
     encode_tensor_map(maps.x, p.x, N, H);
     encode_tensor_map(maps.dy, p.dy, p.dy ? N : 0, H);
@@ -208,7 +237,7 @@ struct Layer::Impl {
     encode_tensor_map(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
     encode_tensor_map(maps.shared_w2, w.shared_w2.data, H, Is);
     encode_tensor_map(maps.shared_a, p.shared_a, N, Is);
-    encode_tensor_map(maps.shared_dh, p.shared_dh, N, 2 * Is);
+    encode_tensor_map(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
   }
 
   // The saved buffer's bytes that no kernel writes (alignment gaps around the layout's arrays and after
@@ -277,7 +306,7 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const Pe
     : impl_(std::make_unique<Impl>()) {
   validate(c);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
-  validate_ring_rows(launch.ring_rows, kTileRows);
+  if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
   require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
           "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
@@ -290,13 +319,14 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const Pe
   Impl& m = *impl_;
   m.c = c;
   m.launch = launch;
+  if (m.launch.ring_rows == 0) m.launch.ring_rows = average_rank_ring_rows(c);
   m.gpu = gpu;
   MOK_CUDA_CHECK(cudaGetDevice(&m.device));
   m.rank_begin = gpu * (c.ranks / launch.gpus), m.rank_end = m.rank_begin + c.ranks / launch.gpus;
   m.blocks = resident_blocks(launch.blocks);
   m.saved = saved_layout(c);
   m.exchange = Exchange(c, gpu, peers);
-  m.ws = workspace_layout(c, launch, !m.exchange.windowed());
+  m.ws = workspace_layout(c, m.launch, !m.exchange.windowed());
   m.error = DeviceArray<KernelError>(1);
   m.error.zero();
   m.host_error = PinnedArray<KernelError>(1);
@@ -309,7 +339,10 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const Pe
 Layer::~Layer() = default;
 
 const LayerConfig& Layer::config() const { return impl_->c; }
-size_t Layer::workspace_bytes() const { return impl_->ws.bytes; }
+size_t Layer::workspace_bytes(Pass pass) const {
+  return pass == Pass::forward ? impl_->ws.forward_bytes : impl_->ws.bytes;
+}
+int Layer::ring_rows() const { return impl_->launch.ring_rows; }
 size_t Layer::saved_bytes() const { return impl_->saved.bytes; }
 int Layer::blocks() const { return impl_->blocks; }
 
@@ -328,7 +361,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.raise_pending();
   m.check_forward(in, out, true);
   require(workspace != nullptr, "workspace is missing");
-  Params p = m.params(static_cast<uint8_t*>(workspace), in, out);
+  Params p = m.params(Pass::forward, static_cast<uint8_t*>(workspace), in, out);
   m.zero_saved_gaps(stream, ptr<uint8_t>(out.saved));
   m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
   m.encode_maps(p, in.weights);
@@ -346,12 +379,13 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   check_view(dy, "dy [N, H]", DType::bf16, {m.c.tokens(), m.c.hidden});
   m.check_grads(in, grads);
   require(workspace != nullptr, "workspace is missing");
-  Params p = m.params(static_cast<uint8_t*>(workspace), in, fwd);
+  Params p = m.params(Pass::backward, static_cast<uint8_t*>(workspace), in, fwd);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
-  p.d_w1 = ptr<float>(grads.d_w1), p.d_w2 = ptr<float>(grads.d_w2);
-  p.d_shared_w1 = ptr<float>(grads.d_shared_w1), p.d_shared_w2 = ptr<float>(grads.d_shared_w2);
+  p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
+  p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
+  p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
   m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
   m.encode_maps(p, in.weights);
   m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);

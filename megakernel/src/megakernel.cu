@@ -162,7 +162,7 @@ struct GpuShare {
   GpuShare(int d, const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch, const PeerGroup* peers)
       : device(d),
         layer(std::make_unique<Layer>(c, launch, d, peers)),
-        workspace(layer->workspace_bytes()),
+        workspace(layer->workspace_bytes(Pass::backward)),
         weights(c, w),
         fwd(c, layer->saved_bytes()),
         grad(c) {}

@@ -115,6 +115,7 @@ struct Params {
   int ring_rows;
   RoutingMode routing;       // replay_ids, given: topk_idx (and for given topk_w) already filled
   bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
+  bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
@@ -158,14 +159,14 @@ struct Params {
   bf16* shared_dh;  // [N, 2Is]
 
   // Outputs.
-  bf16* y;             // [N, H]
-  bf16* dx;            // [N, H]
-  float* d_logits;     // [N, E]
-  float* d_router;     // [E, H]
-  float* d_w1;         // [E, 2I, H]
-  float* d_w2;         // [E, H, I]
-  float* d_shared_w1;  // [2Is, H]
-  float* d_shared_w2;  // [H, Is]
+  bf16* y;            // [N, H]
+  bf16* dx;           // [N, H]
+  float* d_logits;    // [N, E]
+  float* d_router;    // [E, H]
+  void* d_w1;         // [E, 2I, H] fp32 or bf16 (grads_bf16)
+  void* d_w2;         // [E, H, I]
+  void* d_shared_w1;  // [2Is, H]
+  void* d_shared_w2;  // [H, Is]
 };
 
 // The router ran (its logits exist, its gradient flows): every mode but a given routing.

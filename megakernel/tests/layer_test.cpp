@@ -84,7 +84,7 @@ struct Bound {
     topk_w = Buffer(DType::f32, {N, k});
     logits = Buffer(DType::f32, {N, E});
     saved = Buffer(DType::u8, {int64_t(layer.saved_bytes())});
-    workspace = Buffer(DType::u8, {int64_t(layer.workspace_bytes())});
+    workspace = Buffer(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))});
     if (mode != RoutingMode::router) topk_idx.upload(p.routing->topk_idx);
     if (mode == RoutingMode::given) topk_w.upload(p.routing->topk_w);
     dx = Buffer(DType::bf16, {N, H});
@@ -330,6 +330,68 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
   bad[1] = bad[0];  // an expert twice in token 0
   b.topk_idx.upload(bad);
   EXPECT_THROW(layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()), Error);
+}
+
+// The forward needs only its prefix of the workspace (its own allocation here, poisoned, so a read
+// past it would fail under memcheck); the backward with a one-tile ring runs many cycles. Both give
+// the reference's bits.
+TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 40);
+  Layer layer(p.config, LaunchConfig{.ring_rows = 128});
+  EXPECT_EQ(layer.ring_rows(), 128);
+  ASSERT_LT(layer.workspace_bytes(Pass::forward), layer.workspace_bytes(Pass::backward));
+  Bound b(layer, p, RoutingMode::router);
+  Buffer forward_ws(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
+  forward_ws.poison();
+  b.poison();
+  layer.poison_workspace(stream_, b.workspace.view().data);
+  layer.forward(stream_, forward_ws.view().data, b.inputs(), b.outputs());
+  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+  layer.check();
+  expect_same(read(b), reference(p, RoutingMode::router));
+}
+
+// The default ring holds an average rank's rows in whole tiles: N k / R, plus a part-empty tile per
+// expert of the rank.
+TEST_F(LayerApi, DefaultRingHoldsAnAverageRank) {
+  const LayerConfig c = shared_sigmoid();  // R 2, T 40, E 8, k 3
+  const Layer layer(c, {});
+  EXPECT_EQ(layer.ring_rows(), (2 * 40 * 3 / 2 / 128 + 8 / 2) * 128);
+}
+
+// bf16 weight gradients (not accumulated) are the fp32 gradients rounded once; accumulating into
+// bf16 is refused.
+TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 41);
+  const LayerConfig& c = p.config;
+  const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  Layer layer(c, {});
+  Bound b(layer, p, RoutingMode::router);
+  Buffer w1(DType::bf16, {E, 2 * I, H}), w2(DType::bf16, {E, H, I}), sw1(DType::bf16, {2 * Is, H}),
+      sw2(DType::bf16, {H, Is});
+  for (Buffer* g : {&w1, &w2, &sw1, &sw2}) g->poison();
+  GradOutputs grads = b.grads();
+  grads.d_w1 = w1.view(), grads.d_w2 = w2.view(), grads.d_shared_w1 = sw1.view(), grads.d_shared_w2 = sw2.view();
+  b.poison();
+  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads);
+  layer.check();
+  const Results want = reference(p, RoutingMode::router);
+  const auto rounded = [](const std::vector<float>& v) {
+    std::vector<bf16> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);
+    return r;
+  };
+  EXPECT_EQ(first_bit_mismatch("d_w1", w1.download<bf16>(), rounded(want.d_w1)), "");
+  EXPECT_EQ(first_bit_mismatch("d_w2", w2.download<bf16>(), rounded(want.d_w2)), "");
+  EXPECT_EQ(first_bit_mismatch("d_shared_w1", sw1.download<bf16>(), rounded(want.d_sw1)), "");
+  EXPECT_EQ(first_bit_mismatch("d_shared_w2", sw2.download<bf16>(), rounded(want.d_sw2)), "");
+  EXPECT_EQ(first_bit_mismatch("dx", b.dx.download<bf16>(), want.dx), "");
+  grads.accumulate = true;
+  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads), Error);
+  grads = b.grads();
+  grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
+  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads), Error);
 }
 
 // Bad views are refused at the call, naming the tensor, before anything is enqueued.

@@ -5,7 +5,7 @@
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G]
-//   --ring-rows: default 131072, one ring cycle for the shapes (two for qwen3-30b-a3b);
+//   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
 //   --gpus: G ranks on G GPUs through NCCL windows, T tokens each (the global batch grows with G);
 //           the peak fraction is of G times one GPU's peak, and the bytes crossing between GPUs
@@ -146,7 +146,7 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 20, warmup = 2, tokens = 0, ring_rows = 131072, sets = 3, gpus = 1;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (runs < 1 || warmup < 0) throw mok::Error("mok-bench: --runs must be >= 1 and --warmup >= 0");
-    if (ring_rows < 1 || tokens < 0 || sets < 1 || gpus < 1)
-      throw mok::Error("mok-bench: --ring-rows, --sets and --gpus must be >= 1, --tokens >= 0");
+    if (ring_rows < 0 || tokens < 0 || sets < 1 || gpus < 1)
+      throw mok::Error("mok-bench: --sets and --gpus must be >= 1, --ring-rows and --tokens >= 0");
     const auto kind = mok::ref::routing_kind_from_string(routing);
     if (kind != mok::ref::RoutingKind::uniform && kind != mok::ref::RoutingKind::zipf)
       throw mok::Error("mok-bench: --routing must be uniform or zipf");

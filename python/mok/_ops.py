@@ -37,21 +37,22 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
     )
 
 
-def _gradient_fakes(x, config_ints, config_floats, routing_mode):
-    """dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2."""
+def _gradient_shapes(config_ints, config_floats, routing_mode):
+    """Shapes of dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2."""
     c, logit_rows = _shapes(config_ints, config_floats, routing_mode)
     n, h, i, e, s = c.tokens, c.hidden, c.intermediate, c.experts, c.shared_intermediate
-    f32 = torch.float32
-    return (
-        x.new_empty((n, h), dtype=torch.bfloat16),
-        x.new_empty((n, c.top_k), dtype=f32),
-        x.new_empty((logit_rows, e), dtype=f32),
-        x.new_empty((0 if routing_mode == GIVEN else e, h), dtype=f32),
-        x.new_empty((e, 2 * i, h), dtype=f32),
-        x.new_empty((e, h, i), dtype=f32),
-        x.new_empty((2 * s, h), dtype=f32),
-        x.new_empty((h, s), dtype=f32),
-    )
+    return ((n, h), (n, c.top_k), (logit_rows, e), (0 if routing_mode == GIVEN else e, h), (e, 2 * i, h), (e, h, i),
+            (2 * s, h), (h, s))
+
+
+# mok::backward's dtypes: dx and the expert weights' gradients bf16 (each fp32 gradient rounded once),
+# the rest fp32.
+_GRADIENT_DTYPES = (torch.bfloat16, torch.float32, torch.float32, torch.float32) + (torch.bfloat16,) * 4
+
+
+def _gradient_fakes(x, config_ints, config_floats, routing_mode):
+    shapes = _gradient_shapes(config_ints, config_floats, routing_mode)
+    return tuple(x.new_empty(shape, dtype=dtype) for shape, dtype in zip(shapes, _GRADIENT_DTYPES))
 
 
 @torch.library.register_fake("mok::backward")
@@ -75,11 +76,6 @@ def _setup_context(ctx, inputs, output):
     ctx.op_args = (config_ints, config_floats, mode, launch)
 
 
-def _as(grad, param):
-    """A weight's gradient in the weight's dtype: bf16 weights get their fp32 gradient rounded once."""
-    return None if param is None else grad.to(param.dtype)
-
-
 def _backward(ctx, dy, *_non_differentiable):
     x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved = ctx.saved_tensors
     dx, d_topk_w, _, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2 = torch.ops.mok.backward(
@@ -90,10 +86,10 @@ def _backward(ctx, dy, *_non_differentiable):
         dx,
         None if given else d_router,  # a given routing does not read the router
         None,  # expert_bias only selects experts: no gradient
-        _as(d_w1, w1),
-        _as(d_w2, w2),
-        _as(d_shared_w1, shared_w1),
-        _as(d_shared_w2, shared_w2),
+        d_w1,
+        d_w2,
+        d_shared_w1 if shared_w1 is not None else None,
+        d_shared_w2 if shared_w2 is not None else None,
         None,  # topk_idx
         d_topk_w if given else None,  # the given weights' gradient; the router's own weights are internal
         None, None, None, None,
@@ -101,3 +97,16 @@ def _backward(ctx, dy, *_non_differentiable):
 
 
 torch.library.register_autograd("mok::forward", _backward, setup_context=_setup_context)
+
+
+def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+                     config_ints, config_floats, routing_mode, launch):
+    """mok::backward's results with every weight gradient in float32 (d_router, d_w1, d_w2, d_shared_*,
+    absent ones with no elements): mok::backward_accumulate into zeros, one call; 0 + g is g's bits
+    (the chains start from +0, so no gradient is -0)."""
+    shapes = _gradient_shapes(config_ints, config_floats, routing_mode)
+    grads = [torch.zeros(shape, dtype=torch.float32, device=x.device) for shape in shapes[3:]]
+    dx, d_topk_w, d_logits = torch.ops.mok.backward_accumulate(
+        x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+        *(g if g.numel() else None for g in grads), config_ints, config_floats, routing_mode, launch)
+    return (dx, d_topk_w, d_logits, *grads)

@@ -17,7 +17,7 @@ LAUNCH_FIELDS: tuple[str, ...] = tuple(_C.LAUNCH_FIELDS)
 ROUTING_MODES: tuple[str, ...] = tuple(_C.ROUTING_MODES)  # index = the op's routing_mode
 SCORE_MODES: tuple[str, ...] = tuple(_C.SCORE_MODES)
 
-DEFAULT_RING_ROWS = 4096  # the GPU layer's default (mok::gpu::LaunchConfig)
+DEFAULT_RING_ROWS = 0  # the layer's default ring: an average rank's rows (mok::gpu::LaunchConfig)
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class MoEConfig:
 
 
 def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0) -> list[int]:
-    """The ops' launch list: ring rows per rank (a multiple of 128; no bit depends on it) and
-    persistent blocks per GPU (0: all that fit; the CPU ignores it)."""
+    """The ops' launch list: ring rows per rank (0: the layer's default, else a multiple of 128; no bit
+    depends on it) and persistent blocks per GPU (0: all that fit; the CPU ignores it)."""
     values = {"ring_rows": ring_rows, "blocks": blocks}
     return [int(values[name]) for name in LAUNCH_FIELDS]
 

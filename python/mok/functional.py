@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional, Union
 
 import torch
@@ -45,6 +46,13 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
     raise ValueError(f'replay must be "ids", "full" or None, got {replay!r}')
 
 
+@functools.lru_cache(maxsize=256)
+def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int) -> tuple:
+    """config_ints, config_floats and launch for the op, packed once per layer and batch size (packing
+    in Python costs more than the op's own argument checks)."""
+    return (*config.pack(tokens_per_rank=tokens_per_rank), pack_launch(ring_rows, blocks))
+
+
 def moe(
     x: Tensor,
     router: Tensor,
@@ -72,11 +80,10 @@ def moe(
         x = x.view(-1, hidden)
     if x.shape[0] % config.ranks:
         raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
-    config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
+    config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,
-                                                 topk_w, config_ints, config_floats, mode,
-                                                 pack_launch(ring_rows, blocks))
+                                                 topk_w, config_ints, config_floats, mode, launch)
     y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y

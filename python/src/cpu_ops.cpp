@@ -15,7 +15,7 @@ using OptTensor = std::optional<at::Tensor>;
 ref::Options reference_options(const Call& call) {
   ref::Options opt;
   opt.step = StepModel::hopper_tc;
-  opt.ring_rows = call.ring_rows;
+  if (call.ring_rows) opt.ring_rows = call.ring_rows;  // no bit depends on it
   opt.replay_ids = call.mode == RoutingMode::replay_ids;
   return opt;
 }
@@ -39,6 +39,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(
                            tensor_of(f.routing.topk_w, {N, k}), tensor_of(f.logits, logits_shape(call)),
                            tensor_of(saved, {int64_t(saved.size())}));
   });
+}
+
+// The weight gradients mok::backward returns: bf16, each fp32 gradient rounded once (the GPU's bf16
+// weight-gradient epilogue).
+std::vector<bf16> rounded(const std::vector<float>& g) {
+  std::vector<bf16> r(g.size());
+  for (size_t i = 0; i < g.size(); ++i) r[i] = to_bf16(g[i]);
+  return r;
 }
 
 // The reference's gradients for the op's inputs (checked by the caller).
@@ -65,8 +73,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
     return std::make_tuple(tensor_of(g.dx, {N, H}), tensor_of(g.d_topk_w, {N, int64_t(c.top_k)}),
                            tensor_of(g.d_logits, logits_shape(call)), tensor_of(g.d_router, d_router_shape(call)),
-                           tensor_of(g.d_w1, {E, 2 * I, H}), tensor_of(g.d_w2, {E, H, I}),
-                           tensor_of(g.d_shared_w1, {2 * Is, H}), tensor_of(g.d_shared_w2, {H, Is}));
+                           tensor_of(rounded(g.d_w1), {E, 2 * I, H}), tensor_of(rounded(g.d_w2), {E, H, I}),
+                           tensor_of(rounded(g.d_shared_w1), {2 * Is, H}), tensor_of(rounded(g.d_shared_w2), {H, Is}));
   });
 }
 

@@ -92,8 +92,8 @@ Tensor uninitialized(at::IntArrayRef sizes, const at::TensorOptions& options) {
 
 cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 
-Tensor workspace(const gpu::Layer& layer, const Tensor& x) {
-  return uninitialized({int64_t(layer.workspace_bytes())}, x.options().dtype(at::kByte));
+Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x) {
+  return uninitialized({int64_t(layer.workspace_bytes(pass))}, x.options().dtype(at::kByte));
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
@@ -119,7 +119,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     Tensor saved = uninitialized({int64_t(saved_layout(c).bytes)}, x.options().dtype(at::kByte));
     const std::lock_guard lock(cached.mutex);
     require(cached.layer.saved_bytes() == saved_layout(c).bytes, "internal: the layer's saved size differs");
-    const Tensor ws = workspace(cached.layer, x);
+    const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
     cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
@@ -150,12 +150,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     Tensor d_topk_w = uninitialized({N, int64_t(c.top_k)}, f32);
     Tensor d_logits = uninitialized(logits_shape(call), f32);
     Tensor d_router = uninitialized(d_router_shape(call), f32);
-    Tensor d_w1 = uninitialized({E, 2 * I, H}, f32);
-    Tensor d_w2 = uninitialized({E, H, I}, f32);
-    Tensor d_shared_w1 = uninitialized({2 * Is, H}, f32);
-    Tensor d_shared_w2 = uninitialized({H, Is}, f32);
+    // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass).
+    Tensor d_w1 = uninitialized({E, 2 * I, H}, w1.options());
+    Tensor d_w2 = uninitialized({E, H, I}, w1.options());
+    Tensor d_shared_w1 = uninitialized({2 * Is, H}, w1.options());
+    Tensor d_shared_w2 = uninitialized({H, Is}, w1.options());
     const std::lock_guard lock(cached.mutex);
-    const Tensor ws = workspace(cached.layer, x);
+    const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
     cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
                           gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
                                            view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
@@ -183,7 +184,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     Tensor d_topk_w = uninitialized({int64_t(c.tokens()), c.top_k}, f32);
     Tensor d_logits = uninitialized(logits_shape(call), f32);
     const std::lock_guard lock(cached.mutex);
-    const Tensor ws = workspace(cached.layer, x);
+    const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
     cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
                           gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
                                            view(d_w2), view(d_shared_w1), view(d_shared_w2), true});

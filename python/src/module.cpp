@@ -13,6 +13,7 @@ TORCH_LIBRARY(mok, m) {
       "forward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
       "Tensor? shared_w2, Tensor? topk_idx, Tensor? topk_w, int[] config_ints, float[] config_floats, "
       "int routing_mode, int[] launch) -> (Tensor y, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved)");
+  // d_w1, d_w2, d_shared_* are bf16 (the weights' dtype): each fp32 gradient rounded once.
   m.def(
       "backward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
       "Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, Tensor dy, "

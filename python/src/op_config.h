@@ -65,14 +65,15 @@ static_assert(int(RoutingMode::router) == 0 && int(RoutingMode::replay_ids) == 1
 inline constexpr const char* kScoreModes[] = {"softmax", "sigmoid"};
 static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
 
-// The launch list: rows of each rank's receive ring (a multiple of the GPU's 128-row tile; no bit
-// depends on it) and persistent blocks per GPU (0: all co-resident; the CPU ignores it).
+// The launch list: rows of each rank's receive ring (0: the layer's default; else a multiple of the
+// GPU's 128-row tile; no bit depends on it) and persistent blocks per GPU (0: all co-resident; the
+// CPU ignores it).
 inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks"};
 
 struct Call {
   LayerConfig config;
   RoutingMode mode = RoutingMode::router;
-  int ring_rows = 4096;
+  int ring_rows = 0;
   int blocks = 0;
 };
 
@@ -111,9 +112,10 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   call.mode = RoutingMode(routing_mode);
   require(launch.size() == std::size(kLaunchFields),
           list_size_error("launch", launch.size(), std::size(kLaunchFields)));
-  require(launch[0] > 0 && launch[0] <= kInt32Max, "ring_rows = " + std::to_string(launch[0]));
+  require(launch[0] >= 0 && launch[0] <= kInt32Max, "ring_rows = " + std::to_string(launch[0]) + " (need >= 0)");
   call.ring_rows = int(launch[0]);
-  validate_ring_rows(call.ring_rows, kTileRows);  // the GPU's unit, so a call valid on the CPU is valid on the GPU
+  // The GPU's unit, so a call valid on the CPU is valid on the GPU.
+  if (call.ring_rows) validate_ring_rows(call.ring_rows, kTileRows);
   require(launch[1] >= 0 && launch[1] <= kInt32Max, "blocks = " + std::to_string(launch[1]) + " (need >= 0)");
   call.blocks = int(launch[1]);
   return call;

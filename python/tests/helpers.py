@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 import mok
+from mok._ops import backward_float32
 from mok.config import ROUTING_MODES, MoEConfig, pack_launch
 
 GOLDEN_DIR = pathlib.Path(os.environ.get("MOK_GOLDEN_DIR", pathlib.Path(__file__).parents[2] / "golden" / "data"))
@@ -55,6 +56,11 @@ class Layer:
     def backward(self, fwd: tuple, mode: int = ROUTER) -> tuple:
         _, topk_idx, topk_w, logits, saved = fwd
         return torch.ops.mok.backward(*self.weights(), topk_idx, topk_w, logits, saved, self.dy, *self.op_args(mode))
+
+    def backward_float32(self, fwd: tuple, mode: int = ROUTER) -> tuple:
+        """backward's results with the weight gradients in float32."""
+        _, topk_idx, topk_w, logits, saved = fwd
+        return backward_float32(*self.weights(), topk_idx, topk_w, logits, saved, self.dy, *self.op_args(mode))
 
     def to(self, device) -> Layer:
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
@@ -107,3 +113,4 @@ def cuda_available() -> bool:
 
 FORWARD_OUTPUTS = ("y", "topk_idx", "topk_w", "logits", "saved")
 GRADIENTS = ("dx", "d_topk_w", "d_logits", "d_router", "d_w1", "d_w2", "d_shared_w1", "d_shared_w2")
+BF16_GRADIENTS = ("d_w1", "d_w2", "d_shared_w1", "d_shared_w2")  # mok::backward rounds these once

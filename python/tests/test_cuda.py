@@ -47,6 +47,9 @@ def test_gpu_bits_are_the_cpu_bits(name, mode):
     # saved is compared through its reader (its alignment gaps and spare rows are not specified):
     # the GPU's saved buffer drives the CPU backward to the same bits.
     assert_all_same_bits(layer.backward(tuple(gpu), mode), cpu_grads, GRADIENTS)
+    # The fp32 weight gradients behind the bf16 ones.
+    gpu_fp32 = layer.to("cuda").backward_float32(tuple(t.cuda() for t in gpu), mode)
+    assert_all_same_bits([t.cpu() for t in gpu_fp32], layer.backward_float32(cpu, mode), GRADIENTS)
 
 
 def test_cpu_saved_feeds_the_gpu_backward():

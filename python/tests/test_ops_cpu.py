@@ -6,8 +6,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
-from helpers import (CONFIGS, GIVEN, GOLDEN_DIR, GRADIENTS, REPLAY_IDS, RING_ROWS, ROUTER,  # noqa: E402
-                     assert_same_bits, make_layer)
+from helpers import (BF16_GRADIENTS, CONFIGS, GIVEN, GOLDEN_DIR, GRADIENTS, REPLAY_IDS, RING_ROWS,  # noqa: E402
+                     ROUTER, assert_same_bits, make_layer)
+from mok._ops import backward_float32  # noqa: E402
 from mok.config import INT_FIELDS, MoEConfig, pack_launch  # noqa: E402
 
 MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
@@ -49,7 +50,7 @@ def test_opcheck_backward(mode):
 def test_accumulate_adds_once_per_element(name):
     layer = make_layer(name)
     fwd = layer.forward()
-    grads = layer.backward(fwd)
+    grads = layer.backward_float32(fwd)
     accumulators = [torch.randn(g.shape, generator=torch.Generator().manual_seed(1)) if g.numel() else None
                     for g in grads[3:]]
     before = [a.clone() if a is not None else None for a in accumulators]
@@ -78,7 +79,8 @@ def test_committed_golden_bits(path):
     y, topk_idx, topk_w, logits, saved = torch.ops.mok.forward(*args, t.get("given_topk_idx"), t.get("given_topk_w"),
                                                                 *op_args)
     grads = torch.ops.mok.backward(*args, topk_idx, topk_w, logits, saved, t["dy"], *op_args)
-    results = dict(zip(GRADIENTS, grads), y=y, topk_idx=topk_idx, topk_w=topk_w, logits=logits)
+    fp32 = backward_float32(*args, topk_idx, topk_w, logits, saved, t["dy"], *op_args)
+    results = dict(zip(GRADIENTS, fp32), y=y, topk_idx=topk_idx, topk_w=topk_w, logits=logits)
     compared = 0
     for name, got in results.items():
         if name in t:
@@ -87,6 +89,9 @@ def test_committed_golden_bits(path):
         else:
             assert got.numel() == 0, f"{name} has elements the golden does not have"
     assert compared >= 7  # y, topk_idx, topk_w, dx, d_topk_w, d_w1, d_w2 at least
+    for name, got in zip(GRADIENTS, grads):  # mok::backward: the same, its weight gradients rounded to bf16 once
+        want = results[name].bfloat16() if name in BF16_GRADIENTS else results[name]
+        assert_same_bits(got, want, f"{path.stem}: mok::backward's {name}")
 
 
 def test_golden_reader_agrees_with_h5py():

@@ -5,7 +5,7 @@
 // calls costs nothing and the calls can be captured in a CUDA graph.
 //
 //   mok::gpu::Layer layer(config, {});                        // validates; no weights, no big memory
-//   void* ws = ...;  layer.workspace_bytes() of device memory  // e.g. from the framework's allocator
+//   void* ws = ...;  layer.workspace_bytes(Pass::backward)     // e.g. from the framework's allocator
 //   layer.forward(stream, ws, inputs, outputs);                // y, routing, logits, saved
 //   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
 //   layer.check();                                             // waits for the stream, raises device errors
@@ -55,12 +55,14 @@ struct TensorView {
 
 using mok::RoutingMode;  // mok/core/layer_io.h
 
+enum class Pass { forward, backward };
+
 // How the ranks' buffers reach each other: one allocation on one GPU, or NCCL symmetric windows.
 enum class Transport { simulated, nccl };
 
 struct LaunchConfig {
-  int blocks = 0;                              // persistent blocks per GPU; 0: as many as are co-resident on the device
-  int ring_rows = 4096;                        // rows of each rank's receive ring per cycle: a multiple of 128
+  int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident on the device
+  int ring_rows = 0;  // rows of each rank's dy ring per backward cycle, a multiple of 128; 0: an average rank's rows
   double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl
@@ -86,7 +88,9 @@ struct ForwardOutputs {
 // Gradients. d_logits and d_router are absent in mode given. accumulate: the weight gradients (d_router,
 // d_w1, d_w2, d_shared_*) are added into the fp32 tensors, one rounding per element (out + this call's
 // gradient), the same bits as the reference adding its gradients (gradient accumulation over
-// micro-batches); otherwise they are overwritten.
+// micro-batches); otherwise they are overwritten. Without accumulate, d_w1, d_w2 and d_shared_* may be
+// bf16 (all four alike): each element is the fp32 gradient rounded once to nearest even, the bits of
+// rounding the fp32 result afterwards, without its memory and its pass (bf16 parameters' gradients).
 struct GradOutputs {
   TensorView dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
   bool accumulate = false;
@@ -111,12 +115,15 @@ class Layer {
   Layer& operator=(const Layer&) = delete;
 
   const LayerConfig& config() const;
-  size_t workspace_bytes() const;  // device memory a call needs besides the caller's tensors
-  size_t saved_bytes() const;      // ForwardOutputs::saved
-  int blocks() const;              // persistent blocks per launch (LaunchConfig::blocks resolved)
+  // Device memory a call of `pass` needs besides the caller's tensors (the forward's is a prefix of
+  // the backward's: one workspace of workspace_bytes(Pass::backward) serves both).
+  size_t workspace_bytes(Pass pass) const;
+  size_t saved_bytes() const;  // ForwardOutputs::saved
+  int blocks() const;          // persistent blocks per launch (LaunchConfig::blocks resolved)
+  int ring_rows() const;       // rows of each rank's dy ring (LaunchConfig::ring_rows resolved)
 
   // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window).
-  // `workspace`: workspace_bytes() of device memory, not used by anything else until the call's
+  // `workspace`: workspace_bytes(pass) of device memory, not used by anything else until the call's
   // work on the stream is done.
   void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
   // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
@@ -134,7 +141,8 @@ class Layer {
   };
   DeviceError poll_error() const;
 
-  // Every byte of the workspace 0xff (tests: what the kernels read without writing shows up).
+  // Every byte of a workspace of workspace_bytes(Pass::backward) 0xff (tests: what the kernels read
+  // without writing shows up).
   void poison_workspace(cudaStream_t stream, void* workspace) const;
 
   // Where the last completed launch spent its time, phase by phase (waits for the stream).
