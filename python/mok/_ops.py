@@ -1,11 +1,5 @@
-"""Python registrations of the C++ ops (schemas and kernels: python/src): fake (meta) kernels for
-torch.compile and opcheck, and the autograd formula of mok::forward.
-
-Autograd: y is the only differentiable output. topk_idx, topk_w, logits and saved are marked
-non-differentiable: the backward op computes the router's gradient from dy alone, so a gradient
-arriving at topk_w or logits (e.g. from an auxiliary loss) could not be added; such a loss must compute
-its own logits (docs/python.md).
-"""
+"""Python registrations of the C++ ops (schemas, kernels and the autograd formula: python/src): fake
+(meta) kernels for torch.compile and opcheck, and backward_float32."""
 
 from __future__ import annotations
 
@@ -66,37 +60,6 @@ def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,
                               routing_mode, launch):
     return _gradient_fakes(x, config_ints, config_floats, routing_mode)[:3]
-
-
-def _setup_context(ctx, inputs, output):
-    x, router, expert_bias, w1, w2, shared_w1, shared_w2, _, _, config_ints, config_floats, mode, launch = inputs
-    _, topk_idx, topk_w, logits, saved = output
-    ctx.mark_non_differentiable(topk_idx, topk_w, logits, saved)
-    ctx.save_for_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved)
-    ctx.op_args = (config_ints, config_floats, mode, launch)
-
-
-def _backward(ctx, dy, *_non_differentiable):
-    x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved = ctx.saved_tensors
-    dx, d_topk_w, _, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2 = torch.ops.mok.backward(
-        x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy.contiguous(),
-        *ctx.op_args)
-    given = ctx.op_args[2] == GIVEN
-    return (
-        dx,
-        None if given else d_router,  # a given routing does not read the router
-        None,  # expert_bias only selects experts: no gradient
-        d_w1,
-        d_w2,
-        d_shared_w1 if shared_w1 is not None else None,
-        d_shared_w2 if shared_w2 is not None else None,
-        None,  # topk_idx
-        d_topk_w if given else None,  # the given weights' gradient; the router's own weights are internal
-        None, None, None, None,
-    )
-
-
-torch.library.register_autograd("mok::forward", _backward, setup_context=_setup_context)
 
 
 def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,

@@ -1,0 +1,98 @@
+// The autograd formula of mok::forward, in C++ (the Autograd dispatch key), so a call under autograd
+// goes from the dispatcher to the device's kernel without a Python frame: y is the only differentiable
+// output; its backward is mok::backward. topk_idx, topk_w, logits and saved carry no gradient (the
+// backward derives the router's from dy alone; docs/python.md).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "op_config.h"
+
+namespace mok::py {
+namespace {
+
+using Tensor = at::Tensor;
+using OptTensor = std::optional<at::Tensor>;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+using ForwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
+using BackwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+class MoEFunction : public torch::autograd::Function<MoEFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& router,
+                               const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
+                               const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx,
+                               const OptTensor& topk_w, at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
+                               int64_t routing_mode, at::IntArrayRef launch) {
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("mok::forward", "")
+            .typed<ForwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
+                                  const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+                                  at::IntArrayRef, at::ArrayRef<double>, int64_t, at::IntArrayRef)>();
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, idx, w, logits, saved] = op.call(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
+                                              config_ints, config_floats, routing_mode, launch);
+    ctx->mark_non_differentiable({idx, w, logits, saved});
+    // Absent optional inputs are saved as undefined tensors.
+    ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
+                            shared_w2.value_or(Tensor()), idx, w, logits, saved});
+    ctx->saved_data["config_ints"] = config_ints.vec();
+    ctx->saved_data["config_floats"] = config_floats.vec();
+    ctx->saved_data["routing_mode"] = routing_mode;
+    ctx->saved_data["launch"] = launch.vec();
+    return {y, idx, w, logits, saved};
+  }
+
+  // One gradient per input of forward (undefined: none).
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("mok::backward", "")
+            .typed<BackwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
+                                   const OptTensor&, const OptTensor&, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&, const Tensor&, at::IntArrayRef, at::ArrayRef<double>, int64_t,
+                                   at::IntArrayRef)>();
+    const variable_list s = ctx->get_saved_variables();
+    const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
+    const std::vector<int64_t> ints = ctx->saved_data["config_ints"].toIntVector();
+    const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
+    const std::vector<int64_t> launch = ctx->saved_data["launch"].toIntVector();
+    const int64_t mode = ctx->saved_data["routing_mode"].toInt();
+    const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
+        op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10],
+                grads[0].contiguous(), ints, floats, mode, launch);
+    const bool given = mode == int64_t(RoutingMode::given);
+    const bool shared = s[5].defined();
+    return {dx,
+            given ? Tensor() : d_router,  // a given routing does not read the router
+            Tensor(),                     // expert_bias only selects experts: no gradient
+            d_w1,
+            d_w2,
+            shared ? d_shared_w1 : Tensor(),
+            shared ? d_shared_w2 : Tensor(),
+            Tensor(),                     // topk_idx
+            given ? d_topk_w : Tensor(),  // the given weights' gradient; the router's own are internal
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
+  }
+};
+
+ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
+                                const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                                const OptTensor& topk_idx, const OptTensor& topk_w, at::IntArrayRef config_ints,
+                                at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+  const variable_list out = MoEFunction::apply(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
+                                               config_ints, config_floats, routing_mode, launch);
+  return {out[0], out[1], out[2], out[3], out[4]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mok, Autograd, m) { m.impl("forward", &forward_autograd); }
+
+}  // namespace mok::py
