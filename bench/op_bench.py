@@ -138,13 +138,25 @@ def kernel_times(args):
         with torch.no_grad():
             moe()
 
+    def back_to_back_ms(step, n=10):
+        """Mean of n steps enqueued back to back (no idle device between them, unlike median_ms)."""
+        step()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            step()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / n
+
     def profile(step, what):
         events = median_ms(lambda i: step(), args.warmup, args.runs)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
                 step()
             torch.cuda.synchronize()
-        print(f"{name} op {what}: events {events:.3f} ms; device kernels per step:")
+        print(f"{name} op {what}: events {events:.3f} ms (back to back {back_to_back_ms(step):.3f} ms); "
+              "device kernels per step:")
         for e in prof.key_averages():
             if e.device_time_total > 0:
                 print(f"  {e.key[:60]:60} {e.count / 5:4.1f} per step, {e.device_time_total / e.count / 1e3:8.3f} ms each")
