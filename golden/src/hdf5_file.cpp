@@ -10,6 +10,7 @@
 
 #include "error_text.h"
 #include "mok/core/fields.h"
+#include "mok/core/validate.h"
 #include "mok/golden/atomic_file.h"
 #include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
@@ -203,20 +204,14 @@ std::string type_description(DType d) {
                            : "int32 little-endian";
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 void write_dataset(hid_t group, const std::string& path, const Tensor& t, const TensorSpec& spec,
                    const OracleAccuracy* oracle) {
   if (t.dtype != spec.dtype || t.shape != spec.shape)
-    throw Error("dataset " + path + ": tensor is " + to_string(t.dtype) + " " + shape_string(t.shape) +
-                ", format v1 expects " + to_string(spec.dtype) + " " + shape_string(spec.shape));
+    throw Error("dataset " + path + ": tensor is " + to_string(t.dtype) + " " + shape_text(t.shape) +
+                ", format v1 expects " + to_string(spec.dtype) + " " + shape_text(spec.shape));
   if (t.bytes.size() != size_t(t.elements()) * element_size(t.dtype))
     throw Error("dataset " + path + ": tensor holds " + std::to_string(t.bytes.size()) + " bytes, its shape " +
-                shape_string(t.shape) + " needs " + std::to_string(t.elements() * element_size(t.dtype)));
+                shape_text(t.shape) + " needs " + std::to_string(t.elements() * element_size(t.dtype)));
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end()), chunk(dims);
   const size_t row_bytes = size_t(t.elements() / t.shape[0]) * element_size(t.dtype);
   chunk[0] = std::clamp<hsize_t>(kChunkBytes / row_bytes, 1, dims[0]);
@@ -256,8 +251,7 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
   check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "cannot read the shape of dataset " + path);
   const std::vector<int64_t> shape(dims.begin(), dims.end());
   if (shape != spec.shape)
-    throw Error("dataset " + path + " has shape " + shape_string(shape) + ", the config gives " +
-                shape_string(spec.shape));
+    throw Error("dataset " + path + " has shape " + shape_text(shape) + ", the config gives " + shape_text(spec.shape));
   Tensor t{spec.name, spec.dtype, spec.shape, {}};
   t.bytes.resize(size_t(t.elements()) * element_size(t.dtype));
   check(H5Dread(ds.get(), memory_type_of(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()),

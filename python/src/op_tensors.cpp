@@ -3,12 +3,7 @@
 namespace mok::py {
 namespace {
 
-// "[2, 64]".
-std::string shape_text(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.data(), shape.size()}); }
 
 // Checks every tensor of one call against x's device.
 class Checker {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "mok/core/config.h"
@@ -13,6 +14,13 @@
 #include "mok/core/layer_io.h"
 
 namespace mok {
+
+// A shape for messages: "[2, 64]".
+inline std::string shape_text(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
 
 inline bool all_finite(const std::vector<bf16>& v) {
   return std::all_of(v.begin(), v.end(), [](bf16 b) { return is_finite(b); });
