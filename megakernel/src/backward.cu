@@ -56,7 +56,9 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   ring_gemm<kNN>(
       pipe, p, cycle, kDownGrad, kTileN, I,
-      [&](const RingItem& it) { return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, it.t.expert * H, H); },
+      [&](const RingItem& it) {
+        return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
+      },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
@@ -159,7 +161,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
   ring_gemm<kNN>(
       pipe, p, cycle, kDxPush, kTileN, H,
       [&](const RingItem& it) {
-        return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, it.t.expert * 2 * I, 2 * I);
+        return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         push_to_slots(pipe, p, it, consumer, acc);
@@ -196,22 +198,20 @@ struct WeightGrad {
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
 };
 
-// The experts of this GPU's ranks: [own_expert_begin, own_expert_end).
-__device__ int own_expert_begin(const Params& p) { return p.rank_begin * p.c.experts_per_rank(); }
-__device__ int own_expert_end(const Params& p) { return p.rank_end * p.c.experts_per_rank(); }
-
 // dW1_e = dh^T xe and dW2_e = dye^T a over expert e's padded rows; dW1_s = dh_s^T x and
 // dW2_s = dy^T a_s over all tokens. Weight gradient w of the list: this GPU's experts' dW1, dW2 in
-// expert order, then the shared expert's (every GPU computes it from every token).
+// expert order (into the caller's d_w1, d_w2: this GPU's experts), then the shared expert's (every GPU
+// computes it from every token).
 __device__ WeightGrad weight_grad(const Params& p, int w) {
   const int I = p.c.intermediate, H = p.c.hidden, Is = p.c.shared_intermediate, N = p.c.tokens();
   const int own = own_expert_end(p) - own_expert_begin(p);
   if (w < 2 * own) {
     const int e = own_expert_begin(p) + w / 2, first = kTileRows * p.tile_offsets[e],
               rows = p.offsets[e + 1] - p.offsets[e];
+    const long local = own_expert(p, e);
     if (w % 2 == 0)
-      return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, long(e) * 2 * I * H)};
-    return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, gradient_at(p, p.d_w2, long(e) * H * I)};
+      return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H)};
+    return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I)};
   }
   if (w == 2 * own) return WeightGrad{&p.maps.shared_dh, &p.maps.x, 2 * Is, H, 0, N, p.d_shared_w1};
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
@@ -278,18 +278,19 @@ __device__ void router_grad(const Params& p) {
   float scores[kMaxExperts], d_scores[kMaxExperts];
   for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
     const RankBuffers& rb = p.rank[token_rank(p, int(g))];
-    router_scores(p.c, p.logits + g * E, scores);
+    router_scores(p.c, p.logits + own_token_row(p, g) * E, scores);
     router_backward(p.c, scores, p.topk_idx + g * k, rb.d_topk_w + long(token_local(p, int(g))) * k, d_scores,
                     p.d_logits + g * E);
   }
 }
 
-// dWr[e, h] over global tokens for this GPU's experts, and dx = slots + shared + router share for its
-// tokens.
+// dWr[e, h] of every expert over every token (each GPU computes all of it, from the same gathered d logits
+// and x in the same chain order: every GPU holds the same bits, no all-reduce), and dx = slots + shared +
+// router share for this GPU's tokens.
 __device__ void router_weight_grad_and_combine(const Params& p) {
   const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
   if (has_router(p))
-    for (long i = long(own_expert_begin(p)) * H + thread_id(); i < long(own_expert_end(p)) * H; i += thread_count()) {
+    for (long i = thread_id(); i < long(E) * H; i += thread_count()) {
       const int e = int(i / H), col = int(i % H);
       const float d = fma_chain(
           N, [&](int g) { return p.d_logits[long(g) * E + e]; },
@@ -313,7 +314,7 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
                                              : 0.0f;
           dx.e[c] = combine_dx_round(acc[c], router);
         }
-        reinterpret_cast<Bf16x8*>(p.dx)[i] = dx;
+        reinterpret_cast<Bf16x8*>(p.dx)[own_vector(p, i)] = dx;
       });
 }
 

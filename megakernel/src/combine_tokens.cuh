@@ -38,6 +38,12 @@ __device__ void combine_tokens(const Params& p, Start start, Step step, Finish f
   }
 }
 
+// Vector i of [N, H/8] (an own token's) in the caller's per-token [N/G, H] tensors (y, dx), which
+// hold this GPU's tokens only.
+__device__ __forceinline__ long own_vector(const Params& p, long i) {
+  return i - own_token_begin(p) * (p.c.hidden / 8);
+}
+
 // The 8 columns' starting sums: the shared expert's vector i of `shared` ([N, H] bf16), or +0.
 __device__ __forceinline__ void start_from_shared(const Params& p, const bf16* shared, long i, float (&acc)[8]) {
   const Bf16x8 s = p.c.has_shared() ? reinterpret_cast<const Bf16x8*>(shared)[i] : Bf16x8{};

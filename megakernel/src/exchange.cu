@@ -68,13 +68,16 @@ void Exchange::bind_window(Params& p) const {
   p.d_logits = at_offset<float>(own, at_.d_logits);
 }
 
-void Exchange::copy_rows(cudaStream_t stream, void* dst, const void* src, size_t bytes_per_token,
-                         bool all_tokens) const {
-  const size_t per_gpu = size_t(c_.tokens()) / gpus_;
-  const size_t first = all_tokens ? 0 : gpu_ * per_gpu, count = all_tokens ? size_t(c_.tokens()) : per_gpu;
-  const size_t offset = first * bytes_per_token;
-  MOK_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + offset, static_cast<const uint8_t*>(src) + offset,
-                                 count * bytes_per_token, cudaMemcpyDeviceToDevice, stream));
+void Exchange::copy_in(cudaStream_t stream, void* view, const TensorView& local, size_t bytes_per_token) const {
+  const size_t bytes = own_tokens() * bytes_per_token;
+  MOK_CUDA_CHECK(
+      cudaMemcpyAsync(static_cast<uint8_t*>(view) + gpu_ * bytes, local.data, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+void Exchange::copy_out(cudaStream_t stream, const TensorView& local, const void* view, size_t bytes_per_token) const {
+  const size_t bytes = own_tokens() * bytes_per_token;
+  MOK_CUDA_CHECK(cudaMemcpyAsync(local.data, static_cast<const uint8_t*>(view) + gpu_ * bytes, bytes,
+                                 cudaMemcpyDeviceToDevice, stream));
 }
 
 void Exchange::bind_forward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out,
@@ -95,19 +98,17 @@ void Exchange::bind_forward(Params& p, cudaStream_t stream, const ForwardInputs&
     return;
   }
   bind_window(p);
-  copy_rows(stream, p.x, in.x.data, H * sizeof(bf16), false);
-  // Every GPU lays out every token: a given routing goes to every window whole.
-  if (in.routing != RoutingMode::router) copy_rows(stream, p.topk_idx, out.topk_idx.data, k * sizeof(int32_t), true);
-  if (in.routing == RoutingMode::given) copy_rows(stream, p.topk_w, out.topk_w.data, k * sizeof(float), true);
+  copy_in(stream, p.x, in.x, H * sizeof(bf16));
+  // A given routing arrives per GPU; the kernel gathers every token's (every GPU lays out all).
+  if (in.routing != RoutingMode::router) copy_in(stream, p.topk_idx, out.topk_idx, k * sizeof(int32_t));
+  if (in.routing == RoutingMode::given) copy_in(stream, p.topk_w, out.topk_w, k * sizeof(float));
 }
 
 void Exchange::after_forward(cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out) const {
   if (!windowed()) return;
   const size_t k = c_.top_k;
-  uint8_t* own = own_;
-  if (in.routing == RoutingMode::router)
-    copy_rows(stream, out.topk_idx.data, own + at_.topk_idx, k * sizeof(int32_t), false);
-  if (in.routing != RoutingMode::given) copy_rows(stream, out.topk_w.data, own + at_.topk_w, k * sizeof(float), false);
+  if (in.routing == RoutingMode::router) copy_out(stream, out.topk_idx, own_ + at_.topk_idx, k * sizeof(int32_t));
+  if (in.routing != RoutingMode::given) copy_out(stream, out.topk_w, own_ + at_.topk_w, k * sizeof(float));
 }
 
 void Exchange::bind_backward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& fwd,
@@ -131,18 +132,17 @@ void Exchange::bind_backward(Params& p, cudaStream_t stream, const ForwardInputs
     return;
   }
   bind_window(p);
-  copy_rows(stream, p.x, in.x.data, H * sizeof(bf16), false);
-  copy_rows(stream, p.dy, dy.data, H * sizeof(bf16), false);
-  copy_rows(stream, p.topk_idx, fwd.topk_idx.data, k * sizeof(int32_t), false);
-  copy_rows(stream, p.topk_w, fwd.topk_w.data, k * sizeof(float), false);
+  copy_in(stream, p.x, in.x, H * sizeof(bf16));
+  copy_in(stream, p.dy, dy, H * sizeof(bf16));
+  copy_in(stream, p.topk_idx, fwd.topk_idx, k * sizeof(int32_t));
+  copy_in(stream, p.topk_w, fwd.topk_w, k * sizeof(float));
 }
 
 void Exchange::after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const {
   if (!windowed()) return;
-  uint8_t* own = own_;
-  copy_rows(stream, grads.d_topk_w.data, own + at_.d_topk_w, c_.top_k * sizeof(float), false);
+  copy_out(stream, grads.d_topk_w, own_ + at_.d_topk_w, c_.top_k * sizeof(float));
   if (in.routing != RoutingMode::given)
-    copy_rows(stream, grads.d_logits.data, own + at_.d_logits, c_.experts * sizeof(float), false);
+    copy_out(stream, grads.d_logits, own_ + at_.d_logits, c_.experts * sizeof(float));
 }
 
 }  // namespace mok::gpu

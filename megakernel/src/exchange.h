@@ -1,10 +1,11 @@
 // Where the ranks' shared buffers live, and how a call's tensors reach them (docs/multi-gpu.md):
 //   simulated: every rank on this GPU; the kernels read and write the caller's tensors directly, and
 //     the (token, slot) buffers are in the workspace;
-//   windows:   ranks over several GPUs; each GPU's NCCL symmetric window holds global-size [N, ...]
-//     views of x, dy, the routing and the pushed buffers (its own ranks' slices are its), which its
-//     peers reach over NVLink. A call copies its rows of the caller's tensors in before the launch
-//     and its results out after it (stream-ordered), since the peers can reach only the window.
+//   windows:   ranks over several GPUs (or colocated shares of one); each GPU's window holds
+//     global-size [N, ...] views of x, dy, the routing and the pushed buffers (its own ranks' slices
+//     are its), which its peers reach over NVLink. The caller's per-token tensors hold this GPU's
+//     tokens only: a call copies them into its slice of the window before the launch and its results
+//     out after it (stream-ordered), since the peers can reach only the window.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,8 +57,11 @@ class Exchange {
 
   RankBuffers rank_buffers(int r) const;  // windowed: rank r's slice of its owner's window
   void bind_window(Params& p) const;
-  // Copies rows [first token, last token) of a per-token tensor between the caller and the window.
-  void copy_rows(cudaStream_t stream, void* dst, const void* src, size_t bytes_per_token, bool all_tokens) const;
+  // A per-token tensor's rows of this GPU's tokens: from the caller's tensor (which holds only them)
+  // into this GPU's slice of a global view of the window, and back.
+  void copy_in(cudaStream_t stream, void* view, const TensorView& local, size_t bytes_per_token) const;
+  void copy_out(cudaStream_t stream, const TensorView& local, const void* view, size_t bytes_per_token) const;
+  size_t own_tokens() const { return size_t(c_.tokens()) / gpus_; }
 
   LayerConfig c_{};
   int gpu_ = 0, gpus_ = 1;

@@ -22,16 +22,18 @@
 namespace mok::gpu {
 namespace {
 
-// Logits and top-k of this GPU's tokens.
+// Logits of this GPU's tokens (thread per token x expert), into the caller's rows of them.
 __device__ void router_logits(const Params& p) {
   const int E = p.c.experts, H = p.c.hidden;
   for (long i = own_token_begin(p) * E + thread_id(); i < own_token_end(p) * E; i += thread_count()) {
-    const bf16* x = p.x + (i / E) * H;
-    const float* w = p.router_w + (i % E) * H;
+    const long g = i / E;
+    const int e = int(i % E);
+    const bf16* x = p.x + g * H;
+    const float* w = p.router_w + long(e) * H;
     const float logit = fma_chain(
         H, [&](int h) { return to_float(x[h]); }, [&](int h) { return w[h]; });
-    p.logits[i] = logit;
-    if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(i / E));
+    p.logits[own_token_row(p, g) * E + e] = logit;
+    if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(g));
   }
 }
 
@@ -41,13 +43,13 @@ __device__ void router_select_tokens(const Params& p) {
   float scores[kMaxExperts], key[kMaxExperts];
   bool allowed[kMaxExperts];
   for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
-    router_scores(p.c, p.logits + g * E, scores);
+    router_scores(p.c, p.logits + own_token_row(p, g) * E, scores);
     if (p.routing == RoutingMode::router) router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
     router_weights(p.c, scores, p.topk_idx + g * k, p.topk_w + g * k);
   }
 }
 
-// A given routing (every token's: every GPU lays out all of them) before anything reads it: an expert
+// A given routing (every token's, gathered: every GPU lays out all of them) before anything reads it: an expert
 // id outside [0, E) or twice in one token would send rows out of bounds, a non-finite given weight
 // poisons y. The first bad token is recorded (kBadRouting) and the launch ends at the next barrier.
 __device__ void check_given_routing(const Params& p) {
@@ -205,7 +207,7 @@ __device__ void expert_up(Pipeline& pipe, const Params& p, int cycle) {
   ring_gemm(
       pipe, p, cycle, kExpertUp, kGateCols, I,
       [&](const RingItem& it) {
-        const int w = it.t.expert * 2 * I + it.n0;
+        const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -219,7 +221,7 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
   ring_gemm(
       pipe, p, cycle, kExpertDown, kTileN, H,
       [&](const RingItem& it) {
-        const int w = it.t.expert * H + it.n0;
+        const int w = own_expert(p, it.t.expert) * H + it.n0;
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -240,7 +242,7 @@ __device__ void combine(const Params& p) {
         Bf16x8 y;
 #pragma unroll
         for (int col = 0; col < 8; ++col) y.e[col] = to_bf16(acc[col]);
-        reinterpret_cast<Bf16x8*>(p.y)[i] = y;
+        reinterpret_cast<Bf16x8*>(p.y)[own_vector(p, i)] = y;
       });
 }
 
@@ -256,6 +258,12 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   if (p.peers.gpus > 1 && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   if (p.routing != RoutingMode::router) {
+    if (p.peers.gpus > 1) {  // each GPU copied in its tokens' routing; every GPU checks and lays out all
+      gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });
+      if (p.routing == RoutingMode::given)
+        gather_token_values(p, p.topk_w, p.c.top_k, [&](int r) { return p.rank[r].topk_w; });
+      if (!grid_sync(b, kStart, 0)) return;
+    }
     check_given_routing(p);
     if (!grid_sync(b, kRoutingCheck, 0)) return;
   }

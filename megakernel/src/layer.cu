@@ -1,6 +1,7 @@
 // The device API (mok/megakernel/layer.h): argument checks, the workspace and the transport's
 // buffers laid out from the config, kernel parameters from the call's pointers, cooperative launches
-// on the caller's stream, device errors copied behind each launch and raised by the next call.
+// on the caller's stream, device errors copied behind each launch and raised by the next call; the
+// peer groups of several GPUs (this process's, colocated, or on a caller's communicator).
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -13,17 +14,12 @@
 #include "mok/core/saved_layout.h"
 #include "mok/core/validate.h"
 #include "mok/megakernel/layer.h"
+#include "mok/megakernel/nccl.h"
 #include "peer_group.h"
 #include "tensor_map.h"
 
 namespace mok::gpu {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned (the
 // kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases).
@@ -39,8 +35,9 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::vector<
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
 }
 
-// Persistent blocks on the current device: `asked`, or (0) as many as are co-resident.
-int resident_blocks(int asked) {
+// Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
+// colocated Layers, whose kernels must be resident at once, that many per share.
+int resident_blocks(int asked, int shares) {
   int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -56,10 +53,27 @@ int resident_blocks(int asked) {
   }
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
   MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));
-  const int resident = sms * std::min(per_sm_fwd, per_sm_bwd);
+  const int resident = sms * std::min(per_sm_fwd, per_sm_bwd) / shares;
   require(asked >= 0 && asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " +
-                                               std::to_string(resident) + " co-resident blocks of this device");
+                                               std::to_string(resident) + " co-resident blocks of this device" +
+                                               (shares > 1 ? " per colocated share" : ""));
   return asked ? asked : resident;
+}
+
+// What every Layer's config and launch must be (checked before anything is built: a Layer on a
+// communicator checks before its collective window registration).
+void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
+  validate(c);
+  require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
+  if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
+  require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
+  require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
+          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
+  require(c.ranks % launch.gpus == 0,
+          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
+  require(launch.gpus == 1 || launch.transport != Transport::simulated,
+          "gpus > 1 needs the nccl or the colocated transport");
+  require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
 // Ring rows that hold `rows` routed rows of one rank's experts in whole tiles (each expert's last tile
@@ -129,6 +143,7 @@ const char* dtype_name(DType t) {
 }
 
 struct Layer::Impl {
+  std::unique_ptr<PeerGroup> comm_peers;  // the window on a caller's communicator; outlives the rest
   LayerConfig c;
   LaunchConfig launch;
   int gpu = 0, device = 0, blocks = 0;
@@ -143,40 +158,70 @@ struct Layer::Impl {
   DeviceArray<long long> clock_ns;
   DeviceArray<int> clock_phase, clock_count;
 
+  // Everything but the checks, which each constructor makes first (the communicator's before its
+  // collective window registration).
+  void init(const LayerConfig& config, const LaunchConfig& l, int g, const PeerGroup* peers) {
+    c = config;
+    launch = l;
+    if (launch.ring_rows == 0) launch.ring_rows = average_rank_ring_rows(c);
+    gpu = g;
+    MOK_CUDA_CHECK(cudaGetDevice(&device));
+    rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
+    blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1);
+    saved = saved_layout(c);
+    exchange = Exchange(c, g, peers);
+    ws = workspace_layout(c, launch, !exchange.windowed());
+    error = DeviceArray<KernelError>(1);
+    error.zero();
+    host_error = PinnedArray<KernelError>(1);
+    clock_ns = DeviceArray<long long>(kClockEntries);
+    clock_phase = DeviceArray<int>(kClockEntries);
+    clock_count = DeviceArray<int>(1);
+    clock_count.zero();
+  }
+
   // ---- argument checks ----
+  // This GPU's share of the tokens and of the experts (all of them on one GPU).
+  int64_t own_tokens() const { return c.tokens() / launch.gpus; }
+  int64_t own_experts() const { return c.experts / launch.gpus; }
+  // A tensor's name in the messages: the whole tensor's on one GPU, the share's over several.
+  const char* named(const char* whole, const char* share) const { return launch.gpus > 1 ? share : whole; }
+
   void check_weights(const WeightViews& w) const {
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = own_experts(), Is = c.shared_intermediate;
     check_view(w.router, "router weight [E, H]", DType::f32, {E, H});
     check_view(w.expert_bias, "expert_bias [E]", DType::f32, {E}, true);
-    check_view(w.w1, "w1 [E, 2I, H]", DType::bf16, {E, 2 * I, H});
-    check_view(w.w2, "w2 [E, H, I]", DType::bf16, {E, H, I});
+    check_view(w.w1, named("w1 [E, 2I, H]", "w1 [E/G, 2I, H]"), DType::bf16, {Eg, 2 * I, H});
+    check_view(w.w2, named("w2 [E, H, I]", "w2 [E/G, H, I]"), DType::bf16, {Eg, H, I});
     check_view(w.shared_w1, "shared_w1 [2Is, H]", DType::bf16, {2 * Is, H}, Is == 0);
     check_view(w.shared_w2, "shared_w2 [H, Is]", DType::bf16, {H, Is}, Is == 0);
   }
   void check_forward(const ForwardInputs& in, const ForwardOutputs& out, bool results) const {
-    const int64_t N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
-    check_view(in.x, "x [N, H]", DType::bf16, {N, H});
+    const int64_t N = own_tokens(), H = c.hidden, E = c.experts, k = c.top_k;
+    check_view(in.x, named("x [N, H]", "x [N/G, H]"), DType::bf16, {N, H});
     check_weights(in.weights);
-    if (results) check_view(out.y, "y [N, H]", DType::bf16, {N, H});
-    check_view(out.topk_idx, "topk_idx [N, k]", DType::i32, {N, k});
-    check_view(out.topk_w, "topk_w [N, k]", DType::f32, {N, k});
-    check_view(out.logits, "logits [N, E]", DType::f32, {N, E}, in.routing == RoutingMode::given);
+    if (results) check_view(out.y, named("y [N, H]", "y [N/G, H]"), DType::bf16, {N, H});
+    check_view(out.topk_idx, named("topk_idx [N, k]", "topk_idx [N/G, k]"), DType::i32, {N, k});
+    check_view(out.topk_w, named("topk_w [N, k]", "topk_w [N/G, k]"), DType::f32, {N, k});
+    check_view(out.logits, named("logits [N, E]", "logits [N/G, E]"), DType::f32, {N, E},
+               in.routing == RoutingMode::given);
     check_view(out.saved, "saved", DType::u8, {int64_t(saved.bytes)});
   }
-  void check_grads(const ForwardInputs& in, const GradOutputs& g) const {
-    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate;
+  void check_grads(const ForwardInputs& in, const TensorView& dy, const GradOutputs& g) const {
+    const int64_t N = own_tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Eg = own_experts();
+    const int64_t k = c.top_k, Is = c.shared_intermediate;
     const bool router = in.routing != RoutingMode::given;
-    check_view(g.dx, "dx [N, H]", DType::bf16, {N, H});
-    check_view(g.d_topk_w, "d_topk_w [N, k]", DType::f32, {N, k});
-    check_view(g.d_logits, "d_logits [N, E]", DType::f32, {N, E}, !router);
+    check_view(dy, named("dy [N, H]", "dy [N/G, H]"), DType::bf16, {N, H});
+    check_view(g.dx, named("dx [N, H]", "dx [N/G, H]"), DType::bf16, {N, H});
+    check_view(g.d_topk_w, named("d_topk_w [N, k]", "d_topk_w [N/G, k]"), DType::f32, {N, k});
+    check_view(g.d_logits, named("d_logits [N, E]", "d_logits [N/G, E]"), DType::f32, {N, E}, !router);
     check_view(g.d_router, "d_router [E, H]", DType::f32, {E, H}, !router);
     require(!router || (g.d_logits.data && g.d_router.data), "d_logits and d_router are missing");
     // The weight gradients' one dtype: d_w1's, bf16 only where they are overwritten.
     const DType wd = g.d_w1.dtype == DType::bf16 ? DType::bf16 : DType::f32;
     require(!(g.accumulate && wd == DType::bf16), "d_w1 is bfloat16: accumulating gradients needs float32 buffers");
-    check_view(g.d_w1, "d_w1 [E, 2I, H]", wd, {E, 2 * I, H});
-    check_view(g.d_w2, "d_w2 [E, H, I]", wd, {E, H, I});
+    check_view(g.d_w1, named("d_w1 [E, 2I, H]", "d_w1 [E/G, 2I, H]"), wd, {Eg, 2 * I, H});
+    check_view(g.d_w2, named("d_w2 [E, H, I]", "d_w2 [E/G, H, I]"), wd, {Eg, H, I});
     check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", wd, {2 * Is, H}, Is == 0);
     check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", wd, {H, Is}, Is == 0);
   }
@@ -220,7 +265,7 @@ struct Layer::Impl {
   }
 
   void encode_maps(Params& p, const WeightViews& w) const {
-    const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = padded_rows(c);
     TensorMaps& maps = p.maps;
     // The backward's own buffers are null in the forward: their maps stay empty.
@@ -304,36 +349,50 @@ struct Layer::Impl {
 
 Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const PeerGroup* peers)
     : impl_(std::make_unique<Impl>()) {
-  validate(c);
-  require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
-  if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
-  require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
-  require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
-          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
-  require(c.ranks % launch.gpus == 0,
-          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
-  require(launch.gpus == 1 || launch.transport == Transport::nccl, "gpus > 1 needs the nccl transport");
-  require((launch.transport == Transport::nccl) == (peers != nullptr), "the nccl transport needs a peer group");
+  validate_launch(c, launch);
+  require((launch.transport == Transport::simulated) == (peers == nullptr),
+          "the nccl and colocated transports need a peer group (make_peer_group), simulated ranks none");
   require(gpu >= 0 && gpu < launch.gpus, "gpu " + std::to_string(gpu) + " is outside the launch's GPUs");
-  require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
-  Impl& m = *impl_;
-  m.c = c;
-  m.launch = launch;
-  if (m.launch.ring_rows == 0) m.launch.ring_rows = average_rank_ring_rows(c);
-  m.gpu = gpu;
-  MOK_CUDA_CHECK(cudaGetDevice(&m.device));
-  m.rank_begin = gpu * (c.ranks / launch.gpus), m.rank_end = m.rank_begin + c.ranks / launch.gpus;
-  m.blocks = resident_blocks(launch.blocks);
-  m.saved = saved_layout(c);
-  m.exchange = Exchange(c, gpu, peers);
-  m.ws = workspace_layout(c, m.launch, !m.exchange.windowed());
-  m.error = DeviceArray<KernelError>(1);
-  m.error.zero();
-  m.host_error = PinnedArray<KernelError>(1);
-  m.clock_ns = DeviceArray<long long>(kClockEntries);
-  m.clock_phase = DeviceArray<int>(kClockEntries);
-  m.clock_count = DeviceArray<int>(1);
-  m.clock_count.zero();
+  if (peers) {
+    require(peers->transport() == launch.transport && peers->gpus() == launch.gpus && peers->holds(gpu) &&
+                peers->bytes() >= Exchange::window_bytes(c),
+            "the peer group was made for another launch or config");
+    int current = 0;
+    MOK_CUDA_CHECK(cudaGetDevice(&current));
+    require(peers->device(gpu) == current, "GPU " + std::to_string(gpu) + "'s window is on CUDA device " +
+                                               std::to_string(peers->device(gpu)) + ", not on the current device " +
+                                               std::to_string(current));
+  }
+  impl_->init(c, launch, gpu, peers);
+}
+
+Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, ncclComm_t comm) : impl_(std::make_unique<Impl>()) {
+  require(comm != nullptr, "the NCCL communicator is null");
+  int count = 0, rank = 0, device = 0, current = 0;
+  MOK_NCCL_CHECK(ncclCommCount(comm, &count));
+  MOK_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+  MOK_NCCL_CHECK(ncclCommCuDevice(comm, &device));
+  MOK_CUDA_CHECK(cudaGetDevice(&current));
+  require(device == current, "the communicator's CUDA device " + std::to_string(device) +
+                                 " is not the current device " + std::to_string(current));
+  require(launch.transport != Transport::colocated, "a Layer on a communicator cannot use the colocated transport");
+  require(launch.gpus == 1 || launch.gpus == count,
+          "gpus = " + std::to_string(launch.gpus) + ", but the communicator has " + std::to_string(count) + " ranks");
+  LaunchConfig on_comm = launch;
+  on_comm.gpus = count;
+  on_comm.transport = Transport::nccl;
+  validate_launch(c, on_comm);  // before the collective registration: a refused Layer leaves no window
+  impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c));
+  impl_->init(c, on_comm, rank, impl_->comm_peers.get());
+}
+
+std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& c, const LaunchConfig& launch) {
+  validate_launch(c, launch);
+  if (launch.transport == Transport::simulated) return nullptr;
+  require(launch.transport == Transport::colocated || launch.gpus <= hopper_gpus(),
+          "gpus = " + std::to_string(launch.gpus) + " but only " + std::to_string(hopper_gpus()) +
+              " Hopper GPU(s) are usable");
+  return std::make_shared<PeerGroup>(launch.transport, launch.gpus, Exchange::window_bytes(c));
 }
 
 Layer::~Layer() = default;
@@ -376,8 +435,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   const OnDevice on(m.device);
   m.raise_pending();
   m.check_forward(in, fwd, false);
-  check_view(dy, "dy [N, H]", DType::bf16, {m.c.tokens(), m.c.hidden});
-  m.check_grads(in, grads);
+  m.check_grads(in, dy, grads);
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::backward, static_cast<uint8_t*>(workspace), in, fwd);
   p.accumulate = grads.accumulate;

@@ -1,9 +1,12 @@
 // The host-vector API over the device API: device copies of the weights and of every result in three
 // tables (weights, forward, gradients), each listing its tensors once; outputs poisoned before each
-// launch; one Layer per GPU, launched on every GPU before any is waited for (they meet at the barriers
-// across GPUs); results read back from the GPU owning each row.
+// launch; one Layer per GPU (or colocated share of one GPU), each holding its share of the tokens and
+// experts, launched on its own stream on every GPU before any is waited for (they meet at the barriers
+// across GPUs); the global results assembled from the shares.
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "current_device.h"
 #include "device_array.cuh"
@@ -50,18 +53,28 @@ class DeviceTensor {
   TensorView view_;
 };
 
+// Share g's part of a tensor whose leading dimension (tokens or experts, in order) splits evenly over
+// `shares`.
+template <class T>
+std::vector<T> share_of(const std::vector<T>& whole, int g, int shares) {
+  const size_t n = whole.size() / shares;
+  return std::vector<T>(whole.begin() + g * n, whole.begin() + (g + 1) * n);
+}
+
+// One share's weights: its experts' w1 and w2, the router and the shared expert whole.
 struct WeightTensors {
   DeviceTensor router, expert_bias, w1, w2, shared_w1, shared_w2;
 
-  WeightTensors(const LayerConfig& c, const LayerWeights& w) {
+  WeightTensors(const LayerConfig& c, const LayerWeights& w, int g, int shares) {
     const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
     router = DeviceTensor(DType::f32, {E, H});
     expert_bias = DeviceTensor(DType::f32, {w.expert_bias.empty() ? 0 : E});
-    w1 = DeviceTensor(DType::bf16, {E, 2 * I, H});
-    w2 = DeviceTensor(DType::bf16, {E, H, I});
+    w1 = DeviceTensor(DType::bf16, {E / shares, 2 * I, H});
+    w2 = DeviceTensor(DType::bf16, {E / shares, H, I});
     shared_w1 = DeviceTensor(DType::bf16, {2 * Is, H});
     shared_w2 = DeviceTensor(DType::bf16, {H, Is});
-    router.upload(w.router), expert_bias.upload(w.expert_bias), w1.upload(w.w1), w2.upload(w.w2);
+    router.upload(w.router), expert_bias.upload(w.expert_bias);
+    w1.upload(share_of(w.w1, g, shares)), w2.upload(share_of(w.w2, g, shares));
     shared_w1.upload(w.shared_w1), shared_w2.upload(w.shared_w2);
   }
   WeightViews views() const {
@@ -69,11 +82,12 @@ struct WeightTensors {
   }
 };
 
+// One share's forward tensors: its tokens' (saved holds the whole layout).
 struct ForwardTensors {
   DeviceTensor x, y, topk_idx, topk_w, logits, saved;
 
-  ForwardTensors(const LayerConfig& c, size_t saved_bytes) {
-    const int64_t N = c.tokens(), H = c.hidden, E = c.experts, k = c.top_k;
+  ForwardTensors(const LayerConfig& c, size_t saved_bytes, int shares) {
+    const int64_t N = c.tokens() / shares, H = c.hidden, E = c.experts, k = c.top_k;
     x = DeviceTensor(DType::bf16, {N, H});
     y = DeviceTensor(DType::bf16, {N, H});
     topk_idx = DeviceTensor(DType::i32, {N, k});
@@ -93,19 +107,20 @@ struct ForwardTensors {
   }
 };
 
+// One share's gradients: its tokens', its experts', and the router's and shared expert's whole.
 struct GradTensors {
   DeviceTensor dy, dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
 
-  explicit GradTensors(const LayerConfig& c) {
-    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate;
+  GradTensors(const LayerConfig& c, int shares) {
+    const int64_t N = c.tokens() / shares, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+    const int64_t Is = c.shared_intermediate, Eg = E / shares;
     dy = DeviceTensor(DType::bf16, {N, H});
     dx = DeviceTensor(DType::bf16, {N, H});
     d_topk_w = DeviceTensor(DType::f32, {N, k});
     d_logits = DeviceTensor(DType::f32, {N, E});
     d_router = DeviceTensor(DType::f32, {E, H});
-    d_w1 = DeviceTensor(DType::f32, {E, 2 * I, H});
-    d_w2 = DeviceTensor(DType::f32, {E, H, I});
+    d_w1 = DeviceTensor(DType::f32, {Eg, 2 * I, H});
+    d_w2 = DeviceTensor(DType::f32, {Eg, H, I});
     d_shared_w1 = DeviceTensor(DType::f32, {2 * Is, H});
     d_shared_w2 = DeviceTensor(DType::f32, {H, Is});
   }
@@ -132,6 +147,28 @@ struct GradTensors {
 // Cause first: a GPU that stopped on an error leaves the others waiting for it.
 constexpr int kErrorPriority[] = {kLogitOverflow, kBadRouting, kPipelineTimeout, kBarrierTimeout, kPeerTimeout};
 
+// A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
+// waits for all work before it), colocated shares' kernels would run one after another and never meet
+// at the barrier across GPUs. Non-blocking, so that nothing on the legacy default stream orders itself
+// with them: the wrapper synchronises the device before its launches instead.
+class Stream {
+ public:
+  Stream() { MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}  // the shares' vector moves
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
 }  // namespace
 
 bool device_available() { return hopper_gpus() > 0; }
@@ -149,23 +186,26 @@ int hopper_gpus() {
   return hopper;
 }
 
-// One GPU's share: its Layer and the wrapper's device copies (every GPU holds every weight and
-// global-size results, of which it writes its own ranks' rows).
+// GPU g's share (or colocated share g of one GPU), made with its device current: its Layer, its
+// stream, and the wrapper's device copies of its share of the weights and results.
 struct GpuShare {
-  int device = 0;
+  int index = 0, device = 0;
+  Stream stream;
   std::unique_ptr<Layer> layer;
   DeviceArray<uint8_t> workspace;
   WeightTensors weights;
   ForwardTensors fwd;
   GradTensors grad;
 
-  GpuShare(int d, const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch, const PeerGroup* peers)
-      : device(d),
-        layer(std::make_unique<Layer>(c, launch, d, peers)),
+  GpuShare(int g, int d, const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch,
+           const PeerGroup* peers)
+      : index(g),
+        device(d),
+        layer(std::make_unique<Layer>(c, launch, g, peers)),
         workspace(layer->workspace_bytes(Pass::backward)),
-        weights(c, w),
-        fwd(c, layer->saved_bytes()),
-        grad(c) {}
+        weights(c, w, g, launch.gpus),
+        fwd(c, layer->saved_bytes(), launch.gpus),
+        grad(c, launch.gpus) {}
   void use() const { MOK_CUDA_CHECK(cudaSetDevice(device)); }
   ForwardInputs inputs(RoutingMode mode) const { return {fwd.x.view(), weights.views(), mode}; }
 };
@@ -176,7 +216,7 @@ struct Megakernel::Impl {
   RoutingMode routing = RoutingMode::router;
   bool has_forward = false;
   bool accumulate = false;
-  std::unique_ptr<PeerGroup> peers;  // NCCL; declared before gpus, so released after them
+  std::shared_ptr<const PeerGroup> peers;  // declared before gpus, so released after them
   std::vector<GpuShare> gpus;
 
   ~Impl() {
@@ -187,11 +227,15 @@ struct Megakernel::Impl {
     }
   }
 
-  int ranks_per_gpu() const { return c.ranks / launch.gpus; }
+  int shares() const { return launch.gpus; }
 
   // Every GPU's launch is enqueued before any is waited for; then each one's verdict, cause first.
   template <class Launch>
   void run(Launch launch_one) {
+    for (GpuShare& s : gpus) {  // the uploads and poisons (legacy default stream) land before the launches
+      s.use();
+      MOK_CUDA_CHECK(cudaDeviceSynchronize());
+    }
     size_t launched = 0;
     try {
       for (GpuShare& s : gpus) {
@@ -224,11 +268,10 @@ struct Megakernel::Impl {
   // The [N k, width] layout-row view of h or a: expert e's rows from the GPU that owns it.
   std::vector<bf16> expert_rows(std::vector<bf16> Forward::*field, size_t width, const Forward& layout_of,
                                 const std::vector<Forward>& per_gpu) const {
-    const int E = c.experts;
+    const int E = c.experts, per_share = E / shares();
     std::vector<bf16> out(size_t(layout_of.layout.offsets[E]) * width);
     for (size_t g = 0; g < gpus.size(); ++g)
-      for (int e = int(g) * ranks_per_gpu() * c.experts_per_rank();
-           e < int(g + 1) * ranks_per_gpu() * c.experts_per_rank(); ++e) {
+      for (int e = int(g) * per_share; e < int(g + 1) * per_share; ++e) {
         const std::vector<bf16>& rows = per_gpu[g].*field;
         const size_t first = size_t(layout_of.layout.offsets[e]) * width,
                      last = size_t(layout_of.layout.offsets[e + 1]) * width;
@@ -240,13 +283,7 @@ struct Megakernel::Impl {
 
 namespace {
 
-// A tensor's rows [first, first + count) of `width` elements from one GPU's copy.
-template <class T>
-std::vector<T> rows_of(const DeviceTensor& t, size_t first, size_t count, size_t width) {
-  return t.download<T>(first * width, count * width);
-}
-
-// One GPU's rows after the GPUs before it.
+// One share's part after the shares before it.
 template <class T>
 void append(std::vector<T>& out, const std::vector<T>& part) {
   out.insert(out.end(), part.begin(), part.end());
@@ -259,23 +296,17 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   const KeepCurrentDevice keep;
   validate(c);
   validate_weights(c, w);
-  require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
-          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
-  require(launch.gpus == 1 || launch.transport == Transport::nccl, "gpus > 1 needs the nccl transport");
-  require(c.ranks % launch.gpus == 0,
-          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
-  require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
-  require(launch.gpus <= hopper_gpus(), "gpus = " + std::to_string(launch.gpus) + " but only " +
-                                            std::to_string(hopper_gpus()) + " Hopper GPU(s) are usable");
   Impl& m = *impl_;
   m.c = c;
   m.launch = launch;
-  if (launch.transport == Transport::nccl)
-    m.peers = std::make_unique<PeerGroup>(launch.gpus, Exchange::window_bytes(c));
+  m.peers = make_peer_group(c, launch);  // checks the launch; null for simulated ranks
+  int current = 0;
+  MOK_CUDA_CHECK(cudaGetDevice(&current));
   m.gpus.reserve(launch.gpus);
-  for (int d = 0; d < launch.gpus; ++d) {
-    MOK_CUDA_CHECK(cudaSetDevice(d));
-    m.gpus.emplace_back(d, c, w, launch, m.peers.get());
+  for (int g = 0; g < launch.gpus; ++g) {
+    const int device = launch.transport == Transport::colocated ? current : g;
+    MOK_CUDA_CHECK(cudaSetDevice(device));
+    m.gpus.emplace_back(g, device, c, w, launch, m.peers.get());
   }
 }
 
@@ -299,9 +330,9 @@ void Megakernel::set_input(const std::vector<bf16>& x, const Routing* given, boo
   m.has_forward = false;
   for (GpuShare& s : m.gpus) {
     s.use();
-    s.fwd.x.upload(x);
-    if (given) s.fwd.topk_idx.upload(given->topk_idx);
-    if (given && !replay_ids) s.fwd.topk_w.upload(given->topk_w);
+    s.fwd.x.upload(share_of(x, s.index, m.shares()));
+    if (given) s.fwd.topk_idx.upload(share_of(given->topk_idx, s.index, m.shares()));
+    if (given && !replay_ids) s.fwd.topk_w.upload(share_of(given->topk_w, s.index, m.shares()));
     s.fwd.poison(m.routing);
   }
 }
@@ -309,8 +340,9 @@ void Megakernel::set_input(const std::vector<bf16>& x, const Routing* given, boo
 void Megakernel::launch_forward() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
-  m.run(
-      [&](GpuShare& s) { s.layer->forward(nullptr, s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing)); });
+  m.run([&](GpuShare& s) {
+    s.layer->forward(s.stream.get(), s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing));
+  });
   m.has_forward = true;
 }
 
@@ -318,23 +350,21 @@ Forward Megakernel::read_forward() const {
   const KeepCurrentDevice keep;
   const Impl& m = *impl_;
   require(m.has_forward, "no forward has run");
-  const size_t T = m.c.tokens_per_rank, per_gpu = T * m.ranks_per_gpu(), k = m.c.top_k, E = m.c.experts;
-  const size_t H = m.c.hidden, I = m.c.intermediate;
+  const size_t I = m.c.intermediate;
   std::vector<Forward> per_gpu_saved;
   Forward f;
   for (const GpuShare& s : m.gpus) {
     s.use();
-    const size_t first = size_t(s.device) * per_gpu;
-    append(f.routing.topk_idx, rows_of<int32_t>(s.fwd.topk_idx, first, per_gpu, k));
-    append(f.routing.topk_w, rows_of<float>(s.fwd.topk_w, first, per_gpu, k));
-    if (m.routing != RoutingMode::given) append(f.logits, rows_of<float>(s.fwd.logits, first, per_gpu, E));
-    append(f.y, rows_of<bf16>(s.fwd.y, first, per_gpu, H));
+    append(f.routing.topk_idx, s.fwd.topk_idx.download<int32_t>());
+    append(f.routing.topk_w, s.fwd.topk_w.download<float>());
+    if (m.routing != RoutingMode::given) append(f.logits, s.fwd.logits.download<float>());
+    append(f.y, s.fwd.y.download<bf16>());
     per_gpu_saved.push_back(unpack_saved(m.c, s.fwd.saved.download<uint8_t>()));
     // Every GPU computed the whole dispatch layout; they must agree (D2).
     const DispatchLayout &mine = per_gpu_saved.back().layout, &first_gpu = per_gpu_saved.front().layout;
     if (mine.offsets != first_gpu.offsets || mine.row_source != first_gpu.row_source ||
         mine.slot_row != first_gpu.slot_row)
-      fail_internal("GPU " + std::to_string(s.device) + " computed another dispatch layout than GPU 0");
+      fail_internal("GPU " + std::to_string(s.index) + " computed another dispatch layout than GPU 0");
   }
   const Forward& gpu0 = per_gpu_saved.front();
   f.layout = gpu0.layout;
@@ -353,7 +383,7 @@ void Megakernel::set_output_grad(const std::vector<bf16>& dy, bool accumulate) {
   m.accumulate = accumulate;
   for (GpuShare& s : m.gpus) {
     s.use();
-    s.grad.dy.upload(dy);
+    s.grad.dy.upload(share_of(dy, s.index, m.shares()));
     s.grad.poison(accumulate);
   }
 }
@@ -362,7 +392,7 @@ void Megakernel::launch_backward() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
   m.run([&](GpuShare& s) {
-    s.layer->backward(nullptr, s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing), s.grad.dy.view(),
+    s.layer->backward(s.stream.get(), s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing), s.grad.dy.view(),
                       s.grad.views(m.routing, m.accumulate));
   });
 }
@@ -370,21 +400,22 @@ void Megakernel::launch_backward() {
 Gradients Megakernel::read_gradients() const {
   const KeepCurrentDevice keep;
   const Impl& m = *impl_;
-  const size_t T = m.c.tokens_per_rank, per_gpu = T * m.ranks_per_gpu(), k = m.c.top_k, E = m.c.experts;
-  const size_t Epg = size_t(m.c.experts_per_rank()) * m.ranks_per_gpu(), H = m.c.hidden, I = m.c.intermediate;
   const bool router = m.routing != RoutingMode::given;
   Gradients gr;
   for (const GpuShare& s : m.gpus) {
     s.use();
-    const size_t first = size_t(s.device) * per_gpu, first_expert = size_t(s.device) * Epg;
-    append(gr.dx, rows_of<bf16>(s.grad.dx, first, per_gpu, H));
-    append(gr.d_topk_w, rows_of<float>(s.grad.d_topk_w, first, per_gpu, k));
-    if (router) {
-      append(gr.d_logits, rows_of<float>(s.grad.d_logits, first, per_gpu, E));
-      append(gr.d_router, rows_of<float>(s.grad.d_router, first_expert, Epg, H));
-    }
-    append(gr.d_w1, rows_of<float>(s.grad.d_w1, first_expert, Epg, 2 * I * H));
-    append(gr.d_w2, rows_of<float>(s.grad.d_w2, first_expert, Epg, H * I));
+    append(gr.dx, s.grad.dx.download<bf16>());
+    append(gr.d_topk_w, s.grad.d_topk_w.download<float>());
+    append(gr.d_w1, s.grad.d_w1.download<float>());  // the shares' experts, in order
+    append(gr.d_w2, s.grad.d_w2.download<float>());
+    if (!router) continue;
+    append(gr.d_logits, s.grad.d_logits.download<float>());
+    // Every GPU computed the whole router-weight gradient, from the same inputs in the same order.
+    const std::vector<float> d_router = s.grad.d_router.download<float>();
+    if (s.index == 0)
+      gr.d_router = d_router;
+    else if (!same_bits(d_router, gr.d_router))
+      fail_internal("GPU " + std::to_string(s.index) + " computed another router-weight gradient than GPU 0");
   }
   const GpuShare& s = m.gpus[0];  // every GPU computed the shared expert's gradients from every token
   s.use();

@@ -122,19 +122,21 @@ struct Params {
   PeerSync peers;
   TensorMaps maps;
 
-  // Weights (every expert; a GPU uses its ranks' experts). The matrices are read through the maps.
+  // Weights. The router's are every expert's; w1 and w2 (read through the maps) this GPU's experts'
+  // (own_expert).
   const float* router_w;     // [E, H]
   const float* expert_bias;  // [E] or null
 
-  // Global-order views of the per-rank buffers (rank r's slice starts at r * T). This GPU's ranks'
-  // slices are theirs; across GPUs the others' are gathered where a phase needs them.
+  // Global-order views of the per-rank buffers (rank r's slice starts at r * T): the caller's tensors
+  // with simulated ranks (one GPU: global and local are one), else this GPU's window. This GPU's
+  // ranks' slices are theirs; across GPUs the others' are gathered where a phase needs them.
   bf16* x;   // [N, H]
   bf16* dy;  // [N, H]
 
-  // Routing and dispatch layout.
-  float* logits;          // [N, E]
-  int32_t* topk_idx;      // [N, k]
-  float* topk_w;          // [N, k]
+  // Routing and dispatch layout. logits is the caller's: this GPU's tokens only (own_token_row).
+  float* logits;          // [N/G, E]
+  int32_t* topk_idx;      // [N, k] global view
+  float* topk_w;          // [N, k] global view
   int32_t* chunk_counts;  // [chunks, E]
   int32_t* chunk_base;    // [chunks, E]
   int32_t* offsets;       // [E + 1]
@@ -158,13 +160,14 @@ struct Params {
   bf16* shared_y;   // [N, H]  (forward) / shared dx (backward)
   bf16* shared_dh;  // [N, 2Is]
 
-  // Outputs.
-  bf16* y;            // [N, H]
-  bf16* dx;           // [N, H]
-  float* d_logits;    // [N, E]
+  // Outputs: the caller's tensors, this GPU's tokens and experts (own_token_row, own_expert), but
+  // d_logits (a global view) and d_router (every expert's, on every GPU).
+  bf16* y;            // [N/G, H]
+  bf16* dx;           // [N/G, H]
+  float* d_logits;    // [N, E] global view
   float* d_router;    // [E, H]
-  void* d_w1;         // [E, 2I, H] fp32 or bf16 (grads_bf16)
-  void* d_w2;         // [E, H, I]
+  void* d_w1;         // [E/G, 2I, H] fp32 or bf16 (grads_bf16)
+  void* d_w2;         // [E/G, H, I]
   void* d_shared_w1;  // [2Is, H]
   void* d_shared_w2;  // [H, Is]
 };

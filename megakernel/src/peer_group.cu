@@ -1,7 +1,9 @@
-// NCCL symmetric windows for the megakernel's ranks across GPUs: ncclMemAlloc + ncclCommWindowRegister,
-// peer addresses from the device API (ncclGetPeerPointer, world ranks) read once by a setup kernel.
+// The windows of the megakernel's ranks across GPUs: NCCL symmetric windows (ncclMemAlloc +
+// ncclCommWindowRegister, peer addresses from the device API, ncclGetPeerPointer with world ranks, read
+// once by a setup kernel), or plain device memory for colocated shares of one GPU.
 #include <nccl_device.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -53,59 +55,119 @@ bool has_symmetric_memory(const std::vector<ncclComm_t>& comms) {
   return created == comms.size();
 }
 
-PeerGroup::PeerGroup(int gpus, size_t bytes) : comms_(gpus), buffers_(gpus), windows_(gpus) {
+PeerGroup::PeerGroup(Transport transport, int gpus, size_t bytes) : transport_(transport), gpus_(gpus), bytes_(bytes) {
   try {
-    open(bytes);
+    if (transport == Transport::colocated) {
+      open_colocated();
+      return;
+    }
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    std::vector<ncclComm_t> comms(gpus);
+    std::vector<int> devices(gpus);
+    for (int g = 0; g < gpus; ++g) devices[g] = g;
+    MOK_NCCL_CHECK(ncclCommInitAll(comms.data(), gpus, devices.data()));
+    owns_comms_ = true;
+    for (int g = 0; g < gpus; ++g) members_.push_back(Member{g, g, comms[g]});
+    open_nccl();
   } catch (...) {
     release();
     throw;
   }
 }
 
-void PeerGroup::open(size_t bytes) {
-  const int gpus = int(comms_.size());
-  setenv("NCCL_NVLS_ENABLE", "0", 0);
-  std::vector<int> devices(gpus);
-  for (int g = 0; g < gpus; ++g) devices[g] = g;
-  MOK_NCCL_CHECK(ncclCommInitAll(comms_.data(), gpus, devices.data()));
-  for (int g = 0; g < gpus; ++g) {
-    MOK_CUDA_CHECK(cudaSetDevice(g));
-    MOK_NCCL_CHECK(ncclMemAlloc(&buffers_[g], bytes));
-    MOK_CUDA_CHECK(cudaMemset(buffers_[g], 0, bytes));
+PeerGroup::PeerGroup(ncclComm_t comm, size_t bytes) : transport_(Transport::nccl), gpus_(0), bytes_(bytes) {
+  Member m;
+  m.comm = comm;
+  MOK_NCCL_CHECK(ncclCommCount(comm, &gpus_));
+  MOK_NCCL_CHECK(ncclCommUserRank(comm, &m.gpu));
+  MOK_NCCL_CHECK(ncclCommCuDevice(comm, &m.device));
+  members_.push_back(m);
+  try {
+    open_nccl();
+  } catch (...) {
+    release();
+    throw;
   }
-  NcclGroup group;
-  for (int g = 0; g < gpus; ++g)
-    MOK_NCCL_CHECK(ncclCommWindowRegister(comms_[g], buffers_[g], bytes, &windows_[g], NCCL_WIN_COLL_SYMMETRIC));
+}
+
+void PeerGroup::open_nccl() {
+  const KeepCurrentDevice keep;
+  for (Member& m : members_) {
+    MOK_CUDA_CHECK(cudaSetDevice(m.device));
+    MOK_NCCL_CHECK(ncclMemAlloc(&m.buffer, bytes_));
+    // The flags of the barrier across GPUs start at zero: zeroed before the registration, which no
+    // rank leaves before every rank entered it, so no peer's kernel can write the window earlier.
+    MOK_CUDA_CHECK(cudaMemset(m.buffer, 0, bytes_));
+    MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  NcclGroup group;  // collective: this process's communicators register together
+  for (Member& m : members_)
+    MOK_NCCL_CHECK(ncclCommWindowRegister(m.comm, m.buffer, bytes_, &m.window, NCCL_WIN_COLL_SYMMETRIC));
   MOK_NCCL_CHECK(group.end());
-  symmetric_ = has_symmetric_memory(comms_);
+  std::vector<ncclComm_t> comms;
+  for (const Member& m : members_) comms.push_back(m.comm);
+  symmetric_ = has_symmetric_memory(comms);
   // One GPU without symmetric memory (NCCL < 2.28.7) still has its own buffer; several need windows.
-  require(symmetric_ || gpus == 1,
-          "mok: NCCL gives these " + std::to_string(gpus) + " GPUs no symmetric memory (ncclDevCommCreate refused)");
+  require(symmetric_ || gpus_ == 1,
+          "mok: NCCL gives these " + std::to_string(gpus_) + " GPUs no symmetric memory (ncclDevCommCreate refused)");
+}
+
+void PeerGroup::open_colocated() {
+  int device = 0;
+  MOK_CUDA_CHECK(cudaGetDevice(&device));
+  for (int g = 0; g < gpus_; ++g) {
+    members_.push_back(Member{g, device});
+    MOK_CUDA_CHECK(cudaMalloc(&members_.back().buffer, bytes_));
+    MOK_CUDA_CHECK(cudaMemset(members_.back().buffer, 0, bytes_));
+  }
+  MOK_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 PeerGroup::~PeerGroup() { release(); }
 
 void PeerGroup::release() noexcept {
   const KeepCurrentDevice keep;
-  ncclGroupStart();
-  for (size_t g = 0; g < comms_.size(); ++g)
-    if (windows_[g]) ncclCommWindowDeregister(comms_[g], windows_[g]);
-  ncclGroupEnd();
-  for (size_t g = 0; g < comms_.size(); ++g) {
-    cudaSetDevice(int(g));
-    if (buffers_[g]) ncclMemFree(buffers_[g]);
-    if (comms_[g]) ncclCommDestroy(comms_[g]);
+  for (const Member& m : members_) {  // no kernel may still reach a window that goes
+    cudaSetDevice(m.device);
+    cudaDeviceSynchronize();
+  }
+  if (transport_ == Transport::nccl) {
+    ncclGroupStart();
+    for (const Member& m : members_)
+      if (m.window) ncclCommWindowDeregister(m.comm, m.window);
+    ncclGroupEnd();
+  }
+  for (const Member& m : members_) {
+    cudaSetDevice(m.device);
+    if (m.buffer && transport_ == Transport::nccl) ncclMemFree(m.buffer);
+    if (m.buffer && transport_ == Transport::colocated) cudaFree(m.buffer);
+    if (owns_comms_ && m.comm) ncclCommDestroy(m.comm);  // never the caller's communicator
   }
 }
 
+bool PeerGroup::holds(int g) const {
+  return std::any_of(members_.begin(), members_.end(), [&](const Member& m) { return m.gpu == g; });
+}
+
+const PeerGroup::Member& PeerGroup::member(int g) const {
+  for (const Member& m : members_)
+    if (m.gpu == g) return m;
+  fail_internal("the peer group does not hold GPU " + std::to_string(g));
+}
+
 std::vector<uint8_t*> PeerGroup::peers(int g) const {
-  const int gpus = int(comms_.size());
-  if (!symmetric_) return {local(g)};
-  MOK_CUDA_CHECK(cudaSetDevice(g));
-  DeviceArray<void*> out(gpus);
-  peer_windows<<<1, 32>>>(windows_[g], gpus, out.get());
-  MOK_CUDA_CHECK(cudaGetLastError());
   std::vector<uint8_t*> bases;
+  if (transport_ == Transport::colocated) {  // one device: every window's own address
+    for (const Member& m : members_) bases.push_back(static_cast<uint8_t*>(m.buffer));
+    return bases;
+  }
+  if (!symmetric_) return {local(g)};
+  const Member& m = member(g);
+  const KeepCurrentDevice keep;
+  MOK_CUDA_CHECK(cudaSetDevice(m.device));
+  DeviceArray<void*> out(gpus_);
+  peer_windows<<<1, 32>>>(m.window, gpus_, out.get());
+  MOK_CUDA_CHECK(cudaGetLastError());
   for (void* p : out.download()) bases.push_back(static_cast<uint8_t*>(p));
   return bases;
 }

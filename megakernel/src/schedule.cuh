@@ -1,6 +1,7 @@
 // The schedule: how the persistent blocks share out the work, and the lookups between the layer's
 // index spaces. The index spaces, from a token to the ring (what it indexes; where it is computed):
 //   token g      the layer's tokens in global order, g = r T + t: x, y, dx      loops over N, own_token_*
+//                (the caller's y, dx, logits hold this GPU's tokens: own_token_row)
 //   rank r, t    the rank holding token g, and g's row in that rank's buffers    token_rank, token_local
 //   slot j       g's j-th expert; t k + j indexes rank r's slots and topk_w      slot_source, source_slot
 //   layout row   one (token, slot), by expert, then by token: row_source         layout_place (place_token)
@@ -29,6 +30,18 @@ __device__ __forceinline__ int executed_ranks(const Params& p) { return p.rank_e
 __device__ __forceinline__ bool executes(const Params& p, int r) { return r >= p.rank_begin && r < p.rank_end; }
 __device__ __forceinline__ long own_token_begin(const Params& p) { return long(p.rank_begin) * p.c.tokens_per_rank; }
 __device__ __forceinline__ long own_token_end(const Params& p) { return long(p.rank_end) * p.c.tokens_per_rank; }
+
+// Own token g's row in the caller's per-token tensors (y, dx, logits), which hold this GPU's tokens
+// only (one GPU: all of them, so the row is g).
+__device__ __forceinline__ long own_token_row(const Params& p, long g) { return g - own_token_begin(p); }
+
+// The experts of this GPU's ranks: [own_expert_begin, own_expert_end).
+__device__ __forceinline__ int own_expert_begin(const Params& p) { return p.rank_begin * p.c.experts_per_rank(); }
+__device__ __forceinline__ int own_expert_end(const Params& p) { return p.rank_end * p.c.experts_per_rank(); }
+
+// Own expert e's index in the caller's expert tensors (w1, w2, d_w1, d_w2), which hold this GPU's
+// experts only (one GPU: all of them, so the index is e).
+__device__ __forceinline__ int own_expert(const Params& p, int e) { return e - own_expert_begin(p); }
 
 // Rank-local coordinates of global token g.
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }

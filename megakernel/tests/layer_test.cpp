@@ -1,12 +1,16 @@
 // GPU tests of the device API (mok/megakernel/layer.h) on caller-owned device buffers: every routing
 // mode against the reference bit for bit, weights read at each call, gradient accumulation, a CUDA
-// graph and a non-default stream, device errors raised by the next call or check(), bad views refused.
-// Outputs are poisoned before every launch. ctest label gpu; they skip without a Hopper GPU.
+// graph and a non-default stream, device errors raised by the next call or check(), bad views refused;
+// Layers of colocated shares of one GPU on their shares of the tensors, and a Layer on a caller's NCCL
+// communicator. Outputs are poisoned before every launch. ctest label gpu; they skip without a Hopper GPU.
 #include "mok/megakernel/layer.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <nccl.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -65,19 +69,29 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
-// One problem's tensors on the device, in the layer's vocabulary.
+// Share g's part of a tensor whose leading dimension (tokens or experts, in order) splits over `shares`.
+template <class T>
+std::vector<T> share_of(const std::vector<T>& whole, int g, int shares) {
+  const size_t n = whole.size() / shares;
+  return std::vector<T>(whole.begin() + g * n, whole.begin() + (g + 1) * n);
+}
+
+// One problem's tensors on the device, in the layer's vocabulary: share `share` of `shares` (its
+// tokens, its experts' w1, w2 and their gradients; the rest whole).
 struct Bound {
   LayerConfig c;
+  int share = 0, shares = 1;
   Buffer x, dy, router, bias, w1, w2, sw1, sw2;
   Buffer y, topk_idx, topk_w, logits, saved, workspace;
   Buffer dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_sw1, d_sw2;
   RoutingMode mode = RoutingMode::router;
 
-  Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing) : c(p.config), mode(routing) {
-    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate;
-    x = Buffer(DType::bf16, {N, H}, p.x);
-    dy = Buffer(DType::bf16, {N, H}, p.dy);
+  Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing, int g = 0, int count = 1)
+      : c(p.config), share(g), shares(count), mode(routing) {
+    const int64_t N = c.tokens() / shares, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+    const int64_t Is = c.shared_intermediate, Eg = E / shares;
+    x = Buffer(DType::bf16, {N, H}, share_of(p.x, share, shares));
+    dy = Buffer(DType::bf16, {N, H}, share_of(p.dy, share, shares));
     set_weights(p.weights);
     y = Buffer(DType::bf16, {N, H});
     topk_idx = Buffer(DType::i32, {N, k});
@@ -85,23 +99,23 @@ struct Bound {
     logits = Buffer(DType::f32, {N, E});
     saved = Buffer(DType::u8, {int64_t(layer.saved_bytes())});
     workspace = Buffer(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))});
-    if (mode != RoutingMode::router) topk_idx.upload(p.routing->topk_idx);
-    if (mode == RoutingMode::given) topk_w.upload(p.routing->topk_w);
+    if (mode != RoutingMode::router) topk_idx.upload(share_of(p.routing->topk_idx, share, shares));
+    if (mode == RoutingMode::given) topk_w.upload(share_of(p.routing->topk_w, share, shares));
     dx = Buffer(DType::bf16, {N, H});
     d_topk_w = Buffer(DType::f32, {N, k});
     d_logits = Buffer(DType::f32, {N, E});
     d_router = Buffer(DType::f32, {E, H});
-    d_w1 = Buffer(DType::f32, {E, 2 * I, H});
-    d_w2 = Buffer(DType::f32, {E, H, I});
+    d_w1 = Buffer(DType::f32, {Eg, 2 * I, H});
+    d_w2 = Buffer(DType::f32, {Eg, H, I});
     d_sw1 = Buffer(DType::f32, {2 * Is, H});
     d_sw2 = Buffer(DType::f32, {H, Is});
   }
   void set_weights(const LayerWeights& w) {
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate, Eg = E / shares;
     router = Buffer(DType::f32, {E, H}, w.router);
     bias = Buffer(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
-    w1 = Buffer(DType::bf16, {E, 2 * I, H}, w.w1);
-    w2 = Buffer(DType::bf16, {E, H, I}, w.w2);
+    w1 = Buffer(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, share, shares));
+    w2 = Buffer(DType::bf16, {Eg, H, I}, share_of(w.w2, share, shares));
     sw1 = Buffer(DType::bf16, {2 * Is, H}, w.shared_w1);
     sw2 = Buffer(DType::bf16, {H, Is}, w.shared_w2);
   }
@@ -423,6 +437,182 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   out.logits = {};
   refused(b.inputs(), out, "logits");
   layer.check();  // nothing was enqueued, nothing recorded
+}
+
+// The shares' results as one layer's: the per-token and per-expert tensors in share order; the router's
+// and the shared expert's gradients, whole on every share, from share 0, every share's bits the same.
+Results assemble(const std::vector<Results>& parts) {
+  Results all = parts[0];
+  const auto cat = [&](auto field) {
+    for (size_t g = 1; g < parts.size(); ++g)
+      (all.*field).insert((all.*field).end(), (parts[g].*field).begin(), (parts[g].*field).end());
+  };
+  const auto same = [&](auto field, const char* name) {
+    for (size_t g = 1; g < parts.size(); ++g)
+      EXPECT_EQ(first_bit_mismatch(name, parts[g].*field, parts[0].*field), "") << "share " << g << " vs share 0";
+  };
+  cat(&Results::y), cat(&Results::dx), cat(&Results::topk_idx), cat(&Results::topk_w), cat(&Results::logits);
+  cat(&Results::d_topk_w), cat(&Results::d_logits), cat(&Results::d_w1), cat(&Results::d_w2);
+  same(&Results::d_router, "d_router"), same(&Results::d_sw1, "d_sw1"), same(&Results::d_sw2, "d_sw2");
+  return all;
+}
+
+// `gpus` Layers of colocated shares of this GPU, each with its share of a problem's tensors and its own
+// stream (on one stream their kernels would run one after another and never meet). A short watchdog:
+// a missed barrier fails instead of hanging.
+struct Colocated {
+  std::shared_ptr<const PeerGroup> group;  // outlives the Layers
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<std::unique_ptr<Bound>> bound;
+  std::vector<cudaStream_t> streams;
+
+  Colocated(const ref::Problem& p, RoutingMode mode, int gpus) {
+    const LaunchConfig launch{.watchdog_seconds = 5.0, .gpus = gpus, .transport = Transport::colocated};
+    group = make_peer_group(p.config, launch);
+    for (int g = 0; g < gpus; ++g) {
+      layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
+      bound.push_back(std::make_unique<Bound>(*layers[g], p, mode, g, gpus));
+      bound[g]->poison();
+      streams.push_back(nullptr);
+      cuda(cudaStreamCreateWithFlags(&streams.back(), cudaStreamNonBlocking));
+    }
+  }
+  ~Colocated() {
+    for (cudaStream_t s : streams) cudaStreamDestroy(s);
+  }
+  // Every share's launch is enqueued before any is waited for: they meet at the barriers across shares.
+  void forward() {
+    for (size_t g = 0; g < layers.size(); ++g)
+      layers[g]->forward(streams[g], bound[g]->workspace.view().data, bound[g]->inputs(), bound[g]->outputs());
+  }
+  void backward() {
+    for (size_t g = 0; g < layers.size(); ++g) {
+      const Bound& b = *bound[g];
+      layers[g]->backward(streams[g], b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+    }
+  }
+  Results check_and_read() {
+    std::vector<Results> parts;
+    for (size_t g = 0; g < layers.size(); ++g) {
+      layers[g]->check();
+      parts.push_back(read(*bound[g]));
+    }
+    return assemble(parts);
+  }
+};
+
+LayerConfig shared_sigmoid_on_4_ranks() {
+  LayerConfig c = shared_sigmoid();
+  c.ranks = 4;
+  c.tokens_per_rank = 20;
+  return c;
+}
+
+// Issue 17 on one GPU: 2 and 4 colocated Layers, each on its share of the tensors (its tokens, its
+// experts), give the reference's bits in every routing mode, and each computes the whole d_router.
+TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
+  for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
+    const Results want = reference(p, mode);
+    for (int gpus : {2, 4}) {
+      SCOPED_TRACE("mode " + std::to_string(int(mode)) + " on " + std::to_string(gpus) + " colocated shares");
+      Colocated shares(p, mode, gpus);
+      shares.forward();
+      shares.backward();
+      expect_same(shares.check_and_read(), want);
+    }
+  }
+}
+
+// A bad given routing in the last share's tokens: every share gathers every token's routing and checks
+// it, so every share reports the token (none waits for another); then the shares work again.
+TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 46, ref::RoutingKind::uniform);
+  Colocated shares(p, RoutingMode::given, 2);
+  std::vector<int32_t> bad = share_of(p.routing->topk_idx, 1, 2);
+  bad.back() = bad[bad.size() - 2];  // the last token's last expert repeats the one before
+  shares.bound[1]->topk_idx.upload(bad);
+  shares.forward();
+  const std::string token = "given routing of token " + std::to_string(p.config.tokens() - 1);
+  for (const auto& layer : shares.layers) {
+    try {
+      layer->check();
+      ADD_FAILURE() << "a share did not report the bad routing";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(token), std::string::npos) << e.what();
+    }
+  }
+  shares.bound[1]->topk_idx.upload(share_of(p.routing->topk_idx, 1, 2));
+  for (const auto& b : shares.bound) b->poison();
+  shares.forward();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+}
+
+// A sharded Layer (GPU 1 of 2 colocated) refuses whole-size tensors, naming the share's shape, and a
+// Layer without its peer group, or with another launch's, is refused. Nothing is enqueued.
+TEST_F(LayerApi, ShardedLayerRefusesWholeTensorsNamingTheShare) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 48);
+  const LayerConfig& c = p.config;
+  const LaunchConfig launch{.watchdog_seconds = 5.0, .gpus = 2, .transport = Transport::colocated};
+  const auto group = make_peer_group(c, launch);
+  EXPECT_THROW(Layer(c, launch, 1, nullptr), Error);
+  EXPECT_THROW(Layer(c, LaunchConfig{.gpus = 2, .transport = Transport::nccl}, 1, group.get()), Error);
+  EXPECT_THROW(Layer(c, launch, 2, group.get()), Error);
+  Layer layer(c, launch, 1, group.get());
+  Bound b(layer, p, RoutingMode::router, 1, 2);
+  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts;
+  void* ws = b.workspace.view().data;
+  const auto refused = [&](const std::function<void()>& call, const char* name) {
+    try {
+      call();
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  ForwardInputs in = b.inputs();
+  in.weights.w1.shape = {E, 2 * I, H};
+  refused([&] { layer.forward(stream_, ws, in, b.outputs()); }, "w1 [E/G, 2I, H]");
+  in = b.inputs();
+  in.x.shape = {N, H};
+  refused([&] { layer.forward(stream_, ws, in, b.outputs()); }, "x [N/G, H]");
+  ForwardOutputs out = b.outputs();
+  out.logits.shape = {N, E};
+  refused([&] { layer.forward(stream_, ws, b.inputs(), out); }, "logits [N/G, E]");
+  TensorView dy = b.dy.view();
+  dy.shape = {N, H};
+  refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), dy, b.grads()); }, "dy [N/G, H]");
+  GradOutputs grads = b.grads();
+  grads.d_w2.shape = {E, H, I};
+  refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.dy.view(), grads); }, "d_w2 [E/G, H, I]");
+  layer.check();  // nothing was enqueued, nothing recorded
+}
+
+// A Layer on a caller's communicator of one rank (one process, one GPU): the reference's bits in every
+// routing mode, three Layers' windows registered on the communicator at once. The communicator stays
+// the caller's, destroyed after the Layers.
+TEST_F(LayerApi, OnAOneRankCommunicatorMatchesTheReference) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t raw = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&raw, 1, id, 0), ncclSuccess);
+  const std::unique_ptr<ncclComm, decltype(&ncclCommDestroy)> comm(raw, ncclCommDestroy);
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 47, ref::RoutingKind::uniform);
+  const LaunchConfig launch{.watchdog_seconds = 5.0};
+  EXPECT_THROW(Layer(p.config, LaunchConfig{.gpus = 2}, comm.get()), Error);
+  EXPECT_THROW(Layer(p.config, LaunchConfig{.transport = Transport::colocated}, comm.get()), Error);
+  const RoutingMode modes[] = {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given};
+  std::vector<std::unique_ptr<Layer>> layers;
+  for (int i = 0; i < 3; ++i) layers.push_back(std::make_unique<Layer>(p.config, launch, comm.get()));
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("mode " + std::to_string(int(modes[i])));
+    Bound b(*layers[i], p, modes[i]);
+    b.poison();
+    b.run(*layers[i], stream_);
+    layers[i]->check();
+    expect_same(read(b), reference(p, modes[i]));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // GPU tests (ctest label gpu; they skip without a Hopper GPU): the megakernel against the CPU
-// reference in the exact tensor-core model, bit for bit (D5), and the invariances D1-D4 on the GPU.
+// reference in the exact tensor-core model, bit for bit (D5), and the invariances D1-D4 on the GPU,
+// across GPUs and across colocated shares of one GPU.
 // Outputs are poisoned (NaN) before every launch, so an element nothing wrote cannot pass.
 #include "mok/megakernel/megakernel.h"
 
@@ -42,6 +43,11 @@ GpuRun run_gpu(const Problem& p, const LaunchConfig& launch = {}) {
   r.fwd = mk.forward(p.x, p.routing ? &*p.routing : nullptr);
   r.grad = mk.backward(p.dy);
   return r;
+}
+
+// G colocated shares of this GPU; a short watchdog, so that a missed barrier fails instead of hanging.
+LaunchConfig colocated(int gpus) {
+  return LaunchConfig{.watchdog_seconds = 5.0, .gpus = gpus, .transport = Transport::colocated};
 }
 
 class Gpu : public ::testing::Test {
@@ -160,6 +166,69 @@ TEST_F(Gpu, AcrossGpusSameBitsAsOneGpu) {
   }
 }
 
+// The same global batch on R ranks (D2: the same bits).
+Problem on_ranks(Problem p, int R) {
+  p.config.tokens_per_rank = p.config.tokens() / R;
+  p.config.ranks = R;
+  return p;
+}
+
+// Issue 17 on one GPU: G = 2 and 4 colocated shares (each Layer holding its tokens and its experts,
+// windows in device memory, barriers across shares) give the bits of the same ranks simulated on one
+// GPU, for every case of the list (a case whose ranks do not split over G runs as the same batch on G
+// ranks where its tokens and experts split) and the rank-count problem at R = 8.
+TEST_F(Gpu, ColocatedSameBitsAsSimulatedRanks) {
+  std::vector<Case> all = cases();
+  all.push_back({"zipf_R8", small(8, 8, 16, 4), RoutingKind::zipf});
+  for (const Case& cs : all) {
+    const Problem p = make_problem(cs.config, 23, cs.kind);
+    const GpuRun want = run_gpu(p);
+    for (int gpus : {2, 4}) {
+      const LayerConfig& c = p.config;
+      if (c.ranks % gpus != 0 && (c.tokens() % gpus != 0 || c.experts % gpus != 0)) continue;
+      SCOPED_TRACE(std::string(cs.name) + " on " + std::to_string(gpus) + " colocated shares");
+      const GpuRun got = run_gpu(c.ranks % gpus == 0 ? p : on_ranks(p, gpus), colocated(gpus));
+      expect_forward_bits(got.fwd, want.fwd);
+      expect_gradient_bits(got.grad, want.grad);
+    }
+  }
+}
+
+// Every routing mode with a shared expert and sigmoid routing on 2 and 4 colocated shares: the
+// reference's bits, twice on one wrapper (the barriers' numbers carry over from launch to launch),
+// and gradients accumulated over a second backward as the reference adds them (d_router on every share).
+TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
+  LayerConfig c = small(4, 20, 8, 3);
+  c.score_mode = ScoreMode::sigmoid;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.routed_scale = 2.5f;
+  c.shared_intermediate = 64;
+  c.swiglu_limit = 0.75f;
+  const Problem p = make_problem(c, 24, RoutingKind::uniform);
+  for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
+    ref::Options opt;
+    opt.step = StepModel::hopper_tc;
+    opt.replay_ids = mode == RoutingMode::replay_ids;
+    const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
+    const Forward want_f = ref::forward(c, p.x, p.weights, given, opt);
+    const Gradients want_g = ref::backward(c, p.x, p.weights, want_f, p.dy, opt);
+    Gradients twice = want_g;
+    for (auto field :
+         {&Gradients::d_router, &Gradients::d_w1, &Gradients::d_w2, &Gradients::d_shared_w1, &Gradients::d_shared_w2})
+      for (float& v : twice.*field) v = v + v;
+    for (int gpus : {2, 4}) {
+      SCOPED_TRACE("mode " + std::to_string(int(mode)) + " on " + std::to_string(gpus) + " colocated shares");
+      Megakernel mk(c, p.weights, colocated(gpus));
+      for (int run = 0; run < 2; ++run) {
+        expect_forward_bits(mk.forward(p.x, given, opt.replay_ids), want_f);
+        expect_gradient_bits(mk.backward(p.dy), want_g);
+      }
+      expect_gradient_bits(mk.backward(p.dy, true), twice);
+    }
+  }
+}
+
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
 TEST_F(Gpu, LaunchAndRingInvariance) {
   const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);
@@ -225,6 +294,7 @@ TEST_F(Gpu, RejectsBadLaunches) {
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{1 << 20, 256, 10.0}), Error);
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 2}), Error);  // R = 1; and simulated
   EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 0, .transport = Transport::nccl}), Error);
+  EXPECT_THROW(Megakernel(p.config, p.weights, colocated(2)), Error);  // R = 1 does not split
   Megakernel mk(p.config, p.weights, {});
   EXPECT_THROW(mk.backward(p.dy), Error);
   std::vector<bf16> x = p.x;

@@ -14,6 +14,8 @@
 // fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32); shared_w1 [2Is, H], shared_w2 [H, Is]
 // bf16; topk_idx [N, k] int32, topk_w and d_topk_w [N, k] fp32; logits, d_logits [N, E] fp32; saved
 // [saved_bytes()] bytes (mok/core/saved_layout.h). Every tensor contiguous, row-major, 16-byte aligned.
+// Over G > 1 GPUs each GPU's Layer takes its share (see Layer): the per-token tensors [N/G, ...] and
+// w1, w2, d_w1, d_w2 [E/G, ...].
 //
 // Errors: bad arguments throw mok::Error at the call, before anything is enqueued. Errors found by
 // the kernels (a watchdog, a router-logit overflow, an expert id out of range in a given routing) are
@@ -31,6 +33,9 @@
 
 #include "mok/core/config.h"
 #include "mok/core/saved_layout.h"
+
+// NCCL's communicator handle (nccl.h), declared here so that this header does not need NCCL's.
+typedef struct ncclComm* ncclComm_t;
 
 namespace mok::gpu {
 
@@ -57,15 +62,19 @@ using mok::RoutingMode;  // mok/core/layer_io.h
 
 enum class Pass { forward, backward };
 
-// How the ranks' buffers reach each other: one allocation on one GPU, or NCCL symmetric windows.
-enum class Transport { simulated, nccl };
+// How the ranks' buffers reach each other:
+//   simulated  one GPU executes every rank, their buffers one allocation;
+//   nccl       each GPU exposes its ranks' buffers in an NCCL symmetric window (docs/multi-gpu.md);
+//   colocated  `gpus` Layers share the current device, each on its share of the SMs with a window in
+//              plain device memory: the multi-GPU code tested on one GPU (no NCCL).
+enum class Transport { simulated, nccl, colocated };
 
 struct LaunchConfig {
-  int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident on the device
+  int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident (colocated: that / gpus)
   int ring_rows = 0;  // rows of each rank's dy ring per backward cycle, a multiple of 128; 0: an average rank's rows
   double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
-  Transport transport = Transport::simulated;  // gpus > 1 needs nccl
+  Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
 };
 
@@ -103,13 +112,31 @@ struct PhaseTime {
   double ms;
 };
 
-// One GPU's share of the layer: ranks [gpu R / gpus, (gpu + 1) R / gpus) of the config, on the device
-// current at construction. With gpus > 1 every GPU runs its own Layer over a PeerGroup, and the
-// tensors are global-size [N, ...] of which each GPU reads and writes its own ranks' rows (the
-// weights: every expert).
+// One GPU's share of the layer: ranks [g R / G, (g + 1) R / G) of the config (GPU g of G), on the
+// device current at construction. With G > 1 every GPU runs its own Layer, and a Layer's tensors are
+// its share: x, y, dy, dx, topk_idx, topk_w, logits, d_topk_w, d_logits hold its ranks' N / G tokens
+// (tokens [g N / G, (g + 1) N / G) of the global batch), w1, w2, d_w1, d_w2 its ranks' E / G experts
+// (experts [g E / G, (g + 1) E / G)); router, expert_bias and the shared expert are whole and
+// replicated, and every GPU computes the whole d_router and shared-expert gradients, the same bits on
+// every GPU (no all-reduce is needed). A given or replayed routing is given per GPU, for its tokens.
 class Layer {
  public:
+  // Simulated ranks (peers null), or GPU `gpu` of a peer group from make_peer_group (this process's
+  // GPUs over NCCL, or colocated shares of one GPU): the group outlives its Layers, and the Layers of
+  // all its GPUs are called alike (every forward and backward on every GPU of the group, the launches
+  // of one step enqueued before any is waited for: they meet at barriers across GPUs).
   Layer(const LayerConfig& config, const LaunchConfig& launch, int gpu = 0, const PeerGroup* peers = nullptr);
+  // GPU ncclCommUserRank of the caller's communicator, G = ncclCommCount (one process per GPU, or one
+  // process of one GPU: G = 1). The communicator's device must be the current device; launch.gpus is
+  // 1 or G, launch.transport not colocated. Rules for the callers, as for any NCCL collective:
+  //   - construction is collective (it registers a symmetric window on the communicator): every rank
+  //     constructs its Layers on the same communicator in the same order, and destroys them in the
+  //     same order, before the communicator (the Layer never destroys it);
+  //   - every rank makes the same sequence of forward and backward calls on its Layer (each launch
+  //     meets the peers' launches of the same number at barriers across GPUs; a missing one is
+  //     reported by the watchdog, after watchdog_seconds);
+  //   - a Layer is destroyed only after its last call's work on the stream is done.
+  Layer(const LayerConfig& config, const LaunchConfig& launch, ncclComm_t comm);
   ~Layer();
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
@@ -152,5 +179,11 @@ class Layer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The windows through which the Layers of `launch.gpus` GPUs of this process reach each other, made
+// once for a config and given to each GPU's Layer: Transport::nccl, GPUs 0 .. gpus-1 on one NCCL
+// communicator made here; Transport::colocated, `gpus` shares of the current device (tests). Null
+// for simulated ranks. Throws mok::Error for a launch no Layer would accept.
+std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& config, const LaunchConfig& launch);
 
 }  // namespace mok::gpu

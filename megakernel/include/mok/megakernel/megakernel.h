@@ -3,8 +3,9 @@
 // (mok/megakernel/layer.h, what a training framework calls): it owns device copies of the weights,
 // every output and the workspace, poisons the outputs before each launch, waits, and reads back.
 // One persistent kernel per direction runs every step of the layer for R expert-parallel ranks:
-// simulated ranks (all R ranks' buffers on one GPU), or R ranks spread over the GPUs of this process
-// through NCCL symmetric windows (docs/multi-gpu.md). The bits do not depend on which (D2).
+// simulated ranks (all R ranks' buffers on one GPU), R ranks spread over the GPUs of this process
+// through NCCL symmetric windows, or over colocated shares of one GPU (tests; docs/multi-gpu.md),
+// each GPU holding its share of the tokens and experts. The bits do not depend on which (D2).
 // Results equal the CPU reference's (hopper_tc step model) bit for bit: docs/numerics.md.
 //
 //   mok::gpu::Megakernel mk(config, weights, {});   // validates, uploads weights, sizes workspace
@@ -60,7 +61,7 @@ class Megakernel {
   void launch_backward();
   Gradients read_gradients() const;
 
-  // Blocks the persistent kernels run with per GPU (after resolving LaunchConfig::blocks = 0).
+  // Blocks the persistent kernels run with per GPU or share (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
 
   // Where the last launch spent its time on GPU 0, phase by phase (in order of first appearance).
