@@ -322,7 +322,7 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
 
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
-  stamp_phase(b, -1);
+  start_clock(b);
   Pipeline pipe = pipeline_init();
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
   // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.

@@ -127,6 +127,16 @@ __device__ void layout_place(Pipeline& pipe, const Params& p) {
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
+// The saved buffer's gaps are zero, so a forward gives the same bytes run to run (D1) in all of it.
+// The layout region is cleared whole at the start (its arrays are written after a grid barrier);
+// its offset is 256-byte aligned, so 16-byte stores cover it.
+__device__ void zero_saved_gaps(const Params& p) {
+  const SavedGaps& s = p.saved_gaps;
+  int4* head = reinterpret_cast<int4*>(s.base);
+  for (long i = thread_id(); i < s.head / long(sizeof(int4)); i += thread_count()) head[i] = int4{};
+  for (long i = s.tail + thread_id(); i < s.end; i += thread_count()) s.base[i] = 0;
+}
+
 // Padded rows past the last expert's tiles: no tile writes them, so they are zeroed here and the
 // saved buffer holds the same bytes run to run (D1) also where nothing reads it.
 __device__ void zero_unused_rows(const Params& p) {
@@ -250,8 +260,9 @@ __device__ void combine(const Params& p) {
 
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
-  stamp_phase(b, -1);
+  start_clock(b);
   Pipeline pipe = pipeline_init();
+  zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, p.peers, kStart, 0)) return;
   // Across GPUs the shared expert and the router's weight gradient read every token's x.

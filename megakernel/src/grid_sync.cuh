@@ -45,6 +45,12 @@ __device__ inline void stamp_phase(const GridBarrier& b, int phase) {
   *b.clock.count = i + 1;
 }
 
+// The launch's first stamp, which restarts the clock (no host memset per launch).
+__device__ inline void start_clock(const GridBarrier& b) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *b.clock.count = 0;
+  stamp_phase(b, -1);
+}
+
 __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
   ptx::fence_proxy_async_global();  // this phase's stores are visible to the next phase's TMA reads
   __syncthreads();

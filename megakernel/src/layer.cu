@@ -242,6 +242,8 @@ struct Layer::Impl {
     p.expert_bias = ptr<float>(w.expert_bias);
     p.logits = ptr<float>(out.logits);
     uint8_t* s = ptr<uint8_t>(out.saved);
+    const long end = long(saved.shared_a) + long(c.tokens()) * c.shared_intermediate * long(sizeof(bf16));
+    p.saved_gaps = SavedGaps{s, long(saved.xe), end, long(saved.bytes)};
     p.offsets = reinterpret_cast<int32_t*>(s + saved.offsets);
     p.tile_offsets = reinterpret_cast<int32_t*>(s + saved.tile_offsets);
     p.row_source = reinterpret_cast<int32_t*>(s + saved.row_source);
@@ -285,19 +287,9 @@ struct Layer::Impl {
     encode_tensor_map(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
   }
 
-  // The saved buffer's bytes that no kernel writes (alignment gaps around the layout's arrays and after
-  // the last section) are zeroed, so a forward gives the same bytes run to run (D1) in all of it: the
-  // layout region before the kernel writes its arrays, and the tail.
-  void zero_saved_gaps(cudaStream_t stream, uint8_t* s) const {
-    const size_t end = saved.shared_a + size_t(c.tokens()) * c.shared_intermediate * sizeof(bf16);
-    MOK_CUDA_CHECK(cudaMemsetAsync(s, 0, saved.xe, stream));
-    MOK_CUDA_CHECK(cudaMemsetAsync(s + end, 0, saved.bytes - end, stream));
-  }
-
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
     MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 3 * sizeof(unsigned int), stream));
-    MOK_CUDA_CHECK(cudaMemsetAsync(clock_count.get(), 0, sizeof(int), stream));
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));
@@ -421,7 +413,6 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.check_forward(in, out, true);
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::forward, static_cast<uint8_t*>(workspace), in, out);
-  m.zero_saved_gaps(stream, ptr<uint8_t>(out.saved));
   m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
   m.encode_maps(p, in.weights);
   m.launch_kernel(reinterpret_cast<const void*>(forward_kernel), stream, p);

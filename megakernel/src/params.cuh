@@ -110,6 +110,13 @@ struct TensorMaps {
   CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
 };
 
+// The saved buffer's bytes that no phase writes (mok/core/saved_layout.h): the layout region
+// [0, head), whose alignment gaps lie between the arrays the layout writes, and [tail, end).
+struct SavedGaps {
+  uint8_t* base;
+  long head, tail, end;
+};
+
 struct Params {
   LayerConfig c;
   int ring_rows;
@@ -147,12 +154,13 @@ struct Params {
   bf16* ring;  // [R ring_rows, H] the executed ranks' dy receive rings (rank r's from row r ring_rows)
 
   // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
-  bf16* h;    // [P, 2I]
-  bf16* a;    // [P, I]
-  float* g;   // [P, I]   dy W2 (backward)
-  bf16* dh;   // [P, 2I]  (backward)
-  bf16* dye;  // [P, H]   bf16(w dy) (backward)
-  bf16* xe;   // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
+  bf16* h;               // [P, 2I]
+  bf16* a;               // [P, I]
+  float* g;              // [P, I]   dy W2 (backward)
+  bf16* dh;              // [P, 2I]  (backward)
+  bf16* dye;             // [P, H]   bf16(w dy) (backward)
+  bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
+  SavedGaps saved_gaps;  // zeroed by the forward
 
   // Shared expert, per token.
   bf16* shared_h;   // [N, 2Is]

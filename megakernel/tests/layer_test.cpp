@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -406,6 +407,26 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
   grads = b.grads();
   grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
   EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads), Error);
+}
+
+// The forward writes every byte of the saved buffer (its gaps are zeroed): forwards into a buffer of
+// 0xff bytes and into one of zeros leave the same bytes (D1 for all of saved, which the op returns).
+TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheBufferHeld) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 42);
+  Layer layer(p.config, {});
+  Bound b(layer, p, RoutingMode::router);
+  b.poison();
+  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+  layer.check();
+  const std::vector<uint8_t> over_ff = b.saved.download<uint8_t>();
+  cuda(cudaMemset(b.saved.view().data, 0, over_ff.size()));
+  cuda(cudaDeviceSynchronize());
+  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+  layer.check();
+  const std::vector<uint8_t> over_zero = b.saved.download<uint8_t>();
+  ASSERT_EQ(over_ff.size(), over_zero.size());
+  const auto [ff, zero] = std::mismatch(over_ff.begin(), over_ff.end(), over_zero.begin());
+  EXPECT_EQ(ff, over_ff.end()) << "saved byte " << (ff - over_ff.begin()) << " of " << over_ff.size() << " differs";
 }
 
 // Bad views are refused at the call, naming the tensor, before anything is enqueued.

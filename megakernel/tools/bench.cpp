@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -129,21 +128,6 @@ double matmul_peak_tflops(int warmup, int runs) {
   return 2.0 * n * n * double(n) / (ms * 1e9);
 }
 
-// Median host time of one forward enqueue (the device API's own cost per call: checks, tensor maps,
-// memsets, the launch) from an idle device, in microseconds.
-double host_enqueue_us(mok::gpu::Megakernel& mk) {
-  std::vector<double> us(50);
-  for (double& t : us) {
-    MOK_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto start = std::chrono::steady_clock::now();
-    mk.launch_forward();
-    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  }
-  MOK_CUDA_CHECK(cudaDeviceSynchronize());
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 // (token, slot) rows whose token's rank and expert's rank sit on different GPUs (one rank per GPU).
 long rows_between_gpus(const mok::LayerConfig& c, const std::vector<int32_t>& topk_idx) {
   long rows = 0;
@@ -246,7 +230,6 @@ int main(int argc, char** argv) {
       std::printf("\n");
       print_phases("forward", fwd_phases);
       print_phases("backward", mk.phase_times());
-      std::printf("  host enqueue per forward (device API): %.1f us\n", host_enqueue_us(mk));
       std::fflush(stdout);
     }
     if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");

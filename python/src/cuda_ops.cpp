@@ -4,6 +4,7 @@
 // find (router-logit overflow, a given id out of range, a watchdog) are raised by the layer's next
 // call or by mok.check() (check_cuda_layers).
 #include <ATen/cuda/EmptyTensor.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -92,6 +93,10 @@ Tensor uninitialized(at::IntArrayRef sizes, const at::TensorOptions& options) {
 
 cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 
+void copy_on(cudaStream_t stream, const Tensor& dst, const Tensor& src) {
+  C10_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToDevice, stream));
+}
+
 Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x) {
   return uninitialized({int64_t(layer.workspace_bytes(pass))}, x.options().dtype(at::kByte));
 }
@@ -109,18 +114,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const LayerConfig& c = call.config;
     const int64_t N = c.tokens(), k = c.top_k;
     const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-    // The layer reads a given routing from its outputs: they start as copies of the inputs.
+    // The layer reads a given routing from its outputs: they start as copies of the inputs (checked
+    // contiguous, of the outputs' dtype and shape: a plain copy on the stream, not a dispatched copy_).
     Tensor idx = uninitialized({N, k}, x.options().dtype(at::kInt));
     Tensor w = uninitialized({N, k}, f32);
-    if (topk_idx) idx.copy_(*topk_idx);
-    if (topk_w) w.copy_(*topk_w);
+    const cudaStream_t stream = current_stream(x);
+    if (topk_idx) copy_on(stream, idx, *topk_idx);
+    if (topk_w) copy_on(stream, w, *topk_w);
     Tensor y = uninitialized({N, c.hidden}, x.options());
     Tensor logits = uninitialized(logits_shape(call), f32);
     Tensor saved = uninitialized({int64_t(saved_layout(c).bytes)}, x.options().dtype(at::kByte));
     const std::lock_guard lock(cached.mutex);
     require(cached.layer.saved_bytes() == saved_layout(c).bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
-    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args),
+    cached.layer.forward(stream, ws.data_ptr(), inputs(call, args),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
   });
