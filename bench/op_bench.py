@@ -77,6 +77,14 @@ def time_shape(name, args, peak):
     print(f"{name:15} {args.routing:8} {mf:8.2f} {tf:8.2f} {tf / mf:6.2f}x {mb:9.2f} {tb:9.2f} {tb / mb:6.2f}x "
           f"{100 * flops / (mf * 1e9) / peak:6.1f}% {100 * 3 * flops / (mb * 1e9) / peak:6.1f}% "
           f"{mmf:9.0f} {tmf:9.0f} {mmb:9.0f} {tmb:9.0f}", flush=True)
+    # What the op allocates in a forward, by the layer's own sizes (no copy of any input): beside the
+    # measured peak, it shows the op adds nothing.
+    ints, floats = config.pack(tokens_per_rank=T)
+    ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows))
+    outputs = mok._C.saved_bytes(ints, floats) + T * H * 2 + 2 * T * k * 4
+    print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
+          f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
+          f"{ws_backward / 2**20:.0f} MiB", flush=True)
     del router, w1, w2, tw1, tw2, sets
     torch.cuda.empty_cache()
 

@@ -1,15 +1,28 @@
 // The GPU side of the extension, present where the megakernel is built (MOK_WITH_CUDA).
 #pragma once
 
+#include <c10/util/ArrayRef.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "mok/core/config.h"
+
 namespace mok::py {
 
 #ifdef MOK_WITH_CUDA
 inline constexpr bool kHaveCudaLayers = true;
 // Waits for every cached GPU layer's stream and raises the first error its kernels recorded.
 void check_cuda_layers();
+// The workspace bytes of the forward and of the backward on the current CUDA device for this call.
+std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                                               c10::IntArrayRef launch);
 #else
 inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
+inline std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
+  throw Error("mok was built without its GPU ops");
+}
 #endif
 
 }  // namespace mok::py

@@ -5,6 +5,7 @@
 // call or by mok.check() (check_cuda_layers).
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -200,6 +201,13 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
 }
 
 }  // namespace
+
+std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                                               c10::IntArrayRef launch) {
+  const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
+  const gpu::Layer& layer = layer_for(call, c10::cuda::current_device()).layer;
+  return {layer.workspace_bytes(gpu::Pass::forward), layer.workspace_bytes(gpu::Pass::backward)};
+}
 
 void check_cuda_layers() {
   const std::lock_guard lock(cache_mutex);

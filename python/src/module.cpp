@@ -81,6 +81,13 @@ PYBIND11_MODULE(_C, m) {
         return mok::saved_layout(parse_config(ints, floats)).bytes;
       },
       "Bytes of the forward's saved output for this config (mok/core/saved_layout.h).");
+  m.def(
+      "workspace_bytes",
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
+        return cuda_workspace_bytes(ints, floats, launch);
+      },
+      "(forward, backward) workspace bytes of the GPU layer for this config and launch list, on the current "
+      "CUDA device (the op allocates exactly these, beside its outputs).");
   m.def("check", &check_cuda_layers,
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");
