@@ -326,9 +326,9 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   Pipeline pipe = pipeline_init();
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
   // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
-  if (!peer_sync(b, p.peers, kStart, 0)) return;
-  if (p.peers.gpus > 1 && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
-  if (p.peers.gpus > 1 && (has_router(p) || p.c.has_shared()))
+  if (!peer_sync(b, kStart, 0)) return;
+  if (across_gpus(p) && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
+  if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
@@ -342,13 +342,13 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     expert_dx_push(pipe, p, cycle);
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
-  if (!peer_sync(b, p.peers, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
+  if (!peer_sync(b, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
   if (p.c.has_shared()) shared_down_grad(pipe, p);
   if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
-  if (!peer_sync(b, p.peers, kRouterGrad, 0)) return;
+  if (!peer_sync(b, kRouterGrad, 0)) return;
   // The router-weight gradient's chains run over every token's d logits.
-  if (p.peers.gpus > 1 && has_router(p))
+  if (across_gpus(p) && has_router(p))
     gather_token_values(p, p.d_logits, p.c.experts, [&](int r) { return p.rank[r].d_logits; });
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).

@@ -24,6 +24,7 @@ Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c) {
   l.d_topk_w = sections.take(N * k * sizeof(float));
   l.d_logits = sections.take(N * E * sizeof(float));
   l.flags = sections.take(kMaxGpus * sizeof(unsigned int));
+  l.abort = sections.take(sizeof(unsigned long long));
   l.bytes = sections.bytes();
   return l;
 }
@@ -35,11 +36,17 @@ Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers) : c_(c
   windows_ = peers->peers(gpu);
 }
 
-PeerSync Exchange::peer_sync(unsigned int launches, unsigned int* count) const {
+PeerSync Exchange::peer_sync(unsigned long long launches, unsigned int* count) const {
   PeerSync s{};
   s.gpus = gpus_, s.me = gpu_;
-  for (int j = 0; j < gpus_ && windowed(); ++j) s.flags[j] = at_offset<unsigned int>(windows_[j], at_.flags);
-  s.epoch = launches * 16;  // a launch passes fewer than 16 barriers across GPUs
+  for (int j = 0; j < gpus_ && windowed(); ++j) {
+    s.flags[j] = at_offset<unsigned int>(windows_[j], at_.flags);
+    s.abort[j] = at_offset<unsigned long long>(windows_[j], at_.abort);
+  }
+  // A launch passes fewer than 16 barriers across GPUs, and its abort marks (epoch + GPU + 1) stay
+  // below the next launch's epoch.
+  static_assert(kMaxGpus < 16);
+  s.epoch = launches * 16;
   s.count = count;
   return s;
 }

@@ -36,8 +36,9 @@ class Exchange {
   // Bytes of each GPU's window for this config.
   static size_t window_bytes(const LayerConfig& c) { return window_layout(c).bytes; }
 
-  // The barrier across GPUs of launch number `launches` (its counter: `count`, in the workspace).
-  PeerSync peer_sync(unsigned int launches, unsigned int* count) const;
+  // The barrier across GPUs and the abort words of launch number `launches` (its counter: `count`,
+  // in the workspace).
+  PeerSync peer_sync(unsigned long long launches, unsigned int* count) const;
 
   // Points p's rank table and global views at this call's buffers (slots: the workspace's (token, slot)
   // buffers, unused when windowed) and copies this GPU's inputs in where windowed.
@@ -49,9 +50,10 @@ class Exchange {
   void after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const;
 
  private:
-  // The window's sections: global-size views; then the flag words of the barrier across GPUs.
+  // The window's sections: global-size views; then the flag words of the barrier across GPUs and the
+  // abort word (params.cuh, PeerSync).
   struct WindowLayout {
-    size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, bytes;
+    size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, abort, bytes;
   };
   static WindowLayout window_layout(const LayerConfig& c);
 

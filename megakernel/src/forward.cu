@@ -264,12 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   Pipeline pipe = pipeline_init();
   zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
-  if (!peer_sync(b, p.peers, kStart, 0)) return;
+  if (!peer_sync(b, kStart, 0)) return;
   // Across GPUs the shared expert and the router's weight gradient read every token's x.
-  if (p.peers.gpus > 1 && (has_router(p) || p.c.has_shared()))
+  if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   if (p.routing != RoutingMode::router) {
-    if (p.peers.gpus > 1) {  // each GPU copied in its tokens' routing; every GPU checks and lays out all
+    if (across_gpus(p)) {  // each GPU copied in its tokens' routing; every GPU checks and lays out all
       gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });
       if (p.routing == RoutingMode::given)
         gather_token_values(p, p.topk_w, p.c.top_k, [&](int r) { return p.rank[r].topk_w; });
@@ -283,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     if (!grid_sync(b, kRouterLogits, 0)) return;
     router_select_tokens(p);
     if (!grid_sync(b, kRouterSelect, 0)) return;
-    if (p.peers.gpus > 1 && p.routing == RoutingMode::router) {  // every GPU lays out every token's top-k
-      if (!peer_sync(b, p.peers, kRouterSelect, 0)) return;
+    if (across_gpus(p) && p.routing == RoutingMode::router) {  // every GPU lays out every token's top-k
+      if (!peer_sync(b, kRouterSelect, 0)) return;
       gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });
       if (!grid_sync(b, kRouterSelect, 0)) return;
     }
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     expert_down(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;
   }
-  if (!peer_sync(b, p.peers, kExpertDown, cycles)) return;  // every GPU's pushes have landed
+  if (!peer_sync(b, kExpertDown, cycles)) return;  // every GPU's pushes have landed
   combine(p);
 }
 

@@ -1,6 +1,8 @@
 // A grid-wide barrier for the persistent kernels (launched cooperatively, so every block is
 // resident), with a watchdog: a block that waits past the timeout records who waited where and
-// every block leaves instead of hanging. Returns false once any error is recorded.
+// every block leaves instead of hanging. Returns false once any error is recorded. Across GPUs an
+// error is also announced in every peer's abort word, and the peers leave their barriers across GPUs
+// at once instead of waiting for this GPU (docs/multi-gpu.md, Faults).
 // Global stores before the barrier are visible after it to ordinary loads and to TMA copies.
 #pragma once
 
@@ -11,12 +13,23 @@
 
 namespace mok::gpu {
 
+// Writes this GPU's abort mark for this launch into every peer's abort word (params.cuh, PeerSync),
+// so that the peers stop waiting for it at their barriers across GPUs.
+__device__ inline void announce_abort(const PeerSync& s) {
+  for (int j = 0; j < s.gpus; ++j)
+    if (j != s.me) ptx::store_release_sys(s.abort[j], s.epoch + unsigned(s.me) + 1);
+}
+
+// The first error of a launch wins (the word is sticky until the Layer raises it). Across GPUs it is
+// announced to the peers, unless it is a peer's abort itself: relayed, it would name this GPU instead
+// of the one that failed.
 __device__ __forceinline__ void record_error(const GridBarrier& b, int code, int phase, int cycle, int detail) {
   if (atomicCAS(&b.error->code, kNoError, code) == kNoError) {
     b.error->phase = phase;
     b.error->cycle = cycle;
     b.error->detail = detail;
     __threadfence();
+    if (b.peers.gpus > 1 && code != kPeerAborted) announce_abort(b.peers);
   }
 }
 
@@ -51,7 +64,8 @@ __device__ inline void start_clock(const GridBarrier& b) {
   stamp_phase(b, -1);
 }
 
-__device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
+// grace_ns: added to the watchdog's limit (the blocks that wait while block 0 meets the other GPUs).
+__device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle, long long grace_ns = 0) {
   ptx::fence_proxy_async_global();  // this phase's stores are visible to the next phase's TMA reads
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -63,7 +77,7 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
       __threadfence();
       atomicAdd(const_cast<unsigned int*>(generation), 1u);
     } else {
-      const long long start = ptx::global_timer_ns();
+      const long long start = ptx::global_timer_ns() + grace_ns;
       while (*generation == seen && !watchdog_stop(b, start, kBarrierTimeout, phase, cycle, int(blockIdx.x)))
         __nanosleep(64);
     }
@@ -75,30 +89,47 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle) {
   return !__syncthreads_or(error_recorded(b));
 }
 
+// A peer's abort mark of this launch in this GPU's abort word: records kPeerAborted naming the peer
+// (true: stop waiting). A mark of an earlier launch is told apart by its epoch.
+__device__ inline bool peer_aborted(const GridBarrier& b, int phase, int cycle) {
+  const PeerSync& s = b.peers;
+  const unsigned long long failed = ptx::load_acquire_sys(s.abort[s.me]) - s.epoch - 1;  // wraps unless current
+  if (failed >= unsigned(s.gpus)) return false;
+  record_error(b, kPeerAborted, phase, cycle, int(failed));
+  return true;
+}
+
 // Block 0's part of the barrier across GPUs: announce this barrier in every GPU's flags, then wait
-// until every GPU announced it here (watchdog: kPeerTimeout names the GPU that did not come). The
-// flags are released and acquired at system scope: the peers' windows are reached over NVLink.
-__device__ inline void peer_barrier(const GridBarrier& b, const PeerSync& s, int phase, int cycle) {
-  const unsigned int number = s.epoch + ++*s.count;
+// until every GPU announced it here (a peer's abort mark ends the wait at once; watchdog: kPeerTimeout
+// names the GPU that did not come). The flags are released and acquired at system scope: the peers'
+// windows are reached over NVLink.
+__device__ inline void peer_barrier(const GridBarrier& b, int phase, int cycle) {
+  const PeerSync& s = b.peers;
+  const unsigned int number = unsigned(s.epoch) + ++*s.count;
   for (int j = 0; j < s.gpus; ++j) ptx::store_release_sys(s.flags[j] + s.me, number);
   const long long start = ptx::global_timer_ns();
   for (int j = 0; j < s.gpus; ++j)
     while (int(ptx::load_acquire_sys(s.flags[s.me] + j) - number) < 0) {
-      if (watchdog_stop(b, start, kPeerTimeout, phase, cycle, j)) return;
+      if (peer_aborted(b, phase, cycle) || watchdog_stop(b, start, kPeerTimeout, phase, cycle, j)) return;
       __nanosleep(256);
     }
 }
 
 // Every block of every GPU: each thread's stores to peers (and its own) are visible to every GPU
 // after it. One GPU: nothing to do (the phases' grid barriers order everything).
-__device__ inline bool peer_sync(const GridBarrier& b, const PeerSync& s, int phase, int cycle) {
-  if (s.gpus == 1) return true;
+__device__ inline bool peer_sync(const GridBarrier& b, int phase, int cycle) {
+  if (b.peers.gpus == 1) return true;
   __threadfence_system();
-  if (!grid_sync(b, phase, cycle)) return false;
-  if (blockIdx.x == 0 && threadIdx.x == 0) peer_barrier(b, s, phase, cycle);
-  GridBarrier patient = b;  // the other blocks wait longer, so block 0's report names the missing GPU
-  patient.timeout_ns *= 2;
-  return grid_sync(patient, phase, cycle);
+  if (!grid_sync(b, phase, cycle)) {
+    // An error stops this GPU here: one recorded in this launch was announced already (announcing
+    // again changes nothing), but an earlier launch's error, not raised yet, stops this launch at its
+    // first barrier without being recorded anew (the word is sticky), and the peers must not wait.
+    if (blockIdx.x == 0 && threadIdx.x == 0) announce_abort(b.peers);
+    return false;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) peer_barrier(b, phase, cycle);
+  // The other blocks wait longer, so block 0's report names the missing GPU.
+  return grid_sync(b, phase, cycle, b.timeout_ns);
 }
 
 }  // namespace mok::gpu

@@ -150,8 +150,8 @@ struct Layer::Impl {
   int rank_begin = 0, rank_end = 0;
   SavedLayout saved;
   WorkspaceLayout ws;
-  Exchange exchange;  // where the ranks' shared buffers live (exchange.h)
-  unsigned int launches = 0;
+  Exchange exchange;                // where the ranks' shared buffers live (exchange.h)
+  unsigned long long launches = 0;  // 64 bits: the epoch of the abort marks never wraps (PeerSync)
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
   PinnedArray<KernelError> host_error;
@@ -234,9 +234,12 @@ struct Layer::Impl {
     p.routing = in.routing;
     p.rank_begin = rank_begin, p.rank_end = rank_end;
     auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
-    p.barrier = GridBarrier{words, words + 1, error.get(), (long long)(launch.watchdog_seconds * 1e9),
-                            PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()}};
-    p.peers = exchange.peer_sync(launches, words + 2);
+    p.barrier = GridBarrier{words,
+                            words + 1,
+                            error.get(),
+                            (long long)(launch.watchdog_seconds * 1e9),
+                            PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
+                            exchange.peer_sync(launches, words + 2)};
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);
     p.expert_bias = ptr<float>(w.expert_bias);
@@ -315,9 +318,13 @@ struct Layer::Impl {
     else if (e.code == kBarrierTimeout)
       m = "mok: watchdog: block " + std::to_string(e.detail) + where + " waited more than " + secs +
           " s at the grid barrier after phase '" + phase_name(e.phase) + "', ring cycle " + std::to_string(e.cycle);
-    else
+    else if (e.code == kPeerTimeout)
       m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
           std::to_string(e.detail) + " at the barrier across GPUs after phase '" + phase_name(e.phase) + "'";
+    else  // kPeerAborted: the failed GPU's own Layer raises the cause
+      m = "mok: GPU " + std::to_string(e.detail) + " stopped on an error (raised by GPU " + std::to_string(e.detail) +
+          "'s Layer); GPU " + std::to_string(gpu) + "'s launch ended at the barrier across GPUs after phase '" +
+          phase_name(e.phase) + "'";
     return {e.code, m};
   }
 

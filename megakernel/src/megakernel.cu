@@ -144,8 +144,10 @@ struct GradTensors {
   }
 };
 
-// Cause first: a GPU that stopped on an error leaves the others waiting for it.
-constexpr int kErrorPriority[] = {kLogitOverflow, kBadRouting, kPipelineTimeout, kBarrierTimeout, kPeerTimeout};
+// Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
+// GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).
+constexpr int kErrorPriority[] = {kLogitOverflow,  kBadRouting,  kPipelineTimeout,
+                                  kBarrierTimeout, kPeerTimeout, kPeerAborted};
 
 // A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
 // waits for all work before it), colocated shares' kernels would run one after another and never meet

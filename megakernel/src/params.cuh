@@ -25,13 +25,19 @@ struct RankBuffers {
 };
 
 // The barrier across GPUs: GPU i's window holds flag word j = the last barrier GPU j reached. A
-// barrier's number is epoch + the barriers before it in this launch (the same on every GPU), so flags
-// only grow and are never reset.
+// barrier's number is epoch + the barriers before it in this launch (the same on every GPU; 32 bits,
+// compared by difference), so flags only grow and are never reset.
+// The abort word: a GPU whose launch stops on an error writes its mark, epoch + its index + 1, into
+// every peer's abort word, and a peer waiting at a barrier across GPUs ends its launch on seeing a mark
+// of this launch. The epoch is 64 bits and a multiple of 16, so a mark of an earlier launch never
+// reads as one of this launch and the words need no reset (a reset would race with a faster peer's
+// mark for the next launch).
 struct PeerSync {
-  int gpus, me;
-  unsigned int* flags[kMaxGpus];  // each GPU's flag words, as this GPU reaches them
-  unsigned int epoch;
-  unsigned int* count;  // barriers passed in this launch (block 0's counter)
+  int gpus, me;                         // gpus = 1: no peers (simulated ranks)
+  unsigned int* flags[kMaxGpus];        // each GPU's flag words, as this GPU reaches them
+  unsigned long long* abort[kMaxGpus];  // each GPU's abort word, as this GPU reaches it
+  unsigned long long epoch;             // 16 x the Layer's launches before this one
+  unsigned int* count;                  // barriers passed in this launch (block 0's counter)
 };
 
 // Where the watchdog or an input check stopped a kernel.
@@ -49,6 +55,7 @@ enum ErrorCode : int {
   kPipelineTimeout = 3,
   kPeerTimeout = 4,  // detail: the GPU that did not arrive
   kBadRouting = 5,   // detail: the token whose given routing is out of range, repeated or not finite
+  kPeerAborted = 6,  // detail: the GPU whose launch stopped on an error (its abort mark)
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
@@ -101,6 +108,7 @@ struct GridBarrier {
   KernelError* error;
   long long timeout_ns;
   PhaseClock clock;
+  PeerSync peers;  // here, not beside: an error recorded anywhere is announced to the peers
 };
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
@@ -126,7 +134,6 @@ struct Params {
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
-  PeerSync peers;
   TensorMaps maps;
 
   // Weights. The router's are every expert's; w1 and w2 (read through the maps) this GPU's experts'
@@ -179,6 +186,9 @@ struct Params {
   void* d_shared_w1;  // [2Is, H]
   void* d_shared_w2;  // [H, Is]
 };
+
+// Ranks over several GPUs (or colocated shares of one): the phases gather what peers own.
+__host__ __device__ inline bool across_gpus(const Params& p) { return p.barrier.peers.gpus > 1; }
 
 // The router ran (its logits exist, its gradient flows): every mode but a given routing.
 __host__ __device__ inline bool has_router(const Params& p) { return p.routing != RoutingMode::given; }

@@ -1,8 +1,9 @@
 // GPU tests of the device API (mok/megakernel/layer.h) on caller-owned device buffers: every routing
 // mode against the reference bit for bit, weights read at each call, gradient accumulation, a CUDA
 // graph and a non-default stream, device errors raised by the next call or check(), bad views refused;
-// Layers of colocated shares of one GPU on their shares of the tensors, and a Layer on a caller's NCCL
-// communicator. Outputs are poisoned before every launch. ctest label gpu; they skip without a Hopper GPU.
+// Layers of colocated shares of one GPU on their shares of the tensors (and one share's error ending
+// the others' launches at once), and a Layer on a caller's NCCL communicator. Outputs are poisoned
+// before every launch. ctest label gpu; they skip without a Hopper GPU.
 #include "mok/megakernel/layer.h"
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,6 +20,7 @@
 #include "mok/core/fields.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
+#include "test_configs.h"
 
 namespace mok::gpu {
 namespace {
@@ -213,16 +216,7 @@ class LayerApi : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
 };
 
-LayerConfig shared_sigmoid() {
-  LayerConfig c = make_config(2, 40, 128, 64, 8, 3);
-  c.score_mode = ScoreMode::sigmoid;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scale = 2.5f;
-  c.shared_intermediate = 64;
-  c.swiglu_limit = 0.75f;
-  return c;
-}
+LayerConfig shared_sigmoid() { return with_every_branch(make_config(2, 40, 128, 64, 8, 3)); }
 
 // On a non-blocking stream, no host synchronisation until the results are read.
 TEST_F(LayerApi, EveryRoutingModeMatchesTheReference) {
@@ -479,16 +473,16 @@ Results assemble(const std::vector<Results>& parts) {
 }
 
 // `gpus` Layers of colocated shares of this GPU, each with its share of a problem's tensors and its own
-// stream (on one stream their kernels would run one after another and never meet). A short watchdog:
-// a missed barrier fails instead of hanging.
+// stream (on one stream their kernels would run one after another and never meet). A short watchdog
+// by default: a missed barrier fails instead of hanging.
 struct Colocated {
   std::shared_ptr<const PeerGroup> group;  // outlives the Layers
   std::vector<std::unique_ptr<Layer>> layers;
   std::vector<std::unique_ptr<Bound>> bound;
   std::vector<cudaStream_t> streams;
 
-  Colocated(const ref::Problem& p, RoutingMode mode, int gpus) {
-    const LaunchConfig launch{.watchdog_seconds = 5.0, .gpus = gpus, .transport = Transport::colocated};
+  Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0) {
+    const LaunchConfig launch{.watchdog_seconds = watchdog_seconds, .gpus = gpus, .transport = Transport::colocated};
     group = make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
@@ -568,6 +562,42 @@ TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
   shares.forward();
   shares.backward();
   expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+}
+
+// Issue 17, faults: a NaN in one of share 0's x rows makes its router logits overflow, which only
+// share 0 sees (each share computes its own tokens' logits). Share 0 stops on the error and marks
+// share 1's abort word, so share 1's launch ends at the barrier across shares after the top-k instead
+// of waiting for its watchdog (30 s): both shares raise within seconds, share 1 naming GPU 0. Then
+// both shares work again, with the reference's bits.
+TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 49);
+  Colocated shares(p, RoutingMode::router, 2, 30.0);
+  std::vector<bf16> x = share_of(p.x, 0, 2);
+  const int token = 3;
+  x[size_t(token) * p.config.hidden] = bf16{0x7fc0};  // NaN
+  shares.bound[0]->x.upload(x);
+  const auto start = std::chrono::steady_clock::now();
+  shares.forward();
+  std::vector<std::string> raised;
+  for (const auto& layer : shares.layers) {
+    try {
+      layer->check();
+      raised.emplace_back();
+    } catch (const Error& e) {
+      raised.emplace_back(e.what());
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0) << "share 1 waited for its watchdog instead of seeing share 0's abort mark";
+  EXPECT_NE(raised[0].find("router logit of token " + std::to_string(token) + " overflows"), std::string::npos)
+      << "share 0 raised: '" << raised[0] << "'";
+  EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << "share 1 raised: '" << raised[1] << "'";
+  EXPECT_NE(raised[1].find("after phase 'router top-k'"), std::string::npos) << raised[1];
+  shares.bound[0]->x.upload(share_of(p.x, 0, 2));
+  for (const auto& b : shares.bound) b->poison();
+  shares.forward();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
 }
 
 // A sharded Layer (GPU 1 of 2 colocated) refuses whole-size tensors, naming the share's shape, and a

@@ -12,6 +12,7 @@
 #include "mok/core/fields.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
+#include "test_configs.h"
 
 namespace mok::gpu {
 namespace {
@@ -198,13 +199,7 @@ TEST_F(Gpu, ColocatedSameBitsAsSimulatedRanks) {
 // reference's bits, twice on one wrapper (the barriers' numbers carry over from launch to launch),
 // and gradients accumulated over a second backward as the reference adds them (d_router on every share).
 TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
-  LayerConfig c = small(4, 20, 8, 3);
-  c.score_mode = ScoreMode::sigmoid;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scale = 2.5f;
-  c.shared_intermediate = 64;
-  c.swiglu_limit = 0.75f;
+  const LayerConfig c = with_every_branch(small(4, 20, 8, 3));
   const Problem p = make_problem(c, 24, RoutingKind::uniform);
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
     ref::Options opt;

@@ -20,8 +20,12 @@
 // Errors: bad arguments throw mok::Error at the call, before anything is enqueued. Errors found by
 // the kernels (a watchdog, a router-logit overflow, an expert id out of range in a given routing) are
 // recorded on the device, copied to the host behind each launch, and thrown by the next call that sees
-// them or by check(); until then the layer's launches do nothing. LaunchConfig::synchronous makes each
-// call wait and check (debugging).
+// them or by check(); until then the layer's launches do nothing. Over G > 1 GPUs a GPU that stops on
+// an error ends its peers' launches at their next barrier across GPUs, within microseconds instead of
+// after their watchdog: its own Layer raises the cause, each peer's Layer "mok: GPU j stopped on an
+// error (...); GPU g's launch ended at the barrier across GPUs after phase '...'"; the next calls on
+// every GPU work again once each has raised its error. LaunchConfig::synchronous makes each call wait
+// and check (debugging).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -16,4 +16,15 @@ __device__ __forceinline__ unsigned int load_acquire_sys(const unsigned int* fla
   return v;
 }
 
+// The 64-bit words (the abort word of the barrier across GPUs).
+__device__ __forceinline__ void store_release_sys(unsigned long long* word, unsigned long long v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long* word) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+  return v;
+}
+
 }  // namespace mok::gpu::ptx
