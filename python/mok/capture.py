@@ -20,7 +20,7 @@ from mok.nn import MoE
 def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[Tensor] = None, *,
             routing: RoutingArg = None, replay: Optional[str] = None, name: str = "capture",
             description: str = "") -> None:
-    """Runs mok::forward and mok::backward once on x (and dy: by default normal values from seed 0,
+    """Runs mok::forward and the backward (fp32 weight gradients: backward_float32) once on x (and dy: by default normal values from seed 0,
     rounded to bf16) and writes every input and result to `path`.
 
     layer: an MoE module, or a dict of mok.functional.moe's arguments (router, w1, w2, config and

@@ -11,8 +11,8 @@
 //   layer.check();                                             // waits for the stream, raises device errors
 //
 // Shapes (N = R T tokens): x, y, dy, dx [N, H] bf16; router, d_router [E, H] fp32; expert_bias [E]
-// fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32); shared_w1 [2Is, H], shared_w2 [H, Is]
-// bf16; topk_idx [N, k] int32, topk_w and d_topk_w [N, k] fp32; logits, d_logits [N, E] fp32; saved
+// fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32, or bf16: GradOutputs); shared_w1 [2Is, H],
+// shared_w2 [H, Is] bf16; topk_idx [N, k] int32, topk_w and d_topk_w [N, k] fp32; logits, d_logits [N, E] fp32; saved
 // [saved_bytes()] bytes (mok/core/saved_layout.h). Every tensor contiguous, row-major, 16-byte aligned.
 // Over G > 1 GPUs each GPU's Layer takes its share (see Layer): the per-token tensors [N/G, ...] and
 // w1, w2, d_w1, d_w2 [E/G, ...].
