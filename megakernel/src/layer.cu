@@ -154,6 +154,7 @@ struct Layer::Impl {
   unsigned long long launches = 0;  // 64 bits: the epoch of the abort marks never wraps (PeerSync)
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
+  TensorMapCache map_cache[2];     // per Pass: a forward's maps are the last forward's, mostly
   PinnedArray<KernelError> host_error;
   DeviceArray<long long> clock_ns;
   DeviceArray<int> clock_phase, clock_count;
@@ -269,25 +270,29 @@ struct Layer::Impl {
     return p;
   }
 
-  void encode_maps(Params& p, const WeightViews& w) const {
+  void encode_maps(Pass pass, Params& p, const WeightViews& w) {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = padded_rows(c);
     TensorMaps& maps = p.maps;
+    int slot = 0;  // the maps in a fixed order, each with its slot in the cache
+    const auto encode = [&](CUtensorMap& out, const void* base, long rows, long cols) {
+      map_cache[int(pass)].encode(slot++, out, base, rows, cols);
+    };
     // The backward's own buffers are null in the forward: their maps stay empty.
-    encode_tensor_map(maps.ring, p.ring, p.ring ? long(c.ranks) * launch.ring_rows : 0, H);
-    encode_tensor_map(maps.w1, w.w1.data, E * 2 * I, H);
-    encode_tensor_map(maps.w2, w.w2.data, E * H, I);
-    encode_tensor_map(maps.a, p.a, P, I);
-    encode_tensor_map(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
-    encode_tensor_map(maps.dye, p.dye, p.dye ? P : 0, H);
-    encode_tensor_map(maps.xe, p.xe, P, H);
-    encode_tensor_map(maps.x, p.x, N, H);
-    encode_tensor_map(maps.dy, p.dy, p.dy ? N : 0, H);
+    encode(maps.ring, p.ring, p.ring ? long(c.ranks) * launch.ring_rows : 0, H);
+    encode(maps.w1, w.w1.data, E * 2 * I, H);
+    encode(maps.w2, w.w2.data, E * H, I);
+    encode(maps.a, p.a, P, I);
+    encode(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
+    encode(maps.dye, p.dye, p.dye ? P : 0, H);
+    encode(maps.xe, p.xe, P, H);
+    encode(maps.x, p.x, N, H);
+    encode(maps.dy, p.dy, p.dy ? N : 0, H);
     if (Is == 0) return;
-    encode_tensor_map(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
-    encode_tensor_map(maps.shared_w2, w.shared_w2.data, H, Is);
-    encode_tensor_map(maps.shared_a, p.shared_a, N, Is);
-    encode_tensor_map(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
+    encode(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
+    encode(maps.shared_w2, w.shared_w2.data, H, Is);
+    encode(maps.shared_a, p.shared_a, N, Is);
+    encode(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
   }
 
   // ---- launches and device errors ----
@@ -421,7 +426,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::forward, static_cast<uint8_t*>(workspace), in, out);
   m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(p, in.weights);
+  m.encode_maps(Pass::forward, p, in.weights);
   m.launch_kernel(reinterpret_cast<const void*>(forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
@@ -443,7 +448,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
   p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
   m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(p, in.weights);
+  m.encode_maps(Pass::backward, p, in.weights);
   m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);
   m.exchange.after_backward(stream, in, grads);
   m.finish_call();

@@ -40,4 +40,14 @@ void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols)
                                  std::to_string(rows) + ", " + std::to_string(cols) + "] bf16 matrix");
 }
 
+void TensorMapCache::encode(int slot, CUtensorMap& out, const void* base, long rows, long cols) {
+  require(slot >= 0 && slot < int(entries_.size()), "internal: tensor map slot " + std::to_string(slot));
+  Entry& e = entries_[slot];
+  if (e.base != base || e.rows != rows || e.cols != cols) {
+    encode_tensor_map(e.map, base, rows, cols);
+    e.base = base, e.rows = rows, e.cols = cols;
+  }
+  out = e.map;
+}
+
 }  // namespace mok::gpu
