@@ -5,8 +5,8 @@
 namespace mok::fuzz {
 namespace {
 
-// The megakernel always saves h and a; in recompute mode it returns the reference's results (no
-// saved activations) and its backward recomputes nothing, which gives the same bits.
+// The case's recompute mode is the megakernel's (LaunchConfig::recompute): its forward then saves no h
+// and a, as the reference's, and its backward recomputes them on the GPU.
 class GpuBackend final : public Backend {
  public:
   GpuBackend() {
@@ -19,9 +19,7 @@ class GpuBackend final : public Backend {
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
     gpu::Megakernel mk(c, w, launch(opt));
-    ref::Forward f = mk.forward(x, given);
-    if (opt.recompute) f.h.clear(), f.a.clear();  // the reference's results in recompute mode
-    return f;
+    return mk.forward(x, given);
   }
 
   // The megakernel keeps its forward's state on the device: replay that forward (same bits, D1),
@@ -40,6 +38,7 @@ class GpuBackend final : public Backend {
     require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
     gpu::LaunchConfig l;
     l.ring_rows = gpu::whole_tile_ring_rows(opt.ring_rows);
+    l.recompute = opt.recompute;
     return l;
   }
 };

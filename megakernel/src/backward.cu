@@ -1,8 +1,10 @@
-// The persistent backward kernel: ring cycles of pull reverse-combine (dy), g = dy W2, the fused
+// The persistent backward kernel: in recompute mode first h and a from the saved xe (the forward's
+// GEMM1 + SwiGLU, expert_up.cuh); ring cycles of pull reverse-combine (dy), g = dy W2, the fused
 // router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1 pushed back to
 // the source ranks; then the weight gradients as K-step chains over each expert's rows in global
 // token order, the shared expert, the router backward, and the slot-ordered dx combine.
 #include "combine_tokens.cuh"
+#include "expert_up.cuh"
 #include "gather.cuh"
 #include "gemm_phases.cuh"
 #include "grid_sync.cuh"
@@ -330,6 +332,10 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   if (across_gpus(p) && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
   if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
+    recompute_up(pipe, p);
+    if (!grid_sync(b, kExpertUp, 0)) return;
+  }
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy(p, cycle);

@@ -9,13 +9,11 @@
 
 namespace mok::gpu {
 
-// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
-// columns); load(it) gives a tile's operands (majorness kM), epilogue(it, consumer, acc) consumes a
-// consumer's finished half tile.
-template <Majors kM = kNT, class Load, class Epilogue>
-__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
-                          Epilogue epilogue) {
-  const RingTiles tiles{p, cycle, ceil_div(columns, width), width};
+// A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
+// operands (majorness kM), epilogue(it, consumer, acc) consumes a consumer's finished half tile.
+template <Majors kM = kNT, class Tiles, class Load, class Epilogue>
+__device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
+                            Epilogue epilogue) {
   RingItem it;
   gemm_tiles<kM>(
       pipe, tiles.count(), p.barrier, phase,
@@ -25,6 +23,14 @@ __device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase,
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
+}
+
+// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
+// columns).
+template <Majors kM = kNT, class Load, class Epilogue>
+__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
+                          Epilogue epilogue) {
+  expert_gemm<kM>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
 }
 
 // A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each), K = k columns.

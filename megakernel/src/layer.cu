@@ -97,9 +97,11 @@ int forward_cycle_rows(const LayerConfig& c) {
 }
 
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
-// the forward's workspace is a prefix of the backward's.
+// the forward's workspace is a prefix of the backward's. In recompute mode h and a are the forward's
+// sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
+// otherwise they take no bytes (they are saved).
 struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, shared_y, slots, forward_bytes;
+  size_t barrier, chunk_counts, chunk_base, shared_y, slots, h, a, forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
 };
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
@@ -112,6 +114,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.chunk_base = sections.take(chunks * E * 4);
   l.shared_y = sections.take(N * H * 2);
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
+  l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.forward_bytes = sections.bytes();
   l.ring = sections.take(size_t(c.ranks) * launch.ring_rows * H * 2);
   l.g = sections.take(P * I * 4);
@@ -169,7 +173,7 @@ struct Layer::Impl {
     MOK_CUDA_CHECK(cudaGetDevice(&device));
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
     blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1);
-    saved = saved_layout(c);
+    saved = saved_layout(c, launch.recompute);
     exchange = Exchange(c, g, peers);
     ws = workspace_layout(c, launch, !exchange.windowed());
     error = DeviceArray<KernelError>(1);
@@ -253,8 +257,10 @@ struct Layer::Impl {
     p.row_source = reinterpret_cast<int32_t*>(s + saved.row_source);
     p.slot_row = reinterpret_cast<int32_t*>(s + saved.slot_row);
     p.xe = reinterpret_cast<bf16*>(s + saved.xe);
-    p.h = reinterpret_cast<bf16*>(s + saved.h);
-    p.a = reinterpret_cast<bf16*>(s + saved.a);
+    p.recompute = launch.recompute;
+    // In recompute mode h and a are the workspace's (the saved buffer holds none); the maps of a read p.a.
+    p.h = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.h : s + saved.h);
+    p.a = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.a : s + saved.a);
     p.shared_h = reinterpret_cast<bf16*>(s + saved.shared_h);
     p.shared_a = reinterpret_cast<bf16*>(s + saved.shared_a);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);

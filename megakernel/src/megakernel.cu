@@ -361,7 +361,7 @@ Forward Megakernel::read_forward() const {
     append(f.routing.topk_w, s.fwd.topk_w.download<float>());
     if (m.routing != RoutingMode::given) append(f.logits, s.fwd.logits.download<float>());
     append(f.y, s.fwd.y.download<bf16>());
-    per_gpu_saved.push_back(unpack_saved(m.c, s.fwd.saved.download<uint8_t>()));
+    per_gpu_saved.push_back(unpack_saved(m.c, s.fwd.saved.download<uint8_t>(), m.launch.recompute));
     // Every GPU computed the whole dispatch layout; they must agree (D2).
     const DispatchLayout &mine = per_gpu_saved.back().layout, &first_gpu = per_gpu_saved.front().layout;
     if (mine.offsets != first_gpu.offsets || mine.row_source != first_gpu.row_source ||
@@ -370,8 +370,10 @@ Forward Megakernel::read_forward() const {
   }
   const Forward& gpu0 = per_gpu_saved.front();
   f.layout = gpu0.layout;
-  f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
-  f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
+  if (!m.launch.recompute) {  // in recompute mode no h and a are saved: none, as the reference's
+    f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
+    f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
+  }
   f.shared_h = gpu0.shared_h;  // every GPU ran the shared expert on every token
   f.shared_a = gpu0.shared_a;
   return f;

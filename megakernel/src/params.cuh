@@ -131,6 +131,7 @@ struct Params {
   RoutingMode routing;       // replay_ids, given: topk_idx (and for given topk_w) already filled
   bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
   bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
+  bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
@@ -161,8 +162,8 @@ struct Params {
   bf16* ring;  // [R ring_rows, H] the executed ranks' dy receive rings (rank r's from row r ring_rows)
 
   // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
-  bf16* h;               // [P, 2I]
-  bf16* a;               // [P, I]
+  bf16* h;               // [P, 2I]  saved, or the workspace's (recompute)
+  bf16* a;               // [P, I]   saved, or the workspace's (recompute)
   float* g;              // [P, I]   dy W2 (backward)
   bf16* dh;              // [P, 2I]  (backward)
   bf16* dye;             // [P, H]   bf16(w dy) (backward)

@@ -32,6 +32,22 @@ struct RingTiles {
   }
 };
 
+// The output tiles of one pass over every expert tile of this GPU's experts, whatever the ring holds
+// (the backward's recompute of h and a, which reads xe per padded row, not the ring): (tile, column
+// tile of `width` columns), column tile fastest. Its items have no ring row.
+struct OwnTiles {
+  const Params& p;
+  int col_tiles, width;
+
+  __device__ int first_tile() const { return rank_tile_begin(p, p.rank_begin); }
+  __device__ long count() const { return long(rank_tile_end(p, p.rank_end - 1) - first_tile()) * col_tiles; }
+  __device__ bool lookup(long item, RingItem& out) const {
+    const ExpertTile t = expert_tile(p, first_tile() + int(item / col_tiles));
+    out = RingItem{p.c.expert_rank(t.expert), -1, int(item % col_tiles) * width, t};
+    return true;
+  }
+};
+
 // The output tiles of a phase over every token (the shared expert's GEMMs): kTileRows tokens x `width`
 // columns, column tile fastest.
 struct TokenTiles {

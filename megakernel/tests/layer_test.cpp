@@ -177,10 +177,11 @@ Results read(const Bound& b) {
           b.d_sw2.download<float>()};
 }
 
-Results reference(const ref::Problem& p, RoutingMode mode) {
+Results reference(const ref::Problem& p, RoutingMode mode, bool recompute = false) {
   ref::Options opt;
   opt.step = StepModel::hopper_tc;
   opt.replay_ids = mode == RoutingMode::replay_ids;
+  opt.recompute = recompute;
   const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
   const Forward f = ref::forward(p.config, p.x, p.weights, given, opt);
   const Gradients g = ref::backward(p.config, p.x, p.weights, f, p.dy, opt);
@@ -229,6 +230,31 @@ TEST_F(LayerApi, EveryRoutingModeMatchesTheReference) {
     b.run(layer, stream_);
     layer.check();
     expect_same(read(b), reference(p, mode));
+  }
+}
+
+// Recompute mode: the saved buffer holds no h and a (exactly their sections fewer, that many more
+// workspace bytes), the backward recomputes them with the forward's code into a workspace poisoned
+// after the forward, and every output and gradient is the reference's in recompute mode.
+TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
+  for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
+    SCOPED_TRACE("mode " + std::to_string(int(mode)));
+    ref::Problem p = ref::make_problem(shared_sigmoid(), 37, ref::RoutingKind::uniform);
+    const size_t h_and_a = 6 * size_t(padded_rows(p.config)) * p.config.intermediate;
+    const Layer saving(p.config, {});
+    Layer layer(p.config, LaunchConfig{.recompute = true});
+    EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), h_and_a);
+    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), h_and_a);
+    EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), h_and_a);
+    Bound b(layer, p, mode);
+    b.poison();
+    void* ws = b.workspace.view().data;
+    layer.poison_workspace(stream_, ws);
+    layer.forward(stream_, ws, b.inputs(), b.outputs());
+    layer.poison_workspace(stream_, ws);  // the backward's h and a are its own, not the forward's left over
+    layer.backward(stream_, ws, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+    layer.check();
+    expect_same(read(b), reference(p, mode, true));
   }
 }
 

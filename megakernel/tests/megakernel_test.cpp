@@ -224,6 +224,28 @@ TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
   }
 }
 
+// Recompute mode through the wrapper, every case: with a one-tile ring (many backward cycles after one
+// recompute pass) and on 2 colocated shares (each recomputes its own experts' tiles), the reference's
+// bits in recompute mode, with no h and a returned, as the reference's.
+TEST_F(Gpu, RecomputeModeMatchesTheReference) {
+  ref::Options opt;
+  opt.step = StepModel::hopper_tc;
+  opt.recompute = true;
+  for (const Case& cs : cases()) {
+    const Problem p = make_problem(cs.config, 4321, cs.kind);
+    const Forward want_f = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
+    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+    for (LaunchConfig launch : {LaunchConfig{.ring_rows = 128}, colocated(2)}) {
+      if (p.config.ranks % launch.gpus != 0) continue;
+      SCOPED_TRACE(std::string(cs.name) + (launch.gpus > 1 ? " on 2 colocated shares" : " with a 128-row ring"));
+      launch.recompute = true;
+      const GpuRun got = run_gpu(p, launch);
+      expect_forward_bits(got.fwd, want_f);
+      expect_gradient_bits(got.grad, want_g);
+    }
+  }
+}
+
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
 TEST_F(Gpu, LaunchAndRingInvariance) {
   const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);

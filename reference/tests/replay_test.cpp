@@ -95,6 +95,28 @@ TEST(SavedBuffer, RoundTripsTheForward) {
   EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
 }
 
+// The GPU's recompute mode (LaunchConfig::recompute) saves the same buffer without its h and a
+// sections (6 P I bytes): the layout, xe and the shared expert's activations unpack as saved, h and a
+// as none (the reference's Forward in recompute mode).
+TEST(SavedBuffer, RecomputeLayoutLeavesOutHAndA) {
+  const LayerConfig c = sigmoid_shared();
+  const Problem p = make_problem(c, 8);
+  const Forward f = forward(c, p.x, p.weights, nullptr, {});
+  const SavedLayout saving = saved_layout(c), recompute = saved_layout(c, true);
+  EXPECT_EQ(saving.bytes - recompute.bytes, 6 * size_t(padded_rows(c)) * c.intermediate);
+  EXPECT_EQ(recompute.xe, saving.xe);
+  EXPECT_EQ(recompute.shared_h, saving.h);
+  const std::vector<uint8_t> whole = pack_saved(c, f, p.x);
+  std::vector<uint8_t> saved(whole.begin(), whole.begin() + long(saving.h));
+  saved.insert(saved.end(), whole.begin() + long(saving.shared_h), whole.end());
+  const Forward back = unpack_saved(c, saved, true);
+  EXPECT_EQ(back.layout.row_source, f.layout.row_source);
+  EXPECT_TRUE(back.h.empty() && back.a.empty());
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
+  EXPECT_THROW(unpack_saved(c, whole, true), Error);
+}
+
 TEST(SavedBuffer, RejectsAForeignBuffer) {
   const LayerConfig c = sigmoid_shared();
   EXPECT_THROW(unpack_saved(c, std::vector<uint8_t>(saved_layout(c).bytes - 256)), Error);

@@ -8,13 +8,13 @@ class GpuBackend : public Backend {
  public:
   explicit GpuBackend(const BackendFlags& flags) : flags_(flags) {
     require(!flags.step || *flags.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
-    require(!flags.recompute.value_or(false), "the gpu backend has no recompute mode");
     require(gpu::device_available(), "the gpu backend needs a Hopper GPU (compute capability 9.0); none found");
   }
 
   std::string name() const override {
     std::string n = "gpu";
     if (flags_.ring_rows) n += " ring_rows=" + std::to_string(*flags_.ring_rows);
+    if (flags_.recompute) n += std::string(" recompute=") + (*flags_.recompute ? "on" : "off");
     if (flags_.gpus) n += " gpus=" + std::to_string(*flags_.gpus) + " (nccl)";
     return n;
   }
@@ -26,6 +26,7 @@ class GpuBackend : public Backend {
     const ref::Problem p = spread(golden::problem_of(g));
     gpu::LaunchConfig launch;
     launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
+    launch.recompute = flags_.recompute.value_or(g.options.recompute);
     if (flags_.gpus) {
       launch.gpus = *flags_.gpus;
       launch.transport = gpu::Transport::nccl;

@@ -1,8 +1,11 @@
-// What the forward saves for the backward, as one byte buffer whose size depends only on the config:
-// the dispatch layout, each padded row's x (xe), h and a, and the shared expert's h and a. The GPU
+// What the forward saves for the backward, as one byte buffer whose size depends only on the config
+// and the recompute choice: the dispatch layout, each padded row's x (xe), h and a, and the shared
+// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) the h and a sections are
+// empty: the backward recomputes them from xe and W1 (the forward's own code, the same bits). The GPU
 // layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
 // so a saved buffer is one thing to a caller (the PyTorch op saves it for autograd) whichever device
-// made it, and unpack_saved turns either back into the reference's Forward.
+// made it, and unpack_saved turns either back into the reference's Forward. pack_saved and the
+// PyTorch op use the saving layout (recompute off).
 // Padded rows: every expert's layout rows rounded up to whole 128-row tiles (padded row of layout row
 // offsets[e] + i = 128 tile_offsets[e] + i); padding rows hold zeros.
 #pragma once
@@ -50,7 +53,9 @@ struct SavedLayout {
   size_t bytes;
 };
 
-inline SavedLayout saved_layout(const LayerConfig& c) {
+// recompute: h and a take no bytes (their offsets are where they would start). P is a multiple of
+// 128, so their sections are whole 256-byte units and the buffer is exactly 6 P I bytes smaller.
+inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = padded_rows(c);
   SavedLayout l{};
@@ -60,8 +65,8 @@ inline SavedLayout saved_layout(const LayerConfig& c) {
   l.row_source = sections.take(N * k * 4);
   l.slot_row = sections.take(N * k * 4);
   l.xe = sections.take(P * H * 2);
-  l.h = sections.take(P * 2 * I * 2);
-  l.a = sections.take(P * I * 2);
+  l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
+  l.a = sections.take(recompute ? 0 : P * I * 2);
   l.shared_h = sections.take(N * 2 * Is * 2);
   l.shared_a = sections.take(N * Is * 2);
   l.bytes = sections.bytes();
@@ -133,10 +138,11 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
   return out;
 }
 
-// The layout and saved activations of a saved buffer (routing and logits are the caller's tensors).
-inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved) {
+// The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
+// one of recompute mode holds no h and a, and its Forward has none (as the reference's in that mode).
+inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false) {
   using namespace saved_detail;
-  const SavedLayout s = saved_layout(c);
+  const SavedLayout s = saved_layout(c, recompute);
   require(saved.size() == s.bytes, "saved buffer has " + std::to_string(saved.size()) + " bytes, expected " +
                                        std::to_string(s.bytes) + " for this config");
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, I = c.intermediate, Is = c.shared_intermediate;
@@ -148,12 +154,14 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   validate_layout(c, f.layout, tiles);
   f.layout.counts.resize(E);
   for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
-  f.h.resize(N * k * 2 * I);
-  f.a.resize(N * k * I);
-  for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
-    std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
-    std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
-  });
+  if (!recompute) {
+    f.h.resize(N * k * 2 * I);
+    f.a.resize(N * k * I);
+    for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
+      std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
+      std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
+    });
+  }
   f.shared_h = get<bf16>(saved, s.shared_h, N * 2 * Is);
   f.shared_a = get<bf16>(saved, s.shared_a, N * Is);
   return f;

@@ -80,6 +80,12 @@ struct LaunchConfig {
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
+  // The backward recomputes the routed experts' h and a from the saved xe and W1 (the forward's GEMM1
+  // + SwiGLU code, the same bits) instead of reading them from `saved`: saved_bytes() is 6 P I bytes
+  // smaller (mok/core/saved_layout.h), the workspace that much larger, and the backward runs GEMM1
+  // again. The shared expert's h and a stay saved (N rows, not P). The forward and the backward of
+  // one step must both run on Layers of the same recompute choice.
+  bool recompute = false;
 };
 
 struct WeightViews {

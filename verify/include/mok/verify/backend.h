@@ -35,8 +35,8 @@ std::unique_ptr<Backend> make_reference_backend(const BackendFlags& flags);
 
 // The megakernel (megakernel/megakernel.h) on one Hopper GPU, simulated ranks, or with --gpus N the
 // ranks spread over N GPUs through NCCL windows (N = 1: the NCCL transport on one GPU). It computes the
-// hopper_tc model only and has no recompute mode (saved activations give the same bits); without CUDA
-// in the build, or without a GPU, it throws mok::Error.
+// hopper_tc model only; the golden's recompute mode (or --recompute) is the megakernel's
+// (LaunchConfig::recompute). Without CUDA in the build, or without a GPU, it throws mok::Error.
 std::unique_ptr<Backend> make_gpu_backend(const BackendFlags& flags);
 
 }  // namespace mok::verify

@@ -1,0 +1,76 @@
+// GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h)) per padded row) and its
+// epilogue, shared by the forward (this cycle's tiles) and, in recompute mode, the backward (every
+// tile of this GPU's experts, before its ring cycles): one code, so the recomputed h and a are the
+// forward's bits.
+#pragma once
+
+#include "epilogue_store.cuh"
+#include "gemm_phases.cuh"
+#include "mok/core/swiglu.h"
+#include "schedule.cuh"
+#include "tile_gemm.cuh"
+#include "tile_schedules.cuh"
+
+namespace mok::gpu {
+
+// The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
+// columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a. All of a is computed in registers
+// before the staged passes, so the compiler interleaves the 64 independent SwiGLUs (they are most of
+// this epilogue's time).
+__device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
+                                       const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
+                                       bf16* h, bf16* a) {
+  constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
+  constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
+  uint32_t hw[kAccumulators / 2], aw[kUp / 2];
+#pragma unroll
+  for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
+  const float limit = p.c.swiglu_limit;
+#pragma unroll
+  for (int i = 0; i < kUp; i += 2) {
+    const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
+    aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
+  }
+  stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
+  stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
+#pragma unroll
+  for (int w = 0; w < kGateWindows; ++w) {
+    if (n0 + kStagedCols * w >= inter) continue;
+    staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
+  }
+}
+
+// Gate columns per GEMM1 tile (the up columns fill the tile's other half).
+inline constexpr int kGateCols = kTileN / 2;
+
+// GEMM1 + SwiGLU on the rows of xe of the expert tiles of `tiles` (RingTiles or OwnTiles, 128 columns
+// of I per tile) into p.h and p.a. Padding rows (zero in xe) are written too: their a is zero, as the
+// weight gradients expect.
+template <class Tiles>
+__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
+  const int I = p.c.intermediate, H = p.c.hidden;
+  expert_gemm(
+      pipe, p, tiles, kExpertUp,
+      [&](const RingItem& it) {
+        const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
+        return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
+      },
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        swiglu_epilogue(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
+      });
+}
+
+// The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).
+__device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
+  expert_up_tiles(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+}
+
+// The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass.
+__device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
+  expert_up_tiles(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+}
+
+}  // namespace mok::gpu
