@@ -315,6 +315,8 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
 Megakernel::~Megakernel() = default;  // ~Impl keeps the caller's device
 
 int Megakernel::blocks() const { return impl_->gpus[0].layer->blocks(); }
+size_t Megakernel::saved_bytes() const { return impl_->gpus[0].layer->saved_bytes(); }
+size_t Megakernel::workspace_bytes(Pass pass) const { return impl_->gpus[0].layer->workspace_bytes(pass); }
 
 std::vector<PhaseTime> Megakernel::phase_times() const {
   const KeepCurrentDevice keep;

@@ -4,8 +4,9 @@
 // sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
-//             [--ring-rows R] [--sets N] [--gpus G]
+//             [--ring-rows R] [--sets N] [--gpus G] [--recompute]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
+//   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
 //   --gpus: G ranks on G GPUs through NCCL windows, T tokens each (the global batch grows with G);
 //           the peak fraction is of G times one GPU's peak, and the bytes crossing between GPUs
@@ -147,6 +148,7 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
   int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = 1;
+  bool recompute = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
       tokens = std::atoi(argv[++i]);
     else if (arg == "--ring-rows" && has_value)
       ring_rows = std::atoi(argv[++i]);
+    else if (arg == "--recompute")
+      recompute = true;
     else if (arg == "--sets" && has_value)
       sets = std::atoi(argv[++i]);
     else if (arg == "--gpus" && has_value)
@@ -169,7 +173,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G]\n");
+                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G] [--recompute]\n");
       return 2;
     }
   }
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < sets; ++i) inputs.push_back(rotated(p, int(long(i) * c.tokens() / sets)));
       mok::gpu::LaunchConfig launch;
       launch.ring_rows = ring_rows;
+      launch.recompute = recompute;
       if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
       mok::gpu::Megakernel mk(c, p.weights, launch);
       const auto input = [&](int i) -> const Inputs& { return inputs[(i % sets + sets) % sets]; };
@@ -230,6 +235,9 @@ int main(int argc, char** argv) {
       std::printf("\n");
       print_phases("forward", fwd_phases);
       print_phases("backward", mk.phase_times());
+      std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f / backward %.0f MiB\n",
+                  mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
+                  mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
       std::fflush(stdout);
     }
     if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");

@@ -64,6 +64,9 @@ class Megakernel {
 
   // Blocks the persistent kernels run with per GPU or share (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
+  // GPU 0's layer: what the forward saves for the backward, and each pass's workspace (Layer's).
+  size_t saved_bytes() const;
+  size_t workspace_bytes(Pass pass) const;
 
   // Where the last launch spent its time on GPU 0, phase by phase (in order of first appearance).
   std::vector<PhaseTime> phase_times() const;
