@@ -15,7 +15,8 @@
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
 #           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
 #   nccl    (every GPU here) mok-nccl-probe, every golden through NCCL windows on one GPU and on
-#           all GPUs (mok-verify --gpus), mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
+#           all GPUs (mok-verify --gpus), mok-procs --gpus N (one process per GPU, against the
+#           reference), mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings
@@ -108,6 +109,10 @@ for step in "$@"; do
         for n in $(printf '%s\n' 1 "$gpus" | sort -u); do
           timeout 300 build/verify/mok-verify golden/data --backend gpu --gpus "$n" --runs 2
           echo "mok-verify --gpus $n exit $?"
+          for routing in router zipf; do
+            timeout 300 build/megakernel/mok-procs --gpus "$n" --shape small --routing "$routing" --runs 2
+            echo "mok-procs --gpus $n --routing $routing exit $?"
+          done
         done
         if [ "$gpus" -gt 1 ]; then
           for s in $shapes; do timeout 200 build/megakernel/mok-bench --shape "$s" --gpus "$gpus" ${MOK_BENCH_ARGS:-}; done
