@@ -1,7 +1,9 @@
 """The baseline of docs/design.md (performance protocol): a torchtitan-style MoE layer on torch.nn.functional.grouped_mm in
 deterministic mode, bf16, timed forward and forward+backward with CUDA events (median of --runs after
 --warmup, inputs rotated over several sets so the L2 cache does not flatter), plus the bf16 matmul
-peak measured in the same process. Prints one table row per shape and routing.
+peak measured in the same process, and the layer's two grouped GEMMs alone (inputs already
+permuted: no routing, permutation, SwiGLU or combine), the floor a fused forward must reach. Prints
+one table row per shape and routing.
 
     python3 bench/torch_baseline.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20]
 """
@@ -37,6 +39,16 @@ def moe(x, w1, w2, idx, w):
     return (slots.view(T, k, -1).float() * w.unsqueeze(-1)).sum(1).to(x.dtype)
 
 
+def gemm_operands(x, idx, E, I):
+    """The grouped GEMMs' inputs without the layer around them: x's rows in expert order, a random
+    [N k, I] intermediate, and the groups' ends."""
+    flat = idx.flatten()
+    order = torch.argsort(flat, stable=True)
+    offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+    xs = x.detach()[order // idx.shape[1]].contiguous()
+    return xs, torch.randn(xs.shape[0], I, device="cuda").bfloat16(), offs
+
+
 def median_ms(fn, warmup, runs):
     for _ in range(warmup):
         fn(0)
@@ -70,7 +82,8 @@ def main():
     torch.use_deterministic_algorithms(True)
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
-    print(f"{'shape':15} {'routing':8} {'fwd ms':>9} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'f+b TF/s':>9} {'fwd %pk':>8}")
+    print(f"{'shape':15} {'routing':8} {'fwd ms':>9} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'f+b TF/s':>9} {'fwd %pk':>8} "
+          f"{'GEMMs ms':>9} {'GEMMs %pk':>9}")
     gen = torch.Generator().manual_seed(2026)
     for name, (H, I, E, k, T) in SHAPES.items():
         if args.shape not in ("all", name):
@@ -91,12 +104,22 @@ def main():
             x, dy, idx, w = sets[i % len(sets)]
             moe(x, w1, w2, idx, w).backward(dy)
 
+        gemm_sets = [gemm_operands(x, idx, E, I) for x, _, idx, _ in sets]
+
+        def gemms_alone(i):
+            xs, a, offs = gemm_sets[i % len(gemm_sets)]
+            with torch.no_grad():
+                F.grouped_mm(xs, w1, offs=offs)
+                F.grouped_mm(a, w2, offs=offs)
+
         fwd = median_ms(forward, args.warmup, args.runs)
         fb = median_ms(forward_backward, args.warmup, args.runs)
+        gemms = median_ms(gemms_alone, args.warmup, args.runs)
         flops = 6.0 * T * k * H * I
         print(f"{name:15} {args.routing:8} {fwd:9.2f} {fb:11.2f} {flops / (fwd * 1e9):9.1f} "
-              f"{3 * flops / (fb * 1e9):9.1f} {100 * flops / (fwd * 1e9) / peak:7.1f}%", flush=True)
-        del w1, w2, sets
+              f"{3 * flops / (fb * 1e9):9.1f} {100 * flops / (fwd * 1e9) / peak:7.1f}% {gemms:9.2f} "
+              f"{100 * flops / (gemms * 1e9) / peak:8.1f}%", flush=True)
+        del w1, w2, sets, gemm_sets
         torch.cuda.empty_cache()
 
 
