@@ -11,55 +11,13 @@
 #include "current_device.h"
 #include "device_array.cuh"
 #include "exchange.h"
+#include "mok/megakernel/device_tensor.h"
 #include "mok/megakernel/megakernel.h"
 #include "params.cuh"
 #include "peer_group.h"
 
 namespace mok::gpu {
 namespace {
-
-// A device tensor owned by the wrapper (absent when its shape has no elements).
-class DeviceTensor {
- public:
-  DeviceTensor() = default;
-  DeviceTensor(DType dtype, std::vector<int64_t> shape) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= size_t(d);
-    bytes_ = DeviceArray<uint8_t>(n * dtype_bytes(dtype));
-    view_ = TensorView{bytes_.size() ? bytes_.get() : nullptr, dtype, std::move(shape)};
-  }
-  const TensorView& view() const { return view_; }
-  template <class T>
-  void upload(const std::vector<T>& host) {
-    if (host.size() * sizeof(T) != bytes_.size()) fail_internal("upload of the wrong size");
-    bytes_.upload(reinterpret_cast<const uint8_t*>(host.data()), 0, bytes_.size());
-  }
-  // Elements [first, first + n) as T.
-  template <class T>
-  std::vector<T> download(size_t first, size_t n) const {
-    const std::vector<uint8_t> raw = bytes_.download(first * sizeof(T), n * sizeof(T));
-    std::vector<T> out(n);
-    std::copy(raw.begin(), raw.end(), reinterpret_cast<uint8_t*>(out.data()));
-    return out;
-  }
-  template <class T>
-  std::vector<T> download() const {
-    return download<T>(0, bytes_.size() / sizeof(T));
-  }
-  void poison() { bytes_.poison(); }
-
- private:
-  DeviceArray<uint8_t> bytes_;
-  TensorView view_;
-};
-
-// Share g's part of a tensor whose leading dimension (tokens or experts, in order) splits evenly over
-// `shares`.
-template <class T>
-std::vector<T> share_of(const std::vector<T>& whole, int g, int shares) {
-  const size_t n = whole.size() / shares;
-  return std::vector<T>(whole.begin() + g * n, whole.begin() + (g + 1) * n);
-}
 
 // One share's weights: its experts' w1 and w2, the router and the shared expert whole.
 struct WeightTensors {

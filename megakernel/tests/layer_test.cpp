@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "mok/core/fields.h"
+#include "mok/megakernel/device_tensor.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 #include "test_configs.h"
@@ -27,101 +28,48 @@ namespace {
 
 void cuda(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
-// A device tensor for the tests (absent: no elements).
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(DType dtype, std::vector<int64_t> shape) : bytes_(dtype_bytes(dtype)) {
-    for (int64_t d : shape) bytes_ *= size_t(d);
-    if (bytes_) cuda(cudaMalloc(&view_.data, bytes_));
-    view_.dtype = dtype;
-    view_.shape = std::move(shape);
-  }
-  template <class T>
-  Buffer(DType dtype, std::vector<int64_t> shape, const std::vector<T>& host) : Buffer(dtype, std::move(shape)) {
-    upload(host);
-  }
-  ~Buffer() {
-    if (view_.data) cudaFree(view_.data);
-  }
-  Buffer(Buffer&& o) noexcept : view_(std::exchange(o.view_, {})), bytes_(o.bytes_) {}
-  Buffer& operator=(Buffer&& o) noexcept {
-    std::swap(view_, o.view_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  const TensorView& view() const { return view_; }
-  template <class T>
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size() * sizeof(T), bytes_);
-    if (bytes_) cuda(cudaMemcpy(view_.data, host.data(), bytes_, cudaMemcpyHostToDevice));
-    cuda(cudaDeviceSynchronize());  // landed before work on any stream reads it
-  }
-  template <class T>
-  std::vector<T> download() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    if (bytes_) cuda(cudaMemcpy(host.data(), view_.data, bytes_, cudaMemcpyDeviceToHost));
-    return host;
-  }
-  void poison() {
-    if (bytes_) cuda(cudaMemset(view_.data, 0xff, bytes_));
-    cuda(cudaDeviceSynchronize());
-  }
-
- private:
-  TensorView view_;
-  size_t bytes_ = 0;
-};
-
-// Share g's part of a tensor whose leading dimension (tokens or experts, in order) splits over `shares`.
-template <class T>
-std::vector<T> share_of(const std::vector<T>& whole, int g, int shares) {
-  const size_t n = whole.size() / shares;
-  return std::vector<T>(whole.begin() + g * n, whole.begin() + (g + 1) * n);
-}
-
 // One problem's tensors on the device, in the layer's vocabulary: share `share` of `shares` (its
 // tokens, its experts' w1, w2 and their gradients; the rest whole).
 struct Bound {
   LayerConfig c;
   int share = 0, shares = 1;
-  Buffer x, dy, router, bias, w1, w2, sw1, sw2;
-  Buffer y, topk_idx, topk_w, logits, saved, workspace;
-  Buffer dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_sw1, d_sw2;
+  DeviceTensor x, dy, router, bias, w1, w2, sw1, sw2;
+  DeviceTensor y, topk_idx, topk_w, logits, saved, workspace;
+  DeviceTensor dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_sw1, d_sw2;
   RoutingMode mode = RoutingMode::router;
 
   Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing, int g = 0, int count = 1)
       : c(p.config), share(g), shares(count), mode(routing) {
     const int64_t N = c.tokens() / shares, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
     const int64_t Is = c.shared_intermediate, Eg = E / shares;
-    x = Buffer(DType::bf16, {N, H}, share_of(p.x, share, shares));
-    dy = Buffer(DType::bf16, {N, H}, share_of(p.dy, share, shares));
+    x = DeviceTensor(DType::bf16, {N, H}, share_of(p.x, share, shares));
+    dy = DeviceTensor(DType::bf16, {N, H}, share_of(p.dy, share, shares));
     set_weights(p.weights);
-    y = Buffer(DType::bf16, {N, H});
-    topk_idx = Buffer(DType::i32, {N, k});
-    topk_w = Buffer(DType::f32, {N, k});
-    logits = Buffer(DType::f32, {N, E});
-    saved = Buffer(DType::u8, {int64_t(layer.saved_bytes())});
-    workspace = Buffer(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))});
+    y = DeviceTensor(DType::bf16, {N, H});
+    topk_idx = DeviceTensor(DType::i32, {N, k});
+    topk_w = DeviceTensor(DType::f32, {N, k});
+    logits = DeviceTensor(DType::f32, {N, E});
+    saved = DeviceTensor(DType::u8, {int64_t(layer.saved_bytes())});
+    workspace = DeviceTensor(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))});
     if (mode != RoutingMode::router) topk_idx.upload(share_of(p.routing->topk_idx, share, shares));
     if (mode == RoutingMode::given) topk_w.upload(share_of(p.routing->topk_w, share, shares));
-    dx = Buffer(DType::bf16, {N, H});
-    d_topk_w = Buffer(DType::f32, {N, k});
-    d_logits = Buffer(DType::f32, {N, E});
-    d_router = Buffer(DType::f32, {E, H});
-    d_w1 = Buffer(DType::f32, {Eg, 2 * I, H});
-    d_w2 = Buffer(DType::f32, {Eg, H, I});
-    d_sw1 = Buffer(DType::f32, {2 * Is, H});
-    d_sw2 = Buffer(DType::f32, {H, Is});
+    dx = DeviceTensor(DType::bf16, {N, H});
+    d_topk_w = DeviceTensor(DType::f32, {N, k});
+    d_logits = DeviceTensor(DType::f32, {N, E});
+    d_router = DeviceTensor(DType::f32, {E, H});
+    d_w1 = DeviceTensor(DType::f32, {Eg, 2 * I, H});
+    d_w2 = DeviceTensor(DType::f32, {Eg, H, I});
+    d_sw1 = DeviceTensor(DType::f32, {2 * Is, H});
+    d_sw2 = DeviceTensor(DType::f32, {H, Is});
   }
   void set_weights(const LayerWeights& w) {
     const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate, Eg = E / shares;
-    router = Buffer(DType::f32, {E, H}, w.router);
-    bias = Buffer(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
-    w1 = Buffer(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, share, shares));
-    w2 = Buffer(DType::bf16, {Eg, H, I}, share_of(w.w2, share, shares));
-    sw1 = Buffer(DType::bf16, {2 * Is, H}, w.shared_w1);
-    sw2 = Buffer(DType::bf16, {H, Is}, w.shared_w2);
+    router = DeviceTensor(DType::f32, {E, H}, w.router);
+    bias = DeviceTensor(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
+    w1 = DeviceTensor(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, share, shares));
+    w2 = DeviceTensor(DType::bf16, {Eg, H, I}, share_of(w.w2, share, shares));
+    sw1 = DeviceTensor(DType::bf16, {2 * Is, H}, w.shared_w1);
+    sw2 = DeviceTensor(DType::bf16, {H, Is}, w.shared_w2);
   }
   ForwardInputs inputs() const {
     return {x.view(), {router.view(), bias.view(), w1.view(), w2.view(), sw1.view(), sw2.view()}, mode};
@@ -143,9 +91,9 @@ struct Bound {
             accumulate};
   }
   void poison(bool accumulate = false) {
-    for (Buffer* b : {&y, &logits, &saved, &dx, &d_topk_w, &d_logits}) b->poison();
+    for (DeviceTensor* b : {&y, &logits, &saved, &dx, &d_topk_w, &d_logits}) b->poison();
     if (!accumulate)
-      for (Buffer* b : {&d_router, &d_w1, &d_w2, &d_sw1, &d_sw2}) b->poison();
+      for (DeviceTensor* b : {&d_router, &d_w1, &d_w2, &d_sw1, &d_sw2}) b->poison();
     if (mode == RoutingMode::router) topk_idx.poison();
     if (mode != RoutingMode::given) topk_w.poison();
   }
@@ -376,7 +324,7 @@ TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
   EXPECT_EQ(layer.ring_rows(), 128);
   ASSERT_LT(layer.workspace_bytes(Pass::forward), layer.workspace_bytes(Pass::backward));
   Bound b(layer, p, RoutingMode::router);
-  Buffer forward_ws(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
+  DeviceTensor forward_ws(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
   forward_ws.poison();
   b.poison();
   layer.poison_workspace(stream_, b.workspace.view().data);
@@ -402,9 +350,9 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
   Layer layer(c, {});
   Bound b(layer, p, RoutingMode::router);
-  Buffer w1(DType::bf16, {E, 2 * I, H}), w2(DType::bf16, {E, H, I}), sw1(DType::bf16, {2 * Is, H}),
+  DeviceTensor w1(DType::bf16, {E, 2 * I, H}), w2(DType::bf16, {E, H, I}), sw1(DType::bf16, {2 * Is, H}),
       sw2(DType::bf16, {H, Is});
-  for (Buffer* g : {&w1, &w2, &sw1, &sw2}) g->poison();
+  for (DeviceTensor* g : {&w1, &w2, &sw1, &sw2}) g->poison();
   GradOutputs grads = b.grads();
   grads.d_w1 = w1.view(), grads.d_w2 = w2.view(), grads.d_shared_w1 = sw1.view(), grads.d_shared_w2 = sw2.view();
   b.poison();
@@ -431,7 +379,7 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
 
 // The forward writes every byte of the saved buffer (its gaps are zeroed): forwards into a buffer of
 // 0xff bytes and into one of zeros leave the same bytes (D1 for all of saved, which the op returns).
-TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheBufferHeld) {
+TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheDeviceTensorHeld) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 42);
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);

@@ -32,6 +32,7 @@
 
 #include "mok/core/fields.h"
 #include "mok/megakernel/check.h"
+#include "mok/megakernel/device_tensor.h"
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -40,7 +41,8 @@ namespace {
 
 using mok::Error;
 using mok::gpu::DType;
-using mok::gpu::TensorView;
+using mok::gpu::share_of;
+using Tensor = mok::gpu::DeviceTensor;
 
 constexpr int kSkip = 77;
 constexpr uint64_t kSeed = 2026;
@@ -105,55 +107,6 @@ mok::LayerConfig make_config(const Options& o) {
 
 // ---- one rank (a child process) ----
 
-// A device tensor of this rank; absent (no data) when it has no elements.
-class Tensor {
- public:
-  Tensor() = default;
-  Tensor(DType dtype, std::vector<int64_t> shape) : bytes_(mok::gpu::dtype_bytes(dtype)) {
-    for (int64_t d : shape) bytes_ *= size_t(d);
-    if (bytes_) MOK_CUDA_CHECK(cudaMalloc(&view_.data, bytes_));
-    view_.dtype = dtype;
-    view_.shape = std::move(shape);
-  }
-  template <class T>
-  Tensor(DType dtype, std::vector<int64_t> shape, const std::vector<T>& host) : Tensor(dtype, std::move(shape)) {
-    if (host.size() * sizeof(T) != bytes_) mok::fail_internal("mok-procs: a host slice does not fit its tensor");
-    if (bytes_) MOK_CUDA_CHECK(cudaMemcpy(view_.data, host.data(), bytes_, cudaMemcpyHostToDevice));
-  }
-  ~Tensor() {
-    // A destructor cannot throw; a failed free is worth a line, not an abort.
-    if (view_.data && cudaFree(view_.data) != cudaSuccess) std::fprintf(stderr, "mok-procs: cudaFree failed\n");
-  }
-  Tensor(Tensor&& o) noexcept : view_(std::exchange(o.view_, {})), bytes_(std::exchange(o.bytes_, 0)) {}
-  Tensor& operator=(Tensor&& o) noexcept {
-    std::swap(view_, o.view_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  const TensorView& view() const { return view_; }
-  size_t bytes() const { return bytes_; }
-  void poison(cudaStream_t stream) const {
-    if (bytes_) MOK_CUDA_CHECK(cudaMemsetAsync(view_.data, 0xff, bytes_, stream));
-  }
-  template <class T>
-  std::vector<T> download() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    if (bytes_) MOK_CUDA_CHECK(cudaMemcpy(host.data(), view_.data, bytes_, cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  TensorView view_;
-  size_t bytes_ = 0;
-};
-
-// Rank g's part of a tensor whose leading dimension (tokens, or experts) splits evenly over `ranks`.
-template <class T>
-std::vector<T> slice(const std::vector<T>& whole, int g, int ranks) {
-  const size_t n = whole.size() / ranks;
-  return std::vector<T>(whole.begin() + g * n, whole.begin() + (g + 1) * n);
-}
-
 // What a rank reports besides its tensors: the bytes it allocated and the device memory in use.
 struct RankHeader {
   uint32_t magic = kResultMagic;
@@ -180,17 +133,17 @@ struct RankTensors {
     const int64_t T = c.tokens_per_rank, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
     const int64_t Is = c.shared_intermediate, Eg = E / G;
     const mok::LayerWeights& w = p.weights;
-    x = Tensor(DType::bf16, {T, H}, slice(p.x, g, G));
-    dy = Tensor(DType::bf16, {T, H}, slice(p.dy, g, G));
+    x = Tensor(DType::bf16, {T, H}, share_of(p.x, g, G));
+    dy = Tensor(DType::bf16, {T, H}, share_of(p.dy, g, G));
     router = Tensor(DType::f32, {E, H}, w.router);
     bias = Tensor(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
-    w1 = Tensor(DType::bf16, {Eg, 2 * I, H}, slice(w.w1, g, G));
-    w2 = Tensor(DType::bf16, {Eg, H, I}, slice(w.w2, g, G));
+    w1 = Tensor(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, g, G));
+    w2 = Tensor(DType::bf16, {Eg, H, I}, share_of(w.w2, g, G));
     sw1 = Tensor(DType::bf16, {2 * Is, H}, w.shared_w1);
     sw2 = Tensor(DType::bf16, {H, Is}, w.shared_w2);
     y = Tensor(DType::bf16, {T, H});
     topk_idx = mode == mok::RoutingMode::router ? Tensor(DType::i32, {T, k})
-                                                : Tensor(DType::i32, {T, k}, slice(p.routing->topk_idx, g, G));
+                                                : Tensor(DType::i32, {T, k}, share_of(p.routing->topk_idx, g, G));
     topk_w = Tensor(DType::f32, {T, k});
     logits = Tensor(DType::f32, {T, E});
     saved = Tensor(DType::u8, {int64_t(layer.saved_bytes())});
@@ -219,11 +172,10 @@ struct RankTensors {
   }
   // Every output 0xff before a run, so that a run that leaves one unwritten cannot pass on the last
   // run's bits (topk_idx is an input in replay_ids mode).
-  void poison(cudaStream_t stream, mok::RoutingMode mode) const {
-    for (const Tensor* t :
-         {&y, &topk_w, &logits, &saved, &dx, &d_topk_w, &d_logits, &d_router, &d_w1, &d_w2, &d_sw1, &d_sw2})
-      t->poison(stream);
-    if (mode == mok::RoutingMode::router) topk_idx.poison(stream);
+  void poison(mok::RoutingMode mode) {
+    for (Tensor* t : {&y, &topk_w, &logits, &saved, &dx, &d_topk_w, &d_logits, &d_router, &d_w1, &d_w2, &d_sw1, &d_sw2})
+      t->poison();
+    if (mode == mok::RoutingMode::router) topk_idx.poison();
   }
   void fill_header(RankHeader& h) const {
     for (const Tensor* t : {&router, &bias, &w1, &w2, &sw1, &sw2, &d_router, &d_w1, &d_w2, &d_sw1, &d_sw2})
@@ -346,11 +298,11 @@ struct Stream {
 }
 
 // Forward and backward job.runs times; the first run's results, checked against every later run's.
-std::pair<mok::Forward, mok::Gradients> run_layer(const Job& job, mok::gpu::Layer& layer, const RankTensors& t,
+std::pair<mok::Forward, mok::Gradients> run_layer(const Job& job, mok::gpu::Layer& layer, RankTensors& t,
                                                   cudaStream_t stream) {
   std::pair<mok::Forward, mok::Gradients> first;
   for (int run = 0; run < job.runs; ++run) {
-    t.poison(stream, job.mode);
+    t.poison(job.mode);  // the last run's work is done: check() waited for the stream
     layer.forward(stream, t.workspace.view().data, t.inputs(job.mode), t.outputs());
     layer.backward(stream, t.workspace.view().data, t.inputs(job.mode), t.outputs(), t.dy.view(), t.grads());
     layer.check();
