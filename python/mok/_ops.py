@@ -27,7 +27,7 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
         x.new_empty((n, k), dtype=torch.int32),
         x.new_empty((n, k), dtype=torch.float32),
         x.new_empty((logit_rows, c.experts), dtype=torch.float32),
-        x.new_empty((_C.saved_bytes(config_ints, config_floats),), dtype=torch.uint8),
+        x.new_empty((_C.saved_bytes(config_ints, config_floats, bool(launch[2])),), dtype=torch.uint8),
     )
 
 

@@ -24,18 +24,18 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     rounded to bf16) and writes every input and result to `path`.
 
     layer: an MoE module, or a dict of mok.functional.moe's arguments (router, w1, w2, config and
-    optionally shared, expert_bias, ring_rows). Replayed ids (replay="ids") have no place in golden
+    optionally shared, expert_bias, ring_rows, recompute). Replayed ids (replay="ids") have no place in golden
     format v1 and raise ValueError.
     """
     if isinstance(layer, MoE):
         shared = (layer.shared_w1, layer.shared_w2) if layer.shared_w1 is not None else None
         args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config, shared=shared,
-                    expert_bias=layer.expert_bias, ring_rows=layer.ring_rows)
+                    expert_bias=layer.expert_bias, ring_rows=layer.ring_rows, recompute=layer.recompute)
     else:
         args = dict(layer)
     config: MoEConfig = args["config"]
     shared_w1, shared_w2 = args.get("shared") or (None, None)
-    ring_rows = args.get("ring_rows", DEFAULT_RING_ROWS)
+    launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False))
     x = x.reshape(-1, config.hidden)
     config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
@@ -47,7 +47,7 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
 
     inputs = dict(x=x, router=args["router"], expert_bias=args.get("expert_bias"), w1=args["w1"], w2=args["w2"],
                   shared_w1=shared_w1, shared_w2=shared_w2)
-    op_args = (config_ints, config_floats, mode, pack_launch(ring_rows))
+    op_args = (config_ints, config_floats, mode, launch)
     with torch.no_grad():
         y, idx, w, logits, saved = torch.ops.mok.forward(*inputs.values(), topk_idx, topk_w, *op_args)
         grads = backward_float32(*inputs.values(), idx, w, logits, saved, dy, *op_args)  # a golden's are fp32
@@ -57,4 +57,4 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     tensors.update(zip(names, grads))
     # What the golden does not hold for this config and mode is absent here (None, or no elements).
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items() if v is not None and v.numel()}
-    _C.write_golden(os.fspath(path), name, description, config_ints, config_floats, mode, ring_rows, tensors)
+    _C.write_golden(os.fspath(path), name, description, config_ints, config_floats, mode, launch, tensors)

@@ -69,10 +69,12 @@ class MoEConfig:
         return self.ranks * self.tokens_per_rank
 
 
-def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0) -> list[int]:
+def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: bool = False) -> list[int]:
     """The ops' launch list: ring rows per rank (0: the layer's default, else a multiple of 128; no bit
-    depends on it) and persistent blocks per GPU (0: all that fit; the CPU ignores it)."""
-    values = {"ring_rows": ring_rows, "blocks": blocks}
+    depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it) and recompute
+    (saved holds no h and a, the backward recomputes them: less memory between the passes, the same
+    bits)."""
+    values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": int(recompute)}
     return [int(values[name]) for name in LAUNCH_FIELDS]
 
 

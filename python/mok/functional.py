@@ -47,10 +47,10 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
 
 
 @functools.lru_cache(maxsize=256)
-def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int) -> tuple:
+def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool) -> tuple:
     """config_ints, config_floats and launch for the op, packed once per layer and batch size (packing
     in Python costs more than the op's own argument checks)."""
-    return (*config.pack(tokens_per_rank=tokens_per_rank), pack_launch(ring_rows, blocks))
+    return (*config.pack(tokens_per_rank=tokens_per_rank), pack_launch(ring_rows, blocks, recompute))
 
 
 def moe(
@@ -66,12 +66,15 @@ def moe(
     replay: Optional[str] = None,
     ring_rows: int = DEFAULT_RING_ROWS,
     blocks: int = 0,
+    recompute: bool = False,
     return_routing: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
     (sigmoid mode's selection bias). Tensors must be contiguous, on one device (CPU: the reference;
     CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
+    recompute: autograd saves no h and a (6 P I bytes less between the passes); the backward
+    recomputes them, with the same bits.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -80,7 +83,8 @@ def moe(
         x = x.view(-1, hidden)
     if x.shape[0] % config.ranks:
         raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
-    config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks)
+    config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks,
+                                                   recompute)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,

@@ -20,9 +20,10 @@ class MoE(torch.nn.Module):
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
-                 device: Optional[torch.device | str] = None, generator: Optional[torch.Generator] = None):
+                 recompute: bool = False, device: Optional[torch.device | str] = None,
+                 generator: Optional[torch.Generator] = None):
         super().__init__()
-        self.config, self.ring_rows, self.blocks = config, ring_rows, blocks
+        self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
 
         def param(dtype: torch.dtype, *shape: int) -> torch.nn.Parameter:
@@ -54,7 +55,7 @@ class MoE(torch.nn.Module):
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
-                   blocks=self.blocks, return_routing=return_routing)
+                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing)
 
     def extra_repr(self) -> str:
-        return f"{self.config}, ring_rows={self.ring_rows}"
+        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}"

@@ -17,6 +17,7 @@ ref::Options reference_options(const Call& call) {
   opt.step = StepModel::hopper_tc;
   if (call.ring_rows) opt.ring_rows = call.ring_rows;  // no bit depends on it
   opt.replay_ids = call.mode == RoutingMode::replay_ids;
+  opt.recompute = call.recompute;
   return opt;
 }
 
@@ -34,7 +35,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(
     const Routing given{values<int32_t>(topk_idx), values<float>(topk_w)};
     const Forward f = ref::forward(c, xs, weights_of(args), call.mode == RoutingMode::router ? nullptr : &given,
                                    reference_options(call));
-    const std::vector<uint8_t> saved = pack_saved(c, f, xs);
+    const std::vector<uint8_t> saved = pack_saved(c, f, xs, call.recompute);
     return std::make_tuple(tensor_of(f.y, {N, c.hidden}), tensor_of(f.routing.topk_idx, {N, k}),
                            tensor_of(f.routing.topk_w, {N, k}), tensor_of(f.logits, logits_shape(call)),
                            tensor_of(saved, {int64_t(saved.size())}));
@@ -52,7 +53,7 @@ std::vector<bf16> rounded(const std::vector<float>& g) {
 // The reference's gradients for the op's inputs (checked by the caller).
 Gradients reference_backward(const Call& call, const LayerArgs& args, const SavedArgs& s, const Tensor& dy) {
   const LayerConfig& c = call.config;
-  Forward f = unpack_saved(c, values<uint8_t>(s.saved));  // checks the layout it reads by
+  Forward f = unpack_saved(c, values<uint8_t>(s.saved), call.recompute);  // checks the layout it reads by
   f.routing = Routing{values<int32_t>(s.topk_idx), values<float>(s.topk_w)};
   f.logits = values<float>(s.logits);  // empty in mode given: no router gradients
   return ref::backward(c, values<bf16>(args.x), weights_of(args), f, values<bf16>(dy), reference_options(call));

@@ -33,7 +33,7 @@ struct CachedLayer {
   gpu::Layer layer;
 };
 
-using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int>;
+using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool>;
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
@@ -42,13 +42,14 @@ auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
 
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks};
+  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks, call.recompute};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
     gpu::LaunchConfig launch;
     launch.ring_rows = call.ring_rows;
     launch.blocks = call.blocks;
+    launch.recompute = call.recompute;
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction.
     it = layers->emplace(key, std::make_unique<CachedLayer>(call.config, launch)).first;
   }
@@ -124,9 +125,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     if (topk_w) copy_on(stream, w, *topk_w);
     Tensor y = uninitialized({N, c.hidden}, x.options());
     Tensor logits = uninitialized(logits_shape(call), f32);
-    Tensor saved = uninitialized({int64_t(saved_layout(c).bytes)}, x.options().dtype(at::kByte));
+    Tensor saved = uninitialized({int64_t(saved_of(call).bytes)}, x.options().dtype(at::kByte));
     const std::lock_guard lock(cached.mutex);
-    require(cached.layer.saved_bytes() == saved_layout(c).bytes, "internal: the layer's saved size differs");
+    require(cached.layer.saved_bytes() == saved_of(call).bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
     cached.layer.forward(stream, ws.data_ptr(), inputs(call, args),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});

@@ -58,8 +58,8 @@ void write_golden(const std::string& path, const std::string& name, const std::s
   if (given) p.routing = Routing{t.get<int32_t>("given_topk_idx"), t.get<float>("given_topk_w")};
 
   const std::vector<uint8_t> saved = t.get<uint8_t>("saved");
-  require(saved.size() == saved_layout(c).bytes, "capture: saved does not match the config");
-  Forward f = unpack_saved(c, saved);
+  require(saved.size() == saved_of(call).bytes, "capture: saved does not match the config");
+  Forward f = unpack_saved(c, saved, call.recompute);
   f.routing = Routing{t.get<int32_t>("topk_idx"), t.get<float>("topk_w")};
   if (!given) f.logits = t.get<float>("logits");
   f.y = t.get<bf16>("y");
@@ -80,6 +80,7 @@ void write_golden(const std::string& path, const std::string& name, const std::s
   gc.config = c;
   gc.options.step = StepModel::hopper_tc;
   if (call.ring_rows) gc.options.ring_rows = call.ring_rows;  // else the reference's default: no bit depends on it
+  gc.options.recompute = call.recompute;
   gc.inputs = golden::input_tensors(p);
   gc.results = golden::results_of(p, f, g);
   gc.generator = golden::generator_revision() + " via mok.capture";
@@ -94,6 +95,7 @@ GoldenRead read_golden(const std::string& path) {
   r.call.config = gc.config;
   r.call.mode = gc.routing_given() ? RoutingMode::given : RoutingMode::router;
   r.call.ring_rows = gc.options.ring_rows;
+  r.call.recompute = gc.options.recompute;
   for (const std::vector<golden::Tensor>* group : {&gc.inputs, &gc.results.routing, &gc.results.outputs})
     for (const golden::Tensor& t : *group) {
       at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(dtype_of(t.dtype)));

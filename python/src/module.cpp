@@ -47,6 +47,7 @@ pybind11::dict golden_dict(const GoldenRead& g) {
   d["config_floats"] = floats;
   d["routing_mode"] = int(g.call.mode);
   d["ring_rows"] = g.call.ring_rows;
+  d["recompute"] = g.call.recompute;
   d["tensors"] = g.tensors;
   return d;
 }
@@ -77,10 +78,11 @@ PYBIND11_MODULE(_C, m) {
       "LayerConfig's defaults as (config_ints, config_floats).");
   m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats) {
-        return mok::saved_layout(parse_config(ints, floats)).bytes;
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute) {
+        return mok::saved_layout(parse_config(ints, floats), recompute).bytes;
       },
-      "Bytes of the forward's saved output for this config (mok/core/saved_layout.h).");
+      pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
+      "Bytes of the forward's saved output for this config, with or without h and a (mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
@@ -93,13 +95,12 @@ PYBIND11_MODULE(_C, m) {
         "without CUDA).");
   m.def(
       "read_golden", [](const std::string& path) { return golden_dict(read_golden(path)); },
-      "A golden file's name, config, routing mode, ring_rows and tensors by dataset name (validated).");
+      "A golden file's name, config, routing mode, ring_rows, recompute and tensors by dataset name (validated).");
   m.def(
       "write_golden",
       [](const std::string& path, const std::string& name, const std::string& description,
-         const std::vector<int64_t>& ints, const std::vector<double>& floats, int64_t routing_mode, int64_t ring_rows,
-         const NamedTensors& tensors) {
-        const int64_t launch[] = {ring_rows, 0};
+         const std::vector<int64_t>& ints, const std::vector<double>& floats, int64_t routing_mode,
+         const std::vector<int64_t>& launch, const NamedTensors& tensors) {
         write_golden(path, name, description, parse_call(ints, floats, routing_mode, launch), tensors);
       },
       "Writes one forward and backward (tensors by golden dataset name, plus saved) as a golden file.");

@@ -66,16 +66,20 @@ inline constexpr const char* kScoreModes[] = {"softmax", "sigmoid"};
 static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
 
 // The launch list: rows of each rank's receive ring (0: the layer's default; else a multiple of the
-// GPU's 128-row tile; no bit depends on it) and persistent blocks per GPU (0: all co-resident; the
-// CPU ignores it).
-inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks"};
+// GPU's 128-row tile; no bit depends on it), persistent blocks per GPU (0: all co-resident; the CPU
+// ignores it) and recompute (1: saved holds no h and a, the backward recomputes them; the same bits).
+inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute"};
 
 struct Call {
   LayerConfig config;
   RoutingMode mode = RoutingMode::router;
   int ring_rows = 0;
   int blocks = 0;
+  bool recompute = false;
 };
+
+// The layout of the call's saved buffer.
+inline SavedLayout saved_of(const Call& call) { return saved_layout(call.config, call.recompute); }
 
 inline std::string list_size_error(const char* list, size_t got, size_t want) {
   return std::string(list) + " has " + std::to_string(got) + " entries, expected " + std::to_string(want);
@@ -118,6 +122,8 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   if (call.ring_rows) validate_ring_rows(call.ring_rows, kTileRows);
   require(launch[1] >= 0 && launch[1] <= kInt32Max, "blocks = " + std::to_string(launch[1]) + " (need >= 0)");
   call.blocks = int(launch[1]);
+  require(launch[2] == 0 || launch[2] == 1, "recompute = " + std::to_string(launch[2]) + " (need 0 or 1)");
+  call.recompute = launch[2] == 1;
   return call;
 }
 

@@ -82,7 +82,7 @@ void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& 
   check(s.topk_idx, "topk_idx", at::kInt, {N, k}, "[N, k]");
   check(s.topk_w, "topk_w", at::kFloat, {N, k}, "[N, k]");
   check(s.logits, "logits", at::kFloat, logits_shape(call), "[N, E] ([0, E] in mode given)");
-  check(s.saved, "saved", at::kByte, {int64_t(saved_layout(c).bytes)}, "[saved_bytes]");
+  check(s.saved, "saved", at::kByte, {int64_t(saved_of(call).bytes)}, "[saved_bytes]");
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, "[N, H]");
 }
 

@@ -117,10 +117,12 @@ inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const
 
 }  // namespace saved_detail
 
-// The reference's Forward (with its saved h and a) and the tokens x, as the GPU would have saved them.
-inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x) {
+// The reference's Forward (with its saved h and a, or in recompute mode without) and the tokens x, as
+// the GPU would have saved them.
+inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x,
+                                       bool recompute = false) {
   using namespace saved_detail;
-  const SavedLayout s = saved_layout(c);
+  const SavedLayout s = saved_layout(c, recompute);
   const size_t H = c.hidden, I = c.intermediate, k = c.top_k;
   std::vector<uint8_t> out(s.bytes, 0);
   const std::vector<int32_t> tiles = tile_offsets(f.layout);

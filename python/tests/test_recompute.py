@@ -1,0 +1,56 @@
+"""Recompute mode through the op: saved holds no h and a (6 P I bytes less), and every output and
+gradient has the bits of the saving mode, on the CPU and (where there is one) the GPU; through
+autograd, too."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
+
+import mok  # noqa: E402
+from helpers import (CONFIGS, FORWARD_OUTPUTS, GRADIENTS, RING_ROWS, assert_all_same_bits, assert_same_bits,  # noqa: E402
+                     cuda_available, make_layer)
+from mok._C import saved_bytes  # noqa: E402
+from mok.config import pack_launch  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def on(device):
+    if device == "cuda" and not cuda_available():
+        pytest.skip("no CUDA device or mok built without its GPU ops")
+    return device
+
+
+def recomputing(layer):
+    """The layer's op arguments with recompute on."""
+    ints, floats, mode, _ = layer.op_args()
+    return ints, floats, mode, pack_launch(RING_ROWS, 0, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_recompute_gives_the_same_bits_with_less_saved(name, device):
+    layer = make_layer(name).to(on(device))
+    c = layer.config
+    saving = layer.forward()
+    args = recomputing(layer)
+    y, idx, w, logits, saved = torch.ops.mok.forward(*layer.weights(), None, None, *args)
+    assert_all_same_bits((y, idx, w, logits), saving[:4], FORWARD_OUTPUTS)
+    padded = 128 * (-(-c.tokens * c.top_k // 128) + c.experts)
+    assert saved.numel() == saved_bytes(*layer.op_args()[:2], True) == saving[4].numel() - 6 * padded * c.intermediate
+    grads = torch.ops.mok.backward(*layer.weights(), idx, w, logits, saved, layer.dy, *args)
+    assert_all_same_bits(grads, layer.backward(saving), GRADIENTS)
+
+
+def test_module_recompute_is_the_module():
+    layer = make_layer("softmax_shared")
+    x = layer.x.clone().requires_grad_()
+    grads = []
+    for recompute in (False, True):
+        model = mok.MoE(layer.config, ring_rows=RING_ROWS, recompute=recompute,
+                        generator=torch.Generator().manual_seed(7))
+        x.grad = None
+        (model(x).float() * layer.dy.float()).sum().backward()
+        grads.append([x.grad.clone()] + [p.grad for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert_same_bits(a, b)
