@@ -59,6 +59,13 @@ Gradients reference_backward(const Call& call, const LayerArgs& args, const Save
   return ref::backward(c, values<bf16>(args.x), weights_of(args), f, values<bf16>(dy), reference_options(call));
 }
 
+// dx, d_topk_w and d_logits of the reference's gradients as the op's tensors.
+std::tuple<Tensor, Tensor, Tensor> input_gradients(const Call& call, const Gradients& g) {
+  const LayerConfig& c = call.config;
+  return {tensor_of(g.dx, {int64_t(c.tokens()), c.hidden}), tensor_of(g.d_topk_w, {int64_t(c.tokens()), c.top_k}),
+          tensor_of(g.d_logits, logits_shape(call))};
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backward_cpu(
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
@@ -71,11 +78,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     check_backward_args(call, args, s, dy, false);
     const Gradients g = reference_backward(call, args, s, dy);
     const LayerConfig& c = call.config;
-    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-    return std::make_tuple(tensor_of(g.dx, {N, H}), tensor_of(g.d_topk_w, {N, int64_t(c.top_k)}),
-                           tensor_of(g.d_logits, logits_shape(call)), tensor_of(g.d_router, d_router_shape(call)),
-                           tensor_of(rounded(g.d_w1), {E, 2 * I, H}), tensor_of(rounded(g.d_w2), {E, H, I}),
-                           tensor_of(rounded(g.d_shared_w1), {2 * Is, H}), tensor_of(rounded(g.d_shared_w2), {H, Is}));
+    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    return std::tuple_cat(
+        input_gradients(call, g),
+        std::make_tuple(tensor_of(g.d_router, d_router_shape(call)), tensor_of(rounded(g.d_w1), {E, 2 * I, H}),
+                        tensor_of(rounded(g.d_w2), {E, H, I}), tensor_of(rounded(g.d_shared_w1), {2 * Is, H}),
+                        tensor_of(rounded(g.d_shared_w2), {H, Is})));
   });
 }
 
@@ -104,10 +112,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
     add_into(d_w2, g.d_w2);
     add_into(d_shared_w1, g.d_shared_w1);
     add_into(d_shared_w2, g.d_shared_w2);
-    const LayerConfig& c = call.config;
-    return std::make_tuple(tensor_of(g.dx, {int64_t(c.tokens()), c.hidden}),
-                           tensor_of(g.d_topk_w, {int64_t(c.tokens()), c.top_k}),
-                           tensor_of(g.d_logits, logits_shape(call)));
+    return input_gradients(call, g);
   });
 }
 

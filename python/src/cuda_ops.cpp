@@ -125,14 +125,23 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     if (topk_w) copy_on(stream, w, *topk_w);
     Tensor y = uninitialized({N, c.hidden}, x.options());
     Tensor logits = uninitialized(logits_shape(call), f32);
-    Tensor saved = uninitialized({int64_t(saved_of(call).bytes)}, x.options().dtype(at::kByte));
+    const size_t saved_bytes = saved_of(call).bytes;  // the fake kernel's size
+    Tensor saved = uninitialized({int64_t(saved_bytes)}, x.options().dtype(at::kByte));
     const std::lock_guard lock(cached.mutex);
-    require(cached.layer.saved_bytes() == saved_of(call).bytes, "internal: the layer's saved size differs");
+    require(cached.layer.saved_bytes() == saved_bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
     cached.layer.forward(stream, ws.data_ptr(), inputs(call, args),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
   });
+}
+
+// dx, d_topk_w and d_logits of a backward, uninitialized (the kernels write every element).
+std::tuple<Tensor, Tensor, Tensor> input_gradients(const Call& call, const Tensor& x) {
+  const LayerConfig& c = call.config;
+  const at::TensorOptions f32 = x.options().dtype(at::kFloat);
+  return {uninitialized({int64_t(c.tokens()), c.hidden}, x.options()),
+          uninitialized({int64_t(c.tokens()), c.top_k}, f32), uninitialized(logits_shape(call), f32)};
 }
 
 // The saved outputs as the layer's backward reads them; y is not kept by the op.
@@ -153,12 +162,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const c10::cuda::CUDAGuard guard(x.device());
     CachedLayer& cached = layer_for(call, x.device().index());
     const LayerConfig& c = call.config;
-    const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-    Tensor dx = uninitialized({N, H}, x.options());
-    Tensor d_topk_w = uninitialized({N, int64_t(c.top_k)}, f32);
-    Tensor d_logits = uninitialized(logits_shape(call), f32);
-    Tensor d_router = uninitialized(d_router_shape(call), f32);
+    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
+    Tensor d_router = uninitialized(d_router_shape(call), x.options().dtype(at::kFloat));
     // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass).
     Tensor d_w1 = uninitialized({E, 2 * I, H}, w1.options());
     Tensor d_w2 = uninitialized({E, H, I}, w1.options());
@@ -187,11 +193,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, true);
     const c10::cuda::CUDAGuard guard(x.device());
     CachedLayer& cached = layer_for(call, x.device().index());
-    const LayerConfig& c = call.config;
-    const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-    Tensor dx = uninitialized({int64_t(c.tokens()), c.hidden}, x.options());
-    Tensor d_topk_w = uninitialized({int64_t(c.tokens()), c.top_k}, f32);
-    Tensor d_logits = uninitialized(logits_shape(call), f32);
+    auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
     const std::lock_guard lock(cached.mutex);
     const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
     cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
