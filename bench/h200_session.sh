@@ -136,4 +136,5 @@ for step in "$@"; do
     *) echo "unknown step $step" ;;
   esac
 done
+[ -s "$out/bench.err" ] || rm -f "$out/bench.err"
 log "done"
