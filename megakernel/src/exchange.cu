@@ -12,7 +12,7 @@ T* at_offset(uint8_t* base, size_t offset) {
 
 }  // namespace
 
-Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c) {
+Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c, int gpus) {
   const size_t N = c.tokens(), H = c.hidden, k = c.top_k, E = c.experts;
   WindowLayout l{};
   Sections sections(4096);
@@ -20,7 +20,7 @@ Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c) {
   l.dy = sections.take(N * H * sizeof(bf16));
   l.topk_idx = sections.take(N * k * sizeof(int32_t));
   l.topk_w = sections.take(N * k * sizeof(float));
-  l.slots = sections.take(N * k * H * sizeof(bf16));
+  l.slots = sections.take(N / gpus * k * H * sizeof(bf16));
   l.d_topk_w = sections.take(N * k * sizeof(float));
   l.d_logits = sections.take(N * E * sizeof(float));
   l.flags = sections.take(kMaxGpus * sizeof(unsigned int));
@@ -29,7 +29,8 @@ Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c) {
   return l;
 }
 
-Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers) : c_(c), gpu_(gpu), at_(window_layout(c)) {
+Exchange::Exchange(const LayerConfig& c, int gpu, const PeerGroup* peers)
+    : c_(c), gpu_(gpu), at_(window_layout(c, peers ? peers->gpus() : 1)) {
   if (peers == nullptr) return;
   gpus_ = peers->gpus();
   own_ = peers->local(gpu);
@@ -52,14 +53,16 @@ PeerSync Exchange::peer_sync(unsigned long long launches, unsigned int* count) c
 }
 
 RankBuffers Exchange::rank_buffers(int r) const {
-  const int owner = r / (c_.ranks / gpus_);
+  const int per_gpu = c_.ranks / gpus_, owner = r / per_gpu;
   uint8_t* base = owner == gpu_ ? own_ : windows_[owner];
   const size_t T = c_.tokens_per_rank, H = c_.hidden, k = c_.top_k, E = c_.experts;
-  return RankBuffers{
-      at_offset<bf16>(base, at_.x) + r * T * H,           at_offset<bf16>(base, at_.dy) + r * T * H,
-      at_offset<int32_t>(base, at_.topk_idx) + r * T * k, at_offset<float>(base, at_.topk_w) + r * T * k,
-      at_offset<bf16>(base, at_.slots) + r * T * k * H,   at_offset<float>(base, at_.d_topk_w) + r * T * k,
-      at_offset<float>(base, at_.d_logits) + r * T * E};
+  return RankBuffers{at_offset<bf16>(base, at_.x) + r * T * H,
+                     at_offset<bf16>(base, at_.dy) + r * T * H,
+                     at_offset<int32_t>(base, at_.topk_idx) + r * T * k,
+                     at_offset<float>(base, at_.topk_w) + r * T * k,
+                     at_offset<bf16>(base, at_.slots) + (r % per_gpu) * T * k * H,
+                     at_offset<float>(base, at_.d_topk_w) + r * T * k,
+                     at_offset<float>(base, at_.d_logits) + r * T * E};
 }
 
 // Windowed: the global views are this GPU's window (its own ranks through the same address as the

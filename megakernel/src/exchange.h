@@ -2,10 +2,10 @@
 //   simulated: every rank on this GPU; the kernels read and write the caller's tensors directly, and
 //     the (token, slot) buffers are in the workspace;
 //   windows:   ranks over several GPUs (or colocated shares of one); each GPU's window holds
-//     global-size [N, ...] views of x, dy, the routing and the pushed buffers (its own ranks' slices
-//     are its), which its peers reach over NVLink. The caller's per-token tensors hold this GPU's
-//     tokens only: a call copies them into its slice of the window before the launch and its results
-//     out after it (stream-ordered), since the peers can reach only the window.
+//     global-size [N, ...] views of x, dy and the routing (its own ranks' slices are its) and its own
+//     tokens' pushed (token, slot) rows, which its peers reach over NVLink. The caller's per-token tensors hold this
+//     GPU's tokens only: a call copies them into its slice of the window before the launch and its results out after it
+//     (stream-ordered), since the peers can reach only the window.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,8 +33,8 @@ class Exchange {
 
   bool windowed() const { return !windows_.empty(); }
 
-  // Bytes of each GPU's window for this config.
-  static size_t window_bytes(const LayerConfig& c) { return window_layout(c).bytes; }
+  // Bytes of each GPU's window for this config over `gpus` GPUs.
+  static size_t window_bytes(const LayerConfig& c, int gpus) { return window_layout(c, gpus).bytes; }
 
   // The barrier across GPUs and the abort words of launch number `launches` (its counter: `count`,
   // in the workspace).
@@ -50,12 +50,13 @@ class Exchange {
   void after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const;
 
  private:
-  // The window's sections: global-size views; then the flag words of the barrier across GPUs and the
-  // abort word (params.cuh, PeerSync).
+  // The window's sections: global-size views, but for the (token, slot) rows, which only their
+  // tokens' owner reads (its own ranks' slices: 1/G of the size); then the flag words of the barrier
+  // across GPUs and the abort word (params.cuh, PeerSync).
   struct WindowLayout {
     size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, abort, bytes;
   };
-  static WindowLayout window_layout(const LayerConfig& c);
+  static WindowLayout window_layout(const LayerConfig& c, int gpus);
 
   RankBuffers rank_buffers(int r) const;  // windowed: rank r's slice of its owner's window
   void bind_window(Params& p) const;

@@ -117,7 +117,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.forward_bytes = sections.bytes();
-  l.ring = sections.take(size_t(c.ranks) * launch.ring_rows * H * 2);
+  l.ring = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * H * 2);  // own ranks
   l.g = sections.take(P * I * 4);
   l.dh = sections.take(P * 2 * I * 2);
   l.dye = sections.take(P * H * 2);
@@ -285,7 +285,7 @@ struct Layer::Impl {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols);
     };
     // The backward's own buffers are null in the forward: their maps stay empty.
-    encode(maps.ring, p.ring, p.ring ? long(c.ranks) * launch.ring_rows : 0, H);
+    encode(maps.ring, p.ring, p.ring ? long(rank_end - rank_begin) * launch.ring_rows : 0, H);
     encode(maps.w1, w.w1.data, E * 2 * I, H);
     encode(maps.w2, w.w2.data, E * H, I);
     encode(maps.a, p.a, P, I);
@@ -365,7 +365,7 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const Pe
   require(gpu >= 0 && gpu < launch.gpus, "gpu " + std::to_string(gpu) + " is outside the launch's GPUs");
   if (peers) {
     require(peers->transport() == launch.transport && peers->gpus() == launch.gpus && peers->holds(gpu) &&
-                peers->bytes() >= Exchange::window_bytes(c),
+                peers->bytes() >= Exchange::window_bytes(c, launch.gpus),
             "the peer group was made for another launch or config");
     int current = 0;
     MOK_CUDA_CHECK(cudaGetDevice(&current));
@@ -392,7 +392,7 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, ncclComm_t comm) 
   on_comm.gpus = count;
   on_comm.transport = Transport::nccl;
   validate_launch(c, on_comm);  // before the collective registration: a refused Layer leaves no window
-  impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c));
+  impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c, count));
   impl_->init(c, on_comm, rank, impl_->comm_peers.get());
 }
 
@@ -402,7 +402,19 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& c, const Lau
   require(launch.transport == Transport::colocated || launch.gpus <= hopper_gpus(),
           "gpus = " + std::to_string(launch.gpus) + " but only " + std::to_string(hopper_gpus()) +
               " Hopper GPU(s) are usable");
-  return std::make_shared<PeerGroup>(launch.transport, launch.gpus, Exchange::window_bytes(c));
+  return std::make_shared<PeerGroup>(launch.transport, launch.gpus, Exchange::window_bytes(c, launch.gpus));
+}
+
+LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
+  validate(c);
+  require(launch.gpus >= 1 && c.ranks % launch.gpus == 0,
+          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
+  LaunchConfig resolved = launch;
+  if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
+  const bool windowed = launch.gpus > 1;
+  const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
+  return {saved_layout(c, launch.recompute).bytes, ws.forward_bytes, ws.bytes,
+          windowed ? Exchange::window_bytes(c, launch.gpus) : 0};
 }
 
 Layer::~Layer() = default;

@@ -159,7 +159,7 @@ struct Params {
   int32_t* row_source;    // [N k]
   int32_t* slot_row;      // [N k]
 
-  bf16* ring;  // [R ring_rows, H] the executed ranks' dy receive rings (rank r's from row r ring_rows)
+  bf16* ring;  // [R/G ring_rows, H] the executed ranks' dy receive rings (ring_base)
 
   // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
   bf16* h;               // [P, 2I]  saved, or the workspace's (recompute)

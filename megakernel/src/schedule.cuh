@@ -106,9 +106,12 @@ __device__ __forceinline__ int rank_tile_end(const Params& p, int r) {
 // Tiles per ring (rings are whole tiles).
 __device__ __forceinline__ int ring_tiles(const Params& p) { return p.ring_rows / kTileRows; }
 
+// The first row of executed rank r's ring: a GPU holds the rings of its own ranks only.
+__device__ __forceinline__ long ring_base(const Params& p, int r) { return long(r - p.rank_begin) * p.ring_rows; }
+
 // Row q of rank r's ring.
 __device__ __forceinline__ bf16* ring_row_data(const Params& p, int r, int q) {
-  return p.ring + (long(r) * p.ring_rows + q) * p.c.hidden;
+  return p.ring + (ring_base(p, r) + q) * p.c.hidden;
 }
 
 // Ring cycles needed by the busiest rank (the same value in every block).

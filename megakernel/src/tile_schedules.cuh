@@ -27,7 +27,7 @@ struct RingTiles {
     const int r = p.rank_begin + int(item / per_rank), slot = int(item % per_rank) / col_tiles;
     const int tile = ring_tile(p, r, cycle, slot);
     if (tile < 0) return false;
-    out = RingItem{r, r * p.ring_rows + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
+    out = RingItem{r, int(ring_base(p, r)) + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
     return true;
   }
 };

@@ -4,7 +4,7 @@
 // sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
-//             [--ring-rows R] [--sets N] [--gpus G] [--recompute]
+//             [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] [--plan]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -12,6 +12,10 @@
 //           the peak fraction is of G times one GPU's peak, and the bytes crossing between GPUs
 //           (rows of x, y, dy, dx and the backward's x reads whose rank and expert sit on different
 //           GPUs) are reported per second of the step.
+//   --experts: E instead of the shape's (its slice of the model's experts);
+//   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
+//           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
+//           and the Layer's own buffers (mok::gpu::layer_memory, the sizes a Layer allocates).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -137,6 +141,35 @@ long rows_between_gpus(const mok::LayerConfig& c, const std::vector<int32_t>& to
   return rows;
 }
 
+mok::LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts) {
+  mok::LayerConfig c;
+  c.ranks = ranks;
+  c.tokens_per_rank = tokens ? tokens : s.T;
+  c.hidden = s.H, c.intermediate = s.I, c.experts = experts ? experts : s.E, c.top_k = s.k;
+  return c;
+}
+
+// The --plan table of one shape (GB = 1e9 bytes).
+void print_plan(const Shape& s, int tokens, int experts, const mok::gpu::LaunchConfig& base) {
+  const mok::LayerConfig one = config_of(s, 1, tokens, experts);
+  std::printf("%s, T = %d tokens per GPU, E = %d, recompute %s (GB per GPU)\n", s.name, one.tokens_per_rank,
+              one.experts, base.recompute ? "on" : "off");
+  std::printf("%6s %8s %14s %8s %8s %10s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
+              "total");
+  for (const int g : {1, 2, 8, 64}) {
+    if (one.experts % g) continue;
+    const mok::LayerConfig c = config_of(s, g, tokens, experts);
+    mok::gpu::LaunchConfig launch = base;
+    launch.gpus = g;
+    const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
+    // w1 [2I, H] and w2 [H, I] per expert, bf16, and their bf16 gradients.
+    const double weights = double(c.experts / g) * 3.0 * c.intermediate * c.hidden * 2 * 2;
+    const double total = weights + double(m.saved) + double(m.window) + double(m.workspace_backward);
+    std::printf("%6d %8d %14.1f %8.1f %8.1f %10.1f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
+                m.window / 1e9, m.workspace_backward / 1e9, total / 1e9);
+  }
+}
+
 void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>& phases) {
   std::printf("  %s phases (last launch, block 0, ms):", direction);
   for (const auto& t : phases) std::printf("  %s %.2f;", t.phase.c_str(), t.ms);
@@ -147,8 +180,8 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 
 int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
-  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = 1;
-  bool recompute = false;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = 1, experts = 0;
+  bool recompute = false, plan = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -170,21 +203,35 @@ int main(int argc, char** argv) {
       sets = std::atoi(argv[++i]);
     else if (arg == "--gpus" && has_value)
       gpus = std::atoi(argv[++i]);
+    else if (arg == "--experts" && has_value)
+      experts = std::atoi(argv[++i]);
+    else if (arg == "--plan")
+      plan = true;
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G] [--recompute]\n");
+                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] [--plan]\n");
       return 2;
     }
   }
   try {
+    if (ring_rows < 0 || tokens < 0 || experts < 0 || sets < 1 || gpus < 1)
+      throw mok::Error("mok-bench: --sets and --gpus must be >= 1, --ring-rows, --tokens and --experts >= 0");
+    mok::gpu::LaunchConfig launch;
+    launch.ring_rows = ring_rows;
+    launch.recompute = recompute;
+    if (plan) {
+      bool matched = false;
+      for (const Shape& s : kShapes)
+        if (only == "all" || only == s.name) matched = true, print_plan(s, tokens, experts, launch);
+      if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");
+      return 0;
+    }
     if (!mok::gpu::device_available()) {
       std::fprintf(stderr, "mok-bench: no Hopper GPU\n");
       return 2;
     }
     if (runs < 1 || warmup < 0) throw mok::Error("mok-bench: --runs must be >= 1 and --warmup >= 0");
-    if (ring_rows < 0 || tokens < 0 || sets < 1 || gpus < 1)
-      throw mok::Error("mok-bench: --sets and --gpus must be >= 1, --ring-rows and --tokens >= 0");
     const auto kind = mok::ref::routing_kind_from_string(routing);
     if (kind != mok::ref::RoutingKind::uniform && kind != mok::ref::RoutingKind::zipf)
       throw mok::Error("mok-bench: --routing must be uniform or zipf");
@@ -197,17 +244,11 @@ int main(int argc, char** argv) {
     for (const Shape& s : kShapes) {
       if (only != "all" && only != s.name) continue;
       matched = true;
-      mok::LayerConfig c;
-      c.ranks = gpus;
-      c.tokens_per_rank = tokens ? tokens : s.T;
-      c.hidden = s.H, c.intermediate = s.I, c.experts = s.E, c.top_k = s.k;
+      const mok::LayerConfig c = config_of(s, gpus, tokens, experts);
       std::fprintf(stderr, "%s: generating inputs...\n", s.name);
       const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
       std::vector<Inputs> inputs;
       for (int i = 0; i < sets; ++i) inputs.push_back(rotated(p, int(long(i) * c.tokens() / sets)));
-      mok::gpu::LaunchConfig launch;
-      launch.ring_rows = ring_rows;
-      launch.recompute = recompute;
       if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
       mok::gpu::Megakernel mk(c, p.weights, launch);
       const auto input = [&](int i) -> const Inputs& { return inputs[(i % sets + sets) % sets]; };

@@ -196,4 +196,13 @@ class Layer {
 // for simulated ranks. Throws mok::Error for a launch no Layer would accept.
 std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& config, const LaunchConfig& launch);
 
+// The device memory of one GPU's Layer for a config and launch, from the sizes the Layer itself uses
+// (no GPU needed: plans for G beyond this machine's GPUs): the caller's saved buffer and workspace, and
+// the window (NCCL or colocated) that a Layer over gpus > 1 has in its peer group. The expert weights
+// and their gradients (E/G experts per GPU) are the caller's and not counted.
+struct LayerMemory {
+  size_t saved, workspace_forward, workspace_backward, window;
+};
+LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch);
+
 }  // namespace mok::gpu
