@@ -208,7 +208,7 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   const int I = p.c.intermediate, H = p.c.hidden, Is = p.c.shared_intermediate, N = p.c.tokens();
   const int own = own_expert_end(p) - own_expert_begin(p);
   if (w < 2 * own) {
-    const int e = own_expert_begin(p) + w / 2, first = kTileRows * p.tile_offsets[e],
+    const int e = own_expert_begin(p) + w / 2, first = kTileRows * (p.tile_offsets[e] - own_tile_begin(p)),
               rows = p.offsets[e + 1] - p.offsets[e];
     const long local = own_expert(p, e);
     if (w % 2 == 0)

@@ -97,6 +97,16 @@ __device__ void layout_count(Pipeline& pipe, const Params& p) {
   }
 }
 
+// Every GPU checks every GPU's tiles against the capacity (each holds the whole layout), so all stop at
+// the scan's barrier together, before any row is placed, and none waits for another.
+__device__ void check_capacity(const Params& p) {
+  const int per_gpu = p.c.experts / p.gpus;
+  for (int g = 0; g < p.gpus; ++g) {
+    const int tiles = p.tile_offsets[(g + 1) * per_gpu] - p.tile_offsets[g * per_gpu];
+    if (long(tiles) * kTileRows > p.padded_rows) return record_error(p.barrier, kCapacity, kLayoutScan, g, tiles);
+  }
+}
+
 // In block 0: the experts' row totals (one expert per thread), their prefix sum and tile counts (one
 // thread), then each expert's column of chunk_base (one expert per thread).
 __device__ void layout_scan(const Params& p) {
@@ -109,6 +119,7 @@ __device__ void layout_scan(const Params& p) {
     p.tile_offsets[0] = 0;
     for (int e = 0; e < E; ++e)
       p.tile_offsets[e + 1] = p.tile_offsets[e] + (p.offsets[e + 1] - p.offsets[e] + kTileRows - 1) / kTileRows;
+    check_capacity(p);
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x)
@@ -137,12 +148,12 @@ __device__ void zero_saved_gaps(const Params& p) {
   for (long i = s.tail + thread_id(); i < s.end; i += thread_count()) s.base[i] = 0;
 }
 
-// Padded rows past the last expert's tiles: no tile writes them, so they are zeroed here and the
-// saved buffer holds the same bytes run to run (D1) also where nothing reads it.
+// Padded rows past this GPU's last expert's tiles: no tile writes them, so they are zeroed here and
+// the saved buffer holds the same bytes run to run (D1) also where nothing reads it.
 __device__ void zero_unused_rows(const Params& p) {
   const int H = p.c.hidden, I = p.c.intermediate;
-  for (long row = long(kTileRows) * p.tile_offsets[p.c.experts] + warp_id(); row < padded_rows(p.c);
-       row += warp_count()) {
+  const long used = long(kTileRows) * (p.tile_offsets[own_expert_end(p)] - own_tile_begin(p));
+  for (long row = used + warp_id(); row < p.padded_rows; row += warp_count()) {
     copy_row(p.xe + row * H, nullptr, H);
     copy_row(p.h + row * 2 * I, nullptr, 2 * I);
     copy_row(p.a + row * I, nullptr, I);

@@ -60,6 +60,16 @@ int resident_blocks(int asked, int shares) {
   return asked ? asked : resident;
 }
 
+// The most routed rows a GPU's experts can receive (a token picks distinct experts).
+long most_own_rows(const LayerConfig& c, int gpus) { return long(c.tokens()) * std::min(c.top_k, c.experts / gpus); }
+
+void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
+  const long most = most_own_rows(c, launch.gpus);
+  require(launch.capacity_rows >= 0 && launch.capacity_rows <= most,
+          "capacity_rows = " + std::to_string(launch.capacity_rows) + " is outside [0, " + std::to_string(most) +
+              "] (0: the most rows a GPU's experts can receive, N min(k, E/G) = " + std::to_string(most) + ")");
+}
+
 // What every Layer's config and launch must be (checked before anything is built: a Layer on a
 // communicator checks before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
@@ -73,6 +83,7 @@ void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
           "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
   require(launch.gpus == 1 || launch.transport != Transport::simulated,
           "gpus > 1 needs the nccl or the colocated transport");
+  validate_capacity(c, launch);
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
@@ -106,7 +117,8 @@ struct WorkspaceLayout {
 };
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-  const size_t Is = c.shared_intermediate, P = padded_rows(c), chunks = layout_chunks(c.tokens());
+  const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
+  const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows);
   WorkspaceLayout l{};
   Sections sections(256);
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
@@ -173,7 +185,7 @@ struct Layer::Impl {
     MOK_CUDA_CHECK(cudaGetDevice(&device));
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
     blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1);
-    saved = saved_layout(c, launch.recompute);
+    saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
     ws = workspace_layout(c, launch, !exchange.windowed());
     error = DeviceArray<KernelError>(1);
@@ -184,6 +196,9 @@ struct Layer::Impl {
     clock_count = DeviceArray<int>(1);
     clock_count.zero();
   }
+
+  RowShare row_share() const { return RowShare{launch.gpus, gpu, launch.capacity_rows}; }
+  long own_padded() const { return own_padded_rows(c, launch.gpus, launch.capacity_rows); }
 
   // ---- argument checks ----
   // This GPU's share of the tokens and of the experts (all of them on one GPU).
@@ -238,6 +253,8 @@ struct Layer::Impl {
     p.ring_rows = pass == Pass::forward ? forward_cycle_rows(c) : launch.ring_rows;
     p.routing = in.routing;
     p.rank_begin = rank_begin, p.rank_end = rank_end;
+    p.gpus = launch.gpus;
+    p.padded_rows = own_padded();
     auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
     p.barrier = GridBarrier{words,
                             words + 1,
@@ -278,7 +295,7 @@ struct Layer::Impl {
 
   void encode_maps(Pass pass, Params& p, const WeightViews& w) {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
-    const long P = padded_rows(c);
+    const long P = own_padded();
     TensorMaps& maps = p.maps;
     int slot = 0;  // the maps in a fixed order, each with its slot in the cache
     const auto encode = [&](CUtensorMap& out, const void* base, long rows, long cols) {
@@ -323,6 +340,13 @@ struct Layer::Impl {
       m = "mok: invalid input: the given routing of token " + std::to_string(e.detail) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
+    else if (e.code == kCapacity)
+      m = "mok: capacity: the routing gives GPU " + std::to_string(e.cycle) + "'s experts " + std::to_string(e.detail) +
+          " tiles of " + std::to_string(kTileRows) + " rows, more than its buffers hold (" +
+          std::to_string(own_padded() / kTileRows) +
+          " tiles: LaunchConfig::capacity_rows = " + std::to_string(launch.capacity_rows) +
+          "); capacity_rows >= " + std::to_string(long(kTileRows) * (e.detail - c.experts / launch.gpus)) +
+          " holds them";
     else if (e.code == kPipelineTimeout)
       m = "mok: watchdog: block " + std::to_string(e.detail) + where + " waited more than " + secs +
           " s for its operand pipeline in phase '" + phase_name(e.phase) + "'";
@@ -409,11 +433,13 @@ LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
   require(launch.gpus >= 1 && c.ranks % launch.gpus == 0,
           "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
+  validate_capacity(c, launch);
   LaunchConfig resolved = launch;
   if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
   const bool windowed = launch.gpus > 1;
   const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
-  return {saved_layout(c, launch.recompute).bytes, ws.forward_bytes, ws.bytes,
+  const RowShare share{launch.gpus, 0, launch.capacity_rows};
+  return {saved_layout(c, launch.recompute, share).bytes, ws.forward_bytes, ws.bytes,
           windowed ? Exchange::window_bytes(c, launch.gpus) : 0};
 }
 

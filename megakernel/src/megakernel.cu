@@ -104,7 +104,7 @@ struct GradTensors {
 
 // Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
 // GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).
-constexpr int kErrorPriority[] = {kLogitOverflow,  kBadRouting,  kPipelineTimeout,
+constexpr int kErrorPriority[] = {kLogitOverflow,  kBadRouting,  kCapacity,   kPipelineTimeout,
                                   kBarrierTimeout, kPeerTimeout, kPeerAborted};
 
 // A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
@@ -321,7 +321,8 @@ Forward Megakernel::read_forward() const {
     append(f.routing.topk_w, s.fwd.topk_w.download<float>());
     if (m.routing != RoutingMode::given) append(f.logits, s.fwd.logits.download<float>());
     append(f.y, s.fwd.y.download<bf16>());
-    per_gpu_saved.push_back(unpack_saved(m.c, s.fwd.saved.download<uint8_t>(), m.launch.recompute));
+    const RowShare share{m.launch.gpus, s.index, m.launch.capacity_rows};
+    per_gpu_saved.push_back(unpack_saved(m.c, s.fwd.saved.download<uint8_t>(), m.launch.recompute, share));
     // Every GPU computed the whole dispatch layout; they must agree (D2).
     const DispatchLayout &mine = per_gpu_saved.back().layout, &first_gpu = per_gpu_saved.front().layout;
     if (mine.offsets != first_gpu.offsets || mine.row_source != first_gpu.row_source ||

@@ -56,6 +56,7 @@ enum ErrorCode : int {
   kPeerTimeout = 4,  // detail: the GPU that did not arrive
   kBadRouting = 5,   // detail: the token whose given routing is out of range, repeated or not finite
   kPeerAborted = 6,  // detail: the GPU whose launch stopped on an error (its abort mark)
+  kCapacity = 7,     // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
@@ -133,6 +134,8 @@ struct Params {
   bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
   bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
+  int gpus;                  // GPUs of the launch (1: simulated ranks)
+  long padded_rows;          // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   TensorMaps maps;

@@ -84,15 +84,18 @@ struct ExpertTile {
   int expert;
   int first_row;  // layout row of the tile's row 0
   int rows;       // valid rows, 1..kTileRows
-  int pad_row;    // padded row of the tile's row 0
+  int pad_row;    // padded row of the tile's row 0 in this GPU's per-row buffers
 };
+
+// The first tile of this GPU's experts: its per-row buffers hold its experts' tiles from it on.
+__device__ __forceinline__ int own_tile_begin(const Params& p) { return p.tile_offsets[own_expert_begin(p)]; }
 
 // Expert tile `tile`: its expert is the last e with tile_offsets[e] <= tile (an expert without tiles
 // shares its offset with the next one, so the last is the one with tiles).
 __device__ __forceinline__ ExpertTile expert_tile(const Params& p, int tile) {
   const int e = last_at_or_below(p.tile_offsets, p.c.experts, tile);
   const int first = p.offsets[e] + kTileRows * (tile - p.tile_offsets[e]);
-  return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * tile};
+  return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * (tile - own_tile_begin(p))};
 }
 
 // Tiles of rank r's experts: [rank_tile_begin, rank_tile_end).

@@ -246,6 +246,52 @@ TEST_F(Gpu, RecomputeModeMatchesTheReference) {
   }
 }
 
+// LaunchConfig::capacity_rows on 2 colocated shares: the per-row buffers hold exactly the tiles the
+// routing gives the busiest share (the smallest capacity that holds them): the bits of one GPU;
+// 128 rows less: every share stops with an error naming the GPU and the capacity that holds its rows.
+TEST_F(Gpu, CapacityHoldsTheRoutingOrStopsEveryShare) {
+  for (const Case& cs : cases()) {
+    const Problem p = make_problem(cs.config, 31, cs.kind);
+    const LayerConfig& c = p.config;
+    if (c.ranks % 2 != 0) continue;
+    SCOPED_TRACE(cs.name);
+    const GpuRun want = run_gpu(p);
+    const std::vector<int32_t> tiles = saved_detail::tile_offsets(want.fwd.layout);
+    const int per_gpu = c.experts / 2;
+    int busiest = 0, most_tiles = 0;
+    for (int g = 0; g < 2; ++g)
+      if (tiles[(g + 1) * per_gpu] - tiles[g * per_gpu] > most_tiles)
+        busiest = g, most_tiles = tiles[(g + 1) * per_gpu] - tiles[g * per_gpu];
+    // own_padded_rows holds 128 (ceil(capacity / 128) + E/G) rows.
+    const long holds = long(kTileRows) * (most_tiles - per_gpu), smallest = holds - kTileRows + 1;
+    if (smallest < 1) continue;  // the busiest share's tiles fit in its experts' padding alone
+    LaunchConfig launch = colocated(2);
+    launch.capacity_rows = smallest;
+    const GpuRun got = run_gpu(p, launch);
+    expect_forward_bits(got.fwd, want.fwd);
+    expect_gradient_bits(got.grad, want.grad);
+    if (smallest - 1 < 1) continue;
+    launch.capacity_rows = smallest - 1;
+    try {
+      run_gpu(p, launch);
+      ADD_FAILURE() << "a capacity one row short ran";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("GPU " + std::to_string(busiest) + "'s experts"), std::string::npos) << m;
+      EXPECT_NE(m.find("capacity_rows >= " + std::to_string(holds)), std::string::npos) << m;
+    }
+  }
+}
+
+TEST_F(Gpu, RefusesACapacityBeyondTheMostRowsAGpuCanReceive) {
+  const Problem p = make_problem(small(2, 16, 8, 2), 3);
+  LaunchConfig launch = colocated(2);
+  launch.capacity_rows = 32 * 2 + 1;  // N min(k, E/G) = 32 x 2
+  EXPECT_THROW(Megakernel(p.config, p.weights, launch), Error);
+  launch.capacity_rows = -1;
+  EXPECT_THROW(Megakernel(p.config, p.weights, launch), Error);
+}
+
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
 TEST_F(Gpu, LaunchAndRingInvariance) {
   const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);

@@ -23,10 +23,24 @@ namespace mok {
 
 inline constexpr int kTileRows = 128;  // the GPU's GEMM tile: the unit of expert padding
 
-// Rows of the padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
-MOK_HD long padded_rows(const LayerConfig& c) {
-  return kTileRows * ((long(c.tokens()) * c.top_k + kTileRows - 1) / kTileRows + c.experts);
+// Rows of one GPU's per-row buffers over `gpus` GPUs: its own experts' tiles (E/G experts), counted from
+// its first expert's first tile, for `capacity_rows` routed rows (0: the most any routing gives them,
+// N min(k, E/G), as a token picks distinct experts), each expert's last tile part padding at most.
+// One GPU without a capacity: padded_rows(c).
+MOK_HD long own_padded_rows(const LayerConfig& c, int gpus, long capacity_rows) {
+  const long experts = c.experts / gpus, most = long(c.tokens()) * (c.top_k < experts ? c.top_k : experts);
+  const long rows = capacity_rows ? capacity_rows : most;
+  return kTileRows * ((rows + kTileRows - 1) / kTileRows + experts);
 }
+
+// Rows of one GPU's padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
+MOK_HD long padded_rows(const LayerConfig& c) { return own_padded_rows(c, 1, 0); }
+
+// Whose rows a saved buffer holds: GPU `gpu`'s of `gpus`, for `capacity_rows` (own_padded_rows).
+struct RowShare {
+  int gpus = 1, gpu = 0;
+  long capacity_rows = 0;
+};
 
 // Lays out a buffer's sections one after another, each starting at a multiple of `align` bytes
 // (the saved buffer's, the workspace's and the NCCL window's sections).
@@ -53,11 +67,12 @@ struct SavedLayout {
   size_t bytes;
 };
 
-// recompute: h and a take no bytes (their offsets are where they would start). P is a multiple of
-// 128, so their sections are whole 256-byte units and the buffer is exactly 6 P I bytes smaller.
-inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false) {
+// recompute: h and a take no bytes (their offsets are where they would start). P, the per-row
+// sections' rows (own_padded_rows of the GPU's share), is a multiple of 128, so their sections are
+// whole 256-byte units and the buffer is exactly 6 P I bytes smaller.
+inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
-  const size_t Is = c.shared_intermediate, P = padded_rows(c);
+  const size_t Is = c.shared_intermediate, P = own_padded_rows(c, share.gpus, share.capacity_rows);
   SavedLayout l{};
   Sections sections(256);
   l.offsets = sections.take((E + 1) * 4);
@@ -94,12 +109,15 @@ inline std::vector<int32_t> tile_offsets(const DispatchLayout& l) {
   return t;
 }
 
-// Moves `width` elements per layout row between compact (layout-row order) and padded rows.
+// Moves `width` elements per layout row between compact (layout-row order) and padded rows: the rows
+// of the share's experts, counted from its first expert's first tile.
 template <class T, class Move>
-void for_each_padded_row(const DispatchLayout& l, const std::vector<int32_t>& tiles, Move move) {
-  for (size_t e = 0; e + 1 < l.offsets.size(); ++e)
+void for_each_padded_row(const LayerConfig& c, const DispatchLayout& l, const std::vector<int32_t>& tiles,
+                         const RowShare& share, Move move) {
+  const int per_gpu = c.experts / share.gpus, first = share.gpu * per_gpu;
+  for (int e = first; e < first + per_gpu; ++e)
     for (int32_t r = l.offsets[e]; r < l.offsets[e + 1]; ++r)
-      move(size_t(r), size_t(kTileRows) * tiles[e] + (r - l.offsets[e]));
+      move(size_t(r), size_t(kTileRows) * (tiles[e] - tiles[first]) + (r - l.offsets[e]));
 }
 
 // A layout read back from a saved buffer is one the layer could have made (else the rows it names
@@ -130,7 +148,7 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
   put(out, s.tile_offsets, tiles.data(), tiles.size());
   put(out, s.row_source, f.layout.row_source.data(), f.layout.row_source.size());
   put(out, s.slot_row, f.layout.slot_row.data(), f.layout.slot_row.size());
-  for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
+  for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
     put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
     if (!f.h.empty()) put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
     if (!f.a.empty()) put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
@@ -142,9 +160,11 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
 
 // The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
 // one of recompute mode holds no h and a, and its Forward has none (as the reference's in that mode).
-inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false) {
+// A GPU's share over several holds h and a of its own experts' rows only (the others' stay zero).
+inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false,
+                            const RowShare& share = {}) {
   using namespace saved_detail;
-  const SavedLayout s = saved_layout(c, recompute);
+  const SavedLayout s = saved_layout(c, recompute, share);
   require(saved.size() == s.bytes, "saved buffer has " + std::to_string(saved.size()) + " bytes, expected " +
                                        std::to_string(s.bytes) + " for this config");
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, I = c.intermediate, Is = c.shared_intermediate;
@@ -159,7 +179,7 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   if (!recompute) {
     f.h.resize(N * k * 2 * I);
     f.a.resize(N * k * I);
-    for_each_padded_row<bf16>(f.layout, tiles, [&](size_t row, size_t pad) {
+    for_each_padded_row<bf16>(c, f.layout, tiles, share, [&](size_t row, size_t pad) {
       std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
       std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
     });

@@ -86,6 +86,13 @@ struct LaunchConfig {
   // again. The shared expert's h and a stay saved (N rows, not P). The forward and the backward of
   // one step must both run on Layers of the same recompute choice.
   bool recompute = false;
+  // Routed rows this GPU's experts can hold: the per-row buffers (saved xe, h, a and the backward's
+  // scratch) are sized for it (mok::own_padded_rows). 0: the most any routing can give them,
+  // N min(k, E/G), which over G GPUs grows with the global batch N. A smaller capacity makes them
+  // fall with G; a forward whose routing gives some GPU's experts more rows than its capacity holds
+  // stops on every GPU with an error naming the GPU and the capacity that would hold them (no row is
+  // dropped, no bit depends on it). The forward and the backward of one step use the same capacity.
+  long capacity_rows = 0;
 };
 
 struct WeightViews {
