@@ -54,6 +54,7 @@ for step in "$@"; do
       log "mok-tc-validate 1e8 (mma.sync) and 1e8 (wgmma)"
       { build/megakernel/mok-tc-validate 1e8; build/megakernel/mok-tc-validate 1e8 20261130 wgmma; } >"$out/model.log" 2>&1
       grep -i "mismatch" "$out/model.log" | tail -2 | tee -a "$out/summary.log"
+      build/megakernel/mok-tc-validate 1e7 20261201 wgmma-e4m3 >>"$out/model.log" 2>&1
       log "mok-scalar-check (every input)"
       timeout 300 build/megakernel/mok-scalar-check >"$out/scalar_check.tmp" 2>&1
       echo "mok-scalar-check exit $?: $(tail -1 "$out/scalar_check.tmp")" | tee -a "$out/summary.log"

@@ -3,13 +3,17 @@
 // mma.sync m16n8k16 run on the tensor cores, then one thread per output element evaluates the CPU
 // model (the same __host__ __device__ code the reference runs) and counts mismatches. Model
 // variants (fraction bits kept, zero-term exponent rule) are scored side by side so the probe
-// shows which rule the hardware follows. Exit status: 0 no mismatch of the shipped model, 1 any,
-// 2 error, 77 no GPU (a skip for ctest). Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma].
+// shows which rule the hardware follows. wgmma-e4m3: the FP8 step (wgmma m64n8k32.f32.e4m3.e4m3) against
+// every candidate parameter set of Fp8StepModel (mok/core/fp8_dot.h, a model under validation) and an
+// fp32 fma chain, side by side, with the first mismatches of the hypothesis printed in full. Exit status:
+// 0 no mismatch of the shipped model (wgmma-e4m3: of the hypothesis), 1 any, 2 error, 77 no GPU (a skip
+// for ctest). Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3].
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "mok/core/fp8_dot.h"
 #include "mok/core/kstep.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/ptx/mma.cuh"
@@ -219,14 +223,275 @@ __global__ void compare_with_model(uint64_t seed, int cls, long tiles, int rows,
   }
 }
 
+// ---- FP8 E4M3: wgmma m64n8k32 against the candidates of Fp8StepModel ----
+using mok::fp8_e4m3;
+using mok::Fp8StepModel;
+constexpr int kK8 = mok::kFp8StepK;
+
+constexpr const char* kE4m3ClassNames[] = {"normal", "wide",       "cancel",   "subnormal", "random_bits",
+                                           "spread", "c_dominant", "few_bits", "zeros",     "tiny_c"};
+
+// An E4M3 code with a random sign, exponent field in [lo, hi] (0: subnormal or zero) and fraction; never NaN.
+__host__ __device__ uint8_t e4m3_bits(uint64_t r, int field_lo, int field_hi) {
+  const uint32_t field = uint32_t(field_lo) + uint32_t((r >> 8) % uint32_t(field_hi - field_lo + 1));
+  uint32_t fraction = r & 7u;
+  if (field == 15 && fraction == 7) fraction = 6;  // S.1111.111 is NaN: 448 instead
+  return uint8_t(((r >> 40) & 1u) << 7 | field << 3 | fraction);
+}
+
+// Operand element (which = 0: A[m][k], 1: B[k][n] with i = k, j = n). Products: exact, 2^-18 .. 2^17.6.
+__host__ __device__ fp8_e4m3 gen_e4m3(uint64_t seed, int cls, long tile, int which, int i, int j) {
+  const int k = which == 0 ? j : i;
+  const uint64_t r = key(seed, cls + 64, tile, which, i, j);
+  switch (cls) {
+    case kWide:  // every finite code: subnormals, zeros, 448
+      return fp8_e4m3{e4m3_bits(r, 0, 15)};
+    case kCancel:  // products 16..30 cancel 0..14 exactly (A negated); 15 and 31 a small residue
+      if (k >= 16 && k < 31) {
+        const fp8_e4m3 twin = gen_e4m3(seed, cls, tile, which, which == 0 ? i : i - 16, which == 0 ? j - 16 : j);
+        return fp8_e4m3{uint8_t(which == 0 ? twin.bits ^ 0x80u : twin.bits)};
+      }
+      return fp8_e4m3{e4m3_bits(r, k == 15 || k == 31 ? 0 : 4, k == 15 || k == 31 ? 4 : 15)};
+    case kSubnormal:  // A mostly subnormal, B any normal: products 2^-18 .. 2^2
+      return fp8_e4m3{e4m3_bits(r, which == 0 ? 0 : 1, which == 0 ? 2 : 15)};
+    case kRandomBits:  // any code: NaN (0x7f, 0xff), +-0, subnormals
+      return fp8_e4m3{uint8_t(r)};
+    case kSpread:  // one large product (2^10 .. 2^17), the rest 8 .. 29 binades below it
+      return fp8_e4m3{e4m3_bits(r, k == int(tile % kK8) ? 12 : 1, k == int(tile % kK8) ? 15 : 8)};
+    case kFewBits:  // one fraction bit at most: exact sums, cuts on every bit position
+      return fp8_e4m3{uint8_t(e4m3_bits(r, 3, 12) & 0xfcu)};
+    case kZeros:  // half the operands +-0, beside operands of any size (0 * 448 next to 2^-12)
+      return (r >> 50) & 1u ? fp8_e4m3{uint8_t(((r >> 51) & 1u) << 7)} : fp8_e4m3{e4m3_bits(r, 1, 15)};
+    case kUnderflow:  // C alone (all products +-0) in rows 0..31, the products all -0 in rows 0..15 of
+      // columns 0..3; rows 32..63: zeros and subnormals. B: subnormals and large values.
+      if (which == 0) {
+        if (i < 16) return fp8_e4m3{0x80};
+        return i < 32 || (r >> 50) & 1u ? fp8_e4m3{uint8_t(((r >> 51) & 1u) << 7)} : fp8_e4m3{e4m3_bits(r, 0, 0)};
+      } else {
+        const uint8_t v = e4m3_bits(r, (r >> 52) & 1u ? 0 : 10, (r >> 52) & 1u ? 0 : 15);
+        return fp8_e4m3{uint8_t(j < 4 ? v & 0x7fu : v)};
+      }
+    default:  // kNormal, kCDominant: any normal
+      return fp8_e4m3{e4m3_bits(r, 1, 15)};
+  }
+}
+
+__host__ __device__ float gen_c_e4m3(uint64_t seed, int cls, long tile, int m, int n) {
+  const uint64_t r = key(seed, cls + 64, tile, 2, m, n);
+  const auto f32 = [&](int lo, int hi) {
+    const uint32_t field = uint32_t(lo) + uint32_t((r >> 24) % uint32_t(hi - lo + 1));
+    return mok::float_of(uint32_t((r >> 40) & 1u) << 31 | field << 23 | uint32_t(r & 0x7fffffu));
+  };
+  switch (cls) {
+    case kWide:  // any magnitude, fp32 subnormals to 2^127
+      return f32(0, 254);
+    case kCancel:
+      return (r >> 50) & 1u ? f32(100, 125) : mok::float_of(uint32_t((r >> 51) & 1u) << 31);
+    case kSubnormal:
+      return (r >> 50) & 1u ? f32(0, 30) : f32(100, 125);
+    case kRandomBits:
+      return mok::float_of(uint32_t(r));
+    case kSpread:
+      return f32(127 - 18, 127 + 17);
+    case kCDominant:  // 2^10 .. 2^40 above products near 1: C's own cut and the products' cut
+      return f32(137, 167);
+    case kFewBits:
+      return mok::float_of(mok::bits_of(f32(115, 137)) & 0xffc00000u);
+    case kZeros:
+      return (r >> 50) & 1u ? mok::float_of(uint32_t((r >> 51) & 1u) << 31) : f32(110, 140);
+    case kUnderflow:  // +-0, fp32 subnormals and the smallest normals
+      return (r >> 50) & 3u ? f32(0, 3) : mok::float_of(uint32_t((r >> 52) & 1u) << 31);
+    default:  // kNormal: 2^-8 .. 2^16, where the products are
+      return f32(119, 143);
+  }
+}
+
+// One warpgroup per tile: D(64x8) = A(64x32) B(32x8) + C through wgmma m64n8k32 e4m3, operands in
+// shared memory in the no-swizzle K-major layout: core matrix (i, kk) (8 rows of 16 E4M3) at
+// 256 i + 128 kk bytes, the byte geometry of the bf16 probe.
+__global__ void __launch_bounds__(128) warpgroup_e4m3_tiles(uint64_t seed, int cls, long tiles, float* d) {
+  __shared__ __align__(256) uint8_t a_smem[64 * kK8];
+  __shared__ __align__(256) uint8_t b_smem[8 * kK8];
+  const int t = threadIdx.x, warp = t / 32, group = (t % 32) / 4, quad = t % 4;
+  const auto core_offset = [](int row, int k) { return (row / 8) * 256 + (k / 16) * 128 + (row % 8) * 16 + k % 16; };
+  for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int i = t; i < 64 * kK8; i += 128)
+      a_smem[core_offset(i / kK8, i % kK8)] = gen_e4m3(seed, cls, tile, 0, i / kK8, i % kK8).bits;
+    for (int i = t; i < 8 * kK8; i += 128)
+      b_smem[core_offset(i / kK8, i % kK8)] = gen_e4m3(seed, cls, tile, 1, i % kK8, i / kK8).bits;
+    mok::gpu::ptx::fence_async_shared();
+    __syncthreads();
+    const int row = 16 * warp + group;
+    float acc[4] = {gen_c_e4m3(seed, cls, tile, row, 2 * quad), gen_c_e4m3(seed, cls, tile, row, 2 * quad + 1),
+                    gen_c_e4m3(seed, cls, tile, row + 8, 2 * quad), gen_c_e4m3(seed, cls, tile, row + 8, 2 * quad + 1)};
+    mok::gpu::ptx::wgmma_fence();
+    mok::gpu::ptx::wgmma_e4m3_m64n8k32(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256),
+                                       mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
+    mok::gpu::ptx::wgmma_commit();
+    mok::gpu::ptx::wgmma_wait<0>();
+    float* out = d + tile * 512;
+    out[row * 8 + 2 * quad] = acc[0];
+    out[row * 8 + 2 * quad + 1] = acc[1];
+    out[(row + 8) * 8 + 2 * quad] = acc[2];
+    out[(row + 8) * 8 + 2 * quad + 1] = acc[3];
+    __syncthreads();
+  }
+}
+
+// Fp8StepModel's candidates, then a sequential fp32 fma chain (k order) as the IEEE baseline.
+constexpr int kE4m3Variants = Fp8StepModel::kCandidates + 1;
+constexpr const char* kE4m3VariantNames[kE4m3Variants] = {"hypothesis", "F12/O12", "F14/O14", "F14/O13", "F13/O23",
+                                                          "F25/O23",    "group16", "group8",  "floor",   "zero@-6",
+                                                          "zero@-126",  "+0_only", "fp32_fma"};
+constexpr const char* kE4m3VariantRules[kE4m3Variants] = {
+    "13 fraction bits kept below 2^e_max, result cut to 13, one sum of C and 32 products",
+    "12 bits kept, result cut to 12",
+    "14 bits kept, result cut to 14",
+    "14 bits kept, result cut to 13",
+    "13 bits kept, an fp32 result (cut to 23)",
+    "25 bits kept, fp32 result: the bf16 step's widths",
+    "two chained sums of 16 products",
+    "four chained sums of 8 products",
+    "terms cut toward -Inf (two's complement)",
+    "a zero operand counts in e_max with exponent -6",
+    "a zero operand counts in e_max with exponent -126 (MMA-Sim)",
+    "a zero sum is +0 even when every term is -0",
+    "32 sequential fp32 fmas in k order (IEEE)"};
+
+struct MismatchE4m3 {
+  uint8_t a[kK8], b[kK8];
+  float c, gpu, v[kE4m3Variants];
+};
+
+__device__ float fp32_fma_chain(float c, const fp8_e4m3* a, const fp8_e4m3* b) {
+  for (int k = 0; k < kK8; ++k) c = mok::fma32(mok::to_float(a[k]), mok::to_float(b[k]), c);
+  return c;
+}
+
+__global__ void compare_e4m3(uint64_t seed, int cls, long tiles, const float* d,
+                             unsigned long long* counts /* [kE4m3Variants] */, MismatchE4m3* keep, unsigned int* kept) {
+  const long total = tiles * 512;
+  for (long o = long(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += long(gridDim.x) * blockDim.x) {
+    const long tile = o / 512;
+    const int m = int(o % 512) / 8, n = int(o % 8);
+    fp8_e4m3 a[kK8], b[kK8];
+    for (int k = 0; k < kK8; ++k) {
+      a[k] = gen_e4m3(seed, cls, tile, 0, m, k);
+      b[k] = gen_e4m3(seed, cls, tile, 1, k, n);
+    }
+    const float c = gen_c_e4m3(seed, cls, tile, m, n);
+    const uint32_t gpu = mok::bits_of(d[o]);
+    float v[kE4m3Variants];
+#pragma unroll
+    for (int i = 0; i < Fp8StepModel::kCandidates; ++i) v[i] = Fp8StepModel::candidate(i)(c, a, b);
+    v[Fp8StepModel::kCandidates] = fp32_fma_chain(c, a, b);
+    for (int i = 0; i < kE4m3Variants; ++i)
+      if (mok::bits_of(v[i]) != gpu) atomicAdd(&counts[i], 1ull);
+    if (mok::bits_of(v[0]) != gpu) {
+      const unsigned slot = atomicAdd(kept, 1u);
+      if (slot < kKeep) {
+        MismatchE4m3& mm = keep[slot];
+        for (int k = 0; k < kK8; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
+        mm.c = c, mm.gpu = d[o];
+        for (int i = 0; i < kE4m3Variants; ++i) mm.v[i] = v[i];
+      }
+    }
+  }
+}
+
+void print_e4m3_mismatch(const MismatchE4m3& mm) {
+  std::printf("  mismatch: c=%a (0x%08x) gpu=%a (0x%08x) hypothesis=%a (0x%08x)\n", mm.c, mok::bits_of(mm.c), mm.gpu,
+              mok::bits_of(mm.gpu), mm.v[0], mok::bits_of(mm.v[0]));
+  std::printf("    a:");
+  for (int k = 0; k < kK8; ++k) std::printf(" %02x", mm.a[k]);
+  std::printf("\n    b:");
+  for (int k = 0; k < kK8; ++k) std::printf(" %02x", mm.b[k]);
+  std::printf("\n    products (exact):");
+  for (int k = 0; k < kK8; ++k) {
+    if (k % 8 == 0) std::printf("\n     ");
+    std::printf(" %a", double(mok::to_float(fp8_e4m3{mm.a[k]})) * double(mok::to_float(fp8_e4m3{mm.b[k]})));
+  }
+  std::printf("\n    variants:");
+  for (int i = 0; i < kE4m3Variants; ++i) std::printf(" %s=0x%08x", kE4m3VariantNames[i], mok::bits_of(mm.v[i]));
+  std::printf("\n");
+}
+
+// The wgmma-e4m3 mode: every class, every variant; exit status from the hypothesis.
+int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
+  constexpr int per_tile = 512;
+  const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
+  const long batch = std::min(tiles_per_class, 1l << 18);
+  float* d = nullptr;
+  unsigned long long* counts = nullptr;
+  MismatchE4m3* keep = nullptr;
+  unsigned int* kept = nullptr;
+  MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * per_tile * sizeof(float)));
+  MOK_CUDA_CHECK(cudaMalloc(&counts, kE4m3Variants * sizeof(unsigned long long)));
+  MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(MismatchE4m3)));
+  MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
+  std::printf(
+      "mok-tc-validate: %s, seed %llu, %ld outputs per class, wgmma.mma_async m64n8k32 (smem operands) "
+      "e4m3->f32\n",
+      prop.name, (unsigned long long)seed, tiles_per_class * per_tile);
+  std::printf(
+      "mismatches of each candidate of the FP8 step model (mok/core/fp8_dot.h; F = fraction bits kept below\n"
+      "2^e_max, O = fraction bits of the result):\n");
+  for (int i = 0; i < kE4m3Variants; ++i) std::printf("  %-10s %s\n", kE4m3VariantNames[i], kE4m3VariantRules[i]);
+  std::printf("%-12s %12s", "class", "outputs");
+  for (const char* name : kE4m3VariantNames) std::printf(" %10s", name);
+  std::printf("\n");
+  std::vector<unsigned long long> total(kE4m3Variants, 0);
+  unsigned long long total_outputs = 0;
+  for (int cls = 0; cls < kClassCount; ++cls) {
+    std::vector<unsigned long long> sum(kE4m3Variants, 0);
+    MOK_CUDA_CHECK(cudaMemset(kept, 0, sizeof(unsigned int)));
+    for (long first = 0; first < tiles_per_class; first += batch) {
+      const long n = std::min(batch, tiles_per_class - first);
+      const uint64_t batch_seed = seed + uint64_t(first);
+      MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * per_tile * sizeof(float)));  // poison
+      MOK_CUDA_CHECK(cudaMemset(counts, 0, kE4m3Variants * sizeof(unsigned long long)));
+      warpgroup_e4m3_tiles<<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, d);
+      MOK_CUDA_CHECK(cudaGetLastError());
+      compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d, counts, keep, kept);
+      MOK_CUDA_CHECK(cudaGetLastError());
+      std::vector<unsigned long long> c(kE4m3Variants);
+      MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, kE4m3Variants * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kE4m3Variants; ++i) sum[i] += c[i];
+    }
+    std::printf("%-12s %12ld", kE4m3ClassNames[cls], tiles_per_class * per_tile);
+    for (int i = 0; i < kE4m3Variants; ++i) std::printf(" %10llu", sum[i]);
+    std::printf("\n");
+    for (int i = 0; i < kE4m3Variants; ++i) total[i] += sum[i];
+    total_outputs += tiles_per_class * per_tile;
+    unsigned int nkept = 0;
+    MOK_CUDA_CHECK(cudaMemcpy(&nkept, kept, sizeof nkept, cudaMemcpyDeviceToHost));
+    std::vector<MismatchE4m3> mm(kKeep);
+    MOK_CUDA_CHECK(cudaMemcpy(mm.data(), keep, kKeep * sizeof(MismatchE4m3), cudaMemcpyDeviceToHost));
+    for (unsigned i = 0; i < std::min(nkept, unsigned(3)); ++i) print_e4m3_mismatch(mm[i]);
+  }
+  std::printf("%-12s %12llu", "all", total_outputs);
+  for (int i = 0; i < kE4m3Variants; ++i) std::printf(" %10llu", total[i]);
+  std::printf("\ncandidates with no mismatch:");
+  bool any = false;
+  for (int i = 0; i < kE4m3Variants; ++i)
+    if (total[i] == 0) std::printf(" %s", kE4m3VariantNames[i]), any = true;
+  std::printf("%s\n", any ? "" : " none (the hardware follows none of them: refit from the printed cases)");
+  std::printf("hypothesis: %llu mismatches in %llu outputs\n", total[0], total_outputs);
+  MOK_CUDA_CHECK(cudaFree(d));
+  MOK_CUDA_CHECK(cudaFree(counts));
+  MOK_CUDA_CHECK(cudaFree(keep));
+  MOK_CUDA_CHECK(cudaFree(kept));
+  return total[0] == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const double outputs = argc > 1 ? std::atof(argv[1]) : 1.0e8;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
   const std::string instruction = argc > 3 ? argv[3] : "mma";
-  if (instruction != "mma" && instruction != "wgmma") {
-    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma]\n");
+  if (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3") {
+    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3]\n");
     return 2;
   }
   const bool wgmma = instruction == "wgmma";
@@ -239,6 +504,7 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (instruction == "wgmma-e4m3") return run_e4m3(outputs, seed, prop);
     const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
     const long batch = std::min(tiles_per_class, 1l << 18);
     float* d = nullptr;

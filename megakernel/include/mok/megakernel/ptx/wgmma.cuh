@@ -2,7 +2,7 @@
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64xN) = A(64x16) B(16xN) + D, issued by
 //   the 128 threads of a warpgroup; one K-step of mok/core/kstep.h per output element.
 // m64n8k16 on the unswizzled layout (the model's validation probe); m64n256k16 on the swizzled one
-// (the megakernel).
+// (the megakernel). FP8: wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 (the FP8 model's probe).
 // Shared-memory operands in the canonical K-major layout without swizzle: 8x8 bf16 "core matrices"
 // of 128 contiguous bytes (8 rows of 16 bytes); the descriptor gives the byte distance between core
 // matrices along K (leading, LBO) and along M/N (stride, SBO).
@@ -47,6 +47,23 @@ __device__ __forceinline__ void wgmma_bf16_m64n8k16(float (&d)[4], uint64_t desc
       ".reg .pred p;\n"
       "setp.ne.b32 p, %6, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc_a), "l"(desc_b), "r"(1)
+      : "memory");
+}
+
+// d += A B for FP8 E4M3 (scale-d = 1): wgmma.mma_async m64n8k32.f32.e4m3.e4m3, A 64x32 and B 32x8 from
+// shared memory, both K-major (the FP8 forms have no transpose). A core matrix is still 8 rows of 16
+// bytes, here 16 E4M3 along K, so the unswizzled descriptors of m64n8k16 (LBO 128, SBO 256) describe the
+// 64x32-byte A and 8x32-byte B alike; the accumulator fragment is m64n8k16's. One FP8 K-step of 32 per
+// output element (mok/core/fp8_dot.h, the model under validation: mok-tc-validate ... wgmma-e4m3).
+__device__ __forceinline__ void wgmma_e4m3_m64n8k32(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "l"(desc_a), "l"(desc_b), "r"(1)
