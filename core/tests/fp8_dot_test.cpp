@@ -1,6 +1,6 @@
 // The FP8 (E4M3) tensor-core step model (mok/core/fp8_dot.h): properties that hold for every candidate
 // parameter set mok-tc-validate scores (exactness when every term fits, sign symmetry, order within a
-// group, zeros, NaN and Inf), and known answers of the hypothesis that separate it from its variants.
+// group, zeros, NaN and Inf), and known answers of hopper() that separate it from its variants.
 // No GPU has checked any candidate yet (docs/numerics.md); these tests pin the model's own claims.
 #include "mok/core/fp8_dot.h"
 
@@ -163,7 +163,7 @@ TEST(Fp8StepModel, ChainedGroupsCutEachGroupSeparately) {
   const fp8_e4m3 small = e4m3(0x1p-7f);  // subnormal: 4 2^-9
   a[0] = small, b[0] = small, a[1] = small, b[1] = small;
   a[20] = e4m3(1.0f), b[20] = e4m3(1.0f);
-  Fp8StepModel fused = Fp8StepModel::hypothesis(), chained = fused;
+  Fp8StepModel fused = Fp8StepModel::hopper(), chained = fused;
   chained.group = 16;
   EXPECT_EQ(step(fused, 0.0f, a, b), 1.0f);
   EXPECT_EQ(step(chained, 0.0f, a, b), 1.0f + 0x1p-13f);
@@ -246,10 +246,10 @@ TEST_P(Fp8StepCandidate, NanAndInf) {
 
 INSTANTIATE_TEST_SUITE_P(Candidates, Fp8StepCandidate, ::testing::Range(0, Fp8StepModel::kCandidates));
 
-// Known answers of the hypothesis (13 fraction bits kept, result cut to 13) that its variants do not
+// Known answers of hopper() (13 fraction bits kept, result cut to 13) that its variants do not
 // give: what the validator's variants are there to tell apart.
-TEST(Fp8StepModel, HypothesisKeepsThirteenFractionBits) {
-  const Fp8StepModel h = Fp8StepModel::hypothesis();
+TEST(Fp8StepModel, HopperKeepsThirteenFractionBits) {
+  const Fp8StepModel h = Fp8StepModel::hopper();
   Operands a, b;
   a.fill(fp8_e4m3{0}), b.fill(fp8_e4m3{0});
   a[3] = e4m3(0x1p-6f), b[3] = e4m3(0x1p-6f);  // 2^-12: on the 2^-13 grid below 1

@@ -5,8 +5,8 @@
 // variants (fraction bits kept, zero-term exponent rule) are scored side by side so the probe
 // shows which rule the hardware follows. wgmma-e4m3: the FP8 step (wgmma m64n8k32.f32.e4m3.e4m3) against
 // every candidate parameter set of Fp8StepModel (mok/core/fp8_dot.h, a model under validation) and an
-// fp32 fma chain, side by side, with the first mismatches of the hypothesis printed in full. Exit status:
-// 0 no mismatch of the shipped model (wgmma-e4m3: of the hypothesis), 1 any, 2 error, 77 no GPU (a skip
+// fp32 fma chain, side by side, with the first mismatches of hopper() printed in full. Exit status:
+// 0 no mismatch of the shipped model (wgmma-e4m3: of Fp8StepModel::hopper()), 1 any, 2 error, 77 no GPU (a skip
 // for ctest). Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3].
 #include <cstdio>
 #include <cstdlib>
@@ -340,9 +340,9 @@ __global__ void __launch_bounds__(128) warpgroup_e4m3_tiles(uint64_t seed, int c
 
 // Fp8StepModel's candidates, then a sequential fp32 fma chain (k order) as the IEEE baseline.
 constexpr int kE4m3Variants = Fp8StepModel::kCandidates + 1;
-constexpr const char* kE4m3VariantNames[kE4m3Variants] = {"hypothesis", "F12/O12", "F14/O14", "F14/O13", "F13/O23",
-                                                          "F25/O23",    "group16", "group8",  "floor",   "zero@-6",
-                                                          "zero@-126",  "+0_only", "fp32_fma"};
+constexpr const char* kE4m3VariantNames[kE4m3Variants] = {"hopper",    "F12/O12", "F14/O14", "F14/O13", "F13/O23",
+                                                          "F25/O23",   "group16", "group8",  "floor",   "zero@-6",
+                                                          "zero@-126", "-0_kept", "fp32_fma"};
 constexpr const char* kE4m3VariantRules[kE4m3Variants] = {
     "13 fraction bits kept below 2^e_max, result cut to 13, one sum of C and 32 products",
     "12 bits kept, result cut to 12",
@@ -400,7 +400,7 @@ __global__ void compare_e4m3(uint64_t seed, int cls, long tiles, const float* d,
 }
 
 void print_e4m3_mismatch(const MismatchE4m3& mm) {
-  std::printf("  mismatch: c=%a (0x%08x) gpu=%a (0x%08x) hypothesis=%a (0x%08x)\n", mm.c, mok::bits_of(mm.c), mm.gpu,
+  std::printf("  mismatch: c=%a (0x%08x) gpu=%a (0x%08x) hopper=%a (0x%08x)\n", mm.c, mok::bits_of(mm.c), mm.gpu,
               mok::bits_of(mm.gpu), mm.v[0], mok::bits_of(mm.v[0]));
   std::printf("    a:");
   for (int k = 0; k < kK8; ++k) std::printf(" %02x", mm.a[k]);
@@ -416,7 +416,7 @@ void print_e4m3_mismatch(const MismatchE4m3& mm) {
   std::printf("\n");
 }
 
-// The wgmma-e4m3 mode: every class, every variant; exit status from the hypothesis.
+// The wgmma-e4m3 mode: every class, every variant; exit status from hopper().
 int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   constexpr int per_tile = 512;
   const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
@@ -476,7 +476,7 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   for (int i = 0; i < kE4m3Variants; ++i)
     if (total[i] == 0) std::printf(" %s", kE4m3VariantNames[i]), any = true;
   std::printf("%s\n", any ? "" : " none (the hardware follows none of them: refit from the printed cases)");
-  std::printf("hypothesis: %llu mismatches in %llu outputs\n", total[0], total_outputs);
+  std::printf("hopper: %llu mismatches in %llu outputs\n", total[0], total_outputs);
   MOK_CUDA_CHECK(cudaFree(d));
   MOK_CUDA_CHECK(cudaFree(counts));
   MOK_CUDA_CHECK(cudaFree(keep));
