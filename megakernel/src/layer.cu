@@ -124,7 +124,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
-  l.shared_y = sections.take(N * H * 2);
+  l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);  // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);

@@ -4,7 +4,8 @@
 // sets (x, dy, routing) are rotated between runs and the L2 cache is scrubbed before each timed
 // launch, so no run finds its inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
-//             [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] [--plan]
+//             [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] [--capacity-factor F]
+//             [--plan]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -13,6 +14,8 @@
 //           (rows of x, y, dy, dx and the backward's x reads whose rank and expert sit on different
 //           GPUs) are reported per second of the step.
 //   --experts: E instead of the shape's (its slice of the model's experts);
+//   --capacity-factor: LaunchConfig::capacity_rows = F times an average GPU's rows, N k / G (at most
+//           N min(k, E/G)); 0 (default): the most any routing can give a GPU;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           and the Layer's own buffers (mok::gpu::layer_memory, the sizes a Layer allocates).
@@ -20,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -150,10 +154,18 @@ mok::LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts) {
 }
 
 // The --plan table of one shape (GB = 1e9 bytes).
-void print_plan(const Shape& s, int tokens, int experts, const mok::gpu::LaunchConfig& base) {
+// F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
+long capacity_rows(const mok::LayerConfig& c, int gpus, double factor) {
+  const long most = long(c.tokens()) * std::min(c.top_k, c.experts / gpus);
+  return factor > 0 ? std::min(most, long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
+}
+
+void print_plan(const Shape& s, int tokens, int experts, double factor, const mok::gpu::LaunchConfig& base) {
   const mok::LayerConfig one = config_of(s, 1, tokens, experts);
-  std::printf("%s, T = %d tokens per GPU, E = %d, recompute %s (GB per GPU)\n", s.name, one.tokens_per_rank,
-              one.experts, base.recompute ? "on" : "off");
+  char capacity[64] = "the most rows a GPU can receive";
+  if (factor > 0) std::snprintf(capacity, sizeof capacity, "%g x an average GPU's rows", factor);
+  std::printf("%s, T = %d tokens per GPU, E = %d, recompute %s, capacity %s (GB per GPU)\n", s.name,
+              one.tokens_per_rank, one.experts, base.recompute ? "on" : "off", capacity);
   std::printf("%6s %8s %14s %8s %8s %10s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
               "total");
   for (const int g : {1, 2, 8, 64}) {
@@ -161,6 +173,7 @@ void print_plan(const Shape& s, int tokens, int experts, const mok::gpu::LaunchC
     const mok::LayerConfig c = config_of(s, g, tokens, experts);
     mok::gpu::LaunchConfig launch = base;
     launch.gpus = g;
+    launch.capacity_rows = capacity_rows(c, g, factor);
     const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
     // w1 [2I, H] and w2 [H, I] per expert, bf16, and their bf16 gradients.
     const double weights = double(c.experts / g) * 3.0 * c.intermediate * c.hidden * 2 * 2;
@@ -182,6 +195,7 @@ int main(int argc, char** argv) {
   std::string only = "all", routing = "uniform";
   int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = 1, experts = 0;
   bool recompute = false, plan = false;
+  double capacity_factor = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -205,25 +219,29 @@ int main(int argc, char** argv) {
       gpus = std::atoi(argv[++i]);
     else if (arg == "--experts" && has_value)
       experts = std::atoi(argv[++i]);
+    else if (arg == "--capacity-factor" && has_value)
+      capacity_factor = std::atof(argv[++i]);
     else if (arg == "--plan")
       plan = true;
     else {
       std::fprintf(stderr,
                    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] [--plan]\n");
+                   "[--tokens T] [--ring-rows R] [--sets N] [--gpus G] [--recompute] [--experts E] "
+                   "[--capacity-factor F] [--plan]\n");
       return 2;
     }
   }
   try {
-    if (ring_rows < 0 || tokens < 0 || experts < 0 || sets < 1 || gpus < 1)
-      throw mok::Error("mok-bench: --sets and --gpus must be >= 1, --ring-rows, --tokens and --experts >= 0");
+    if (ring_rows < 0 || tokens < 0 || experts < 0 || sets < 1 || gpus < 1 || !(capacity_factor >= 0))
+      throw mok::Error(
+          "mok-bench: --sets and --gpus must be >= 1, --ring-rows, --tokens, --experts and --capacity-factor >= 0");
     mok::gpu::LaunchConfig launch;
     launch.ring_rows = ring_rows;
     launch.recompute = recompute;
     if (plan) {
       bool matched = false;
       for (const Shape& s : kShapes)
-        if (only == "all" || only == s.name) matched = true, print_plan(s, tokens, experts, launch);
+        if (only == "all" || only == s.name) matched = true, print_plan(s, tokens, experts, capacity_factor, launch);
       if (!matched) throw mok::Error("mok-bench: unknown shape '" + only + "'");
       return 0;
     }
@@ -250,6 +268,7 @@ int main(int argc, char** argv) {
       std::vector<Inputs> inputs;
       for (int i = 0; i < sets; ++i) inputs.push_back(rotated(p, int(long(i) * c.tokens() / sets)));
       if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
+      launch.capacity_rows = capacity_rows(c, gpus, capacity_factor);
       mok::gpu::Megakernel mk(c, p.weights, launch);
       const auto input = [&](int i) -> const Inputs& { return inputs[(i % sets + sets) % sets]; };
       const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
