@@ -1,0 +1,105 @@
+// mok-host-cost: the host time of one Layer::forward call (issue 15: the op's cost per call), beside
+// what CUDA itself charges for the launches such a call makes, in one process: an empty kernel, an
+// empty cooperative kernel on every SM, and a 12-byte cudaMemsetAsync. Each call starts from an idle
+// stream (synchronised before, timed alone), as bench/op_bench.py's host enqueue; median of --calls.
+// The problem is op_bench.py's small one (H 2048, I 1024, E 64, k 8, T 256, a given routing).
+//   mok-host-cost [--calls N]
+// Exit: 0, 2 bad arguments or an error, 77 no Hopper GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mok/megakernel/check.h"
+#include "mok/megakernel/device_tensor.h"
+#include "mok/megakernel/layer.h"
+#include "mok/reference/problem.h"
+
+namespace {
+
+using namespace mok;
+using namespace mok::gpu;
+
+__global__ void empty_kernel() {}
+
+// Median host microseconds of call(), each from an idle stream.
+template <class F>
+double median_us(int calls, cudaStream_t stream, F call) {
+  std::vector<double> us(calls);
+  for (double& t : us) {
+    MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::sort(us.begin(), us.end());
+  return us[calls / 2];
+}
+
+int run(int calls) {
+  LayerConfig c;
+  c.ranks = 1, c.tokens_per_rank = 256, c.hidden = 2048, c.intermediate = 1024, c.experts = 64, c.top_k = 8;
+  const ref::Problem p = ref::make_problem(c, 7, ref::RoutingKind::uniform);
+  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
+  Layer layer(c, {});
+  const DeviceTensor x(DType::bf16, {N, H}, p.x), router(DType::f32, {E, H}, p.weights.router);
+  const DeviceTensor w1(DType::bf16, {E, 2 * I, H}, p.weights.w1), w2(DType::bf16, {E, H, I}, p.weights.w2);
+  const DeviceTensor idx(DType::i32, {N, k}, p.routing->topk_idx), w(DType::f32, {N, k}, p.routing->topk_w);
+  const DeviceTensor y(DType::bf16, {N, H}), saved(DType::u8, {int64_t(layer.saved_bytes())});
+  const DeviceTensor workspace(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
+  const ForwardInputs in{x.view(), WeightViews{router.view(), {}, w1.view(), w2.view(), {}, {}}, RoutingMode::given};
+  const ForwardOutputs out{y.view(), idx.view(), w.view(), {}, saved.view()};
+  cudaStream_t stream;
+  MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int sms = 0, device = 0;
+  MOK_CUDA_CHECK(cudaGetDevice(&device));
+  MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (int i = 0; i < 20; ++i) layer.forward(stream, workspace.view().data, in, out);  // warm the map cache
+  const double forward = median_us(calls, stream, [&] { layer.forward(stream, workspace.view().data, in, out); });
+  const double plain = median_us(calls, stream, [&] {
+    empty_kernel<<<1, 1, 0, stream>>>();
+    MOK_CUDA_CHECK(cudaGetLastError());
+  });
+  const double cooperative = median_us(calls, stream, [&] {
+    MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(empty_kernel), dim3(sms), dim3(128),
+                                               static_cast<void**>(nullptr), 0, stream));
+  });
+  const double memset =
+      median_us(calls, stream, [&] { MOK_CUDA_CHECK(cudaMemsetAsync(y.view().data, 0, 12, stream)); });
+  layer.check();
+  MOK_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::printf("host time per call (H %ld, I %ld, E %ld, k %ld, T %ld; medians of %d, from an idle stream):\n", long(H),
+              long(I), long(E), long(k), long(N), calls);
+  std::printf("  Layer::forward          %7.1f us\n", forward);
+  std::printf("  empty kernel            %7.1f us\n", plain);
+  std::printf("  empty cooperative (%3d) %7.1f us\n", sms, cooperative);
+  std::printf("  cudaMemsetAsync 12 B    %7.1f us\n", memset);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int calls = 200;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--calls" && i + 1 < argc && (calls = std::atoi(argv[++i])) >= 1) continue;
+    std::fprintf(stderr, "usage: mok-host-cost [--calls N >= 1]\n");
+    return 2;
+  }
+  if (!device_available()) {
+    std::fprintf(stderr, "mok-host-cost: no Hopper GPU\n");
+    return 77;
+  }
+  try {
+    return run(calls);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
