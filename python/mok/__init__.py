@@ -6,7 +6,7 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError("mok needs PyTorch (pip install torch): its layer is a set of PyTorch operators") from e
 
-from mok import _C, _ops  # noqa: F401  (_ops registers the fake kernels; the autograd formula is C++)
+from mok import _C, _ops, distributed  # noqa: F401  (_ops registers the fake kernels; the autograd formula is C++)
 from mok.capture import capture
 from mok.config import MoEConfig
 from mok.functional import Routing, moe
@@ -20,4 +20,4 @@ def check() -> None:
     _C.check()
 
 
-__all__ = ["MoE", "MoEConfig", "Routing", "capture", "check", "moe"]
+__all__ = ["MoE", "MoEConfig", "Routing", "capture", "check", "distributed", "moe"]

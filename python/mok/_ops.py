@@ -6,37 +6,44 @@ from __future__ import annotations
 import torch
 
 from mok import _C
-from mok.config import ROUTING_MODES, MoEConfig
+from mok.config import ROUTING_MODES, MoEConfig, launch_field
 
 GIVEN = ROUTING_MODES.index("given")
 
 
-def _shapes(config_ints, config_floats, routing_mode):
+def _shapes(config_ints, config_floats, routing_mode, launch):
+    """The config, this call's tokens and experts (with a communicator of G GPUs, this GPU's share: N / G
+    and E / G) and the rows of logits (absent tensors have first dimension 0)."""
     c = MoEConfig.unpack(config_ints, config_floats)
-    router_rows = 0 if routing_mode == GIVEN else c.tokens  # absent tensors have first dimension 0
-    return c, router_rows
+    gpus = launch_field(launch, "gpus")
+    n, e = c.tokens // gpus, c.experts // gpus
+    return c, n, e, 0 if routing_mode == GIVEN else n
 
 
 @torch.library.register_fake("mok::forward")
 def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
                   routing_mode, launch):
-    c, logit_rows = _shapes(config_ints, config_floats, routing_mode)
-    n, k = c.tokens, c.top_k
+    c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
+    k = c.top_k
+    # Over G GPUs each GPU's saved holds its own experts' rows (mok/core/saved_layout.h, RowShare).
+    saved_bytes = _C.saved_bytes(config_ints, config_floats, bool(launch_field(launch, "recompute")),
+                                 launch_field(launch, "gpus"))
     return (
         x.new_empty((n, c.hidden), dtype=torch.bfloat16),
         x.new_empty((n, k), dtype=torch.int32),
         x.new_empty((n, k), dtype=torch.float32),
         x.new_empty((logit_rows, c.experts), dtype=torch.float32),
-        x.new_empty((_C.saved_bytes(config_ints, config_floats, bool(launch[2])),), dtype=torch.uint8),
+        x.new_empty((saved_bytes,), dtype=torch.uint8),
     )
 
 
-def _gradient_shapes(config_ints, config_floats, routing_mode):
-    """Shapes of dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2."""
-    c, logit_rows = _shapes(config_ints, config_floats, routing_mode)
-    n, h, i, e, s = c.tokens, c.hidden, c.intermediate, c.experts, c.shared_intermediate
-    return ((n, h), (n, c.top_k), (logit_rows, e), (0 if routing_mode == GIVEN else e, h), (e, 2 * i, h), (e, h, i),
-            (2 * s, h), (h, s))
+def _gradient_shapes(config_ints, config_floats, routing_mode, launch):
+    """Shapes of dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2 (d_router and the
+    shared expert's whole on every GPU, d_w1 and d_w2 this GPU's experts)."""
+    c, n, own_e, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
+    h, i, e, s = c.hidden, c.intermediate, c.experts, c.shared_intermediate
+    return ((n, h), (n, c.top_k), (logit_rows, e), (0 if routing_mode == GIVEN else e, h), (own_e, 2 * i, h),
+            (own_e, h, i), (2 * s, h), (h, s))
 
 
 # mok::backward's dtypes: dx and the expert weights' gradients bf16 (each fp32 gradient rounded once),
@@ -44,22 +51,22 @@ def _gradient_shapes(config_ints, config_floats, routing_mode):
 _GRADIENT_DTYPES = (torch.bfloat16, torch.float32, torch.float32, torch.float32) + (torch.bfloat16,) * 4
 
 
-def _gradient_fakes(x, config_ints, config_floats, routing_mode):
-    shapes = _gradient_shapes(config_ints, config_floats, routing_mode)
+def _gradient_fakes(x, config_ints, config_floats, routing_mode, launch):
+    shapes = _gradient_shapes(config_ints, config_floats, routing_mode, launch)
     return tuple(x.new_empty(shape, dtype=dtype) for shape, dtype in zip(shapes, _GRADIENT_DTYPES))
 
 
 @torch.library.register_fake("mok::backward")
 def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
                    config_ints, config_floats, routing_mode, launch):
-    return _gradient_fakes(x, config_ints, config_floats, routing_mode)
+    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
 
 
 @torch.library.register_fake("mok::backward_accumulate")
 def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,
                               routing_mode, launch):
-    return _gradient_fakes(x, config_ints, config_floats, routing_mode)[:3]
+    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
 
 
 def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
@@ -67,7 +74,7 @@ def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_
     """mok::backward's results with every weight gradient in float32 (d_router, d_w1, d_w2, d_shared_*,
     absent ones with no elements): mok::backward_accumulate into zeros, one call; 0 + g is g's bits
     (the chains start from +0, so no gradient is -0)."""
-    shapes = _gradient_shapes(config_ints, config_floats, routing_mode)
+    shapes = _gradient_shapes(config_ints, config_floats, routing_mode, launch)
     grads = [torch.zeros(shape, dtype=torch.float32, device=x.device) for shape in shapes[3:]]
     dx, d_topk_w, d_logits = torch.ops.mok.backward_accumulate(
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,

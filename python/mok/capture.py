@@ -28,6 +28,9 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     format v1 and raise ValueError.
     """
     if isinstance(layer, MoE):
+        if layer.group is not None:
+            raise ValueError("capture writes a whole layer's call; this MoE holds one rank's shard of a process "
+                             "group's layer")
         shared = (layer.shared_w1, layer.shared_w2) if layer.shared_w1 is not None else None
         args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config, shared=shared,
                     expert_bias=layer.expert_bias, ring_rows=layer.ring_rows, recompute=layer.recompute)

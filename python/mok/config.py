@@ -26,7 +26,9 @@ class MoEConfig:
 
     tokens_per_rank is the number of tokens of one call per rank; mok.functional.moe sets it from x,
     so a config describes a layer whatever the batch. ranks > 1 simulates expert-parallel ranks on
-    one device (the same bits for every ranks, a test of the layer's determinism).
+    one device (the same bits for every ranks, a test of the layer's determinism). With a
+    torch.distributed process group of G processes (mok.moe(..., group=...)), ranks counts the ranks of
+    each GPU: the layer has G * ranks of them.
     """
 
     experts: int
@@ -47,12 +49,14 @@ class MoEConfig:
         if self.score_mode not in SCORE_MODES:
             raise ValueError(f"score_mode must be one of {SCORE_MODES}, got {self.score_mode!r}")
 
-    def pack(self, tokens_per_rank: int | None = None) -> tuple[list[int], list[float]]:
-        """(config_ints, config_floats) for the ops, optionally with another tokens_per_rank."""
+    def pack(self, tokens_per_rank: int | None = None, ranks: int | None = None) -> tuple[list[int], list[float]]:
+        """(config_ints, config_floats) for the ops, optionally with another tokens_per_rank or ranks."""
         values = {name: getattr(self, name) for name in INT_FIELDS}
         values["score_mode"] = SCORE_MODES.index(self.score_mode)
         if tokens_per_rank is not None:
             values["tokens_per_rank"] = tokens_per_rank
+        if ranks is not None:
+            values["ranks"] = ranks
         return [int(values[name]) for name in INT_FIELDS], [float(getattr(self, name)) for name in FLOAT_FIELDS]
 
     @classmethod
@@ -69,13 +73,20 @@ class MoEConfig:
         return self.ranks * self.tokens_per_rank
 
 
-def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: bool = False) -> list[int]:
+def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: bool = False, comm: int = 0,
+                gpus: int = 1) -> list[int]:
     """The ops' launch list: ring rows per rank (0: the layer's default, else a multiple of 128; no bit
-    depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it) and recompute
-    (saved holds no h and a, the backward recomputes them: less memory between the passes, the same
-    bits)."""
-    values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": int(recompute)}
+    depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it), recompute (saved
+    holds no h and a, the backward recomputes them: less memory between the passes, the same bits), and
+    the communicator of an expert-parallel call: comm, an ncclComm_t as an integer (0: none), and gpus,
+    its size G (mok.distributed: the call is then this GPU's share of the layer)."""
+    values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": int(recompute), "comm": comm, "gpus": gpus}
     return [int(values[name]) for name in LAUNCH_FIELDS]
+
+
+def launch_field(launch, name: str) -> int:
+    """One field of an op's launch list, by name."""
+    return launch[LAUNCH_FIELDS.index(name)]
 
 
 def _check_vocabulary() -> None:

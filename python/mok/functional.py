@@ -47,10 +47,13 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
 
 
 @functools.lru_cache(maxsize=256)
-def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool) -> tuple:
-    """config_ints, config_floats and launch for the op, packed once per layer and batch size (packing
-    in Python costs more than the op's own argument checks)."""
-    return (*config.pack(tokens_per_rank=tokens_per_rank), pack_launch(ring_rows, blocks, recompute))
+def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool, comm: int = 0,
+              gpus: int = 1) -> tuple:
+    """config_ints, config_floats and launch for the op, packed once per layer, batch size and
+    communicator (packing in Python costs more than the op's own argument checks). Over G GPUs the
+    layer has G * config.ranks ranks."""
+    return (*config.pack(tokens_per_rank=tokens_per_rank, ranks=config.ranks * gpus),
+            pack_launch(ring_rows, blocks, recompute, comm, gpus))
 
 
 def moe(
@@ -68,6 +71,7 @@ def moe(
     blocks: int = 0,
     recompute: bool = False,
     return_routing: bool = False,
+    group=None,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
@@ -75,6 +79,17 @@ def moe(
     CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
     recompute: autograd saves no h and a (6 P I bytes less between the passes); the backward
     recomputes them, with the same bits.
+
+    group: a torch.distributed process group with an NCCL backend, one process per GPU (expert
+    parallelism on the group's communicator; mok.distributed). Rank g of G holds its own tokens x
+    [..., H] (every rank the same number T) and its experts' weights w1 [E/G, 2I, H], w2 [E/G, H, I]
+    (experts [g E/G, (g+1) E/G)); router, expert_bias and shared are whole, the same on every rank. The
+    result is the single-device layer's on the concatenation of the ranks' tokens in rank order, bit for
+    bit: y, dx and the routing are this rank's rows, w1.grad and w2.grad its experts' gradients,
+    router.grad and the shared expert's gradients whole and identical on every rank (no all-reduce
+    needed). config.ranks counts the ranks of each GPU (the layer has G * config.ranks). Every rank
+    makes the same calls in the same order (each is collective; the first of a config builds its layer
+    on the communicator, collectively); see mok.distributed.release before destroying the group.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -83,8 +98,13 @@ def moe(
         x = x.view(-1, hidden)
     if x.shape[0] % config.ranks:
         raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
+    comm, gpus = 0, 1
+    if group is not None:
+        from mok import distributed
+
+        comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks,
-                                                   recompute)
+                                                   recompute, comm, gpus)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,

@@ -17,21 +17,38 @@ class MoE(torch.nn.Module):
     and with config.shared_intermediate > 0 shared_w1 [2Is, H], shared_w2 [H, Is] bf16. In sigmoid mode
     the buffer expert_bias [E] fp32 (zeros) biases the selection (updated by the caller, not by
     gradients). Gradients of the bf16 weights are the layer's fp32 gradients rounded to bf16 once.
+
+    group: a torch.distributed NCCL process group of G processes, one per GPU (mok.moe's group): this
+    rank g holds only its experts' shard, w1 [E/G, 2I, H] and w2 [E/G, H, I] (experts
+    [expert_begin, expert_begin + E/G), expert_begin = g E/G), and router, expert_bias and the shared
+    expert whole; forward takes this rank's tokens. The same generator seed on every rank gives every
+    rank the same router and shared expert and the shards of the experts a single-device MoE of that
+    seed holds (reset_parameters), so a single-device state_dict's w1[expert_begin : expert_begin + E/G]
+    is this rank's w1.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
                  recompute: bool = False, device: Optional[torch.device | str] = None,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None, group=None):
         super().__init__()
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
+        self.group = group
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
+        own = e
+        self.expert_begin = 0
+        if group is not None:
+            from mok import distributed
+
+            gpus = distributed.check_group(group, e, config.ranks)
+            own = e // gpus
+            self.expert_begin = group.rank() * own
 
         def param(dtype: torch.dtype, *shape: int) -> torch.nn.Parameter:
             return torch.nn.Parameter(torch.empty(shape, dtype=dtype, device=device))
 
         self.router = param(torch.float32, e, h)
-        self.w1 = param(torch.bfloat16, e, 2 * i, h)
-        self.w2 = param(torch.bfloat16, e, h, i)
+        self.w1 = param(torch.bfloat16, own, 2 * i, h)
+        self.w2 = param(torch.bfloat16, own, h, i)
         self.shared_w1 = param(torch.bfloat16, 2 * s, h) if s else None
         self.shared_w2 = param(torch.bfloat16, h, s) if s else None
         bias = torch.zeros(e, dtype=torch.float32, device=device) if config.score_mode == "sigmoid" else None
@@ -41,12 +58,23 @@ class MoE(torch.nn.Module):
     @torch.no_grad()
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
         """Normal weights with std 1/sqrt(fan_in) (the router's 0.1/sqrt(H): near-uniform scores at
-        first). Drawn on the CPU in fp32 and then rounded, so a seed gives the same bits on any device."""
-        h = self.config.hidden
+        first). Drawn on the CPU in fp32 and then rounded, so a seed gives the same bits on any device.
+        w1 and w2 are drawn one expert at a time, every expert of the layer in order (a shard keeps its
+        own and skips the others' draws): a shard holds the single-device layer's experts, and the draws
+        after w1 and w2 (the shared expert's) are the same on every rank."""
+        h, e, own = self.config.hidden, self.config.experts, self.w1.shape[0]
+        begin = self.expert_begin
         for p, std in ((self.router, 0.1 / math.sqrt(h)), (self.w1, 1 / math.sqrt(h)),
                        (self.w2, 1 / math.sqrt(self.config.intermediate)), (self.shared_w1, 1 / math.sqrt(h)),
                        (self.shared_w2, 1 / math.sqrt(max(self.config.shared_intermediate, 1)))):
-            if p is not None:
+            if p is None:
+                continue
+            if p is self.w1 or p is self.w2:
+                for expert in range(e):
+                    values = torch.randn(p.shape[1:], generator=generator)
+                    if begin <= expert < begin + own:
+                        p[expert - begin].copy_(values * std)
+            else:
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
     def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
@@ -55,7 +83,8 @@ class MoE(torch.nn.Module):
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
-                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing)
+                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group)
 
     def extra_repr(self) -> str:
-        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}"
+        shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"
+        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}"

@@ -21,12 +21,23 @@ ref::Options reference_options(const Call& call) {
   return opt;
 }
 
+// The CPU reference runs the whole layer in one process: it takes no communicator.
+Call cpu_call(at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode,
+              at::IntArrayRef launch) {
+  Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+  require(call.comm == 0,
+          "a call on a communicator (comm != 0: a torch.distributed process group's share of the layer) runs on "
+          "the GPU only; the CPU op computes the whole layer in one process (pass group=None and every token "
+          "and expert)");
+  return call;
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
     at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     check_forward_args(call, args, topk_idx, topk_w, false);
     const LayerConfig& c = call.config;
@@ -72,7 +83,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, false);
@@ -101,7 +112,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, false);

@@ -4,6 +4,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "mok/core/config.h"
@@ -14,12 +15,17 @@ namespace mok::py {
 inline constexpr bool kHaveCudaLayers = true;
 // Waits for every cached GPU layer's stream and raises the first error its kernels recorded.
 void check_cuda_layers();
+// Destroys the cached Layers built on the communicator `comm` (an ncclComm_t), after waiting for their
+// devices: collective (each deregisters its window), so every rank calls it at the same point, with no
+// call on those Layers in flight, and before the communicator is destroyed.
+void release_cuda_layers(uintptr_t comm);
 // The workspace bytes of the forward and of the backward on the current CUDA device for this call.
 std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
                                                c10::IntArrayRef launch);
 #else
 inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
+inline void release_cuda_layers(uintptr_t) {}
 inline std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
   throw Error("mok was built without its GPU ops");
 }

@@ -2,7 +2,9 @@
 // PyTorch's current stream with the workspace from PyTorch's caching allocator, so calls are
 // stream-ordered, never wait for the device and can be captured in a CUDA graph. Errors the kernels
 // find (router-logit overflow, a given id out of range, a watchdog) are raised by the layer's next
-// call or by mok.check() (check_cuda_layers).
+// call or by mok.check() (check_cuda_layers). A call with a communicator (launch's comm, a
+// torch.distributed process group's ncclComm_t) runs this GPU's share of an expert-parallel layer on a
+// Layer built on that communicator (mok/megakernel/layer.h; docs/python.md, "torch.distributed").
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -17,6 +19,7 @@
 
 #include "cuda_layers.h"
 #include "mok/megakernel/layer.h"
+#include "mok/megakernel/nccl.h"
 #include "op_tensors.h"
 
 namespace mok::py {
@@ -25,24 +28,39 @@ namespace {
 using Tensor = at::Tensor;
 using OptTensor = std::optional<at::Tensor>;
 
-// A Layer holds only the config, launch settings and a few device words of its own, so one per
-// (device, config, launch) serves every call; its mutex keeps two threads from enqueueing on it at once.
+// A Layer holds only the config, launch settings and a few device words of its own (on a communicator
+// also its window), so one per (device, config, launch, communicator) serves every call; its mutex
+// keeps two threads from enqueueing on it at once.
 struct CachedLayer {
   CachedLayer(const LayerConfig& c, const gpu::LaunchConfig& l) : layer(c, l) {}
+  CachedLayer(const LayerConfig& c, const gpu::LaunchConfig& l, ncclComm_t comm) : layer(c, l, comm) {}
   std::mutex mutex;
   gpu::Layer layer;
 };
 
-using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool>;
+// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus). Keys of one
+// communicator differ only in config and launch across its ranks, so the map's order is the same on
+// every rank: release_cuda_layers destroys them in the same order everywhere, as NCCL wants.
+using LayerKey =
+    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int>;
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
 // frees device memory.
 auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
 
+// The communicator's size must be the call's gpus (the argument checks used it for the shares' shapes).
+void check_communicator(const Call& call) {
+  const auto comm = reinterpret_cast<ncclComm_t>(call.comm);
+  int count = 0;
+  MOK_NCCL_CHECK(ncclCommCount(comm, &count));
+  require(count == call.gpus, "gpus = " + std::to_string(call.gpus) + " but the communicator (comm) has " +
+                                  std::to_string(count) + " ranks");
+}
+
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks, call.recompute};
+  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks, call.recompute, call.comm, call.gpus};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
@@ -50,8 +68,18 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
     launch.ring_rows = call.ring_rows;
     launch.blocks = call.blocks;
     launch.recompute = call.recompute;
-    // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction.
-    it = layers->emplace(key, std::make_unique<CachedLayer>(call.config, launch)).first;
+    // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
+    // (on a communicator, the communicator's device must be it: the Layer checks).
+    std::unique_ptr<CachedLayer> made;
+    if (call.comm) {
+      check_communicator(call);
+      launch.gpus = call.gpus;
+      // Collective: every rank of the communicator builds this Layer in the same order (its first call).
+      made = std::make_unique<CachedLayer>(call.config, launch, reinterpret_cast<ncclComm_t>(call.comm));
+    } else {
+      made = std::make_unique<CachedLayer>(call.config, launch);
+    }
+    it = layers->emplace(key, std::move(made)).first;
   }
   return *it->second;
 }
@@ -114,7 +142,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const c10::cuda::CUDAGuard guard(x.device());
     CachedLayer& cached = layer_for(call, x.device().index());
     const LayerConfig& c = call.config;
-    const int64_t N = c.tokens(), k = c.top_k;
+    const int64_t N = call.own_tokens(), k = c.top_k;
     const at::TensorOptions f32 = x.options().dtype(at::kFloat);
     // The layer reads a given routing from its outputs: they start as copies of the inputs (checked
     // contiguous, of the outputs' dtype and shape: a plain copy on the stream, not a dispatched copy_).
@@ -140,8 +168,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
 std::tuple<Tensor, Tensor, Tensor> input_gradients(const Call& call, const Tensor& x) {
   const LayerConfig& c = call.config;
   const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-  return {uninitialized({int64_t(c.tokens()), c.hidden}, x.options()),
-          uninitialized({int64_t(c.tokens()), c.top_k}, f32), uninitialized(logits_shape(call), f32)};
+  return {uninitialized({call.own_tokens(), c.hidden}, x.options()), uninitialized({call.own_tokens(), c.top_k}, f32),
+          uninitialized(logits_shape(call), f32)};
 }
 
 // The saved outputs as the layer's backward reads them; y is not kept by the op.
@@ -162,7 +190,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const c10::cuda::CUDAGuard guard(x.device());
     CachedLayer& cached = layer_for(call, x.device().index());
     const LayerConfig& c = call.config;
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+    const int64_t H = c.hidden, I = c.intermediate, E = call.own_experts(), Is = c.shared_intermediate;
     auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
     Tensor d_router = uninitialized(d_router_shape(call), x.options().dtype(at::kFloat));
     // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass).
@@ -210,6 +238,20 @@ std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10
   const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
   const gpu::Layer& layer = layer_for(call, c10::cuda::current_device()).layer;
   return {layer.workspace_bytes(gpu::Pass::forward), layer.workspace_bytes(gpu::Pass::backward)};
+}
+
+void release_cuda_layers(uintptr_t comm) {
+  const std::lock_guard lock(cache_mutex);
+  for (auto it = layers->begin(); it != layers->end();) {
+    if (std::get<6>(it->first) != comm) {
+      ++it;
+      continue;
+    }
+    // A Layer is destroyed only after its last call's work is done (its stream may be any of the device's).
+    const c10::cuda::CUDAGuard guard(std::get<0>(it->first));
+    c10::cuda::device_synchronize();
+    it = layers->erase(it);  // on a communicator: deregisters its window (collective)
+  }
 }
 
 void check_cuda_layers() {

@@ -6,6 +6,11 @@
 #include "golden_io.h"
 #include "op_config.h"
 
+#ifdef MOK_WITH_CUDA
+// nccl.h: the NCCL the megakernel was built against, torch's where found (cmake/TorchNccl.cmake).
+#include "mok/megakernel/nccl.h"
+#endif
+
 TORCH_LIBRARY(mok, m) {
   // The forward's inputs, in this order, open every op. Absent by mode: topk_idx in mode router, topk_w
   // unless given; logits (and d_logits, d_router) have first dimension 0 in mode given.
@@ -72,17 +77,26 @@ PYBIND11_MODULE(_C, m) {
   m.attr("ROUTING_MODES") = names(kRoutingModes, [](const char* f) { return f; });
   m.attr("SCORE_MODES") = names(kScoreModes, [](const char* f) { return f; });
   m.attr("HAS_CUDA") = kHaveCudaLayers;
+#ifdef MOK_WITH_CUDA
+  m.attr("NCCL_VERSION") = int(NCCL_VERSION_CODE);
+#else
+  m.attr("NCCL_VERSION") = py::none();
+#endif
 
   m.def(
       "default_config", [] { return pack_config(mok::LayerConfig{}); },
       "LayerConfig's defaults as (config_ints, config_floats).");
   m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute) {
-        return mok::saved_layout(parse_config(ints, floats), recompute).bytes;
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int gpus) {
+        const mok::LayerConfig c = parse_config(ints, floats);
+        mok::require(gpus >= 1 && c.experts % gpus == 0, "gpus = " + std::to_string(gpus) + " does not divide E");
+        return mok::saved_layout(c, recompute, mok::RowShare{gpus, 0, 0}).bytes;
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
-      "Bytes of the forward's saved output for this config, with or without h and a (mok/core/saved_layout.h).");
+      pybind11::arg("gpus") = 1,
+      "Bytes of the forward's saved output for this config, with or without h and a, on each of `gpus` GPUs of "
+      "a communicator (mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
@@ -90,6 +104,24 @@ PYBIND11_MODULE(_C, m) {
       },
       "(forward, backward) workspace bytes of the GPU layer for this config and launch list, on the current "
       "CUDA device (the op allocates exactly these, beside its outputs).");
+  m.def(
+      "nccl_version",
+      []() -> py::object {
+#ifdef MOK_WITH_CUDA
+        int version = 0;
+        MOK_NCCL_CHECK(ncclGetVersion(&version));
+        return py::int_(version);
+#else
+        return py::none();
+#endif
+      },
+      "ncclGetVersion() of the NCCL library loaded in this process (torch's: mok._C finds libnccl.so.2 by its "
+      "soname after torch loaded it), e.g. 22809 for 2.28.9; NCCL_VERSION is the version of the headers mok was "
+      "built against. None without the GPU ops.");
+  m.def(
+      "release", [](int64_t comm) { release_cuda_layers(static_cast<uintptr_t>(comm)); }, py::arg("comm"),
+      "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
+      "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
   m.def("check", &check_cuda_layers,
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");
@@ -101,7 +133,9 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& path, const std::string& name, const std::string& description,
          const std::vector<int64_t>& ints, const std::vector<double>& floats, int64_t routing_mode,
          const std::vector<int64_t>& launch, const NamedTensors& tensors) {
-        write_golden(path, name, description, parse_call(ints, floats, routing_mode, launch), tensors);
+        const Call call = parse_call(ints, floats, routing_mode, launch);
+        mok::require(call.comm == 0, "a golden file holds a whole layer's call, not a share on a communicator");
+        write_golden(path, name, description, call, tensors);
       },
       "Writes one forward and backward (tensors by golden dataset name, plus saved) as a golden file.");
 }

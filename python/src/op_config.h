@@ -67,8 +67,14 @@ static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
 
 // The launch list: rows of each rank's receive ring (0: the layer's default; else a multiple of the
 // GPU's 128-row tile; no bit depends on it), persistent blocks per GPU (0: all co-resident; the CPU
-// ignores it) and recompute (1: saved holds no h and a, the backward recomputes them; the same bits).
-inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute"};
+// ignores it), recompute (1: saved holds no h and a, the backward recomputes them; the same bits), and
+// the expert-parallel communicator: comm, an ncclComm_t as an integer (0: none; a torch.distributed
+// process group's, mok.distributed), and gpus G, its size (1 without one). With a communicator the
+// call is this GPU's share of the layer (docs/multi-gpu.md, "Device API"): the per-token tensors hold
+// N / G tokens, w1, w2 and their gradients E / G experts; G travels in the list so that the argument
+// checks and the fake kernels know the shares' shapes without asking NCCL (the GPU op checks it
+// against the communicator's size).
+inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute", "comm", "gpus"};
 
 struct Call {
   LayerConfig config;
@@ -76,10 +82,19 @@ struct Call {
   int ring_rows = 0;
   int blocks = 0;
   bool recompute = false;
+  uintptr_t comm = 0;  // ncclComm_t; 0: none (the whole layer on one device)
+  int gpus = 1;        // G: the communicator's ranks (GPUs), each holding a share
+
+  // This GPU's share: its tokens (N / G) and its experts (E / G); the whole layer without a communicator.
+  int64_t own_tokens() const { return int64_t(config.tokens()) / gpus; }
+  int64_t own_experts() const { return int64_t(config.experts) / gpus; }
 };
 
-// The layout of the call's saved buffer.
-inline SavedLayout saved_of(const Call& call) { return saved_layout(call.config, call.recompute); }
+// The layout of the call's saved buffer: over G GPUs this GPU's, whose per-row sections hold its own
+// experts' rows (its size is the same on every GPU).
+inline SavedLayout saved_of(const Call& call) {
+  return saved_layout(call.config, call.recompute, RowShare{call.gpus, 0, 0});
+}
 
 inline std::string list_size_error(const char* list, size_t got, size_t want) {
   return std::string(list) + " has " + std::to_string(got) + " entries, expected " + std::to_string(want);
@@ -124,6 +139,14 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   call.blocks = int(launch[1]);
   require(launch[2] == 0 || launch[2] == 1, "recompute = " + std::to_string(launch[2]) + " (need 0 or 1)");
   call.recompute = launch[2] == 1;
+  call.comm = static_cast<uintptr_t>(launch[3]);
+  require(launch[4] >= 1 && launch[4] <= kInt32Max, "gpus = " + std::to_string(launch[4]) + " (need >= 1)");
+  call.gpus = int(launch[4]);
+  require(call.comm != 0 || call.gpus == 1,
+          "gpus = " + std::to_string(call.gpus) + " needs a communicator (comm = 0: the whole layer on one device)");
+  require(call.config.ranks % call.gpus == 0, "ranks R = " + std::to_string(call.config.ranks) +
+                                                  " is not a multiple of gpus G = " + std::to_string(call.gpus) +
+                                                  " (each GPU executes R / G ranks)");
   return call;
 }
 

@@ -41,14 +41,19 @@ class Checker {
 
 const char* mode_name(RoutingMode m) { return kRoutingModes[int(m)]; }
 
+// A share's dimensions in the messages: the whole tensor's on one GPU, the share's over G > 1
+// (the device API's names, docs/multi-gpu.md).
+const char* dims(const Call& call, const char* whole, const char* share) { return call.gpus > 1 ? share : whole; }
+
 void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
   const LayerConfig& c = call.config;
-  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-  check(a.x, "x", at::kBFloat16, {N, H}, "[N, H]");
+  const int64_t N = call.own_tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts();
+  const int64_t Is = c.shared_intermediate;
+  check(a.x, "x", at::kBFloat16, {N, H}, dims(call, "[N, H]", "[N/G, H]"));
   check(a.router, "router", at::kFloat, {E, H}, "[E, H]");
   if (a.expert_bias) check(*a.expert_bias, "expert_bias", at::kFloat, {E}, "[E]");
-  check(a.w1, "w1", at::kBFloat16, {E, 2 * I, H}, "[E, 2I, H]");
-  check(a.w2, "w2", at::kBFloat16, {E, H, I}, "[E, H, I]");
+  check(a.w1, "w1", at::kBFloat16, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
+  check(a.w2, "w2", at::kBFloat16, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
   const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
   check.optional(a.shared_w1, c.has_shared(), shared_rule, "shared_w1", at::kBFloat16, {2 * Is, H}, "[2Is, H]");
   check.optional(a.shared_w2, c.has_shared(), shared_rule, "shared_w2", at::kBFloat16, {H, Is}, "[H, Is]");
@@ -57,7 +62,7 @@ void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
 }  // namespace
 
 std::vector<int64_t> logits_shape(const Call& call) {
-  return {call.mode == RoutingMode::given ? 0 : int64_t(call.config.tokens()), call.config.experts};
+  return {call.mode == RoutingMode::given ? 0 : call.own_tokens(), call.config.experts};
 }
 
 std::vector<int64_t> d_router_shape(const Call& call) {
@@ -68,32 +73,35 @@ void check_forward_args(const Call& call, const LayerArgs& a, const std::optiona
                         const std::optional<at::Tensor>& topk_w, bool aligned) {
   const Checker check(a.x, aligned);
   check_layer(check, call, a);
-  const int64_t N = call.config.tokens(), k = call.config.top_k;
+  const int64_t N = call.own_tokens(), k = call.config.top_k;
   const std::string rule = std::string("routing mode ") + mode_name(call.mode);
-  check.optional(topk_idx, call.mode != RoutingMode::router, rule, "topk_idx", at::kInt, {N, k}, "[N, k]");
-  check.optional(topk_w, call.mode == RoutingMode::given, rule, "topk_w", at::kFloat, {N, k}, "[N, k]");
+  const char* nk = dims(call, "[N, k]", "[N/G, k]");
+  check.optional(topk_idx, call.mode != RoutingMode::router, rule, "topk_idx", at::kInt, {N, k}, nk);
+  check.optional(topk_w, call.mode == RoutingMode::given, rule, "topk_w", at::kFloat, {N, k}, nk);
 }
 
 void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned) {
   const Checker check(a.x, aligned);
   check_layer(check, call, a);
   const LayerConfig& c = call.config;
-  const int64_t N = c.tokens(), k = c.top_k;
-  check(s.topk_idx, "topk_idx", at::kInt, {N, k}, "[N, k]");
-  check(s.topk_w, "topk_w", at::kFloat, {N, k}, "[N, k]");
-  check(s.logits, "logits", at::kFloat, logits_shape(call), "[N, E] ([0, E] in mode given)");
+  const int64_t N = call.own_tokens(), k = c.top_k;
+  const char* nk = dims(call, "[N, k]", "[N/G, k]");
+  check(s.topk_idx, "topk_idx", at::kInt, {N, k}, nk);
+  check(s.topk_w, "topk_w", at::kFloat, {N, k}, nk);
+  check(s.logits, "logits", at::kFloat, logits_shape(call),
+        dims(call, "[N, E] ([0, E] in mode given)", "[N/G, E] ([0, E] in mode given)"));
   check(s.saved, "saved", at::kByte, {int64_t(saved_of(call).bytes)}, "[saved_bytes]");
-  check(dy, "dy", at::kBFloat16, {N, c.hidden}, "[N, H]");
+  check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
 void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned) {
   const Checker check(x, aligned);
   const LayerConfig& c = call.config;
-  const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
+  const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts(), Is = c.shared_intermediate;
   check.optional(acc.d_router, call.mode != RoutingMode::given, std::string("routing mode ") + mode_name(call.mode),
                  "d_router", at::kFloat, {E, H}, "[E, H]");
-  check(acc.d_w1, "d_w1", at::kFloat, {E, 2 * I, H}, "[E, 2I, H]");
-  check(acc.d_w2, "d_w2", at::kFloat, {E, H, I}, "[E, H, I]");
+  check(acc.d_w1, "d_w1", at::kFloat, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
+  check(acc.d_w2, "d_w2", at::kFloat, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
   const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
   check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", at::kFloat, {2 * Is, H}, "[2Is, H]");
   check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", at::kFloat, {H, Is}, "[H, Is]");

@@ -42,7 +42,9 @@ struct Accumulators {
 };
 
 // Shapes of the tensors a routing mode may lack: their first dimension is 0 where the mode has none
-// (logits and d_logits [N, E], d_router [E, H] in mode given).
+// (logits and d_logits [N, E], d_router [E, H] in mode given). With a communicator (Call::gpus = G)
+// the per-token tensors are this GPU's N / G tokens and w1, w2 and their gradients its E / G experts;
+// router, expert_bias, the shared expert and d_router stay whole.
 std::vector<int64_t> logits_shape(const Call& call);
 std::vector<int64_t> d_router_shape(const Call& call);
 
