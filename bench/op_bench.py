@@ -111,9 +111,20 @@ def op_overhead(args):
         op_args = (x, router, None, w1, w2, None, None, idx, w, ints, floats, 2, mok.config.pack_launch())
         op = lambda: torch.ops.mok.forward(*op_args)  # noqa: E731
         host, host_op = host_us(call), host_us(op)
+        # A yardstick from the same host: one elementwise kernel through the dispatcher from Python.
+        small = torch.ones(16, device="cuda")
+        host_add = host_us(lambda: torch.add(small, 1))
     print(f"op overhead (H {H}, I {I}, E {E}, k {k}, T {T}): eager {eager * 1e3:.1f} us, graph replay "
           f"{replay * 1e3:.1f} us, difference {(eager - replay) * 1e3:.1f} us per call; host enqueue "
-          f"{host:.1f} us (mok.moe), {host_op:.1f} us (torch.ops.mok.forward alone) (medians of 200)", flush=True)
+          f"{host:.1f} us (mok.moe), {host_op:.1f} us (torch.ops.mok.forward alone), {host_add:.1f} us "
+          "(torch.add of 16 floats, the host's yardstick) (medians of 200)", flush=True)
+    if args.host_profile:
+        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(100):
+                op()
+            torch.cuda.synchronize()
+        print("host time of 100 calls of torch.ops.mok.forward, by operator (torch.profiler, CPU):")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
 
 
 def host_us(call, n=200):
@@ -185,6 +196,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
     p.add_argument("--ring-rows", type=int, default=0, help="the backward's dy ring (0: the layer's default)")
+    p.add_argument("--host-profile", action="store_true",
+                   help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
                    help="only the device-kernel profile of one shape's op steps (--shape; all: olmoe)")
     args = p.parse_args()
