@@ -60,9 +60,6 @@ int resident_blocks(int asked, int shares) {
   return asked ? asked : resident;
 }
 
-// The most routed rows a GPU's experts can receive (a token picks distinct experts).
-long most_own_rows(const LayerConfig& c, int gpus) { return long(c.tokens()) * std::min(c.top_k, c.experts / gpus); }
-
 void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
   const long most = most_own_rows(c, launch.gpus);
   require(launch.capacity_rows >= 0 && launch.capacity_rows <= most,

@@ -1,6 +1,6 @@
-// The host-vector API over the device API: device copies of the weights and of every result in three
-// tables (weights, forward, gradients), each listing its tensors once; outputs poisoned before each
-// launch; one Layer per GPU (or colocated share of one GPU), each holding its share of the tokens and
+// The host-vector API over the device API: device copies of the weights and of every result in the
+// three tables of mok/megakernel/layer_tensors.h (weights, forward, gradients); outputs poisoned before
+// each launch; one Layer per GPU (or colocated share of one GPU), each holding its share of the tokens and
 // experts, launched on its own stream on every GPU before any is waited for (they meet at the barriers
 // across GPUs); the global results assembled from the shares.
 #include <algorithm>
@@ -11,96 +11,13 @@
 #include "current_device.h"
 #include "device_array.cuh"
 #include "exchange.h"
-#include "mok/megakernel/device_tensor.h"
+#include "mok/megakernel/layer_tensors.h"
 #include "mok/megakernel/megakernel.h"
 #include "params.cuh"
 #include "peer_group.h"
 
 namespace mok::gpu {
 namespace {
-
-// One share's weights: its experts' w1 and w2, the router and the shared expert whole.
-struct WeightTensors {
-  DeviceTensor router, expert_bias, w1, w2, shared_w1, shared_w2;
-
-  WeightTensors(const LayerConfig& c, const LayerWeights& w, int g, int shares) {
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-    router = DeviceTensor(DType::f32, {E, H});
-    expert_bias = DeviceTensor(DType::f32, {w.expert_bias.empty() ? 0 : E});
-    w1 = DeviceTensor(DType::bf16, {E / shares, 2 * I, H});
-    w2 = DeviceTensor(DType::bf16, {E / shares, H, I});
-    shared_w1 = DeviceTensor(DType::bf16, {2 * Is, H});
-    shared_w2 = DeviceTensor(DType::bf16, {H, Is});
-    router.upload(w.router), expert_bias.upload(w.expert_bias);
-    w1.upload(share_of(w.w1, g, shares)), w2.upload(share_of(w.w2, g, shares));
-    shared_w1.upload(w.shared_w1), shared_w2.upload(w.shared_w2);
-  }
-  WeightViews views() const {
-    return {router.view(), expert_bias.view(), w1.view(), w2.view(), shared_w1.view(), shared_w2.view()};
-  }
-};
-
-// One share's forward tensors: its tokens' (saved holds the whole layout).
-struct ForwardTensors {
-  DeviceTensor x, y, topk_idx, topk_w, logits, saved;
-
-  ForwardTensors(const LayerConfig& c, size_t saved_bytes, int shares) {
-    const int64_t N = c.tokens() / shares, H = c.hidden, E = c.experts, k = c.top_k;
-    x = DeviceTensor(DType::bf16, {N, H});
-    y = DeviceTensor(DType::bf16, {N, H});
-    topk_idx = DeviceTensor(DType::i32, {N, k});
-    topk_w = DeviceTensor(DType::f32, {N, k});
-    logits = DeviceTensor(DType::f32, {N, E});
-    saved = DeviceTensor(DType::u8, {int64_t(saved_bytes)});
-  }
-  ForwardOutputs views(RoutingMode mode) const {
-    return {y.view(), topk_idx.view(), topk_w.view(), mode == RoutingMode::given ? TensorView{} : logits.view(),
-            saved.view()};
-  }
-  // What the forward writes (the given parts of the routing are inputs).
-  void poison(RoutingMode mode) {
-    for (DeviceTensor* t : {&y, &logits, &saved}) t->poison();
-    if (mode == RoutingMode::router) topk_idx.poison();
-    if (mode != RoutingMode::given) topk_w.poison();
-  }
-};
-
-// One share's gradients: its tokens', its experts', and the router's and shared expert's whole.
-struct GradTensors {
-  DeviceTensor dy, dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
-
-  GradTensors(const LayerConfig& c, int shares) {
-    const int64_t N = c.tokens() / shares, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate, Eg = E / shares;
-    dy = DeviceTensor(DType::bf16, {N, H});
-    dx = DeviceTensor(DType::bf16, {N, H});
-    d_topk_w = DeviceTensor(DType::f32, {N, k});
-    d_logits = DeviceTensor(DType::f32, {N, E});
-    d_router = DeviceTensor(DType::f32, {E, H});
-    d_w1 = DeviceTensor(DType::f32, {Eg, 2 * I, H});
-    d_w2 = DeviceTensor(DType::f32, {Eg, H, I});
-    d_shared_w1 = DeviceTensor(DType::f32, {2 * Is, H});
-    d_shared_w2 = DeviceTensor(DType::f32, {H, Is});
-  }
-  GradOutputs views(RoutingMode mode, bool accumulate) const {
-    const bool router = mode != RoutingMode::given;
-    return {dx.view(),
-            d_topk_w.view(),
-            router ? d_logits.view() : TensorView{},
-            router ? d_router.view() : TensorView{},
-            d_w1.view(),
-            d_w2.view(),
-            d_shared_w1.view(),
-            d_shared_w2.view(),
-            accumulate};
-  }
-  // What the backward writes; accumulated weight gradients keep their sums.
-  void poison(bool accumulate) {
-    for (DeviceTensor* t : {&dx, &d_topk_w, &d_logits}) t->poison();
-    if (!accumulate)
-      for (DeviceTensor* t : {&d_router, &d_w1, &d_w2, &d_shared_w1, &d_shared_w2}) t->poison();
-  }
-};
 
 // Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
 // GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).

@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "mok/core/fields.h"
-#include "mok/megakernel/device_tensor.h"
+#include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 #include "test_configs.h"
@@ -33,73 +33,37 @@ void cuda(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 struct Bound {
   LayerConfig c;
   int share = 0, shares = 1;
-  DeviceTensor x, dy, router, bias, w1, w2, sw1, sw2;
-  DeviceTensor y, topk_idx, topk_w, logits, saved, workspace;
-  DeviceTensor dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_sw1, d_sw2;
   RoutingMode mode = RoutingMode::router;
+  WeightTensors weights;
+  ForwardTensors fwd;
+  GradTensors grad;
+  DeviceTensor workspace;
 
   Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing, int g = 0, int count = 1)
-      : c(p.config), share(g), shares(count), mode(routing) {
-    const int64_t N = c.tokens() / shares, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate, Eg = E / shares;
-    x = DeviceTensor(DType::bf16, {N, H}, share_of(p.x, share, shares));
-    dy = DeviceTensor(DType::bf16, {N, H}, share_of(p.dy, share, shares));
-    set_weights(p.weights);
-    y = DeviceTensor(DType::bf16, {N, H});
-    topk_idx = DeviceTensor(DType::i32, {N, k});
-    topk_w = DeviceTensor(DType::f32, {N, k});
-    logits = DeviceTensor(DType::f32, {N, E});
-    saved = DeviceTensor(DType::u8, {int64_t(layer.saved_bytes())});
-    workspace = DeviceTensor(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))});
-    if (mode != RoutingMode::router) topk_idx.upload(share_of(p.routing->topk_idx, share, shares));
-    if (mode == RoutingMode::given) topk_w.upload(share_of(p.routing->topk_w, share, shares));
-    dx = DeviceTensor(DType::bf16, {N, H});
-    d_topk_w = DeviceTensor(DType::f32, {N, k});
-    d_logits = DeviceTensor(DType::f32, {N, E});
-    d_router = DeviceTensor(DType::f32, {E, H});
-    d_w1 = DeviceTensor(DType::f32, {Eg, 2 * I, H});
-    d_w2 = DeviceTensor(DType::f32, {Eg, H, I});
-    d_sw1 = DeviceTensor(DType::f32, {2 * Is, H});
-    d_sw2 = DeviceTensor(DType::f32, {H, Is});
+      : c(p.config),
+        share(g),
+        shares(count),
+        mode(routing),
+        weights(c, p.weights, g, count),
+        fwd(c, layer.saved_bytes(), count),
+        grad(c, count),
+        workspace(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))}) {
+    fwd.x.upload(share_of(p.x, share, shares));
+    grad.dy.upload(share_of(p.dy, share, shares));
+    if (mode != RoutingMode::router) fwd.topk_idx.upload(share_of(p.routing->topk_idx, share, shares));
+    if (mode == RoutingMode::given) fwd.topk_w.upload(share_of(p.routing->topk_w, share, shares));
   }
-  void set_weights(const LayerWeights& w) {
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate, Eg = E / shares;
-    router = DeviceTensor(DType::f32, {E, H}, w.router);
-    bias = DeviceTensor(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
-    w1 = DeviceTensor(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, share, shares));
-    w2 = DeviceTensor(DType::bf16, {Eg, H, I}, share_of(w.w2, share, shares));
-    sw1 = DeviceTensor(DType::bf16, {2 * Is, H}, w.shared_w1);
-    sw2 = DeviceTensor(DType::bf16, {H, Is}, w.shared_w2);
-  }
-  ForwardInputs inputs() const {
-    return {x.view(), {router.view(), bias.view(), w1.view(), w2.view(), sw1.view(), sw2.view()}, mode};
-  }
-  ForwardOutputs outputs() const {
-    return {y.view(), topk_idx.view(), topk_w.view(), mode == RoutingMode::given ? TensorView{} : logits.view(),
-            saved.view()};
-  }
-  GradOutputs grads(bool accumulate = false) const {
-    const bool router_grads = mode != RoutingMode::given;
-    return {dx.view(),
-            d_topk_w.view(),
-            router_grads ? d_logits.view() : TensorView{},
-            router_grads ? d_router.view() : TensorView{},
-            d_w1.view(),
-            d_w2.view(),
-            d_sw1.view(),
-            d_sw2.view(),
-            accumulate};
-  }
+  void set_weights(const LayerWeights& w) { weights = WeightTensors(c, w, share, shares); }
+  ForwardInputs inputs() const { return {fwd.x.view(), weights.views(), mode}; }
+  ForwardOutputs outputs() const { return fwd.views(mode); }
+  GradOutputs grads(bool accumulate = false) const { return grad.views(mode, accumulate); }
   void poison(bool accumulate = false) {
-    for (DeviceTensor* b : {&y, &logits, &saved, &dx, &d_topk_w, &d_logits}) b->poison();
-    if (!accumulate)
-      for (DeviceTensor* b : {&d_router, &d_w1, &d_w2, &d_sw1, &d_sw2}) b->poison();
-    if (mode == RoutingMode::router) topk_idx.poison();
-    if (mode != RoutingMode::given) topk_w.poison();
+    fwd.poison(mode);
+    grad.poison(accumulate);
   }
   void run(Layer& layer, cudaStream_t stream, bool accumulate = false) {
     layer.forward(stream, workspace.view().data, inputs(), outputs());
-    layer.backward(stream, workspace.view().data, inputs(), outputs(), dy.view(), grads(accumulate));
+    layer.backward(stream, workspace.view().data, inputs(), outputs(), grad.dy.view(), grads(accumulate));
   }
 };
 
@@ -111,18 +75,20 @@ struct Results {
 
 Results read(const Bound& b) {
   const bool router = b.mode != RoutingMode::given;
-  return {b.y.download<bf16>(),
-          b.dx.download<bf16>(),
-          b.topk_idx.download<int32_t>(),
-          b.topk_w.download<float>(),
-          router ? b.logits.download<float>() : std::vector<float>{},
-          b.d_topk_w.download<float>(),
-          router ? b.d_logits.download<float>() : std::vector<float>{},
-          router ? b.d_router.download<float>() : std::vector<float>{},
-          b.d_w1.download<float>(),
-          b.d_w2.download<float>(),
-          b.d_sw1.download<float>(),
-          b.d_sw2.download<float>()};
+  const ForwardTensors& f = b.fwd;
+  const GradTensors& g = b.grad;
+  return {f.y.download<bf16>(),
+          g.dx.download<bf16>(),
+          f.topk_idx.download<int32_t>(),
+          f.topk_w.download<float>(),
+          router ? f.logits.download<float>() : std::vector<float>{},
+          g.d_topk_w.download<float>(),
+          router ? g.d_logits.download<float>() : std::vector<float>{},
+          router ? g.d_router.download<float>() : std::vector<float>{},
+          g.d_w1.download<float>(),
+          g.d_w2.download<float>(),
+          g.d_shared_w1.download<float>(),
+          g.d_shared_w2.download<float>()};
 }
 
 Results reference(const ref::Problem& p, RoutingMode mode, bool recompute = false) {
@@ -200,7 +166,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     layer.poison_workspace(stream_, ws);
     layer.forward(stream_, ws, b.inputs(), b.outputs());
     layer.poison_workspace(stream_, ws);  // the backward's h and a are its own, not the forward's left over
-    layer.backward(stream_, ws, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+    layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     layer.check();
     expect_same(read(b), reference(p, mode, true));
   }
@@ -235,8 +201,8 @@ TEST_F(LayerApi, AccumulatesWeightGradientsAsTheReferenceAdds) {
   b.poison();
   b.run(layer, stream_);
   layer.check();  // the uploads below go through another stream
-  b.x.upload(second.x);
-  b.dy.upload(second.dy);
+  b.fwd.x.upload(second.x);
+  b.grad.dy.upload(second.dy);
   b.poison(true);
   b.run(layer, stream_, true);
   layer.check();
@@ -287,7 +253,7 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
   Bound b(layer, p, RoutingMode::given);
   std::vector<int32_t> bad = p.routing->topk_idx;
   bad[7] = p.config.experts;
-  b.topk_idx.upload(bad);
+  b.fwd.topk_idx.upload(bad);
   b.poison();
   EXPECT_NO_THROW(layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()));
   try {
@@ -298,7 +264,7 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
               std::string::npos)
         << e.what();
   }
-  b.topk_idx.upload(p.routing->topk_idx);
+  b.fwd.topk_idx.upload(p.routing->topk_idx);
   b.poison();
   b.run(layer, stream_);
   layer.check();
@@ -311,7 +277,7 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
   Bound b(layer, p, RoutingMode::replay_ids);
   std::vector<int32_t> bad = p.routing->topk_idx;
   bad[1] = bad[0];  // an expert twice in token 0
-  b.topk_idx.upload(bad);
+  b.fwd.topk_idx.upload(bad);
   EXPECT_THROW(layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()), Error);
 }
 
@@ -329,7 +295,7 @@ TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
   b.poison();
   layer.poison_workspace(stream_, b.workspace.view().data);
   layer.forward(stream_, forward_ws.view().data, b.inputs(), b.outputs());
-  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
   layer.check();
   expect_same(read(b), reference(p, RoutingMode::router));
 }
@@ -357,7 +323,7 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
   grads.d_w1 = w1.view(), grads.d_w2 = w2.view(), grads.d_shared_w1 = sw1.view(), grads.d_shared_w2 = sw2.view();
   b.poison();
   layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
-  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads);
+  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads);
   layer.check();
   const Results want = reference(p, RoutingMode::router);
   const auto rounded = [](const std::vector<float>& v) {
@@ -369,12 +335,14 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
   EXPECT_EQ(first_bit_mismatch("d_w2", w2.download<bf16>(), rounded(want.d_w2)), "");
   EXPECT_EQ(first_bit_mismatch("d_shared_w1", sw1.download<bf16>(), rounded(want.d_sw1)), "");
   EXPECT_EQ(first_bit_mismatch("d_shared_w2", sw2.download<bf16>(), rounded(want.d_sw2)), "");
-  EXPECT_EQ(first_bit_mismatch("dx", b.dx.download<bf16>(), want.dx), "");
+  EXPECT_EQ(first_bit_mismatch("dx", b.grad.dx.download<bf16>(), want.dx), "");
   grads.accumulate = true;
-  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads), Error);
+  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads),
+               Error);
   grads = b.grads();
   grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
-  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), grads), Error);
+  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads),
+               Error);
 }
 
 // The forward writes every byte of the saved buffer (its gaps are zeroed): forwards into a buffer of
@@ -386,12 +354,12 @@ TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheDeviceTensorHeld) {
   b.poison();
   layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
   layer.check();
-  const std::vector<uint8_t> over_ff = b.saved.download<uint8_t>();
-  cuda(cudaMemset(b.saved.view().data, 0, over_ff.size()));
+  const std::vector<uint8_t> over_ff = b.fwd.saved.download<uint8_t>();
+  cuda(cudaMemset(b.fwd.saved.view().data, 0, over_ff.size()));
   cuda(cudaDeviceSynchronize());
   layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
   layer.check();
-  const std::vector<uint8_t> over_zero = b.saved.download<uint8_t>();
+  const std::vector<uint8_t> over_zero = b.fwd.saved.download<uint8_t>();
   ASSERT_EQ(over_ff.size(), over_zero.size());
   const auto [ff, zero] = std::mismatch(over_ff.begin(), over_ff.end(), over_zero.begin());
   EXPECT_EQ(ff, over_ff.end()) << "saved byte " << (ff - over_ff.begin()) << " of " << over_ff.size() << " differs";
@@ -477,7 +445,7 @@ struct Colocated {
   void backward() {
     for (size_t g = 0; g < layers.size(); ++g) {
       const Bound& b = *bound[g];
-      layers[g]->backward(streams[g], b.workspace.view().data, b.inputs(), b.outputs(), b.dy.view(), b.grads());
+      layers[g]->backward(streams[g], b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     }
   }
   Results check_and_read() {
@@ -520,7 +488,7 @@ TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
   Colocated shares(p, RoutingMode::given, 2);
   std::vector<int32_t> bad = share_of(p.routing->topk_idx, 1, 2);
   bad.back() = bad[bad.size() - 2];  // the last token's last expert repeats the one before
-  shares.bound[1]->topk_idx.upload(bad);
+  shares.bound[1]->fwd.topk_idx.upload(bad);
   shares.forward();
   const std::string token = "given routing of token " + std::to_string(p.config.tokens() - 1);
   for (const auto& layer : shares.layers) {
@@ -531,7 +499,7 @@ TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
       EXPECT_NE(std::string(e.what()).find(token), std::string::npos) << e.what();
     }
   }
-  shares.bound[1]->topk_idx.upload(share_of(p.routing->topk_idx, 1, 2));
+  shares.bound[1]->fwd.topk_idx.upload(share_of(p.routing->topk_idx, 1, 2));
   for (const auto& b : shares.bound) b->poison();
   shares.forward();
   shares.backward();
@@ -549,7 +517,7 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   std::vector<bf16> x = share_of(p.x, 0, 2);
   const int token = 3;
   x[size_t(token) * p.config.hidden] = bf16{0x7fc0};  // NaN
-  shares.bound[0]->x.upload(x);
+  shares.bound[0]->fwd.x.upload(x);
   const auto start = std::chrono::steady_clock::now();
   shares.forward();
   std::vector<std::string> raised;
@@ -567,7 +535,7 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
       << "share 0 raised: '" << raised[0] << "'";
   EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << "share 1 raised: '" << raised[1] << "'";
   EXPECT_NE(raised[1].find("after phase 'router top-k'"), std::string::npos) << raised[1];
-  shares.bound[0]->x.upload(share_of(p.x, 0, 2));
+  shares.bound[0]->fwd.x.upload(share_of(p.x, 0, 2));
   for (const auto& b : shares.bound) b->poison();
   shares.forward();
   shares.backward();
@@ -605,12 +573,12 @@ TEST_F(LayerApi, ShardedLayerRefusesWholeTensorsNamingTheShare) {
   ForwardOutputs out = b.outputs();
   out.logits.shape = {N, E};
   refused([&] { layer.forward(stream_, ws, b.inputs(), out); }, "logits [N/G, E]");
-  TensorView dy = b.dy.view();
+  TensorView dy = b.grad.dy.view();
   dy.shape = {N, H};
   refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), dy, b.grads()); }, "dy [N/G, H]");
   GradOutputs grads = b.grads();
   grads.d_w2.shape = {E, H, I};
-  refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.dy.view(), grads); }, "d_w2 [E/G, H, I]");
+  refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), grads); }, "d_w2 [E/G, H, I]");
   layer.check();  // nothing was enqueued, nothing recorded
 }
 

@@ -156,8 +156,7 @@ mok::LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts) {
 // The --plan table of one shape (GB = 1e9 bytes).
 // F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
 long capacity_rows(const mok::LayerConfig& c, int gpus, double factor) {
-  const long most = long(c.tokens()) * std::min(c.top_k, c.experts / gpus);
-  return factor > 0 ? std::min(most, long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
+  return factor > 0 ? std::min(mok::most_own_rows(c, gpus), long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
 }
 
 void print_plan(const Shape& s, int tokens, int experts, double factor, const mok::gpu::LaunchConfig& base) {

@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "mok/megakernel/check.h"
-#include "mok/megakernel/device_tensor.h"
-#include "mok/megakernel/layer.h"
+#include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/problem.h"
 
 namespace {
@@ -45,15 +44,15 @@ int run(int calls) {
   LayerConfig c;
   c.ranks = 1, c.tokens_per_rank = 256, c.hidden = 2048, c.intermediate = 1024, c.experts = 64, c.top_k = 8;
   const ref::Problem p = ref::make_problem(c, 7, ref::RoutingKind::uniform);
-  const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   Layer layer(c, {});
-  const DeviceTensor x(DType::bf16, {N, H}, p.x), router(DType::f32, {E, H}, p.weights.router);
-  const DeviceTensor w1(DType::bf16, {E, 2 * I, H}, p.weights.w1), w2(DType::bf16, {E, H, I}, p.weights.w2);
-  const DeviceTensor idx(DType::i32, {N, k}, p.routing->topk_idx), w(DType::f32, {N, k}, p.routing->topk_w);
-  const DeviceTensor y(DType::bf16, {N, H}), saved(DType::u8, {int64_t(layer.saved_bytes())});
+  const WeightTensors weights(c, p.weights, 0, 1);
+  ForwardTensors fwd(c, layer.saved_bytes(), 1);
+  fwd.x.upload(p.x);
+  fwd.topk_idx.upload(p.routing->topk_idx);
+  fwd.topk_w.upload(p.routing->topk_w);
   const DeviceTensor workspace(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
-  const ForwardInputs in{x.view(), WeightViews{router.view(), {}, w1.view(), w2.view(), {}, {}}, RoutingMode::given};
-  const ForwardOutputs out{y.view(), idx.view(), w.view(), {}, saved.view()};
+  const ForwardInputs in{fwd.x.view(), weights.views(), RoutingMode::given};
+  const ForwardOutputs out = fwd.views(RoutingMode::given);
   cudaStream_t stream;
   MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int sms = 0, device = 0;
@@ -70,11 +69,11 @@ int run(int calls) {
                                                static_cast<void**>(nullptr), 0, stream));
   });
   const double memset =
-      median_us(calls, stream, [&] { MOK_CUDA_CHECK(cudaMemsetAsync(y.view().data, 0, 12, stream)); });
+      median_us(calls, stream, [&] { MOK_CUDA_CHECK(cudaMemsetAsync(fwd.y.view().data, 0, 12, stream)); });
   layer.check();
   MOK_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::printf("host time per call (H %ld, I %ld, E %ld, k %ld, T %ld; medians of %d, from an idle stream):\n", long(H),
-              long(I), long(E), long(k), long(N), calls);
+  std::printf("host time per call (H %d, I %d, E %d, k %d, T %d; medians of %d, from an idle stream):\n", c.hidden,
+              c.intermediate, c.experts, c.top_k, c.tokens_per_rank, calls);
   std::printf("  Layer::forward          %7.1f us\n", forward);
   std::printf("  empty kernel            %7.1f us\n", plain);
   std::printf("  empty cooperative (%3d) %7.1f us\n", sms, cooperative);

@@ -32,8 +32,8 @@
 
 #include "mok/core/fields.h"
 #include "mok/megakernel/check.h"
-#include "mok/megakernel/device_tensor.h"
 #include "mok/megakernel/layer.h"
+#include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 
@@ -121,86 +121,65 @@ uint64_t device_memory_used() {
   return total - free;
 }
 
-// Rank g's tensors: its tokens, its experts' weights and gradients, the router and shared expert whole.
+// Rank g's tensors (mok/megakernel/layer_tensors.h): its tokens, its experts' weights and gradients,
+// the router and shared expert whole.
 struct RankTensors {
-  Tensor x, dy, router, bias, w1, w2, sw1, sw2;
-  Tensor y, topk_idx, topk_w, logits, saved, workspace;
-  Tensor dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_sw1, d_sw2;
+  mok::RoutingMode mode;
+  mok::gpu::WeightTensors weights;
+  mok::gpu::ForwardTensors fwd;
+  mok::gpu::GradTensors grad;
+  Tensor workspace;
 
-  RankTensors(const mok::gpu::Layer& layer, const mok::ref::Problem& p, mok::RoutingMode mode, int g) {
-    const mok::LayerConfig& c = p.config;
-    const int G = c.ranks;
-    const int64_t T = c.tokens_per_rank, H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
-    const int64_t Is = c.shared_intermediate, Eg = E / G;
-    const mok::LayerWeights& w = p.weights;
-    x = Tensor(DType::bf16, {T, H}, share_of(p.x, g, G));
-    dy = Tensor(DType::bf16, {T, H}, share_of(p.dy, g, G));
-    router = Tensor(DType::f32, {E, H}, w.router);
-    bias = Tensor(DType::f32, {w.expert_bias.empty() ? 0 : E}, w.expert_bias);
-    w1 = Tensor(DType::bf16, {Eg, 2 * I, H}, share_of(w.w1, g, G));
-    w2 = Tensor(DType::bf16, {Eg, H, I}, share_of(w.w2, g, G));
-    sw1 = Tensor(DType::bf16, {2 * Is, H}, w.shared_w1);
-    sw2 = Tensor(DType::bf16, {H, Is}, w.shared_w2);
-    y = Tensor(DType::bf16, {T, H});
-    topk_idx = mode == mok::RoutingMode::router ? Tensor(DType::i32, {T, k})
-                                                : Tensor(DType::i32, {T, k}, share_of(p.routing->topk_idx, g, G));
-    topk_w = Tensor(DType::f32, {T, k});
-    logits = Tensor(DType::f32, {T, E});
-    saved = Tensor(DType::u8, {int64_t(layer.saved_bytes())});
-    workspace = Tensor(DType::u8, {int64_t(layer.workspace_bytes(mok::gpu::Pass::backward))});
-    dx = Tensor(DType::bf16, {T, H});
-    d_topk_w = Tensor(DType::f32, {T, k});
-    d_logits = Tensor(DType::f32, {T, E});
-    d_router = Tensor(DType::f32, {E, H});
-    d_w1 = Tensor(DType::f32, {Eg, 2 * I, H});
-    d_w2 = Tensor(DType::f32, {Eg, H, I});
-    d_sw1 = Tensor(DType::f32, {2 * Is, H});
-    d_sw2 = Tensor(DType::f32, {H, Is});
+  RankTensors(const mok::gpu::Layer& layer, const mok::ref::Problem& p, mok::RoutingMode routing, int g)
+      : mode(routing),
+        weights(p.config, p.weights, g, p.config.ranks),
+        fwd(p.config, layer.saved_bytes(), p.config.ranks),
+        grad(p.config, p.config.ranks),
+        workspace(DType::u8, {int64_t(layer.workspace_bytes(mok::gpu::Pass::backward))}) {
+    const int G = p.config.ranks;
+    fwd.x.upload(share_of(p.x, g, G));
+    grad.dy.upload(share_of(p.dy, g, G));
+    if (mode != mok::RoutingMode::router) fwd.topk_idx.upload(share_of(p.routing->topk_idx, g, G));
     // The uploads above went through the legacy default stream; the layer's stream does not wait for it.
     MOK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  mok::gpu::ForwardInputs inputs(mok::RoutingMode mode) const {
-    return {x.view(), {router.view(), bias.view(), w1.view(), w2.view(), sw1.view(), sw2.view()}, mode};
-  }
-  mok::gpu::ForwardOutputs outputs() const {
-    return {y.view(), topk_idx.view(), topk_w.view(), logits.view(), saved.view()};
-  }
-  mok::gpu::GradOutputs grads() const {
-    return {dx.view(),   d_topk_w.view(), d_logits.view(), d_router.view(),
-            d_w1.view(), d_w2.view(),     d_sw1.view(),    d_sw2.view()};
-  }
-  // Every output 0xff before a run, so that a run that leaves one unwritten cannot pass on the last
-  // run's bits (topk_idx is an input in replay_ids mode).
-  void poison(mok::RoutingMode mode) {
-    for (Tensor* t : {&y, &topk_w, &logits, &saved, &dx, &d_topk_w, &d_logits, &d_router, &d_w1, &d_w2, &d_sw1, &d_sw2})
-      t->poison();
-    if (mode == mok::RoutingMode::router) topk_idx.poison();
+  // Every output poisoned before a run, so that a run that leaves one unwritten cannot pass on the last
+  // run's bits.
+  void run(mok::gpu::Layer& layer, cudaStream_t stream) {
+    fwd.poison(mode);
+    grad.poison(false);
+    const mok::gpu::ForwardInputs in{fwd.x.view(), weights.views(), mode};
+    layer.forward(stream, workspace.view().data, in, fwd.views(mode));
+    layer.backward(stream, workspace.view().data, in, fwd.views(mode), grad.dy.view(), grad.views(mode, false));
   }
   void fill_header(RankHeader& h) const {
-    for (const Tensor* t : {&router, &bias, &w1, &w2, &sw1, &sw2, &d_router, &d_w1, &d_w2, &d_sw1, &d_sw2})
+    const mok::gpu::WeightTensors& w = weights;
+    for (const Tensor* t : {&w.router, &w.expert_bias, &w.w1, &w.w2, &w.shared_w1, &w.shared_w2, &grad.d_router,
+                            &grad.d_w1, &grad.d_w2, &grad.d_shared_w1, &grad.d_shared_w2})
       h.weight_bytes += t->bytes();
-    for (const Tensor* t : {&x, &dy, &y, &topk_idx, &topk_w, &logits, &dx, &d_topk_w, &d_logits})
+    for (const Tensor* t :
+         {&fwd.x, &grad.dy, &fwd.y, &fwd.topk_idx, &fwd.topk_w, &fwd.logits, &grad.dx, &grad.d_topk_w, &grad.d_logits})
       h.activation_bytes += t->bytes();
-    h.saved_bytes = saved.bytes();
+    h.saved_bytes = fwd.saved.bytes();
     h.workspace_bytes = workspace.bytes();
   }
   // The rank's results, in the fields' vocabulary (the unset fields stay empty).
   std::pair<mok::Forward, mok::Gradients> download() const {
     mok::Forward f;
-    f.routing.topk_idx = topk_idx.download<int32_t>();
-    f.routing.topk_w = topk_w.download<float>();
-    f.logits = logits.download<float>();
-    f.y = y.download<mok::bf16>();
+    f.routing.topk_idx = fwd.topk_idx.download<int32_t>();
+    f.routing.topk_w = fwd.topk_w.download<float>();
+    f.logits = fwd.logits.download<float>();
+    f.y = fwd.y.download<mok::bf16>();
     mok::Gradients d;
-    d.dx = dx.download<mok::bf16>();
-    d.d_topk_w = d_topk_w.download<float>();
-    d.d_logits = d_logits.download<float>();
-    d.d_router = d_router.download<float>();
-    d.d_w1 = d_w1.download<float>();
-    d.d_w2 = d_w2.download<float>();
-    d.d_shared_w1 = d_sw1.download<float>();
-    d.d_shared_w2 = d_sw2.download<float>();
+    d.dx = grad.dx.download<mok::bf16>();
+    d.d_topk_w = grad.d_topk_w.download<float>();
+    d.d_logits = grad.d_logits.download<float>();
+    d.d_router = grad.d_router.download<float>();
+    d.d_w1 = grad.d_w1.download<float>();
+    d.d_w2 = grad.d_w2.download<float>();
+    d.d_shared_w1 = grad.d_shared_w1.download<float>();
+    d.d_shared_w2 = grad.d_shared_w2.download<float>();
     return {std::move(f), std::move(d)};
   }
 };
@@ -302,9 +281,7 @@ std::pair<mok::Forward, mok::Gradients> run_layer(const Job& job, mok::gpu::Laye
                                                   cudaStream_t stream) {
   std::pair<mok::Forward, mok::Gradients> first;
   for (int run = 0; run < job.runs; ++run) {
-    t.poison(job.mode);  // the last run's work is done: check() waited for the stream
-    layer.forward(stream, t.workspace.view().data, t.inputs(job.mode), t.outputs());
-    layer.backward(stream, t.workspace.view().data, t.inputs(job.mode), t.outputs(), t.dy.view(), t.grads());
+    t.run(layer, stream);  // the last run's work is done: check() waited for the stream
     layer.check();
     auto results = t.download();
     if (run == 0) {

@@ -149,37 +149,6 @@ __global__ void tensor_core_tiles(uint64_t seed, int cls, long tiles, float* d) 
 }
 
 // The shipped model first, then variants that each change one rule: the probe shows each rule matters.
-// One warpgroup per tile: D(64x8) = A(64x16) B(16x8) + C through wgmma, operands staged in shared
-// memory in the canonical no-swizzle K-major layout (core matrix (i, kk) at 256 i + 128 kk bytes).
-__global__ void __launch_bounds__(128) warpgroup_tiles(uint64_t seed, int cls, long tiles, float* d) {
-  __shared__ __align__(256) uint16_t a_smem[64 * 16];
-  __shared__ __align__(256) uint16_t b_smem[8 * 16];
-  const int t = threadIdx.x, warp = t / 32, group = (t % 32) / 4, quad = t % 4;
-  const auto core_offset = [](int row, int k) { return (row / 8) * 128 + (k / 8) * 64 + (row % 8) * 8 + k % 8; };
-  for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    for (int i = t; i < 64 * 16; i += 128)
-      a_smem[core_offset(i / 16, i % 16)] = gen_operand(seed, cls, tile, 0, i / 16, i % 16).bits;
-    for (int i = t; i < 8 * 16; i += 128)
-      b_smem[core_offset(i / 16, i % 16)] = gen_operand(seed, cls, tile, 1, i % 16, i / 16).bits;
-    mok::gpu::ptx::fence_async_shared();
-    __syncthreads();
-    const int row = 16 * warp + group;
-    float acc[4] = {gen_c(seed, cls, tile, row, 2 * quad), gen_c(seed, cls, tile, row, 2 * quad + 1),
-                    gen_c(seed, cls, tile, row + 8, 2 * quad), gen_c(seed, cls, tile, row + 8, 2 * quad + 1)};
-    mok::gpu::ptx::wgmma_fence();
-    mok::gpu::ptx::wgmma_bf16_m64n8k16(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256),
-                                       mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
-    mok::gpu::ptx::wgmma_commit();
-    mok::gpu::ptx::wgmma_wait<0>();
-    float* out = d + tile * 512;
-    out[row * 8 + 2 * quad] = acc[0];
-    out[row * 8 + 2 * quad + 1] = acc[1];
-    out[(row + 8) * 8 + 2 * quad] = acc[2];
-    out[(row + 8) * 8 + 2 * quad + 1] = acc[3];
-    __syncthreads();
-  }
-}
-
 constexpr int kVariants = 6;
 constexpr const char* kVariantNames[kVariants] = {"shipped", "F24", "F26", "F27", "floor-126", "no_floor"};
 
@@ -221,6 +190,62 @@ __global__ void compare_with_model(uint64_t seed, int cls, long tiles, int rows,
       }
     }
   }
+}
+
+// One class's probe over `tiles` tiles of `per_tile` outputs, `batch` tiles at a time: the device
+// buffers (outputs, mismatch counts per model variant, the first kKeep mismatches of variant 0) and the
+// batch loop (outputs poisoned, then launch(batch_seed, n): the instruction's kernel and the
+// comparison's; batch seeds seed + first tile).
+template <class M>
+class Probe {
+ public:
+  Probe(long tiles, int per_tile, int variants)
+      : tiles_(tiles), batch_(std::min(tiles, 1l << 18)), per_tile_(per_tile), variants_(variants) {
+    MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch_) * per_tile * sizeof(float)));
+    MOK_CUDA_CHECK(cudaMalloc(&counts, variants * sizeof(unsigned long long)));
+    MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(M)));
+    MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
+  }
+  ~Probe() { cudaFree(d), cudaFree(counts), cudaFree(keep), cudaFree(kept); }
+  Probe(const Probe&) = delete;
+  Probe& operator=(const Probe&) = delete;
+
+  // The mismatch counts of one class per variant; its kept mismatches in `mismatches`.
+  template <class Launch>
+  std::vector<unsigned long long> run_class(uint64_t seed, Launch launch, std::vector<M>& mismatches) {
+    std::vector<unsigned long long> sum(variants_, 0), c(variants_);
+    MOK_CUDA_CHECK(cudaMemset(kept, 0, sizeof(unsigned int)));
+    for (long first = 0; first < tiles_; first += batch_) {
+      const long n = std::min(batch_, tiles_ - first);
+      MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * per_tile_ * sizeof(float)));  // poison
+      MOK_CUDA_CHECK(cudaMemset(counts, 0, variants_ * sizeof(unsigned long long)));
+      launch(seed + uint64_t(first), n);
+      MOK_CUDA_CHECK(cudaGetLastError());
+      MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, variants_ * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < variants_; ++i) sum[i] += c[i];
+    }
+    unsigned int n_kept = 0;
+    MOK_CUDA_CHECK(cudaMemcpy(&n_kept, kept, sizeof n_kept, cudaMemcpyDeviceToHost));
+    mismatches.resize(std::min(n_kept, unsigned(kKeep)));
+    MOK_CUDA_CHECK(cudaMemcpy(mismatches.data(), keep, mismatches.size() * sizeof(M), cudaMemcpyDeviceToHost));
+    return sum;
+  }
+
+  float* d = nullptr;
+  unsigned long long* counts = nullptr;
+  M* keep = nullptr;
+  unsigned int* kept = nullptr;
+
+ private:
+  long tiles_, batch_;
+  int per_tile_, variants_;
+};
+
+// A table row: the class, its outputs and each variant's mismatches.
+void print_row(const char* name, unsigned long long outputs, const std::vector<unsigned long long>& mismatches) {
+  std::printf("%-12s %12llu", name, outputs);
+  for (unsigned long long m : mismatches) std::printf(" %10llu", m);
+  std::printf("\n");
 }
 
 // ---- FP8 E4M3: wgmma m64n8k32 against the candidates of Fp8StepModel ----
@@ -306,27 +331,32 @@ __host__ __device__ float gen_c_e4m3(uint64_t seed, int cls, long tile, int m, i
   }
 }
 
-// One warpgroup per tile: D(64x8) = A(64x32) B(32x8) + C through wgmma m64n8k32 e4m3, operands in
-// shared memory in the no-swizzle K-major layout: core matrix (i, kk) (8 rows of 16 E4M3) at
-// 256 i + 128 kk bytes, the byte geometry of the bf16 probe.
-__global__ void __launch_bounds__(128) warpgroup_e4m3_tiles(uint64_t seed, int cls, long tiles, float* d) {
-  __shared__ __align__(256) uint8_t a_smem[64 * kK8];
-  __shared__ __align__(256) uint8_t b_smem[8 * kK8];
+// One warpgroup per tile: D(64x8) = A(64xK) B(Kx8) + C through one wgmma of Op (below), operands staged
+// in shared memory in the canonical no-swizzle K-major layout: core matrix (i, kk), 8 rows of 16 bytes,
+// at 256 i + 128 kk bytes (16 bytes: 8 bf16 or 16 E4M3 along K; the same descriptors for both).
+template <class Op>
+__global__ void __launch_bounds__(128) warpgroup_tiles(uint64_t seed, int cls, long tiles, float* d) {
+  using Bits = decltype(typename Op::Elem{}.bits);
+  constexpr int K = Op::kK, per_row = 16 / int(sizeof(Bits));  // elements per 16-byte core-matrix row
+  __shared__ __align__(256) Bits a_smem[64 * K];
+  __shared__ __align__(256) Bits b_smem[8 * K];
   const int t = threadIdx.x, warp = t / 32, group = (t % 32) / 4, quad = t % 4;
-  const auto core_offset = [](int row, int k) { return (row / 8) * 256 + (k / 16) * 128 + (row % 8) * 16 + k % 16; };
+  const auto core_offset = [](int row, int k) {
+    return (row / 8) * (256 / int(sizeof(Bits))) + (k / per_row) * (128 / int(sizeof(Bits))) + (row % 8) * per_row +
+           k % per_row;
+  };
   for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    for (int i = t; i < 64 * kK8; i += 128)
-      a_smem[core_offset(i / kK8, i % kK8)] = gen_e4m3(seed, cls, tile, 0, i / kK8, i % kK8).bits;
-    for (int i = t; i < 8 * kK8; i += 128)
-      b_smem[core_offset(i / kK8, i % kK8)] = gen_e4m3(seed, cls, tile, 1, i % kK8, i / kK8).bits;
+    for (int i = t; i < 64 * K; i += 128)
+      a_smem[core_offset(i / K, i % K)] = Op::a_b(seed, cls, tile, 0, i / K, i % K).bits;
+    for (int i = t; i < 8 * K; i += 128)
+      b_smem[core_offset(i / K, i % K)] = Op::a_b(seed, cls, tile, 1, i % K, i / K).bits;
     mok::gpu::ptx::fence_async_shared();
     __syncthreads();
     const int row = 16 * warp + group;
-    float acc[4] = {gen_c_e4m3(seed, cls, tile, row, 2 * quad), gen_c_e4m3(seed, cls, tile, row, 2 * quad + 1),
-                    gen_c_e4m3(seed, cls, tile, row + 8, 2 * quad), gen_c_e4m3(seed, cls, tile, row + 8, 2 * quad + 1)};
+    float acc[4] = {Op::c(seed, cls, tile, row, 2 * quad), Op::c(seed, cls, tile, row, 2 * quad + 1),
+                    Op::c(seed, cls, tile, row + 8, 2 * quad), Op::c(seed, cls, tile, row + 8, 2 * quad + 1)};
     mok::gpu::ptx::wgmma_fence();
-    mok::gpu::ptx::wgmma_e4m3_m64n8k32(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256),
-                                       mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
+    Op::mma(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256), mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
     mok::gpu::ptx::wgmma_commit();
     mok::gpu::ptx::wgmma_wait<0>();
     float* out = d + tile * 512;
@@ -337,6 +367,28 @@ __global__ void __launch_bounds__(128) warpgroup_e4m3_tiles(uint64_t seed, int c
     __syncthreads();
   }
 }
+
+// The two probed instructions: their element, K, operand and C generators, and the wgmma.
+struct Bf16Wgmma {
+  using Elem = bf16;
+  static constexpr int kK = 16;
+  __device__ static bf16 a_b(uint64_t seed, int cls, long tile, int which, int i, int j) {
+    return gen_operand(seed, cls, tile, which, i, j);
+  }
+  __device__ static float c(uint64_t seed, int cls, long tile, int m, int n) { return gen_c(seed, cls, tile, m, n); }
+  __device__ static void mma(float (&acc)[4], uint64_t a, uint64_t b) { mok::gpu::ptx::wgmma_bf16_m64n8k16(acc, a, b); }
+};
+struct E4m3Wgmma {
+  using Elem = fp8_e4m3;
+  static constexpr int kK = kK8;
+  __device__ static fp8_e4m3 a_b(uint64_t seed, int cls, long tile, int which, int i, int j) {
+    return gen_e4m3(seed, cls, tile, which, i, j);
+  }
+  __device__ static float c(uint64_t seed, int cls, long tile, int m, int n) {
+    return gen_c_e4m3(seed, cls, tile, m, n);
+  }
+  __device__ static void mma(float (&acc)[4], uint64_t a, uint64_t b) { mok::gpu::ptx::wgmma_e4m3_m64n8k32(acc, a, b); }
+};
 
 // Fp8StepModel's candidates, then a sequential fp32 fma chain (k order) as the IEEE baseline.
 constexpr int kE4m3Variants = Fp8StepModel::kCandidates + 1;
@@ -420,15 +472,7 @@ void print_e4m3_mismatch(const MismatchE4m3& mm) {
 int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   constexpr int per_tile = 512;
   const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
-  const long batch = std::min(tiles_per_class, 1l << 18);
-  float* d = nullptr;
-  unsigned long long* counts = nullptr;
-  MismatchE4m3* keep = nullptr;
-  unsigned int* kept = nullptr;
-  MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * per_tile * sizeof(float)));
-  MOK_CUDA_CHECK(cudaMalloc(&counts, kE4m3Variants * sizeof(unsigned long long)));
-  MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(MismatchE4m3)));
-  MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
+  Probe<MismatchE4m3> probe(tiles_per_class, per_tile, kE4m3Variants);
   std::printf(
       "mok-tc-validate: %s, seed %llu, %ld outputs per class, wgmma.mma_async m64n8k32 (smem operands) "
       "e4m3->f32\n",
@@ -443,44 +487,28 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   std::vector<unsigned long long> total(kE4m3Variants, 0);
   unsigned long long total_outputs = 0;
   for (int cls = 0; cls < kClassCount; ++cls) {
-    std::vector<unsigned long long> sum(kE4m3Variants, 0);
-    MOK_CUDA_CHECK(cudaMemset(kept, 0, sizeof(unsigned int)));
-    for (long first = 0; first < tiles_per_class; first += batch) {
-      const long n = std::min(batch, tiles_per_class - first);
-      const uint64_t batch_seed = seed + uint64_t(first);
-      MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * per_tile * sizeof(float)));  // poison
-      MOK_CUDA_CHECK(cudaMemset(counts, 0, kE4m3Variants * sizeof(unsigned long long)));
-      warpgroup_e4m3_tiles<<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, d);
-      MOK_CUDA_CHECK(cudaGetLastError());
-      compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d, counts, keep, kept);
-      MOK_CUDA_CHECK(cudaGetLastError());
-      std::vector<unsigned long long> c(kE4m3Variants);
-      MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, kE4m3Variants * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-      for (int i = 0; i < kE4m3Variants; ++i) sum[i] += c[i];
-    }
-    std::printf("%-12s %12ld", kE4m3ClassNames[cls], tiles_per_class * per_tile);
-    for (int i = 0; i < kE4m3Variants; ++i) std::printf(" %10llu", sum[i]);
-    std::printf("\n");
+    std::vector<MismatchE4m3> mm;
+    const std::vector<unsigned long long> sum = probe.run_class(
+        seed,
+        [&](uint64_t batch_seed, long n) {
+          warpgroup_tiles<E4m3Wgmma><<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, probe.d);
+          MOK_CUDA_CHECK(cudaGetLastError());
+          compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, probe.d, probe.counts, probe.keep,
+                                                              probe.kept);
+        },
+        mm);
+    print_row(kE4m3ClassNames[cls], tiles_per_class * per_tile, sum);
     for (int i = 0; i < kE4m3Variants; ++i) total[i] += sum[i];
     total_outputs += tiles_per_class * per_tile;
-    unsigned int nkept = 0;
-    MOK_CUDA_CHECK(cudaMemcpy(&nkept, kept, sizeof nkept, cudaMemcpyDeviceToHost));
-    std::vector<MismatchE4m3> mm(kKeep);
-    MOK_CUDA_CHECK(cudaMemcpy(mm.data(), keep, kKeep * sizeof(MismatchE4m3), cudaMemcpyDeviceToHost));
-    for (unsigned i = 0; i < std::min(nkept, unsigned(3)); ++i) print_e4m3_mismatch(mm[i]);
+    for (size_t i = 0; i < std::min(mm.size(), size_t(3)); ++i) print_e4m3_mismatch(mm[i]);
   }
-  std::printf("%-12s %12llu", "all", total_outputs);
-  for (int i = 0; i < kE4m3Variants; ++i) std::printf(" %10llu", total[i]);
-  std::printf("\ncandidates with no mismatch:");
+  print_row("all", total_outputs, total);
+  std::printf("candidates with no mismatch:");
   bool any = false;
   for (int i = 0; i < kE4m3Variants; ++i)
     if (total[i] == 0) std::printf(" %s", kE4m3VariantNames[i]), any = true;
   std::printf("%s\n", any ? "" : " none (the hardware follows none of them: refit from the printed cases)");
   std::printf("hopper: %llu mismatches in %llu outputs\n", total[0], total_outputs);
-  MOK_CUDA_CHECK(cudaFree(d));
-  MOK_CUDA_CHECK(cudaFree(counts));
-  MOK_CUDA_CHECK(cudaFree(keep));
-  MOK_CUDA_CHECK(cudaFree(kept));
   return total[0] == 0 ? 0 : 1;
 }
 
@@ -506,15 +534,7 @@ int main(int argc, char** argv) {
     MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     if (instruction == "wgmma-e4m3") return run_e4m3(outputs, seed, prop);
     const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
-    const long batch = std::min(tiles_per_class, 1l << 18);
-    float* d = nullptr;
-    unsigned long long* counts = nullptr;
-    Mismatch* keep = nullptr;
-    unsigned int* kept = nullptr;
-    MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch) * per_tile * sizeof(float)));
-    MOK_CUDA_CHECK(cudaMalloc(&counts, kVariants * sizeof(unsigned long long)));
-    MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(Mismatch)));
-    MOK_CUDA_CHECK(cudaMalloc(&kept, sizeof(unsigned int)));
+    Probe<Mismatch> probe(tiles_per_class, per_tile, kVariants);
     std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, %s bf16->f32\n", prop.name,
                 (unsigned long long)seed, tiles_per_class * per_tile,
                 wgmma ? "wgmma.mma_async m64n8k16 (smem operands)" : "mma.sync m16n8k16");
@@ -526,34 +546,23 @@ int main(int argc, char** argv) {
     std::printf("\n");
     unsigned long long shipped_mismatches = 0, total_outputs = 0;
     for (int cls = 0; cls < kClassCount; ++cls) {
-      std::vector<unsigned long long> sum(kVariants, 0);
-      MOK_CUDA_CHECK(cudaMemset(kept, 0, sizeof(unsigned int)));
-      for (long first = 0; first < tiles_per_class; first += batch) {
-        const long n = std::min(batch, tiles_per_class - first);
-        const uint64_t batch_seed = seed + uint64_t(first);
-        MOK_CUDA_CHECK(cudaMemset(d, 0xff, size_t(n) * per_tile * sizeof(float)));  // poison
-        MOK_CUDA_CHECK(cudaMemset(counts, 0, kVariants * sizeof(unsigned long long)));
-        if (wgmma)
-          warpgroup_tiles<<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, d);
-        else
-          tensor_core_tiles<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, d);
-        MOK_CUDA_CHECK(cudaGetLastError());
-        compare_with_model<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, rows, d, counts, keep, kept);
-        MOK_CUDA_CHECK(cudaGetLastError());
-        std::vector<unsigned long long> c(kVariants);
-        MOK_CUDA_CHECK(cudaMemcpy(c.data(), counts, kVariants * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-        for (int i = 0; i < kVariants; ++i) sum[i] += c[i];
-      }
-      std::printf("%-12s %12ld", kClassNames[cls], tiles_per_class * per_tile);
-      for (int i = 0; i < kVariants; ++i) std::printf(" %10llu", sum[i]);
-      std::printf("\n");
+      std::vector<Mismatch> mm;
+      const std::vector<unsigned long long> sum = probe.run_class(
+          seed,
+          [&](uint64_t batch_seed, long n) {
+            if (wgmma)
+              warpgroup_tiles<Bf16Wgmma><<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, probe.d);
+            else
+              tensor_core_tiles<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, probe.d);
+            MOK_CUDA_CHECK(cudaGetLastError());
+            compare_with_model<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, rows, probe.d, probe.counts,
+                                                                      probe.keep, probe.kept);
+          },
+          mm);
+      print_row(kClassNames[cls], tiles_per_class * per_tile, sum);
       shipped_mismatches += sum[0];
       total_outputs += tiles_per_class * per_tile;
-      unsigned int nkept = 0;
-      MOK_CUDA_CHECK(cudaMemcpy(&nkept, kept, sizeof nkept, cudaMemcpyDeviceToHost));
-      std::vector<Mismatch> mm(kKeep);
-      MOK_CUDA_CHECK(cudaMemcpy(mm.data(), keep, kKeep * sizeof(Mismatch), cudaMemcpyDeviceToHost));
-      for (unsigned i = 0; i < std::min(nkept, unsigned(4)); ++i) {
+      for (size_t i = 0; i < std::min(mm.size(), size_t(4)); ++i) {
         std::printf("  mismatch: c=%a gpu=%a (0x%08x) model=%a (0x%08x)\n    a:", mm[i].c, mm[i].gpu,
                     mok::bits_of(mm[i].gpu), mm[i].model, mok::bits_of(mm[i].model));
         for (int k = 0; k < 16; ++k) std::printf(" %04x", mm[i].a[k]);

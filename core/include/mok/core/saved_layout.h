@@ -23,14 +23,19 @@ namespace mok {
 
 inline constexpr int kTileRows = 128;  // the GPU's GEMM tile: the unit of expert padding
 
+// The most routed rows one GPU's experts (E/G of them) can receive: N min(k, E/G), as a token picks
+// distinct experts.
+MOK_HD long most_own_rows(const LayerConfig& c, int gpus) {
+  const long experts = c.experts / gpus;
+  return long(c.tokens()) * (c.top_k < experts ? c.top_k : experts);
+}
+
 // Rows of one GPU's per-row buffers over `gpus` GPUs: its own experts' tiles (E/G experts), counted from
-// its first expert's first tile, for `capacity_rows` routed rows (0: the most any routing gives them,
-// N min(k, E/G), as a token picks distinct experts), each expert's last tile part padding at most.
-// One GPU without a capacity: padded_rows(c).
+// its first expert's first tile, for `capacity_rows` routed rows (0: most_own_rows), each expert's last
+// tile part padding at most. One GPU without a capacity: padded_rows(c).
 MOK_HD long own_padded_rows(const LayerConfig& c, int gpus, long capacity_rows) {
-  const long experts = c.experts / gpus, most = long(c.tokens()) * (c.top_k < experts ? c.top_k : experts);
-  const long rows = capacity_rows ? capacity_rows : most;
-  return kTileRows * ((rows + kTileRows - 1) / kTileRows + experts);
+  const long rows = capacity_rows ? capacity_rows : most_own_rows(c, gpus);
+  return kTileRows * ((rows + kTileRows - 1) / kTileRows + c.experts / gpus);
 }
 
 // Rows of one GPU's padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
