@@ -41,7 +41,8 @@ void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols)
 }
 
 void TensorMapCache::encode(int slot, CUtensorMap& out, const void* base, long rows, long cols) {
-  require(slot >= 0 && slot < int(entries_.size()), "internal: tensor map slot " + std::to_string(slot));
+  require(slot >= 0 && slot < int(entries_.size()),
+          [&] { return "internal: tensor map slot " + std::to_string(slot); });
   Entry& e = entries_[slot];
   if (e.base != base || e.rows != rows || e.cols != cols) {
     encode_tensor_map(e.map, base, rows, cols);

@@ -102,20 +102,24 @@ inline std::string list_size_error(const char* list, size_t got, size_t want) {
 
 // Throws mok::Error naming the field; validates the config as the layer does.
 inline LayerConfig parse_config(c10::IntArrayRef ints, c10::ArrayRef<double> floats) {
-  require(ints.size() == std::size(kIntFields), list_size_error("config_ints", ints.size(), std::size(kIntFields)));
+  require(ints.size() == std::size(kIntFields),
+          [&] { return list_size_error("config_ints", ints.size(), std::size(kIntFields)); });
   require(floats.size() == std::size(kFloatFields),
-          list_size_error("config_floats", floats.size(), std::size(kFloatFields)));
+          [&] { return list_size_error("config_floats", floats.size(), std::size(kFloatFields)); });
   LayerConfig c;
   for (size_t i = 0; i < ints.size(); ++i) {
     const IntField& f = kIntFields[i];
-    require(ints[i] >= f.min && ints[i] <= f.max, std::string(f.name) + " = " + std::to_string(ints[i]) + " (need " +
-                                                      std::to_string(f.min) + " .. " + std::to_string(f.max) + ")");
+    require(ints[i] >= f.min && ints[i] <= f.max, [&] {
+      return std::string(f.name) + " = " + std::to_string(ints[i]) + " (need " + std::to_string(f.min) + " .. " +
+             std::to_string(f.max) + ")";
+    });
     f.set(c, ints[i]);
   }
   // Stored as float32, as LayerConfig holds them (rounded to nearest).
   for (size_t i = 0; i < floats.size(); ++i) {
-    require(std::isfinite(floats[i]) && std::abs(floats[i]) <= std::numeric_limits<float>::max(),
-            std::string(kFloatFields[i].name) + " = " + std::to_string(floats[i]) + " is not a finite float32");
+    require(std::isfinite(floats[i]) && std::abs(floats[i]) <= std::numeric_limits<float>::max(), [&] {
+      return std::string(kFloatFields[i].name) + " = " + std::to_string(floats[i]) + " is not a finite float32";
+    });
     c.*kFloatFields[i].member = float(floats[i]);
   }
   validate(c);
@@ -126,27 +130,34 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
                        c10::IntArrayRef launch) {
   Call call;
   call.config = parse_config(ints, floats);
-  require(routing_mode >= 0 && routing_mode < int64_t(std::size(kRoutingModes)),
-          "routing_mode = " + std::to_string(routing_mode) + " (need 0 router, 1 replay_ids or 2 given)");
+  require(routing_mode >= 0 && routing_mode < int64_t(std::size(kRoutingModes)), [&] {
+    return "routing_mode = " + std::to_string(routing_mode) + " (need 0 router, 1 replay_ids or 2 given)";
+  });
   call.mode = RoutingMode(routing_mode);
   require(launch.size() == std::size(kLaunchFields),
-          list_size_error("launch", launch.size(), std::size(kLaunchFields)));
-  require(launch[0] >= 0 && launch[0] <= kInt32Max, "ring_rows = " + std::to_string(launch[0]) + " (need >= 0)");
+          [&] { return list_size_error("launch", launch.size(), std::size(kLaunchFields)); });
+  require(launch[0] >= 0 && launch[0] <= kInt32Max,
+          [&] { return "ring_rows = " + std::to_string(launch[0]) + " (need >= 0)"; });
   call.ring_rows = int(launch[0]);
   // The GPU's unit, so a call valid on the CPU is valid on the GPU.
   if (call.ring_rows) validate_ring_rows(call.ring_rows, kTileRows);
-  require(launch[1] >= 0 && launch[1] <= kInt32Max, "blocks = " + std::to_string(launch[1]) + " (need >= 0)");
+  require(launch[1] >= 0 && launch[1] <= kInt32Max,
+          [&] { return "blocks = " + std::to_string(launch[1]) + " (need >= 0)"; });
   call.blocks = int(launch[1]);
-  require(launch[2] == 0 || launch[2] == 1, "recompute = " + std::to_string(launch[2]) + " (need 0 or 1)");
+  require(launch[2] == 0 || launch[2] == 1,
+          [&] { return "recompute = " + std::to_string(launch[2]) + " (need 0 or 1)"; });
   call.recompute = launch[2] == 1;
   call.comm = static_cast<uintptr_t>(launch[3]);
-  require(launch[4] >= 1 && launch[4] <= kInt32Max, "gpus = " + std::to_string(launch[4]) + " (need >= 1)");
+  require(launch[4] >= 1 && launch[4] <= kInt32Max,
+          [&] { return "gpus = " + std::to_string(launch[4]) + " (need >= 1)"; });
   call.gpus = int(launch[4]);
-  require(call.comm != 0 || call.gpus == 1,
-          "gpus = " + std::to_string(call.gpus) + " needs a communicator (comm = 0: the whole layer on one device)");
-  require(call.config.ranks % call.gpus == 0, "ranks R = " + std::to_string(call.config.ranks) +
-                                                  " is not a multiple of gpus G = " + std::to_string(call.gpus) +
-                                                  " (each GPU executes R / G ranks)");
+  require(call.comm != 0 || call.gpus == 1, [&] {
+    return "gpus = " + std::to_string(call.gpus) + " needs a communicator (comm = 0: the whole layer on one device)";
+  });
+  require(call.config.ranks % call.gpus == 0, [&] {
+    return "ranks R = " + std::to_string(call.config.ranks) +
+           " is not a multiple of gpus G = " + std::to_string(call.gpus) + " (each GPU executes R / G ranks)";
+  });
   return call;
 }
 

@@ -27,10 +27,11 @@ class Checker {
       refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
   }
 
-  // An optional tensor: present exactly when `wanted` (`why` says when it is).
-  void optional(const std::optional<at::Tensor>& t, bool wanted, const std::string& why, const std::string& name,
-                at::ScalarType dtype, at::IntArrayRef shape, const char* dims) const {
-    require(t.has_value() == wanted, name + (wanted ? " is missing: " : " must be None: ") + why);
+  // An optional tensor: present exactly when `wanted` (`why()` says when it is, built only on failure).
+  template <class Why>
+  void optional(const std::optional<at::Tensor>& t, bool wanted, Why why, const std::string& name, at::ScalarType dtype,
+                at::IntArrayRef shape, const char* dims) const {
+    require(t.has_value() == wanted, [&] { return name + (wanted ? " is missing: " : " must be None: ") + why(); });
     if (t) (*this)(*t, name, dtype, shape, dims);
   }
 
@@ -54,7 +55,7 @@ void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
   if (a.expert_bias) check(*a.expert_bias, "expert_bias", at::kFloat, {E}, "[E]");
   check(a.w1, "w1", at::kBFloat16, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
   check(a.w2, "w2", at::kBFloat16, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
-  const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
+  const auto shared_rule = [&] { return "the config's shared_intermediate is " + std::to_string(Is); };
   check.optional(a.shared_w1, c.has_shared(), shared_rule, "shared_w1", at::kBFloat16, {2 * Is, H}, "[2Is, H]");
   check.optional(a.shared_w2, c.has_shared(), shared_rule, "shared_w2", at::kBFloat16, {H, Is}, "[H, Is]");
 }
@@ -74,7 +75,7 @@ void check_forward_args(const Call& call, const LayerArgs& a, const std::optiona
   const Checker check(a.x, aligned);
   check_layer(check, call, a);
   const int64_t N = call.own_tokens(), k = call.config.top_k;
-  const std::string rule = std::string("routing mode ") + mode_name(call.mode);
+  const auto rule = [&] { return std::string("routing mode ") + mode_name(call.mode); };
   const char* nk = dims(call, "[N, k]", "[N/G, k]");
   check.optional(topk_idx, call.mode != RoutingMode::router, rule, "topk_idx", at::kInt, {N, k}, nk);
   check.optional(topk_w, call.mode == RoutingMode::given, rule, "topk_w", at::kFloat, {N, k}, nk);
@@ -98,11 +99,12 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
   const Checker check(x, aligned);
   const LayerConfig& c = call.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts(), Is = c.shared_intermediate;
-  check.optional(acc.d_router, call.mode != RoutingMode::given, std::string("routing mode ") + mode_name(call.mode),
-                 "d_router", at::kFloat, {E, H}, "[E, H]");
+  check.optional(
+      acc.d_router, call.mode != RoutingMode::given,
+      [&] { return std::string("routing mode ") + mode_name(call.mode); }, "d_router", at::kFloat, {E, H}, "[E, H]");
   check(acc.d_w1, "d_w1", at::kFloat, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
   check(acc.d_w2, "d_w2", at::kFloat, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
-  const std::string shared_rule = "the config's shared_intermediate is " + std::to_string(Is);
+  const auto shared_rule = [&] { return "the config's shared_intermediate is " + std::to_string(Is); };
   check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", at::kFloat, {2 * Is, H}, "[2Is, H]");
   check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", at::kFloat, {H, Is}, "[H, Is]");
 }

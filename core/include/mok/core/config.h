@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "mok/core/host_device.h"
 
@@ -59,6 +60,15 @@ inline void require(bool ok, const std::string& what) {
   if (!ok) throw Error("mok: invalid input: " + what);
 }
 
+// The same, the message built by `what()` only on failure: for the checks every call of a hot path
+// makes (config validation, the op's argument checks), where building each message costs more than
+// the check.
+template <class Message>
+requires std::is_invocable_r_v<std::string, Message>
+void require(bool ok, Message&& what) {
+  if (!ok) throw Error("mok: invalid input: " + std::string(what()));
+}
+
 // A broken invariant of mok itself, never the caller's input: a bug to report. Not a mok::Error, so
 // that nothing mistakes it for a rejected input.
 struct InternalError : std::logic_error {
@@ -97,8 +107,10 @@ inline std::string quote_input(const std::string& text) {
 inline constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
 
 inline void require_int_index(int64_t value, const char* what) {
-  require(value <= kMaxIndex, std::string(what) + " = " + std::to_string(value) +
-                                  " is more than 2^31 - 1: too large for mok's 32-bit indices");
+  require(value <= kMaxIndex, [&] {
+    return std::string(what) + " = " + std::to_string(value) +
+           " is more than 2^31 - 1: too large for mok's 32-bit indices";
+  });
 }
 
 // 0 (off), or a positive normal float: a subnormal limit is a typo, not a clamp.
@@ -108,23 +120,24 @@ inline bool valid_swiglu_limit(float limit) {
 
 inline void validate(const LayerConfig& c) {
   const auto n = [](const char* name, long v) { return std::string(name) + " = " + std::to_string(v); };
-  require(c.ranks >= 1, n("ranks R", c.ranks) + " (need R >= 1)");
-  require(c.tokens_per_rank >= 1, n("tokens per rank T", c.tokens_per_rank) + " (need T >= 1)");
+  require(c.ranks >= 1, [&] { return n("ranks R", c.ranks) + " (need R >= 1)"; });
+  require(c.tokens_per_rank >= 1, [&] { return n("tokens per rank T", c.tokens_per_rank) + " (need T >= 1)"; });
   require(c.experts >= 1 && c.experts <= kMaxExperts,
-          n("experts E", c.experts) + " (need 1 <= E <= " + std::to_string(kMaxExperts) + ")");
-  require(c.experts % c.ranks == 0, n("experts E", c.experts) + " is not a multiple of " + n("ranks R", c.ranks));
+          [&] { return n("experts E", c.experts) + " (need 1 <= E <= " + std::to_string(kMaxExperts) + ")"; });
+  require(c.experts % c.ranks == 0,
+          [&] { return n("experts E", c.experts) + " is not a multiple of " + n("ranks R", c.ranks); });
   require(c.top_k >= 1 && c.top_k <= c.experts,
-          n("top_k k", c.top_k) + " (need 1 <= k <= E = " + std::to_string(c.experts) + ")");
+          [&] { return n("top_k k", c.top_k) + " (need 1 <= k <= E = " + std::to_string(c.experts) + ")"; });
   require(c.hidden > 0 && c.hidden % kShapeMultiple == 0,
-          n("hidden H", c.hidden) + " (need a positive multiple of 64)");
+          [&] { return n("hidden H", c.hidden) + " (need a positive multiple of 64)"; });
   require(c.intermediate > 0 && c.intermediate % kShapeMultiple == 0,
-          n("intermediate I", c.intermediate) + " (need a positive multiple of 64)");
+          [&] { return n("intermediate I", c.intermediate) + " (need a positive multiple of 64)"; });
   require(c.shared_intermediate >= 0 && c.shared_intermediate % kShapeMultiple == 0,
-          n("shared_intermediate", c.shared_intermediate) + " (need 0 or a multiple of 64)");
+          [&] { return n("shared_intermediate", c.shared_intermediate) + " (need 0 or a multiple of 64)"; });
   require(valid_swiglu_limit(c.swiglu_limit),
-          "swiglu_limit must be 0 (off) or a positive, finite, normal float32 (at least 2^-126)");
+          [&] { return "swiglu_limit must be 0 (off) or a positive, finite, normal float32 (at least 2^-126)"; });
   require(c.routed_scale > 0.0f && c.routed_scale <= std::numeric_limits<float>::max(),
-          "routed_scale must be positive and finite");
+          [&] { return "routed_scale must be positive and finite"; });
   const int64_t N = int64_t(c.ranks) * c.tokens_per_rank;  // before anything calls tokens()
   require_int_index(N, "tokens N = R * T");
   require_int_index(N * c.top_k, "routed rows N * k");
@@ -132,14 +145,14 @@ inline void validate(const LayerConfig& c) {
   require_int_index(2 * int64_t(c.intermediate), "W1 rows per expert 2 * I");
   require_int_index(2 * int64_t(c.shared_intermediate), "shared W1 rows 2 * Is");
   require_int_index(int64_t(c.experts) * c.hidden, "router elements E * H");
-  require(N * c.hidden < (int64_t(1) << 40), "problem too large: N * H >= 2^40");
+  require(N * c.hidden < (int64_t(1) << 40), [&] { return "problem too large: N * H >= 2^40"; });
   if (c.score_mode == ScoreMode::sigmoid) {
     require(c.n_group >= 1 && c.experts % c.n_group == 0,
-            n("n_group", c.n_group) + " must divide " + n("E", c.experts));
+            [&] { return n("n_group", c.n_group) + " must divide " + n("E", c.experts); });
     require(c.topk_group >= 1 && c.topk_group <= c.n_group,
-            n("topk_group", c.topk_group) + " (need 1 <= topk_group <= n_group)");
+            [&] { return n("topk_group", c.topk_group) + " (need 1 <= topk_group <= n_group)"; });
     require(c.top_k <= c.topk_group * (c.experts / c.n_group),
-            n("top_k", c.top_k) + " exceeds the experts in the kept groups");
+            [&] { return n("top_k", c.top_k) + " exceeds the experts in the kept groups"; });
   }
 }
 
