@@ -111,12 +111,17 @@ def op_overhead(args):
         op_args = (x, router, None, w1, w2, None, None, idx, w, ints, floats, 2, mok.config.pack_launch())
         op = lambda: torch.ops.mok.forward(*op_args)  # noqa: E731
         host, host_op = host_us(call), host_us(op)
+        with torch.enable_grad():  # a training call: the autograd Function records the backward
+            trained = w1.detach().requires_grad_()
+            host_grad = host_us(lambda: mok.moe(x, router, trained, w2, config=config, routing=(idx, w),
+                                                replay="full"))
         # A yardstick from the same host: one elementwise kernel through the dispatcher from Python.
         small = torch.ones(16, device="cuda")
         host_add = host_us(lambda: torch.add(small, 1))
     print(f"op overhead (H {H}, I {I}, E {E}, k {k}, T {T}): eager {eager * 1e3:.1f} us, graph replay "
           f"{replay * 1e3:.1f} us, difference {(eager - replay) * 1e3:.1f} us per call; host enqueue "
-          f"{host:.1f} us (mok.moe), {host_op:.1f} us (torch.ops.mok.forward alone), {host_add:.1f} us "
+          f"{host:.1f} us (mok.moe), {host_op:.1f} us (torch.ops.mok.forward alone), {host_grad:.1f} us "
+          f"(mok.moe under autograd, w1 requiring grad), {host_add:.1f} us "
           "(torch.add of 16 floats, the host's yardstick) (medians of 200)", flush=True)
     if args.host_profile:
         with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

@@ -10,6 +10,9 @@ T* at_offset(uint8_t* base, size_t offset) {
   return reinterpret_cast<T*>(base + offset);
 }
 
+// The mode's given routing: the caller's input, or (absent) the output read in place.
+const TensorView& given(const TensorView& input, const TensorView& output) { return input.data ? input : output; }
+
 }  // namespace
 
 Exchange::WindowLayout Exchange::window_layout(const LayerConfig& c, int gpus) {
@@ -97,6 +100,8 @@ void Exchange::bind_forward(Params& p, cudaStream_t stream, const ForwardInputs&
     p.x = ptr<bf16>(in.x);
     p.topk_idx = ptr<int32_t>(out.topk_idx);
     p.topk_w = ptr<float>(out.topk_w);
+    p.given_topk_idx = ptr<int32_t>(given(in.topk_idx, out.topk_idx));
+    p.given_topk_w = ptr<float>(given(in.topk_w, out.topk_w));
     for (int r = 0; r < c_.ranks; ++r)
       p.rank[r] = RankBuffers{p.x + r * T * H,
                               nullptr,
@@ -110,15 +115,21 @@ void Exchange::bind_forward(Params& p, cudaStream_t stream, const ForwardInputs&
   bind_window(p);
   copy_in(stream, p.x, in.x, H * sizeof(bf16));
   // A given routing arrives per GPU; the kernel gathers every token's (every GPU lays out all).
-  if (in.routing != RoutingMode::router) copy_in(stream, p.topk_idx, out.topk_idx, k * sizeof(int32_t));
-  if (in.routing == RoutingMode::given) copy_in(stream, p.topk_w, out.topk_w, k * sizeof(float));
+  if (in.routing != RoutingMode::router)
+    copy_in(stream, p.topk_idx, given(in.topk_idx, out.topk_idx), k * sizeof(int32_t));
+  if (in.routing == RoutingMode::given) copy_in(stream, p.topk_w, given(in.topk_w, out.topk_w), k * sizeof(float));
+  p.given_topk_idx = p.topk_idx;
+  p.given_topk_w = p.topk_w;
 }
 
 void Exchange::after_forward(cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out) const {
   if (!windowed()) return;
   const size_t k = c_.top_k;
-  if (in.routing == RoutingMode::router) copy_out(stream, out.topk_idx, own_ + at_.topk_idx, k * sizeof(int32_t));
-  if (in.routing != RoutingMode::given) copy_out(stream, out.topk_w, own_ + at_.topk_w, k * sizeof(float));
+  // The outputs already hold what was read in place from them.
+  if (in.routing == RoutingMode::router || in.topk_idx.data)
+    copy_out(stream, out.topk_idx, own_ + at_.topk_idx, k * sizeof(int32_t));
+  if (in.routing != RoutingMode::given || in.topk_w.data)
+    copy_out(stream, out.topk_w, own_ + at_.topk_w, k * sizeof(float));
 }
 
 void Exchange::bind_backward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& fwd,

@@ -49,20 +49,24 @@ __device__ void router_select_tokens(const Params& p) {
   }
 }
 
-// A given routing (every token's, gathered: every GPU lays out all of them) before anything reads it: an expert
-// id outside [0, E) or twice in one token would send rows out of bounds, a non-finite given weight
-// poisons y. The first bad token is recorded (kBadRouting) and the launch ends at the next barrier.
-__device__ void check_given_routing(const Params& p) {
+// A given routing (every token's, gathered: every GPU lays out all of them), copied where the layer
+// reads it and checked before anything else does: an expert id outside [0, E) or twice in one token
+// would send rows out of bounds, a non-finite given weight poisons y. The first bad token is recorded
+// (kBadRouting) and the launch ends at the next barrier.
+__device__ void take_given_routing(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
+  const bool weights = p.routing == RoutingMode::given;
   for (long g = thread_id(); g < p.c.tokens(); g += thread_count()) {
     uint32_t seen[kMaxExperts / 32] = {};
     bool ok = true;
-    for (int j = 0; j < k && ok; ++j) {
-      const int32_t e = p.topk_idx[g * k + j];
-      ok = e >= 0 && e < E && !(seen[e / 32] >> (e % 32) & 1u);
-      if (ok) seen[e / 32] |= 1u << (e % 32);
-      const float w = p.routing == RoutingMode::given ? p.topk_w[g * k + j] : 0.0f;
-      ok = ok && w - w == 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = p.given_topk_idx[g * k + j];
+      p.topk_idx[g * k + j] = e;
+      const bool fresh = e >= 0 && e < E && !(seen[e / 32] >> (e % 32) & 1u);
+      if (fresh) seen[e / 32] |= 1u << (e % 32);
+      const float w = weights ? p.given_topk_w[g * k + j] : 0.0f;
+      if (weights) p.topk_w[g * k + j] = w;
+      ok = ok && fresh && w - w == 0.0f;
     }
     if (!ok) record_error(p.barrier, kBadRouting, kRoutingCheck, 0, int(g));
   }
@@ -239,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
         gather_token_values(p, p.topk_w, p.c.top_k, [&](int r) { return p.rank[r].topk_w; });
       if (!grid_sync(b, kStart, 0)) return;
     }
-    check_given_routing(p);
+    take_given_routing(p);
     if (!grid_sync(b, kRoutingCheck, 0)) return;
   }
   if (has_router(p)) {

@@ -3,6 +3,7 @@
 // on the caller's stream, device errors copied behind each launch and raised by the next call; the
 // peer groups of several GPUs (this process's, colocated, or on a caller's communicator).
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -24,14 +25,16 @@ namespace {
 // A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned (the
 // kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases).
 // The messages are built only on failure: this runs for every tensor of every call.
-void check_view(const TensorView& v, const char* name, DType dtype, std::vector<int64_t> shape, bool optional = false) {
+void check_view(const TensorView& v, const char* name, DType dtype, std::initializer_list<int64_t> shape,
+                bool optional = false) {
   const auto refuse = [&](const std::string& what) { require(false, std::string(name) + what); };
   if (v.data == nullptr) {
     if (!optional) refuse(" is missing");
     return;
   }
   if (v.dtype != dtype) refuse(std::string(" has dtype ") + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
-  if (v.shape != shape) refuse(" has shape " + shape_text(v.shape) + ", expected " + shape_text(shape));
+  if (!std::ranges::equal(v.shape, shape))
+    refuse(" has shape " + shape_text(v.shape) + ", expected " + shape_text({shape.begin(), shape.size()}));
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
 }
 
@@ -223,6 +226,12 @@ struct Layer::Impl {
     check_view(out.logits, named("logits [N, E]", "logits [N/G, E]"), DType::f32, {N, E},
                in.routing == RoutingMode::given);
     check_view(out.saved, "saved", DType::u8, {int64_t(saved.bytes)});
+    if (!results) return;
+    const bool ids = in.routing != RoutingMode::router, weights = in.routing == RoutingMode::given;
+    require(ids || !in.topk_idx.data, "a given topk_idx needs routing mode replay_ids or given");
+    require(weights || !in.topk_w.data, "a given topk_w needs routing mode given");
+    check_view(in.topk_idx, named("given topk_idx [N, k]", "given topk_idx [N/G, k]"), DType::i32, {N, k}, true);
+    check_view(in.topk_w, named("given topk_w [N, k]", "given topk_w [N/G, k]"), DType::f32, {N, k}, true);
   }
   void check_grads(const ForwardInputs& in, const TensorView& dy, const GradOutputs& g) const {
     const int64_t N = own_tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Eg = own_experts();

@@ -129,7 +129,7 @@ struct SavedGaps {
 struct Params {
   LayerConfig c;
   int ring_rows;
-  RoutingMode routing;       // replay_ids, given: topk_idx (and for given topk_w) already filled
+  RoutingMode routing;       // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
   bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
   bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
   bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
@@ -152,15 +152,19 @@ struct Params {
   bf16* dy;  // [N, H]
 
   // Routing and dispatch layout. logits is the caller's: this GPU's tokens only (own_token_row).
-  float* logits;          // [N/G, E]
-  int32_t* topk_idx;      // [N, k] global view
-  float* topk_w;          // [N, k] global view
-  int32_t* chunk_counts;  // [chunks, E]
-  int32_t* chunk_base;    // [chunks, E]
-  int32_t* offsets;       // [E + 1]
-  int32_t* tile_offsets;  // [E + 1] 128-row tiles before expert e
-  int32_t* row_source;    // [N k]
-  int32_t* slot_row;      // [N k]
+  float* logits;      // [N/G, E]
+  int32_t* topk_idx;  // [N, k] global view
+  float* topk_w;      // [N, k] global view
+  // The mode's given routing, checked and copied into topk_idx, topk_w: the caller's tensors (one GPU),
+  // or topk_idx, topk_w themselves (across GPUs, where each GPU's share was copied into its window).
+  const int32_t* given_topk_idx;  // [N, k]
+  const float* given_topk_w;      // [N, k]
+  int32_t* chunk_counts;          // [chunks, E]
+  int32_t* chunk_base;            // [chunks, E]
+  int32_t* offsets;               // [E + 1]
+  int32_t* tile_offsets;          // [E + 1] 128-row tiles before expert e
+  int32_t* row_source;            // [N k]
+  int32_t* slot_row;              // [N k]
 
   bf16* ring;  // [R/G ring_rows, H] the executed ranks' dy receive rings (ring_base)
 

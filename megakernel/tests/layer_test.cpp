@@ -30,35 +30,46 @@ void cuda(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
 // One problem's tensors on the device, in the layer's vocabulary: share `share` of `shares` (its
 // tokens, its experts' w1, w2 and their gradients; the rest whole).
+// Where a given routing (replay_ids, given) is passed: in place in the outputs, or as inputs of its own.
+enum class GivenRouting { in_place, inputs };
+
 struct Bound {
   LayerConfig c;
   int share = 0, shares = 1;
   RoutingMode mode = RoutingMode::router;
+  GivenRouting given = GivenRouting::in_place;
   WeightTensors weights;
   ForwardTensors fwd;
   GradTensors grad;
   DeviceTensor workspace;
+  DeviceTensor given_idx, given_w;  // GivenRouting::inputs
 
-  Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing, int g = 0, int count = 1)
+  Bound(const Layer& layer, const ref::Problem& p, RoutingMode routing, int g = 0, int count = 1,
+        GivenRouting where = GivenRouting::in_place)
       : c(p.config),
         share(g),
         shares(count),
         mode(routing),
+        given(where),
         weights(c, p.weights, g, count),
         fwd(c, layer.saved_bytes(), count),
         grad(c, count),
         workspace(DType::u8, {int64_t(layer.workspace_bytes(Pass::backward))}) {
     fwd.x.upload(share_of(p.x, share, shares));
     grad.dy.upload(share_of(p.dy, share, shares));
-    if (mode != RoutingMode::router) fwd.topk_idx.upload(share_of(p.routing->topk_idx, share, shares));
-    if (mode == RoutingMode::given) fwd.topk_w.upload(share_of(p.routing->topk_w, share, shares));
+    const bool inputs = given == GivenRouting::inputs;
+    if (inputs && mode != RoutingMode::router) given_idx = DeviceTensor(DType::i32, fwd.topk_idx.view().shape);
+    if (inputs && mode == RoutingMode::given) given_w = DeviceTensor(DType::f32, fwd.topk_w.view().shape);
+    if (mode != RoutingMode::router)
+      (inputs ? given_idx : fwd.topk_idx).upload(share_of(p.routing->topk_idx, share, shares));
+    if (mode == RoutingMode::given) (inputs ? given_w : fwd.topk_w).upload(share_of(p.routing->topk_w, share, shares));
   }
   void set_weights(const LayerWeights& w) { weights = WeightTensors(c, w, share, shares); }
-  ForwardInputs inputs() const { return {fwd.x.view(), weights.views(), mode}; }
+  ForwardInputs inputs() const { return {fwd.x.view(), weights.views(), mode, given_idx.view(), given_w.view()}; }
   ForwardOutputs outputs() const { return fwd.views(mode); }
   GradOutputs grads(bool accumulate = false) const { return grad.views(mode, accumulate); }
   void poison(bool accumulate = false) {
-    fwd.poison(mode);
+    fwd.poison(given == GivenRouting::inputs ? RoutingMode::router : mode);  // a routing given as inputs: all
     grad.poison(accumulate);
   }
   void run(Layer& layer, cudaStream_t stream, bool accumulate = false) {
@@ -144,6 +155,25 @@ TEST_F(LayerApi, EveryRoutingModeMatchesTheReference) {
     b.run(layer, stream_);
     layer.check();
     expect_same(read(b), reference(p, mode));
+  }
+}
+
+// A given routing passed as inputs of its own: the kernel writes it into the (poisoned) outputs, with
+// the bits of the in-place path, and leaves the inputs as they were.
+TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
+  for (RoutingMode mode : {RoutingMode::replay_ids, RoutingMode::given}) {
+    SCOPED_TRACE("mode " + std::to_string(int(mode)));
+    ref::Problem p = ref::make_problem(shared_sigmoid(), 32, ref::RoutingKind::zipf);
+    Layer layer(p.config, {});
+    Bound b(layer, p, mode, 0, 1, GivenRouting::inputs);
+    b.poison();
+    b.run(layer, stream_);
+    layer.check();
+    expect_same(read(b), reference(p, mode));
+    EXPECT_EQ(first_bit_mismatch("given topk_idx", b.given_idx.download<int32_t>(), p.routing->topk_idx), "");
+    if (mode == RoutingMode::given) {
+      EXPECT_EQ(first_bit_mismatch("given topk_w", b.given_w.download<float>(), p.routing->topk_w), "");
+    }
   }
 }
 
@@ -393,6 +423,16 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   out = b.outputs();
   out.logits = {};
   refused(b.inputs(), out, "logits");
+  in = b.inputs();
+  in.topk_idx = b.outputs().topk_idx;  // a routing given in mode router
+  refused(in, b.outputs(), "a given topk_idx needs routing mode replay_ids or given");
+  in.routing = RoutingMode::replay_ids;
+  in.topk_idx.shape = {1, 3};
+  refused(in, b.outputs(), "given topk_idx [N, k]");
+  in = b.inputs();
+  in.routing = RoutingMode::replay_ids;
+  in.topk_w = b.outputs().topk_w;
+  refused(in, b.outputs(), "a given topk_w needs routing mode given");
   layer.check();  // nothing was enqueued, nothing recorded
 }
 
@@ -423,12 +463,13 @@ struct Colocated {
   std::vector<std::unique_ptr<Bound>> bound;
   std::vector<cudaStream_t> streams;
 
-  Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0) {
+  Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0,
+            GivenRouting given = GivenRouting::in_place) {
     const LaunchConfig launch{.watchdog_seconds = watchdog_seconds, .gpus = gpus, .transport = Transport::colocated};
     group = make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
-      bound.push_back(std::make_unique<Bound>(*layers[g], p, mode, g, gpus));
+      bound.push_back(std::make_unique<Bound>(*layers[g], p, mode, g, gpus, given));
       bound[g]->poison();
       streams.push_back(nullptr);
       cuda(cudaStreamCreateWithFlags(&streams.back(), cudaStreamNonBlocking));
@@ -466,14 +507,16 @@ LayerConfig shared_sigmoid_on_4_ranks() {
 }
 
 // Issue 17 on one GPU: 2 and 4 colocated Layers, each on its share of the tensors (its tokens, its
-// experts), give the reference's bits in every routing mode, and each computes the whole d_router.
+// experts), give the reference's bits in every routing mode (a given routing in place, or as inputs:
+// each share's copied into its window), and each computes the whole d_router.
 TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
   const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
     const Results want = reference(p, mode);
     for (int gpus : {2, 4}) {
+      const GivenRouting given = gpus == 2 ? GivenRouting::in_place : GivenRouting::inputs;
       SCOPED_TRACE("mode " + std::to_string(int(mode)) + " on " + std::to_string(gpus) + " colocated shares");
-      Colocated shares(p, mode, gpus);
+      Colocated shares(p, mode, gpus, 5.0, given);
       shares.forward();
       shares.backward();
       expect_same(shares.check_and_read(), want);

@@ -25,9 +25,9 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
                   routing_mode, launch):
     c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
     k = c.top_k
-    # Over G GPUs each GPU's saved holds its own experts' rows (mok/core/saved_layout.h, RowShare).
+    # Over G GPUs each GPU's saved holds its own experts' rows, for its capacity (mok/core/saved_layout.h).
     saved_bytes = _C.saved_bytes(config_ints, config_floats, bool(launch_field(launch, "recompute")),
-                                 launch_field(launch, "gpus"))
+                                 launch_field(launch, "gpus"), launch_field(launch, "capacity_rows"))
     return (
         x.new_empty((n, c.hidden), dtype=torch.bfloat16),
         x.new_empty((n, k), dtype=torch.int32),

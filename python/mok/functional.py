@@ -48,12 +48,12 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
 
 @functools.lru_cache(maxsize=256)
 def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool, comm: int = 0,
-              gpus: int = 1) -> tuple:
+              gpus: int = 1, capacity_rows: int = 0) -> tuple:
     """config_ints, config_floats and launch for the op, packed once per layer, batch size and
     communicator (packing in Python costs more than the op's own argument checks). Over G GPUs the
     layer has G * config.ranks ranks."""
     return (*config.pack(tokens_per_rank=tokens_per_rank, ranks=config.ranks * gpus),
-            pack_launch(ring_rows, blocks, recompute, comm, gpus))
+            pack_launch(ring_rows, blocks, recompute, comm, gpus, capacity_rows))
 
 
 def moe(
@@ -72,6 +72,7 @@ def moe(
     recompute: bool = False,
     return_routing: bool = False,
     group=None,
+    capacity_rows: int = 0,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
@@ -90,6 +91,10 @@ def moe(
     needed). config.ranks counts the ranks of each GPU (the layer has G * config.ranks). Every rank
     makes the same calls in the same order (each is collective; the first of a config builds its layer
     on the communicator, collectively); see mok.distributed.release before destroying the group.
+    capacity_rows (with a group): the routed rows each GPU's experts can hold; its per-row buffers
+    (saved included) are sized for it instead of the most any routing can give, N min(k, E/G), which
+    grows with the global batch. A routing that gives some GPU more raises an error on every rank
+    naming that GPU and the capacity that holds it; no row is dropped, no bit depends on it.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -104,7 +109,7 @@ def moe(
 
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks,
-                                                   recompute, comm, gpus)
+                                                   recompute, comm, gpus, capacity_rows)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,

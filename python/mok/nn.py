@@ -24,15 +24,15 @@ class MoE(torch.nn.Module):
     expert whole; forward takes this rank's tokens. The same generator seed on every rank gives every
     rank the same router and shared expert and the shards of the experts a single-device MoE of that
     seed holds (reset_parameters), so a single-device state_dict's w1[expert_begin : expert_begin + E/G]
-    is this rank's w1.
+    is this rank's w1. capacity_rows: mok.moe's (with a group).
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
                  recompute: bool = False, device: Optional[torch.device | str] = None,
-                 generator: Optional[torch.Generator] = None, group=None):
+                 generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0):
         super().__init__()
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
-        self.group = group
+        self.group, self.capacity_rows = group, capacity_rows
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
         own = e
         self.expert_begin = 0
@@ -83,8 +83,10 @@ class MoE(torch.nn.Module):
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
-                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group)
+                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
+                   capacity_rows=self.capacity_rows)
 
     def extra_repr(self) -> str:
         shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"
-        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}"
+        capacity = f", capacity_rows={self.capacity_rows}" if self.capacity_rows else ""
+        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}"

@@ -19,6 +19,26 @@ using torch::autograd::variable_list;
 using ForwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 using BackwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
 
+// mok::forward below the Autograd key.
+ForwardOutputs forward_below_autograd(const Tensor& x, const Tensor& router, const OptTensor& expert_bias,
+                                      const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1,
+                                      const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
+                                      at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
+                                      int64_t routing_mode, at::IntArrayRef launch) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mok::forward", "")
+          .typed<ForwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
+                                const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, at::IntArrayRef,
+                                at::ArrayRef<double>, int64_t, at::IntArrayRef)>();
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
+                 routing_mode, launch);
+}
+
+bool requires_grad(const Tensor& t) { return t.requires_grad(); }
+bool requires_grad(const OptTensor& t) { return t && t->requires_grad(); }
+
 class MoEFunction : public torch::autograd::Function<MoEFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& router,
@@ -26,15 +46,9 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
                                const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx,
                                const OptTensor& topk_w, at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
                                int64_t routing_mode, at::IntArrayRef launch) {
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("mok::forward", "")
-            .typed<ForwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
-                                  const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
-                                  at::IntArrayRef, at::ArrayRef<double>, int64_t, at::IntArrayRef)>();
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [y, idx, w, logits, saved] = op.call(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
-                                              config_ints, config_floats, routing_mode, launch);
+    auto [y, idx, w, logits, saved] =
+        forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
+                               config_floats, routing_mode, launch);
     ctx->mark_non_differentiable({idx, w, logits, saved});
     // Absent optional inputs are saved as undefined tensors.
     ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
@@ -86,6 +100,13 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
                                 const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                                 const OptTensor& topk_idx, const OptTensor& topk_w, at::IntArrayRef config_ints,
                                 at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+  // With no gradient to record (no_grad, or no input requiring one) the call skips the autograd
+  // Function: its bookkeeping is about a tenth of a small call's host time (docs/benchmarks.md).
+  if (!at::GradMode::is_enabled() ||
+      !(requires_grad(x) || requires_grad(router) || requires_grad(w1) || requires_grad(w2) ||
+        requires_grad(shared_w1) || requires_grad(shared_w2) || requires_grad(topk_w)))
+    return forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
+                                  config_floats, routing_mode, launch);
   const variable_list out = MoEFunction::apply(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
                                                config_ints, config_floats, routing_mode, launch);
   return {out[0], out[1], out[2], out[3], out[4]};

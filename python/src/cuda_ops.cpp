@@ -38,11 +38,11 @@ struct CachedLayer {
   gpu::Layer layer;
 };
 
-// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus). Keys of one
+// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows). Keys of one
 // communicator differ only in config and launch across its ranks, so the map's order is the same on
 // every rank: release_cuda_layers destroys them in the same order everywhere, as NCCL wants.
 using LayerKey =
-    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int>;
+    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int, long>;
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
@@ -60,7 +60,8 @@ void check_communicator(const Call& call) {
 
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device, ints, floats, call.ring_rows, call.blocks, call.recompute, call.comm, call.gpus};
+  const LayerKey key{device,         ints,      floats,    call.ring_rows,    call.blocks,
+                     call.recompute, call.comm, call.gpus, call.capacity_rows};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
@@ -74,6 +75,7 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
     if (call.comm) {
       check_communicator(call);
       launch.gpus = call.gpus;
+      launch.capacity_rows = call.capacity_rows;
       // Collective: every rank of the communicator builds this Layer in the same order (its first call).
       made = std::make_unique<CachedLayer>(call.config, launch, reinterpret_cast<ncclComm_t>(call.comm));
     } else {
@@ -106,11 +108,13 @@ gpu::TensorView view(const Tensor& t) {
 }
 gpu::TensorView view(const OptTensor& t) { return t ? view(*t) : gpu::TensorView{}; }
 
-gpu::ForwardInputs inputs(const Call& call, const LayerArgs& a) {
+// The layer's inputs; a given routing (forward only) is read by the kernel from the caller's tensors.
+gpu::ForwardInputs inputs(const Call& call, const LayerArgs& a, const OptTensor& topk_idx = std::nullopt,
+                          const OptTensor& topk_w = std::nullopt) {
   return gpu::ForwardInputs{view(a.x),
                             gpu::WeightViews{view(a.router), view(a.expert_bias), view(a.w1), view(a.w2),
                                              view(a.shared_w1), view(a.shared_w2)},
-                            call.mode};
+                            call.mode, view(topk_idx), view(topk_w)};
 }
 
 // Outputs and the workspace without the fill that torch.use_deterministic_algorithms(True) gives
@@ -122,10 +126,6 @@ Tensor uninitialized(at::IntArrayRef sizes, const at::TensorOptions& options) {
 }
 
 cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
-
-void copy_on(cudaStream_t stream, const Tensor& dst, const Tensor& src) {
-  C10_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToDevice, stream));
-}
 
 Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x) {
   return uninitialized({int64_t(layer.workspace_bytes(pass))}, x.options().dtype(at::kByte));
@@ -144,13 +144,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const LayerConfig& c = call.config;
     const int64_t N = call.own_tokens(), k = c.top_k;
     const at::TensorOptions f32 = x.options().dtype(at::kFloat);
-    // The layer reads a given routing from its outputs: they start as copies of the inputs (checked
-    // contiguous, of the outputs' dtype and shape: a plain copy on the stream, not a dispatched copy_).
+    // A given routing (checked contiguous, of the outputs' dtype and shape) is copied into these by the kernel.
     Tensor idx = uninitialized({N, k}, x.options().dtype(at::kInt));
     Tensor w = uninitialized({N, k}, f32);
-    const cudaStream_t stream = current_stream(x);
-    if (topk_idx) copy_on(stream, idx, *topk_idx);
-    if (topk_w) copy_on(stream, w, *topk_w);
     Tensor y = uninitialized({N, c.hidden}, x.options());
     Tensor logits = uninitialized(logits_shape(call), f32);
     const size_t saved_bytes = saved_of(call).bytes;  // the fake kernel's size
@@ -158,7 +154,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const std::lock_guard lock(cached.mutex);
     require(cached.layer.saved_bytes() == saved_bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
-    cached.layer.forward(stream, ws.data_ptr(), inputs(call, args),
+    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args, topk_idx, topk_w),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
   });

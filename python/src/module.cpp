@@ -88,15 +88,16 @@ PYBIND11_MODULE(_C, m) {
       "LayerConfig's defaults as (config_ints, config_floats).");
   m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int gpus) {
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int gpus,
+         long capacity_rows) {
         const mok::LayerConfig c = parse_config(ints, floats);
         mok::require(gpus >= 1 && c.experts % gpus == 0, "gpus = " + std::to_string(gpus) + " does not divide E");
-        return mok::saved_layout(c, recompute, mok::RowShare{gpus, 0, 0}).bytes;
+        return mok::saved_layout(c, recompute, mok::RowShare{gpus, 0, capacity_rows}).bytes;
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
-      pybind11::arg("gpus") = 1,
+      pybind11::arg("gpus") = 1, pybind11::arg("capacity_rows") = 0,
       "Bytes of the forward's saved output for this config, with or without h and a, on each of `gpus` GPUs of "
-      "a communicator (mok/core/saved_layout.h).");
+      "a communicator whose experts hold `capacity_rows` routed rows (0: the most) (mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {

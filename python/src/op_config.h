@@ -73,8 +73,9 @@ static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
 // call is this GPU's share of the layer (docs/multi-gpu.md, "Device API"): the per-token tensors hold
 // N / G tokens, w1, w2 and their gradients E / G experts; G travels in the list so that the argument
 // checks and the fake kernels know the shares' shapes without asking NCCL (the GPU op checks it
-// against the communicator's size).
-inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute", "comm", "gpus"};
+// against the communicator's size); capacity_rows, the routed rows this GPU's experts can hold over G
+// GPUs (mok::gpu::LaunchConfig::capacity_rows; 0: the most any routing gives them, N min(k, E/G)).
+inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute", "comm", "gpus", "capacity_rows"};
 
 struct Call {
   LayerConfig config;
@@ -84,6 +85,7 @@ struct Call {
   bool recompute = false;
   uintptr_t comm = 0;  // ncclComm_t; 0: none (the whole layer on one device)
   int gpus = 1;        // G: the communicator's ranks (GPUs), each holding a share
+  long capacity_rows = 0;
 
   // This GPU's share: its tokens (N / G) and its experts (E / G); the whole layer without a communicator.
   int64_t own_tokens() const { return int64_t(config.tokens()) / gpus; }
@@ -93,7 +95,7 @@ struct Call {
 // The layout of the call's saved buffer: over G GPUs this GPU's, whose per-row sections hold its own
 // experts' rows (its size is the same on every GPU).
 inline SavedLayout saved_of(const Call& call) {
-  return saved_layout(call.config, call.recompute, RowShare{call.gpus, 0, 0});
+  return saved_layout(call.config, call.recompute, RowShare{call.gpus, 0, call.capacity_rows});
 }
 
 inline std::string list_size_error(const char* list, size_t got, size_t want) {
@@ -158,6 +160,13 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
     return "ranks R = " + std::to_string(call.config.ranks) +
            " is not a multiple of gpus G = " + std::to_string(call.gpus) + " (each GPU executes R / G ranks)";
   });
+  // On one device every routed row is its own (N k of them): a capacity only helps over G > 1 GPUs.
+  const long most = most_own_rows(call.config, call.gpus);
+  require(launch[5] == 0 || (call.gpus > 1 && launch[5] > 0 && launch[5] <= most), [&] {
+    return "capacity_rows = " + std::to_string(launch[5]) + " (need 0, or over gpus G > 1 a value in [1, " +
+           std::to_string(most) + "], the most rows any routing gives one GPU's experts)";
+  });
+  call.capacity_rows = long(launch[5]);
   return call;
 }
 

@@ -66,14 +66,19 @@ def test_routing_outputs_carry_no_gradient():
 
 
 def test_no_grad_forward_is_the_grad_forward():
+    """no_grad, and grad mode with nothing requiring a gradient, skip the autograd Function (a fast
+    path): the same bits, and no graph."""
     layer = make_layer("sigmoid_grouped")
     model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         y0, r0 = model(layer.x, return_routing=True)
     y1, r1 = model(layer.x.clone().requires_grad_(), return_routing=True)
-    assert y1.requires_grad
-    for a, b in zip((y0, *r0), (y1, *r1)):
+    model.requires_grad_(False)
+    y2, r2 = model(layer.x, return_routing=True)
+    assert y1.requires_grad and not y0.requires_grad and not y2.requires_grad and y2.grad_fn is None
+    for a, b, c in zip((y0, *r0), (y1, *r1), (y2, *r2)):
         assert_same_bits(a, b)
+        assert_same_bits(c, b)
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))

@@ -52,6 +52,19 @@ def test_gpu_bits_are_the_cpu_bits(name, mode):
     assert_all_same_bits([t.cpu() for t in gpu_fp32], layer.backward_float32(cpu, mode), GRADIENTS)
 
 
+def test_given_routing_is_copied_by_the_kernel():
+    """A given routing is read from the caller's tensors (no copy on the host): the outputs are new
+    tensors holding its bits, the inputs stay as they were."""
+    layer = make_layer("softmax_shared")
+    idx, w = (t.cuda() for t in routing_for(layer, GIVEN))
+    kept_idx, kept_w = idx.clone(), w.clone()
+    _, out_idx, out_w, _, _ = layer.to("cuda").forward(GIVEN, idx, w)
+    mok.check()
+    assert out_idx.data_ptr() != idx.data_ptr() and out_w.data_ptr() != w.data_ptr()
+    assert_all_same_bits([out_idx, out_w, idx, w], [kept_idx, kept_w, kept_idx, kept_w],
+                         ["topk_idx", "topk_w", "given topk_idx", "given topk_w"])
+
+
 def test_cpu_saved_feeds_the_gpu_backward():
     layer = make_layer("softmax_shared")
     cpu = layer.forward()

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
 from helpers import CONFIGS, GIVEN, REPLAY_IDS, ROUTER, assert_same_bits, make_layer  # noqa: E402
-from mok.config import LAUNCH_FIELDS, pack_launch  # noqa: E402
+from mok.config import LAUNCH_FIELDS, MoEConfig, pack_launch  # noqa: E402
 
 MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
 WORKER_TIMEOUT_S = 240  # (b): the workers' whole run, NCCL init included; then they are killed
@@ -54,9 +54,9 @@ def _hopper_gpus():
 # --- CPU: the op's vocabulary, errors, fake shapes, validation -------------------------------------------
 
 
-def test_launch_list_carries_the_communicator():
-    assert LAUNCH_FIELDS[-2:] == ("comm", "gpus")
-    assert pack_launch(128, 0, True, comm=1234, gpus=2)[-3:] == [1, 1234, 2]
+def test_launch_list_carries_the_communicator_and_capacity():
+    assert LAUNCH_FIELDS[-3:] == ("comm", "gpus", "capacity_rows")
+    assert pack_launch(128, 0, True, comm=1234, gpus=2, capacity_rows=512)[-4:] == [1, 1234, 2, 512]
 
 
 def test_cpu_op_refuses_a_communicator():
@@ -73,6 +73,17 @@ def test_launch_list_rules():
         torch.ops.mok.forward(*layer.weights(), None, None, ints, floats, ROUTER, pack_launch(128, gpus=2))
     with pytest.raises(ValueError, match="is not a multiple of gpus G = 2"):  # ranks R = 1
         torch.ops.mok.forward(*layer.weights(), None, None, ints, floats, ROUTER, pack_launch(128, comm=1, gpus=2))
+    with pytest.raises(ValueError, match=r"capacity_rows = 64 \(need 0, or over gpus G > 1"):
+        torch.ops.mok.forward(*layer.weights(), None, None, ints, floats, ROUTER, pack_launch(128, capacity_rows=64))
+
+
+def test_capacity_beyond_the_most_rows_is_refused():
+    layer = make_layer("softmax_shared")
+    c = dataclasses.replace(layer.config, ranks=2, tokens_per_rank=layer.config.tokens // 2)
+    most = c.tokens * min(c.top_k, c.experts // 2)
+    with pytest.raises(ValueError, match=rf"capacity_rows = {most + 1} .* \[1, {most}\]"):
+        torch.ops.mok.forward(*layer.weights(), None, None, *c.pack(), ROUTER,
+                              pack_launch(128, comm=1, gpus=2, capacity_rows=most + 1))
 
 
 def test_fake_kernels_give_the_shares_shapes():
@@ -95,10 +106,23 @@ def test_fake_kernels_give_the_shares_shapes():
                                                          ROUTER, launch)
         assert [tuple(t.shape) for t in (y, idx, w, logits)] == [(n // 2, h), (n // 2, k), (n // 2, k), (n // 2, e)]
         assert saved.shape[0] == mok._C.saved_bytes(ints, floats, False, 2)  # this GPU's experts' rows
+        held = torch.ops.mok.forward(x, router, None, w1, w2, sw1, sw2, None, None, ints, floats, ROUTER,
+                                     pack_launch(128, comm=1, gpus=2, capacity_rows=40))[4]
+        assert held.shape[0] == mok._C.saved_bytes(ints, floats, False, 2, 40)
         grads = torch.ops.mok.backward(x, router, None, w1, w2, sw1, sw2, idx, w, logits, saved, bf16(n // 2, h),
                                        ints, floats, ROUTER, launch)
         assert [tuple(t.shape) for t in grads] == [(n // 2, h), (n // 2, k), (n // 2, e), (e, h), (e // 2, 2 * i, h),
                                                    (e // 2, h, i), (2 * s, h), (h, s)]
+
+
+def test_saved_bytes_fall_with_the_capacity():
+    """Over G GPUs saved's per-row sections hold capacity_rows rows (plus each expert's last tile's
+    padding) instead of the most a routing can give, N min(k, E/G)."""
+    c = MoEConfig(experts=16, hidden=64, intermediate=64, top_k=4, ranks=8, tokens_per_rank=256)
+    ints, floats = c.pack()
+    most, capacity = c.tokens * min(4, 16 // 8), c.tokens * 4 // 8 * 2  # twice the balanced share of G = 8
+    assert mok._C.saved_bytes(ints, floats, False, 8, capacity) < mok._C.saved_bytes(ints, floats, False, 8) == \
+        mok._C.saved_bytes(ints, floats, False, 8, most)
 
 
 def test_nccl_versions():

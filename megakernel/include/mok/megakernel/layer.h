@@ -103,10 +103,14 @@ struct ForwardInputs {
   TensorView x;
   WeightViews weights;
   RoutingMode routing = RoutingMode::router;
+  // The routing the mode gives, this GPU's tokens [N/G, k]: topk_idx (replay_ids, given) and topk_w
+  // (given). The kernel checks it and writes it to ForwardOutputs' topk_idx and topk_w (no copy on the
+  // host). Absent: it is read in place from ForwardOutputs' topk_idx and topk_w, filled by the caller.
+  TensorView topk_idx{}, topk_w{};
 };
 
-// The forward's results. topk_idx (replay_ids, given) and topk_w (given) are read instead of written
-// where the routing mode gives them; logits are absent in mode given.
+// The forward's results. topk_idx and topk_w hold the routing the layer used (the mode's given part
+// from ForwardInputs, or in place); logits are absent in mode given.
 struct ForwardOutputs {
   TensorView y, topk_idx, topk_w, logits, saved;
 };
