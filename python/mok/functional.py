@@ -112,7 +112,9 @@ def moe(
                                                    recompute, comm, gpus, capacity_rows)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
-    y, idx, w, logits, _ = torch.ops.mok.forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx,
-                                                 topk_w, config_ints, config_floats, mode, launch)
-    y = y.view(shape)
+    # The overload itself, not the packet torch.ops.mok.forward: a lookup less per call.
+    y, idx, w, logits, _ = torch.ops.mok.forward.default(x, router, expert_bias, w1, w2, shared_w1, shared_w2,
+                                                         topk_idx, topk_w, config_ints, config_floats, mode, launch)
+    if len(shape) != 2:
+        y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y
