@@ -332,6 +332,8 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   if (across_gpus(p) && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
   if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  index_tiles(p);
+  if (!grid_sync(b, kStart, 0)) return;
   if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
     recompute_up(pipe, p);
     if (!grid_sync(b, kExpertUp, 0)) return;

@@ -262,6 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
   layout_scan(p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(pipe, p);
+  index_tiles(p);
   zero_unused_rows(p);
   if (p.c.has_shared()) shared_up(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;

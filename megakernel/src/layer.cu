@@ -112,7 +112,7 @@ int forward_cycle_rows(const LayerConfig& c) {
 // sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
 // otherwise they take no bytes (they are saved).
 struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, shared_y, slots, h, a, forward_bytes;
+  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a, forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
 };
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
@@ -124,6 +124,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
+  l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);  // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
@@ -288,6 +289,7 @@ struct Layer::Impl {
     p.shared_a = reinterpret_cast<bf16*>(s + saved.shared_a);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
     p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
+    p.tile_expert = reinterpret_cast<int32_t*>(workspace + ws.tile_expert);
     p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
     p.y = ptr<bf16>(out.y);
     if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections

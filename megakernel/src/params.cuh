@@ -163,6 +163,7 @@ struct Params {
   int32_t* chunk_base;            // [chunks, E]
   int32_t* offsets;               // [E + 1]
   int32_t* tile_offsets;          // [E + 1] 128-row tiles before expert e
+  int32_t* tile_expert;           // [padded_rows(c) / 128] each expert tile's expert (index_tiles, every launch)
   int32_t* row_source;            // [N k]
   int32_t* slot_row;              // [N k]
 

@@ -90,10 +90,19 @@ struct ExpertTile {
 // The first tile of this GPU's experts: its per-row buffers hold its experts' tiles from it on.
 __device__ __forceinline__ int own_tile_begin(const Params& p) { return p.tile_offsets[own_expert_begin(p)]; }
 
-// Expert tile `tile`: its expert is the last e with tile_offsets[e] <= tile (an expert without tiles
-// shares its offset with the next one, so the last is the one with tiles).
+// Every expert tile's expert, into tile_expert: the last e with tile_offsets[e] <= tile (an expert
+// without tiles shares its offset with the next one, so the last is the one with tiles). Once per
+// launch, so that a tile's lookup is one load instead of a binary search over E (a chain of dependent
+// loads in every GEMM tile's job and every ring row's mapping).
+__device__ inline void index_tiles(const Params& p) {
+  const int E = p.c.experts;
+  for (long tile = thread_id(); tile < p.tile_offsets[E]; tile += thread_count())
+    p.tile_expert[tile] = last_at_or_below(p.tile_offsets, E, tile);
+}
+
+// Expert tile `tile` (tile_expert filled by index_tiles).
 __device__ __forceinline__ ExpertTile expert_tile(const Params& p, int tile) {
-  const int e = last_at_or_below(p.tile_offsets, p.c.experts, tile);
+  const int e = p.tile_expert[tile];
   const int first = p.offsets[e] + kTileRows * (tile - p.tile_offsets[e]);
   return ExpertTile{e, first, min(kTileRows, p.offsets[e + 1] - first), kTileRows * (tile - own_tile_begin(p))};
 }
