@@ -40,6 +40,27 @@ TEST(Validate, WidthsPastInt32AreRefused) {
   EXPECT_NE(validate_error(make_config(1, 1, big, big, 1, 1)), "");
 }
 
+TEST(Validate, Fp8NeedsWholeScaleBlocks) {
+  LayerConfig c = make_config(1, 4, 128, 256, 4, 2);
+  c.precision = Precision::fp8;
+  EXPECT_EQ(validate_error(c), "");
+  c.shared_intermediate = 128;
+  EXPECT_EQ(validate_error(c), "");
+  c.hidden = 192;
+  EXPECT_EQ(validate_error(c),
+            "mok: invalid input: hidden H = 192 is not a multiple of 128, the fp8 mode's block size");
+  c.hidden = 128;
+  c.intermediate = 64;
+  EXPECT_NE(validate_error(c).find("intermediate I = 64 is not a multiple of 128"), std::string::npos);
+  c.intermediate = 128;
+  c.shared_intermediate = 320;
+  EXPECT_NE(validate_error(c).find("shared_intermediate = 320 is not a multiple of 128"), std::string::npos);
+  c.precision = Precision::bf16;
+  EXPECT_EQ(validate_error(c), "") << "bf16 takes multiples of 64";
+  c.precision = Precision(2);
+  EXPECT_NE(validate_error(c).find("precision = 2 (need 0 = bf16 or 1 = fp8)"), std::string::npos);
+}
+
 TEST(Validate, RoutedScaleIsCheckedInEveryMode) {
   for (const ScoreMode mode : {ScoreMode::softmax, ScoreMode::sigmoid})
     for (const float scale :

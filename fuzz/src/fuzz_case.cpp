@@ -25,6 +25,7 @@ std::string describe(const LayerConfig& c) {
   if (c.score_mode == ScoreMode::sigmoid)
     os << " n_group=" << c.n_group << " topk_group=" << c.topk_group << " scale=" << c.routed_scale;
   os << " limit=" << c.swiglu_limit;
+  if (c.precision != Precision::bf16) os << ' ' << golden::to_string(c.precision);
   return os.str();
 }
 

@@ -52,6 +52,10 @@ LayerConfig draw_config() {
   c.renormalize = *pick<bool>({true, false});
   c.swiglu_limit = *pick<float>({0.0f, 7.0f, 0.75f});
   c.shared_intermediate = *pick<int>({0, 64, 128, 192});
+  c.precision = *pick<Precision>({Precision::bf16, Precision::bf16, Precision::bf16, Precision::fp8});
+  if (c.precision == Precision::fp8)  // whole 128-wide scale blocks; at most two, the fp8 model is slow
+    for (int32_t* width : {&c.hidden, &c.intermediate, &c.shared_intermediate})
+      *width = std::min((*width + kFp8Block - 1) / kFp8Block * kFp8Block, 2 * kFp8Block);
   return c;
 }
 

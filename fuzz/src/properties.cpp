@@ -226,10 +226,10 @@ MlpRow mlp_row(const LayerConfig& c, StepModel step, const bf16* x, const bf16* 
   const int H = c.hidden;
   MlpRow r{std::vector<bf16>(2 * inter), std::vector<bf16>(inter), std::vector<bf16>(H)};
   std::vector<float> acc(std::max(2 * inter, H));
-  ref::matmul(step, x, 1, w1, 2 * inter, H, acc.data());
+  ref::matmul(step, c.precision, x, 1, w1, 2 * inter, H, acc.data());
   for (int i = 0; i < 2 * inter; ++i) r.h[i] = to_bf16(acc[i]);
   for (int i = 0; i < inter; ++i) r.a[i] = to_bf16(swiglu(to_float(r.h[i]), to_float(r.h[inter + i]), c.swiglu_limit));
-  ref::matmul(step, r.a.data(), 1, w2, H, inter, acc.data());
+  ref::matmul(step, c.precision, r.a.data(), 1, w2, H, inter, acc.data());
   for (int i = 0; i < H; ++i) r.y[i] = to_bf16(acc[i]);
   return r;
 }
@@ -254,7 +254,7 @@ Verdict check_direct(const ref::Problem& p, const ref::Options& o, const ref::Fo
       const int s = t * k + j, e = fwd.routing.topk_idx[s];
       slots[j] = mlp_row(c, o.step, xt, w.w1.data() + at(e, at(2 * I, H)), w.w2.data() + at(e, at(H, I)), I);
       std::copy(slots[j].h.begin(), slots[j].h.end(), h.begin() + at(fwd.layout.slot_row[s], 2 * I));
-      ref::matmul(o.step, p.dy.data() + at(t, H), 1, w2t.data() + at(e, at(I, H)), I, H, g.data());
+      ref::matmul(o.step, c.precision, p.dy.data() + at(t, H), 1, w2t.data() + at(e, at(I, H)), I, H, g.data());
       d_topk_w[s] = fma_chain(
           I, [&](int i) { return g[i]; }, [&](int i) { return to_float(slots[j].a[i]); });
     }
@@ -403,6 +403,12 @@ const MutationDef kMutations[] = {
     {"hidden_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.hidden += 32; }},
     {"intermediate_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.intermediate = 0; }},
     {"shared_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.shared_intermediate = 32; }},
+    {"fp8_hidden_not_multiple_of_128", Stage::forward,
+     [](Attempt& a, ref::Rng&) {
+       a.config.precision = Precision::fp8;
+       a.config.hidden = 3 * kShapeMultiple;
+     }},
+    {"precision_unknown", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.precision = Precision(2); }},
     {"swiglu_limit_negative", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = -1; }},
     {"swiglu_limit_nan", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kNaNf; }},
     {"swiglu_limit_inf", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kInff; }},

@@ -35,7 +35,7 @@ void check_cases(int cases, Body body) {
 }
 
 TEST(Generators, CasesAreValidAndCoverTheEdges) {
-  int one_token = 0, odd = 0, sigmoid_groups = 0, shared = 0, clamped = 0, hopper = 0, chunks = 0, wide = 0;
+  int one_token = 0, odd = 0, sigmoid_groups = 0, shared = 0, clamped = 0, hopper = 0, chunks = 0, wide = 0, fp8 = 0;
   std::vector<int> kinds(7, 0);
   check_cases(400, [&] {
     const FuzzCase fc = *gen_fuzz_case();
@@ -51,9 +51,10 @@ TEST(Generators, CasesAreValidAndCoverTheEdges) {
     hopper += fc.params.options.step == StepModel::hopper_tc;
     chunks += fc.config.tokens() > kLayoutChunk;
     wide += fc.config.hidden > 256 && fc.config.intermediate > 256;  // past one GPU tile both ways
+    fp8 += fc.config.precision == Precision::fp8;
     ++kinds[int(fc.routing)];
   });
-  for (int n : {one_token, odd, sigmoid_groups, shared, clamped, hopper, chunks, wide}) EXPECT_GT(n, 10);
+  for (int n : {one_token, odd, sigmoid_groups, shared, clamped, hopper, chunks, wide, fp8}) EXPECT_GT(n, 10);
   for (int n : kinds) EXPECT_GT(n, 20);
 }
 

@@ -108,6 +108,32 @@ std::vector<CaseSpec> build_catalogue() {
                    medium,
                    options_of(64, false),
                    {11}});
+
+  // The FP8 mode (issue 19): H, I and Is multiples of 128, the scale blocks.
+  LayerConfig fp8 = config_of({2, 16, 4, 2, 128, 128});
+  fp8.precision = Precision::fp8;
+  cases.push_back({"fp8_smoke", "fp8 mode: R=2, softmax router", fp8, plain, {12}});
+
+  LayerConfig fp8_zipf = config_of({4, 32, 4, 2, 128, 128});
+  fp8_zipf.precision = Precision::fp8;
+  cases.push_back({"fp8_zipf",
+                   "fp8 mode: R=4, given Zipf-skewed routing (s=1.5), recompute mode, 32-row ring",
+                   fp8_zipf,
+                   options_of(32, true),
+                   {13, RoutingKind::zipf, 1.5}});
+
+  LayerConfig fp8_shared = config_of({2, 24, 4, 2, 256, 128});
+  fp8_shared.precision = Precision::fp8;
+  fp8_shared.shared_intermediate = 128;
+  fp8_shared.score_mode = ScoreMode::sigmoid;
+  fp8_shared.n_group = 2;
+  fp8_shared.routed_scale = 2.5f;
+  fp8_shared.swiglu_limit = 0.75f;
+  cases.push_back({"fp8_shared",
+                   "fp8 mode: H=256 (two K blocks per GEMM), shared expert, sigmoid, clamped SwiGLU",
+                   fp8_shared,
+                   plain,
+                   {14}});
   return cases;
 }
 
@@ -190,6 +216,8 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
         config_key = true;
         if constexpr (std::is_same_v<T, ScoreMode>)
           field = score_mode_from_string(value);
+        else if constexpr (std::is_same_v<T, Precision>)
+          field = precision_from_string(value);
         else if constexpr (std::is_same_v<T, float>)
           real(field);
         else if constexpr (std::is_same_v<T, bool>)

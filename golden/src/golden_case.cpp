@@ -319,4 +319,12 @@ ScoreMode score_mode_from_string(const std::string& name) {
   throw Error("mok: unknown score mode " + quote_input(name) + " (softmax or sigmoid)");
 }
 
+std::string to_string(Precision precision) { return precision == Precision::bf16 ? "bf16" : "fp8"; }
+
+Precision precision_from_string(const std::string& name) {
+  if (name == "bf16") return Precision::bf16;
+  if (name == "fp8") return Precision::fp8;
+  throw Error("mok: unknown precision " + quote_input(name) + " (bf16 or fp8)");
+}
+
 }  // namespace mok::golden

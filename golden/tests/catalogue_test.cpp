@@ -25,7 +25,7 @@ TEST(Catalogue, NamesAreUniqueAndConfigsValid) {
 TEST(Catalogue, CoversTheIssueList) {
   std::set<int> ranks;
   bool softmax = false, sigmoid = false, shared = false, unshared = false, clamped = false, zipf = false;
-  bool all_to_one = false, sparse = false, ties = false, single_token = false, recompute = false;
+  bool all_to_one = false, sparse = false, ties = false, single_token = false, recompute = false, fp8 = false;
   for (const CaseSpec& s : catalogue()) {
     const LayerConfig& c = s.config;
     ranks.insert(c.ranks);
@@ -40,10 +40,11 @@ TEST(Catalogue, CoversTheIssueList) {
     ties |= s.recipe.routing == ref::RoutingKind::router_ties;
     single_token |= c.tokens_per_rank == 1;
     recompute |= s.options.recompute;
+    fp8 |= c.precision == Precision::fp8;
   }
   EXPECT_EQ(ranks, (std::set<int>{1, 2, 4, 8}));
   EXPECT_TRUE(softmax && sigmoid && shared && unshared && clamped && zipf && all_to_one && sparse && ties &&
-              single_token && recompute);
+              single_token && recompute && fp8);
   EXPECT_NE(find_case("medium"), nullptr);
 }
 
@@ -93,11 +94,31 @@ TEST(CaseFile, ExampleParsesWithEveryKey) {
   EXPECT_EQ(s.config.routed_scale, 2.5f);
   EXPECT_EQ(s.config.swiglu_limit, 7.0f);
   EXPECT_EQ(s.config.shared_intermediate, 64);
+  EXPECT_EQ(s.config.precision, Precision::bf16);
   EXPECT_EQ(s.options.step, StepModel::hopper_tc);
   EXPECT_EQ(s.options.ring_rows, 32);
   EXPECT_FALSE(s.options.recompute);
   EXPECT_EQ(s.recipe.seed, 2024u);
   EXPECT_EQ(s.recipe.routing, ref::RoutingKind::router);
+}
+
+TEST(CaseFile, Fp8NeedsItsBlockMultiples) {
+  const CaseSpec s = parse_case_text("precision = fp8\nhidden = 128\nintermediate = 256\n", "mem", "fp8");
+  EXPECT_EQ(s.config.precision, Precision::fp8);
+  try {
+    parse_case_text("precision = fp8\n", "mem", "fp8");  // H = I = 64
+    FAIL() << "fp8 with H = 64 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mok: mem: invalid input: hidden H = 64 is not a multiple of 128"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    parse_case_text("precision = fp4\n", "mem", "fp8");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mem:1: unknown precision 'fp4'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CaseFile, DefaultsAndName) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <csignal>
+#include <optional>
 
 #include "mok/golden/atomic_file.h"
 #include "mok/golden/catalogue.h"
@@ -65,6 +66,7 @@ void expect_same_case(const GoldenCase& a, const GoldenCase& b) {
   EXPECT_EQ(bits_of(a.config.routed_scale), bits_of(b.config.routed_scale));
   EXPECT_EQ(bits_of(a.config.swiglu_limit), bits_of(b.config.swiglu_limit));
   EXPECT_EQ(a.config.shared_intermediate, b.config.shared_intermediate);
+  EXPECT_EQ(a.config.precision, b.config.precision);
   EXPECT_EQ(a.options.step, b.options.step);
   EXPECT_EQ(a.options.ring_rows, b.options.ring_rows);
   EXPECT_EQ(a.options.recompute, b.options.recompute);
@@ -92,6 +94,54 @@ TEST_F(GoldenFile, RoundTripIsBitwise) {
   EXPECT_FALSE(back.oracle.empty());
   write_golden(dir_ / "b.h5", back);
   EXPECT_EQ(testing::read_bytes(dir_ / "a.h5"), testing::read_bytes(dir_ / "b.h5")) << "the writer is deterministic";
+}
+
+// Whether /config holds a precision attribute, and its value.
+std::optional<std::string> stored_precision(const std::filesystem::path& file) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t config = H5Gopen2(f, "config", H5P_DEFAULT);
+  std::optional<std::string> out;
+  if (H5Aexists(config, "precision") > 0) {
+    const hid_t attr = H5Aopen(config, "precision", H5P_DEFAULT), type = H5Aget_type(attr);
+    char* value = nullptr;
+    H5Aread(attr, type, &value);
+    out = value;
+    H5free_memory(value);
+    H5Tclose(type);
+    H5Aclose(attr);
+  }
+  H5Gclose(config);
+  H5Fclose(f);
+  return out;
+}
+
+// An fp8 golden says so in /config@precision (and in its content hash); a bf16 golden carries no
+// precision attribute, as every golden before the fp8 mode, and one without it reads as bf16.
+TEST_F(GoldenFile, Fp8RoundTripsAndOnlyFp8StoresItsPrecision) {
+  const GoldenCase fp8 = make_case(*find_case("fp8_smoke"));
+  ASSERT_EQ(fp8.config.precision, Precision::fp8);
+  write_golden(dir_ / "fp8.h5", fp8);
+  const GoldenCase back = read_golden(dir_ / "fp8.h5");
+  expect_same_case(fp8, back);
+  expect_same_case(fp8, regenerate(back));
+  EXPECT_EQ(stored_precision(dir_ / "fp8.h5"), "fp8");
+  write_golden(dir_ / "bf16.h5", *smoke_);
+  EXPECT_EQ(stored_precision(dir_ / "bf16.h5"), std::nullopt);
+  EXPECT_EQ(read_golden(dir_ / "bf16.h5").config.precision, Precision::bf16);
+}
+
+// Stripped of its precision, an fp8 golden is refused, not read as a bf16 one (the attribute is in the
+// content hash); so is an unknown precision.
+TEST_F(GoldenFile, Fp8GoldenWithoutItsPrecisionIsRefused) {
+  write_golden(dir_ / "p.h5", make_case(*find_case("fp8_smoke")));
+  RawGolden(dir_ / "p.h5").remove_attribute("/config", "precision");
+  EXPECT_NE(read_error(dir_ / "p.h5").find("content_sha256 does not match"), std::string::npos);
+  try {
+    precision_from_string("fp16");
+    FAIL() << "an unknown precision was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "mok: unknown precision 'fp16' (bf16 or fp8)");
+  }
 }
 
 TEST_F(GoldenFile, GivenRoutingWithoutRecipeRoundTripsAndRegenerates) {

@@ -115,6 +115,11 @@ class RawGolden {
     if (H5Ldelete(file_, path, H5P_DEFAULT) < 0) throw std::runtime_error(std::string("no object ") + path);
   }
 
+  void remove_attribute(const char* object, const char* name) {
+    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0)
+      throw std::runtime_error(std::string("no attribute ") + object + "@" + name);
+  }
+
   // Flips one bit of a dataset's data, leaving its attributes (and so its stored SHA-256) as they are.
   void flip_bit(const char* path, size_t byte, int bit) {
     const hid_t ds = H5Dopen2(file_, path, H5P_DEFAULT);

@@ -74,6 +74,8 @@ void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
 // communicator checks before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
+  require(c.precision == Precision::bf16,
+          "precision = fp8: the fp8 layer mode runs on the CPU reference only so far (issue 19)");
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
@@ -125,7 +127,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
-  l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);  // read only with a shared expert
+  l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);

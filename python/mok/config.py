@@ -16,6 +16,7 @@ FLOAT_FIELDS: tuple[str, ...] = tuple(_C.CONFIG_FLOAT_FIELDS)
 LAUNCH_FIELDS: tuple[str, ...] = tuple(_C.LAUNCH_FIELDS)
 ROUTING_MODES: tuple[str, ...] = tuple(_C.ROUTING_MODES)  # index = the op's routing_mode
 SCORE_MODES: tuple[str, ...] = tuple(_C.SCORE_MODES)
+PRECISIONS: tuple[str, ...] = tuple(_C.PRECISIONS)
 
 DEFAULT_RING_ROWS = 0  # the layer's default ring: an average rank's rows (mok::gpu::LaunchConfig)
 
@@ -44,15 +45,21 @@ class MoEConfig:
     routed_scale: float = 1.0  # sigmoid mode; stored as float32
     swiglu_limit: float = 0.0  # > 0: clamped SwiGLU; stored as float32
     shared_intermediate: int = 0  # > 0: a shared expert of this intermediate size
+    # "fp8": the expert GEMMs on E4M3 operands in blocks with power-of-two scales (docs/numerics.md;
+    # hidden, intermediate and shared_intermediate multiples of 128). The CPU op only, so far.
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
         if self.score_mode not in SCORE_MODES:
             raise ValueError(f"score_mode must be one of {SCORE_MODES}, got {self.score_mode!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     def pack(self, tokens_per_rank: int | None = None, ranks: int | None = None) -> tuple[list[int], list[float]]:
         """(config_ints, config_floats) for the ops, optionally with another tokens_per_rank or ranks."""
         values = {name: getattr(self, name) for name in INT_FIELDS}
         values["score_mode"] = SCORE_MODES.index(self.score_mode)
+        values["precision"] = PRECISIONS.index(self.precision)
         if tokens_per_rank is not None:
             values["tokens_per_rank"] = tokens_per_rank
         if ranks is not None:
@@ -65,6 +72,7 @@ class MoEConfig:
         values: dict = dict(zip(INT_FIELDS, config_ints))
         values.update(zip(FLOAT_FIELDS, config_floats))
         values["score_mode"] = SCORE_MODES[values["score_mode"]]
+        values["precision"] = PRECISIONS[values["precision"]]
         values["renormalize"] = bool(values["renormalize"])
         return cls(**values)
 

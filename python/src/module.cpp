@@ -76,6 +76,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("LAUNCH_FIELDS") = names(kLaunchFields, [](const char* f) { return f; });
   m.attr("ROUTING_MODES") = names(kRoutingModes, [](const char* f) { return f; });
   m.attr("SCORE_MODES") = names(kScoreModes, [](const char* f) { return f; });
+  m.attr("PRECISIONS") = names(kPrecisions, [](const char* f) { return f; });
   m.attr("HAS_CUDA") = kHaveCudaLayers;
 #ifdef MOK_WITH_CUDA
   m.attr("NCCL_VERSION") = int(NCCL_VERSION_CODE);

@@ -46,6 +46,7 @@ inline constexpr IntField kIntFields[] = {
     MOK_INT_FIELD(n_group, 1, kInt32Max),
     MOK_INT_FIELD(topk_group, 1, kInt32Max),
     MOK_INT_FIELD(shared_intermediate, 0, kInt32Max),
+    MOK_INT_FIELD(precision, 0, 1),  // Precision: bf16 0, fp8 1 (kPrecisions)
 };
 #undef MOK_INT_FIELD
 // clang-format on
@@ -64,6 +65,8 @@ inline constexpr const char* kRoutingModes[] = {"router", "replay_ids", "given"}
 static_assert(int(RoutingMode::router) == 0 && int(RoutingMode::replay_ids) == 1 && int(RoutingMode::given) == 2);
 inline constexpr const char* kScoreModes[] = {"softmax", "sigmoid"};
 static_assert(int(ScoreMode::softmax) == 0 && int(ScoreMode::sigmoid) == 1);
+inline constexpr const char* kPrecisions[] = {"bf16", "fp8"};
+static_assert(int(Precision::bf16) == 0 && int(Precision::fp8) == 1);
 
 // The launch list: rows of each rank's receive ring (0: the layer's default; else a multiple of the
 // GPU's 128-row tile; no bit depends on it), persistent blocks per GPU (0: all co-resident; the CPU

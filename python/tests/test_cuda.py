@@ -130,6 +130,15 @@ def test_non_default_stream():
     assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
 
 
+def test_fp8_is_refused_on_the_gpu():
+    """The fp8 mode runs on the CPU op only so far (issue 19): the GPU op says so."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, tokens_per_rank=16, precision="fp8")
+    x = torch.randn(16, 128, device="cuda").bfloat16()
+    model = mok.MoE(config, device="cuda")
+    with pytest.raises(ValueError, match="the fp8 layer mode runs on the CPU reference only so far"):
+        model(x)
+
+
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
 def test_compile_on_gpu_is_eager_and_cpu(mode):
     layer = make_layer("softmax_shared")

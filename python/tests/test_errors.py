@@ -96,10 +96,15 @@ def test_bad_config_and_launch():
     with pytest.raises(ValueError, match="hidden H = 96 .need a positive multiple of 64"):
         torch.ops.mok.forward(*layer.weights(), None, None, *bad.pack(), ROUTER, pack_launch(RING_ROWS))
     ints, floats = layer.config.pack()
-    with pytest.raises(ValueError, match="config_ints has 3 entries, expected 11"):
+    with pytest.raises(ValueError, match="config_ints has 3 entries, expected 12"):
         torch.ops.mok.forward(*layer.weights(), None, None, ints[:3], floats, ROUTER, pack_launch(RING_ROWS))
     with pytest.raises(ValueError, match="score_mode must be one of"):
         mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, score_mode="relu")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, precision="fp4")
+    fp8 = dataclasses.replace(layer.config, precision="fp8")  # H = I = 64: not whole 128-wide scale blocks
+    with pytest.raises(ValueError, match="hidden H = 64 is not a multiple of 128, the fp8 mode's block size"):
+        torch.ops.mok.forward(*layer.weights(), None, None, *fp8.pack(), ROUTER, pack_launch(RING_ROWS))
 
 
 def test_backward_rejects_a_foreign_saved_buffer():

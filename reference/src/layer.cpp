@@ -65,7 +65,7 @@ void swiglu_mlp_up(const LayerConfig& c, StepModel step, const bf16* x, int m, c
                    bf16* a) {
   const int H = c.hidden;
   std::vector<float> acc(at(m, 2 * inter));
-  matmul(step, x, m, w1, 2 * inter, H, acc.data());
+  matmul(step, c.precision, x, m, w1, 2 * inter, H, acc.data());
   for (size_t i = 0; i < acc.size(); ++i) h[i] = to_bf16(acc[i]);
   for (int row = 0; row < m; ++row)
     for (int i = 0; i < inter; ++i) {
@@ -74,9 +74,10 @@ void swiglu_mlp_up(const LayerConfig& c, StepModel step, const bf16* x, int m, c
     }
 }
 
-std::vector<bf16> matmul_bf16(StepModel step, const bf16* a, int m, const bf16* b, int n, int k) {
+// bf16(a b^T): the layer's GEMMs whose results are bf16 (y_e, dx_j), in the config's precision.
+std::vector<bf16> matmul_bf16(const LayerConfig& c, StepModel step, const bf16* a, int m, const bf16* b, int n, int k) {
   std::vector<float> acc(at(m, n));
-  matmul(step, a, m, b, n, k, acc.data());
+  matmul(step, c.precision, a, m, b, n, k, acc.data());
   std::vector<bf16> out(acc.size());
   for (size_t i = 0; i < acc.size(); ++i) out[i] = to_bf16(acc[i]);
   return out;
@@ -96,7 +97,7 @@ V transposed(const V& src, int rows, int cols) {
 void swiglu_mlp_down_grad(const LayerConfig& c, StepModel step, const bf16* dy, int m, const bf16* w2t, int inter,
                           const bf16* h, const bf16* a, const float* w, float* d_w, bf16* dh) {
   std::vector<float> g(at(m, inter));
-  matmul(step, dy, m, w2t, inter, c.hidden, g.data());
+  matmul(step, c.precision, dy, m, w2t, inter, c.hidden, g.data());
   for (int row = 0; row < m; ++row) {
     const float* gr = g.data() + at(row, inter);
     const bf16* ar = a + at(row, inter);
@@ -226,7 +227,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
       std::copy(ring_h.begin(), ring_h.end(), f.h.begin() + at(first, 2 * I));
       std::copy(ring_a.begin(), ring_a.end(), f.a.begin() + at(first, I));
     }
-    const std::vector<bf16> ye = matmul_bf16(opt.step, ring_a.data(), m, w.w2.data() + at(e, at(H, I)), H, I);
+    const std::vector<bf16> ye = matmul_bf16(c, opt.step, ring_a.data(), m, w.w2.data() + at(e, at(H, I)), H, I);
     for (int i = 0; i < m; ++i) {  // push combine: into the (token, slot) buffer of the source rank
       const SlotHome s = home_of(c, f.layout.row_source[first + i]);
       std::copy_n(ye.begin() + at(i, H), H, ranks[s.rank].slots.begin() + at(at(s.t, k) + s.j, H));
@@ -243,7 +244,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
     if (c.has_shared()) {
       swiglu_mlp_up(c, opt.step, ranks[r].x, T, w.shared_w1.data(), Is, f.shared_h.data() + at(base, 2 * Is),
                     f.shared_a.data() + at(base, Is));
-      shared_y = matmul_bf16(opt.step, f.shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
+      shared_y = matmul_bf16(c, opt.step, f.shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
     }
     for (int t = 0; t < T; ++t) {
       const float* wt = ranks[r].topk_w + at(t, k);
@@ -302,7 +303,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
     d_w.resize(m);
     swiglu_mlp_down_grad(c, opt.step, ring_dy.data(), m, w2t[e].data(), I, ring_h.data(), ring_a.data(), ring_w.data(),
                          d_w.data(), dh.data());
-    const std::vector<bf16> dxe = matmul_bf16(opt.step, dh.data(), m, w1t[e].data(), H, 2 * I);
+    const std::vector<bf16> dxe = matmul_bf16(c, opt.step, dh.data(), m, w1t[e].data(), H, 2 * I);
     for (int i = 0; i < m; ++i) {  // push reverse-dispatch: dx_j and d topk_w_j to the source rank
       const SlotHome s = home_of(c, l.row_source[first + i]);
       std::copy_n(dxe.begin() + at(i, H), H, ranks[s.rank].slots.begin() + at(at(s.t, k) + s.j, H));
@@ -311,7 +312,8 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
     dye.resize(at(m, H));
     for (int i = 0; i < m; ++i)
       for (int hh = 0; hh < H; ++hh) dye[at(i, H) + hh] = weighted_dy(ring_w[i], ring_dy[at(i, H) + hh]);
-    // Weight gradients continue their K-step chains over this minibatch's whole 16-row chunks.
+    // Weight gradients (bf16 operands in either precision) continue their K-step chains over this
+    // minibatch's whole 16-row chunks.
     matmul(opt.step, transpose_padded(dh.data(), m, 2 * I).data(), 2 * I, transpose_padded(ring_x.data(), m, H).data(),
            H, round_up16(m), gr.d_w1.data() + at(e, at(2 * I, H)), true);
     matmul(opt.step, transpose_padded(dye.data(), m, H).data(), H, transpose_padded(ring_a.data(), m, I).data(), I,
@@ -328,7 +330,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
     const std::vector<bf16> w2st = transposed(w.shared_w2, H, Is);
     swiglu_mlp_down_grad(c, opt.step, dy.data(), N, w2st.data(), Is, fwd.shared_h.data(), fwd.shared_a.data(), nullptr,
                          nullptr, shared_dh.data());
-    shared_dx = matmul_bf16(opt.step, shared_dh.data(), N, transposed(w.shared_w1, 2 * Is, H).data(), H, 2 * Is);
+    shared_dx = matmul_bf16(c, opt.step, shared_dh.data(), N, transposed(w.shared_w1, 2 * Is, H).data(), H, 2 * Is);
     gr.d_shared_w1.assign(at(2 * Is, H), 0.0f);
     gr.d_shared_w2.assign(at(H, Is), 0.0f);
     matmul(opt.step, transpose_padded(shared_dh.data(), N, 2 * Is).data(), 2 * Is,

@@ -1,6 +1,10 @@
 #include "mok/reference/matmul.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <string>
+
+#include "mok/core/fp8_gemm.h"
 
 namespace mok::ref {
 namespace {
@@ -61,7 +65,47 @@ void matmul_hopper(const bf16* a, int m, const bf16* b, int n, int k, float* c, 
     }
 }
 
+// An operand of the FP8 GEMM: its rows as E4M3 values and one scale exponent per block of
+// `block_rows` rows and 128 columns (the last block row may be shorter).
+struct Fp8Operand {
+  std::vector<fp8_e4m3> values;
+  std::vector<int> exps;
+  int k_blocks, block_rows;
+
+  Fp8Operand(const bf16* v, int rows, int k, int block_rows)
+      : values(at(rows, k)),
+        exps(at((rows + block_rows - 1) / block_rows, k / kFp8Block)),
+        k_blocks(k / kFp8Block),
+        block_rows(block_rows) {
+    for (int r = 0; r < rows; r += block_rows)
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        const size_t first = at(r, k) + at(kb, kFp8Block);
+        exps[at(r / block_rows, k_blocks) + kb] =
+            quantize_block(v + first, std::min(block_rows, rows - r), kFp8Block, k, values.data() + first, k);
+      }
+  }
+
+  const fp8_e4m3* row(int r) const { return values.data() + at(r, at(k_blocks, kFp8Block)); }
+  const int* row_exps(int r) const { return exps.data() + at(r / block_rows, k_blocks); }
+};
+
+void matmul_fp8(const bf16* a, int m, const bf16* b, int n, int k, float* c) {
+  if (k % kFp8Block != 0) fail_internal("an fp8 GEMM's K = " + std::to_string(k) + " is not a multiple of 128");
+  const Fp8Operand qa(a, m, k, 1), qb(b, n, k, kFp8Block);
+#pragma omp parallel for schedule(dynamic, 4) if (parallel_worth_it(m, n, k))
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      c[at(i, n) + j] = fp8_gemm_element(qa.row(i), qa.row_exps(i), qb.row(j), qb.row_exps(j), k);
+}
+
 }  // namespace
+
+void matmul(StepModel step, Precision precision, const bf16* a, int m, const bf16* b, int n, int k, float* c) {
+  if (precision == Precision::fp8)
+    matmul_fp8(a, m, b, n, k, c);
+  else
+    matmul(step, a, m, b, n, k, c);
+}
 
 void matmul(StepModel step, const bf16* a, int m, const bf16* b, int n, int k, float* c, bool accumulate) {
   if (step == StepModel::hopper_tc)

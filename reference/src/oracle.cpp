@@ -350,6 +350,7 @@ OracleResult oracle(const OracleInputs& in) {
   const double limit = c.swiglu_limit;
   const ConstView x(in.x.data(), N, H), dy(in.dy.data(), N, H);
   OracleResult o;
+  o.precision = c.precision;
   if (in.routed_by_router()) {
     o.logits = oracle_logits(in);
     o.topk_w = oracle_router_weights(c, o.logits, in.topk_idx);
@@ -433,7 +434,7 @@ std::vector<OracleCheck> compare_with_oracle(const Forward& fwd, const Gradients
   std::vector<OracleCheck> checks;
   const auto add = [&](OracleTensor t, const auto& out, const std::vector<double>& ref,
                        const std::vector<double>& scale = {}) {
-    if (!ref.empty()) checks.push_back(OracleCheck{t, tensor_error(out, ref, scale), oracle_bound(t)});
+    if (!ref.empty()) checks.push_back(OracleCheck{t, tensor_error(out, ref, scale), oracle_bound(t, o.precision)});
   };
   add(OracleTensor::logits, fwd.logits, o.logits);
   add(OracleTensor::topk_w, fwd.routing.topk_w, o.topk_w);

@@ -140,6 +140,46 @@ TEST_P(Determinism, RecomputeModeEqualsSavedMode) {
   expect_same_outputs(saved, recomputed, true, true);
 }
 
+// The fp8 mode keeps the contract: its scale blocks are rows of one token (1 x 128) or squares of a
+// weight (128 x 128), never a ring minibatch or a rank's share, so R, the ring and recompute change no bit.
+TEST(DeterminismFp8, RanksRingsAndRecomputeChangeNoBit) {
+  const auto config = [](int ranks) {
+    LayerConfig c = make_config(ranks, 64 / ranks, 128, 128, 8, 2);
+    c.shared_intermediate = 128;
+    c.precision = Precision::fp8;
+    return c;
+  };
+  const Problem p = make_problem(config(1), 37);
+  const Outputs one = run(config(1), p, Options{});
+  const struct {
+    int ranks, ring_rows;
+    bool recompute;
+  } variants[] = {{2, 16, false}, {4, 48, true}, {8, 256, false}};
+  for (const auto& v : variants) {
+    Options opt;
+    opt.ring_rows = v.ring_rows;
+    opt.recompute = v.recompute;
+    Problem q = p;
+    q.config = config(v.ranks);
+    expect_same_outputs(one, run(q.config, q, opt), true, true);
+  }
+}
+
+// fp8 changes the expert GEMMs alone: the router's logits and weights keep their bits, y does not.
+TEST(DeterminismFp8, OnlyTheExpertGemmsChange) {
+  LayerConfig c = make_config(2, 16, 128, 128, 4, 2);
+  const Problem p = make_problem(c, 38);
+  const Outputs bf16_run = run(c, p, Options{});
+  c.precision = Precision::fp8;
+  const Outputs fp8_run = run(c, p, Options{});
+  EXPECT_PRED_FORMAT2(same_bits, bf16_run.f.logits, fp8_run.f.logits);
+  EXPECT_PRED_FORMAT2(same_bits, bf16_run.f.routing.topk_w, fp8_run.f.routing.topk_w);
+  EXPECT_NE(bf16_run.f.y.size(), 0u);
+  size_t differing = 0;
+  for (size_t i = 0; i < bf16_run.f.y.size(); ++i) differing += bf16_run.f.y[i].bits != fp8_run.f.y[i].bits;
+  EXPECT_GT(differing, bf16_run.f.y.size() / 2) << "the fp8 GEMMs leave y as bf16 computed it";
+}
+
 INSTANTIATE_TEST_SUITE_P(StepModels, Determinism, ::testing::Values(StepModel::fp32_fma, StepModel::hopper_tc),
                          [](const ::testing::TestParamInfo<StepModel>& info) {
                            return std::string(info.param == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma");

@@ -213,6 +213,36 @@ const OracleCheck& check_of(const std::vector<OracleCheck>& checks, OracleTensor
   return *it;
 }
 
+// The fp8 mode against the oracle on its unquantized inputs: within the fp8 bounds, and beyond the
+// bf16 ones where the E4M3 quantization reaches (the fp8 bounds are not the bf16 ones in disguise, and
+// the quantization really is in the results).
+TEST(ReferenceVsOracleFp8, WithinTheFp8BoundsBeyondTheBf16Ones) {
+  LayerConfig softmax = make_config(2, 64, 128, 128, 8, 2), grouped = make_config(2, 32, 256, 128, 8, 2);
+  softmax.shared_intermediate = 128;
+  grouped.score_mode = ScoreMode::sigmoid;
+  grouped.n_group = 4;
+  grouped.topk_group = 2;
+  grouped.routed_scale = 2.5f;
+  grouped.swiglu_limit = 0.75f;
+  for (LayerConfig c : {softmax, grouped}) {
+    c.precision = Precision::fp8;
+    const Problem p = make_problem(c, 7);
+    Options opt;  // hopper_tc: the weight gradients' bf16 chains
+    const Forward f = forward(c, p.x, p.weights, nullptr, opt);
+    const Gradients g = backward(c, p.x, p.weights, f, p.dy, opt);
+    const std::vector<OracleCheck> checks =
+        compare_with_oracle(f, g, oracle(oracle_inputs(c, p.x, p.weights, p.dy, f)));
+    EXPECT_EQ(checks.size(), c.has_shared() ? 11u : 9u);
+    for (const OracleCheck& ch : checks) {
+      EXPECT_EQ(ch.bound, oracle_bound(ch.tensor, Precision::fp8));
+      EXPECT_TRUE(ch.passed()) << to_string(ch.tensor) << ": relative " << ch.error.relative << ", max_abs "
+                               << ch.error.max_abs << " of max_ref " << ch.error.max_ref << ", bound " << ch.bound;
+    }
+    for (const OracleTensor t : {OracleTensor::y, OracleTensor::dx, OracleTensor::d_w1, OracleTensor::d_w2})
+      EXPECT_GT(check_of(checks, t).error.relative, oracle_bound(t, Precision::bf16)) << to_string(t);
+  }
+}
+
 // Fuzzer false positive 1 (docs/fuzzing.md): at k = 1 with renormalisation the weight is the constant
 // 1 (softmax) or routed_scale (sigmoid), so d logits and d router are exactly zero. The reference
 // returns exact zeros; the oracle must too, and 0 against 0 is error 0.

@@ -1,6 +1,7 @@
 // Measures the reference's error against the fp64 oracle, per tensor, for both K-step models over
-// a fixed set of configurations, and prints the markdown tables of docs/accuracy.md.
-// Exit status 1 when any tensor exceeds its oracle_bound.
+// a fixed set of configurations, then in the fp8 mode over those whose shapes it takes (H, I, Is
+// multiples of 128; not issue 2's size, whose fp8 GEMMs take minutes on the reference), and prints the
+// markdown tables of docs/accuracy.md. Exit status 1 when any tensor exceeds its oracle_bound.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -47,40 +48,69 @@ std::vector<Case> cases() {
 
 const char* step_name(StepModel s) { return s == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma"; }
 
+constexpr int kMostFp8Tokens = 256;  // issue 2's 2048 tokens take minutes in the reference's FP8 model
+
+// Whether the case runs in fp8 too: shapes the fp8 mode takes (H, I, Is multiples of 128), not too large.
+bool takes_fp8(LayerConfig c) {
+  c.precision = Precision::fp8;
+  try {
+    validate(c);
+  } catch (const Error&) {
+    return false;
+  }
+  return c.tokens() <= kMostFp8Tokens;
+}
+
+// The cases in this precision: all of them in bf16, those takes_fp8 accepts in fp8.
+std::vector<Case> cases(Precision precision) {
+  std::vector<Case> out;
+  for (Case cs : cases()) {
+    if (precision == Precision::fp8 && !takes_fp8(cs.config)) continue;
+    cs.config.precision = precision;
+    if (precision == Precision::fp8) cs.name += ", fp8";
+    out.push_back(cs);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main() {
   bool all_passed = true;
   // worst[model][tensor] = (relative, max_abs / max_ref) over the cases
   std::map<std::string, std::map<int, std::pair<double, double>>> worst;
-  for (const Case& cs : cases()) {
-    const Problem p = make_problem(cs.config, 7, cs.routing);
-    const Routing* given = p.routing ? &*p.routing : nullptr;
-    std::printf("\n### %s\n\n| tensor | step | relative | max_abs / max_ref | bound |\n|---|---|---|---|---|\n",
-                cs.name.c_str());
-    for (StepModel step : {StepModel::fp32_fma, StepModel::hopper_tc}) {
-      Options opt;
-      opt.step = step;
-      const Forward f = forward(cs.config, p.x, p.weights, given, opt);
-      const Gradients g = backward(cs.config, p.x, p.weights, f, p.dy, opt);
-      const OracleResult o = oracle(oracle_inputs(cs.config, p.x, p.weights, p.dy, f));
-      for (const OracleCheck& ch : compare_with_oracle(f, g, o)) {
-        const double max_rel = ch.error.max_ref > 0 ? ch.error.max_abs / ch.error.max_ref : 0.0;
-        std::printf("| %s | %s | %.2e | %.2e | %.2e%s |\n", to_string(ch.tensor), step_name(step), ch.error.relative,
-                    max_rel, ch.bound, ch.passed() ? "" : " EXCEEDED");
-        auto& w = worst[step_name(step)][int(ch.tensor)];
-        w = {std::max(w.first, ch.error.relative), std::max(w.second, max_rel)};
-        all_passed = all_passed && ch.passed();
+  for (const Precision precision : {Precision::bf16, Precision::fp8}) {
+    for (const Case& cs : cases(precision)) {
+      const Problem p = make_problem(cs.config, 7, cs.routing);
+      const Routing* given = p.routing ? &*p.routing : nullptr;
+      std::printf("\n### %s\n\n| tensor | step | relative | max_abs / max_ref | bound |\n|---|---|---|---|---|\n",
+                  cs.name.c_str());
+      for (StepModel step : {StepModel::fp32_fma, StepModel::hopper_tc}) {
+        Options opt;
+        opt.step = step;
+        const Forward f = forward(cs.config, p.x, p.weights, given, opt);
+        const Gradients g = backward(cs.config, p.x, p.weights, f, p.dy, opt);
+        const OracleResult o = oracle(oracle_inputs(cs.config, p.x, p.weights, p.dy, f));
+        for (const OracleCheck& ch : compare_with_oracle(f, g, o)) {
+          const double max_rel = ch.error.max_ref > 0 ? ch.error.max_abs / ch.error.max_ref : 0.0;
+          std::printf("| %s | %s | %.2e | %.2e | %.2e%s |\n", to_string(ch.tensor), step_name(step), ch.error.relative,
+                      max_rel, ch.bound, ch.passed() ? "" : " EXCEEDED");
+          auto& w = worst[step_name(step)][int(ch.tensor)];
+          w = {std::max(w.first, ch.error.relative), std::max(w.second, max_rel)};
+          all_passed = all_passed && ch.passed();
+        }
       }
     }
-  }
-  std::printf(
-      "\n### Worst over all cases\n\n| tensor | bound | fp32_fma relative | fp32_fma max | hopper_tc relative "
-      "| hopper_tc max |\n|---|---|---|---|---|---|\n");
-  for (const auto& [tensor, fp32] : worst["fp32_fma"]) {
-    const auto& tc = worst["hopper_tc"][tensor];
-    std::printf("| %s | %.2e | %.2e | %.2e | %.2e | %.2e |\n", to_string(OracleTensor(tensor)),
-                oracle_bound(OracleTensor(tensor)), fp32.first, fp32.second, tc.first, tc.second);
+    std::printf(
+        "\n### Worst over all cases, %s\n\n| tensor | bound | fp32_fma relative | fp32_fma max | hopper_tc relative "
+        "| hopper_tc max |\n|---|---|---|---|---|---|\n",
+        precision == Precision::fp8 ? "fp8" : "bf16");
+    for (const auto& [tensor, fp32] : worst["fp32_fma"]) {
+      const auto& tc = worst["hopper_tc"][tensor];
+      std::printf("| %s | %.2e | %.2e | %.2e | %.2e | %.2e |\n", to_string(OracleTensor(tensor)),
+                  oracle_bound(OracleTensor(tensor), precision), fp32.first, fp32.second, tc.first, tc.second);
+    }
+    worst.clear();
   }
   return all_passed ? 0 : 1;
 }

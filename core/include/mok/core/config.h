@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "mok/core/host_device.h"
 
@@ -18,8 +19,14 @@ struct Error : std::runtime_error {
 
 enum class ScoreMode : uint8_t { softmax = 0, sigmoid = 1 };
 
+// The arithmetic of the expert GEMMs of the forward and of the input gradients (docs/numerics.md):
+// bf16 operands, or (fp8) operands quantized to E4M3 in blocks with power-of-two scales (DeepSeek-V3's
+// recipe; issue 19). Router, SwiGLU, combine and the weight gradients are the same in both.
+enum class Precision : uint8_t { bf16 = 0, fp8 = 1 };
+
 inline constexpr int kMaxExperts = 512;    // router scratch is sized by this on the device
 inline constexpr int kShapeMultiple = 64;  // H, I and the shared expert's I are multiples of this
+inline constexpr int kFp8Block = 128;      // the FP8 mode's scale blocks: 1 x 128 activations, 128 x 128 weights
 
 struct LayerConfig {
   int32_t ranks = 1;            // R, simulated or real expert-parallel ranks
@@ -35,6 +42,7 @@ struct LayerConfig {
   float routed_scale = 1.0f;        // sigmoid mode: weights times this
   float swiglu_limit = 0.0f;        // > 0: gate clamped above, up clamped to [-limit, limit]
   int32_t shared_intermediate = 0;  // > 0: a shared SwiGLU expert of this intermediate size
+  Precision precision = Precision::bf16;
 
   MOK_HD int tokens() const { return ranks * tokens_per_rank; }
   MOK_HD int experts_per_rank() const { return experts / ranks; }
@@ -134,6 +142,13 @@ inline void validate(const LayerConfig& c) {
           [&] { return n("intermediate I", c.intermediate) + " (need a positive multiple of 64)"; });
   require(c.shared_intermediate >= 0 && c.shared_intermediate % kShapeMultiple == 0,
           [&] { return n("shared_intermediate", c.shared_intermediate) + " (need 0 or a multiple of 64)"; });
+  if (c.precision == Precision::fp8)  // every scale block whole: H, I and Is are the GEMMs' K and N
+    for (const auto& [name, v] : {std::pair<const char*, int>{"hidden H", c.hidden},
+                                  {"intermediate I", c.intermediate},
+                                  {"shared_intermediate", c.shared_intermediate}})
+      require(v % kFp8Block == 0, [&] { return n(name, v) + " is not a multiple of 128, the fp8 mode's block size"; });
+  require(c.precision == Precision::bf16 || c.precision == Precision::fp8,
+          [&] { return n("precision", long(c.precision)) + " (need 0 = bf16 or 1 = fp8)"; });
   require(valid_swiglu_limit(c.swiglu_limit),
           [&] { return "swiglu_limit must be 0 (off) or a positive, finite, normal float32 (at least 2^-126)"; });
   require(c.routed_scale > 0.0f && c.routed_scale <= std::numeric_limits<float>::max(),

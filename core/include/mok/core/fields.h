@@ -74,6 +74,7 @@ void config_fields(F&& f, S&... s) {
   f("routed_scale", s.routed_scale...);
   f("swiglu_limit", s.swiglu_limit...);
   f("shared_intermediate", s.shared_intermediate...);
+  f("precision", s.precision...);
 }
 
 }  // namespace detail

@@ -66,9 +66,10 @@ MOK_HD int e4m3_scale_exponent(float amax) {
   return e < -126 ? -126 : e;
 }
 
-// 2^-e as a float, for the exponents a scale takes ([-126, 121]).
-MOK_HD float exp2_negated(int e) { return float_of(uint32_t(127 - e) << 23); }
+// 2^e as a float, e in [-126, 127].
+MOK_HD float exp2_of(int e) { return float_of(uint32_t(e + 127) << 23); }
 
-MOK_HD fp8_e4m3 to_e4m3_scaled(float f, int e) { return to_e4m3(f * exp2_negated(e)); }
+// f 2^-e to E4M3, for the exponents a scale takes ([-126, 121]).
+MOK_HD fp8_e4m3 to_e4m3_scaled(float f, int e) { return to_e4m3(f * exp2_of(-e)); }
 
 }  // namespace mok

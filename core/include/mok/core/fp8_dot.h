@@ -6,7 +6,7 @@
 // truncated to 13 fraction bits). Which rules hold bit for bit is decided by mok-tc-validate's
 // wgmma-e4m3 mode, which scores every candidate of Fp8StepModel::candidates() against the tensor cores:
 // on the H200 hopper() matched all 1.0e7 outputs of its ten input classes and every other candidate
-// missed (docs/results/2026-12-01-h200-n). Nothing in the layer uses it yet.
+// missed (docs/results/2026-12-01-h200-n). The layer's FP8 mode uses hopper() (mok/core/fp8_gemm.h).
 //
 // The model, in the manner of HopperBf16Step (kstep.h):
 //  - a product of two E4M3 values is exact: 4-bit significands (hidden bit included; a subnormal has

@@ -14,7 +14,8 @@ namespace mok::fuzz {
 
 // Valid small configs: E in {1, 2, 4, 8, 16, 3, 6, 12}, R a divisor of E up to 8, T in 1..65 (odd
 // T and T = 1 included, N = R T <= 160), H and I in {64, 128}, k <= min(E, 8), both score modes
-// (sigmoid with a valid n_group / topk_group), shared expert and SwiGLU clamp on or off.
+// (sigmoid with a valid n_group / topk_group), shared expert and SwiGLU clamp on or off; precision fp8
+// one time in four, its H, I and Is rounded up to a multiple of 128 (at most 256).
 rc::Gen<LayerConfig> gen_config();
 
 // Every RoutingKind: router, router_ties (exact score ties), and the given uniform, zipf (exponent

@@ -27,7 +27,7 @@ const CaseSpec& builtin_case();                      // the small default of `mo
 //   name [the file's stem], description [""]
 //   ranks [1], tokens_per_rank [1], experts [1], hidden [64], intermediate [64], top_k [1],
 //   score_mode [softmax|sigmoid], renormalize [true], n_group [1], topk_group [1], routed_scale [1],
-//   swiglu_limit [0], shared_intermediate [0]
+//   swiglu_limit [0], shared_intermediate [0], precision [bf16|fp8]
 //   step [hopper_tc|fp32_fma], ring_rows [256], recompute [false]
 //   seed [1], routing [router|router_ties|uniform|zipf|one_hot|all_to_one|sparse], zipf_s [1.2]
 // Unknown keys, repeated keys and malformed values are mok::Error naming the file and line.

@@ -142,5 +142,7 @@ std::string to_string(StepModel step);
 StepModel step_model_from_string(const std::string& name);  // throws mok::Error
 std::string to_string(ScoreMode mode);
 ScoreMode score_mode_from_string(const std::string& name);  // throws mok::Error
+std::string to_string(Precision precision);
+Precision precision_from_string(const std::string& name);  // throws mok::Error
 
 }  // namespace mok::golden

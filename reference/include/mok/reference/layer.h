@@ -27,6 +27,7 @@ enum class Fault : uint8_t {
 };
 
 struct Options {
+  // The K-step model of the bf16 GEMMs (in the fp8 mode: the weight gradients' only).
   StepModel step = StepModel::hopper_tc;
   int ring_rows = 256;      // rows of the receive ring per minibatch: a positive multiple of 16
   bool recompute = false;   // the backward recomputes h and a instead of reading them saved

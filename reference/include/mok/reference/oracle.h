@@ -2,9 +2,10 @@
 // through the goldens, the megakernel) must meet against it. docs/accuracy.md explains and measures them.
 //
 // The oracle is the layer's exact math in double precision with no intermediate rounding, on the
-// reference's inputs converted exactly to double. Routing is discrete, so the oracle takes the
-// reference's topk_idx as given: it checks the arithmetic, not the choice. With the router it
-// recomputes logits and topk_w in fp64 from those ids; with a replayed routing it uses the given
+// reference's inputs converted exactly to double (in the fp8 mode too: the unquantized bf16 inputs,
+// the quantization being part of the error the fp8 bounds allow). Routing is discrete, so the oracle
+// takes the reference's topk_idx as given: it checks the arithmetic, not the choice. With the router
+// it recomputes logits and topk_w in fp64 from those ids; with a replayed routing it uses the given
 // weights. Every tensor is in the reference's layout (layer.h), flattened row-major.
 #pragma once
 
@@ -66,6 +67,8 @@ struct OracleResult {
   std::vector<double> d_topk_w_scale;  // [N, k]
   std::vector<double> d_logits_scale;  // [N, E]
   std::vector<double> d_router_scale;  // [E, H]
+
+  Precision precision = Precision::bf16;  // the config's: the layer's results are held to its bounds
 };
 
 // Forward and backward of the loss L = sum(dy * y).
@@ -113,12 +116,49 @@ TensorError tensor_error(const std::vector<bf16>& out, const std::vector<double>
 // bf16's unit roundoff: one round-to-nearest changes a value by at most this fraction of it.
 inline constexpr double kBf16Unit = 0x1p-8;
 
+// E4M3's unit roundoff (3 fraction bits): one quantization of the fp8 mode changes an element by at
+// most this fraction. Its errors, spread evenly over half an E4M3 ulp either way, have an RMS size of
+// at most kE4m3Unit / sqrt(3) of the element: what a quantization point adds to a relative Frobenius
+// error (docs/accuracy.md, "FP8 mode").
+inline constexpr double kE4m3Unit = 0x1p-4;
+inline constexpr double kE4m3Rms = kE4m3Unit / 1.7320508075688772;
+
+// The E4M3 quantization points on a tensor's path in the fp8 mode, each weighted by how much the later
+// math can amplify it (as in oracle_bound): the operands of h = x W1^T (x, W1) reach the gate through
+// silu 2x and up 1x: a carries 3 x 2 = 6; y_e = a W2^T adds a's and W2's own (8). In the backward
+// g = dy W2 carries 2 (dy, W2); dh = swiglu_grad(h, w g) carries h's 2 through swiglu_grad (3x) and
+// g's 2 (8); dx_j = dh W1 adds dh's and W1's (10). The weight gradients take bf16 operands, but
+// operands that carry the quantization of the forward (a) or of the input gradient (dh).
+constexpr double fp8_quantization_points(OracleTensor t) {
+  switch (t) {
+    case OracleTensor::logits:
+    case OracleTensor::topk_w:
+      return 0;  // the router is fp32 in either precision
+    case OracleTensor::y:
+    case OracleTensor::d_topk_w:  // <g, a>: g 2, a 6
+    case OracleTensor::d_w1:      // dh^T x: dh 8
+    case OracleTensor::d_shared_w1:
+      return 8;
+    case OracleTensor::dx:
+      return 10;
+    case OracleTensor::d_logits:  // d topk_w through the renormalisation, 2x as in oracle_bound
+    case OracleTensor::d_router:
+      return 16;
+    case OracleTensor::d_w2:  // bf16(w dy)^T a: a 6
+    case OracleTensor::d_shared_w2:
+      return 6;
+  }
+  return 0;
+}
+
 // The bound on relative (and on max_abs / max_ref) per tensor: the bf16 rounding points on the
 // tensor's path, each at most kBf16Unit of the rounded value, weighted by how much the later math
 // can amplify it to first order (silu: up to 2x; the renormalisation's difference of weights: 2x).
-// Tensors that see no bf16 rounding (logits, topk_w) are bounded at the fp32 level instead.
+// Tensors that see no bf16 rounding (logits, topk_w) are bounded at the fp32 level instead. The fp8
+// mode adds kE4m3Rms per weighted quantization point (fp8_quantization_points).
 // docs/accuracy.md derives every line and lists the measured errors, which sit well inside.
-constexpr double oracle_bound(OracleTensor t) {
+constexpr double oracle_bound(OracleTensor t, Precision precision = Precision::bf16) {
+  if (precision == Precision::fp8) return oracle_bound(t) + fp8_quantization_points(t) * kE4m3Rms;
   // a = bf16(silu(gate) * up) from bf16 gate and up: up 1, gate through silu 2, a itself 1.
   constexpr double a_rounding = 4 * kBf16Unit;
   // dh = bf16(swiglu_grad(h, da)): gate and up rounding 3 as above, dh itself 1.
