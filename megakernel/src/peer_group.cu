@@ -41,18 +41,21 @@ __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
 
 }  // namespace
 
-bool has_symmetric_memory(const std::vector<ncclComm_t>& comms) {
+SymmetricMemory symmetric_memory(const std::vector<ncclComm_t>& comms) {
   ncclDevCommRequirements_t requirements{};
   std::vector<ncclDevComm_t> dev(comms.size());
   size_t created = 0;
   NcclGroup create;
   while (created < comms.size() && ncclDevCommCreate(comms[created], &requirements, &dev[created]) == ncclSuccess)
     ++created;
-  if (create.end() != ncclSuccess) return false;
+  if (create.end() != ncclSuccess) return {};
+  SymmetricMemory found{created == comms.size(), 0};
+  for (size_t r = 0; r < created && found.available; ++r)
+    found.load_store_ranks = r == 0 ? dev[r].lsaSize : std::min(found.load_store_ranks, dev[r].lsaSize);
   NcclGroup destroy;  // the probe needs no device communicator: destroy what was made
   for (size_t r = 0; r < created; ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
   MOK_NCCL_CHECK(destroy.end());
-  return created == comms.size();
+  return found;
 }
 
 PeerGroup::PeerGroup(Transport transport, int gpus, size_t bytes) : transport_(transport), gpus_(gpus), bytes_(bytes) {
@@ -106,10 +109,18 @@ void PeerGroup::open_nccl() {
   MOK_NCCL_CHECK(group.end());
   std::vector<ncclComm_t> comms;
   for (const Member& m : members_) comms.push_back(m.comm);
-  symmetric_ = has_symmetric_memory(comms);
+  const SymmetricMemory memory = symmetric_memory(comms);
+  symmetric_ = memory.available;
   // One GPU without symmetric memory (NCCL < 2.28.7) still has its own buffer; several need windows.
   require(symmetric_ || gpus_ == 1,
           "mok: NCCL gives these " + std::to_string(gpus_) + " GPUs no symmetric memory (ncclDevCommCreate refused)");
+  // Every byte between GPUs is a load or a store through a window: a peer beyond the NVLink domain
+  // (another node) has no address in it.
+  require(!symmetric_ || memory.load_store_ranks == gpus_, [&] {
+    return "the communicator's " + std::to_string(gpus_) + " GPUs are not all reachable by load/store (NCCL's LSA " +
+           "team holds " + std::to_string(memory.load_store_ranks) +
+           "; another node?): mok's windows need every GPU in one NVLink domain (docs/multi-gpu.md, \"Across nodes\")";
+  });
 }
 
 void PeerGroup::open_colocated() {

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r)
       if (win[r] == nullptr)
         throw mok::Error("mok-nccl-probe: NCCL registered no window for rank " + std::to_string(r));
-    const bool symmetric = mok::gpu::has_symmetric_memory(comms);
+    const bool symmetric = mok::gpu::symmetric_memory(comms).available;
     if (!symmetric && ranks > 1)
       throw mok::Error("mok-nccl-probe: NCCL gives these " + std::to_string(ranks) +
                        " ranks no symmetric memory (ncclDevCommCreate refused)");

@@ -7,46 +7,33 @@
 //   --routing: router (the layer routes), uniform or zipf (replayed expert ids: RoutingMode::replay_ids);
 //   --runs: forward and backward N times on every GPU; every run must give the first run's bits;
 //   --timeout: seconds the ranks may take together before all are killed (default 120).
-// The parent never touches CUDA (a CUDA context does not survive fork): it counts the GPUs in a probe
-// child, makes the NCCL unique id (which only opens the bootstrap socket; its listening thread stays
-// in the parent), forks one child per GPU and watches them. Each child builds the whole problem from
-// the seed, uploads its tokens' and experts' slices, runs, and writes its results to a file in a
-// temporary directory; the parent assembles them and compares with the reference.
+// One process per GPU (mok/tools/process_ranks.h): each rank builds the whole problem from the seed,
+// uploads its tokens' and experts' slices, runs, and writes its results to a file; the parent assembles
+// them and compares with the reference.
 // Exit: 0 all equal, 1 a mismatch or a failed rank, 2 bad arguments or a setup error, 77 no Hopper GPU
 // (ctest: skip).
-#include <nccl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <cuda_runtime.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "mok/core/fields.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/layer.h"
-#include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
+#include "mok/tools/process_ranks.h"
+#include "mok/tools/rank_layer.h"
 
 namespace {
 
 using mok::Error;
-using mok::gpu::DType;
-using mok::gpu::share_of;
-using Tensor = mok::gpu::DeviceTensor;
+using mok::tools::RankResults;
 
-constexpr int kSkip = 77;
 constexpr uint64_t kSeed = 2026;
-constexpr uint32_t kResultMagic = 0x6d6f6b70;  // "mokp": a result file of this tool
 
 struct Shape {
   const char* name;
@@ -77,18 +64,8 @@ struct Job {
   mok::ref::RoutingKind kind = mok::ref::RoutingKind::router;
   mok::RoutingMode mode = mok::RoutingMode::router;
   int runs = 1;
-  std::filesystem::path dir;
-  ncclUniqueId id{};
+  mok::ref::Problem problem;  // made once from the seed, before the fork (make_problem runs no OpenMP)
 };
-
-void check_nccl(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess && status != ncclInProgress)
-    throw Error(std::string("mok-procs: NCCL error (") + what + "): " + ncclGetErrorString(status));
-}
-
-void check_sys(bool ok, const std::string& what) {
-  if (!ok) throw Error("mok-procs: " + what + ": " + std::strerror(errno));
-}
 
 mok::LayerConfig make_config(const Options& o) {
   for (const Shape& s : kShapes) {
@@ -99,7 +76,11 @@ mok::LayerConfig make_config(const Options& o) {
       c.n_group = 4, c.topk_group = 2, c.routed_scale = 2.5f;
       c.shared_intermediate = 64, c.swiglu_limit = 0.75f;
     }
-    mok::validate(c);
+    try {
+      mok::validate(c);
+    } catch (const Error& e) {
+      throw Error("mok-procs: " + o.shape + " over " + std::to_string(o.gpus) + " GPU(s), one rank each: " + e.what());
+    }
     return c;
   }
   throw Error("mok-procs: unknown shape " + mok::quote_input(o.shape));
@@ -107,403 +88,64 @@ mok::LayerConfig make_config(const Options& o) {
 
 // ---- one rank (a child process) ----
 
-// What a rank reports besides its tensors: the bytes it allocated and the device memory in use.
-struct RankHeader {
-  uint32_t magic = kResultMagic;
-  int32_t rank = 0;
+// What a rank reports besides its results: its tensors' bytes and the device memory in use.
+struct RankMemory {
   uint64_t used_after_init = 0, used_after_runs = 0;  // device memory in use (cudaMemGetInfo)
-  uint64_t weight_bytes = 0, activation_bytes = 0, saved_bytes = 0, workspace_bytes = 0;
+  mok::tools::TensorBytes tensors;
 };
-
-uint64_t device_memory_used() {
-  size_t free = 0, total = 0;
-  MOK_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return total - free;
-}
-
-// Rank g's tensors (mok/megakernel/layer_tensors.h): its tokens, its experts' weights and gradients,
-// the router and shared expert whole.
-struct RankTensors {
-  mok::RoutingMode mode;
-  mok::gpu::WeightTensors weights;
-  mok::gpu::ForwardTensors fwd;
-  mok::gpu::GradTensors grad;
-  Tensor workspace;
-
-  RankTensors(const mok::gpu::Layer& layer, const mok::ref::Problem& p, mok::RoutingMode routing, int g)
-      : mode(routing),
-        weights(p.config, p.weights, g, p.config.ranks),
-        fwd(p.config, layer.saved_bytes(), p.config.ranks),
-        grad(p.config, p.config.ranks),
-        workspace(DType::u8, {int64_t(layer.workspace_bytes(mok::gpu::Pass::backward))}) {
-    const int G = p.config.ranks;
-    fwd.x.upload(share_of(p.x, g, G));
-    grad.dy.upload(share_of(p.dy, g, G));
-    if (mode != mok::RoutingMode::router) fwd.topk_idx.upload(share_of(p.routing->topk_idx, g, G));
-    // The uploads above went through the legacy default stream; the layer's stream does not wait for it.
-    MOK_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-
-  // Every output poisoned before a run, so that a run that leaves one unwritten cannot pass on the last
-  // run's bits.
-  void run(mok::gpu::Layer& layer, cudaStream_t stream) {
-    fwd.poison(mode);
-    grad.poison(false);
-    const mok::gpu::ForwardInputs in{fwd.x.view(), weights.views(), mode};
-    layer.forward(stream, workspace.view().data, in, fwd.views(mode));
-    layer.backward(stream, workspace.view().data, in, fwd.views(mode), grad.dy.view(), grad.views(mode, false));
-  }
-  void fill_header(RankHeader& h) const {
-    const mok::gpu::WeightTensors& w = weights;
-    for (const Tensor* t : {&w.router, &w.expert_bias, &w.w1, &w.w2, &w.shared_w1, &w.shared_w2, &grad.d_router,
-                            &grad.d_w1, &grad.d_w2, &grad.d_shared_w1, &grad.d_shared_w2})
-      h.weight_bytes += t->bytes();
-    for (const Tensor* t :
-         {&fwd.x, &grad.dy, &fwd.y, &fwd.topk_idx, &fwd.topk_w, &fwd.logits, &grad.dx, &grad.d_topk_w, &grad.d_logits})
-      h.activation_bytes += t->bytes();
-    h.saved_bytes = fwd.saved.bytes();
-    h.workspace_bytes = workspace.bytes();
-  }
-  // The rank's results, in the fields' vocabulary (the unset fields stay empty).
-  std::pair<mok::Forward, mok::Gradients> download() const {
-    mok::Forward f;
-    f.routing.topk_idx = fwd.topk_idx.download<int32_t>();
-    f.routing.topk_w = fwd.topk_w.download<float>();
-    f.logits = fwd.logits.download<float>();
-    f.y = fwd.y.download<mok::bf16>();
-    mok::Gradients d;
-    d.dx = grad.dx.download<mok::bf16>();
-    d.d_topk_w = grad.d_topk_w.download<float>();
-    d.d_logits = grad.d_logits.download<float>();
-    d.d_router = grad.d_router.download<float>();
-    d.d_w1 = grad.d_w1.download<float>();
-    d.d_w2 = grad.d_w2.download<float>();
-    d.d_shared_w1 = grad.d_shared_w1.download<float>();
-    d.d_shared_w2 = grad.d_shared_w2.download<float>();
-    return {std::move(f), std::move(d)};
-  }
-};
-
-// The first field whose bits differ between two results of the same shape, or "".
-template <class S>
-std::string first_difference(const S& a, const S& b) {
-  std::string found;
-  mok::for_each_field(a, b, [&](const char* name, const auto& u, const auto& v) {
-    if (found.empty()) found = mok::first_bit_mismatch(name, u, v);
-  });
-  return found;
-}
-
-class File {
- public:
-  File(const std::filesystem::path& path, const char* mode) : path_(path), f_(std::fopen(path.c_str(), mode)) {
-    check_sys(f_ != nullptr, "cannot open " + path_.string());
-  }
-  ~File() {
-    if (f_) std::fclose(f_);  // only on an error path: close() reports the normal one
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  void write(const void* data, size_t bytes) {
-    if (bytes && std::fwrite(data, 1, bytes, f_) != bytes) throw Error("mok-procs: cannot write " + path_.string());
-  }
-  void read(void* data, size_t bytes) {
-    if (bytes && std::fread(data, 1, bytes, f_) != bytes)
-      throw Error("mok-procs: " + path_.string() + " is shorter than its contents say");
-  }
-  void close() {
-    FILE* f = std::exchange(f_, nullptr);
-    check_sys(std::fclose(f) == 0, "cannot close " + path_.string());
-  }
-
- private:
-  std::filesystem::path path_;
-  FILE* f_;
-};
-
-std::filesystem::path result_path(const std::filesystem::path& dir, int g) {
-  return dir / ("rank" + std::to_string(g) + ".bin");
-}
-
-// Each field: its element count, then its elements' bytes, in for_each_field's order.
-template <class S>
-void write_fields(File& file, const S& s) {
-  mok::for_each_field(s, [&](const char*, const auto& v) {
-    const uint64_t n = v.size();
-    file.write(&n, sizeof n);
-    file.write(v.data(), n * sizeof(v[0]));
-  });
-}
-
-template <class S>
-void read_fields(File& file, S& s, uint64_t limit) {
-  mok::for_each_field(s, [&](const char* name, auto& v) {
-    uint64_t n = 0;
-    file.read(&n, sizeof n);
-    if (n > limit / sizeof(v[0])) throw Error(std::string("mok-procs: a result file's ") + name + " is too large");
-    v.resize(n);
-    file.read(v.data(), n * sizeof(v[0]));
-  });
-}
-
-// Owns the communicator; destroyed after the Layer (declared before it), as the Layer's rules ask.
-struct Communicator {
-  ncclComm_t comm = nullptr;
-  Communicator(const ncclUniqueId& id, int ranks, int rank) {
-    check_nccl(ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank");
-  }
-  ~Communicator() {
-    if (comm && ncclCommDestroy(comm) != ncclSuccess) std::fprintf(stderr, "mok-procs: ncclCommDestroy failed\n");
-  }
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() {
-    if (s && cudaStreamDestroy(s) != cudaSuccess) std::fprintf(stderr, "mok-procs: cudaStreamDestroy failed\n");
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-};
-
-[[noreturn]] void fail(int g, const char* what) {
-  std::fprintf(stderr, "mok-procs: rank %d (GPU %d): %s\n", g, g, what);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  _exit(1);
-}
 
 // Forward and backward job.runs times; the first run's results, checked against every later run's.
-std::pair<mok::Forward, mok::Gradients> run_layer(const Job& job, mok::gpu::Layer& layer, RankTensors& t,
-                                                  cudaStream_t stream) {
-  std::pair<mok::Forward, mok::Gradients> first;
+RankResults run_layer(const Job& job, mok::gpu::Layer& layer, mok::tools::RankTensors& t, cudaStream_t stream) {
+  RankResults first;
   for (int run = 0; run < job.runs; ++run) {
-    t.run(layer, stream);  // the last run's work is done: check() waited for the stream
-    layer.check();
-    auto results = t.download();
+    t.poison();
+    t.forward(layer, stream);
+    t.backward(layer, stream);
+    layer.check();  // waits for the stream
+    RankResults results = t.download();
     if (run == 0) {
       first = std::move(results);
       continue;
     }
-    std::string diff = first_difference(first.first, results.first);
-    if (diff.empty()) diff = first_difference(first.second, results.second);
+    const std::string diff = mok::tools::first_difference(first, results);
     if (!diff.empty())
       throw Error("run " + std::to_string(run + 1) + " differs from run 1 (not deterministic): " + diff);
   }
   return first;
 }
 
-void run_rank(const Job& job, int g) {
-  MOK_CUDA_CHECK(cudaSetDevice(g));
-  Communicator comm(job.id, job.config.ranks, g);
-  RankHeader header;
-  header.rank = g;
-  header.used_after_init = device_memory_used();
-  std::optional<Stream> stream;
-  std::optional<mok::gpu::Layer> layer;
-  std::optional<RankTensors> tensors;
-  std::pair<mok::Forward, mok::Gradients> results;
-  // An error leaves at once, without the destructors: the Layer's window and the communicator are
-  // collective, and a peer may be gone; the process's exit frees what they hold.
-  try {
-    const mok::ref::Problem p = mok::ref::make_problem(job.config, kSeed, job.kind);
-    stream.emplace();
-    mok::gpu::LaunchConfig launch;
-    launch.gpus = job.config.ranks;
-    launch.transport = mok::gpu::Transport::nccl;
-    layer.emplace(job.config, launch, comm.comm);
-    tensors.emplace(*layer, p, job.mode, g);
-    results = run_layer(job, *layer, *tensors, stream->s);
-    header.used_after_runs = device_memory_used();
-    tensors->fill_header(header);
-  } catch (const std::exception& e) {
-    fail(g, e.what());
+// Rank g runs its share of the parent's problem. An error leaves without the collective teardowns
+// (mok/tools/process_ranks.h).
+void run_rank(const Job& job, const mok::tools::Rank& rank) {
+  const mok::tools::RankComm comm(rank);
+  RankMemory memory;
+  memory.used_after_init = mok::tools::device_memory_in_use();
+  const mok::ref::Problem& p = job.problem;
+  const mok::tools::Stream stream;
+  mok::gpu::LaunchConfig launch;
+  launch.gpus = rank.count;
+  launch.transport = mok::gpu::Transport::nccl;
+  mok::tools::Collective<mok::gpu::Layer> layer(job.config, launch, comm.get());
+  RankResults results;
+  {
+    mok::tools::RankTensors tensors(*layer, p.weights, launch, rank.index);
+    tensors.set_inputs(p.x, p.dy, job.mode == mok::RoutingMode::router ? nullptr : &*p.routing, job.mode);
+    results = run_layer(job, *layer, tensors, stream.get());
+    memory.used_after_runs = mok::tools::device_memory_in_use();
+    memory.tensors = tensors.bytes();
   }
-  // The Layer goes before the communicator, after its last call finished (check()), as layer.h asks.
-  tensors.reset();
-  layer.reset();
-  stream.reset();
-  File file(result_path(job.dir, g), "wb");
-  file.write(&header, sizeof header);
-  write_fields(file, results.first);
-  write_fields(file, results.second);
-  file.close();
-}
-
-[[noreturn]] void rank_main(const Job& job, int g) {
-  try {
-    run_rank(job, g);
-  } catch (const std::exception& e) {
-    fail(g, e.what());
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  _exit(0);  // not exit(): the parent's atexit handlers and stdio buffers are not this process's
+  layer.reset();  // before the communicator, after its last call finished (check()), as layer.h asks
+  mok::tools::ResultWriter file(rank.result);
+  file.put(memory);
+  mok::tools::put_results(file, results);
+  file.commit();
 }
 
 // ---- the parent ----
 
-// hopper_gpus() in a child process: CUDA initialised in the parent would be unusable in the ranks.
-int probe_hopper_gpus() {
-  int fds[2];
-  check_sys(pipe(fds) == 0, "pipe");
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  check_sys(pid >= 0, "fork");
-  if (pid == 0) {
-    close(fds[0]);
-    const int n = mok::gpu::hopper_gpus();
-    _exit(write(fds[1], &n, sizeof n) == sizeof n ? 0 : 1);
-  }
-  close(fds[1]);
-  int n = 0;
-  const ssize_t got = read(fds[0], &n, sizeof n);
-  close(fds[0]);
-  int status = 0;
-  check_sys(waitpid(pid, &status, 0) == pid, "waitpid (GPU probe)");
-  if (got != sizeof n || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error("mok-procs: the process counting the GPUs failed");
-  return n;
-}
-
-// A fresh directory for the ranks' result files, removed with its contents at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/mok-procs.XXXXXX";
-    check_sys(mkdtemp(pattern.data()) != nullptr, "cannot create a directory from " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-    if (ec) std::fprintf(stderr, "mok-procs: cannot remove %s: %s\n", path_.c_str(), ec.message().c_str());
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
-  return "ended with status " + std::to_string(status);
-}
-
-void kill_all(const std::vector<pid_t>& pids) {
-  for (pid_t pid : pids)
-    if (pid > 0) kill(pid, SIGKILL);  // ESRCH (already gone) is fine
-  for (pid_t pid : pids)
-    if (pid > 0) waitpid(pid, nullptr, 0);
-}
-
-// Waits for every rank; the first failure or the timeout kills the others (a rank whose peer is gone
-// would wait at NCCL's bootstrap or at a barrier across GPUs). True when every rank exited 0.
-bool wait_for_ranks(std::vector<pid_t> pids, double timeout_s) {
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t done = 0; done < pids.size();) {
-    for (size_t g = 0; g < pids.size(); ++g) {
-      if (pids[g] <= 0) continue;
-      int status = 0;
-      const pid_t got = waitpid(pids[g], &status, WNOHANG);
-      check_sys(got >= 0, "waitpid (rank " + std::to_string(g) + ")");
-      if (got == 0) continue;
-      pids[g] = 0;
-      ++done;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-      std::fprintf(stderr, "mok-procs: rank %zu %s; killing the other ranks\n", g, describe(status).c_str());
-      kill_all(pids);
-      return false;
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
-      std::string running;
-      for (size_t g = 0; g < pids.size(); ++g)
-        if (pids[g] > 0) running += " " + std::to_string(g);
-      std::fprintf(stderr, "mok-procs: the ranks ran past the timeout of %.0f s; killing ranks%s (still running)\n",
-                   timeout_s, running.c_str());
-      kill_all(pids);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-std::vector<pid_t> spawn_ranks(const Job& job) {
-  std::vector<pid_t> pids;
-  std::fflush(stdout);  // or the children would flush the parent's buffered output again
-  std::fflush(stderr);
-  for (int g = 0; g < job.config.ranks; ++g) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      const int saved = errno;
-      kill_all(pids);
-      errno = saved;
-      check_sys(false, "fork (rank " + std::to_string(g) + ")");
-    }
-    if (pid == 0) rank_main(job, g);
-    pids.push_back(pid);
-  }
-  return pids;
-}
-
-struct RankResults {
-  RankHeader header;
-  mok::Forward fwd;
-  mok::Gradients grads;
-};
-
-RankResults read_rank(const std::filesystem::path& dir, int g) {
-  const std::filesystem::path path = result_path(dir, g);
-  const uint64_t size = std::filesystem::file_size(path);
-  File file(path, "rb");
-  RankResults r;
-  file.read(&r.header, sizeof r.header);
-  if (r.header.magic != kResultMagic || r.header.rank != g)
-    throw Error("mok-procs: " + path.string() + " is not rank " + std::to_string(g) + "'s result file");
-  read_fields(file, r.fwd, size);
-  read_fields(file, r.grads, size);
-  file.close();
-  return r;
-}
-
-// Whole on every rank (every GPU computes them over all tokens); the rest is split by token or by
-// expert, each rank's rows following the previous rank's.
-bool replicated(const std::string& name) {
-  return name == "d_router" || name == "d_shared_w1" || name == "d_shared_w2";
-}
-
-// The global results: rank 0's, then each rank's split fields appended; a replicated field of any
-// rank that differs from rank 0's is reported in `problems`.
-template <class S>
-S assemble(const std::vector<const S*>& ranks, std::vector<std::string>& problems) {
-  S whole = *ranks[0];
-  for (size_t g = 1; g < ranks.size(); ++g)
-    mok::for_each_field(whole, *ranks[g], [&](const char* name, auto& w, const auto& r) {
-      if (!replicated(name)) {
-        w.insert(w.end(), r.begin(), r.end());
-        return;
-      }
-      const std::string diff = mok::first_bit_mismatch(name, r, w);
-      if (!diff.empty()) problems.push_back("rank " + std::to_string(g) + " vs rank 0: " + diff);
-    });
-  return whole;
-}
-
-// The fields the Layer returns (the reference's layout and intermediates are not among them).
+// The fields a rank returns (the reference's h and a are not among them).
 bool from_device(const std::string& name) {
-  for (const char* n : {"topk_idx", "topk_w", "logits", "y", "dx", "d_topk_w", "d_logits", "d_router", "d_w1", "d_w2",
-                        "d_shared_w1", "d_shared_w2"})
-    if (name == n) return true;
-  return false;
+  return name != "h" && name != "a" && name != "shared_h" && name != "shared_a";
 }
 
 // One line per tensor; true when every one holds the reference's bits.
@@ -527,19 +169,19 @@ bool compare(const S& got, const S& want) {
 
 double mib(uint64_t bytes) { return double(bytes) / (1 << 20); }
 
-void print_memory(const RankHeader& h) {
+void print_memory(int g, const RankMemory& m) {
+  const mok::tools::TensorBytes& t = m.tensors;
   std::printf(
       "  rank %d (GPU %d): device memory in use %.1f MiB after NCCL init, %.1f MiB after the runs; "
       "its tensors: weights+grads %.1f, activations %.1f, saved %.1f, workspace %.1f MiB; "
       "the rest (Layer, NCCL window, allocation rounding) %.1f MiB\n",
-      h.rank, h.rank, mib(h.used_after_init), mib(h.used_after_runs), mib(h.weight_bytes), mib(h.activation_bytes),
-      mib(h.saved_bytes), mib(h.workspace_bytes),
-      mib(h.used_after_runs - h.used_after_init) -
-          mib(h.weight_bytes + h.activation_bytes + h.saved_bytes + h.workspace_bytes));
+      g, g, mib(m.used_after_init), mib(m.used_after_runs), mib(t.weights), mib(t.activations), mib(t.saved),
+      mib(t.workspace),
+      mib(m.used_after_runs - m.used_after_init) - mib(t.weights + t.activations + t.saved + t.workspace));
 }
 
 std::pair<mok::Forward, mok::Gradients> reference(const Job& job) {
-  const mok::ref::Problem p = mok::ref::make_problem(job.config, kSeed, job.kind);
+  const mok::ref::Problem& p = job.problem;
   mok::ref::Options opt;
   opt.step = mok::StepModel::hopper_tc;
   opt.replay_ids = job.mode == mok::RoutingMode::replay_ids;
@@ -549,26 +191,28 @@ std::pair<mok::Forward, mok::Gradients> reference(const Job& job) {
   return {std::move(f), std::move(g)};
 }
 
-// Reads the ranks' files, checks the replicated gradients, compares with the reference. True: all equal.
-bool check_results(const Job& job) {
+// Reads the ranks' files, checks the replicated results, compares with the reference. True: all equal.
+bool check_results(const Job& job, const mok::tools::TempDir& dir) {
   std::vector<RankResults> ranks;
-  for (int g = 0; g < job.config.ranks; ++g) ranks.push_back(read_rank(job.dir, g));
   std::printf("per-rank device memory:\n");
-  for (const RankResults& r : ranks) print_memory(r.header);
-  std::vector<const mok::Forward*> fwds;
-  std::vector<const mok::Gradients*> grads;
-  for (const RankResults& r : ranks) fwds.push_back(&r.fwd), grads.push_back(&r.grads);
+  for (int g = 0; g < job.config.ranks; ++g) {
+    mok::tools::ResultReader file(mok::tools::result_path(dir.path(), g));
+    RankMemory memory;
+    file.get(memory);
+    print_memory(g, memory);
+    ranks.push_back(mok::tools::get_results(file));
+  }
   std::vector<std::string> problems;
-  const mok::Forward fwd = assemble(fwds, problems);
-  const mok::Gradients grad = assemble(grads, problems);
-  for (const std::string& p : problems) std::printf("  replicated gradient DIFFERS between ranks: %s\n", p.c_str());
+  const RankResults whole = mok::tools::assemble(ranks, problems);
+  for (const std::string& p : problems) std::printf("  replicated result DIFFERS between ranks: %s\n", p.c_str());
   if (problems.empty())
-    std::printf("  d_router and the shared expert's gradients: the same bits on all %d ranks\n", job.config.ranks);
+    std::printf("  the dispatch layout, d_router and the shared expert's gradients: the same bits on all %d ranks\n",
+                job.config.ranks);
   std::fprintf(stderr, "mok-procs: computing the CPU reference...\n");
   const auto [want_fwd, want_grad] = reference(job);
   std::printf("against the CPU reference (hopper_tc step model):\n");
-  const bool fwd_equal = compare(fwd, want_fwd);
-  const bool grad_equal = compare(grad, want_grad);
+  const bool fwd_equal = compare(whole.fwd, want_fwd);
+  const bool grad_equal = compare(whole.grads, want_grad);
   return problems.empty() && fwd_equal && grad_equal;
 }
 
@@ -622,41 +266,34 @@ int main(int argc, char** argv) {
   Options options;
   if (!parse(argc, argv, options)) {
     usage();
-    return 2;
+    return mok::tools::kExitError;
   }
   try {
     Job job = make_job(options);
-    const int hopper = probe_hopper_gpus();
-    if (hopper == 0) {
+    if (!mok::tools::have_gpus_for(job.config.ranks)) {
       std::fprintf(stderr, "mok-procs: no Hopper GPU\n");
-      return kSkip;
+      return mok::tools::kExitSkip;
     }
-    if (job.config.ranks > hopper)
-      throw Error("mok-procs: --gpus " + std::to_string(job.config.ranks) + " but only " + std::to_string(hopper) +
-                  " Hopper GPU(s) are usable (devices 0.." + std::to_string(hopper - 1) + ")");
-    // As mok's own peer groups do: NVLink multicast is not used by the layer, and a program that turns it on
-    // can take a shared host's GPUs out of service; an explicit setting is kept. The ranks inherit it.
-    check_sys(setenv("NCCL_NVLS_ENABLE", "0", 0) == 0, "setenv NCCL_NVLS_ENABLE");
-    check_nccl(ncclGetUniqueId(&job.id), "ncclGetUniqueId");
-    const TempDir dir;
-    job.dir = dir.path();
+    job.problem = mok::ref::make_problem(job.config, kSeed, job.kind);
     const mok::LayerConfig& c = job.config;
     std::printf(
         "mok-procs: %d process(es), one per GPU; shape %s: T %d tokens per GPU, H %d, I %d, E %d (%d per "
         "GPU), k %d; routing %s; %d run(s)\n",
         c.ranks, options.shape.c_str(), c.tokens_per_rank, c.hidden, c.intermediate, c.experts, c.experts_per_rank(),
         c.top_k, options.routing.c_str(), job.runs);
-    if (!wait_for_ranks(spawn_ranks(job), options.timeout_s)) {
+    const mok::tools::TempDir dir("mok-procs");
+    const auto rank = [&](const mok::tools::Rank& r) { run_rank(job, r); };
+    if (!mok::tools::run_ranks("mok-procs", c.ranks, options.timeout_s, dir.path(), rank)) {
       std::printf("mok-procs: FAIL: a rank failed (above)\n");
-      return 1;
+      return mok::tools::kExitFail;
     }
     std::printf("every rank's %d run(s) gave the same bits\n", job.runs);
-    const bool equal = check_results(job);
+    const bool equal = check_results(job, dir);
     std::printf("mok-procs: %s\n",
                 equal ? "PASS: every tensor bitwise equal to the CPU reference" : "FAIL: results differ (above)");
-    return equal ? 0 : 1;
+    return equal ? mok::tools::kExitPass : mok::tools::kExitFail;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 2;
+    return mok::tools::kExitError;
   }
 }

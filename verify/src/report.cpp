@@ -128,13 +128,17 @@ std::string format_text(const CaseReport& r) {
   return s;
 }
 
-std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors) {
+std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors,
+                        const std::vector<std::string>& skipped) {
   bool all_equal = errors.empty();
   for (const CaseReport& c : cases) all_equal = all_equal && c.equal();
+  const auto list = [](const std::vector<std::string>& items) {
+    std::string l;
+    for (size_t i = 0; i < items.size(); ++i) l += (i ? ", " : "") + quoted(items[i]);
+    return l;
+  };
   std::string s = "{\n  \"tool\": \"mok-verify\",\n  \"all_equal\": " + std::string(all_equal ? "true" : "false") +
-                  ",\n  \"errors\": [";
-  for (size_t i = 0; i < errors.size(); ++i) s += (i ? ", " : "") + quoted(errors[i]);
-  s += "],\n  \"cases\": [";
+                  ",\n  \"errors\": [" + list(errors) + "],\n  \"skipped\": [" + list(skipped) + "],\n  \"cases\": [";
   for (size_t i = 0; i < cases.size(); ++i) {
     const CaseReport& c = cases[i];
     s += std::string(i ? "," : "") + "\n    {\"golden\": " + quoted(c.golden_file) +

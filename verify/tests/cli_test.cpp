@@ -180,5 +180,33 @@ TEST_F(MokVerifyCli, UsageErrorsExitTwo) {
   }
 }
 
+// --gpus N runs over N processes; its arguments are checked before any GPU is looked for, so these
+// hold on a machine without one.
+TEST_F(MokVerifyCli, GpusArgumentsAreCheckedBeforeAnyGpu) {
+  for (const std::string& args :
+       {golden_path() + " --backend gpu --gpus 0", golden_path() + " --backend gpu --gpus -1",
+        golden_path() + " --backend gpu --gpus two", golden_path() + " --backend gpu --timeout 10",
+        golden_path() + " --backend gpu --one-process",
+        golden_path() + " --backend gpu --gpus 2 --one-process --timeout 10",
+        golden_path() + " --candidate x.h5 --gpus 2"}) {
+    const ToolRun r = verify(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("usage:"), std::string::npos) << args << "\n" << r.output;
+  }
+  const ToolRun r = verify(golden_path() + " --backend reference --gpus 2");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpus applies to the gpu backend only"), std::string::npos) << r.output;
+}
+
+// The smoke golden (R=2, 32 tokens, 4 experts) splits over 1, 2 and 4 GPUs, not over 3.
+TEST_F(MokVerifyCli, AGoldenThatDoesNotSplitOverTheGpusIsRefused) {
+  if (!MOK_VERIFY_GPU_BACKEND) GTEST_SKIP() << "a build without CUDA has no gpu backend";
+  const ToolRun r = verify(golden_path() + " --backend gpu --gpus 3 --quiet");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("the golden's R=2 ranks do not split over 3 GPUs, nor do its 32 tokens and 4 experts"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace mok::verify

@@ -1,5 +1,6 @@
 // mok-verify: compare a candidate (a golden-format file, or a backend's run on the golden's inputs)
-// against golden files. Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
+// against golden files. Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no
+// Hopper GPU for --gpus N (ctest: skip).
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -22,18 +23,23 @@ using namespace mok::verify;
 
 namespace {
 
-constexpr int kEqual = 0, kMismatch = 1, kError = 2;
+constexpr int kEqual = 0, kMismatch = 1, kError = 2, kSkip = 77;
 constexpr int64_t kProgressElements = int64_t(1) << 20;  // per-tensor progress lines for tensors this large
 
 constexpr const char* kUsage = R"(usage:
   mok-verify GOLDEN --candidate FILE [--json FILE] [--quiet]
   mok-verify GOLDEN... --backend NAME [--step hopper_tc|fp32] [--ring-rows N] [--recompute on|off]
-                                      [--gpus N] [--runs N] [--json FILE] [--quiet]
+                                      [--gpus N [--timeout S | --one-process]] [--runs N] [--json FILE] [--quiet]
 GOLDEN is a golden file or a directory (each *.h5 in it). A candidate file is compared in every
 tensor, inputs included; a backend runs on each golden's inputs and its routing and outputs are
-compared. Backends: reference, gpu (--gpus N: the golden's ranks over N GPUs through NCCL windows).
+compared. Backends: reference, gpu (one GPU; --gpus N: the golden's global batch over N processes, one
+per GPU, on an NCCL communicator, each run's ranks killed after --timeout S seconds (300); with
+--one-process, the N GPUs driven from this process). A golden whose ranks do not split over N GPUs runs
+on one rank per GPU when its tokens and experts split, and is refused otherwise.
 Progress goes to stderr (--quiet: none), the report to stdout.
-Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error.
+Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no Hopper GPU for --gpus N.
+A golden the backend does not implement (on the GPU: the fp8 mode, so far) is listed as SKIPPED with
+the reason, and changes no exit status.
 )";
 
 struct UsageError : std::runtime_error {
@@ -74,6 +80,10 @@ Args parse_args(int argc, char** argv) {
       a.quiet = true;
       continue;
     }
+    if (arg == "--one-process") {
+      a.flags.one_process = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       a.goldens.push_back(arg);
       continue;
@@ -97,6 +107,8 @@ Args parse_args(int argc, char** argv) {
       a.flags.recompute = value == "on";
     } else if (arg == "--gpus")
       a.flags.gpus = positive_int(arg, value);
+    else if (arg == "--timeout")
+      a.flags.timeout_s = positive_int(arg, value);
     else if (arg == "--runs") {
       a.runs = positive_int(arg, value);
       runs_given = true;
@@ -106,11 +118,15 @@ Args parse_args(int argc, char** argv) {
   if (a.goldens.empty()) throw UsageError("no golden file given");
   if (a.candidate.empty() == a.backend.empty()) throw UsageError("give one of --candidate FILE and --backend NAME");
   if (!a.candidate.empty()) {
-    if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || runs_given)
+    if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || a.flags.one_process ||
+        a.flags.timeout_s || runs_given)
       throw UsageError("--step, --ring-rows, --recompute, --gpus and --runs apply to --backend only");
     if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0]))
       throw UsageError("--candidate compares against exactly one golden file");
   }
+  if ((a.flags.timeout_s || a.flags.one_process) && !a.flags.gpus)
+    throw UsageError("--timeout and --one-process apply to --gpus N only");
+  if (a.flags.timeout_s && a.flags.one_process) throw UsageError("--timeout applies to --gpus N over processes only");
   if (!a.backend.empty() && !backends().count(a.backend)) throw UsageError("unknown backend " + quote_input(a.backend));
   return a;
 }
@@ -154,6 +170,12 @@ class Verifier {
     for (const fs::path& file : files) {
       try {
         verify_golden(file);
+      } catch (const NoGpu& e) {  // no GPU at all: the rest would skip alike
+        std::cerr << "mok-verify: " << e.what() << std::endl;
+        return errors_.empty() ? kSkip : kError;
+      } catch (const Unsupported& e) {  // a config the backend does not implement: shown, not an error
+        skipped_.push_back(e.what());
+        std::cout << "SKIPPED  " << file.string() << ": " << e.what() << std::endl;
       } catch (const Error& e) {
         errors_.push_back(e.what());
         std::cerr << "mok-verify: " << e.what() << std::endl;
@@ -161,7 +183,7 @@ class Verifier {
     }
     if (!args_.json.empty()) {
       try {
-        golden::write_text_atomically(args_.json, format_json(cases_, errors_));
+        golden::write_text_atomically(args_.json, format_json(cases_, errors_, skipped_));
       } catch (const Error& e) {
         std::cerr << "mok-verify: " << e.what() << std::endl;
         return kError;
@@ -224,6 +246,7 @@ class Verifier {
   std::unique_ptr<Backend> backend_;
   std::vector<CaseReport> cases_;
   std::vector<std::string> errors_;
+  std::vector<std::string> skipped_;  // goldens the backend does not implement (Unsupported)
 };
 
 }  // namespace

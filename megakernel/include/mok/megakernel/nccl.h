@@ -15,10 +15,15 @@ inline void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string("mok: NCCL error (") + what + "): " + ncclGetErrorString(r));
 }
 
-// True when every communicator of the group supports symmetric memory: ncclDevCommCreate (collective)
-// refuses one without it. NCCL before 2.28.7 gives a one-rank communicator none and returns a
-// host-side registration handle as its window, which no kernel may read through.
-bool has_symmetric_memory(const std::vector<ncclComm_t>& comms);
+// What NCCL's device API gives a group's communicators (ncclDevCommCreate, collective): `available`
+// when every one supports symmetric memory (NCCL before 2.28.7 gives a one-rank communicator none and
+// returns a host-side registration handle as its window, which no kernel may read through), and the
+// fewest ranks any of them reaches by load/store (its LSA team: one NVLink domain; 0 when unavailable).
+struct SymmetricMemory {
+  bool available = false;
+  int load_store_ranks = 0;
+};
+SymmetricMemory symmetric_memory(const std::vector<ncclComm_t>& comms);
 
 }  // namespace mok::gpu
 

@@ -27,16 +27,35 @@ struct BackendFlags {
   std::optional<StepModel> step;
   std::optional<int> ring_rows;
   std::optional<bool> recompute;
-  std::optional<int> gpus;  // gpu backend: the golden's ranks over this many GPUs through NCCL windows
+  std::optional<int> gpus;          // gpu backend: the golden's ranks over this many GPUs, one process per GPU
+  bool one_process = false;         // with gpus: all of them driven from this process (a peer group) instead
+  std::optional<double> timeout_s;  // with gpus over processes: seconds a run's ranks may take (default 300)
+};
+
+// A backend that finds no GPU at all where one is needed to run across processes: a skip, not an
+// error (mok-verify exits 77, ctest's SKIP_RETURN_CODE).
+struct NoGpu : Error {
+  using Error::Error;
+};
+
+// A golden whose config this backend does not implement (the GPU and the fp8 mode, so far): reported as
+// SKIPPED with the reason, neither a mismatch nor an error.
+struct Unsupported : Error {
+  using Error::Error;
 };
 
 // The CPU reference (reference/layer.h) on the golden's stored inputs.
 std::unique_ptr<Backend> make_reference_backend(const BackendFlags& flags);
 
-// The megakernel (megakernel/megakernel.h) on one Hopper GPU, simulated ranks, or with --gpus N the
-// ranks spread over N GPUs through NCCL windows (N = 1: the NCCL transport on one GPU). It computes the
-// hopper_tc model only; the golden's recompute mode (or --recompute) is the megakernel's
-// (LaunchConfig::recompute). Without CUDA in the build, or without a GPU, it throws mok::Error.
+// The megakernel on one Hopper GPU, simulated ranks (megakernel/megakernel.h), or with --gpus N the
+// golden's ranks spread over N GPUs through NCCL windows: N processes, one per GPU, each running its
+// share (tokens [g N/G, (g+1) N/G), experts [g E/G, (g+1) E/G)) on the communicator constructor of the
+// device API, their results assembled here (docs/multi-gpu.md); with one_process, this process drives
+// the N GPUs (N = 1: the NCCL transport on one GPU). A golden whose R ranks do not split over N GPUs
+// runs as the same global batch on one rank per GPU (the bits do not depend on R) when its tokens and
+// experts split, and is refused otherwise. It computes the hopper_tc model only; the golden's recompute
+// mode (or --recompute) is the megakernel's (LaunchConfig::recompute). Without CUDA in the build, or
+// without a GPU, it throws mok::Error (NoGpu across processes without any GPU).
 std::unique_ptr<Backend> make_gpu_backend(const BackendFlags& flags);
 
 }  // namespace mok::verify

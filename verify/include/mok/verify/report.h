@@ -11,7 +11,9 @@ namespace mok::verify {
 // One line per tensor, then the first mismatch and ULP histogram of every differing tensor.
 std::string format_text(const CaseReport& report);
 
-// The whole run: every case compared and every error that stopped one (a file that did not read).
-std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors);
+// The whole run: every case compared, every error that stopped one (a file that did not read), and
+// every golden the backend skipped (Unsupported: its reason).
+std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors,
+                        const std::vector<std::string>& skipped = {});
 
 }  // namespace mok::verify

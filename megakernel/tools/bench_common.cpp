@@ -1,0 +1,105 @@
+#include "bench_common.h"
+
+#include <cublas_v2.h>
+
+#include <cmath>
+
+#include "mok/core/saved_layout.h"
+
+namespace mok::bench {
+namespace {
+
+constexpr size_t kScrubBytes = size_t(256) << 20;
+
+template <class T>
+std::vector<T> rotate_rows(const std::vector<T>& v, long row_size, long shift) {
+  std::vector<T> out(v);
+  std::rotate(out.begin(), out.begin() + shift * row_size, out.end());
+  return out;
+}
+
+Inputs rotated(const ref::Problem& p, long shift) {
+  const long H = p.config.hidden, k = p.config.top_k;
+  return Inputs{rotate_rows(p.x, H, shift), rotate_rows(p.dy, H, shift),
+                Routing{rotate_rows(p.routing->topk_idx, k, shift), rotate_rows(p.routing->topk_w, k, shift)}};
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string("mok-bench: cuBLAS failed: ") + what);
+}
+
+}  // namespace
+
+std::vector<Shape> selected_shapes(const std::string& name) {
+  std::vector<Shape> out;
+  for (const Shape& s : kShapes)
+    if (name == "all" || name == s.name) out.push_back(s);
+  if (out.empty()) throw Error("mok-bench: unknown shape " + quote_input(name));
+  return out;
+}
+
+LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts) {
+  LayerConfig c;
+  c.ranks = ranks;
+  c.tokens_per_rank = tokens ? tokens : s.T;
+  c.hidden = s.H, c.intermediate = s.I, c.experts = experts ? experts : s.E, c.top_k = s.k;
+  return c;
+}
+
+long capacity_rows(const LayerConfig& c, int gpus, double factor) {
+  return factor > 0 ? std::min(most_own_rows(c, gpus), long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
+}
+
+long rows_between_gpus(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
+  long rows = 0;
+  for (long i = 0; i < long(topk_idx.size()); ++i)
+    rows += i / c.top_k / c.tokens_per_rank != topk_idx[i] / c.experts_per_rank();
+  return rows;
+}
+
+double forward_flops(const LayerConfig& c) { return 6.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate; }
+
+std::vector<Inputs> input_sets(const ref::Problem& p, int sets) {
+  std::vector<Inputs> out;
+  for (int i = 0; i < sets; ++i) out.push_back(rotated(p, long(i) * p.config.tokens() / sets));
+  return out;
+}
+
+void scrub_l2(cudaStream_t stream) {
+  static void* buffer = [] {
+    void* b = nullptr;
+    MOK_CUDA_CHECK(cudaMalloc(&b, kScrubBytes));
+    return b;
+  }();
+  MOK_CUDA_CHECK(cudaMemsetAsync(buffer, 0x5a, kScrubBytes, stream));
+}
+
+double matmul_peak_tflops(int warmup, int runs) {
+  const int n = 8192;
+  ref::Rng rng(1);
+  std::vector<bf16> host(size_t(n) * n);
+  for (auto& v : host) v = to_bf16(rng.symmetric(1.0f));
+  void *a, *b, *c;
+  MOK_CUDA_CHECK(cudaMalloc(&a, host.size() * 2));
+  MOK_CUDA_CHECK(cudaMalloc(&b, host.size() * 2));
+  MOK_CUDA_CHECK(cudaMalloc(&c, host.size() * 2));
+  MOK_CUDA_CHECK(cudaMemcpy(a, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  MOK_CUDA_CHECK(cudaMemcpy(b, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  cublasHandle_t handle;
+  check_cublas(cublasCreate(&handle), "create");
+  const float one = 1.0f, zero = 0.0f;
+  const Times t = time_launches(
+      nullptr, warmup, runs, [](int) {}, [] {},
+      [&] {
+        check_cublas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                                  &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "gemm");
+      });
+  check_cublas(cublasDestroy(handle), "destroy");
+  MOK_CUDA_CHECK(cudaFree(a));
+  MOK_CUDA_CHECK(cudaFree(b));
+  MOK_CUDA_CHECK(cudaFree(c));
+  return 2.0 * n * n * double(n) / (t.median_ms * 1e9);
+}
+
+}  // namespace mok::bench

@@ -1,0 +1,101 @@
+// What mok-bench's two ways of running share (bench.cpp: this process; bench_ranks.cpp: one process per
+// GPU): its options, the shapes, input sets, events around timed launches, the bf16 matmul peak.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "mok/core/config.h"
+#include "mok/core/layer_io.h"
+#include "mok/megakernel/check.h"
+#include "mok/reference/problem.h"
+
+namespace mok::bench {
+
+inline constexpr int kNoGpus = -1;  // Options::gpus without --gpus: this process, one GPU
+
+struct Options {
+  std::string shape = "all", routing = "uniform";
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = kNoGpus, experts = 0;
+  bool recompute = false, plan = false, one_process = false;
+  double capacity_factor = 0, timeout_s = 600;
+};
+
+struct Shape {
+  const char* name;
+  int H, I, E, k, T;
+};
+
+inline constexpr Shape kShapes[] = {
+    {"kimi-k2", 7168, 2048, 32, 8, 8192},        {"glm-5", 6144, 2048, 32, 8, 8192},
+    {"qwen3.5-397b", 4096, 1024, 64, 10, 8192},  {"deepseek-v4", 7168, 3072, 32, 6, 8192},
+    {"qwen3-30b-a3b", 2048, 768, 128, 8, 16384}, {"olmoe", 2048, 1024, 64, 8, 8192},
+};
+
+// The shapes --shape selects (all, or one by name); throws mok::Error for an unknown name.
+std::vector<Shape> selected_shapes(const std::string& name);
+
+// `ranks` ranks of T tokens each (the shape's when 0), E experts (the shape's when 0).
+LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts);
+
+// F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
+long capacity_rows(const LayerConfig& c, int gpus, double factor);
+
+// (token, slot) rows whose token's rank and expert's rank sit on different GPUs (one rank per GPU).
+long rows_between_gpus(const LayerConfig& c, const std::vector<int32_t>& topk_idx);
+
+// Matrix FLOPs of one forward (three GEMMs of N k rows); the backward does twice as many.
+double forward_flops(const LayerConfig& c);
+
+// One input set: the problem's tokens rotated by some rows (other bytes, the same routing statistics).
+struct Inputs {
+  std::vector<bf16> x, dy;
+  Routing routing;
+};
+// `sets` sets, rotated between runs (as bench/torch_baseline.py), each by an equal share of the tokens.
+std::vector<Inputs> input_sets(const ref::Problem& p, int sets);
+
+// Overwrites more than the L2 cache (50 MB on the H200) so the next launch starts cold.
+void scrub_l2(cudaStream_t stream);
+
+// bf16 x bf16 -> fp32-accumulated bf16 product of 8192^3 on random data (cuBLAS), TFLOP/s.
+double matmul_peak_tflops(int warmup, int runs);
+
+struct Times {
+  double min_ms = 0, median_ms = 0;
+};
+
+// CUDA events on `stream` around each of `runs` timed launches after `warmup` untimed ones.
+// prepare(i) runs untimed before launch i (negative i: warm-up); before each timed launch the L2 is
+// scrubbed and align() runs (across processes: the ranks line up, so that none times a wait for a
+// slower peer's preparation).
+template <class Prepare, class Align, class Launch>
+Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch) {
+  cudaEvent_t start, stop;
+  MOK_CUDA_CHECK(cudaEventCreate(&start));
+  MOK_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) {
+    prepare(-1 - i);
+    launch();
+  }
+  std::vector<float> ms(runs);
+  for (int i = 0; i < runs; ++i) {
+    prepare(i);
+    scrub_l2(stream);
+    align();
+    MOK_CUDA_CHECK(cudaEventRecord(start, stream));
+    launch();
+    MOK_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MOK_CUDA_CHECK(cudaEventSynchronize(stop));
+    MOK_CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  MOK_CUDA_CHECK(cudaEventDestroy(start));
+  MOK_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return {ms.front(), ms[runs / 2]};
+}
+
+}  // namespace mok::bench
