@@ -219,14 +219,33 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
 }
 
+// The gradients longest chain first (K rows descending, then list order): the persistent blocks take
+// the tiles round-robin, so the last tiles to start are the shortest, and a skewed routing's hot
+// expert (the longest chains) does not finish alone at the end of the phase. Which block computes a
+// tile changes no bit. k_rows: each gradient's K rows, in shared memory (the count reads it grads^2
+// times).
+__device__ void order_longest_first(const int* k_rows, int grads, int* order) {
+  for (int w = threadIdx.x; w < grads; w += blockDim.x) {
+    int place = 0;
+    for (int v = 0; v < grads; ++v) place += k_rows[v] > k_rows[w] || (k_rows[v] == k_rows[w] && v < w);
+    order[place] = w;
+  }
+}
+
 // Each tile finds its gradient by binary search over the gradients' first tiles (WeightGradTiles),
 // which the block lays out in shared memory first (a walk over the list per tile cost a tile's worth
-// of latency).
+// of latency), the gradients in order_longest_first's order.
 __device__ void weight_grads(Pipeline& pipe, const Params& p) {
-  __shared__ int first_tile[2 * kMaxExperts + 3];  // two gradients per expert and the shared expert's, + 1
-  static_assert(kSmemBytes + sizeof(first_tile) <= kMaxSmemPerBlock, "the block's dynamic and static shared memory");
+  constexpr int kMostGrads = 2 * kMaxExperts + 2;  // two gradients per expert and the shared expert's
+  __shared__ int first_tile[kMostGrads + 1], order[kMostGrads];
+  static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) <= kMaxSmemPerBlock,
+                "the block's dynamic and static shared memory");
   const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() ? 2 : 0);
-  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w + 1] = weight_grad(p, w).tiles();
+  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w] = weight_grad(p, w).k_rows;
+  __syncthreads();
+  order_longest_first(first_tile, grads, order);
+  __syncthreads();
+  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i + 1] = weight_grad(p, order[i]).tiles();
   __syncthreads();
   if (threadIdx.x == 0) {
     first_tile[0] = 0;
@@ -239,9 +258,9 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
   gemm_tiles<kTN>(
       pipe, tiles.count(), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        const int w = tiles.grad(t);
-        wg = weight_grad(p, w);
-        t -= tiles.first[w];
+        const int i = tiles.grad(t);
+        wg = weight_grad(p, order[i]);
+        t -= tiles.first[i];
         const int col_tiles = ceil_div(wg.n, kTileN);
         m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
         l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, ceil_div(wg.k_rows, kBox)};

@@ -58,14 +58,14 @@ struct TokenTiles {
   __device__ int n0(long t) const { return int(t % col_tiles) * width; }
 };
 
-// The weight gradients' output tiles, gradient after gradient: first[w] is gradient w's first tile,
-// first[grads] the count.
+// The weight gradients' output tiles, gradient after gradient in the block's order (weight_grads):
+// first[i] is the i-th gradient's first tile, first[grads] the count.
 struct WeightGradTiles {
   const int32_t* first;
   int grads;
 
   __device__ long count() const { return first[grads]; }
-  // The gradient holding tile t.
+  // The place in the order of the gradient holding tile t.
   __device__ int grad(long t) const { return last_at_or_below(first, grads, t); }
 };
 
