@@ -10,6 +10,7 @@
 #include <string>
 
 #include "mok/core/fields.h"
+#include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 #include "test_configs.h"
@@ -349,6 +350,20 @@ TEST(WholeTileRingRows, RoundsAReferenceRingUpAndRejectsAnInvalidOne) {
   EXPECT_THROW(whole_tile_ring_rows(24), Error);
   EXPECT_THROW(whole_tile_ring_rows(0), Error);
   EXPECT_THROW(whole_tile_ring_rows(-16), Error);
+}
+
+// Host only: the fp8 mode exists on the CPU reference only so far, and a Layer says so before it looks
+// for a GPU.
+TEST(FP8Mode, LayerRefusesItNamingTheReason) {
+  LayerConfig c = make_config(1, 16, 128, 128, 4, 2);
+  c.precision = Precision::fp8;
+  try {
+    Layer layer(c, {});
+    ADD_FAILURE() << "an fp8 config was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the fp8 layer mode runs on the CPU reference only so far"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(Gpu, RejectsBadLaunches) {
