@@ -258,7 +258,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
   gemm_tiles<kTN>(
       pipe, tiles.count(), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        const int i = tiles.grad(t);
+        const int i = tiles.place(t);
         wg = weight_grad(p, order[i]);
         t -= tiles.first[i];
         const int col_tiles = ceil_div(wg.n, kTileN);
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   index_tiles(p);
-  if (!grid_sync(b, kStart, 0)) return;
+  if (!grid_sync(b, kTileTable, 0)) return;
   if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
     recompute_up(pipe, p);
     if (!grid_sync(b, kExpertUp, 0)) return;

@@ -76,6 +76,7 @@ enum Phase : int {
   kDxPush,
   kRouterGrad,
   kWeightGrad,
+  kTileTable,
   kPhaseCount
 };
 inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
@@ -92,7 +93,8 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "router-weight grad and SwiGLU backward",
                                                          "dx push",
                                                          "router backward (+ shared expert dy W2)",
-                                                         "weight gradients (+ shared expert dx)"};
+                                                         "weight gradients (+ shared expert dx)",
+                                                         "tile table"};
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1) and as it
 // leaves each grid barrier (the phase the barrier closes), up to kClockEntries stamps.

@@ -66,7 +66,7 @@ struct WeightGradTiles {
 
   __device__ long count() const { return first[grads]; }
   // The place in the order of the gradient holding tile t.
-  __device__ int grad(long t) const { return last_at_or_below(first, grads, t); }
+  __device__ int place(long t) const { return last_at_or_below(first, grads, t); }
 };
 
 }  // namespace mok::gpu

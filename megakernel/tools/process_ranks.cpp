@@ -214,12 +214,21 @@ void ResultWriter::write(const void* data, size_t bytes) {
 }
 
 void ResultWriter::commit() {
+  if (!f_) throw Error("internal: " + path_.string() + " was committed twice");
   check_sys(std::fclose(f_.release()) == 0, "cannot close " + part_.string());
   std::filesystem::rename(part_, path_);
 }
 
+// The size of a rank's result file; a rank that exited 0 without committing one is an error of the run.
+uint64_t result_size(const std::filesystem::path& path) {
+  std::error_code error;
+  const uint64_t size = std::filesystem::file_size(path, error);
+  if (error) throw Error(path.string() + ": no result file (" + error.message() + ")");
+  return size;
+}
+
 ResultReader::ResultReader(const std::filesystem::path& path)
-    : path_(path), size_(std::filesystem::file_size(path)), f_(std::fopen(path.c_str(), "rb")) {
+    : path_(path), size_(result_size(path)), f_(std::fopen(path.c_str(), "rb")) {
   check_sys(f_ != nullptr, "cannot open " + path_.string());
   uint32_t magic = 0;
   get(magic);

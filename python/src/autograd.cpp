@@ -103,8 +103,8 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
   // With no gradient to record (no_grad, or no input requiring one) the call skips the autograd
   // Function: its bookkeeping is about a tenth of a small call's host time (docs/benchmarks.md).
   if (!at::GradMode::is_enabled() ||
-      !(requires_grad(x) || requires_grad(router) || requires_grad(w1) || requires_grad(w2) ||
-        requires_grad(shared_w1) || requires_grad(shared_w2) || requires_grad(topk_w)))
+      !(requires_grad(x) || requires_grad(router) || requires_grad(expert_bias) || requires_grad(w1) ||
+        requires_grad(w2) || requires_grad(shared_w1) || requires_grad(shared_w2) || requires_grad(topk_w)))
     return forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
                                   config_floats, routing_mode, launch);
   const variable_list out = MoEFunction::apply(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,

@@ -79,6 +79,9 @@ def test_no_grad_forward_is_the_grad_forward():
     for a, b, c in zip((y0, *r0), (y1, *r1), (y2, *r2)):
         assert_same_bits(a, b)
         assert_same_bits(c, b)
+    # An input requiring a gradient keeps the autograd path, even one that gets none (expert_bias).
+    model.expert_bias.requires_grad_(True)
+    assert model(layer.x).requires_grad
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))

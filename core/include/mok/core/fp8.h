@@ -69,7 +69,7 @@ MOK_HD int e4m3_scale_exponent(float amax) {
 // 2^e as a float, e in [-126, 127].
 MOK_HD float exp2_of(int e) { return float_of(uint32_t(e + 127) << 23); }
 
-// f 2^-e to E4M3, for the exponents a scale takes ([-126, 121]).
+// f 2^-e to E4M3, for the exponents a scale takes ([-126, 120]).
 MOK_HD fp8_e4m3 to_e4m3_scaled(float f, int e) { return to_e4m3(f * exp2_of(-e)); }
 
 }  // namespace mok

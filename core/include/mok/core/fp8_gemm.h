@@ -36,7 +36,8 @@ MOK_HD float scale_by_exp2(float x, int s) {
 // Quantizes a block of finite bf16 values (rows x cols, rows `stride` apart) into dst (rows
 // `dst_stride` apart) as E4M3 values v 2^-e, e = e4m3_scale_exponent(the block's largest |v|); returns
 // e. The scaling is exact (a value it would take below 2^-126 rounds to a signed zero in E4M3 either
-// way), so each element is rounded once, to nearest even; the largest lands in [224, 448].
+// way), so each element is rounded once, to nearest even; the largest lands in [224, 448] unless the
+// block is zero or its largest magnitude is below 2^-118 (e stops at -126).
 MOK_HD int quantize_block(const bf16* src, int rows, int cols, int stride, fp8_e4m3* dst, int dst_stride) {
   uint32_t amax = 0;  // the largest magnitude's bits: finite magnitudes order as their bits
   for (int r = 0; r < rows; ++r)

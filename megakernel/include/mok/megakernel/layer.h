@@ -104,8 +104,10 @@ struct ForwardInputs {
   WeightViews weights;
   RoutingMode routing = RoutingMode::router;
   // The routing the mode gives, this GPU's tokens [N/G, k]: topk_idx (replay_ids, given) and topk_w
-  // (given). The kernel checks it and writes it to ForwardOutputs' topk_idx and topk_w (no copy on the
-  // host). Absent: it is read in place from ForwardOutputs' topk_idx and topk_w, filled by the caller.
+  // (given). The kernel checks it and writes it to ForwardOutputs' topk_idx and topk_w (on one GPU no
+  // copy is enqueued besides the launch; across GPUs each GPU's share is copied into its window and
+  // the result back, as any per-token input). Absent: it is read in place from ForwardOutputs'
+  // topk_idx and topk_w, filled by the caller.
   TensorView topk_idx{}, topk_w{};
 };
 

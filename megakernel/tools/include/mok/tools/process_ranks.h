@@ -4,6 +4,9 @@
 // and watches them with a timeout; the first rank that fails, or the timeout, kills every rank. Each rank
 // writes its results to a file of a temporary directory (ResultWriter), which the parent reads after
 // all exited 0. The parent must not have run OpenMP before a fork (libgomp's pool does not survive it).
+// Each unique id leaves NCCL's bootstrap root thread in the parent until every rank has connected: a
+// run whose ranks were killed before that leaves the thread waiting, so later forks come from a
+// multithreaded parent (harmless unless a child takes a lock that thread holds, e.g. NCCL_DEBUG's).
 #pragma once
 
 #include <nccl.h>
