@@ -140,6 +140,21 @@ void shift_first_boundary(DispatchLayout& l) {
 // Fault::drop_overflow: the per-expert capacity beyond which rows are dropped.
 int drop_capacity(const LayerConfig& c) { return 2 * ((c.routed_rows() + c.experts - 1) / c.experts); }
 
+// Options::fp8_weight_gradients (an experiment): expert e's dW1 = dh^T x and dW2 = bf16(w dy)^T a on
+// E4M3 operands, 1 x 128 blocks along the expert's token rows (padded with zeros to whole blocks), over
+// all its rows at once: one minibatch [first, first + m) must be the whole expert.
+void fp8_weight_gradients(const LayerConfig& c, const DispatchLayout& l, int e, int first, int m,
+                          const std::vector<bf16>& dh, const std::vector<bf16>& x, const std::vector<bf16>& dye,
+                          const std::vector<bf16>& a, Gradients& gr) {
+  const int H = c.hidden, I = c.intermediate;
+  require(first == l.offsets[e] && m == l.offsets[e + 1] - l.offsets[e],
+          "fp8_weight_gradients needs ring_rows to hold each expert's rows (one minibatch per expert)");
+  const int k = (m + kFp8Block - 1) / kFp8Block * kFp8Block;
+  const auto t = [&](const std::vector<bf16>& v, int cols) { return transpose_padded(v.data(), m, cols, kFp8Block); };
+  matmul_fp8(t(dh, 2 * I).data(), 2 * I, t(x, H).data(), H, k, 1, gr.d_w1.data() + at(e, at(2 * I, H)));
+  matmul_fp8(t(dye, H).data(), H, t(a, I).data(), I, k, 1, gr.d_w2.data() + at(e, at(H, I)));
+}
+
 }  // namespace
 
 DispatchLayout build_dispatch_layout(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
@@ -312,6 +327,10 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
     dye.resize(at(m, H));
     for (int i = 0; i < m; ++i)
       for (int hh = 0; hh < H; ++hh) dye[at(i, H) + hh] = weighted_dy(ring_w[i], ring_dy[at(i, H) + hh]);
+    if (c.precision == Precision::fp8 && opt.fp8_weight_gradients) {
+      fp8_weight_gradients(c, l, e, first, m, dh, ring_x, dye, ring_a, gr);
+      return;
+    }
     // Weight gradients (bf16 operands in either precision) continue their K-step chains over this
     // minibatch's whole 16-row chunks.
     matmul(opt.step, transpose_padded(dh.data(), m, 2 * I).data(), 2 * I, transpose_padded(ring_x.data(), m, H).data(),

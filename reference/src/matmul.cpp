@@ -89,20 +89,20 @@ struct Fp8Operand {
   const int* row_exps(int r) const { return exps.data() + at(r / block_rows, k_blocks); }
 };
 
-void matmul_fp8(const bf16* a, int m, const bf16* b, int n, int k, float* c) {
+}  // namespace
+
+void matmul_fp8(const bf16* a, int m, const bf16* b, int n, int k, int b_block_rows, float* c) {
   if (k % kFp8Block != 0) fail_internal("an fp8 GEMM's K = " + std::to_string(k) + " is not a multiple of 128");
-  const Fp8Operand qa(a, m, k, 1), qb(b, n, k, kFp8Block);
+  const Fp8Operand qa(a, m, k, 1), qb(b, n, k, b_block_rows);
 #pragma omp parallel for schedule(dynamic, 4) if (parallel_worth_it(m, n, k))
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j)
       c[at(i, n) + j] = fp8_gemm_element(qa.row(i), qa.row_exps(i), qb.row(j), qb.row_exps(j), k);
 }
 
-}  // namespace
-
 void matmul(StepModel step, Precision precision, const bf16* a, int m, const bf16* b, int n, int k, float* c) {
   if (precision == Precision::fp8)
-    matmul_fp8(a, m, b, n, k, c);
+    matmul_fp8(a, m, b, n, k, kFp8Block, c);
   else
     matmul(step, a, m, b, n, k, c);
 }
@@ -114,8 +114,8 @@ void matmul(StepModel step, const bf16* a, int m, const bf16* b, int n, int k, f
     matmul_fp32(a, m, b, n, k, c, accumulate);
 }
 
-std::vector<bf16> transpose_padded(const bf16* src, int rows, int cols) {
-  const int padded = round_up16(rows);
+std::vector<bf16> transpose_padded(const bf16* src, int rows, int cols, int multiple) {
+  const int padded = (rows + multiple - 1) / multiple * multiple;
   std::vector<bf16> out(at(cols, padded), bf16{0});
   for (int r = 0; r < rows; ++r)
     for (int q = 0; q < cols; ++q) out[at(q, padded) + r] = src[at(r, cols) + q];

@@ -18,8 +18,13 @@ void matmul(StepModel step, const bf16* a, int m, const bf16* b, int n, int k, f
 // In fp8, K is a multiple of 128.
 void matmul(StepModel step, Precision precision, const bf16* a, int m, const bf16* b, int n, int k, float* c);
 
-// [rows, cols] -> [cols, rows rounded up to 16], zero-padded.
-std::vector<bf16> transpose_padded(const bf16* src, int rows, int cols);
+// C = A B^T on E4M3 operands (mok/core/fp8_gemm.h): A quantized in 1 x 128 blocks along K, B in
+// b_block_rows x 128 blocks (128: a weight; 1: an activation, as both operands of a weight gradient).
+// K a multiple of 128.
+void matmul_fp8(const bf16* a, int m, const bf16* b, int n, int k, int b_block_rows, float* c);
+
+// [rows, cols] -> [cols, rows rounded up to `multiple`], zero-padded.
+std::vector<bf16> transpose_padded(const bf16* src, int rows, int cols, int multiple = kStepK);
 
 inline int round_up16(int v) { return (v + kStepK - 1) / kStepK * kStepK; }
 
