@@ -52,11 +52,7 @@ LayerConfig global_batch(int ranks) {
 }
 
 LayerConfig sigmoid_batch(int ranks) {
-  LayerConfig c = global_batch(ranks);
-  c.score_mode = ScoreMode::sigmoid;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scale = 2.5f;
+  LayerConfig c = with_grouped_sigmoid(global_batch(ranks));
   c.swiglu_limit = 0.75f;
   return c;
 }

@@ -120,11 +120,7 @@ TEST(OracleFiniteDifferences, SoftmaxPlain) {
 }
 
 TEST(OracleFiniteDifferences, SigmoidGroupedScaledClamped) {
-  LayerConfig c = make_config(2, 4, 64, 64, 8, 3);
-  c.score_mode = ScoreMode::sigmoid;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scale = 2.5f;
+  LayerConfig c = with_grouped_sigmoid(make_config(2, 4, 64, 64, 8, 3));
   c.swiglu_limit = 0.5f;
   c.shared_intermediate = 64;
   expect_gradients_match_differences(c, RoutingKind::router);
@@ -143,13 +139,9 @@ struct AccuracyCase {
 
 std::vector<AccuracyCase> accuracy_cases() {
   const LayerConfig base = make_config(2, 64, 128, 128, 8, 2);
-  LayerConfig plain_shared = base, grouped = base, clamped = base;
+  LayerConfig plain_shared = base, grouped = with_grouped_sigmoid(base), clamped = base;
   plain_shared.renormalize = false;
   plain_shared.shared_intermediate = 64;
-  grouped.score_mode = ScoreMode::sigmoid;
-  grouped.n_group = 4;
-  grouped.topk_group = 2;
-  grouped.routed_scale = 2.5f;
   grouped.shared_intermediate = 64;
   clamped.swiglu_limit = 0.75f;
   clamped.shared_intermediate = 64;
@@ -217,12 +209,9 @@ const OracleCheck& check_of(const std::vector<OracleCheck>& checks, OracleTensor
 // bf16 ones where the E4M3 quantization reaches (the fp8 bounds are not the bf16 ones in disguise, and
 // the quantization really is in the results).
 TEST(ReferenceVsOracleFp8, WithinTheFp8BoundsBeyondTheBf16Ones) {
-  LayerConfig softmax = make_config(2, 64, 128, 128, 8, 2), grouped = make_config(2, 32, 256, 128, 8, 2);
+  LayerConfig softmax = make_config(2, 64, 128, 128, 8, 2),
+              grouped = with_grouped_sigmoid(make_config(2, 32, 256, 128, 8, 2));
   softmax.shared_intermediate = 128;
-  grouped.score_mode = ScoreMode::sigmoid;
-  grouped.n_group = 4;
-  grouped.topk_group = 2;
-  grouped.routed_scale = 2.5f;
   grouped.swiglu_limit = 0.75f;
   for (LayerConfig c : {softmax, grouped}) {
     c.precision = Precision::fp8;

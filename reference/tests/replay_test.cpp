@@ -11,11 +11,7 @@ namespace mok::ref::test {
 namespace {
 
 LayerConfig sigmoid_shared() {
-  LayerConfig c = make_config(2, 48, 128, 64, 8, 3);
-  c.score_mode = ScoreMode::sigmoid;
-  c.n_group = 4;
-  c.topk_group = 2;
-  c.routed_scale = 2.5f;
+  LayerConfig c = with_grouped_sigmoid(make_config(2, 48, 128, 64, 8, 3));
   c.shared_intermediate = 64;
   return c;
 }

@@ -8,9 +8,20 @@
 #include <vector>
 
 #include "mok/core/bf16.h"
+#include "mok/core/config.h"
 #include "mok/core/fields.h"
 
 namespace mok::ref::test {
+
+// c with DeepSeek-V3's routing: sigmoid scores, 4 expert groups of which 2 are kept, weights scaled by
+// 2.5 (E must be a multiple of 4).
+inline LayerConfig with_grouped_sigmoid(LayerConfig c) {
+  c.score_mode = ScoreMode::sigmoid;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.routed_scale = 2.5f;
+  return c;
+}
 
 inline bool is_zero(float v) { return v == 0.0f; }
 inline bool is_zero(bf16 v) { return (v.bits & 0x7fffu) == 0; }
