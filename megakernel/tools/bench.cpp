@@ -98,8 +98,8 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, o.routing.c_str(), fwd, bwd,
               fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * peak), 100 * fb_tf / (gpus * peak));
   if (gpus > 1) {
-    const double row_bytes = 2.0 * c.hidden * double(rows_between_gpus(c, p.routing->topk_idx));
-    std::printf("  %8.1f  %8.1f", 2 * row_bytes / (fwd * 1e6), 3 * row_bytes / (bwd * 1e6));
+    const LinkBytes link = link_bytes(c, p.routing->topk_idx);
+    std::printf("  %8.1f  %8.1f", link.forward / (fwd * 1e6), link.backward / (bwd * 1e6));
   }
   std::printf("\n");
   print_phases("forward", fwd_phases);

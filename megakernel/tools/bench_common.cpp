@@ -50,11 +50,12 @@ long capacity_rows(const LayerConfig& c, int gpus, double factor) {
   return factor > 0 ? std::min(most_own_rows(c, gpus), long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
 }
 
-long rows_between_gpus(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
+LinkBytes link_bytes(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
   long rows = 0;
   for (long i = 0; i < long(topk_idx.size()); ++i)
     rows += i / c.top_k / c.tokens_per_rank != topk_idx[i] / c.experts_per_rank();
-  return rows;
+  const double row_bytes = 2.0 * c.hidden * double(rows);
+  return {2 * row_bytes, 3 * row_bytes};
 }
 
 double forward_flops(const LayerConfig& c) { return 6.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate; }

@@ -44,8 +44,13 @@ LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts);
 // F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
 long capacity_rows(const LayerConfig& c, int gpus, double factor);
 
-// (token, slot) rows whose token's rank and expert's rank sit on different GPUs (one rank per GPU).
-long rows_between_gpus(const LayerConfig& c, const std::vector<int32_t>& topk_idx);
+// Bytes crossing between GPUs per step (one rank per GPU): the (token, slot) rows whose token and expert
+// sit on different GPUs, H bf16 each, x pulled and y pushed by the forward, dy pulled, x gathered and
+// dx pushed by the backward.
+struct LinkBytes {
+  double forward = 0, backward = 0;
+};
+LinkBytes link_bytes(const LayerConfig& c, const std::vector<int32_t>& topk_idx);
 
 // Matrix FLOPs of one forward (three GEMMs of N k rows); the backward does twice as many.
 double forward_flops(const LayerConfig& c);

@@ -40,7 +40,7 @@ struct Job {
 struct Measured {
   LayerConfig config;
   std::vector<RankBench> ranks;
-  long rows_between_gpus = 0;
+  LinkBytes link;
 };
 
 // The ranks' events of timed launch i start when every rank has reached it: a one-element all-reduce
@@ -130,7 +130,7 @@ std::optional<Measured> measure(const Shape& s, int gpus, const Options& o, ref:
   const tools::TempDir dir(kTool);
   if (!tools::run_ranks(kTool, gpus, o.timeout_s, dir.path(), [&](const tools::Rank& r) { run_rank(job, r); }))
     return std::nullopt;
-  Measured m{job.config, {}, rows_between_gpus(job.config, job.problem.routing->topk_idx)};
+  Measured m{job.config, {}, link_bytes(job.config, job.problem.routing->topk_idx)};
   for (int g = 0; g < gpus; ++g) {
     tools::ResultReader file(tools::result_path(dir.path(), g));
     file.get(m.ranks.emplace_back());
@@ -164,11 +164,9 @@ void print(const Shape& s, const Options& o, const Measured& m, const std::optio
   for (const RankBench& r : m.ranks) peak = std::min(peak, r.peak_tflops), memory = std::max(memory, r.used_after_runs);
   const double fwd = slowest(m, &RankBench::fwd), bwd = slowest(m, &RankBench::bwd), step = fwd + bwd;
   const double tf = 3 * forward_flops(c) / (step * 1e9);
-  // Rows of other GPUs' tokens or experts, H bf16 each: x pulled and y pushed forward; dy, x and dx back.
-  const double row_bytes = 2.0 * c.hidden * double(m.rows_between_gpus);
   std::printf("%-15s %-8s %2d %6d %8.2f %8.2f %10.2f %9.1f %7.1f%% %9.1f %9.1f %9.1f %9.1f %8.1f", s.name,
-              o.routing.c_str(), G, c.tokens_per_rank, fwd, bwd, step, tf, 100 * tf / (G * peak), 2 * row_bytes / 1e6,
-              3 * row_bytes / 1e6, 2 * row_bytes / (fwd * 1e6), 3 * row_bytes / (bwd * 1e6), memory / kGiB);
+              o.routing.c_str(), G, c.tokens_per_rank, fwd, bwd, step, tf, 100 * tf / (G * peak), m.link.forward / 1e6,
+              m.link.backward / 1e6, m.link.forward / (fwd * 1e6), m.link.backward / (bwd * 1e6), memory / kGiB);
   if (one_gpu) {  // per-token rates: N / step on G GPUs against T / step on one
     const double speedup = double(c.tokens()) / step / (double(one_gpu->config.tokens()) / step_ms(*one_gpu));
     std::printf("  %.2fx (%.0f%%)", speedup, 100 * speedup / G);
