@@ -5,9 +5,11 @@
 // variants (fraction bits kept, zero-term exponent rule) are scored side by side so the probe
 // shows which rule the hardware follows. wgmma-e4m3: the FP8 step (wgmma m64n8k32.f32.e4m3.e4m3) against
 // every candidate parameter set of Fp8StepModel (mok/core/fp8_dot.h, a model under validation) and an
-// fp32 fma chain, side by side, with the first mismatches of hopper() printed in full. Exit status:
-// 0 no mismatch of the shipped model (wgmma-e4m3: of Fp8StepModel::hopper()), 1 any, 2 error, 77 no GPU (a skip
-// for ctest). Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3].
+// fp32 fma chain, side by side, with the first mismatches of hopper() printed in full. wgmma-e4m3-n128:
+// the same on m64n128k32, the shape of the megakernel's FP8 GEMM (the same input classes, 8192 outputs
+// per tile). Exit status: 0 no mismatch of the shipped model (wgmma-e4m3*: of Fp8StepModel::hopper()),
+// 1 any, 2 error, 77 no GPU (a skip for ctest).
+// Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128].
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -163,6 +165,20 @@ struct Mismatch {
 };
 constexpr int kKeep = 16;
 
+// The tail of every comparison: counts the mismatches of each variant v[i] (the shipped model first) with
+// the tensor cores' output, and has `fill` write the mismatches of v[0] into the first kKeep slots of keep.
+template <int kCount, class M, class Fill>
+__device__ void tally_and_keep(const float (&v)[kCount], float gpu, unsigned long long* counts, M* keep,
+                               unsigned int* kept, Fill fill) {
+  const uint32_t gpu_bits = mok::bits_of(gpu);
+  for (int i = 0; i < kCount; ++i)
+    if (mok::bits_of(v[i]) != gpu_bits) atomicAdd(&counts[i], 1ull);
+  if (mok::bits_of(v[0]) != gpu_bits) {
+    const unsigned slot = atomicAdd(kept, 1u);
+    if (slot < kKeep) fill(keep[slot]);
+  }
+}
+
 // rows: 16 (mma.sync tiles) or 64 (wgmma tiles); 8 columns.
 __global__ void compare_with_model(uint64_t seed, int cls, long tiles, int rows, const float* d,
                                    unsigned long long* counts /* [kVariants] */, Mismatch* keep, unsigned int* kept) {
@@ -176,31 +192,27 @@ __global__ void compare_with_model(uint64_t seed, int cls, long tiles, int rows,
       b[k] = gen_operand(seed, cls, tile, 1, k, n);
     }
     const float c = gen_c(seed, cls, tile, m, n);
-    const uint32_t gpu = mok::bits_of(d[o]);
     const float v[kVariants] = {mok::HopperBf16Step{}(c, a, b), model<24, -133>(c, a, b), model<26, -133>(c, a, b),
                                 model<27, -133>(c, a, b),       model<25, -126>(c, a, b), model<25, -1000>(c, a, b)};
-    for (int i = 0; i < kVariants; ++i)
-      if (mok::bits_of(v[i]) != gpu) atomicAdd(&counts[i], 1ull);
-    if (mok::bits_of(v[0]) != gpu) {
-      const unsigned slot = atomicAdd(kept, 1u);
-      if (slot < kKeep) {
-        Mismatch& mm = keep[slot];
-        for (int k = 0; k < 16; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
-        mm.c = c, mm.gpu = d[o], mm.model = v[0];
-      }
-    }
+    tally_and_keep(v, d[o], counts, keep, kept, [&](Mismatch& mm) {
+      for (int k = 0; k < 16; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
+      mm.c = c, mm.gpu = d[o], mm.model = v[0];
+    });
   }
 }
 
-// One class's probe over `tiles` tiles of `per_tile` outputs, `batch` tiles at a time: the device
-// buffers (outputs, mismatch counts per model variant, the first kKeep mismatches of variant 0) and the
-// batch loop (outputs poisoned, then launch(batch_seed, n): the instruction's kernel and the
-// comparison's; batch seeds seed + first tile).
+// One class's probe over `tiles` tiles of `per_tile` outputs, a batch of tiles at a time (2^18 tiles of
+// up to 512 outputs, 2^27 outputs of larger tiles: 512 MiB): the device buffers (outputs, mismatch counts
+// per model variant, the first kKeep mismatches of variant 0) and the batch loop (outputs poisoned, then
+// launch(batch_seed, n): the instruction's kernel and the comparison's; batch seeds seed + first tile).
 template <class M>
 class Probe {
  public:
   Probe(long tiles, int per_tile, int variants)
-      : tiles_(tiles), batch_(std::min(tiles, 1l << 18)), per_tile_(per_tile), variants_(variants) {
+      : tiles_(tiles),
+        batch_(std::min(tiles, (1l << 27) / std::max(per_tile, 512))),
+        per_tile_(per_tile),
+        variants_(variants) {
     MOK_CUDA_CHECK(cudaMalloc(&d, size_t(batch_) * per_tile * sizeof(float)));
     MOK_CUDA_CHECK(cudaMalloc(&counts, variants * sizeof(unsigned long long)));
     MOK_CUDA_CHECK(cudaMalloc(&keep, kKeep * sizeof(M)));
@@ -248,7 +260,7 @@ void print_row(const char* name, unsigned long long outputs, const std::vector<u
   std::printf("\n");
 }
 
-// ---- FP8 E4M3: wgmma m64n8k32 against the candidates of Fp8StepModel ----
+// ---- FP8 E4M3: wgmma m64n8k32 and m64n128k32 against the candidates of Fp8StepModel ----
 using mok::fp8_e4m3;
 using mok::Fp8StepModel;
 constexpr int kK8 = mok::kFp8StepK;
@@ -331,54 +343,61 @@ __host__ __device__ float gen_c_e4m3(uint64_t seed, int cls, long tile, int m, i
   }
 }
 
-// One warpgroup per tile: D(64x8) = A(64xK) B(Kx8) + C through one wgmma of Op (below), operands staged
-// in shared memory in the canonical no-swizzle K-major layout: core matrix (i, kk), 8 rows of 16 bytes,
-// at 256 i + 128 kk bytes (16 bytes: 8 bf16 or 16 E4M3 along K; the same descriptors for both).
+// One warpgroup per tile: D(64xN) = A(64xK) B(KxN) + C through one wgmma of Op (below), N = Op::kN,
+// operands staged in shared memory in the canonical no-swizzle K-major layout: core matrix (i, kk), 8 rows
+// of 16 bytes (8 bf16 or 16 E4M3 along K), at 256 i + 128 kk bytes: K is 32 bytes (two core matrices) in
+// every probed shape, so the core matrices along K are 128 bytes apart (LBO) and the 8-row groups along M
+// or N 256 bytes apart (SBO), whatever the number of rows: the same descriptors for A (64 rows), an
+// 8-row B and a 128-row B. d: [tiles, 64, N].
 template <class Op>
 __global__ void __launch_bounds__(128) warpgroup_tiles(uint64_t seed, int cls, long tiles, float* d) {
   using Bits = decltype(typename Op::Elem{}.bits);
-  constexpr int K = Op::kK, per_row = 16 / int(sizeof(Bits));  // elements per 16-byte core-matrix row
+  constexpr int K = Op::kK, N = Op::kN, per_row = 16 / int(sizeof(Bits));  // elements per core-matrix row
+  static_assert(K * sizeof(Bits) == 32, "two core matrices along K");
   __shared__ __align__(256) Bits a_smem[64 * K];
-  __shared__ __align__(256) Bits b_smem[8 * K];
+  __shared__ __align__(256) Bits b_smem[N * K];
   const int t = threadIdx.x, warp = t / 32, group = (t % 32) / 4, quad = t % 4;
   const auto core_offset = [](int row, int k) {
     return (row / 8) * (256 / int(sizeof(Bits))) + (k / per_row) * (128 / int(sizeof(Bits))) + (row % 8) * per_row +
            k % per_row;
   };
+  // The accumulator fragment: acc[i] is D[16 warp + group + 8 ((i / 2) % 2)][8 (i / 4) + 2 quad + i % 2].
+  const auto frag_row = [&](int i) { return 16 * warp + group + 8 * ((i / 2) % 2); };
+  const auto frag_col = [&](int i) { return 8 * (i / 4) + 2 * quad + i % 2; };
   for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     for (int i = t; i < 64 * K; i += 128)
       a_smem[core_offset(i / K, i % K)] = Op::a_b(seed, cls, tile, 0, i / K, i % K).bits;
-    for (int i = t; i < 8 * K; i += 128)
+    for (int i = t; i < N * K; i += 128)
       b_smem[core_offset(i / K, i % K)] = Op::a_b(seed, cls, tile, 1, i % K, i / K).bits;
     mok::gpu::ptx::fence_async_shared();
     __syncthreads();
-    const int row = 16 * warp + group;
-    float acc[4] = {Op::c(seed, cls, tile, row, 2 * quad), Op::c(seed, cls, tile, row, 2 * quad + 1),
-                    Op::c(seed, cls, tile, row + 8, 2 * quad), Op::c(seed, cls, tile, row + 8, 2 * quad + 1)};
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) acc[i] = Op::c(seed, cls, tile, frag_row(i), frag_col(i));
     mok::gpu::ptx::wgmma_fence();
     Op::mma(acc, mok::gpu::ptx::smem_descriptor(a_smem, 128, 256), mok::gpu::ptx::smem_descriptor(b_smem, 128, 256));
     mok::gpu::ptx::wgmma_commit();
     mok::gpu::ptx::wgmma_wait<0>();
-    float* out = d + tile * 512;
-    out[row * 8 + 2 * quad] = acc[0];
-    out[row * 8 + 2 * quad + 1] = acc[1];
-    out[(row + 8) * 8 + 2 * quad] = acc[2];
-    out[(row + 8) * 8 + 2 * quad + 1] = acc[3];
+    float* out = d + tile * 64 * N;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) out[frag_row(i) * N + frag_col(i)] = acc[i];
     __syncthreads();
   }
 }
 
-// The two probed instructions: their element, K, operand and C generators, and the wgmma.
+// The probed wgmma instructions: their element, K, N, operand and C generators, and the wgmma.
 struct Bf16Wgmma {
   using Elem = bf16;
-  static constexpr int kK = 16;
+  static constexpr int kK = 16, kN = 8;
   __device__ static bf16 a_b(uint64_t seed, int cls, long tile, int which, int i, int j) {
     return gen_operand(seed, cls, tile, which, i, j);
   }
   __device__ static float c(uint64_t seed, int cls, long tile, int m, int n) { return gen_c(seed, cls, tile, m, n); }
   __device__ static void mma(float (&acc)[4], uint64_t a, uint64_t b) { mok::gpu::ptx::wgmma_bf16_m64n8k16(acc, a, b); }
 };
-struct E4m3Wgmma {
+// E4M3: the same input classes for every shape (columns 0..7 of a tile get the inputs of the m64n8k32 tile
+// of the same batch seed and index).
+struct E4m3Inputs {
   using Elem = fp8_e4m3;
   static constexpr int kK = kK8;
   __device__ static fp8_e4m3 a_b(uint64_t seed, int cls, long tile, int which, int i, int j) {
@@ -387,7 +406,16 @@ struct E4m3Wgmma {
   __device__ static float c(uint64_t seed, int cls, long tile, int m, int n) {
     return gen_c_e4m3(seed, cls, tile, m, n);
   }
+};
+struct E4m3WgmmaN8 : E4m3Inputs {
+  static constexpr int kN = 8;
   __device__ static void mma(float (&acc)[4], uint64_t a, uint64_t b) { mok::gpu::ptx::wgmma_e4m3_m64n8k32(acc, a, b); }
+};
+struct E4m3WgmmaN128 : E4m3Inputs {  // the megakernel's FP8 GEMM shape
+  static constexpr int kN = 128;
+  __device__ static void mma(float (&acc)[64], uint64_t a, uint64_t b) {
+    mok::gpu::ptx::wgmma_e4m3_m64n128k32(acc, a, b);
+  }
 };
 
 // Fp8StepModel's candidates, then a sequential fp32 fma chain (k order) as the IEEE baseline.
@@ -413,6 +441,7 @@ constexpr const char* kE4m3VariantRules[kE4m3Variants] = {
 struct MismatchE4m3 {
   uint8_t a[kK8], b[kK8];
   float c, gpu, v[kE4m3Variants];
+  int m, n;  // the element of D (a staging or descriptor error shows as mismatches in some rows or columns)
 };
 
 __device__ float fp32_fma_chain(float c, const fp8_e4m3* a, const fp8_e4m3* b) {
@@ -420,40 +449,34 @@ __device__ float fp32_fma_chain(float c, const fp8_e4m3* a, const fp8_e4m3* b) {
   return c;
 }
 
-__global__ void compare_e4m3(uint64_t seed, int cls, long tiles, const float* d,
+// cols: N of the probed wgmma (8 or 128); 64 rows.
+__global__ void compare_e4m3(uint64_t seed, int cls, long tiles, int cols, const float* d,
                              unsigned long long* counts /* [kE4m3Variants] */, MismatchE4m3* keep, unsigned int* kept) {
-  const long total = tiles * 512;
+  const long total = tiles * 64 * cols;
   for (long o = long(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += long(gridDim.x) * blockDim.x) {
-    const long tile = o / 512;
-    const int m = int(o % 512) / 8, n = int(o % 8);
+    const long tile = o / (64 * cols);
+    const int m = int(o % (64 * cols)) / cols, n = int(o % cols);
     fp8_e4m3 a[kK8], b[kK8];
     for (int k = 0; k < kK8; ++k) {
       a[k] = gen_e4m3(seed, cls, tile, 0, m, k);
       b[k] = gen_e4m3(seed, cls, tile, 1, k, n);
     }
     const float c = gen_c_e4m3(seed, cls, tile, m, n);
-    const uint32_t gpu = mok::bits_of(d[o]);
     float v[kE4m3Variants];
 #pragma unroll
     for (int i = 0; i < Fp8StepModel::kCandidates; ++i) v[i] = Fp8StepModel::candidate(i)(c, a, b);
     v[Fp8StepModel::kCandidates] = fp32_fma_chain(c, a, b);
-    for (int i = 0; i < kE4m3Variants; ++i)
-      if (mok::bits_of(v[i]) != gpu) atomicAdd(&counts[i], 1ull);
-    if (mok::bits_of(v[0]) != gpu) {
-      const unsigned slot = atomicAdd(kept, 1u);
-      if (slot < kKeep) {
-        MismatchE4m3& mm = keep[slot];
-        for (int k = 0; k < kK8; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
-        mm.c = c, mm.gpu = d[o];
-        for (int i = 0; i < kE4m3Variants; ++i) mm.v[i] = v[i];
-      }
-    }
+    tally_and_keep(v, d[o], counts, keep, kept, [&](MismatchE4m3& mm) {
+      for (int k = 0; k < kK8; ++k) mm.a[k] = a[k].bits, mm.b[k] = b[k].bits;
+      mm.c = c, mm.gpu = d[o], mm.m = m, mm.n = n;
+      for (int i = 0; i < kE4m3Variants; ++i) mm.v[i] = v[i];
+    });
   }
 }
 
 void print_e4m3_mismatch(const MismatchE4m3& mm) {
-  std::printf("  mismatch: c=%a (0x%08x) gpu=%a (0x%08x) hopper=%a (0x%08x)\n", mm.c, mok::bits_of(mm.c), mm.gpu,
-              mok::bits_of(mm.gpu), mm.v[0], mok::bits_of(mm.v[0]));
+  std::printf("  mismatch at D[%d][%d]: c=%a (0x%08x) gpu=%a (0x%08x) hopper=%a (0x%08x)\n", mm.m, mm.n, mm.c,
+              mok::bits_of(mm.c), mm.gpu, mok::bits_of(mm.gpu), mm.v[0], mok::bits_of(mm.v[0]));
   std::printf("    a:");
   for (int k = 0; k < kK8; ++k) std::printf(" %02x", mm.a[k]);
   std::printf("\n    b:");
@@ -468,15 +491,17 @@ void print_e4m3_mismatch(const MismatchE4m3& mm) {
   std::printf("\n");
 }
 
-// The wgmma-e4m3 mode: every class, every variant; exit status from hopper().
+// The wgmma-e4m3 modes (Op: E4m3WgmmaN8 or E4m3WgmmaN128): every class, every variant; exit status from
+// hopper().
+template <class Op>
 int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
-  constexpr int per_tile = 512;
+  constexpr int per_tile = 64 * Op::kN;
   const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
   Probe<MismatchE4m3> probe(tiles_per_class, per_tile, kE4m3Variants);
   std::printf(
-      "mok-tc-validate: %s, seed %llu, %ld outputs per class, wgmma.mma_async m64n8k32 (smem operands) "
+      "mok-tc-validate: %s, seed %llu, %ld outputs per class, wgmma.mma_async m64n%dk32 (smem operands) "
       "e4m3->f32\n",
-      prop.name, (unsigned long long)seed, tiles_per_class * per_tile);
+      prop.name, (unsigned long long)seed, tiles_per_class * per_tile, Op::kN);
   std::printf(
       "mismatches of each candidate of the FP8 step model (mok/core/fp8_dot.h; F = fraction bits kept below\n"
       "2^e_max, O = fraction bits of the result):\n");
@@ -491,10 +516,10 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
     const std::vector<unsigned long long> sum = probe.run_class(
         seed,
         [&](uint64_t batch_seed, long n) {
-          warpgroup_tiles<E4m3Wgmma><<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, probe.d);
+          warpgroup_tiles<Op><<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, probe.d);
           MOK_CUDA_CHECK(cudaGetLastError());
-          compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, probe.d, probe.counts, probe.keep,
-                                                              probe.kept);
+          compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, Op::kN, probe.d, probe.counts,
+                                                              probe.keep, probe.kept);
         },
         mm);
     print_row(kE4m3ClassNames[cls], tiles_per_class * per_tile, sum);
@@ -518,8 +543,9 @@ int main(int argc, char** argv) {
   const double outputs = argc > 1 ? std::atof(argv[1]) : 1.0e8;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
   const std::string instruction = argc > 3 ? argv[3] : "mma";
-  if (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3") {
-    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3]\n");
+  if (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3" &&
+      instruction != "wgmma-e4m3-n128") {
+    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128]\n");
     return 2;
   }
   const bool wgmma = instruction == "wgmma";
@@ -532,7 +558,8 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop;
     MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    if (instruction == "wgmma-e4m3") return run_e4m3(outputs, seed, prop);
+    if (instruction == "wgmma-e4m3") return run_e4m3<E4m3WgmmaN8>(outputs, seed, prop);
+    if (instruction == "wgmma-e4m3-n128") return run_e4m3<E4m3WgmmaN128>(outputs, seed, prop);
     const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
     Probe<Mismatch> probe(tiles_per_class, per_tile, kVariants);
     std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, %s bf16->f32\n", prop.name,

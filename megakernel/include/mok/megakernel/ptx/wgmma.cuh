@@ -2,7 +2,8 @@
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64xN) = A(64x16) B(16xN) + D, issued by
 //   the 128 threads of a warpgroup; one K-step of mok/core/kstep.h per output element.
 // m64n8k16 on the unswizzled layout (the model's validation probe); m64n256k16 on the swizzled one
-// (the megakernel). FP8: wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 (the FP8 model's probe).
+// (the megakernel). FP8: wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 (the FP8 model's probe) and
+// m64n128k32 (the megakernel's FP8 GEMM; probed too, on the unswizzled layout).
 // Shared-memory operands in the canonical K-major layout without swizzle: 8x8 bf16 "core matrices"
 // of 128 contiguous bytes (8 rows of 16 bytes); the descriptor gives the byte distance between core
 // matrices along K (leading, LBO) and along M/N (stride, SBO).
@@ -40,35 +41,34 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d += A B (scale-d = 1: the registers' values are the accumulator C).
+// The m64n8 forms' one body: `instruction` on D's four registers (the fragment above, the accumulator C
+// in, scale-d = 1 through predicate p) and the two descriptors, then its immediates after scale-d.
+#define MOK_WGMMA_M64N8(instruction, immediates, d, desc_a, desc_b)                     \
+  asm volatile(                                                                         \
+      "{\n"                                                                             \
+      ".reg .pred p;\n"                                                                 \
+      "setp.ne.b32 p, %6, 0;\n" instruction " {%0, %1, %2, %3}, %4, %5, p, " immediates \
+      ";\n"                                                                             \
+      "}\n"                                                                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                  \
+      : "l"(desc_a), "l"(desc_b), "r"(1)                                                \
+      : "memory")
+
+// d += A B (scale-d = 1: the registers' values are the accumulator C); imm-scale-a/b 1, K-major A and B.
 __device__ __forceinline__ void wgmma_bf16_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc_a), "l"(desc_b), "r"(1)
-      : "memory");
+  MOK_WGMMA_M64N8("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16", "1, 1, 0, 0", d, desc_a, desc_b);
 }
 
 // d += A B for FP8 E4M3 (scale-d = 1): wgmma.mma_async m64n8k32.f32.e4m3.e4m3, A 64x32 and B 32x8 from
-// shared memory, both K-major (the FP8 forms have no transpose). A core matrix is still 8 rows of 16
-// bytes, here 16 E4M3 along K, so the unswizzled descriptors of m64n8k16 (LBO 128, SBO 256) describe the
-// 64x32-byte A and 8x32-byte B alike; the accumulator fragment is m64n8k16's. One FP8 K-step of 32 per
-// output element (mok/core/fp8_dot.h, the model under validation: mok-tc-validate ... wgmma-e4m3).
+// shared memory, both K-major (the FP8 forms have no transpose: imm-scale-a/b only). A core matrix is still
+// 8 rows of 16 bytes, here 16 E4M3 along K, so the unswizzled descriptors of m64n8k16 (LBO 128, SBO 256)
+// describe the 64x32-byte A and 8x32-byte B alike; the accumulator fragment is m64n8k16's. One FP8 K-step
+// of 32 per output element (mok/core/fp8_dot.h, the model under validation: mok-tc-validate ... wgmma-e4m3).
 __device__ __forceinline__ void wgmma_e4m3_m64n8k32(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc_a), "l"(desc_b), "r"(1)
-      : "memory");
+  MOK_WGMMA_M64N8("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", "1, 1", d, desc_a, desc_b);
 }
+
+#undef MOK_WGMMA_M64N8
 
 // The canonical layouts with the 128-byte swizzle, as the TMA writes them (CU_TENSOR_MAP_SWIZZLE_128B):
 // rows of 64 bf16 (128 bytes), 16-byte chunks XOR-permuted by (row % 8), the tile 1024-byte aligned.
@@ -119,6 +119,35 @@ __device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t 
         "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
         "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kMnMajorA), "n"(kMnMajorB)
+      : "memory");
+}
+
+// d += A B for FP8 E4M3 on a 64x128 tile (scale-d = 1): wgmma.mma_async m64n128k32.f32.e4m3.e4m3, A 64x32
+// and B 32x128 from shared memory, both K-major (the FP8 forms have no transpose), on any layout the
+// descriptors give (the megakernel's: 128-byte swizzle, one K-step = 32 bytes along the row). The
+// fragment is m64n256k16's first 64 accumulators: thread t = 32 w + 4 g + q holds
+// d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
+__device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+      " %64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1)
       : "memory");
 }
 
