@@ -13,14 +13,47 @@
 
 namespace mok::gpu {
 
+// The SwiGLU of a packed pair of gate and up values: a = bf16(swiglu(h)), packed.
+__device__ __forceinline__ uint32_t swiglu_word(uint32_t gate, uint32_t up, float limit) {
+  return pack_bf16(swiglu(low_float(gate), low_float(up), limit), swiglu(high_float(gate), high_float(up), limit));
+}
+
+// The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
+// are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid. A
+// thread holds 32 of a row's values (its words j with j % 2 the row's), the quad of threads t % 4 the
+// rest.
+template <int kWords>
+__device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0, int valid,
+                                  long first, const Fp8Matrix& aq) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
+    uint32_t amax = 0;
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) amax = max(amax, max(aw[j] & 0x7fffu, (aw[j] >> 16) & 0x7fffu));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
+    const int row = acc_row(consumer, 2 * half);
+    if (row >= valid) continue;
+    const int e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+    const Fp8Matrix dst = aq.row(first + row, inter);
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) {
+      const uint32_t lo = to_e4m3_scaled(low_float(aw[j]), e).bits, hi = to_e4m3_scaled(high_float(aw[j]), e).bits;
+      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) = uint16_t(lo | hi << 8);
+    }
+    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = e;
+  }
+}
+
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
-// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a. All of a is computed in registers
-// before the staged passes, so the compiler interleaves the 64 independent SwiGLUs (they are most of
-// this epilogue's time).
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
+// for GEMM2. All of a is computed in registers before the staged passes, so the compiler interleaves
+// the 64 independent SwiGLUs (they are most of this epilogue's time).
+template <bool kFp8 = false>
 __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
                                        const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
-                                       bf16* h, bf16* a) {
+                                       bf16* h, bf16* a, const Fp8Matrix& aq = {}) {
   constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
   constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
@@ -32,6 +65,7 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
     const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
     aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
   }
+  if constexpr (kFp8) quantize_a(aw, consumer, inter, n0, valid, first, aq);
   stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
@@ -45,32 +79,35 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
 
 // Gate columns per GEMM1 tile (the up columns fill the tile's other half).
 inline constexpr int kGateCols = kTileN / 2;
+static_assert(kGateCols == kFp8Block, "a GEMM1 tile's a columns are one fp8 block of each row (quantize_a)");
 
-// GEMM1 + SwiGLU on the rows of xe of the expert tiles of `tiles` (RingTiles or OwnTiles, 128 columns
-// of I per tile) into p.h and p.a. Padding rows (zero in xe) are written too: their a is zero, as the
-// weight gradients expect.
-template <class Tiles>
+// GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
+// (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
+// written too: their a is zero, as the weight gradients expect.
+template <bool kFp8, class Tiles>
 __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  expert_gemm(
+  expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {
         const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
+        if constexpr (kFp8) return k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp});
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
       });
 }
 
 // The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).
+template <bool kFp8>
 __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  expert_up_tiles(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+  expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 // The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass.
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
-  expert_up_tiles(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+  expert_up_tiles<false>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 }  // namespace mok::gpu

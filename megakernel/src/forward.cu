@@ -166,40 +166,70 @@ __device__ void zero_unused_rows(const Params& p) {
 
 // The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
 // straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward); padding rows zero.
+// In the fp8 mode (kFp8) each row is also quantized into xq (GEMM1's A).
+template <bool kFp8>
 __device__ void pull_x(const Params& p, int cycle) {
   const int H = p.c.hidden;
   for_each_tile_row(p, cycle, [&](const RingRow& row) {
     const RankBuffers* src = nullptr;
     const long slot = row.valid ? source_slot(p, row, src) : 0;
-    copy_row(p.xe + row.pad * H, row.valid ? src->x + slot / p.c.top_k * H : nullptr, H);
+    const bf16* x = row.valid ? src->x + slot / p.c.top_k * H : nullptr;
+    if constexpr (kFp8)
+      copy_quantize_row(p.xe + row.pad * H, p.xq.row(row.pad, H), x, H);
+    else
+      copy_row(p.xe + row.pad * H, x, H);
   });
 }
 
-// The shared expert's GEMM1 + SwiGLU over all tokens: tiles of 128 tokens x 128 intermediate columns.
+// The fp8 mode's A of the shared expert's GEMM1: every token's x, quantized.
+__device__ void quantize_shared_x(const Params& p) {
+  const int H = p.c.hidden;
+  for (long g = warp_id(); g < p.c.tokens(); g += warp_count()) quantize_row(p.shared_xq.row(g, H), p.x + g * H, H);
+}
+
+// The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8): tiles of
+// 128 tokens x 128 intermediate columns.
+template <bool kFp8>
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
   const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
-  gemm_tiles<kNT>(
+  gemm_tiles<kNT, kFp8>(
       pipe, tiles.count(), p.barrier, kLayoutPlace,
       [&](long t, TileLoad& l) {
-        const int n0 = tiles.n0(t);
-        l = k_major(p.maps.x, p.maps.shared_w1, int(tiles.first_token(t)), n0, Is + n0, H);
+        const int n0 = tiles.n0(t), first = int(tiles.first_token(t));
+        if constexpr (kFp8)
+          l = k_major(p.maps.shared_xq, p.maps.shared_w1q, first, n0, Is + n0, H, {p.shared_xq.exps, p.shared_w1_exp});
+        else
+          l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
         return true;
       },
       [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const long first = tiles.first_token(t);
-        swiglu_epilogue(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
-                        p.shared_h, p.shared_a);
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+                              p.shared_h, p.shared_a, p.shared_aq);
       });
 }
 
+// The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over all tokens.
+template <bool kFp8>
+__device__ void shared_down(Pipeline& pipe, const Params& p) {
+  const int Is = p.c.shared_intermediate, H = p.c.hidden;
+  if constexpr (kFp8)
+    token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_aq, p.maps.shared_w2q, Is, H, p.shared_y, kPull,
+                               {p.shared_aq.exps, p.shared_w2_exp});
+  else
+    token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, Is, H, p.shared_y, kPull);
+}
+
 // GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
+template <bool kFp8>
 __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  ring_gemm(
+  ring_gemm<kNT, kFp8>(
       pipe, p, cycle, kExpertDown, kTileN, H,
       [&](const RingItem& it) {
         const int w = own_expert(p, it.t.expert) * H + it.n0;
+        if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -226,7 +256,10 @@ __device__ void combine(const Params& p) {
 
 }  // namespace
 
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
+// The forward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
+// and registers are those of the bf16 path alone).
+template <bool kFp8>
+__device__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
   Pipeline pipe = pipeline_init();
@@ -258,28 +291,32 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
     }
   }
   layout_count(pipe, p);
+  if (kFp8 && p.c.has_shared()) quantize_shared_x(p);
   if (!grid_sync(b, kLayoutCount, 0)) return;
   layout_scan(p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(pipe, p);
   index_tiles(p);
   zero_unused_rows(p);
-  if (p.c.has_shared()) shared_up(pipe, p);
+  if (p.c.has_shared()) shared_up<kFp8>(pipe, p);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
-  if (p.c.has_shared())
-    token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, p.c.shared_intermediate, p.c.hidden, p.shared_y,
-                         kPull);
+  if (p.c.has_shared()) shared_down<kFp8>(pipe, p);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    pull_x(p, cycle);
+    pull_x<kFp8>(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;
-    expert_up(pipe, p, cycle);
+    expert_up<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertUp, cycle)) return;
-    expert_down(pipe, p, cycle);
+    expert_down<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;
   }
   if (!peer_sync(b, kExpertDown, cycles)) return;  // every GPU's pushes have landed
   combine(p);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) { forward<false>(p); }
+__global__ void __launch_bounds__(kThreads, 1) forward_fp8_kernel(const __grid_constant__ Params p) {
+  forward<true>(p);
 }
 
 }  // namespace mok::gpu

@@ -10,12 +10,13 @@
 namespace mok::gpu {
 
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
-// operands (majorness kM), epilogue(it, consumer, acc) consumes a consumer's finished half tile.
-template <Majors kM = kNT, class Tiles, class Load, class Epilogue>
+// operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
+// tile.
+template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue>
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
                             Epilogue epilogue) {
   RingItem it;
-  gemm_tiles<kM>(
+  gemm_tiles<kM, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
         if (!tiles.lookup(t, it)) return false;
@@ -27,20 +28,28 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
 
 // A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
 // columns).
-template <Majors kM = kNT, class Load, class Epilogue>
+template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue>
 __device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
                           Epilogue epilogue) {
-  expert_gemm<kM>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
+  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
 }
 
-// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each), K = k columns.
+// The scale exponents of a GEMM's E4M3 operands (TileLoad::a_exp, b_exp).
+struct OperandScales {
+  const int32_t* a = nullptr;
+  const int32_t* b = nullptr;
+};
+
+// A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each),
+// K = k columns; E4M3 operands with `scales`, bf16 without.
 __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
-                                            int k) {
-  return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, 0, k / kBox};
+                                            int k, OperandScales scales = {}) {
+  return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, 0, k / (scales.a ? kFp8Block : kBox), scales.a, scales.b};
 }
 // ... with B's 256 rows contiguous from b_row.
-__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b_row, int k) {
-  return k_major(ma, mb, a_row, b_row, b_row + kTileN / 2, k);
+__device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b_row, int k,
+                                            OperandScales scales = {}) {
+  return k_major(ma, mb, a_row, b_row, b_row + kTileN / 2, k, scales);
 }
 
 // A tile load with B as stored, rows along K (C = A B: the input gradients' weights, no transposed
@@ -50,19 +59,19 @@ __device__ __forceinline__ TileLoad b_as_stored(const CUtensorMap& ma, const CUt
   return TileLoad{&ma, &mb, a_row, {b_col, b_col + kTileN / 2}, 0, b_k, k / kBox};
 }
 
-// C = a b^T (kM = kNT: B map [n, k]) or C = a b (kM = kNN: B map [k, n]) over every token g (the shared
-// expert's GEMMs): A map [N, k]; the accumulators of token g, columns col and col + 1 (< n), go to
-// store(g, col, c0, c1).
-template <Majors kM, class Store>
+// C = a b^T (kM = kNT: B map [n, k]; in fp8, E4M3 operands with `scales`) or C = a b (kM = kNN: B map
+// [k, n]) over every token g (the shared expert's GEMMs): A map [N, k]; the accumulators of token g,
+// columns col and col + 1 (< n), go to store(g, col, c0, c1).
+template <Majors kM, bool kFp8 = false, class Store>
 __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
-                           int phase, Store store) {
+                           int phase, Store store, OperandScales scales = {}) {
   const int N = p.c.tokens();
   const TokenTiles tiles{N, ceil_div(n, kTileN), kTileN};
-  gemm_tiles<kM>(
+  gemm_tiles<kM, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
         const int n0 = tiles.n0(t), a_row = int(tiles.first_token(t));
-        l = kM.b_mn ? b_as_stored(a, b, a_row, n0, 0, k) : k_major(a, b, a_row, n0, k);
+        l = kM.b_mn ? b_as_stored(a, b, a_row, n0, 0, k) : k_major(a, b, a_row, n0, k, scales);
         return true;
       },
       [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -78,11 +87,12 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
 }
 
 // out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n].
-template <Majors kM>
+template <Majors kM, bool kFp8 = false>
 __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
-                                       int k, int n, bf16* out, int phase) {
-  token_gemm<kM>(pipe, p, a, b, k, n, phase,
-                 [&](long g, int col, float v0, float v1) { store_pair(out + g * n + col, v0, v1); });
+                                       int k, int n, bf16* out, int phase, OperandScales scales = {}) {
+  token_gemm<kM, kFp8>(
+      pipe, p, a, b, k, n, phase, [&](long g, int col, float v0, float v1) { store_pair(out + g * n + col, v0, v1); },
+      scales);
 }
 
 }  // namespace mok::gpu

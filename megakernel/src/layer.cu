@@ -17,6 +17,7 @@
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/nccl.h"
 #include "peer_group.h"
+#include "quantize_fp8.h"
 #include "tensor_map.h"
 
 namespace mok::gpu {
@@ -41,10 +42,11 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share.
 int resident_blocks(int asked, int shares) {
-  int dev = 0, sms = 0, per_sm_fwd = 0, per_sm_bwd = 0;
+  int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  for (const void* kernel : {(const void*)forward_kernel, (const void*)backward_kernel}) {
+  for (const void* kernel :
+       {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -53,10 +55,11 @@ int resident_blocks(int asked, int shares) {
     if (attributes.numRegs != kKernelRegisters)
       fail_internal("the kernels were built with " + std::to_string(attributes.numRegs) +
                     " registers per thread, not " + std::to_string(kKernelRegisters) + " (check -maxrregcount, -G)");
+    int blocks = 0;
+    MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes));
+    per_sm = std::min(per_sm, blocks);
   }
-  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_fwd, forward_kernel, kThreads, kSmemBytes));
-  MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_bwd, backward_kernel, kThreads, kSmemBytes));
-  const int resident = sms * std::min(per_sm_fwd, per_sm_bwd) / shares;
+  const int resident = sms * per_sm / shares;
   require(asked >= 0 && asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " +
                                                std::to_string(resident) + " co-resident blocks of this device" +
                                                (shares > 1 ? " per colocated share" : ""));
@@ -74,8 +77,6 @@ void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
 // communicator checks before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
-  require(c.precision == Precision::bf16,
-          "precision = fp8: the fp8 layer mode runs on the CPU reference only so far (issue 19)");
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
   require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
@@ -113,10 +114,40 @@ int forward_cycle_rows(const LayerConfig& c) {
 // the forward's workspace is a prefix of the backward's. In recompute mode h and a are the forward's
 // sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
 // otherwise they take no bytes (they are saved).
+// The fp8 mode's E4M3 copies (Params::fp8) are forward sections too: each matrix's values, then its
+// scale exponents; none in bf16.
+struct Fp8Section {
+  size_t values, exps;
+};
+struct Fp8Sections {
+  Fp8Section xq, aq, shared_xq, shared_aq, w1, w2, shared_w1, shared_w2;
+};
 struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a, forward_bytes;
+  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a;
+  Fp8Sections fp8;
+  size_t forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
 };
+
+// The fp8 sections of `sections`: an activation's exponents per 1 x 128 block of each row, in whole
+// 128-row tiles (a tile reads its rows' exponents, past the matrix's last row too); a weight's per
+// 128 x 128 block, plus one block row (a tile's half past the weight's last row reads it).
+Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, size_t own_experts) {
+  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
+  const auto take = [&](size_t rows, size_t cols, size_t exp_rows) {
+    return Fp8Section{sections.take(rows * cols), sections.take(exp_rows * (cols / B) * sizeof(int32_t))};
+  };
+  const auto activation = [&](size_t rows, size_t cols) { return take(rows, cols, (rows + B - 1) / B * B); };
+  const auto weight = [&](size_t rows, size_t cols) { return take(rows, cols, rows / B + 1); };
+  return {activation(P, H),
+          activation(P, I),
+          activation(N, H),
+          activation(N, Is),
+          weight(own_experts * 2 * I, H),
+          weight(own_experts * H, I),
+          weight(2 * Is, H),
+          weight(H, Is)};
+}
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
@@ -131,6 +162,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
+  if (c.precision == Precision::fp8) l.fp8 = fp8_sections(sections, c, P, E / launch.gpus);
   l.forward_bytes = sections.bytes();
   l.ring = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * H * 2);  // own ranks
   l.g = sections.take(P * I * 4);
@@ -294,6 +326,16 @@ struct Layer::Impl {
     p.tile_expert = reinterpret_cast<int32_t*>(workspace + ws.tile_expert);
     p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
     p.y = ptr<bf16>(out.y);
+    if (c.precision == Precision::fp8) {
+      const auto matrix = [&](const Fp8Section& at) {
+        return Fp8Matrix{reinterpret_cast<fp8_e4m3*>(workspace + at.values),
+                         reinterpret_cast<int32_t*>(workspace + at.exps)};
+      };
+      const Fp8Sections& f = ws.fp8;
+      p.xq = matrix(f.xq), p.aq = matrix(f.aq), p.shared_xq = matrix(f.shared_xq), p.shared_aq = matrix(f.shared_aq);
+      p.w1_exp = matrix(f.w1).exps, p.w2_exp = matrix(f.w2).exps;
+      p.shared_w1_exp = matrix(f.shared_w1).exps, p.shared_w2_exp = matrix(f.shared_w2).exps;
+    }
     if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections
     p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
     p.g = reinterpret_cast<float*>(workspace + ws.g);
@@ -303,7 +345,7 @@ struct Layer::Impl {
     return p;
   }
 
-  void encode_maps(Pass pass, Params& p, const WeightViews& w) {
+  void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* workspace) {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = own_padded();
     TensorMaps& maps = p.maps;
@@ -321,11 +363,45 @@ struct Layer::Impl {
     encode(maps.xe, p.xe, P, H);
     encode(maps.x, p.x, N, H);
     encode(maps.dy, p.dy, p.dy ? N : 0, H);
+    encode(maps.shared_w1, w.shared_w1.data, Is ? 2 * Is : 0, H);
+    encode(maps.shared_w2, w.shared_w2.data, Is ? H : 0, Is);
+    encode(maps.shared_a, p.shared_a, Is ? N : 0, Is);
+    encode(maps.shared_dh, p.shared_dh, p.shared_dh && Is ? N : 0, 2 * Is);
+    if (c.precision != Precision::fp8) return;
+    const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
+      map_cache[int(pass)].encode(slot++, out, base, cols ? rows : 0, cols, MapElement::e4m3);
+    };
+    const Fp8Weights q = fp8_weights(workspace);
+    e4m3(maps.xq, p.xq.values, P, H);
+    e4m3(maps.aq, p.aq.values, P, I);
+    e4m3(maps.w1q, q.w1, E * 2 * I, H);
+    e4m3(maps.w2q, q.w2, E * H, I);
+    e4m3(maps.shared_xq, p.shared_xq.values, N, Is ? H : 0);
+    e4m3(maps.shared_aq, p.shared_aq.values, N, Is);
+    e4m3(maps.shared_w1q, q.shared_w1, 2 * Is, H * (Is > 0));
+    e4m3(maps.shared_w2q, q.shared_w2, H, Is);
+  }
+
+  // ---- the fp8 mode's weights ----
+  // Where the E4M3 weights live in the workspace (their exponents are Params').
+  struct Fp8Weights {
+    fp8_e4m3 *w1, *w2, *shared_w1, *shared_w2;
+  };
+  Fp8Weights fp8_weights(uint8_t* workspace) const {
+    const auto at = [&](size_t offset) { return reinterpret_cast<fp8_e4m3*>(workspace + offset); };
+    return {at(ws.fp8.w1.values), at(ws.fp8.w2.values), at(ws.fp8.shared_w1.values), at(ws.fp8.shared_w2.values)};
+  }
+  // The weights quantized on the stream (every call: training changes them step by step).
+  void quantize_weights(cudaStream_t stream, uint8_t* workspace, const Params& p, const WeightViews& w) const {
+    const int E = int(own_experts()), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const Fp8Weights q = fp8_weights(workspace);
+    quantize_weights_fp8(stream, ptr<bf16>(w.w1), E, 2 * I, H, q.w1, nullptr, const_cast<int32_t*>(p.w1_exp));
+    quantize_weights_fp8(stream, ptr<bf16>(w.w2), E, H, I, q.w2, nullptr, const_cast<int32_t*>(p.w2_exp));
     if (Is == 0) return;
-    encode(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
-    encode(maps.shared_w2, w.shared_w2.data, H, Is);
-    encode(maps.shared_a, p.shared_a, N, Is);
-    encode(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
+    quantize_weights_fp8(stream, ptr<bf16>(w.shared_w1), 1, 2 * Is, H, q.shared_w1, nullptr,
+                         const_cast<int32_t*>(p.shared_w1_exp));
+    quantize_weights_fp8(stream, ptr<bf16>(w.shared_w2), 1, H, Is, q.shared_w2, nullptr,
+                         const_cast<int32_t*>(p.shared_w2_exp));
   }
 
   // ---- launches and device errors ----
@@ -480,8 +556,10 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::forward, static_cast<uint8_t*>(workspace), in, out);
   m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(Pass::forward, p, in.weights);
-  m.launch_kernel(reinterpret_cast<const void*>(forward_kernel), stream, p);
+  m.encode_maps(Pass::forward, p, in.weights, static_cast<uint8_t*>(workspace));
+  const bool fp8 = m.c.precision == Precision::fp8;
+  if (fp8) m.quantize_weights(stream, static_cast<uint8_t*>(workspace), p, in.weights);
+  m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
 }
@@ -493,6 +571,9 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   m.raise_pending();
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
+  require(m.c.precision == Precision::bf16,
+          "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far "
+          "(issue 19)");
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::backward, static_cast<uint8_t*>(workspace), in, fwd);
   p.accumulate = grads.accumulate;
@@ -502,7 +583,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
   p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
   m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(Pass::backward, p, in.weights);
+  m.encode_maps(Pass::backward, p, in.weights, static_cast<uint8_t*>(workspace));
   m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);
   m.exchange.after_backward(stream, in, grads);
   m.finish_call();

@@ -5,6 +5,7 @@
 
 #include "mok/core/bf16.h"
 #include "mok/core/config.h"
+#include "mok/core/fp8.h"
 #include "mok/core/layer_io.h"
 
 namespace mok::gpu {
@@ -116,9 +117,23 @@ struct GridBarrier {
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
 // The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
+// The fp8 mode's forward reads E4M3 operands instead (64 rows x 128 boxes): the *q maps.
 struct TensorMaps {
   CUtensorMap ring, w1, w2, a, dh, dye, xe, x, dy;
   CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
+  CUtensorMap xq, w1q, aq, w2q, shared_xq, shared_w1q, shared_aq, shared_w2q;
+};
+
+// An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of
+// each row along K (activations: [rows, K/128]) or per 128 x 128 block (weights: [rows/128, K/128]).
+struct Fp8Matrix {
+  fp8_e4m3* values;
+  int32_t* exps;
+
+  // Row r of an activation of `cols` columns.
+  __host__ __device__ Fp8Matrix row(long r, int cols) const {
+    return {values + r * cols, exps + r * (cols / kFp8Block)};
+  }
 };
 
 // The saved buffer's bytes that no phase writes (mok/core/saved_layout.h): the layout region
@@ -179,6 +194,16 @@ struct Params {
   bf16* dye;             // [P, H]   bf16(w dy) (backward)
   bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
   SavedGaps saved_gaps;  // zeroed by the forward
+
+  // The fp8 mode (c.precision, forward_fp8_kernel): the forward's GEMMs read these E4M3 copies (maps xq, w1q, ...). The
+  // weights are quantized on the stream before the launch, the activations by the phase that makes them.
+  // A weight's exponent table has one block row more than the weight (a tile's half past the weight's
+  // last row reads it; those columns are never stored); an activation's has whole 128-row tiles.
+  Fp8Matrix xq;         // [P, H]  xe, quantized by the pull
+  Fp8Matrix aq;         // [P, I]  a, quantized by GEMM1's epilogue
+  Fp8Matrix shared_xq;  // [N, H]  every token's x (the shared expert's GEMM1)
+  Fp8Matrix shared_aq;  // [N, Is]
+  const int32_t *w1_exp, *w2_exp, *shared_w1_exp, *shared_w2_exp;
 
   // Shared expert, per token.
   bf16* shared_h;   // [N, 2Is]

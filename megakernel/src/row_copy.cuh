@@ -1,6 +1,8 @@
-// Warp-wide row copies: one warp moves one row in 16-byte vectors, several loads in flight per lane.
+// Warp-wide row copies: one warp moves one row in 16-byte vectors, several loads in flight per lane;
+// and the fp8 mode's row quantization.
 #pragma once
 
+#include "mok/core/fp8.h"
 #include "schedule.cuh"
 
 namespace mok::gpu {
@@ -38,6 +40,53 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
         return src ? s[i] : int4{0, 0, 0, 0};
       },
       [&](int i, int4 v) { d[i] = v; });
+}
+
+// The quantization of one 1 x 128 block (the core's quantize_block) held by a half warp, 8 values per
+// lane (v: this lane's): the block's largest magnitude by shuffles within the half warp, then this
+// lane's 8 E4M3 codes, packed; e: the block's scale exponent. The half warp's 16 lanes take part together.
+__device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
+  static_assert(kFp8Block == 16 * 8, "a half warp's 16-byte vectors cover one block");
+  const unsigned half_warp = lane_id() < 16 ? 0x0000ffffu : 0xffff0000u;
+  uint32_t amax = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax = max(amax, uint32_t(v.e[j].bits & 0x7fffu));
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(half_warp, amax, offset));
+  e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+  uint32_t word[2] = {};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) word[j / 4] |= uint32_t(to_e4m3_scaled(to_float(v.e[j]), e).bits) << (8 * (j % 4));
+  return uint2{word[0], word[1]};
+}
+
+// copy_row, and the row quantized into E4M3 in 1 x 128 blocks (quantize_half_warp): dst_q [h], its
+// exponents [h / 128]. Vector i is lane i % 32's, so each block's 16 vectors are one half warp's, all
+// present or all past the row's end (h % 128 == 0).
+__device__ __forceinline__ void copy_quantize_row(bf16* dst, Fp8Matrix dst_q, const bf16* src, int h) {
+  const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src);
+  Bf16x8* d = reinterpret_cast<Bf16x8*>(dst);
+  row_pass<8>(
+      h / 8, [&](int i) { return src ? s[i] : Bf16x8{}; },
+      [&](int i, const Bf16x8& v) {
+        d[i] = v;
+        int e;
+        reinterpret_cast<uint2*>(dst_q.values)[i] = quantize_half_warp(v, e);
+        if (i % 16 == 0) dst_q.exps[i / 16] = e;
+      });
+}
+
+// Warp-wide quantization of one row of n bf16 (n a multiple of kFp8Block) into E4M3 in 1 x 128 blocks:
+// dst [n], exps [n / 128].
+__device__ inline void quantize_row(Fp8Matrix dst, const bf16* src, int n) {
+  const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src);
+  row_pass<8>(
+      n / 8, [&](int i) { return s[i]; },
+      [&](int i, const Bf16x8& v) {
+        int e;
+        reinterpret_cast<uint2*>(dst.values)[i] = quantize_half_warp(v, e);
+        if (i % 16 == 0) dst.exps[i / 16] = e;
+      });
 }
 
 }  // namespace mok::gpu

@@ -27,26 +27,30 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols) {
+void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element) {
   out = CUtensorMap{};
   if (rows == 0 || cols == 0) return;
+  const bool e4m3 = element == MapElement::e4m3;
+  const cuuint32_t bytes = e4m3 ? 1 : 2, box_cols = 128 / bytes;  // a box row: the 128-byte swizzle span
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t row_stride[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, 64}, element_strides[2] = {1, 1};
-  const CUresult r = encoder()(&out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, row_stride,
-                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint64_t row_stride[1] = {cuuint64_t(cols) * bytes};
+  const cuuint32_t box[2] = {box_cols, 64}, element_strides[2] = {1, 1};
+  const CUresult r =
+      encoder()(&out, e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                const_cast<void*>(base), dims, row_stride, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "mok: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
-                                 std::to_string(rows) + ", " + std::to_string(cols) + "] bf16 matrix");
+                                 std::to_string(rows) + ", " + std::to_string(cols) + "] " + (e4m3 ? "E4M3" : "bf16") +
+                                 " matrix");
 }
 
-void TensorMapCache::encode(int slot, CUtensorMap& out, const void* base, long rows, long cols) {
+void TensorMapCache::encode(int slot, CUtensorMap& out, const void* base, long rows, long cols, MapElement element) {
   require(slot >= 0 && slot < int(entries_.size()),
           [&] { return "internal: tensor map slot " + std::to_string(slot); });
   Entry& e = entries_[slot];
-  if (e.base != base || e.rows != rows || e.cols != cols) {
-    encode_tensor_map(e.map, base, rows, cols);
-    e.base = base, e.rows = rows, e.cols = cols;
+  if (e.base != base || e.rows != rows || e.cols != cols || e.element != element) {
+    encode_tensor_map(e.map, base, rows, cols, element);
+    e.base = base, e.rows = rows, e.cols = cols, e.element = element;
   }
   out = e.map;
 }

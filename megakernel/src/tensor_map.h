@@ -7,27 +7,32 @@
 
 namespace mok::gpu {
 
-// Writes the descriptor of a row-major [rows, cols] bf16 matrix read in 64 x 64 boxes with the
-// 128-byte swizzle (the layout the wgmma descriptors of tile_gemm.cuh expect) into `out`; all zeros
-// for an empty matrix. Throws mok::Error if the driver rejects it. `out` is written in place, never
-// returned by value: nvcc's host pass does not give stack temporaries CUtensorMap's 128-byte
-// alignment, which g++ code writing them may assume.
-void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols);
+// A matrix's elements: bf16, or the fp8 mode's E4M3 (one byte).
+enum class MapElement { bf16, e4m3 };
+
+// Writes the descriptor of a row-major [rows, cols] matrix read in boxes of 64 rows x 128 bytes (64
+// bf16 or 128 E4M3) with the 128-byte swizzle (the layout the wgmma descriptors of tile_gemm.cuh
+// expect) into `out`; all zeros for an empty matrix. Throws mok::Error if the driver rejects it. `out`
+// is written in place, never returned by value: nvcc's host pass does not give stack temporaries
+// CUtensorMap's 128-byte alignment, which g++ code writing them may assume.
+void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element = MapElement::bf16);
 
 // One layer's descriptors, re-encoded only when a matrix's base or shape changes: a training loop
 // passes the same weights and, from a caching allocator, mostly the same buffers call after call, and
 // each encode is a driver call on the host path. Matrix `slot` keeps its last descriptor.
 class TensorMapCache {
  public:
-  void encode(int slot, CUtensorMap& out, const void* base, long rows, long cols);
+  void encode(int slot, CUtensorMap& out, const void* base, long rows, long cols,
+              MapElement element = MapElement::bf16);
 
  private:
   struct Entry {
     CUtensorMap map{};
     const void* base = nullptr;
     long rows = -1, cols = -1;
+    MapElement element = MapElement::bf16;
   };
-  std::array<Entry, 16> entries_{};
+  std::array<Entry, 24> entries_{};
 };
 
 }  // namespace mok::gpu

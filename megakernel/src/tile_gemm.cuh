@@ -11,12 +11,15 @@
 // Tiles are handed out round-robin over the persistent blocks (the tile scheduler); every role walks
 // the same sequence, so the pipeline's counters agree without talking. The producer runs ahead into
 // the next tile while the consumers finish their epilogue.
+// The fp8 mode's tiles (kFp8: E4M3 operands, both K-major) use the same stages and boxes with K-blocks
+// of 128 (a box row is 128 bytes either way); their consumers run the FP8 chain (consume_fp8).
 #pragma once
 
 #include <cuda.h>
 
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
+#include "mok/core/fp8_gemm.h"
 #include "mok/megakernel/ptx/named_barrier.cuh"
 #include "mok/megakernel/ptx/setmaxnreg.cuh"
 #include "mok/megakernel/ptx/timer.cuh"
@@ -33,12 +36,18 @@ namespace mok::gpu {
 // is rows a_k + 64 kb .. (b_k ..).
 // A chain of K-steps over zero rows leaves every accumulator unchanged (a zero-product step returns
 // C exactly, and C is never -0: docs/numerics.md), so chains are whole K-blocks of 4 K-steps.
+// E4M3 operands (the fp8 mode's tiles) are K-major; their K-blocks are kFp8Block wide, and a_exp /
+// b_exp are the scale exponents of A's rows ([rows, k_blocks] from the map's row 0) and of B's 128-row
+// blocks ([rows / 128, k_blocks]).
 struct TileLoad {
   const CUtensorMap *ma, *mb;
   int a, b[2];
   int a_k, b_k;  // the first K index of each operand
-  int k_blocks;  // the chain length in K-blocks of 64
+  int k_blocks;  // the chain length in K-blocks of 64 (bf16) or kFp8Block (E4M3)
+  const int32_t* a_exp = nullptr;
+  const int32_t* b_exp = nullptr;
 };
+static_assert(kFp8Block * sizeof(fp8_e4m3) == kBox * sizeof(bf16), "an E4M3 K-block fills a box row as a bf16 one");
 
 // The operands' majorness of one GEMM phase: both K-major (C = A B^T on row-major matrices), B
 // MN-major (C = A B), or both MN-major (C = A^T B).
@@ -105,7 +114,7 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
                                           : ptx::bar_red_and<int(NamedBarrier::consumer1), kWarpgroupThreads>(v);
 }
 
-template <Majors kM>
+template <Majors kM, bool kFp8>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
@@ -119,10 +128,11 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     const auto load = [&](int box, const CUtensorMap* map, bool mn, int at, int k) {
       ptx::tma_load_2d(st + box * kBoxBytes, map, mn ? at : k, mn ? k : at, full);
     };
+    const int k = (kFp8 ? kFp8Block : kBox) * kb;
     for (int h = 0; h < 2; ++h) {  // A's box h, B's half h (two boxes)
-      load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + kBox * kb);
-      load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + kBox * kb);
-      load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + kBox * kb);
+      load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + k);
+      load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
+      load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
     }
   }
   return true;
@@ -140,6 +150,77 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, Warpgroup consume
 #pragma unroll
   for (int kk = 0; kk < kStepsPerStage; ++kk)
     ptx::wgmma_bf16_m64n256k16<kM.a_mn, kM.b_mn>(acc, da + kk * a_step, db + kk * b_step);
+}
+
+// acc[kFirst + i] = acc[kFirst + i] + partial[i] 2^s (fp8_gemm_element's promotion, scale_by_exp2), s
+// the exponent of accumulator i's row: s_lo for rows 16 w + g, s_hi for rows 16 w + g + 8 ((i / 2) % 2,
+// the fragment of ptx/wgmma.cuh). Where 2^s is a normal float, as it nearly always is, the product is
+// one multiply (scale_by_exp2's own path) by a factor computed once per row.
+template <int kFirst>
+__device__ __forceinline__ void promote(float (&acc)[kAccumulators], const float (&partial)[kAccumulators / 2],
+                                        int s_lo, int s_hi) {
+  constexpr int kCount = kAccumulators / 2;
+  const auto normal = [](int s) { return s >= -126 && s <= 127; };
+  if (normal(s_lo) && normal(s_hi)) {
+    const float f_lo = exp2_of(s_lo), f_hi = exp2_of(s_hi);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) acc[kFirst + i] = acc[kFirst + i] + partial[i] * ((i / 2) % 2 ? f_hi : f_lo);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i)
+      acc[kFirst + i] = acc[kFirst + i] + scale_by_exp2(partial[i], (i / 2) % 2 ? s_hi : s_lo);
+  }
+}
+
+// Half h of B (128 columns: one weight block) over one stage's K-block: four m64n128k32 K-steps from +0
+// on this consumer's rows (A descriptor da), then promoted into acc's columns of that half (the group
+// completes first: the promotion reads it). Its fragment is the first half of an m64n256 one.
+template <int kHalf>
+__device__ __forceinline__ void fp8_half_block(const uint8_t* st, uint64_t da, float (&acc)[kAccumulators], int s_lo,
+                                               int s_hi) {
+  constexpr int kCount = kAccumulators / 2;
+  constexpr uint64_t kStep = kFp8StepK * sizeof(fp8_e4m3) >> 4;  // a K-step's 32 bytes, in 16-byte units
+  float partial[kCount];
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) partial[i] = 0.0f;
+  const uint64_t db = ptx::smem_descriptor_sw128(st + kABytes + kHalf * 2 * kBoxBytes);
+  ptx::wgmma_fence_operands(partial);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kFp8StepsPerBlock; ++kk) ptx::wgmma_e4m3_m64n128k32(partial, da + kk * kStep, db + kk * kStep);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_operands(partial);
+  promote<kHalf * kCount>(acc, partial, s_lo, s_hi);
+}
+
+// One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
+// per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
+// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block; the
+// next K-block's exponents are loaded a block ahead. While one consumer promotes, the other's K-steps
+// keep the tensor core busy. The failure rules are consume()'s.
+__device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
+                                            float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  const int32_t* ea = l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 rows below
+  const int32_t* eb0 = l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
+  const int32_t* eb1 = l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
+  const auto exponents = [&](int kb) { return int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]}; };
+  int4 e = l.k_blocks > 0 ? exponents(0) : int4{};
+  bool healthy = true;
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    const int4 now = e;
+    if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
+    healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase);
+    __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
+    const uint8_t* st = pipe.smem->stage[pipe.stage()];
+    const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
+    fp8_half_block<0>(st, da, acc, now.x + now.z, now.y + now.z);
+    fp8_half_block<1>(st, da, acc, now.x + now.w, now.y + now.w);
+    ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+  }
+  return warpgroup_all(consumer, healthy);
 }
 
 // One tile's chain on this consumer warpgroup's 64 rows. One stage's wgmma group stays in flight
@@ -187,8 +268,9 @@ __device__ __forceinline__ void block_sync() { ptx::barrier_sync<int(NamedBarrie
 // producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
 // producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
 // consumers got them, and the block would wait forever in setmaxnreg and __syncthreads.)
-template <Majors kM, class Job, class Epilogue>
+template <Majors kM, bool kFp8 = false, class Job, class Epilogue>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
+  static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
@@ -199,7 +281,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       TileLoad l;
       if (!job(t, l)) continue;
       if (threadIdx.x == 0)
-        healthy = produce<kM>(pipe, l, b, phase);
+        healthy = produce<kM, kFp8>(pipe, l, b, phase);
       else
         pipe.blocks += l.k_blocks;
     }
@@ -214,7 +296,11 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       if (!job(t, l)) continue;
       const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
-      if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
+      if constexpr (kFp8) {
+        if (!consume_fp8(pipe, l, consumer, acc, b, phase)) break;
+      } else {
+        if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
+      }
       epilogue(t, consumer, acc);
     }
     ptx::setmaxnreg_dec<kKernelRegisters>();

@@ -5,7 +5,7 @@
 // inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
-//             [--experts E] [--capacity-factor F] [--plan]
+//             [--experts E] [--capacity-factor F] [--plan] [--fp8]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -18,6 +18,8 @@
 //   --experts: E instead of the shape's (its slice of the model's experts);
 //   --capacity-factor: LaunchConfig::capacity_rows = F times an average GPU's rows, N k / G (at most
 //           N min(k, E/G)); 0 (default): the most any routing can give a GPU;
+//   --fp8: the fp8 layer mode (LayerConfig::precision; one process), forward only: the GPU runs no fp8
+//          backward yet (its columns show -), and the peak fractions are of twice the bf16 peak;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           and the Layer's own buffers (mok::gpu::layer_memory, the sizes a Layer allocates).
@@ -70,7 +72,8 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mok::gpu::LaunchConfig launch,
                 double peak) {
   const int gpus = std::max(o.gpus, 1);
-  const mok::LayerConfig c = config_of(s, gpus, o.tokens, o.experts);
+  mok::LayerConfig c = config_of(s, gpus, o.tokens, o.experts);
+  if (o.fp8) c.precision = mok::Precision::fp8;
   std::fprintf(stderr, "%s: generating inputs...\n", s.name);
   const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
   const std::vector<Inputs> inputs = input_sets(p, o.sets);
@@ -84,6 +87,16 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                          nullptr, o.warmup, o.runs, set_input, [] {}, [&] { mk.launch_forward(); })
                          .median_ms;
   const auto fwd_phases = mk.phase_times();
+  const double flops = forward_flops(c), fwd_tf = flops / (fwd * 1e9);
+  if (o.fp8) {  // E4M3 runs at twice the bf16 rate
+    std::printf("%-15s %-8s %8.2f %8s %10s %9.1f %9s %7.1f%% %8s\n", s.name, o.routing.c_str(), fwd, "-", "-", fwd_tf,
+                "-", 100 * fwd_tf / (2 * gpus * peak), "-");
+    print_phases("forward", fwd_phases);
+    std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f MiB\n", mk.saved_bytes() / 1048576.0,
+                mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0);
+    std::fflush(stdout);
+    return;
+  }
   std::fprintf(stderr, "%s: timing the backward...\n", s.name);
   const auto prepare_backward = [&](int i) {
     set_input(i);
@@ -93,8 +106,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   const double bwd = time_launches(
                          nullptr, o.warmup, o.runs, prepare_backward, [] {}, [&] { mk.launch_backward(); })
                          .median_ms;
-  const double flops = forward_flops(c);
-  const double fwd_tf = flops / (fwd * 1e9), fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
+  const double fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
   std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, o.routing.c_str(), fwd, bwd,
               fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * peak), 100 * fb_tf / (gpus * peak));
   if (gpus > 1) {
@@ -128,7 +140,7 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
 void usage() {
   std::fprintf(stderr,
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-               "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
+               "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] [--fp8] "
                "[--experts E] [--capacity-factor F] [--plan]\n");
 }
 
@@ -151,6 +163,7 @@ bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     bool* flag = arg == "--recompute"     ? &o.recompute
+                 : arg == "--fp8"         ? &o.fp8
                  : arg == "--plan"        ? &o.plan
                  : arg == "--one-process" ? &o.one_process
                                           : nullptr;
@@ -193,6 +206,8 @@ void check(const Options& o) {
   if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0))
     throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0 and --timeout > 0");
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");
+  if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
+    throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
 }
 
 }  // namespace
