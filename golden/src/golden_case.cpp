@@ -63,8 +63,9 @@ class GroupBuilder {
     fail_internal("format v1 has no dataset " + name + " for this config");
   }
 
-  std::vector<Tensor> finish() {
-    if (tensors_.size() != specs_.size())
+  // whole: every dataset of the group was added (false: a subset, each still checked by add()).
+  std::vector<Tensor> finish(bool whole = true) {
+    if (whole && tensors_.size() != specs_.size())
       fail_internal("built " + std::to_string(tensors_.size()) + " tensors, format v1 expects " +
                     std::to_string(specs_.size()));
     return std::move(tensors_);
@@ -228,9 +229,12 @@ ref::Problem problem_of(const GoldenCase& g) {
   return p;
 }
 
+namespace {
+
 // Every field of the Forward and the Gradients (mok/core/fields.h) that format v1 stores for this
-// config, into the group its spec names, in the visitor's order (the order of the datasets).
-LayerResults results_of(const ref::Problem& p, const ref::Forward& f, const ref::Gradients& g) {
+// config, into the group its spec names, in the visitor's order (the order of the datasets). g null:
+// the forward's alone (the outputs group then holds only the forward's tensors).
+LayerResults results_of_fields(const ref::Problem& p, const ref::Forward& f, const ref::Gradients* g) {
   const bool given = p.routing.has_value();
   GroupBuilder routing(p.config, given, Group::routing), outputs(p.config, given, Group::outputs);
   const auto add = [&](const char* name, const auto& values) {
@@ -240,8 +244,18 @@ LayerResults results_of(const ref::Problem& p, const ref::Forward& f, const ref:
       outputs.add(name, values);
   };
   for_each_field(f, add);
-  for_each_field(g, add);
-  return LayerResults{routing.finish(), outputs.finish()};
+  if (g) for_each_field(*g, add);
+  return LayerResults{routing.finish(), outputs.finish(g != nullptr)};
+}
+
+}  // namespace
+
+LayerResults results_of(const ref::Problem& p, const ref::Forward& f, const ref::Gradients& g) {
+  return results_of_fields(p, f, &g);
+}
+
+LayerResults forward_results_of(const ref::Problem& p, const ref::Forward& f) {
+  return results_of_fields(p, f, nullptr);
 }
 
 struct ReferenceRun {

@@ -17,12 +17,12 @@ class ReferenceBackend : public Backend {
     return n;
   }
 
-  golden::LayerResults run(const golden::GoldenCase& g) override {
+  RunResults run(const golden::GoldenCase& g) override {
     ref::Options o = g.options;
     o.step = flags_.step.value_or(o.step);
     o.ring_rows = flags_.ring_rows.value_or(o.ring_rows);
     o.recompute = flags_.recompute.value_or(o.recompute);
-    return golden::run_reference(golden::problem_of(g), o);
+    return {golden::run_reference(golden::problem_of(g), o), std::nullopt};
   }
 
  private:

@@ -3,7 +3,10 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
+#include "mok/core/fields.h"
 #include "mok/golden/locate.h"
 
 namespace mok::verify {
@@ -30,6 +33,35 @@ bool is_nan(DType dtype, uint32_t bits) {
 }
 
 int bucket_of(uint64_t distance) { return distance == 0 ? 0 : int(std::bit_width(distance)); }
+
+// The candidate's tensor of that name (the last, should it hold several), or nullptr.
+const Tensor* find_tensor(const std::vector<Tensor>& candidate, const std::string& name) {
+  const Tensor* got = nullptr;
+  for (const Tensor& t : candidate)
+    if (t.name == name) got = &t;
+  return got;
+}
+
+using Groups = std::vector<std::pair<golden::Group, const std::vector<Tensor>*>>;
+
+// The golden's tensors of `groups` against the candidate's, each unless `skip` (may be empty) says
+// to leave it out; progress counts the tensors compared.
+std::vector<TensorReport> compare_groups(const golden::GoldenCase& golden, const Groups& groups,
+                                         const std::vector<Tensor>& candidate, const CompareProgress& progress,
+                                         const std::function<bool(const Tensor& want, const Tensor* got)>& skip) {
+  std::vector<std::tuple<golden::Group, const Tensor*, const Tensor*>> todo;
+  for (const auto& [group, tensors] : groups)
+    for (const Tensor& want : *tensors) {
+      const Tensor* got = find_tensor(candidate, want.name);
+      if (!skip || !skip(want, got)) todo.emplace_back(group, &want, got);
+    }
+  std::vector<TensorReport> reports;
+  for (const auto& [group, want, got] : todo) {
+    if (progress) progress(*want, reports.size() + 1, todo.size());
+    reports.push_back(compare_tensor(golden, group, *want, got));
+  }
+  return reports;
+}
 
 }  // namespace
 
@@ -107,22 +139,36 @@ TensorReport compare_tensor(const golden::GoldenCase& golden, golden::Group grou
 
 std::vector<TensorReport> compare_tensors(const golden::GoldenCase& golden, const std::vector<Tensor>& candidate,
                                           bool include_inputs, const CompareProgress& progress) {
-  std::vector<std::pair<golden::Group, const std::vector<Tensor>*>> groups;
+  Groups groups;
   if (include_inputs) groups.emplace_back(golden::Group::inputs, &golden.inputs);
   groups.emplace_back(golden::Group::routing, &golden.results.routing);
   groups.emplace_back(golden::Group::outputs, &golden.results.outputs);
-  size_t total = 0, done = 0;
-  for (const auto& [group, tensors] : groups) total += tensors->size();
-  std::vector<TensorReport> reports;
-  for (const auto& [group, tensors] : groups)
-    for (const Tensor& want : *tensors) {
-      if (progress) progress(want, ++done, total);
-      const Tensor* got = nullptr;
-      for (const Tensor& t : candidate)
-        if (t.name == want.name) got = &t;
-      reports.push_back(compare_tensor(golden, group, want, got));
-    }
-  return reports;
+  return compare_groups(golden, groups, candidate, progress, {});
+}
+
+bool is_gradient(const std::string& name) {
+  static const Gradients fields;
+  bool found = false;
+  for_each_field(fields, [&](const char* field, const auto&) { found = found || name == field; });
+  return found;
+}
+
+CaseReport compare_run(const golden::GoldenCase& golden, const golden::LayerResults& run,
+                       const std::optional<std::string>& gradients_skipped, const CompareProgress& progress) {
+  std::vector<Tensor> candidate = run.routing;
+  candidate.insert(candidate.end(), run.outputs.begin(), run.outputs.end());
+  CaseReport r;
+  const auto skip = [&](const Tensor& want, const Tensor* got) {
+    if (got || !gradients_skipped || !is_gradient(want.name)) return false;
+    r.skipped_tensors.push_back(want.name);
+    return true;
+  };
+  r.tensors = compare_groups(
+      golden, {{golden::Group::routing, &golden.results.routing}, {golden::Group::outputs, &golden.results.outputs}},
+      candidate, progress, skip);
+  if (!r.skipped_tensors.empty())
+    r.backward_skipped = gradients_skipped->empty() ? "the backend gave no reason" : *gradients_skipped;
+  return r;
 }
 
 }  // namespace mok::verify

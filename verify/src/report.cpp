@@ -120,10 +120,19 @@ std::string format_text(const CaseReport& r) {
          golden::describe_bits(t.dtype, m.candidate_bits) + "\n";
     if (t.dtype != golden::DType::i32) s += "  " + t.name + ": ulp histogram " + histogram_text(t) + "\n";
   }
+  const bool forward_only = !r.backward_skipped.empty();
+  if (forward_only) {
+    s += "  backward skipped: " + r.backward_skipped + "\n  not compared:";
+    for (size_t i = 0; i < r.skipped_tensors.size(); ++i) s += (i ? ", " : " ") + r.skipped_tensors[i];
+    s += "\n";
+  }
   const int differing = r.differing_tensors();
   s += (differing ? "MISMATCH " : "EQUAL    ") + r.golden_name + ": " +
        (differing ? std::to_string(differing) + " of " + std::to_string(r.tensors.size()) + " tensors differ"
                   : "all " + std::to_string(r.tensors.size()) + " tensors bitwise equal") +
+       (forward_only ? " (forward only: backward skipped, " + std::to_string(r.skipped_tensors.size()) +
+                           " gradient tensors not compared)"
+                     : "") +
        "\n";
   return s;
 }
@@ -145,7 +154,9 @@ std::string format_json(const std::vector<CaseReport>& cases, const std::vector<
          ", \"name\": " + quoted(c.golden_name) + ", \"candidate\": " + quoted(c.candidate) +
          ", \"config_note\": " + quoted(c.config_note) + ", \"seconds\": " + number(c.seconds) +
          ", \"equal\": " + (c.equal() ? "true" : "false") +
-         ", \"differing_tensors\": " + std::to_string(c.differing_tensors()) + ",\n     \"tensors\": [";
+         ", \"differing_tensors\": " + std::to_string(c.differing_tensors()) +
+         ", \"backward_skipped\": " + (c.backward_skipped.empty() ? "null" : quoted(c.backward_skipped)) +
+         ", \"skipped_tensors\": [" + list(c.skipped_tensors) + "],\n     \"tensors\": [";
     for (size_t j = 0; j < c.tensors.size(); ++j)
       s += std::string(j ? "," : "") + "\n       " + tensor_json(c.tensors[j]);
     s += "]}";

@@ -38,8 +38,10 @@ per GPU, on an NCCL communicator, each run's ranks killed after --timeout S seco
 on one rank per GPU when its tokens and experts split, and is refused otherwise.
 Progress goes to stderr (--quiet: none), the report to stdout.
 Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no Hopper GPU for --gpus N.
-A golden the backend does not implement (on the GPU: the fp8 mode, so far) is listed as SKIPPED with
-the reason, and changes no exit status.
+A golden whose forward the backend runs but not its backward (on the GPU: the fp8 mode, so far) has
+its routing and y compared bit for bit, as any golden, and its backward reported as skipped with the
+reason (its gradient tensors not compared). A golden the backend does not implement at all is listed
+as SKIPPED with the reason, and changes no exit status.
 )";
 
 struct UsageError : std::runtime_error {
@@ -217,7 +219,10 @@ class Verifier {
       std::vector<golden::Tensor> tensors = candidate.inputs;
       for (const auto* group : {&candidate.results.routing, &candidate.results.outputs})
         tensors.insert(tensors.end(), group->begin(), group->end());
-      CaseReport r{file.string(), golden.name, args_.candidate, "", 0.0, {}};
+      CaseReport r;
+      r.golden_file = file.string();
+      r.golden_name = golden.name;
+      r.candidate = args_.candidate;
       if (config_text(candidate.config) != config_text(golden.config))
         r.config_note = "the candidate's config " + config_text(candidate.config) + " differs from the golden's " +
                         config_text(golden.config) + " (tensors are compared in global terms)";
@@ -229,14 +234,15 @@ class Verifier {
       progress(golden.name + ": running " + backend_->name() + " (run " + std::to_string(run) + "/" +
                std::to_string(args_.runs) + ")");
       const auto start = std::chrono::steady_clock::now();
-      const golden::LayerResults results = backend_->run(golden);
+      const RunResults results = backend_->run(golden);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::vector<golden::Tensor> tensors = results.routing;
-      tensors.insert(tensors.end(), results.outputs.begin(), results.outputs.end());
       std::string name = backend_->name();
       if (args_.runs > 1) name += " (run " + std::to_string(run) + "/" + std::to_string(args_.runs) + ")";
-      CaseReport r{file.string(), golden.name, name, "", seconds, {}};
-      r.tensors = compare_tensors(golden, tensors, false, tensor_progress);
+      CaseReport r = compare_run(golden, results.results, results.gradients_skipped, tensor_progress);
+      r.golden_file = file.string();
+      r.golden_name = golden.name;
+      r.candidate = name;
+      r.seconds = seconds;
       finish(std::move(r));
     }
   }

@@ -116,6 +116,9 @@ ref::Problem problem_of(const GoldenCase& golden);
 
 // The results group of a forward and backward on the problem (any implementation's).
 LayerResults results_of(const ref::Problem& problem, const Forward& forward, const Gradients& gradients);
+// The results of a forward alone (an implementation that runs no backward for this config): the
+// routing group whole, and of the outputs group the forward's tensor (y) only; no gradient.
+LayerResults forward_results_of(const ref::Problem& problem, const Forward& forward);
 
 // Runs the reference forward and backward on the problem (options.fault must be Fault::none).
 LayerResults run_reference(const ref::Problem& problem, const ref::Options& options);

@@ -11,13 +11,24 @@
 
 namespace mok::verify {
 
+// What a backend's run returns: the routing and outputs for the golden's config, options and inputs, as
+// format v1 tensors (golden::tensor_specs lists the names, dtypes and shapes), all of them; or, for a
+// config whose backward the backend does not run yet (the GPU and the fp8 mode, so far), the forward's
+// alone (golden::forward_results_of: the routing group and y) with gradients_skipped saying why.
+// mok-verify then compares the forward's tensors bit for bit and reports the backward as skipped
+// (compare_run); a tensor missing without that reason, or a forward tensor missing whatever the
+// reason, is a failure.
+struct RunResults {
+  golden::LayerResults results;
+  std::optional<std::string> gradients_skipped;  // set: the backward did not run, and why
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // e.g. "reference (step fp32_fma)", shown in reports
-  // The routing and outputs for the golden's config, options and inputs, as format v1 tensors
-  // (golden::tensor_specs lists the names, dtypes and shapes). Throws mok::Error on failure.
-  virtual golden::LayerResults run(const golden::GoldenCase& golden) = 0;
+  // The results for the golden (above). Throws mok::Error on failure.
+  virtual RunResults run(const golden::GoldenCase& golden) = 0;
 };
 
 // Overrides of the golden's options, from the command line. A backend rejects (mok::Error) what it
@@ -38,8 +49,9 @@ struct NoGpu : Error {
   using Error::Error;
 };
 
-// A golden whose config this backend does not implement (the GPU and the fp8 mode, so far): reported as
-// SKIPPED with the reason, neither a mismatch nor an error.
+// A golden whose config this backend does not implement at all: reported as SKIPPED with the reason,
+// neither a mismatch nor an error. (A config whose forward it runs but not its backward is no such
+// golden: RunResults::gradients_skipped.)
 struct Unsupported : Error {
   using Error::Error;
 };
@@ -54,8 +66,9 @@ std::unique_ptr<Backend> make_reference_backend(const BackendFlags& flags);
 // the N GPUs (N = 1: the NCCL transport on one GPU). A golden whose R ranks do not split over N GPUs
 // runs as the same global batch on one rank per GPU (the bits do not depend on R) when its tokens and
 // experts split, and is refused otherwise. It computes the hopper_tc model only; the golden's recompute
-// mode (or --recompute) is the megakernel's (LaunchConfig::recompute). Without CUDA in the build, or
-// without a GPU, it throws mok::Error (NoGpu across processes without any GPU).
+// mode (or --recompute) is the megakernel's (LaunchConfig::recompute). An fp8 golden runs the forward
+// only (the megakernel has no fp8 backward yet): its results carry gradients_skipped. Without CUDA in
+// the build, or without a GPU, it throws mok::Error (NoGpu across processes without any GPU).
 std::unique_ptr<Backend> make_gpu_backend(const BackendFlags& flags);
 
 }  // namespace mok::verify

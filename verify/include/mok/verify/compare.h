@@ -60,6 +60,11 @@ struct CaseReport {
   std::string config_note;  // non-empty when the candidate file's config differs (tensors are global)
   double seconds = 0.0;     // the candidate's run time (backends), 0 for files
   std::vector<TensorReport> tensors;
+  // Non-empty: a forward-only run (RunResults::gradients_skipped) and why; skipped_tensors then names the
+  // golden's gradient tensors it did not compute, which are not compared (nor in `tensors`), and
+  // equal() speaks for the forward. Empty (and skipped_tensors too) for every whole run.
+  std::string backward_skipped;
+  std::vector<std::string> skipped_tensors;
 
   bool equal() const;
   int differing_tensors() const;
@@ -77,5 +82,18 @@ using CompareProgress = std::function<void(const golden::Tensor& tensor, size_t 
 std::vector<TensorReport> compare_tensors(const golden::GoldenCase& golden,
                                           const std::vector<golden::Tensor>& candidate, bool include_inputs,
                                           const CompareProgress& progress = {});
+
+// Whether a results tensor is a gradient, the backward's (dx, d_topk_w, d_logits, d_router, d_w1, d_w2,
+// d_shared_w1, d_shared_w2: mok/core/fields.h); the routing group and y are the forward's.
+bool is_gradient(const std::string& name);
+
+// A backend's run against the golden: the golden's routing and outputs against the run's tensors of the
+// same names (compare_tensors without inputs), into a report whose tensors, backward_skipped and
+// skipped_tensors are set (the caller names the files and the candidate). With gradients_skipped (a
+// forward-only run), each gradient tensor the run lacks is listed in skipped_tensors instead of
+// compared and the reason kept in backward_skipped; a forward tensor the run lacks is absent, a
+// mismatch, as is any tensor it lacks without that reason; a gradient it has is compared.
+CaseReport compare_run(const golden::GoldenCase& golden, const golden::LayerResults& run,
+                       const std::optional<std::string>& gradients_skipped, const CompareProgress& progress = {});
 
 }  // namespace mok::verify
