@@ -19,7 +19,8 @@
 #           olmoe and, with N > 1, mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
-#           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings
+#           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings,
+#           $MOK_TORCH_ARGS go to torch_baseline.py (--fp8: its FP8 rows, issue 19)
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
@@ -133,7 +134,7 @@ for step in "$@"; do
           [ "${MOK_TORCH:-1}" = 0 ] && continue
           case " ${MOK_TORCH_ROUTINGS:-$routings} " in *" $routing "*) ;; *) continue ;; esac
           log "torch baseline --shape $s --routing $routing"
-          timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+          timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" ${MOK_TORCH_ARGS:-} 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
         done
       done
       ;;

@@ -1,5 +1,6 @@
 """Turns a bench.log of bench/h200_session.sh (mok-bench and torch_baseline.py rows, side by side)
-into the markdown table of docs/benchmarks.md and its PNG chart.
+into the markdown table of docs/benchmarks.md and its PNG chart; torch_baseline.py --fp8's rows (issue
+19), where the log has them, into a second table (the log may hold only those).
 
     python3 bench/report.py docs/results/<run>/bench.log [--png docs/benchmarks.png]
 """
@@ -10,7 +11,10 @@ import sys
 from shapes import SHAPES
 
 PEAK = re.compile(r"bf16 matmul peak \((cuBLAS|torch) .*\): (\d+) TFLOP/s")
+FP8_PEAK = re.compile(r"fp8 matmul peak \((cuBLAS|torch) .*?\): (\d+) TFLOP/s")
 NUMBER = r"([\d.]+)"
+# torch_baseline.py's fp8 row: "fp8 SHAPE ROUTING" and these columns ('-': none); FP8_LEGEND there says what each is.
+FP8_KEYS = ("rw", "rw_pk", "rwf", "rwf_pk", "loop", "graph", "graph_pk", "q_act", "q_w", "qb_act", "qb_w", "bf16")
 
 
 def parse(path):
@@ -32,6 +36,42 @@ def parse(path):
             fwd, fb = values[0], values[1]
         rows.setdefault(key, {})[source] = {"fwd": fwd, "fb": fb, "peak": peak}
     return {k: v for k, v in rows.items() if "mok" in v and "torch" in v}
+
+
+def parse_fp8(path):
+    """{(shape, routing): {key: float or None, "peak": fp8 peak}} from torch_baseline.py --fp8's rows."""
+    rows, peak = {}, None
+    for line in open(path):
+        m = FP8_PEAK.search(line)
+        if m:
+            peak = float(m.group(2))
+            continue
+        fields = line.split()
+        if len(fields) != 3 + len(FP8_KEYS) or fields[0] != "fp8" or not re.fullmatch(NUMBER + "%?|-", fields[3]):
+            continue
+        values = [None if v == "-" else float(v.rstrip("%")) for v in fields[3:]]
+        rows[(fields[1], fields[2])] = dict(zip(FP8_KEYS, values), peak=peak)
+    return rows
+
+
+def fp8_table(rows):
+    def ms(r, key, pk=None):
+        if r[key] is None:
+            return "–"
+        return f"{r[key]:.3f}" + (f" ({r[pk]:.0f}%)" if pk and r[pk] is not None else "")
+
+    peaks = sorted({r["peak"] for r in rows.values() if r["peak"]})
+    out = [f"FP8 forward GEMMs alone, torch (E4M3 operands quantized beforehand; % of the FP8 dense peak, "
+           f"torch _scaled_mm 8192³: {', '.join(f'{p:.0f}' for p in peaks) or '?'} TFLOP/s):", "",
+           "| shape | routing | bf16 GEMMs ms | FP8 row-wise ms (% peak) | vs bf16 | row-wise fast accum ms (% peak) "
+           "| block-scaled loop ms, eager / graph (% peak) | quant act / W ms, row-wise | quant act / W ms, block |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for (shape, routing), r in rows.items():
+        speedup = f"{r['bf16'] / r['rw']:.2f}×" if r["bf16"] and r["rw"] else "–"
+        out.append(f"| {shape} | {routing} | {ms(r, 'bf16')} | {ms(r, 'rw', 'rw_pk')} | {speedup} "
+                   f"| {ms(r, 'rwf', 'rwf_pk')} | {ms(r, 'loop')} / {ms(r, 'graph', 'graph_pk')} "
+                   f"| {ms(r, 'q_act')} / {ms(r, 'q_w')} | {ms(r, 'qb_act')} / {ms(r, 'qb_w')} |")
+    return "\n".join(out)
 
 
 def table(rows, flops_of):
@@ -104,10 +144,15 @@ def main():
     p.add_argument("--png")
     args = p.parse_args()
     rows = parse(args.log)
-    if not rows:
-        sys.exit(f"report.py: no mok/torch row pairs in {args.log}")
-    print(table(rows, flops))
-    if args.png:
+    rows8 = parse_fp8(args.log)
+    if not rows and not rows8:
+        sys.exit(f"report.py: no mok/torch row pairs and no fp8 rows in {args.log}")
+    if rows:
+        print(table(rows, flops))
+    if rows8:
+        print("\n" if rows else "", end="")
+        print(fp8_table(rows8))
+    if args.png and rows:
         chart(rows, args.png)
 
 
