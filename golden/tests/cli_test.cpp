@@ -6,6 +6,7 @@
 
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
+#include "mok/reference/oracle.h"
 #include "test_files.h"
 
 namespace mok::golden {
@@ -52,6 +53,19 @@ TEST(MokGoldenCli, CheckFailsAGoldenTheCatalogueNoLongerDescribes) {
   EXPECT_NE(r.output.find("FAIL  single_token: the catalogue's seed differs from the committed golden's"),
             std::string::npos)
       << r.output;
+}
+
+// A golden whose stored fp64-oracle bound is not this build's (the fp8 goldens of 5928fe1 held the bf16
+// bounds, which their own errors exceeded) fails, naming the tensor.
+TEST(MokGoldenCli, CheckFailsAGoldenWithAStaleOracleBound) {
+  TempDir dir("golden-cli-bound");
+  GoldenCase g = make_case(*find_case("fp8_smoke"));
+  ASSERT_EQ(g.oracle.at("y").bound, ref::oracle_bound(ref::OracleTensor::y, Precision::fp8));
+  g.oracle.at("y").bound = ref::oracle_bound(ref::OracleTensor::y, Precision::bf16);
+  write_golden(dir / "fp8_smoke.h5", g);
+  const testing::ToolRun r = run_tool(dir, "check --name fp8_smoke --dir " + dir.path().string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL  fp8_smoke: its stored fp64-oracle bound of y: "), std::string::npos) << r.output;
 }
 
 TEST(MokGoldenCli, CheckReportsAMissingCatalogueGoldenAndACorruptFile) {

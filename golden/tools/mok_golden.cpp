@@ -11,6 +11,7 @@
 #include "mok/golden/catalogue.h"
 #include "mok/golden/golden.h"
 #include "mok/golden/locate.h"
+#include "mok/reference/oracle.h"
 
 #ifndef MOK_GOLDEN_DATA_DIR
 #error "MOK_GOLDEN_DATA_DIR must be defined by the build"
@@ -160,6 +161,21 @@ std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
   return "";
 }
 
+// The first stored fp64-oracle bound that is not this build's (ref::oracle_bound of the tensor in the
+// golden's precision; a bound depends on nothing else), as "tensor: stored vs now", or "". A golden
+// written before a bound changed holds a bound its own error need not meet.
+std::string stale_bound(const GoldenCase& g) {
+  for (int t = 0; t <= int(ref::OracleTensor::d_shared_w2); ++t) {
+    const auto tensor = ref::OracleTensor(t);
+    const auto stored = g.oracle.find(ref::to_string(tensor));
+    const double now = ref::oracle_bound(tensor, g.config.precision);
+    if (stored != g.oracle.end() && stored->second.bound != now)
+      return std::string(ref::to_string(tensor)) + ": " + std::to_string(stored->second.bound) + " vs " +
+             std::to_string(now);
+  }
+  return "";
+}
+
 // Regenerates one committed golden (from its recipe, or from its stored inputs) and compares. A file
 // named for a catalogue case must hold that case: the check counts it as that case's golden.
 int check_file(const fs::path& file) {
@@ -179,6 +195,11 @@ int check_file(const fs::path& file) {
                 << ")" << std::endl;
       return kMismatch;
     }
+  }
+  if (const std::string bound = stale_bound(golden); !bound.empty()) {
+    std::cout << "FAIL  " << golden.name << ": its stored fp64-oracle bound of " << bound
+              << " (this build's): regenerate it (mok-golden generate --name " << golden.name << ")" << std::endl;
+    return kMismatch;
   }
   const double read_s = seconds_since(start);
   const GoldenCase fresh = regenerate(golden);
