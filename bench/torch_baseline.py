@@ -137,13 +137,13 @@ def _exp2i(e):
 
 def pow2_scale(amax):
     """mok's block scale (docs/numerics.md, e4m3_scale_exponent): 2^e, e the smallest integer >= -126
-    with amax * 2^-e <= 448 (at most 120; an all-zero block gets 2^-126). fp32, exact."""
+    with amax * 2^-e <= 448 (at most 120; an all-zero block gets 2^0, as mok's). fp32, exact."""
     amax = amax.float()
     _, ex = torch.frexp(amax / E4M3_MAX)  # amax / 448 in [2^(ex-1), 2^ex), up to the division's rounding
     e = (ex - 1).clamp(-126, 120)
     for _ in range(2):  # exact test: amax * 2^-e is exact
         e = torch.where((amax * _exp2i(-e) > E4M3_MAX) & (e < 120), e + 1, e)
-    return _exp2i(torch.where(amax == 0, torch.full_like(e, -126), e))
+    return _exp2i(torch.where(amax == 0, torch.zeros_like(e), e))
 
 
 def _quantize(v, dims):
@@ -575,8 +575,8 @@ def self_test():
         nz = amax > 0
         expect(bool((s.view(torch.int32) & 0x7FFFFF).eq(0).all()) and s.dtype == torch.float32,
                f"{what}: scales are powers of two")
-        expect(bool(((top[nz] > 224) & (top[nz] <= 448)).all()) and bool(s[~nz].eq(2.0**-126).all()),
-               f"{what}: largest magnitude of a block in (224, 448], zero blocks 2^-126")
+        expect(bool(((top[nz] > 224) & (top[nz] <= 448)).all()) and bool(s[~nz].eq(1.0).all()),
+               f"{what}: largest magnitude of a block in (224, 448], zero blocks 2^0")
         d, v = deq(q, s).float(), src.float()
         scale = deq(torch.ones(q.shape).to(E4M3), s).float()  # each element's scale
         expect(bool(((d - v).abs() <= v.abs() * 2**-4 + scale * 2**-10).all()),

@@ -13,11 +13,6 @@
 
 namespace mok::gpu {
 
-// The SwiGLU of a packed pair of gate and up values: a = bf16(swiglu(h)), packed.
-__device__ __forceinline__ uint32_t swiglu_word(uint32_t gate, uint32_t up, float limit) {
-  return pack_bf16(swiglu(low_float(gate), low_float(up), limit), swiglu(high_float(gate), high_float(up), limit));
-}
-
 // The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
 // are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid. A
 // thread holds 32 of a row's values (its words j with j % 2 the row's), the quad of threads t % 4 the

@@ -175,7 +175,7 @@ __device__ void pull_x(const Params& p, int cycle) {
     const long slot = row.valid ? source_slot(p, row, src) : 0;
     const bf16* x = row.valid ? src->x + slot / p.c.top_k * H : nullptr;
     if constexpr (kFp8)
-      copy_quantize_row(p.xe + row.pad * H, p.xq.row(row.pad, H), x, H);
+      quantize_row(p.xq.row(row.pad, H), p.xe + row.pad * H, x, H);
     else
       copy_row(p.xe + row.pad * H, x, H);
   });
@@ -184,7 +184,8 @@ __device__ void pull_x(const Params& p, int cycle) {
 // The fp8 mode's A of the shared expert's GEMM1: every token's x, quantized.
 __device__ void quantize_shared_x(const Params& p) {
   const int H = p.c.hidden;
-  for (long g = warp_id(); g < p.c.tokens(); g += warp_count()) quantize_row(p.shared_xq.row(g, H), p.x + g * H, H);
+  for (long g = warp_id(); g < p.c.tokens(); g += warp_count())
+    quantize_row(p.shared_xq.row(g, H), nullptr, p.x + g * H, H);
 }
 
 // The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8): tiles of

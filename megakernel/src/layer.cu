@@ -114,8 +114,8 @@ int forward_cycle_rows(const LayerConfig& c) {
 // the forward's workspace is a prefix of the backward's. In recompute mode h and a are the forward's
 // sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
 // otherwise they take no bytes (they are saved).
-// The fp8 mode's E4M3 copies (Params::fp8) are forward sections too: each matrix's values, then its
-// scale exponents; none in bf16.
+// The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
+// values, then its scale exponents; none in bf16.
 struct Fp8Section {
   size_t values, exps;
 };
@@ -141,7 +141,7 @@ Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, siz
   const auto weight = [&](size_t rows, size_t cols) { return take(rows, cols, rows / B + 1); };
   return {activation(P, H),
           activation(P, I),
-          activation(N, H),
+          activation(N, Is ? H : 0),
           activation(N, Is),
           weight(own_experts * 2 * I, H),
           weight(own_experts * H, I),
@@ -391,17 +391,31 @@ struct Layer::Impl {
     const auto at = [&](size_t offset) { return reinterpret_cast<fp8_e4m3*>(workspace + offset); };
     return {at(ws.fp8.w1.values), at(ws.fp8.w2.values), at(ws.fp8.shared_w1.values), at(ws.fp8.shared_w2.values)};
   }
-  // The weights quantized on the stream (every call: training changes them step by step).
+  // The weights quantized on the stream (every call: training changes them step by step), and the
+  // exponent tables' padding (fp8_sections), which no phase writes, zeroed: a tile's half past a
+  // weight's last row, or a shared tile's rows past N, read it for columns or rows never stored.
   void quantize_weights(cudaStream_t stream, uint8_t* workspace, const Params& p, const WeightViews& w) const {
     const int E = int(own_experts()), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const long N = c.tokens(), B = kFp8Block;
     const Fp8Weights q = fp8_weights(workspace);
-    quantize_weights_fp8(stream, ptr<bf16>(w.w1), E, 2 * I, H, q.w1, nullptr, const_cast<int32_t*>(p.w1_exp));
-    quantize_weights_fp8(stream, ptr<bf16>(w.w2), E, H, I, q.w2, nullptr, const_cast<int32_t*>(p.w2_exp));
+    const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, fp8_e4m3* values,
+                            const int32_t* exps) {
+      auto* e = const_cast<int32_t*>(exps);
+      quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, values, nullptr, e);
+      MOK_CUDA_CHECK(
+          cudaMemsetAsync(e + long(matrices) * rows / B * (cols / B), 0, cols / B * sizeof(int32_t), stream));
+    };
+    const auto tail_rows = [&](int32_t* exps, long cols) {
+      const long rows = (N + B - 1) / B * B - N;
+      MOK_CUDA_CHECK(cudaMemsetAsync(exps + N * (cols / B), 0, rows * (cols / B) * sizeof(int32_t), stream));
+    };
+    weight(w.w1, E, 2 * I, H, q.w1, p.w1_exp);
+    weight(w.w2, E, H, I, q.w2, p.w2_exp);
     if (Is == 0) return;
-    quantize_weights_fp8(stream, ptr<bf16>(w.shared_w1), 1, 2 * Is, H, q.shared_w1, nullptr,
-                         const_cast<int32_t*>(p.shared_w1_exp));
-    quantize_weights_fp8(stream, ptr<bf16>(w.shared_w2), 1, H, Is, q.shared_w2, nullptr,
-                         const_cast<int32_t*>(p.shared_w2_exp));
+    weight(w.shared_w1, 1, 2 * Is, H, q.shared_w1, p.shared_w1_exp);
+    weight(w.shared_w2, 1, H, Is, q.shared_w2, p.shared_w2_exp);
+    tail_rows(p.shared_xq.exps, H);
+    tail_rows(p.shared_aq.exps, Is);
   }
 
   // ---- launches and device errors ----
@@ -571,9 +585,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   m.raise_pending();
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
-  require(m.c.precision == Precision::bf16,
-          "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far "
-          "(issue 19)");
+  require(m.c.precision == Precision::bf16, kFp8BackwardUnsupported);
   require(workspace != nullptr, "workspace is missing");
   Params p = m.params(Pass::backward, static_cast<uint8_t*>(workspace), in, fwd);
   p.accumulate = grads.accumulate;

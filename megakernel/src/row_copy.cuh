@@ -60,32 +60,20 @@ __device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
   return uint2{word[0], word[1]};
 }
 
-// copy_row, and the row quantized into E4M3 in 1 x 128 blocks (quantize_half_warp): dst_q [h], its
-// exponents [h / 128]. Vector i is lane i % 32's, so each block's 16 vectors are one half warp's, all
-// present or all past the row's end (h % 128 == 0).
-__device__ __forceinline__ void copy_quantize_row(bf16* dst, Fp8Matrix dst_q, const bf16* src, int h) {
+// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (quantize_half_warp): dst_q [h], its
+// exponents [h / 128]; and copied into dst unless it is null (the pull's copy_row). A null source
+// quantizes (and copies) zeros. Vector i is lane i % 32's, so each block's 16 vectors are one half
+// warp's, all present or all past the row's end (h % 128 == 0).
+__device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
   const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src);
   Bf16x8* d = reinterpret_cast<Bf16x8*>(dst);
   row_pass<8>(
       h / 8, [&](int i) { return src ? s[i] : Bf16x8{}; },
       [&](int i, const Bf16x8& v) {
-        d[i] = v;
+        if (dst) d[i] = v;
         int e;
         reinterpret_cast<uint2*>(dst_q.values)[i] = quantize_half_warp(v, e);
         if (i % 16 == 0) dst_q.exps[i / 16] = e;
-      });
-}
-
-// Warp-wide quantization of one row of n bf16 (n a multiple of kFp8Block) into E4M3 in 1 x 128 blocks:
-// dst [n], exps [n / 128].
-__device__ inline void quantize_row(Fp8Matrix dst, const bf16* src, int n) {
-  const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src);
-  row_pass<8>(
-      n / 8, [&](int i) { return s[i]; },
-      [&](int i, const Bf16x8& v) {
-        int e;
-        reinterpret_cast<uint2*>(dst.values)[i] = quantize_half_warp(v, e);
-        if (i % 16 == 0) dst.exps[i / 16] = e;
       });
 }
 

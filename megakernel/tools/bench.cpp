@@ -40,16 +40,16 @@ using namespace mok::bench;
 
 // The --plan table of one shape (GB = 1e9 bytes).
 void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& base) {
-  const mok::LayerConfig one = config_of(s, 1, o.tokens, o.experts);
+  const mok::LayerConfig one = config_of(s, 1, o);
   char capacity[64] = "the most rows a GPU can receive";
   if (o.capacity_factor > 0) std::snprintf(capacity, sizeof capacity, "%g x an average GPU's rows", o.capacity_factor);
-  std::printf("%s, T = %d tokens per GPU, E = %d, recompute %s, capacity %s (GB per GPU)\n", s.name,
-              one.tokens_per_rank, one.experts, base.recompute ? "on" : "off", capacity);
+  std::printf("%s, T = %d tokens per GPU, E = %d, %s, recompute %s, capacity %s (GB per GPU)\n", s.name,
+              one.tokens_per_rank, one.experts, o.fp8 ? "fp8" : "bf16", base.recompute ? "on" : "off", capacity);
   std::printf("%6s %8s %14s %8s %8s %10s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
               "total");
   for (const int g : {1, 2, 8, 64}) {
     if (one.experts % g) continue;
-    const mok::LayerConfig c = config_of(s, g, o.tokens, o.experts);
+    const mok::LayerConfig c = config_of(s, g, o);
     mok::gpu::LaunchConfig launch = base;
     launch.gpus = g;
     launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
@@ -72,8 +72,7 @@ void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>&
 void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mok::gpu::LaunchConfig launch,
                 double peak) {
   const int gpus = std::max(o.gpus, 1);
-  mok::LayerConfig c = config_of(s, gpus, o.tokens, o.experts);
-  if (o.fp8) c.precision = mok::Precision::fp8;
+  const mok::LayerConfig c = config_of(s, gpus, o);
   std::fprintf(stderr, "%s: generating inputs...\n", s.name);
   const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
   const std::vector<Inputs> inputs = input_sets(p, o.sets);

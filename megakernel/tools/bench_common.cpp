@@ -38,11 +38,12 @@ std::vector<Shape> selected_shapes(const std::string& name) {
   return out;
 }
 
-LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts) {
+LayerConfig config_of(const Shape& s, int ranks, const Options& o) {
   LayerConfig c;
   c.ranks = ranks;
-  c.tokens_per_rank = tokens ? tokens : s.T;
-  c.hidden = s.H, c.intermediate = s.I, c.experts = experts ? experts : s.E, c.top_k = s.k;
+  c.tokens_per_rank = o.tokens ? o.tokens : s.T;
+  c.hidden = s.H, c.intermediate = s.I, c.experts = o.experts ? o.experts : s.E, c.top_k = s.k;
+  if (o.fp8) c.precision = Precision::fp8;
   return c;
 }
 

@@ -38,8 +38,9 @@ inline constexpr Shape kShapes[] = {
 // The shapes --shape selects (all, or one by name); throws mok::Error for an unknown name.
 std::vector<Shape> selected_shapes(const std::string& name);
 
-// `ranks` ranks of T tokens each (the shape's when 0), E experts (the shape's when 0).
-LayerConfig config_of(const Shape& s, int ranks, int tokens, int experts);
+// `ranks` ranks of --tokens T each (the shape's when 0), --experts E (the shape's when 0), in the
+// precision of --fp8.
+LayerConfig config_of(const Shape& s, int ranks, const Options& o);
 
 // F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
 long capacity_rows(const LayerConfig& c, int gpus, double factor);

@@ -103,7 +103,7 @@ void run_rank(const Job& job, const tools::Rank& rank) {
 
 // One rank per GPU of T tokens; an invalid config named with the shape and G.
 LayerConfig checked_config(const Shape& s, int gpus, const Options& o) {
-  const LayerConfig c = config_of(s, gpus, o.tokens, o.experts);
+  const LayerConfig c = config_of(s, gpus, o);
   try {
     validate(c);
   } catch (const Error& e) {

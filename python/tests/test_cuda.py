@@ -130,13 +130,22 @@ def test_non_default_stream():
     assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
 
 
-def test_fp8_is_refused_on_the_gpu():
-    """The fp8 mode runs on the CPU op only so far (issue 19): the GPU op says so."""
-    config = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, tokens_per_rank=16, precision="fp8")
-    x = torch.randn(16, 128, device="cuda").bfloat16()
-    model = mok.MoE(config, device="cuda")
-    with pytest.raises(ValueError, match="the fp8 layer mode runs on the CPU reference only so far"):
-        model(x)
+def test_fp8_forward_is_the_cpus_and_its_backward_is_refused():
+    """The fp8 mode's forward runs on the GPU with the CPU op's bits; its backward is the CPU op's only
+    so far (issue 19), and the GPU op says so."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    gpu_model = mok.MoE(config, device="cuda")
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with torch.no_grad():
+        want = cpu_model(x)
+        got = gpu_model(x.cuda())
+    assert_same_bits(got.cpu(), want)
+    y = gpu_model(x.cuda())
+    with pytest.raises(ValueError, match="its backward runs on the CPU reference only so far"):
+        y.float().sum().backward()
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))

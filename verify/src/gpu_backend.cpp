@@ -1,4 +1,5 @@
 #include "gpu_ranks.h"
+#include "mok/megakernel/layer.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/verify/backend.h"
 
@@ -6,12 +7,6 @@ namespace mok::verify {
 namespace {
 
 constexpr double kDefaultTimeoutS = 300;
-
-// Why an fp8 golden's gradients are not compared: the megakernel runs the fp8 mode's forward, and
-// refuses its backward (gpu::Layer::backward) so far.
-constexpr const char* kFp8BackwardSkipped =
-    "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far "
-    "(issue 19)";
 
 class GpuBackend : public Backend {
  public:
@@ -38,7 +33,7 @@ class GpuBackend : public Backend {
                                                         "; the GPU computes hopper_tc");
     const bool backward = g.config.precision == Precision::bf16;  // fp8: the forward only, so far
     const std::optional<std::string> skipped =
-        backward ? std::nullopt : std::optional<std::string>(kFp8BackwardSkipped);
+        backward ? std::nullopt : std::optional<std::string>(gpu::kFp8BackwardUnsupported);
     const ref::Problem p = spread(golden::problem_of(g));
     gpu::LaunchConfig launch;
     launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));

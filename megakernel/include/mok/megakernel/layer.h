@@ -56,6 +56,12 @@ const char* dtype_name(DType t);
 size_t dtype_bytes(DType t);
 
 // A caller's device tensor: contiguous row-major `shape`. An absent optional tensor has data nullptr.
+// Why Layer::backward refuses the fp8 mode so far (issue 19): the message it throws, for callers that
+// report the gradients as not computed.
+inline constexpr const char* kFp8BackwardUnsupported =
+    "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far "
+    "(issue 19)";
+
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::bf16;
@@ -172,7 +178,8 @@ class Layer {
   int blocks() const;          // persistent blocks per launch (LaunchConfig::blocks resolved)
   int ring_rows() const;       // rows of each rank's dy ring (LaunchConfig::ring_rows resolved)
 
-  // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window).
+  // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window; in the
+  // fp8 mode the forward first enqueues the weights' quantization into the workspace).
   // `workspace`: workspace_bytes(pass) of device memory, not used by anything else until the call's
   // work on the stream is done.
   void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
