@@ -148,6 +148,11 @@ Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, siz
           weight(2 * Is, H),
           weight(H, Is)};
 }
+// An fp8 section of a workspace as its matrix.
+Fp8Matrix in_workspace(uint8_t* workspace, const Fp8Section& at) {
+  return {reinterpret_cast<fp8_e4m3*>(workspace + at.values), reinterpret_cast<int32_t*>(workspace + at.exps)};
+}
+
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
@@ -327,10 +332,7 @@ struct Layer::Impl {
     p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
     p.y = ptr<bf16>(out.y);
     if (c.precision == Precision::fp8) {
-      const auto matrix = [&](const Fp8Section& at) {
-        return Fp8Matrix{reinterpret_cast<fp8_e4m3*>(workspace + at.values),
-                         reinterpret_cast<int32_t*>(workspace + at.exps)};
-      };
+      const auto matrix = [&](const Fp8Section& at) { return in_workspace(workspace, at); };
       const Fp8Sections& f = ws.fp8;
       p.xq = matrix(f.xq), p.aq = matrix(f.aq), p.shared_xq = matrix(f.shared_xq), p.shared_aq = matrix(f.shared_aq);
       p.w1_exp = matrix(f.w1).exps, p.w2_exp = matrix(f.w2).exps;
@@ -363,59 +365,51 @@ struct Layer::Impl {
     encode(maps.xe, p.xe, P, H);
     encode(maps.x, p.x, N, H);
     encode(maps.dy, p.dy, p.dy ? N : 0, H);
-    encode(maps.shared_w1, w.shared_w1.data, Is ? 2 * Is : 0, H);
-    encode(maps.shared_w2, w.shared_w2.data, Is ? H : 0, Is);
-    encode(maps.shared_a, p.shared_a, Is ? N : 0, Is);
-    encode(maps.shared_dh, p.shared_dh, p.shared_dh && Is ? N : 0, 2 * Is);
+    // Without a shared expert (Is = 0) its maps are empty.
+    encode(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
+    encode(maps.shared_w2, w.shared_w2.data, H, Is);
+    encode(maps.shared_a, p.shared_a, N, Is);
+    encode(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
     if (c.precision != Precision::fp8) return;
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
-      map_cache[int(pass)].encode(slot++, out, base, cols ? rows : 0, cols, MapElement::e4m3);
+      map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);
     };
-    const Fp8Weights q = fp8_weights(workspace);
+    const auto weights = [&](const Fp8Section& at) { return in_workspace(workspace, at).values; };
     e4m3(maps.xq, p.xq.values, P, H);
     e4m3(maps.aq, p.aq.values, P, I);
-    e4m3(maps.w1q, q.w1, E * 2 * I, H);
-    e4m3(maps.w2q, q.w2, E * H, I);
-    e4m3(maps.shared_xq, p.shared_xq.values, N, Is ? H : 0);
+    e4m3(maps.w1q, weights(ws.fp8.w1), E * 2 * I, H);
+    e4m3(maps.w2q, weights(ws.fp8.w2), E * H, I);
+    e4m3(maps.shared_xq, p.shared_xq.values, Is ? N : 0, H);
     e4m3(maps.shared_aq, p.shared_aq.values, N, Is);
-    e4m3(maps.shared_w1q, q.shared_w1, 2 * Is, H * (Is > 0));
-    e4m3(maps.shared_w2q, q.shared_w2, H, Is);
+    e4m3(maps.shared_w1q, weights(ws.fp8.shared_w1), 2 * Is, H);
+    e4m3(maps.shared_w2q, weights(ws.fp8.shared_w2), H, Is);
   }
 
   // ---- the fp8 mode's weights ----
-  // Where the E4M3 weights live in the workspace (their exponents are Params').
-  struct Fp8Weights {
-    fp8_e4m3 *w1, *w2, *shared_w1, *shared_w2;
-  };
-  Fp8Weights fp8_weights(uint8_t* workspace) const {
-    const auto at = [&](size_t offset) { return reinterpret_cast<fp8_e4m3*>(workspace + offset); };
-    return {at(ws.fp8.w1.values), at(ws.fp8.w2.values), at(ws.fp8.shared_w1.values), at(ws.fp8.shared_w2.values)};
-  }
   // The weights quantized on the stream (every call: training changes them step by step), and the
   // exponent tables' padding (fp8_sections), which no phase writes, zeroed: a tile's half past a
   // weight's last row, or a shared tile's rows past N, read it for columns or rows never stored.
-  void quantize_weights(cudaStream_t stream, uint8_t* workspace, const Params& p, const WeightViews& w) const {
+  void quantize_weights(cudaStream_t stream, uint8_t* workspace, const WeightViews& w) const {
     const int E = int(own_experts()), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
     const long N = c.tokens(), B = kFp8Block;
-    const Fp8Weights q = fp8_weights(workspace);
-    const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, fp8_e4m3* values,
-                            const int32_t* exps) {
-      auto* e = const_cast<int32_t*>(exps);
-      quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, values, nullptr, e);
+    const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, const Fp8Section& at) {
+      const Fp8Matrix q = in_workspace(workspace, at);
+      quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, q.values, nullptr, q.exps);
       MOK_CUDA_CHECK(
-          cudaMemsetAsync(e + long(matrices) * rows / B * (cols / B), 0, cols / B * sizeof(int32_t), stream));
+          cudaMemsetAsync(q.exps + long(matrices) * rows / B * (cols / B), 0, cols / B * sizeof(int32_t), stream));
     };
-    const auto tail_rows = [&](int32_t* exps, long cols) {
+    const auto tail_rows = [&](const Fp8Section& at, long cols) {
       const long rows = (N + B - 1) / B * B - N;
+      int32_t* exps = in_workspace(workspace, at).exps;
       MOK_CUDA_CHECK(cudaMemsetAsync(exps + N * (cols / B), 0, rows * (cols / B) * sizeof(int32_t), stream));
     };
-    weight(w.w1, E, 2 * I, H, q.w1, p.w1_exp);
-    weight(w.w2, E, H, I, q.w2, p.w2_exp);
+    weight(w.w1, E, 2 * I, H, ws.fp8.w1);
+    weight(w.w2, E, H, I, ws.fp8.w2);
     if (Is == 0) return;
-    weight(w.shared_w1, 1, 2 * Is, H, q.shared_w1, p.shared_w1_exp);
-    weight(w.shared_w2, 1, H, Is, q.shared_w2, p.shared_w2_exp);
-    tail_rows(p.shared_xq.exps, H);
-    tail_rows(p.shared_aq.exps, Is);
+    weight(w.shared_w1, 1, 2 * Is, H, ws.fp8.shared_w1);
+    weight(w.shared_w2, 1, H, Is, ws.fp8.shared_w2);
+    tail_rows(ws.fp8.shared_xq, H);
+    tail_rows(ws.fp8.shared_aq, Is);
   }
 
   // ---- launches and device errors ----
@@ -572,7 +566,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
   m.encode_maps(Pass::forward, p, in.weights, static_cast<uint8_t*>(workspace));
   const bool fp8 = m.c.precision == Precision::fp8;
-  if (fp8) m.quantize_weights(stream, static_cast<uint8_t*>(workspace), p, in.weights);
+  if (fp8) m.quantize_weights(stream, static_cast<uint8_t*>(workspace), in.weights);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
