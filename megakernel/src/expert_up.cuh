@@ -29,7 +29,7 @@ __device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consum
     amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
     const int row = acc_row(consumer, 2 * half);
     if (row >= valid) continue;
-    const int e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+    const int e = block_scale_exponent(amax);
     const Fp8Matrix dst = aq.row(first + row, inter);
 #pragma unroll
     for (int j = half; j < kWords; j += 2) {

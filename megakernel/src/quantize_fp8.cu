@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < kWarps; ++k) amax = max(amax, warp_amax[k]);
-  const int e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+  const int e = block_scale_exponent(amax);
   if (threadIdx.x == 0) exps[block] = e;
 
   // The square's codes: row i's values 0-3 in lo[i], 4-7 in hi[i].

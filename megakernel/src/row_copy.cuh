@@ -2,7 +2,7 @@
 // and the fp8 mode's row quantization.
 #pragma once
 
-#include "mok/core/fp8.h"
+#include "mok/core/fp8_gemm.h"
 #include "schedule.cuh"
 
 namespace mok::gpu {
@@ -53,7 +53,7 @@ __device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
   for (int j = 0; j < 8; ++j) amax = max(amax, uint32_t(v.e[j].bits & 0x7fffu));
 #pragma unroll
   for (int offset = 8; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(half_warp, amax, offset));
-  e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+  e = block_scale_exponent(amax);
   uint32_t word[2] = {};
 #pragma unroll
   for (int j = 0; j < 8; ++j) word[j / 4] |= uint32_t(to_e4m3_scaled(to_float(v.e[j]), e).bits) << (8 * (j % 4));

@@ -33,6 +33,10 @@ MOK_HD float scale_by_exp2(float x, int s) {
   return x * exp2_of(s);
 }
 
+// The scale exponent of a block whose largest magnitude, as bf16 bits (v.bits & 0x7fff: finite
+// magnitudes order as their bits), is `amax_bits`: every quantizer's, on the CPU and the GPU alike.
+MOK_HD int block_scale_exponent(uint32_t amax_bits) { return e4m3_scale_exponent(to_float(bf16{uint16_t(amax_bits)})); }
+
 // Quantizes a block of finite bf16 values (rows x cols, rows `stride` apart) into dst (rows
 // `dst_stride` apart) as E4M3 values v 2^-e, e = e4m3_scale_exponent(the block's largest |v|); returns
 // e. The scaling is exact (a value it would take below 2^-126 rounds to a signed zero in E4M3 either
@@ -45,7 +49,7 @@ MOK_HD int quantize_block(const bf16* src, int rows, int cols, int stride, fp8_e
       const uint32_t magnitude = src[r * stride + c].bits & 0x7fffu;
       amax = magnitude > amax ? magnitude : amax;
     }
-  const int e = e4m3_scale_exponent(to_float(bf16{uint16_t(amax)}));
+  const int e = block_scale_exponent(amax);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) dst[r * dst_stride + c] = to_e4m3_scaled(to_float(src[r * stride + c]), e);
   return e;
