@@ -33,8 +33,8 @@ __device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consum
     const Fp8Matrix dst = aq.row(first + row, inter);
 #pragma unroll
     for (int j = half; j < kWords; j += 2) {
-      const uint32_t lo = to_e4m3_scaled(low_float(aw[j]), e).bits, hi = to_e4m3_scaled(high_float(aw[j]), e).bits;
-      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) = uint16_t(lo | hi << 8);
+      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) =
+          to_e4m3x2_scaled(low_float(aw[j]), high_float(aw[j]), e);
     }
     if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = e;
   }

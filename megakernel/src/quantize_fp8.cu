@@ -2,12 +2,13 @@
 // threads an 8 x 8 square of it. A thread reads its square's 8 rows as 16-byte vectors (16 threads read
 // a block row's 256 bytes), the CTA takes the largest magnitude as quantize_block does (the largest
 // bits & 0x7fff of the bf16 values: finite magnitudes order as their bits, and Inf and NaN give what
-// they give there), e4m3_scale_exponent and to_e4m3_scaled (the core's functions, the CPU's code) give
-// the scale and the codes, and the thread writes its 8 rows of codes as 8-byte vectors (16 threads: a
-// 128-byte row of the block). For W^T the thread transposes its square in registers (byte permutes) and
-// stores its 8 columns into a shared 128 x 128 tile as 8-byte rows; after one barrier the CTA writes the
-// tile out as 16-byte vectors, 8 threads to a 128-byte row of W^T. The tile is XOR-swizzled in 8-byte
-// chunks so that both the writes and the reads are free of bank conflicts.
+// they give there), e4m3_scale_exponent and to_e4m3x2_scaled (the core's functions: the CPU's code, the
+// codes by the hardware conversion proven equal to it) give the scale and the codes, and the thread
+// writes its 8 rows of codes as 8-byte vectors (16 threads: a 128-byte row of the block). For W^T the
+// thread transposes its square in registers (byte permutes) and stores its 8 columns into a shared
+// 128 x 128 tile as 8-byte rows; after one barrier the CTA writes the tile out as 16-byte vectors, 8
+// threads to a 128-byte row of W^T. The tile is XOR-swizzled in 8-byte chunks so that both the writes
+// and the reads are free of bank conflicts.
 #include <limits>
 #include <string>
 #include <string_view>
@@ -28,10 +29,12 @@ constexpr int kWarps = kThreads / 32;
 static_assert(kSquare * sizeof(bf16) == sizeof(uint4), "a square's row of bf16 values is one 16-byte vector");
 
 // The E4M3 codes of the four bf16 values in words a (values 0, 1) and b (values 2, 3), value 0 in the
-// low byte: quantize_block's conversion of each.
+// low byte: quantize_block's conversion of each, two at a time (to_e4m3x2_scaled).
 __device__ __forceinline__ uint32_t codes4(uint32_t a, uint32_t b, int e) {
-  const auto code = [e](uint32_t v) -> uint32_t { return to_e4m3_scaled(to_float(bf16{uint16_t(v)}), e).bits; };
-  return code(a & 0xffffu) | code(a >> 16) << 8 | code(b & 0xffffu) << 16 | code(b >> 16) << 24;
+  const auto codes = [e](uint32_t v) -> uint32_t {
+    return to_e4m3x2_scaled(to_float(bf16{uint16_t(v & 0xffffu)}), to_float(bf16{uint16_t(v >> 16)}), e);
+  };
+  return codes(a) | codes(b) << 16;
 }
 
 // Byte j of each of a, b, c and d, a's in the low byte.

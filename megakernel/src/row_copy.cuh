@@ -44,7 +44,8 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
 
 // The quantization of one 1 x 128 block (the core's quantize_block) held by a half warp, 8 values per
 // lane (v: this lane's): the block's largest magnitude by shuffles within the half warp, then this
-// lane's 8 E4M3 codes, packed; e: the block's scale exponent. The half warp's 16 lanes take part together.
+// lane's 8 E4M3 codes, packed (converted two at a time, to_e4m3x2_scaled); e: the block's scale
+// exponent. The half warp's 16 lanes take part together.
 __device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
   static_assert(kFp8Block == 16 * 8, "a half warp's 16-byte vectors cover one block");
   const unsigned half_warp = lane_id() < 16 ? 0x0000ffffu : 0xffff0000u;
@@ -56,7 +57,8 @@ __device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
   e = block_scale_exponent(amax);
   uint32_t word[2] = {};
 #pragma unroll
-  for (int j = 0; j < 8; ++j) word[j / 4] |= uint32_t(to_e4m3_scaled(to_float(v.e[j]), e).bits) << (8 * (j % 4));
+  for (int j = 0; j < 8; j += 2)
+    word[j / 4] |= uint32_t(to_e4m3x2_scaled(to_float(v.e[j]), to_float(v.e[j + 1]), e)) << (8 * (j % 4));
   return uint2{word[0], word[1]};
 }
 

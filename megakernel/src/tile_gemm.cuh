@@ -154,17 +154,19 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, Warpgroup consume
 
 // acc[kFirst + i] = acc[kFirst + i] + partial[i] 2^s (fp8_gemm_element's promotion, scale_by_exp2), s
 // the exponent of accumulator i's row: s_lo for rows 16 w + g, s_hi for rows 16 w + g + 8 ((i / 2) % 2,
-// the fragment of ptx/wgmma.cuh). Where 2^s is a normal float, as it nearly always is, the product is
-// one multiply (scale_by_exp2's own path) by a factor computed once per row.
+// the fragment of ptx/wgmma.cuh). A partial is zero or of magnitude in [2^-18, 2^25) (a sum of 128
+// products of E4M3 values, each a multiple of 2^-18 and at most 448^2), so for s in [-108, 102] its
+// product by 2^s is a normal float, exact: the rounded product plus acc is then one fused multiply-add
+// by a factor computed once per row, as it nearly always is. Elsewhere, scale_by_exp2's own path.
 template <int kFirst>
 __device__ __forceinline__ void promote(float (&acc)[kAccumulators], const float (&partial)[kAccumulators / 2],
                                         int s_lo, int s_hi) {
   constexpr int kCount = kAccumulators / 2;
-  const auto normal = [](int s) { return s >= -126 && s <= 127; };
-  if (normal(s_lo) && normal(s_hi)) {
+  const auto exact = [](int s) { return s >= -108 && s <= 102; };
+  if (exact(s_lo) && exact(s_hi)) {
     const float f_lo = exp2_of(s_lo), f_hi = exp2_of(s_hi);
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) acc[kFirst + i] = acc[kFirst + i] + partial[i] * ((i / 2) % 2 ? f_hi : f_lo);
+    for (int i = 0; i < kCount; ++i) acc[kFirst + i] = fma32(partial[i], (i / 2) % 2 ? f_hi : f_lo, acc[kFirst + i]);
   } else {
 #pragma unroll
     for (int i = 0; i < kCount; ++i)

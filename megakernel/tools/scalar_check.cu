@@ -7,6 +7,11 @@
 // gives 0x7fffffff, x86 keeps an operand's payload), and no NaN pattern reaches an output (bf16
 // results go through to_bf16, which has one NaN; the router rejects non-finite logits). Differing
 // NaN patterns are counted apart.
+// The E4M3 pair conversion is the one function whose two sides are different code: to_e4m3x2 (the
+// GPU's cvt.rn.satfinite.e4m3x2.f32, which the FP8 quantizers use) against the portable to_e4m3 of each
+// half on the CPU, every float in either half (the low half u, the high half u ^ 0x80000001: the
+// halves differ in sign, so a swap of the bytes shows), plain and scaled (to_e4m3x2_scaled, e in
+// [-126, 120] from a hash of u). Its results are 16 bits, never a NaN pattern: equal means equal.
 // The CPU side is this file's host code (nvcc's host compiler, -ffp-contract=off), not the
 // reference library's object code; fma32 is correctly rounded either way.
 // Usage: mok-scalar-check [stride=1]: stride > 1 checks every stride-th input only (the ctest).
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "mok/core/bf16.h"
+#include "mok/core/fp8.h"
 #include "mok/core/scalar.h"
 #include "mok/core/swiglu.h"
 #include "mok/megakernel/check.h"
@@ -76,6 +82,30 @@ struct SwigluGradPart {
   __host__ __device__ uint32_t operator()(uint32_t u) const {
     const mok::SwigluGrad g = mok::swiglu_grad(gate_of(u), up_of(u), da_of(u), limit);
     return bits_of(up ? g.up : g.gate);
+  }
+};
+
+// The E4M3 pair: lo = u, hi = u ^ kPairFlip; lo's code in the low byte. The device converts both with
+// to_e4m3x2 (one instruction), the host with the portable to_e4m3, one by one. e_of gives the scaled
+// variant's exponent, in [-126, 120] (the exponents a block scale takes).
+constexpr uint32_t kPairFlip = 0x80000001u;
+__host__ __device__ int e_of(uint32_t u) {
+  uint32_t h = u * 0x85ebca77u;
+  h ^= h >> 16;
+  return int(h % 247u) - 126;
+}
+struct E4m3Pair {
+  bool scaled;  // to_e4m3x2_scaled with e_of(u), against to_e4m3_scaled
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    const float lo = float_of(u), hi = float_of(u ^ kPairFlip);
+    const int e = scaled ? e_of(u) : 0;
+#if defined(__CUDA_ARCH__)
+    return scaled ? mok::to_e4m3x2_scaled(lo, hi, e) : mok::to_e4m3x2(lo, hi);
+#else
+    const mok::fp8_e4m3 l = scaled ? mok::to_e4m3_scaled(lo, e) : mok::to_e4m3(lo),
+                        h = scaled ? mok::to_e4m3_scaled(hi, e) : mok::to_e4m3(hi);
+    return uint32_t(l.bits) | uint32_t(h.bits) << 8;
+#endif
   }
 };
 
@@ -182,6 +212,8 @@ int main(int argc, char** argv) {
     ok = check("swiglu_grad up", SwigluGradPart{0.0f, true}, s, out) && ok;
     ok = check("swiglu_grad gate clamped", SwigluGradPart{kLimit, false}, s, out) && ok;
     ok = check("swiglu_grad up clamped", SwigluGradPart{kLimit, true}, s, out) && ok;
+    ok = check("to_e4m3x2", E4m3Pair{false}, s, out) && ok;
+    ok = check("to_e4m3x2_scaled", E4m3Pair{true}, s, out) && ok;
     MOK_CUDA_CHECK(cudaFree(out));
     std::printf("mok-scalar-check: %s\n", ok ? "every output equal" : "MISMATCH");
     return ok ? 0 : 1;

@@ -10,7 +10,9 @@
 //                         with amax 2^-e <= 448. Power-of-two scales make the scaling and the
 //                         fp32 promotion exact, so the rounding points of the FP8 mode are the E4M3
 //                         rounding and the tensor core's accumulation alone;
-//   to_e4m3_scaled(f, e)  to_e4m3(f 2^-e), the scaling exact.
+//   to_e4m3_scaled(f, e)  to_e4m3(f 2^-e), the scaling exact;
+//   to_e4m3x2(lo, hi)     two conversions, lo's code in the low byte: on the GPU one instruction
+//                         (to_e4m3x2_scaled: the scaled pair).
 #pragma once
 
 #include "mok/core/host_device.h"
@@ -71,5 +73,29 @@ MOK_HD float exp2_of(int e) { return float_of(uint32_t(e + 127) << 23); }
 
 // f 2^-e to E4M3, for the exponents a scale takes ([-126, 120]).
 MOK_HD fp8_e4m3 to_e4m3_scaled(float f, int e) { return to_e4m3(f * exp2_of(-e)); }
+
+// to_e4m3 of lo (low byte) and of hi (high byte). The GPU's quantizers convert with this, for speed:
+// on the device it is the hardware conversion, cvt.rn.satfinite.e4m3x2.f32 (one F2FP for two values, in
+// place of some 25 integer instructions for each), whose first source goes to the upper byte; elsewhere
+// it is to_e4m3 twice. mok-scalar-check (megakernel/tools/scalar_check.cu) checks on the GPU that the two
+// are equal on every one of the 2^32 floats in either half.
+MOK_HD uint16_t to_e4m3x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ < 890
+#error "to_e4m3x2: cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later (mok compiles for sm_90a)"
+#endif
+  uint16_t codes;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(codes) : "f"(hi), "f"(lo));
+  return codes;
+#else
+  return uint16_t(to_e4m3(lo).bits | to_e4m3(hi).bits << 8);
+#endif
+}
+
+// to_e4m3_scaled of lo and of hi with the same e: to_e4m3x2(lo 2^-e, hi 2^-e).
+MOK_HD uint16_t to_e4m3x2_scaled(float lo, float hi, int e) {
+  const float scale = exp2_of(-e);
+  return to_e4m3x2(lo * scale, hi * scale);
+}
 
 }  // namespace mok
