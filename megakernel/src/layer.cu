@@ -73,6 +73,11 @@ void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
               "] (0: the most rows a GPU's experts can receive, N min(k, E/G) = " + std::to_string(most) + ")");
 }
 
+void validate_fp8_weights_given(const LayerConfig& c, const LaunchConfig& launch) {
+  require(!launch.fp8_weights_given || c.precision == Precision::fp8,
+          "fp8_weights_given needs precision = fp8 (the bf16 forward reads the bf16 weights)");
+}
+
 // What every Layer's config and launch must be (checked before anything is built: a Layer on a
 // communicator checks before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
@@ -87,6 +92,7 @@ void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   require(launch.gpus == 1 || launch.transport != Transport::simulated,
           "gpus > 1 needs the nccl or the colocated transport");
   validate_capacity(c, launch);
+  validate_fp8_weights_given(c, launch);
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
@@ -115,42 +121,62 @@ int forward_cycle_rows(const LayerConfig& c) {
 // sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
 // otherwise they take no bytes (they are saved).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
-// values, then its scale exponents; none in bf16.
+// values, then its scale exponents; none in bf16. The quantized weights are one forward section laid
+// out as the caller's buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
+// LaunchConfig::fp8_weights_given.
 struct Fp8Section {
   size_t values, exps;
 };
 struct Fp8Sections {
-  Fp8Section xq, aq, shared_xq, shared_aq, w1, w2, shared_w1, shared_w2;
+  Fp8Section xq, aq, shared_xq, shared_aq;
+};
+// The quantized weights' sections from the start of their buffer (each 256-byte aligned).
+struct Fp8WeightLayout {
+  Fp8Section w1, w2, shared_w1, shared_w2;
+  size_t bytes;
 };
 struct WorkspaceLayout {
   size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a;
   Fp8Sections fp8;
+  size_t fp8_weights;  // the quantized weights (Fp8WeightLayout) unless the caller's
   size_t forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
 };
 
-// The fp8 sections of `sections`: an activation's exponents per 1 x 128 block of each row, in whole
-// 128-row tiles (a tile reads its rows' exponents, past the matrix's last row too); a weight's per
-// 128 x 128 block, plus one block row (a tile's half past the weight's last row reads it).
-Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, size_t own_experts) {
-  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
-  const auto take = [&](size_t rows, size_t cols, size_t exp_rows) {
-    return Fp8Section{sections.take(rows * cols), sections.take(exp_rows * (cols / B) * sizeof(int32_t))};
-  };
-  const auto activation = [&](size_t rows, size_t cols) { return take(rows, cols, (rows + B - 1) / B * B); };
-  const auto weight = [&](size_t rows, size_t cols) { return take(rows, cols, rows / B + 1); };
-  return {activation(P, H),
-          activation(P, I),
-          activation(N, Is ? H : 0),
-          activation(N, Is),
-          weight(own_experts * 2 * I, H),
-          weight(own_experts * H, I),
-          weight(2 * Is, H),
-          weight(H, Is)};
+constexpr size_t kSectionAlign = 256;
+
+// The activations' fp8 sections of `sections`: exponents per 1 x 128 block of each row, in whole
+// 128-row tiles (a tile reads its rows' exponents, past the matrix's last row too).
+Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_rows) {
+  return Fp8Section{sections.take(rows * cols), sections.take(exp_rows * (cols / kFp8Block) * sizeof(int32_t))};
 }
-// An fp8 section of a workspace as its matrix.
-Fp8Matrix in_workspace(uint8_t* workspace, const Fp8Section& at) {
-  return {reinterpret_cast<fp8_e4m3*>(workspace + at.values), reinterpret_cast<int32_t*>(workspace + at.exps)};
+Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
+  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
+  const auto activation = [&](size_t rows, size_t cols) {
+    return fp8_section(sections, rows, cols, (rows + B - 1) / B * B);
+  };
+  return {activation(P, H), activation(P, I), activation(N, Is ? H : 0), activation(N, Is)};
+}
+// The weights' (one GPU's experts and the shared expert): exponents per 128 x 128 block, plus one
+// block row (a tile's half past the weight's last row reads it). Zero bytes in bf16.
+Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts) {
+  if (c.precision != Precision::fp8) return {};
+  const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
+  Sections sections(kSectionAlign);
+  const auto weight = [&](size_t rows, size_t cols) {
+    return fp8_section(sections, rows, cols, rows ? rows / B + 1 : 0);  // none without a shared expert
+  };
+  Fp8WeightLayout l{};
+  l.w1 = weight(own_experts * 2 * I, H);
+  l.w2 = weight(own_experts * H, I);
+  l.shared_w1 = weight(2 * Is, H);
+  l.shared_w2 = weight(H, Is);
+  l.bytes = sections.bytes();
+  return l;
+}
+// An fp8 section of a buffer (the workspace, or the quantized weights) as its matrix.
+Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
+  return {reinterpret_cast<fp8_e4m3*>(buffer + at.values), reinterpret_cast<int32_t*>(buffer + at.exps)};
 }
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
@@ -158,7 +184,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
   const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows);
   WorkspaceLayout l{};
-  Sections sections(256);
+  Sections sections(kSectionAlign);
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
@@ -167,7 +193,10 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
-  if (c.precision == Precision::fp8) l.fp8 = fp8_sections(sections, c, P, E / launch.gpus);
+  if (c.precision == Precision::fp8) {
+    l.fp8 = fp8_sections(sections, c, P);
+    l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8_weight_layout(c, E / launch.gpus).bytes);
+  }
   l.forward_bytes = sections.bytes();
   l.ring = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * H * 2);  // own ranks
   l.g = sections.take(P * I * 4);
@@ -206,6 +235,7 @@ struct Layer::Impl {
   int rank_begin = 0, rank_end = 0;
   SavedLayout saved;
   WorkspaceLayout ws;
+  Fp8WeightLayout fp8w;             // the quantized weights' buffer (no bytes in bf16)
   Exchange exchange;                // where the ranks' shared buffers live (exchange.h)
   unsigned long long launches = 0;  // 64 bits: the epoch of the abort marks never wraps (PeerSync)
   cudaStream_t last_stream = nullptr;
@@ -228,6 +258,7 @@ struct Layer::Impl {
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
     ws = workspace_layout(c, launch, !exchange.windowed());
+    fp8w = fp8_weight_layout(c, own_experts());
     error = DeviceArray<KernelError>(1);
     error.zero();
     host_error = PinnedArray<KernelError>(1);
@@ -248,9 +279,14 @@ struct Layer::Impl {
   const char* named(const char* whole, const char* share) const { return launch.gpus > 1 ? share : whole; }
 
   void check_weights(const WeightViews& w) const {
-    const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = own_experts(), Is = c.shared_intermediate;
+    const int64_t H = c.hidden, E = c.experts;
     check_view(w.router, "router weight [E, H]", DType::f32, {E, H});
     check_view(w.expert_bias, "expert_bias [E]", DType::f32, {E}, true);
+    check_expert_weights(w);
+  }
+  // The weights the fp8 mode quantizes.
+  void check_expert_weights(const WeightViews& w) const {
+    const int64_t H = c.hidden, I = c.intermediate, Eg = own_experts(), Is = c.shared_intermediate;
     check_view(w.w1, named("w1 [E, 2I, H]", "w1 [E/G, 2I, H]"), DType::bf16, {Eg, 2 * I, H});
     check_view(w.w2, named("w2 [E, H, I]", "w2 [E/G, H, I]"), DType::bf16, {Eg, H, I});
     check_view(w.shared_w1, "shared_w1 [2Is, H]", DType::bf16, {2 * Is, H}, Is == 0);
@@ -266,13 +302,30 @@ struct Layer::Impl {
     check_view(out.logits, named("logits [N, E]", "logits [N/G, E]"), DType::f32, {N, E},
                in.routing == RoutingMode::given);
     check_view(out.saved, "saved", DType::u8, {int64_t(saved.bytes)});
+    const bool fp8 = c.precision == Precision::fp8;
+    require(fp8 || !in.fp8_weights.data,
+            "fp8_weights is given, but precision is bf16 (only the fp8 mode reads quantized weights)");
     if (!results) return;
+    if (fp8) {
+      require(in.fp8_weights.data || !launch.fp8_weights_given,
+              "fp8_weights is missing: with LaunchConfig::fp8_weights_given the forward reads the weights "
+              "quantized by Layer::quantize_weights (its workspace holds none)");
+      check_fp8_weights(in.fp8_weights, true);
+    }
     const bool ids = in.routing != RoutingMode::router, weights = in.routing == RoutingMode::given;
     require(ids || !in.topk_idx.data, "a given topk_idx needs routing mode replay_ids or given");
     require(weights || !in.topk_w.data, "a given topk_w needs routing mode given");
     check_view(in.topk_idx, named("given topk_idx [N, k]", "given topk_idx [N/G, k]"), DType::i32, {N, k}, true);
     check_view(in.topk_w, named("given topk_w [N, k]", "given topk_w [N/G, k]"), DType::f32, {N, k}, true);
   }
+  void check_fp8_weights(const TensorView& q, bool optional) const {
+    check_view(q, "fp8_weights [fp8_weights_bytes()]", DType::u8, {int64_t(fp8w.bytes)}, optional);
+  }
+  // Where the forward reads the quantized weights: the caller's buffer, or the workspace's section.
+  uint8_t* quantized_weights(uint8_t* workspace, const ForwardInputs& in) const {
+    return in.fp8_weights.data ? static_cast<uint8_t*>(in.fp8_weights.data) : workspace + ws.fp8_weights;
+  }
+
   void check_grads(const ForwardInputs& in, const TensorView& dy, const GradOutputs& g) const {
     const int64_t N = own_tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Eg = own_experts();
     const int64_t k = c.top_k, Is = c.shared_intermediate;
@@ -332,11 +385,12 @@ struct Layer::Impl {
     p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
     p.y = ptr<bf16>(out.y);
     if (c.precision == Precision::fp8) {
-      const auto matrix = [&](const Fp8Section& at) { return in_workspace(workspace, at); };
+      const auto matrix = [&](const Fp8Section& at) { return in_buffer(workspace, at); };
       const Fp8Sections& f = ws.fp8;
       p.xq = matrix(f.xq), p.aq = matrix(f.aq), p.shared_xq = matrix(f.shared_xq), p.shared_aq = matrix(f.shared_aq);
-      p.w1_exp = matrix(f.w1).exps, p.w2_exp = matrix(f.w2).exps;
-      p.shared_w1_exp = matrix(f.shared_w1).exps, p.shared_w2_exp = matrix(f.shared_w2).exps;
+      uint8_t* q = quantized_weights(workspace, in);
+      p.w1_exp = in_buffer(q, fp8w.w1).exps, p.w2_exp = in_buffer(q, fp8w.w2).exps;
+      p.shared_w1_exp = in_buffer(q, fp8w.shared_w1).exps, p.shared_w2_exp = in_buffer(q, fp8w.shared_w2).exps;
     }
     if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections
     p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
@@ -347,7 +401,8 @@ struct Layer::Impl {
     return p;
   }
 
-  void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* workspace) {
+  // quantized: the fp8 forward's quantized weights (quantized_weights), unused in bf16.
+  void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* quantized) {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = own_padded();
     TensorMaps& maps = p.maps;
@@ -374,42 +429,52 @@ struct Layer::Impl {
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);
     };
-    const auto weights = [&](const Fp8Section& at) { return in_workspace(workspace, at).values; };
+    const auto weights = [&](const Fp8Section& at) { return in_buffer(quantized, at).values; };
     e4m3(maps.xq, p.xq.values, P, H);
     e4m3(maps.aq, p.aq.values, P, I);
-    e4m3(maps.w1q, weights(ws.fp8.w1), E * 2 * I, H);
-    e4m3(maps.w2q, weights(ws.fp8.w2), E * H, I);
+    e4m3(maps.w1q, weights(fp8w.w1), E * 2 * I, H);
+    e4m3(maps.w2q, weights(fp8w.w2), E * H, I);
     e4m3(maps.shared_xq, p.shared_xq.values, Is ? N : 0, H);
     e4m3(maps.shared_aq, p.shared_aq.values, N, Is);
-    e4m3(maps.shared_w1q, weights(ws.fp8.shared_w1), 2 * Is, H);
-    e4m3(maps.shared_w2q, weights(ws.fp8.shared_w2), H, Is);
+    e4m3(maps.shared_w1q, weights(fp8w.shared_w1), 2 * Is, H);
+    e4m3(maps.shared_w2q, weights(fp8w.shared_w2), H, Is);
   }
 
   // ---- the fp8 mode's weights ----
-  // The weights quantized on the stream (every call: training changes them step by step), and the
-  // exponent tables' padding (fp8_sections), which no phase writes, zeroed: a tile's half past a
-  // weight's last row, or a shared tile's rows past N, read it for columns or rows never stored.
-  void quantize_weights(cudaStream_t stream, uint8_t* workspace, const WeightViews& w) const {
+  // The weights quantized on the stream into `quantized` (Fp8WeightLayout: the caller's buffer, or the
+  // workspace's section), with the exponent tables' padding (fp8_weight_layout), which no phase
+  // writes, zeroed: a tile's half past a weight's last row reads it for columns never stored. Every
+  // byte of the buffer is written (the sections' alignment gaps too), so a caller's buffer holds the
+  // same bytes whatever it held before.
+  void quantize_weights(cudaStream_t stream, uint8_t* quantized, const WeightViews& w) const {
     const int E = int(own_experts()), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
-    const long N = c.tokens(), B = kFp8Block;
+    const size_t B = kFp8Block;
     const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, const Fp8Section& at) {
-      const Fp8Matrix q = in_workspace(workspace, at);
+      const Fp8Matrix q = in_buffer(quantized, at);
       quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, q.values, nullptr, q.exps);
-      MOK_CUDA_CHECK(
-          cudaMemsetAsync(q.exps + long(matrices) * rows / B * (cols / B), 0, cols / B * sizeof(int32_t), stream));
+      // The padding block row and the gap to the section's aligned end (the values' sections have none).
+      const size_t stored = size_t(matrices) * rows / B * (cols / B) * sizeof(int32_t);
+      const size_t end = (stored + cols / B * sizeof(int32_t) + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
+      MOK_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(q.exps) + stored, 0, end - stored, stream));
     };
+    weight(w.w1, E, 2 * I, H, fp8w.w1);
+    weight(w.w2, E, H, I, fp8w.w2);
+    if (Is == 0) return;
+    weight(w.shared_w1, 1, 2 * Is, H, fp8w.shared_w1);
+    weight(w.shared_w2, 1, H, Is, fp8w.shared_w2);
+  }
+  // The shared expert's activation exponent tables' padding rows past N (fp8_sections), which no phase
+  // writes, zeroed before every fp8 forward: a shared tile's rows past N read them for rows never stored.
+  void zero_shared_exponent_tails(cudaStream_t stream, uint8_t* workspace) const {
+    const long N = c.tokens(), B = kFp8Block;
     const auto tail_rows = [&](const Fp8Section& at, long cols) {
       const long rows = (N + B - 1) / B * B - N;
-      int32_t* exps = in_workspace(workspace, at).exps;
+      int32_t* exps = in_buffer(workspace, at).exps;
       MOK_CUDA_CHECK(cudaMemsetAsync(exps + N * (cols / B), 0, rows * (cols / B) * sizeof(int32_t), stream));
     };
-    weight(w.w1, E, 2 * I, H, ws.fp8.w1);
-    weight(w.w2, E, H, I, ws.fp8.w2);
-    if (Is == 0) return;
-    weight(w.shared_w1, 1, 2 * Is, H, ws.fp8.shared_w1);
-    weight(w.shared_w2, 1, H, Is, ws.fp8.shared_w2);
-    tail_rows(ws.fp8.shared_xq, H);
-    tail_rows(ws.fp8.shared_aq, Is);
+    if (c.shared_intermediate == 0) return;
+    tail_rows(ws.fp8.shared_xq, c.hidden);
+    tail_rows(ws.fp8.shared_aq, c.shared_intermediate);
   }
 
   // ---- launches and device errors ----
@@ -528,13 +593,14 @@ LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
   require(launch.gpus >= 1 && c.ranks % launch.gpus == 0,
           "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
   validate_capacity(c, launch);
+  validate_fp8_weights_given(c, launch);
   LaunchConfig resolved = launch;
   if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
   const bool windowed = launch.gpus > 1;
   const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
   const RowShare share{launch.gpus, 0, launch.capacity_rows};
   return {saved_layout(c, launch.recompute, share).bytes, ws.forward_bytes, ws.bytes,
-          windowed ? Exchange::window_bytes(c, launch.gpus) : 0};
+          windowed ? Exchange::window_bytes(c, launch.gpus) : 0, fp8_weight_layout(c, c.experts / launch.gpus).bytes};
 }
 
 Layer::~Layer() = default;
@@ -562,11 +628,14 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.raise_pending();
   m.check_forward(in, out, true);
   require(workspace != nullptr, "workspace is missing");
-  Params p = m.params(Pass::forward, static_cast<uint8_t*>(workspace), in, out);
-  m.exchange.bind_forward(p, stream, in, out, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(Pass::forward, p, in.weights, static_cast<uint8_t*>(workspace));
+  auto* ws = static_cast<uint8_t*>(workspace);
+  Params p = m.params(Pass::forward, ws, in, out);
+  m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
+  uint8_t* quantized = m.quantized_weights(ws, in);
+  m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
-  if (fp8) m.quantize_weights(stream, static_cast<uint8_t*>(workspace), in.weights);
+  if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights);
+  if (fp8) m.zero_shared_exponent_tails(stream, ws);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
@@ -589,10 +658,23 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
   p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
   m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(Pass::backward, p, in.weights, static_cast<uint8_t*>(workspace));
+  m.encode_maps(Pass::backward, p, in.weights, nullptr);  // bf16: no quantized weights
   m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);
   m.exchange.after_backward(stream, in, grads);
   m.finish_call();
+}
+
+size_t Layer::fp8_weights_bytes() const { return impl_->fp8w.bytes; }
+
+void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, const TensorView& fp8_weights) const {
+  const Impl& m = *impl_;
+  const OnDevice on(m.device);
+  require(m.c.precision == Precision::fp8,
+          "quantize_weights: precision is bf16 (only the fp8 mode quantizes its weights)");
+  m.check_expert_weights(weights);
+  m.check_fp8_weights(fp8_weights, false);
+  m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights);
+  if (m.launch.synchronous) MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void Layer::check() {

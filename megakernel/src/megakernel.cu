@@ -73,6 +73,7 @@ struct GpuShare {
   WeightTensors weights;
   ForwardTensors fwd;
   GradTensors grad;
+  DeviceTensor fp8_weights;  // LaunchConfig::fp8_weights_given: the weights quantized, read by every forward
 
   GpuShare(int g, int d, const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch,
            const PeerGroup* peers)
@@ -82,9 +83,13 @@ struct GpuShare {
         workspace(layer->workspace_bytes(Pass::backward)),
         weights(c, w, g, launch.gpus),
         fwd(c, layer->saved_bytes(), launch.gpus),
-        grad(c, launch.gpus) {}
+        grad(c, launch.gpus) {
+    if (launch.fp8_weights_given) fp8_weights = DeviceTensor(DType::u8, {int64_t(layer->fp8_weights_bytes())});
+  }
   void use() const { MOK_CUDA_CHECK(cudaSetDevice(device)); }
-  ForwardInputs inputs(RoutingMode mode) const { return {fwd.x.view(), weights.views(), mode}; }
+  ForwardInputs inputs(RoutingMode mode) const {
+    return {fwd.x.view(), weights.views(), mode, {}, {}, fp8_weights.view()};
+  }
 };
 
 struct Megakernel::Impl {
@@ -185,6 +190,28 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
     MOK_CUDA_CHECK(cudaSetDevice(device));
     m.gpus.emplace_back(g, device, c, w, launch, m.peers.get());
   }
+  if (launch.fp8_weights_given) {
+    for (GpuShare& s : m.gpus) s.use(), s.fp8_weights.poison();  // what the quantization does not write shows
+    quantize_weights();
+  }
+}
+
+void Megakernel::quantize_weights() {
+  const KeepCurrentDevice keep;
+  Impl& m = *impl_;
+  require(m.launch.fp8_weights_given, "quantize_weights needs LaunchConfig::fp8_weights_given");
+  for (GpuShare& s : m.gpus) {  // the uploads and poisons (legacy default stream) land first
+    s.use();
+    MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  for (GpuShare& s : m.gpus) {
+    s.use();
+    s.layer->quantize_weights(s.stream.get(), s.weights.views(), s.fp8_weights.view());
+  }
+  for (GpuShare& s : m.gpus) {
+    s.use();
+    MOK_CUDA_CHECK(cudaStreamSynchronize(s.stream.get()));
+  }
 }
 
 Megakernel::~Megakernel() = default;  // ~Impl keeps the caller's device
@@ -192,6 +219,7 @@ Megakernel::~Megakernel() = default;  // ~Impl keeps the caller's device
 int Megakernel::blocks() const { return impl_->gpus[0].layer->blocks(); }
 size_t Megakernel::saved_bytes() const { return impl_->gpus[0].layer->saved_bytes(); }
 size_t Megakernel::workspace_bytes(Pass pass) const { return impl_->gpus[0].layer->workspace_bytes(pass); }
+size_t Megakernel::fp8_weights_bytes() const { return impl_->gpus[0].layer->fp8_weights_bytes(); }
 
 std::vector<PhaseTime> Megakernel::phase_times() const {
   const KeepCurrentDevice keep;

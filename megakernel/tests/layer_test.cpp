@@ -436,6 +436,236 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   layer.check();  // nothing was enqueued, nothing recorded
 }
 
+// ---- the fp8 mode's weights quantized once (Layer::quantize_weights, ForwardInputs::fp8_weights) ----
+
+// Every branch in the fp8 mode (H, I, Is multiples of 128): a shared expert whose last 128-row tile
+// passes N = 80, two experts per rank.
+LayerConfig fp8_every_branch() {
+  LayerConfig c = with_every_branch(make_config(2, 40, 256, 128, 8, 3));
+  c.shared_intermediate = 128;
+  c.precision = Precision::fp8;
+  return c;
+}
+
+// What a forward in mode router writes.
+struct ForwardResults {
+  std::vector<bf16> y;
+  std::vector<int32_t> topk_idx;
+  std::vector<float> topk_w, logits;
+  std::vector<uint8_t> saved;
+};
+
+ForwardResults read_forward(const Bound& b) {
+  const ForwardTensors& f = b.fwd;
+  return {f.y.download<bf16>(), f.topk_idx.download<int32_t>(), f.topk_w.download<float>(), f.logits.download<float>(),
+          f.saved.download<uint8_t>()};
+}
+
+void expect_same_forward(const ForwardResults& got, const ForwardResults& want) {
+  MOK_EXPECT_SAME(y);
+  MOK_EXPECT_SAME(topk_idx);
+  MOK_EXPECT_SAME(topk_w);
+  MOK_EXPECT_SAME(logits);
+  MOK_EXPECT_SAME(saved);
+}
+
+// The reference's forward (the fp8 mode's rule, docs/numerics.md), bit for bit.
+void expect_reference_forward(const ForwardResults& got, const ref::Problem& p) {
+  ref::Options opt;
+  opt.step = StepModel::hopper_tc;
+  const Forward f = ref::forward(p.config, p.x, p.weights, nullptr, opt);
+  EXPECT_EQ(first_bit_mismatch("y", got.y, f.y), "");
+  EXPECT_EQ(first_bit_mismatch("topk_idx", got.topk_idx, f.routing.topk_idx), "");
+  EXPECT_EQ(first_bit_mismatch("topk_w", got.topk_w, f.routing.topk_w), "");
+  EXPECT_EQ(first_bit_mismatch("logits", got.logits, f.logits), "");
+}
+
+// The weights quantized once into a caller's buffer (poisoned first) and read by two forwards of a
+// Layer whose workspace holds no quantized weights (LaunchConfig::fp8_weights_given): the bits of the
+// forward that quantizes them itself, saved bytes included, and the reference's, for both
+// micro-batches; a Layer without fp8_weights_given given the buffer reads it too. Outputs and
+// workspaces poisoned before every forward.
+TEST_F(LayerApi, Fp8WeightsQuantizedOnceGiveTheBitsOfTheForwardThatQuantizes) {
+  const ref::Problem p = ref::make_problem(fp8_every_branch(), 51);
+  ref::Problem second = p;  // the next micro-batch: other tokens, the same weights
+  second.x = ref::make_problem(fp8_every_branch(), 52).x;
+  Layer quantizing(p.config, {});
+  Layer given(p.config, LaunchConfig{.fp8_weights_given = true});
+  const size_t bytes = given.fp8_weights_bytes();
+  ASSERT_GT(bytes, 0u);
+  EXPECT_EQ(quantizing.fp8_weights_bytes(), bytes);
+  EXPECT_EQ(quantizing.workspace_bytes(Pass::forward) - given.workspace_bytes(Pass::forward), bytes);
+  EXPECT_EQ(quantizing.workspace_bytes(Pass::backward) - given.workspace_bytes(Pass::backward), bytes);
+
+  Bound self(quantizing, p, RoutingMode::router);
+  const auto forward = [&](Layer& layer, Bound& b, const TensorView& fp8_weights) {
+    ForwardInputs in = b.inputs();
+    in.fp8_weights = fp8_weights;
+    b.poison();
+    layer.poison_workspace(stream_, b.workspace.view().data);
+    layer.forward(stream_, b.workspace.view().data, in, b.outputs());
+    layer.check();
+    return read_forward(b);
+  };
+  const ForwardResults want = forward(quantizing, self, {});
+  expect_reference_forward(want, p);
+
+  DeviceTensor q(DType::u8, {int64_t(bytes)});
+  q.poison();
+  Bound b(given, p, RoutingMode::router);
+  given.quantize_weights(stream_, b.weights.views(), q.view());
+  {
+    SCOPED_TRACE("the first micro-batch");
+    expect_same_forward(forward(given, b, q.view()), want);
+  }
+  {
+    SCOPED_TRACE("the second micro-batch, the same buffer");
+    b.fwd.x.upload(second.x);
+    expect_reference_forward(forward(given, b, q.view()), second);
+  }
+  {
+    SCOPED_TRACE("a Layer without fp8_weights_given, given the buffer");
+    expect_same_forward(forward(quantizing, self, q.view()), want);
+  }
+}
+
+// The quantization writes every byte of the buffer: into 0xff bytes and into zeros it leaves the same
+// bytes, whichever Layer of the config quantizes; on the stream in a CUDA graph, replayed with the
+// forward that reads it, it gives the eager run's bits.
+TEST_F(LayerApi, Fp8QuantizedWeightsDoNotDependOnTheBufferAndReplayInAGraph) {
+  const ref::Problem p = ref::make_problem(fp8_every_branch(), 53);
+  const Layer quantizing(p.config, {});
+  Layer given(p.config, LaunchConfig{.fp8_weights_given = true});
+  Bound b(given, p, RoutingMode::router);
+  DeviceTensor q(DType::u8, {int64_t(given.fp8_weights_bytes())});
+  q.poison();
+  given.quantize_weights(stream_, b.weights.views(), q.view());
+  cuda(cudaStreamSynchronize(stream_));
+  const std::vector<uint8_t> over_ff = q.download<uint8_t>();
+  cuda(cudaMemset(q.view().data, 0, over_ff.size()));
+  cuda(cudaDeviceSynchronize());
+  quantizing.quantize_weights(stream_, b.weights.views(), q.view());
+  cuda(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(first_bit_mismatch("fp8_weights", q.download<uint8_t>(), over_ff), "") << "(over zeros vs over 0xff)";
+
+  ForwardInputs in = b.inputs();
+  in.fp8_weights = q.view();
+  b.poison();
+  given.forward(stream_, b.workspace.view().data, in, b.outputs());
+  given.check();
+  const ForwardResults eager = read_forward(b);
+  expect_reference_forward(eager, p);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  given.quantize_weights(stream_, b.weights.views(), q.view());
+  given.forward(stream_, b.workspace.view().data, in, b.outputs());
+  cuda(cudaStreamEndCapture(stream_, &graph));
+  cuda(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    q.poison();
+    b.poison();
+    cuda(cudaGraphLaunch(exec, stream_));
+    given.check();
+    expect_same_forward(read_forward(b), eager);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// The quantized weights' arguments are refused at the call, naming the problem, before anything is
+// enqueued: a buffer in the bf16 mode (and fp8_weights_given there), a missing buffer where the Layer
+// needs one, a wrong dtype, size or alignment, the weights' own views.
+TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
+  const ref::Problem p = ref::make_problem(fp8_every_branch(), 54);
+  Layer layer(p.config, LaunchConfig{.fp8_weights_given = true});
+  Bound b(layer, p, RoutingMode::router);
+  const int64_t bytes = int64_t(layer.fp8_weights_bytes());
+  DeviceTensor q(DType::u8, {bytes + 16});
+  const TensorView good{q.view().data, DType::u8, {bytes}};
+  void* ws = b.workspace.view().data;
+  const auto refused = [&](const std::function<void()>& call, const std::string& what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const auto forward_with = [&](const TensorView& fp8_weights) {
+    return [&, fp8_weights] {
+      ForwardInputs in = b.inputs();
+      in.fp8_weights = fp8_weights;
+      layer.forward(stream_, ws, in, b.outputs());
+    };
+  };
+  const auto quantize_into = [&](const TensorView& fp8_weights) {
+    return [&, fp8_weights] { layer.quantize_weights(stream_, b.weights.views(), fp8_weights); };
+  };
+  const std::string name = "fp8_weights [fp8_weights_bytes()]";
+  refused(forward_with({}), "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
+  const auto bad_buffers = [&](const auto& call) {
+    refused(call({good.data, DType::bf16, {bytes / 2}}), name + " has dtype bfloat16, expected uint8");
+    refused(call({good.data, DType::u8, {bytes - 1}}), name + " has shape");
+    refused(call({static_cast<uint8_t*>(good.data) + 8, DType::u8, {bytes}}), name + " is not 16-byte aligned");
+  };
+  bad_buffers(forward_with);
+  bad_buffers(quantize_into);
+  refused(quantize_into({}), name + " is missing");
+  WeightViews w = b.weights.views();
+  w.w2.shape = {1, 2, 3};
+  refused([&] { layer.quantize_weights(stream_, w, good); }, "w2 [E, H, I]");
+
+  LayerConfig bf16_config = p.config;
+  bf16_config.precision = Precision::bf16;
+  refused([&] { const Layer refusing(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
+          "fp8_weights_given needs precision = fp8");
+  Layer bf16_layer(bf16_config, {});
+  Bound bf(bf16_layer, ref::make_problem(bf16_config, 54), RoutingMode::router);
+  ForwardInputs in = bf.inputs();
+  in.fp8_weights = good;
+  refused([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
+          "fp8_weights is given, but precision is bf16");
+  refused([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
+          "quantize_weights: precision is bf16");
+  EXPECT_EQ(bf16_layer.fp8_weights_bytes(), 0u);
+  layer.check();  // nothing was enqueued, nothing recorded
+  bf16_layer.check();
+}
+
+// Host only (layer_memory needs no GPU): fp8_weights_given leaves exactly the quantized weights out of
+// the workspace, whose size is this GPU's E4M3 w1, w2 and shared expert and their scale tables (a
+// block row of padding each, each section 256-byte aligned); none in bf16, where the flag is refused.
+TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
+  const LayerConfig c = fp8_every_branch();
+  for (const int gpus : {1, 2}) {
+    SCOPED_TRACE(std::to_string(gpus) + " GPU(s)");
+    const LaunchConfig launch{.gpus = gpus, .transport = gpus > 1 ? Transport::colocated : Transport::simulated};
+    LaunchConfig given_launch = launch;
+    given_launch.fp8_weights_given = true;
+    const LayerMemory quantizing = layer_memory(c, launch), given = layer_memory(c, given_launch);
+    const size_t E = c.experts / gpus, H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+    const auto weight = [&](size_t rows, size_t cols) {
+      return rows * cols + aligned((rows / 128 + 1) * (cols / 128) * 4);
+    };
+    EXPECT_EQ(quantizing.fp8_weights, weight(E * 2 * I, H) + weight(E * H, I) + weight(2 * Is, H) + weight(H, Is));
+    EXPECT_EQ(given.fp8_weights, quantizing.fp8_weights);
+    EXPECT_EQ(quantizing.workspace_forward - given.workspace_forward, quantizing.fp8_weights);
+    EXPECT_EQ(quantizing.workspace_backward - given.workspace_backward, quantizing.fp8_weights);
+    EXPECT_EQ(given.saved, quantizing.saved);
+  }
+  LayerConfig bf16_config = c;
+  bf16_config.precision = Precision::bf16;
+  EXPECT_EQ(layer_memory(bf16_config, {}).fp8_weights, 0u);
+  try {
+    layer_memory(bf16_config, LaunchConfig{.fp8_weights_given = true});
+    ADD_FAILURE() << "fp8_weights_given was accepted in bf16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_weights_given needs precision = fp8"), std::string::npos) << e.what();
+  }
+}
+
 // The shares' results as one layer's: the per-token and per-expert tensors in share order; the router's
 // and the shared expert's gradients, whole on every share, from share 0, every share's bits the same.
 Results assemble(const std::vector<Results>& parts) {

@@ -404,6 +404,37 @@ TEST_F(Gpu, Fp8ForwardAcrossLaunchModesMatchesTheReference) {
   }
 }
 
+// The weights quantized once per optimizer step (LaunchConfig::fp8_weights_given: the wrapper's buffer,
+// quantized at construction and read by every forward), on one GPU, in recompute mode and on 2
+// colocated shares (each its experts' share): the reference's bits for two micro-batches of the same
+// weights, and again after the weights are quantized anew.
+TEST_F(Gpu, Fp8ForwardWithWeightsQuantizedOnceMatchesTheReference) {
+  for (const Case& cs : fp8_cases()) {
+    const Problem p = make_problem(cs.config, 78, cs.kind);
+    Problem second = p;  // the next micro-batch: other tokens, the same weights and routing
+    second.x = make_problem(cs.config, 79, cs.kind).x;
+    const Routing* given = p.routing ? &*p.routing : nullptr;
+    for (const bool recompute : {false, true}) {
+      ref::Options opt;
+      opt.step = StepModel::hopper_tc;
+      opt.recompute = recompute;
+      const Forward want = ref::forward(p.config, p.x, p.weights, given, opt);
+      const Forward want_second = ref::forward(p.config, second.x, p.weights, given, opt);
+      for (LaunchConfig launch : {LaunchConfig{}, colocated(2)}) {
+        SCOPED_TRACE(std::string(cs.name) + (recompute ? ", recompute" : "") +
+                     (launch.gpus > 1 ? ", 2 colocated shares" : ""));
+        launch.recompute = recompute;
+        launch.fp8_weights_given = true;
+        Megakernel mk(p.config, p.weights, launch);
+        expect_forward_bits(mk.forward(p.x, given), want);
+        expect_forward_bits(mk.forward(second.x, given), want_second);
+        mk.quantize_weights();
+        expect_forward_bits(mk.forward(p.x, given), want);
+      }
+    }
+  }
+}
+
 // The fp8 mode's backward is not on the GPU yet: it is refused, naming the reason.
 TEST_F(Gpu, Fp8BackwardIsRefusedNamingTheReason) {
   const Problem p = make_problem(fp8_cases()[0].config, 5, RoutingKind::router);

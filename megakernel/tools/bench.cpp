@@ -19,10 +19,14 @@
 //   --capacity-factor: LaunchConfig::capacity_rows = F times an average GPU's rows, N k / G (at most
 //           N min(k, E/G)); 0 (default): the most any routing can give a GPU;
 //   --fp8: the fp8 layer mode (LayerConfig::precision; one process), forward only: the GPU runs no fp8
-//          backward yet (its columns show -), and the peak fractions are of twice the bf16 peak;
+//          backward yet (its columns show -), and the peak fractions are of twice the bf16 peak. As in
+//          training, the weights are quantized once beforehand (LaunchConfig::fp8_weights_given): the
+//          forward's time excludes it, and the weights' quantization (Layer::quantize_weights, once per
+//          optimizer step) is timed apart, in its own loop;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
-//           and the Layer's own buffers (mok::gpu::layer_memory, the sizes a Layer allocates).
+//           (with --fp8 also their E4M3 copy, quantized once per step) and the Layer's own buffers
+//           (mok::gpu::layer_memory, the sizes a Layer allocates).
 // Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +49,8 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
   if (o.capacity_factor > 0) std::snprintf(capacity, sizeof capacity, "%g x an average GPU's rows", o.capacity_factor);
   std::printf("%s, T = %d tokens per GPU, E = %d, %s, recompute %s, capacity %s (GB per GPU)\n", s.name,
               one.tokens_per_rank, one.experts, o.fp8 ? "fp8" : "bf16", base.recompute ? "on" : "off", capacity);
+  if (o.fp8)
+    std::printf("(fp8: weights+grads include their E4M3 copy, quantized once per step; the workspace holds none)\n");
   std::printf("%6s %8s %14s %8s %8s %10s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
               "total");
   for (const int g : {1, 2, 8, 64}) {
@@ -54,8 +60,9 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     launch.gpus = g;
     launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
     const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
-    // w1 [2I, H] and w2 [H, I] per expert, bf16, and their bf16 gradients.
-    const double weights = double(c.experts / g) * 3.0 * c.intermediate * c.hidden * 2 * 2;
+    // w1 [2I, H] and w2 [H, I] per expert, bf16, and their bf16 gradients (fp8: and the E4M3 copy the
+    // forward reads, LaunchConfig::fp8_weights_given; 0 bytes in bf16).
+    const double weights = double(c.experts / g) * 3.0 * c.intermediate * c.hidden * 2 * 2 + double(m.fp8_weights);
     const double total = weights + double(m.saved) + double(m.window) + double(m.workspace_backward);
     std::printf("%6d %8d %14.1f %8.1f %8.1f %10.1f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
                 m.window / 1e9, m.workspace_backward / 1e9, total / 1e9);
@@ -81,6 +88,13 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
+  double quantize = 0;
+  if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
+    std::fprintf(stderr, "%s: timing the weights' quantization...\n", s.name);
+    quantize = time_launches(
+                   nullptr, o.warmup, o.runs, [](int) {}, [] {}, [&] { mk.quantize_weights(); })
+                   .median_ms;
+  }
   std::fprintf(stderr, "%s: timing the forward...\n", s.name);
   const double fwd = time_launches(
                          nullptr, o.warmup, o.runs, set_input, [] {}, [&] { mk.launch_forward(); })
@@ -90,9 +104,11 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   if (o.fp8) {  // E4M3 runs at twice the bf16 rate
     std::printf("%-15s %-8s %8.2f %8s %10s %9.1f %9s %7.1f%% %8s\n", s.name, o.routing.c_str(), fwd, "-", "-", fwd_tf,
                 "-", 100 * fwd_tf / (2 * gpus * peak), "-");
+    std::printf("  quantize weights (once per optimizer step, not in fwd ms): %.2f ms\n", quantize);
     print_phases("forward", fwd_phases);
-    std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f MiB\n", mk.saved_bytes() / 1048576.0,
-                mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0);
+    std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f MiB, quantized weights %.0f MiB\n",
+                mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
+                mk.fp8_weights_bytes() / 1048576.0);
     std::fflush(stdout);
     return;
   }
@@ -222,6 +238,7 @@ int main(int argc, char** argv) {
     mok::gpu::LaunchConfig launch;
     launch.ring_rows = o.ring_rows;
     launch.recompute = o.recompute;
+    launch.fp8_weights_given = o.fp8;  // quantized once beforehand, as in training
     if (o.plan) {
       for (const Shape& s : selected_shapes(o.shape)) print_plan(s, o, launch);
       return 0;

@@ -22,7 +22,7 @@ def _shapes(config_ints, config_floats, routing_mode, launch):
 
 @torch.library.register_fake("mok::forward")
 def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
-                  routing_mode, launch):
+                  routing_mode, launch, fp8_weights=None):
     c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
     k = c.top_k
     # Over G GPUs each GPU's saved holds its own experts' rows, for its capacity (mok/core/saved_layout.h).
@@ -35,6 +35,11 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
         x.new_empty((logit_rows, c.experts), dtype=torch.float32),
         x.new_empty((saved_bytes,), dtype=torch.uint8),
     )
+
+
+@torch.library.register_fake("mok::quantize_weights")
+def _quantize_weights_fake(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch):
+    return w1.new_empty((_C.fp8_weights_bytes(config_ints, config_floats, launch),), dtype=torch.uint8)
 
 
 def _gradient_shapes(config_ints, config_floats, routing_mode, launch):

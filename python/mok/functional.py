@@ -73,6 +73,7 @@ def moe(
     return_routing: bool = False,
     group=None,
     capacity_rows: int = 0,
+    fp8_weights: Optional[Tensor] = None,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
@@ -95,6 +96,9 @@ def moe(
     (saved included) are sized for it instead of the most any routing can give, N min(k, E/G), which
     grows with the global batch. A routing that gives some GPU more raises an error on every rank
     naming that GPU and the capacity that holds it; no row is dropped, no bit depends on it.
+    fp8_weights (the fp8 mode, CUDA): w1, w2 and shared as mok.quantize_weights quantized them (once per
+    optimizer step); the forward reads them instead of quantizing the weights itself, with the same
+    bits. They must be the quantization of these weights (not checked).
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -114,7 +118,38 @@ def moe(
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     # The overload itself, not the packet torch.ops.mok.forward: a lookup less per call.
     y, idx, w, logits, _ = torch.ops.mok.forward.default(x, router, expert_bias, w1, w2, shared_w1, shared_w2,
-                                                         topk_idx, topk_w, config_ints, config_floats, mode, launch)
+                                                         topk_idx, topk_w, config_ints, config_floats, mode, launch,
+                                                         fp8_weights)
     if len(shape) != 2:
         y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y
+
+
+def quantize_weights(
+    w1: Tensor,
+    w2: Tensor,
+    *,
+    config: MoEConfig,
+    shared: Optional[tuple[Tensor, Tensor]] = None,
+    tokens_per_rank: Optional[int] = None,
+    ring_rows: int = DEFAULT_RING_ROWS,
+    blocks: int = 0,
+    group=None,
+    capacity_rows: int = 0,
+) -> Tensor:
+    """The fp8 mode's weights quantized once (E4M3, a power-of-two scale per 128 x 128 block), a uint8
+    tensor on w1's CUDA device for mok.moe(..., fp8_weights=...): as training frameworks do, quantize
+    after each optimizer step and reuse the result for every micro-batch's forward, which then skips
+    the quantization and its workspace. Enqueued on the current stream, no synchronisation. The
+    arguments are moe's (with a group, this rank's experts' w1 and w2; tokens_per_rank: the forwards'
+    T, default config.tokens_per_rank, which with a group picks the layer built on the communicator).
+    The CPU op quantizes in its forward and takes no fp8_weights."""
+    comm, gpus = 0, 1
+    if group is not None:
+        from mok import distributed
+
+        comm, gpus = distributed.communicator(group, w1.device, config.experts, config.ranks)
+    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank or config.tokens_per_rank, ring_rows,
+                                                   blocks, False, comm, gpus, capacity_rows)
+    shared_w1, shared_w2 = shared if shared is not None else (None, None)
+    return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from mok.config import DEFAULT_RING_ROWS, MoEConfig
-from mok.functional import Routing, RoutingArg, moe
+from mok.functional import Routing, RoutingArg, moe, quantize_weights
 
 
 class MoE(torch.nn.Module):
@@ -78,13 +78,22 @@ class MoE(torch.nn.Module):
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
     def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
-                return_routing: bool = False) -> Tensor | tuple[Tensor, Routing]:
-        """See mok.functional.moe (x [..., H] bf16 on the module's device)."""
+                return_routing: bool = False, fp8_weights: Optional[Tensor] = None) -> Tensor | tuple[Tensor, Routing]:
+        """See mok.functional.moe (x [..., H] bf16 on the module's device; fp8_weights: quantize_weights')."""
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
                    blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
-                   capacity_rows=self.capacity_rows)
+                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights)
+
+    @torch.no_grad()
+    def quantize_weights(self, tokens_per_rank: Optional[int] = None) -> Tensor:
+        """The fp8 mode's weights quantized once (mok.quantize_weights), for forward(..., fp8_weights=...)
+        until the next optimizer step changes them (CUDA only)."""
+        shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
+        return quantize_weights(self.w1, self.w2, config=self.config, shared=shared, tokens_per_rank=tokens_per_rank,
+                                ring_rows=self.ring_rows, blocks=self.blocks, group=self.group,
+                                capacity_rows=self.capacity_rows)
 
     def extra_repr(self) -> str:
         shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"

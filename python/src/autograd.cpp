@@ -24,16 +24,16 @@ ForwardOutputs forward_below_autograd(const Tensor& x, const Tensor& router, con
                                       const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1,
                                       const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
                                       at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
-                                      int64_t routing_mode, at::IntArrayRef launch) {
+                                      int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("mok::forward", "")
           .typed<ForwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
                                 const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, at::IntArrayRef,
-                                at::ArrayRef<double>, int64_t, at::IntArrayRef)>();
+                                at::ArrayRef<double>, int64_t, at::IntArrayRef, const OptTensor&)>();
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
-                 routing_mode, launch);
+                 routing_mode, launch, fp8_weights);
 }
 
 bool requires_grad(const Tensor& t) { return t.requires_grad(); }
@@ -45,10 +45,10 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
                                const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
                                const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx,
                                const OptTensor& topk_w, at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
-                               int64_t routing_mode, at::IntArrayRef launch) {
+                               int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
     auto [y, idx, w, logits, saved] =
         forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
-                               config_floats, routing_mode, launch);
+                               config_floats, routing_mode, launch, fp8_weights);
     ctx->mark_non_differentiable({idx, w, logits, saved});
     // Absent optional inputs are saved as undefined tensors.
     ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
@@ -92,23 +92,25 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
             Tensor(),
             Tensor(),
             Tensor(),
-            Tensor()};
+            Tensor(),
+            Tensor()};  // fp8_weights: w1 and w2 quantized, whose gradients are w1's and w2's
   }
 };
 
 ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
                                 const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                                 const OptTensor& topk_idx, const OptTensor& topk_w, at::IntArrayRef config_ints,
-                                at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+                                at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
+                                const OptTensor& fp8_weights) {
   // With no gradient to record (no_grad, or no input requiring one) the call skips the autograd
   // Function: its bookkeeping is about a tenth of a small call's host time (docs/benchmarks.md).
   if (!at::GradMode::is_enabled() ||
       !(requires_grad(x) || requires_grad(router) || requires_grad(expert_bias) || requires_grad(w1) ||
         requires_grad(w2) || requires_grad(shared_w1) || requires_grad(shared_w2) || requires_grad(topk_w)))
     return forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
-                                  config_floats, routing_mode, launch);
+                                  config_floats, routing_mode, launch, fp8_weights);
   const variable_list out = MoEFunction::apply(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
-                                               config_ints, config_floats, routing_mode, launch);
+                                               config_ints, config_floats, routing_mode, launch, fp8_weights);
   return {out[0], out[1], out[2], out[3], out[4]};
 }
 

@@ -12,6 +12,11 @@ namespace {
 using Tensor = at::Tensor;
 using OptTensor = std::optional<at::Tensor>;
 
+// The CPU op has no quantized weights to take: the reference quantizes them in its forward.
+constexpr const char* kCpuQuantizes =
+    "the CPU op quantizes the fp8 mode's weights in its forward: fp8_weights (mok.quantize_weights) is for the "
+    "CUDA op only";
+
 ref::Options reference_options(const Call& call) {
   ref::Options opt;
   opt.step = StepModel::hopper_tc;
@@ -32,14 +37,19 @@ Call cpu_call(at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, i
   return call;
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(
-    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
-    const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
-    at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(const Tensor& x, const Tensor& router,
+                                                               const OptTensor& expert_bias, const Tensor& w1,
+                                                               const Tensor& w2, const OptTensor& shared_w1,
+                                                               const OptTensor& shared_w2, const OptTensor& topk_idx,
+                                                               const OptTensor& topk_w, at::IntArrayRef config_ints,
+                                                               at::ArrayRef<double> config_floats, int64_t routing_mode,
+                                                               at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     check_forward_args(call, args, topk_idx, topk_w, false);
+    check_fp8_weights(call, x, fp8_weights);
+    require(!fp8_weights, kCpuQuantizes);
     const LayerConfig& c = call.config;
     const int64_t N = c.tokens(), k = c.top_k;
     const std::vector<bf16> xs = values<bf16>(x);
@@ -127,9 +137,18 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
   });
 }
 
+Tensor quantize_weights_cpu(const Tensor&, const Tensor&, const OptTensor&, const OptTensor&, at::IntArrayRef,
+                            at::ArrayRef<double>, at::IntArrayRef) {
+  return value_errors([]() -> Tensor {
+    require(false, kCpuQuantizes);
+    return Tensor();
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mok, CPU, m) {
+  m.impl("quantize_weights", &quantize_weights_cpu);
   m.impl("forward", &forward_cpu);
   m.impl("backward", &backward_cpu);
   m.impl("backward_accumulate", &backward_accumulate_cpu);

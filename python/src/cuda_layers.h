@@ -22,11 +22,17 @@ void release_cuda_layers(uintptr_t comm);
 // The workspace bytes of the forward and of the backward on the current CUDA device for this call.
 std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
                                                c10::IntArrayRef launch);
+// The size of the fp8 mode's quantized weights (mok::quantize_weights) for this call (no GPU needed).
+size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                              c10::IntArrayRef launch);
 #else
 inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
 inline void release_cuda_layers(uintptr_t) {}
 inline std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
+  throw Error("mok was built without its GPU ops");
+}
+inline size_t cuda_fp8_weights_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
   throw Error("mok was built without its GPU ops");
 }
 #endif

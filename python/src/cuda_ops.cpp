@@ -38,11 +38,13 @@ struct CachedLayer {
   gpu::Layer layer;
 };
 
-// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows). Keys of one
-// communicator differ only in config and launch across its ranks, so the map's order is the same on
-// every rank: release_cuda_layers destroys them in the same order everywhere, as NCCL wants.
+// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows,
+// fp8_weights_given). Keys of one communicator differ only in config and launch across its ranks, so the
+// map's order is the same on every rank: release_cuda_layers destroys them in the same order everywhere,
+// as NCCL wants. fp8_weights_given: the Layer of the fp8 forwards given quantized weights (and of
+// mok::quantize_weights), whose workspace holds none.
 using LayerKey =
-    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int, long>;
+    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int, long, bool>;
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
@@ -58,10 +60,10 @@ void check_communicator(const Call& call) {
                                   std::to_string(count) + " ranks");
 }
 
-CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
+CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device,         ints,      floats,    call.ring_rows,    call.blocks,
-                     call.recompute, call.comm, call.gpus, call.capacity_rows};
+  const LayerKey key{device,         ints,      floats,    call.ring_rows,     call.blocks,
+                     call.recompute, call.comm, call.gpus, call.capacity_rows, fp8_weights_given};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
@@ -69,6 +71,7 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device) {
     launch.ring_rows = call.ring_rows;
     launch.blocks = call.blocks;
     launch.recompute = call.recompute;
+    launch.fp8_weights_given = fp8_weights_given;
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
     // (on a communicator, the communicator's device must be it: the Layer checks).
     std::unique_ptr<CachedLayer> made;
@@ -108,13 +111,15 @@ gpu::TensorView view(const Tensor& t) {
 }
 gpu::TensorView view(const OptTensor& t) { return t ? view(*t) : gpu::TensorView{}; }
 
-// The layer's inputs; a given routing (forward only) is read by the kernel from the caller's tensors.
+gpu::WeightViews weight_views(const LayerArgs& a) {
+  return gpu::WeightViews{view(a.router), view(a.expert_bias), view(a.w1),
+                          view(a.w2),     view(a.shared_w1),   view(a.shared_w2)};
+}
+// The layer's inputs; a given routing (forward only) and the fp8 mode's quantized weights are read by
+// the kernel from the caller's tensors.
 gpu::ForwardInputs inputs(const Call& call, const LayerArgs& a, const OptTensor& topk_idx = std::nullopt,
-                          const OptTensor& topk_w = std::nullopt) {
-  return gpu::ForwardInputs{view(a.x),
-                            gpu::WeightViews{view(a.router), view(a.expert_bias), view(a.w1), view(a.w2),
-                                             view(a.shared_w1), view(a.shared_w2)},
-                            call.mode, view(topk_idx), view(topk_w)};
+                          const OptTensor& topk_w = std::nullopt, const OptTensor& fp8_weights = std::nullopt) {
+  return gpu::ForwardInputs{view(a.x), weight_views(a), call.mode, view(topk_idx), view(topk_w), view(fp8_weights)};
 }
 
 // Outputs and the workspace without the fill that torch.use_deterministic_algorithms(True) gives
@@ -134,13 +139,16 @@ Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x) {
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
-    at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+    at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
+    const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     check_forward_args(call, args, topk_idx, topk_w, true);
+    check_fp8_weights(call, x, fp8_weights);
     const c10::cuda::CUDAGuard guard(x.device());
-    CachedLayer& cached = layer_for(call, x.device().index());
+    // Given quantized weights, the Layer whose workspace holds none.
+    CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());
     const LayerConfig& c = call.config;
     const int64_t N = call.own_tokens(), k = c.top_k;
     const at::TensorOptions f32 = x.options().dtype(at::kFloat);
@@ -154,9 +162,27 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const std::lock_guard lock(cached.mutex);
     require(cached.layer.saved_bytes() == saved_bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
-    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args, topk_idx, topk_w),
+    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args, topk_idx, topk_w, fp8_weights),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
+  });
+}
+
+// The fp8 mode's weights quantized on the current stream into a new uint8 tensor (every byte written),
+// by the Layer of the forwards that read them.
+Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                             at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
+  return value_errors([&] {
+    const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
+    check_quantize_args(call, w1, w2, shared_w1, shared_w2);
+    const c10::cuda::CUDAGuard guard(w1.device());
+    CachedLayer& cached = layer_for(call, w1.device().index(), true);
+    const std::lock_guard lock(cached.mutex);
+    Tensor q = uninitialized({int64_t(cached.layer.fp8_weights_bytes())}, w1.options().dtype(at::kByte));
+    const std::optional<at::Tensor> none;
+    const LayerArgs args{w1, w1, none, w1, w2, shared_w1, shared_w2};  // the experts' fields only
+    cached.layer.quantize_weights(current_stream(w1), weight_views(args), view(q));
+    return q;
   });
 }
 
@@ -236,6 +262,15 @@ std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10
   return {layer.workspace_bytes(gpu::Pass::forward), layer.workspace_bytes(gpu::Pass::backward)};
 }
 
+size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                              c10::IntArrayRef launch) {
+  const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
+  gpu::LaunchConfig l;
+  l.gpus = call.gpus;
+  l.capacity_rows = call.capacity_rows;
+  return gpu::layer_memory(call.config, l).fp8_weights;
+}
+
 void release_cuda_layers(uintptr_t comm) {
   const std::lock_guard lock(cache_mutex);
   for (auto it = layers->begin(); it != layers->end();) {
@@ -261,6 +296,7 @@ void check_cuda_layers() {
 
 TORCH_LIBRARY_IMPL(mok, CUDA, m) {
   m.impl("forward", &forward_cuda);
+  m.impl("quantize_weights", &quantize_weights_cuda);
   m.impl("backward", &backward_cuda);
   m.impl("backward_accumulate", &backward_accumulate_cuda);
 }

@@ -17,7 +17,13 @@ TORCH_LIBRARY(mok, m) {
   m.def(
       "forward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
       "Tensor? shared_w2, Tensor? topk_idx, Tensor? topk_w, int[] config_ints, float[] config_floats, "
-      "int routing_mode, int[] launch) -> (Tensor y, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved)");
+      "int routing_mode, int[] launch, Tensor? fp8_weights=None) -> (Tensor y, Tensor topk_idx, Tensor topk_w, "
+      "Tensor logits, Tensor saved)");
+  // The fp8 mode's weights quantized once (E4M3 with 128 x 128 block scales), for forwards until the
+  // weights change: mok::forward's fp8_weights (uint8 [fp8_weights_bytes], CUDA only).
+  m.def(
+      "quantize_weights(Tensor w1, Tensor w2, Tensor? shared_w1, Tensor? shared_w2, int[] config_ints, "
+      "float[] config_floats, int[] launch) -> Tensor");
   // d_w1, d_w2, d_shared_* are bf16 (the weights' dtype): each fp32 gradient rounded once.
   m.def(
       "backward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
@@ -106,6 +112,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "(forward, backward) workspace bytes of the GPU layer for this config and launch list, on the current "
       "CUDA device (the op allocates exactly these, beside its outputs).");
+  m.def(
+      "fp8_weights_bytes",
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
+        return cuda_fp8_weights_bytes(ints, floats, launch);
+      },
+      "Bytes of mok::quantize_weights' result for this config and launch list (0 in bf16; no GPU needed).");
   m.def(
       "nccl_version",
       []() -> py::object {

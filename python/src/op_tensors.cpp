@@ -8,7 +8,9 @@ std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.da
 // Checks every tensor of one call against x's device.
 class Checker {
  public:
-  Checker(const at::Tensor& x, bool aligned) : device_(x.device()), aligned_(aligned) {}
+  // `first`: the tensor whose device the others must have (x; w1 for mok::quantize_weights).
+  Checker(const at::Tensor& first, bool aligned, const char* first_name = "x")
+      : device_(first.device()), aligned_(aligned), first_(first_name) {}
 
   // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
   // The messages are built only on failure: this runs for every tensor of every call.
@@ -16,7 +18,7 @@ class Checker {
                   const char* dims) const {
     const auto refuse = [&](const std::string& what) { require(false, name + what); };
     if (t.device() != device_)
-      refuse(" is on " + t.device().str() + " but x is on " + device_.str() +
+      refuse(" is on " + t.device().str() + " but " + first_ + " is on " + device_.str() +
              " (all tensors of a call must be on one device)");
     if (t.scalar_type() != dtype)
       refuse(std::string(" must be ") + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
@@ -38,6 +40,7 @@ class Checker {
  private:
   at::Device device_;
   bool aligned_;
+  const char* first_;
 };
 
 const char* mode_name(RoutingMode m) { return kRoutingModes[int(m)]; }
@@ -46,13 +49,21 @@ const char* mode_name(RoutingMode m) { return kRoutingModes[int(m)]; }
 // (the device API's names, docs/multi-gpu.md).
 const char* dims(const Call& call, const char* whole, const char* share) { return call.gpus > 1 ? share : whole; }
 
+void check_experts(const Checker& check, const Call& call, const LayerArgs& a);
+
 void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
   const LayerConfig& c = call.config;
-  const int64_t N = call.own_tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts();
-  const int64_t Is = c.shared_intermediate;
+  const int64_t N = call.own_tokens(), H = c.hidden, E = c.experts;
   check(a.x, "x", at::kBFloat16, {N, H}, dims(call, "[N, H]", "[N/G, H]"));
   check(a.router, "router", at::kFloat, {E, H}, "[E, H]");
   if (a.expert_bias) check(*a.expert_bias, "expert_bias", at::kFloat, {E}, "[E]");
+  check_experts(check, call, a);
+}
+
+// The weights the fp8 mode quantizes: w1, w2 and the shared expert's.
+void check_experts(const Checker& check, const Call& call, const LayerArgs& a) {
+  const LayerConfig& c = call.config;
+  const int64_t H = c.hidden, I = c.intermediate, Eg = call.own_experts(), Is = c.shared_intermediate;
   check(a.w1, "w1", at::kBFloat16, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
   check(a.w2, "w2", at::kBFloat16, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
   const auto shared_rule = [&] { return "the config's shared_intermediate is " + std::to_string(Is); };
@@ -112,6 +123,26 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
 LayerWeights weights_of(const LayerArgs& a) {
   return LayerWeights{values<float>(a.router), values<float>(a.expert_bias), values<bf16>(a.w1),
                       values<bf16>(a.w2),      values<bf16>(a.shared_w1),    values<bf16>(a.shared_w2)};
+}
+
+void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights) {
+  if (!fp8_weights) return;
+  require(call.config.precision == Precision::fp8,
+          "fp8_weights is given, but the config's precision is bf16 (only the fp8 mode reads quantized weights)");
+  const at::Tensor& q = *fp8_weights;
+  require(q.device() == x.device(), "fp8_weights is on " + q.device().str() + " but x is on " + x.device().str());
+  require(q.scalar_type() == at::kByte && q.dim() == 1 && q.is_contiguous(),
+          "fp8_weights must be a contiguous one-dimensional uint8 tensor (mok.quantize_weights' result)");
+}
+
+void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
+                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2) {
+  require(call.config.precision == Precision::fp8,
+          "quantize_weights: the config's precision is bf16 (only the fp8 mode quantizes its weights)");
+  const std::optional<at::Tensor> none;
+  // Only the experts' fields are read.
+  const LayerArgs a{w1, w1, none, w1, w2, shared_w1, shared_w2};
+  check_experts(Checker(w1, true, "w1"), call, a);
 }
 
 }  // namespace mok::py

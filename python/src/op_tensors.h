@@ -54,6 +54,12 @@ void check_forward_args(const Call& call, const LayerArgs& a, const std::optiona
                         const std::optional<at::Tensor>& topk_w, bool aligned);
 void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned);
 void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned);
+// The fp8 mode's quantized weights given to mok::forward (on x's device, uint8, one dimension, contiguous;
+// its size the layer checks): refused in bf16.
+void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights);
+// mok::quantize_weights' weights: on w1's device, of the config's dtypes and shapes, contiguous, aligned.
+void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
+                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2);
 
 template <class T>
 constexpr at::ScalarType scalar_type_of();

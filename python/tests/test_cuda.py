@@ -11,6 +11,7 @@ import test_capture  # noqa: E402
 import test_training  # noqa: E402
 from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, ROUTER,  # noqa: E402
                      assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
+from mok.config import pack_launch  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and mok built with its GPU ops")]
@@ -146,6 +147,35 @@ def test_fp8_forward_is_the_cpus_and_its_backward_is_refused():
     y = gpu_model(x.cuda())
     with pytest.raises(ValueError, match="its backward runs on the CPU reference only so far"):
         y.float().sum().backward()
+
+
+def test_fp8_weights_quantized_once_give_the_forwards_bits():
+    """The fp8 weights quantized once (mok.quantize_weights, the production path: once per optimizer
+    step) and read by the forwards of two micro-batches give the bits of the forward that quantizes them
+    itself, and the CPU op's; the op registration passes opcheck; a buffer that does not fit, or the
+    bf16 mode, is refused."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    gpu_model = mok.MoE(config, device="cuda")
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    xs = [torch.randn(40, 128, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16) for seed in (4, 5)]
+    with torch.no_grad():
+        q = gpu_model.quantize_weights()
+        assert q.dtype == torch.uint8 and q.device == gpu_model.w1.device and q.dim() == 1
+        for x in xs:
+            want = cpu_model(x)
+            assert_same_bits(gpu_model(x.cuda()).cpu(), want, "y, quantized by the forward")
+            assert_same_bits(gpu_model(x.cuda(), fp8_weights=q).cpu(), want, "y, quantized once")
+        with pytest.raises(ValueError, match=r"fp8_weights \[fp8_weights_bytes\(\)\] has shape"):
+            gpu_model(xs[0].cuda(), fp8_weights=q[:-16])
+    mok.check()
+    ints, floats = config.pack()
+    weights = [t.detach() for t in (gpu_model.w1, gpu_model.w2, gpu_model.shared_w1, gpu_model.shared_w2)]
+    torch.library.opcheck(torch.ops.mok.quantize_weights.default, (*weights, ints, floats, pack_launch(0)))
+    layer = make_layer("softmax_shared").to("cuda")
+    with pytest.raises(ValueError, match="quantize_weights: the config's precision is bf16"):
+        mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))

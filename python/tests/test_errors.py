@@ -116,3 +116,22 @@ def test_backward_rejects_a_foreign_saved_buffer():
         layer.backward((y, idx, w, logits, saved[:-1]))
     with pytest.raises(ValueError, match="logits must have shape"):
         layer.backward((y, idx, w, logits[:0], saved))
+
+
+def test_fp8_weights_are_the_cuda_ops():
+    """Quantized weights (mok.quantize_weights, a forward's fp8_weights) are the CUDA op's: the CPU op
+    quantizes the weights in its forward and refuses them, naming why; the bf16 mode refuses them."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8")
+    model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    cpu_quantizes = "the CPU op quantizes the fp8 mode's weights in its forward"
+    with pytest.raises(ValueError, match=cpu_quantizes):
+        model.quantize_weights()
+    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=cpu_quantizes):
+        model(x, fp8_weights=torch.zeros(256, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="fp8_weights must be a contiguous one-dimensional uint8 tensor"):
+        model(x, fp8_weights=torch.zeros(256, dtype=torch.int32))
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match="fp8_weights is given, but the config's precision is bf16"):
+        torch.ops.mok.forward(*layer.weights(), None, None, *layer.op_args(),
+                              fp8_weights=torch.zeros(16, dtype=torch.uint8))

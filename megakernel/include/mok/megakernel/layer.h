@@ -9,6 +9,8 @@
 //   layer.forward(stream, ws, inputs, outputs);                // y, routing, logits, saved
 //   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
 //   layer.check();                                             // waits for the stream, raises device errors
+//   fp8 mode, once per optimizer step:  layer.quantize_weights(stream, weights, q)  (q: fp8_weights_bytes()),
+//   then every forward reads it: ForwardInputs::fp8_weights = q (LaunchConfig::fp8_weights_given: required)
 //
 // Shapes (N = R T tokens): x, y, dy, dx [N, H] bf16; router, d_router [E, H] fp32; expert_bias [E]
 // fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32, or bf16: GradOutputs); shared_w1 [2Is, H],
@@ -99,6 +101,12 @@ struct LaunchConfig {
   // stops on every GPU with an error naming the GPU and the capacity that would hold them (no row is
   // dropped, no bit depends on it). The forward and the backward of one step use the same capacity.
   long capacity_rows = 0;
+  // The fp8 mode: the forward reads its weights quantized by the caller (Layer::quantize_weights into
+  // ForwardInputs::fp8_weights, e.g. once per optimizer step) and never quantizes them itself, so the
+  // workspace holds no E4M3 weights (workspace_bytes is fp8_weights_bytes() smaller) and every forward
+  // needs ForwardInputs::fp8_weights. Without it a forward given fp8_weights reads them too, and one
+  // given none quantizes the weights into its workspace first. Needs precision = fp8.
+  bool fp8_weights_given = false;
 };
 
 struct WeightViews {
@@ -115,6 +123,13 @@ struct ForwardInputs {
   // the result back, as any per-token input). Absent: it is read in place from ForwardOutputs'
   // topk_idx and topk_w, filled by the caller.
   TensorView topk_idx{}, topk_w{};
+  // The fp8 mode only: this GPU's weights quantized by Layer::quantize_weights from the bf16 weights
+  // of `weights` (u8 [fp8_weights_bytes()], 16-byte aligned; the caller keeps them in step: a
+  // buffer quantized from other weights gives other results, unchecked). Present: the forward reads
+  // the E4M3 weights and their block scales from it and enqueues no quantization (the views of the
+  // bf16 w1, w2 and shared_w* are still checked). Absent: the forward quantizes them into its
+  // workspace first; required with LaunchConfig::fp8_weights_given. Refused in bf16.
+  TensorView fp8_weights{};
 };
 
 // The forward's results. topk_idx and topk_w hold the routing the layer used (the mode's given part
@@ -178,10 +193,24 @@ class Layer {
   int blocks() const;          // persistent blocks per launch (LaunchConfig::blocks resolved)
   int ring_rows() const;       // rows of each rank's dy ring (LaunchConfig::ring_rows resolved)
 
+  // The fp8 mode's quantized weights, what a training framework computes once per optimizer step and
+  // reuses for every micro-batch's forward (ForwardInputs::fp8_weights). fp8_weights_bytes(): the
+  // size of the buffer (0 in bf16): this GPU's w1 and w2 (E/G experts) and the shared expert's, each in
+  // E4M3 with one power-of-two scale per 128 x 128 block (docs/numerics.md), and the block-scale tables.
+  // quantize_weights enqueues on `stream` the quantization of `weights`' w1, w2, shared_w1 and
+  // shared_w2 (the shapes of ForwardInputs::weights; the router is not read) into `fp8_weights`
+  // (u8 [fp8_weights_bytes()], 16-byte aligned), every byte of it written: the bits of the
+  // quantization a forward without fp8_weights makes, so either forward gives the same results. No
+  // allocation, no host synchronisation (but LaunchConfig::synchronous), CUDA-graph safe; bad arguments,
+  // or the bf16 mode, throw mok::Error before anything is enqueued. A forward reading the buffer must be
+  // stream-ordered after it, and a weight update after a quantization needs a new one.
+  size_t fp8_weights_bytes() const;
+  void quantize_weights(cudaStream_t stream, const WeightViews& weights, const TensorView& fp8_weights) const;
+
   // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window; in the
-  // fp8 mode the forward first enqueues the weights' quantization into the workspace).
-  // `workspace`: workspace_bytes(pass) of device memory, not used by anything else until the call's
-  // work on the stream is done.
+  // fp8 mode without ForwardInputs::fp8_weights the forward first enqueues the weights' quantization
+  // into the workspace). `workspace`: workspace_bytes(pass) of device memory, not used by anything else
+  // until the call's work on the stream is done.
   void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
   // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
   void backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
@@ -219,9 +248,11 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& config, cons
 // The device memory of one GPU's Layer for a config and launch, from the sizes the Layer itself uses
 // (no GPU needed: plans for G beyond this machine's GPUs): the caller's saved buffer and workspace, and
 // the window (NCCL or colocated) that a Layer over gpus > 1 has in its peer group. The expert weights
-// and their gradients (E/G experts per GPU) are the caller's and not counted.
+// and their gradients (E/G experts per GPU) are the caller's and not counted; fp8_weights: the size of
+// a caller's quantized weights (Layer::fp8_weights_bytes; 0 in bf16), which the workspace includes
+// unless LaunchConfig::fp8_weights_given.
 struct LayerMemory {
-  size_t saved, workspace_forward, workspace_backward, window;
+  size_t saved, workspace_forward, workspace_backward, window, fp8_weights;
 };
 LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch);
 

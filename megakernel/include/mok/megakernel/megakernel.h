@@ -62,11 +62,19 @@ class Megakernel {
   void launch_backward();
   Gradients read_gradients() const;
 
+  // LaunchConfig::fp8_weights_given (the fp8 mode): each share's weights are quantized into a buffer
+  // of the wrapper's at construction (the weights never change here) and every forward reads them
+  // (ForwardInputs::fp8_weights). quantize_weights quantizes them again, the same bits, and waits:
+  // what an optimizer step's quantization costs (mok-bench). Without fp8_weights_given each forward
+  // quantizes the weights itself.
+  void quantize_weights();
+
   // Blocks the persistent kernels run with per GPU or share (after resolving LaunchConfig::blocks = 0).
   int blocks() const;
   // GPU 0's layer: what the forward saves for the backward, and each pass's workspace (Layer's).
   size_t saved_bytes() const;
   size_t workspace_bytes(Pass pass) const;
+  size_t fp8_weights_bytes() const;  // GPU 0's quantized weights (Layer::fp8_weights_bytes; 0 in bf16)
 
   // Where the last launch spent its time on GPU 0, phase by phase (in order of first appearance).
   std::vector<PhaseTime> phase_times() const;
