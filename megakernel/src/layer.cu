@@ -126,6 +126,7 @@ int forward_cycle_rows(const LayerConfig& c) {
 // LaunchConfig::fp8_weights_given.
 struct Fp8Section {
   size_t values, exps;
+  size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
 };
 struct Fp8Sections {
   Fp8Section xq, aq, shared_xq, shared_aq;
@@ -148,7 +149,8 @@ constexpr size_t kSectionAlign = 256;
 // The activations' fp8 sections of `sections`: exponents per 1 x 128 block of each row, in whole
 // 128-row tiles (a tile reads its rows' exponents, past the matrix's last row too).
 Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_rows) {
-  return Fp8Section{sections.take(rows * cols), sections.take(exp_rows * (cols / kFp8Block) * sizeof(int32_t))};
+  const size_t values = sections.take(rows * cols), exps = sections.take(exp_rows * (cols / kFp8Block) * 4);
+  return Fp8Section{values, exps, sections.bytes() - exps};
 }
 Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
@@ -454,8 +456,7 @@ struct Layer::Impl {
       quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, q.values, nullptr, q.exps);
       // The padding block row and the gap to the section's aligned end (the values' sections have none).
       const size_t stored = size_t(matrices) * rows / B * (cols / B) * sizeof(int32_t);
-      const size_t end = (stored + cols / B * sizeof(int32_t) + kSectionAlign - 1) / kSectionAlign * kSectionAlign;
-      MOK_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(q.exps) + stored, 0, end - stored, stream));
+      MOK_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(q.exps) + stored, 0, at.exp_bytes - stored, stream));
     };
     weight(w.w1, E, 2 * I, H, fp8w.w1);
     weight(w.w2, E, H, I, fp8w.w2);

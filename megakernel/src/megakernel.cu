@@ -191,7 +191,10 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
     m.gpus.emplace_back(g, device, c, w, launch, m.peers.get());
   }
   if (launch.fp8_weights_given) {
-    for (GpuShare& s : m.gpus) s.use(), s.fp8_weights.poison();  // what the quantization does not write shows
+    for (GpuShare& s : m.gpus) {  // what the quantization does not write shows
+      s.use();
+      s.fp8_weights.poison();
+    }
     quantize_weights();
   }
 }
@@ -200,18 +203,7 @@ void Megakernel::quantize_weights() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
   require(m.launch.fp8_weights_given, "quantize_weights needs LaunchConfig::fp8_weights_given");
-  for (GpuShare& s : m.gpus) {  // the uploads and poisons (legacy default stream) land first
-    s.use();
-    MOK_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  for (GpuShare& s : m.gpus) {
-    s.use();
-    s.layer->quantize_weights(s.stream.get(), s.weights.views(), s.fp8_weights.view());
-  }
-  for (GpuShare& s : m.gpus) {
-    s.use();
-    MOK_CUDA_CHECK(cudaStreamSynchronize(s.stream.get()));
-  }
+  m.run([&](GpuShare& s) { s.layer->quantize_weights(s.stream.get(), s.weights.views(), s.fp8_weights.view()); });
 }
 
 Megakernel::~Megakernel() = default;  // ~Impl keeps the caller's device

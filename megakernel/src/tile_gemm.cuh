@@ -154,10 +154,12 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, Warpgroup consume
 
 // acc[kFirst + i] = acc[kFirst + i] + partial[i] 2^s (fp8_gemm_element's promotion, scale_by_exp2), s
 // the exponent of accumulator i's row: s_lo for rows 16 w + g, s_hi for rows 16 w + g + 8 ((i / 2) % 2,
-// the fragment of ptx/wgmma.cuh). A partial is zero or of magnitude in [2^-18, 2^25) (a sum of 128
-// products of E4M3 values, each a multiple of 2^-18 and at most 448^2), so for s in [-108, 102] its
-// product by 2^s is a normal float, exact: the rounded product plus acc is then one fused multiply-add
-// by a factor computed once per row, as it nearly always is. Elsewhere, scale_by_exp2's own path.
+// the fragment of ptx/wgmma.cuh). A partial is zero or of magnitude in [2^-18, 2^25): 128 products of
+// E4M3 values, each a multiple of 2^-18 and at most 448^2, summed by the tensor core, whose cuts toward
+// zero keep that grid (or a coarser one) and never grow a magnitude. So for s in [-108, 102] its
+// product by 2^s is a normal float, exact, and acc plus it is one fused multiply-add (one rounding, as
+// the add alone), by a factor computed once per row, as it nearly always is. Elsewhere, scale_by_exp2's
+// own path, then the add.
 template <int kFirst>
 __device__ __forceinline__ void promote(float (&acc)[kAccumulators], const float (&partial)[kAccumulators / 2],
                                         int s_lo, int s_hi) {

@@ -524,7 +524,10 @@ TEST_F(LayerApi, Fp8WeightsQuantizedOnceGiveTheBitsOfTheForwardThatQuantizes) {
     expect_reference_forward(forward(given, b, q.view()), second);
   }
   {
-    SCOPED_TRACE("a Layer without fp8_weights_given, given the buffer");
+    SCOPED_TRACE("a Layer without fp8_weights_given reads a given buffer, not its own quantization");
+    q.poison();
+    EXPECT_NE(first_bit_mismatch("y", forward(quantizing, self, q.view()).y, want.y), "");
+    given.quantize_weights(stream_, b.weights.views(), q.view());
     expect_same_forward(forward(quantizing, self, q.view()), want);
   }
 }

@@ -407,7 +407,8 @@ TEST_F(Gpu, Fp8ForwardAcrossLaunchModesMatchesTheReference) {
 // The weights quantized once per optimizer step (LaunchConfig::fp8_weights_given: the wrapper's buffer,
 // quantized at construction and read by every forward), on one GPU, in recompute mode and on 2
 // colocated shares (each its experts' share): the reference's bits for two micro-batches of the same
-// weights, and again after the weights are quantized anew.
+// weights, and again after quantizing anew into the same buffer (that it writes every byte whatever
+// the buffer held is LayerApi.Fp8QuantizedWeightsDoNotDependOnTheBufferAndReplayInAGraph's).
 TEST_F(Gpu, Fp8ForwardWithWeightsQuantizedOnceMatchesTheReference) {
   for (const Case& cs : fp8_cases()) {
     const Problem p = make_problem(cs.config, 78, cs.kind);

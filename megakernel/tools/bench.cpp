@@ -60,9 +60,11 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     launch.gpus = g;
     launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
     const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
-    // w1 [2I, H] and w2 [H, I] per expert, bf16, and their bf16 gradients (fp8: and the E4M3 copy the
-    // forward reads, LaunchConfig::fp8_weights_given; 0 bytes in bf16).
-    const double weights = double(c.experts / g) * 3.0 * c.intermediate * c.hidden * 2 * 2 + double(m.fp8_weights);
+    // w1 [2I, H] and w2 [H, I] per expert and the shared expert's [2Is, H] and [H, Is], bf16, and their
+    // bf16 gradients (fp8: and the E4M3 copy of all of them the forward reads,
+    // LaunchConfig::fp8_weights_given; 0 bytes in bf16).
+    const double bf16_weights = (double(c.experts / g) * c.intermediate + c.shared_intermediate) * 3.0 * c.hidden;
+    const double weights = bf16_weights * 2 * 2 + double(m.fp8_weights);
     const double total = weights + double(m.saved) + double(m.window) + double(m.workspace_backward);
     std::printf("%6d %8d %14.1f %8.1f %8.1f %10.1f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
                 m.window / 1e9, m.workspace_backward / 1e9, total / 1e9);

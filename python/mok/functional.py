@@ -134,6 +134,7 @@ def quantize_weights(
     tokens_per_rank: Optional[int] = None,
     ring_rows: int = DEFAULT_RING_ROWS,
     blocks: int = 0,
+    recompute: bool = False,
     group=None,
     capacity_rows: int = 0,
 ) -> Tensor:
@@ -142,7 +143,9 @@ def quantize_weights(
     after each optimizer step and reuse the result for every micro-batch's forward, which then skips
     the quantization and its workspace. Enqueued on the current stream, no synchronisation. The
     arguments are moe's (with a group, this rank's experts' w1 and w2; tokens_per_rank: the forwards'
-    T, default config.tokens_per_rank, which with a group picks the layer built on the communicator).
+    T, default config.tokens_per_rank): the launch arguments (tokens_per_rank, ring_rows, blocks,
+    recompute, group, capacity_rows) pick the cached layer, so they must be the forwards' or another
+    layer is built (with a group, another window on the communicator).
     The CPU op quantizes in its forward and takes no fp8_weights."""
     comm, gpus = 0, 1
     if group is not None:
@@ -150,6 +153,6 @@ def quantize_weights(
 
         comm, gpus = distributed.communicator(group, w1.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _op_lists(config, tokens_per_rank or config.tokens_per_rank, ring_rows,
-                                                   blocks, False, comm, gpus, capacity_rows)
+                                                   blocks, recompute, comm, gpus, capacity_rows)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

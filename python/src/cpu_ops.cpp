@@ -137,9 +137,11 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
   });
 }
 
-Tensor quantize_weights_cpu(const Tensor&, const Tensor&, const OptTensor&, const OptTensor&, at::IntArrayRef,
-                            at::ArrayRef<double>, at::IntArrayRef) {
-  return value_errors([]() -> Tensor {
+Tensor quantize_weights_cpu(const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
+                            at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
+  return value_errors([&]() -> Tensor {
+    // The bf16 reason first, as the CUDA op gives it.
+    check_quantize_precision(parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch));
     require(false, kCpuQuantizes);
     return Tensor();
   });

@@ -179,9 +179,7 @@ Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor
     CachedLayer& cached = layer_for(call, w1.device().index(), true);
     const std::lock_guard lock(cached.mutex);
     Tensor q = uninitialized({int64_t(cached.layer.fp8_weights_bytes())}, w1.options().dtype(at::kByte));
-    const std::optional<at::Tensor> none;
-    const LayerArgs args{w1, w1, none, w1, w2, shared_w1, shared_w2};  // the experts' fields only
-    cached.layer.quantize_weights(current_stream(w1), weight_views(args), view(q));
+    cached.layer.quantize_weights(current_stream(w1), weight_views(expert_args(w1, w2, shared_w1, shared_w2)), view(q));
     return q;
   });
 }

@@ -135,14 +135,21 @@ void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optiona
           "fp8_weights must be a contiguous one-dimensional uint8 tensor (mok.quantize_weights' result)");
 }
 
-void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
-                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2) {
+LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
+                      const std::optional<at::Tensor>& shared_w2) {
+  static const std::optional<at::Tensor> none;  // referenced by the result
+  return LayerArgs{w1, w1, none, w1, w2, shared_w1, shared_w2};
+}
+
+void check_quantize_precision(const Call& call) {
   require(call.config.precision == Precision::fp8,
           "quantize_weights: the config's precision is bf16 (only the fp8 mode quantizes its weights)");
-  const std::optional<at::Tensor> none;
-  // Only the experts' fields are read.
-  const LayerArgs a{w1, w1, none, w1, w2, shared_w1, shared_w2};
-  check_experts(Checker(w1, true, "w1"), call, a);
+}
+
+void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
+                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2) {
+  check_quantize_precision(call);
+  check_experts(Checker(w1, true, "w1"), call, expert_args(w1, w2, shared_w1, shared_w2));
 }
 
 }  // namespace mok::py

@@ -24,6 +24,11 @@ struct LayerArgs {
   const std::optional<at::Tensor>& shared_w2;
 };
 
+// mok::quantize_weights' arguments as LayerArgs: only the experts' fields (w1, w2 and the shared expert's)
+// are meant to be read; x and router are w1, expert_bias absent.
+LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
+                      const std::optional<at::Tensor>& shared_w2);
+
 // What the forward returned that the backward reads (its y is not needed).
 struct SavedArgs {
   const at::Tensor& topk_idx;
@@ -57,7 +62,10 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
 // The fp8 mode's quantized weights given to mok::forward (on x's device, uint8, one dimension, contiguous;
 // its size the layer checks): refused in bf16.
 void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights);
-// mok::quantize_weights' weights: on w1's device, of the config's dtypes and shapes, contiguous, aligned.
+// mok::quantize_weights' config: the fp8 mode's (refused in bf16: both devices' first check).
+void check_quantize_precision(const Call& call);
+// mok::quantize_weights' arguments: check_quantize_precision, then the weights on w1's device, of the
+// config's dtypes and shapes, contiguous, aligned.
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
                          const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2);
 

@@ -152,8 +152,8 @@ def test_fp8_forward_is_the_cpus_and_its_backward_is_refused():
 def test_fp8_weights_quantized_once_give_the_forwards_bits():
     """The fp8 weights quantized once (mok.quantize_weights, the production path: once per optimizer
     step) and read by the forwards of two micro-batches give the bits of the forward that quantizes them
-    itself, and the CPU op's; the op registration passes opcheck; a buffer that does not fit, or the
-    bf16 mode, is refused."""
+    itself, and the CPU op's; quantize_weights and the forward given its buffer pass opcheck; a buffer
+    that does not fit, or the bf16 mode, is refused."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
                            shared_intermediate=128)
     cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
@@ -173,6 +173,11 @@ def test_fp8_weights_quantized_once_give_the_forwards_bits():
     ints, floats = config.pack()
     weights = [t.detach() for t in (gpu_model.w1, gpu_model.w2, gpu_model.shared_w1, gpu_model.shared_w2)]
     torch.library.opcheck(torch.ops.mok.quantize_weights.default, (*weights, ints, floats, pack_launch(0)))
+    q = torch.ops.mok.quantize_weights.default(*weights, ints, floats, pack_launch(0))
+    x = xs[0].cuda()
+    router = gpu_model.router.detach()
+    torch.library.opcheck(torch.ops.mok.forward.default,
+                          (x, router, None, *weights, None, None, ints, floats, ROUTER, pack_launch(0), q))
     layer = make_layer("softmax_shared").to("cuda")
     with pytest.raises(ValueError, match="quantize_weights: the config's precision is bf16"):
         mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))

@@ -120,7 +120,8 @@ def test_backward_rejects_a_foreign_saved_buffer():
 
 def test_fp8_weights_are_the_cuda_ops():
     """Quantized weights (mok.quantize_weights, a forward's fp8_weights) are the CUDA op's: the CPU op
-    quantizes the weights in its forward and refuses them, naming why; the bf16 mode refuses them."""
+    quantizes the weights in its forward and refuses them, naming why; the bf16 mode refuses them (on the
+    CPU as on the GPU, the bf16 reason first)."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8")
     model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
     cpu_quantizes = "the CPU op quantizes the fp8 mode's weights in its forward"
@@ -132,6 +133,8 @@ def test_fp8_weights_are_the_cuda_ops():
     with pytest.raises(ValueError, match="fp8_weights must be a contiguous one-dimensional uint8 tensor"):
         model(x, fp8_weights=torch.zeros(256, dtype=torch.int32))
     layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match="quantize_weights: the config's precision is bf16"):
+        mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))
     with pytest.raises(ValueError, match="fp8_weights is given, but the config's precision is bf16"):
         torch.ops.mok.forward(*layer.weights(), None, None, *layer.op_args(),
                               fp8_weights=torch.zeros(16, dtype=torch.uint8))

@@ -10,7 +10,7 @@
 //   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
 //   layer.check();                                             // waits for the stream, raises device errors
 //   fp8 mode, once per optimizer step:  layer.quantize_weights(stream, weights, q)  (q: fp8_weights_bytes()),
-//   then every forward reads it: ForwardInputs::fp8_weights = q (LaunchConfig::fp8_weights_given: required)
+//   then every forward reads it: ForwardInputs::fp8_weights = q (required with LaunchConfig::fp8_weights_given)
 //
 // Shapes (N = R T tokens): x, y, dy, dx [N, H] bf16; router, d_router [E, H] fp32; expert_bias [E]
 // fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32, or bf16: GradOutputs); shared_w1 [2Is, H],
@@ -203,7 +203,8 @@ class Layer {
   // quantization a forward without fp8_weights makes, so either forward gives the same results. No
   // allocation, no host synchronisation (but LaunchConfig::synchronous), CUDA-graph safe; bad arguments,
   // or the bf16 mode, throw mok::Error before anything is enqueued. A forward reading the buffer must be
-  // stream-ordered after it, and a weight update after a quantization needs a new one.
+  // stream-ordered after it, and a weight update after a quantization needs a new one. Its kernels
+  // record no device errors (a launch error throws at the call), so check() does not wait for it.
   size_t fp8_weights_bytes() const;
   void quantize_weights(cudaStream_t stream, const WeightViews& weights, const TensorView& fp8_weights) const;
 
@@ -216,7 +217,7 @@ class Layer {
   void backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
                 const TensorView& dy, const GradOutputs& grads);
 
-  // Waits for the stream of this layer's last call (which must still exist) and throws the first
+  // Waits for the stream of this layer's last forward or backward (which must still exist) and throws the first
   // error its kernels recorded, if any.
   void check();
   // The error recorded by this layer's launches that have completed ("" when none), without waiting;
