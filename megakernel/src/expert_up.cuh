@@ -14,9 +14,9 @@
 namespace mok::gpu {
 
 // The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
-// are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid. A
-// thread holds 32 of a row's values (its words j with j % 2 the row's), the quad of threads t % 4 the
-// rest.
+// are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid (past
+// them: a zero scale exponent). A thread holds 32 of a row's values (its words j with j % 2 the row's),
+// the quad of threads t % 4 the rest.
 template <int kWords>
 __device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0, int valid,
                                   long first, const Fp8Matrix& aq) {
@@ -28,9 +28,12 @@ __device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consum
     amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
     amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
     const int row = acc_row(consumer, 2 * half);
-    if (row >= valid) continue;
-    const int e = block_scale_exponent(amax);
     const Fp8Matrix dst = aq.row(first + row, inter);
+    if (row >= valid) {  // a token tile's row past the last token: GEMM2's tile reads its exponent
+      if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = 0;
+      continue;
+    }
+    const int e = block_scale_exponent(amax);
 #pragma unroll
     for (int j = half; j < kWords; j += 2) {
       *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) =

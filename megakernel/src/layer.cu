@@ -464,20 +464,6 @@ struct Layer::Impl {
     weight(w.shared_w1, 1, 2 * Is, H, fp8w.shared_w1);
     weight(w.shared_w2, 1, H, Is, fp8w.shared_w2);
   }
-  // The shared expert's activation exponent tables' padding rows past N (fp8_sections), which no phase
-  // writes, zeroed before every fp8 forward: a shared tile's rows past N read them for rows never stored.
-  void zero_shared_exponent_tails(cudaStream_t stream, uint8_t* workspace) const {
-    const long N = c.tokens(), B = kFp8Block;
-    const auto tail_rows = [&](const Fp8Section& at, long cols) {
-      const long rows = (N + B - 1) / B * B - N;
-      int32_t* exps = in_buffer(workspace, at).exps;
-      MOK_CUDA_CHECK(cudaMemsetAsync(exps + N * (cols / B), 0, rows * (cols / B) * sizeof(int32_t), stream));
-    };
-    if (c.shared_intermediate == 0) return;
-    tail_rows(ws.fp8.shared_xq, c.hidden);
-    tail_rows(ws.fp8.shared_aq, c.shared_intermediate);
-  }
-
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
     MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 3 * sizeof(unsigned int), stream));
@@ -636,7 +622,6 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights);
-  if (fp8) m.zero_shared_exponent_tails(stream, ws);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
