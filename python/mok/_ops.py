@@ -39,6 +39,9 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
 
 @torch.library.register_fake("mok::quantize_weights")
 def _quantize_weights_fake(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch):
+    # The kernel's own checks, so that tracing raises its ValueError: the CPU op refuses every call, the
+    # CUDA op checks the config's precision and the weights.
+    _C.check_quantize_weights(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)
     return w1.new_empty((_C.fp8_weights_bytes(config_ints, config_floats, launch),), dtype=torch.uint8)
 
 

@@ -12,11 +12,6 @@ namespace {
 using Tensor = at::Tensor;
 using OptTensor = std::optional<at::Tensor>;
 
-// The CPU op has no quantized weights to take: the reference quantizes them in its forward.
-constexpr const char* kCpuQuantizes =
-    "the CPU op quantizes the fp8 mode's weights in its forward: fp8_weights (mok.quantize_weights) is for the "
-    "CUDA op only";
-
 ref::Options reference_options(const Call& call) {
   ref::Options opt;
   opt.step = StepModel::hopper_tc;
@@ -140,9 +135,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
 Tensor quantize_weights_cpu(const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
                             at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
   return value_errors([&]() -> Tensor {
-    // The bf16 reason first, as the CUDA op gives it.
-    check_quantize_precision(parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch));
-    require(false, kCpuQuantizes);
+    refuse_quantize_on_cpu(parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch));
     return Tensor();
   });
 }

@@ -174,7 +174,7 @@ Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor
                              at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
   return value_errors([&] {
     const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
-    check_quantize_args(call, w1, w2, shared_w1, shared_w2);
+    check_quantize_args(call, w1, w2, shared_w1, shared_w2, true);
     const c10::cuda::CUDAGuard guard(w1.device());
     CachedLayer& cached = layer_for(call, w1.device().index(), true);
     const std::lock_guard lock(cached.mutex);

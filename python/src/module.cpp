@@ -5,6 +5,7 @@
 #include "cuda_layers.h"
 #include "golden_io.h"
 #include "op_config.h"
+#include "op_tensors.h"
 
 #ifdef MOK_WITH_CUDA
 // nccl.h: the NCCL the megakernel was built against, torch's where found (cmake/TorchNccl.cmake).
@@ -63,6 +64,32 @@ pybind11::dict golden_dict(const GoldenRead& g) {
   return d;
 }
 
+// mok::quantize_weights' checks on its tensors' metadata (device, dtype, shape, contiguity: all a fake
+// tensor has), those of the kernel the dispatcher would pick: all on the CPU, the CPU kernel's (it
+// refuses every call); some on CUDA, the rest on the CPU, the CUDA kernel's (where the module has it),
+// less the data's alignment; on another device (meta) none, as no kernel runs there. With symbolic sizes
+// (torch.compile's dynamic shapes) only the precision: the kernel checks the sizes when it runs.
+void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
+                            const std::optional<at::Tensor>& shared_w2, const std::vector<int64_t>& ints,
+                            const std::vector<double>& floats, const std::vector<int64_t>& launch) {
+  const Call call = parse_call(ints, floats, int64_t(RoutingMode::router), launch);
+  bool all_cpu = true, cpu_or_cuda = true, symbolic = false;
+  for (const at::Tensor* t : {&w1, &w2, shared_w1 ? &*shared_w1 : nullptr, shared_w2 ? &*shared_w2 : nullptr}) {
+    if (!t) continue;
+    all_cpu = all_cpu && t->is_cpu();
+    cpu_or_cuda = cpu_or_cuda && (t->is_cpu() || t->is_cuda());
+    symbolic = symbolic || t->unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  }
+  if (all_cpu) {
+    refuse_quantize_on_cpu(call);
+  } else if (cpu_or_cuda && kHaveCudaLayers) {
+    if (symbolic)
+      check_quantize_precision(call);
+    else
+      check_quantize_args(call, w1, w2, shared_w1, shared_w2, false);
+  }
+}
+
 }  // namespace
 }  // namespace mok::py
 
@@ -118,6 +145,11 @@ PYBIND11_MODULE(_C, m) {
         return cuda_fp8_weights_bytes(ints, floats, launch);
       },
       "Bytes of mok::quantize_weights' result for this config and launch list (0 in bf16; no GPU needed).");
+  m.def("check_quantize_weights", &check_quantize_weights, py::arg("w1"), py::arg("w2"), py::arg("shared_w1"),
+        py::arg("shared_w2"), py::arg("config_ints"), py::arg("config_floats"), py::arg("launch"),
+        "Raises the ValueError mok::quantize_weights' kernel would raise for these arguments, from their "
+        "metadata alone (fake tensors too: the fake kernel's check): on the CPU always (the CPU op quantizes "
+        "in its forward), on CUDA the CUDA op's argument checks but the data's alignment.");
   m.def(
       "nccl_version",
       []() -> py::object {

@@ -147,9 +147,15 @@ void check_quantize_precision(const Call& call) {
 }
 
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
-                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2) {
+                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
+                         bool aligned) {
   check_quantize_precision(call);
-  check_experts(Checker(w1, true, "w1"), call, expert_args(w1, w2, shared_w1, shared_w2));
+  check_experts(Checker(w1, aligned, "w1"), call, expert_args(w1, w2, shared_w1, shared_w2));
+}
+
+void refuse_quantize_on_cpu(const Call& call) {
+  check_quantize_precision(call);
+  require(false, kCpuQuantizes);
 }
 
 }  // namespace mok::py

@@ -64,10 +64,20 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
 void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights);
 // mok::quantize_weights' config: the fp8 mode's (refused in bf16: both devices' first check).
 void check_quantize_precision(const Call& call);
-// mok::quantize_weights' arguments: check_quantize_precision, then the weights on w1's device, of the
-// config's dtypes and shapes, contiguous, aligned.
+// mok::quantize_weights' arguments (the CUDA op's checks): check_quantize_precision, then the weights on
+// w1's device, of the config's dtypes and shapes, contiguous; `aligned`: data 16-byte aligned (false for
+// the fake kernel's fake tensors, which have no data).
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
-                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2);
+                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
+                         bool aligned);
+// The CPU op takes no quantized weights (mok::forward's fp8_weights): the reference quantizes them in its
+// forward.
+inline constexpr const char* kCpuQuantizes =
+    "the CPU op quantizes the fp8 mode's weights in its forward: fp8_weights (mok.quantize_weights) is for the "
+    "CUDA op only";
+// mok::quantize_weights on the CPU: always refused (throws), after check_quantize_precision (the bf16
+// reason first, as the CUDA op gives it), with kCpuQuantizes.
+void refuse_quantize_on_cpu(const Call& call);
 
 template <class T>
 constexpr at::ScalarType scalar_type_of();

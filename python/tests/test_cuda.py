@@ -1,6 +1,8 @@
 """The ops on the GPU (the megakernel): the CPU op's bits, opcheck, CUDA graphs, streams, torch.compile,
 errors, capture, training. Skipped without a CUDA device or without mok's GPU ops."""
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
@@ -181,6 +183,40 @@ def test_fp8_weights_quantized_once_give_the_forwards_bits():
     layer = make_layer("softmax_shared").to("cuda")
     with pytest.raises(ValueError, match="quantize_weights: the config's precision is bf16"):
         mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))
+
+
+def test_quantize_weights_fake_raises_the_cuda_ops_error():
+    """mok::quantize_weights' fake kernel (FakeTensorMode's, so torch.compile's) raises the CUDA op's
+    ValueError, with its message, for the arguments it refuses (the bf16 mode, a weight's shape, dtype or
+    device, a missing shared expert; not the alignment: a fake tensor has no data), and gives the right
+    ones the result's shape."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    model = mok.MoE(config, device="cuda", generator=torch.Generator().manual_seed(3))
+    w1, w2, sw1, sw2 = (t.detach() for t in (model.w1, model.w2, model.shared_w1, model.shared_w2))
+    bf16 = dataclasses.replace(config, precision="bf16")
+    cases = [(bf16, (w1, w2, sw1, sw2), "quantize_weights: the config's precision is bf16"),
+             (config, (w1[:, :256].contiguous(), w2, sw1, sw2), r"w1 must have shape \[4, 512, 128\]"),
+             (config, (w1, w2.float(), sw1, sw2), "w2 must be BFloat16, got Float"),
+             (config, (w1, w2, sw1.cpu(), sw2), "shared_w1 is on cpu but w1 is on cuda"),
+             (config, (w1, w2, None, None), "shared_w1 is missing"),
+             (config, (w1, w2.transpose(1, 2).contiguous().transpose(1, 2), sw1, sw2), "w2 is not contiguous")]
+    for c, weights, message in cases:
+        args = (*c.pack(), pack_launch(0))
+        with pytest.raises(ValueError, match=message) as real:
+            torch.ops.mok.quantize_weights(*weights, *args)
+        with FakeTensorMode() as mode:
+            fakes = [mode.from_tensor(t) if t is not None else None for t in weights]
+            with pytest.raises(ValueError, match=message) as fake:
+                torch.ops.mok.quantize_weights(*fakes, *args)
+        assert str(fake.value).splitlines()[0] == str(real.value).splitlines()[0], message
+    with FakeTensorMode() as mode:
+        q = torch.ops.mok.quantize_weights(*(mode.from_tensor(t) for t in (w1, w2, sw1, sw2)), *config.pack(),
+                                           pack_launch(0))
+        assert q.dtype == torch.uint8 and q.device == w1.device
+        assert q.shape == (mok._C.fp8_weights_bytes(*config.pack(), pack_launch(0)),)
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))

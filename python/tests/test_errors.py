@@ -138,3 +138,26 @@ def test_fp8_weights_are_the_cuda_ops():
     with pytest.raises(ValueError, match="fp8_weights is given, but the config's precision is bf16"):
         torch.ops.mok.forward(*layer.weights(), None, None, *layer.op_args(),
                               fp8_weights=torch.zeros(16, dtype=torch.uint8))
+
+
+def test_quantize_weights_fake_raises_the_cpu_ops_error():
+    """mok::quantize_weights' fake kernel (FakeTensorMode's, so torch.compile's) raises the CPU op's
+    ValueError for CPU tensors, with its message: in the fp8 mode the CPU op's refusal, in bf16 the bf16
+    reason first. Not a uint8 result that only the call refuses."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fp8 = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                        shared_intermediate=128)
+    model = mok.MoE(fp8, generator=torch.Generator().manual_seed(3))
+    weights = [t.detach() for t in (model.w1, model.w2, model.shared_w1, model.shared_w2)]
+    cases = {"fp8": "the CPU op quantizes the fp8 mode's weights in its forward",
+             "bf16": "quantize_weights: the config's precision is bf16"}
+    for precision, message in cases.items():
+        args = (*dataclasses.replace(fp8, precision=precision).pack(), pack_launch(RING_ROWS))
+        with pytest.raises(ValueError, match=message) as real:
+            torch.ops.mok.quantize_weights(*weights, *args)
+        with FakeTensorMode() as mode:
+            fakes = [mode.from_tensor(t) for t in weights]
+            with pytest.raises(ValueError, match=message) as fake:
+                torch.ops.mok.quantize_weights(*fakes, *args)
+        assert str(fake.value).splitlines()[0] == str(real.value).splitlines()[0], precision
