@@ -61,14 +61,14 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       [&](const RingItem& it) {
         return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
       },
-      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      InRegisters{[&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
               *reinterpret_cast<float2*>(p.g + long(it.t.pad_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
             min(kTileN, I - it.n0));
-      });
+      }});
 }
 
 // d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
@@ -165,9 +165,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       [&](const RingItem& it) {
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
-      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        push_to_slots(pipe, p, it, consumer, acc);
-      });
+      push_epilogue<false>(pipe, p));
 }
 
 // Element `i` of a weight gradient's buffer (fp32, or bf16: Params::grads_bf16).
@@ -266,7 +264,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, ceil_div(wg.k_rows, kBox)};
         return true;
       },
-      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      InRegisters{[&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
@@ -274,7 +272,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
                 store_gradient_pair(p, gradient_at(p, wg.out, long(m0 + row) * wg.n + n0 + col), v0, v1);
             },
             min(kTileN, wg.n - n0));
-      });
+      }});
 }
 
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
@@ -344,7 +342,7 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
-  Pipeline pipe = pipeline_init();
+  Pipeline pipe = pipeline_init(kStages);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
   // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
   if (!peer_sync(b, kStart, 0)) return;
