@@ -52,7 +52,8 @@ __device__ void pull_dy(const Params& p, int cycle) {
   });
 }
 
-// g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per padded row.
+// g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per ring row (it
+// lives within the cycle).
 // W2_e [H, I] is read as stored (rows along K).
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
@@ -65,7 +66,7 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
-              *reinterpret_cast<float2*>(p.g + long(it.t.pad_row + row) * I + it.n0 + col) = float2{v0, v1};
+              *reinterpret_cast<float2*>(p.g + long(it.ring_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
             min(kTileN, I - it.n0));
       }});
@@ -93,11 +94,12 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
       // Every load of the panel is issued before the first store: the compiler cannot tell the panels
       // (generic pointers) from g and a, and interleaved it ran the 32 rows' loads one after another.
       float gv[kRows], av[kRows];
+      const float* g_row = p.g + first * I + i0 + lane;  // g per ring row: the warp's 32 rows follow
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;
+      for (int r = 0; r < kRows; ++r, g_row += I) {
+        const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;  // a per padded row
         const bool load = (valid >> r & 1u) && lane < n;
-        gv[r] = load ? p.g[at] : 0.0f;
+        gv[r] = load ? *g_row : 0.0f;
         av[r] = load ? to_float(p.a[at]) : 0.0f;
       }
 #pragma unroll
@@ -134,7 +136,7 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
       Bf16x8 gate, up;
       float4 g0, g1;
     };
-    const float4* g = reinterpret_cast<const float4*>(p.g + row.pad * I);
+    const float4* g = reinterpret_cast<const float4*>(p.g + (ring_base(p, row.r) + row.q) * I);
     const Bf16x8* h = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
     Bf16x8* dh_vec = reinterpret_cast<Bf16x8*>(dh);
     row_pass(

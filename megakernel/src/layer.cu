@@ -201,7 +201,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   l.forward_bytes = sections.bytes();
   l.ring = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * H * 2);  // own ranks
-  l.g = sections.take(P * I * 4);
+  l.g = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * I * 4);     // per ring row
   l.dh = sections.take(P * 2 * I * 2);
   l.dye = sections.take(P * H * 2);
   l.shared_dh = sections.take(N * 2 * Is * 2);

@@ -189,7 +189,7 @@ struct Params {
   // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
   bf16* h;               // [P, 2I]  saved, or the workspace's (recompute)
   bf16* a;               // [P, I]   saved, or the workspace's (recompute)
-  float* g;              // [P, I]   dy W2 (backward)
+  float* g;              // [R/G ring_rows, I]  dy W2 (backward): per ring row, not padded row
   bf16* dh;              // [P, 2I]  (backward)
   bf16* dye;             // [P, H]   bf16(w dy) (backward)
   bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)

@@ -6,8 +6,9 @@
 //   slot j       g's j-th expert; t k + j indexes rank r's slots and topk_w      slot_source, source_slot
 //   layout row   one (token, slot), by expert, then by token: row_source         layout_place (place_token)
 //   expert tile  kTileRows layout rows of one expert, numbered expert by expert  layout_scan, expert_tile
-//   padded row   kTileRows tile + row in the tile: per-row h, a, g, dh, dye, xe  expert_tile, ring_row
+//   padded row   kTileRows tile + row in the tile: per-row h, a, dh, dye, xe     expert_tile, ring_row
 //   ring row     row q of rank r's ring; ring slot q / kTileRows holds a tile    ring_tile, ring_row
+//                (the cycle's dy and g)
 // Padding rows (past an expert's last layout row, up to its tiles' end) hold zeros, so a tile's rows
 // are contiguous and a weight gradient's last K-block reads zeros past the expert's rows.
 #pragma once
