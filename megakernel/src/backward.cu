@@ -22,34 +22,48 @@ namespace mok::gpu {
 namespace {
 
 // The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
-// buffers into the ring (g = dy W2 reads it) and, weighted, into dye = bf16(w dy) per padded row (dW2's
-// operand) in the same pass; padding rows zero.
+// buffers into the ring (g = dy W2 reads it); padding rows zero.
 __device__ void pull_dy(const Params& p, int cycle) {
   const int H = p.c.hidden;
   for_each_tile_row(p, cycle, [&](const RingRow& row) {
-    bf16* ring = ring_row_data(p, row.r, row.q);
-    bf16* dye = p.dye + row.pad * H;
-    if (!row.valid) {
-      copy_row(ring, nullptr, H);
+    const bf16* dy = nullptr;  // a padding row: zeros
+    if (row.valid) {
+      const RankBuffers* src;
+      const long slot = source_slot(p, row, src);
+      dy = src->dy + slot / p.c.top_k * H;
+    }
+    copy_row(ring_row_data(p, row.r, row.q), dy, H);
+  });
+}
+
+// dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
+// as the cycles' pull reads it; padding rows zero. After the ring cycles, so that dye can lie over the
+// ring and g, dead by then (workspace_layout).
+__device__ void pull_weighted_dy(const Params& p) {
+  const int H = p.c.hidden, first = own_tile_begin(p);
+  const long rows = long(rank_tile_end(p, p.rank_end - 1) - first) * kTileRows;
+  for (long pad = warp_id(); pad < rows; pad += warp_count()) {
+    const ExpertTile t = expert_tile(p, first + int(pad / kTileRows));
+    const int i = int(pad % kTileRows);
+    bf16* dye = p.dye + pad * H;
+    if (i >= t.rows) {
       copy_row(dye, nullptr, H);
-      return;
+      continue;
     }
     const RankBuffers* src;
-    const long slot = source_slot(p, row, src);
+    const long slot = source_slot(p, t.first_row + i, src);
     const float w = src->topk_w[slot];
     const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(src->dy + slot / p.c.top_k * H);
-    Bf16x8* ring_vec = reinterpret_cast<Bf16x8*>(ring);
-    Bf16x8* dye_vec = reinterpret_cast<Bf16x8*>(dye);
+    Bf16x8* out = reinterpret_cast<Bf16x8*>(dye);
     row_pass(
         H / 8, [&](int c) { return dy[c]; },
         [&](int c, const Bf16x8& v) {
-          ring_vec[c] = v;
-          Bf16x8 out;
+          Bf16x8 weighted;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) out.e[j] = weighted_dy(w, v.e[j]);
-          dye_vec[c] = out;
+          for (int j = 0; j < 8; ++j) weighted.e[j] = weighted_dy(w, v.e[j]);
+          out[c] = weighted;
         });
-  });
+  }
 }
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per ring row (it
@@ -370,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
   if (!peer_sync(b, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
+  pull_weighted_dy(p);
   if (p.c.has_shared()) shared_down_grad(pipe, p);
   if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;

@@ -116,10 +116,31 @@ int forward_cycle_rows(const LayerConfig& c) {
   return ring_rows_for(c, int64_t(c.tokens()) * std::min(c.top_k, c.experts_per_rank()));
 }
 
+// The most expert tiles one rank can hold: its experts' rows, N min(k, experts per rank) (a token picks
+// distinct experts), each expert's last tile part padding, and no more than its GPU's per-row buffers
+// hold (own_padded_rows: the forward refuses a layout past them, kCapacity).
+long most_rank_tiles(const LayerConfig& c, const LaunchConfig& launch) {
+  const long experts = c.experts_per_rank(), rows = long(c.tokens()) * std::min<long>(c.top_k, experts);
+  const long own_tiles = own_padded_rows(c, launch.gpus, launch.capacity_rows) / kTileRows;
+  return std::min((rows + (kTileRows - 1) * experts) / kTileRows, own_tiles);
+}
+
+// Whether the backward runs one ring cycle whatever the routing: every rank's tiles fit its ring
+// (ring_cycles counts the busiest rank's). The op's default, one rank per GPU, always does.
+bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
+  return launch.ring_rows / kTileRows >= most_rank_tiles(c, launch);
+}
+
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
 // the forward's workspace is a prefix of the backward's. In recompute mode h and a are the forward's
 // sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
 // otherwise they take no bytes (they are saved).
+// The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
+// "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
+// dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, dye and shared_dh
+// from the phase after the cycles to the weight gradients. So dye and shared_dh lie over the ring and
+// g, and with one ring cycle (one_ring_cycle) dh lies over the ring too (dead once dy W2 has read it;
+// never over g, which the per-row phase reads as it writes dh).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
 // values, then its scale exponents; none in bf16. The quantized weights are one forward section laid
 // out as the caller's buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
@@ -200,12 +221,23 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
     l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8_weight_layout(c, E / launch.gpus).bytes);
   }
   l.forward_bytes = sections.bytes();
-  l.ring = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * H * 2);  // own ranks
-  l.g = sections.take(size_t(c.ranks / launch.gpus) * launch.ring_rows * I * 4);     // per ring row
-  l.dh = sections.take(P * 2 * I * 2);
-  l.dye = sections.take(P * H * 2);
-  l.shared_dh = sections.take(N * 2 * Is * 2);
-  l.bytes = sections.bytes();
+  const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
+  const size_t dh = P * 2 * I * 2;
+  const bool one_cycle = one_ring_cycle(c, launch);
+  if (!one_cycle) l.dh = sections.take(dh);
+  const size_t base = sections.bytes();
+  // From base, over one another: the ring and g, dead after the last per-row phase; and what is written
+  // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh).
+  Sections cycles(kSectionAlign), late(kSectionAlign);
+  l.ring = base + cycles.take(ring_rows * H * 2);
+  if (one_cycle) {
+    l.dh = base + late.take(dh);
+    if (late.bytes() > cycles.bytes()) cycles.take(late.bytes() - cycles.bytes());  // g past dh
+  }
+  l.g = base + cycles.take(ring_rows * I * 4);
+  l.dye = base + late.take(P * H * 2);
+  l.shared_dh = base + late.take(N * 2 * Is * 2);
+  l.bytes = base + std::max(cycles.bytes(), late.bytes());
   return l;
 }
 

@@ -93,7 +93,7 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "expert dy W2",
                                                          "router-weight grad and SwiGLU backward",
                                                          "dx push",
-                                                         "router backward (+ shared expert dy W2)",
+                                                         "router backward (+ dye pull, shared expert dy W2)",
                                                          "weight gradients (+ shared expert dx)",
                                                          "tile table"};
 
@@ -191,7 +191,7 @@ struct Params {
   bf16* a;               // [P, I]   saved, or the workspace's (recompute)
   float* g;              // [R/G ring_rows, I]  dy W2 (backward): per ring row, not padded row
   bf16* dh;              // [P, 2I]  (backward)
-  bf16* dye;             // [P, H]   bf16(w dy) (backward)
+  bf16* dye;             // [P, H]   bf16(w dy) (backward, after the ring cycles)
   bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
   SavedGaps saved_gaps;  // zeroed by the forward
 
