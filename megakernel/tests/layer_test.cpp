@@ -202,6 +202,32 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
   }
 }
 
+// The backward's sections over one another (workspace_layout; LayerMemory.BackwardSectionsShareBytesByLifetime):
+// with one ring cycle whatever the routing (one rank's default ring; two ranks' ring of a rank's most
+// tiles) dh over the ring, dye and shared_dh over the ring and g; with several cycles (a one-tile ring)
+// dye and shared_dh over the ring and g. Skewed routing, a shared expert, h and a saved or recomputed;
+// the workspace poisoned before the forward and again before the backward: the reference's bits.
+TEST_F(LayerApi, BackwardSectionsOverOneAnotherMatchTheReference) {
+  const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
+  const std::pair<LayerConfig, int> runs[] = {{one_rank, 0}, {shared_sigmoid(), 640}, {shared_sigmoid(), 128}};
+  for (const auto& [c, ring_rows] : runs)
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE("R " + std::to_string(c.ranks) + ", ring " + std::to_string(ring_rows) +
+                   (recompute ? ", recompute" : ""));
+      const ref::Problem p = ref::make_problem(c, 44, ref::RoutingKind::zipf);
+      Layer layer(c, LaunchConfig{.ring_rows = ring_rows, .recompute = recompute});
+      Bound b(layer, p, RoutingMode::given);
+      b.poison();
+      void* ws = b.workspace.view().data;
+      layer.poison_workspace(stream_, ws);
+      layer.forward(stream_, ws, b.inputs(), b.outputs());
+      layer.poison_workspace(stream_, ws);
+      layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+      layer.check();
+      expect_same(read(b), reference(p, RoutingMode::given, recompute));
+    }
+}
+
 // The weights are read through the pointers of each call: new weights, same layer, new results.
 TEST_F(LayerApi, ReadsTheWeightsOfEachCall) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 32);
@@ -669,6 +695,61 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
   }
 }
 
+// Host only: the backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
+// buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles);
+// with one ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part
+// tile per expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. The
+// sizes are computed here from that rule, not by the layout's code.
+TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
+  const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));  // N 80, k 3, E 8
+  const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  struct Case {
+    const char* name;
+    LayerConfig c;
+    LaunchConfig launch;
+    size_t ring_rows;  // per rank
+    bool one_cycle;
+  };
+  // One rank: at most N k = 240 rows, 9 tiles; the default ring holds N k rows and a tile per expert (9).
+  // Two ranks: a rank's 4 experts hold at most N min(k, 4) = 240 rows, 5 tiles; the default ring an
+  // average rank's 120 rows (4 tiles). Two GPUs: the same 5 tiles (each GPU's capacity holds 6).
+  // Two GPUs of 400 tokens per rank, a capacity of 128 rows: each GPU's buffers hold 5 tiles, fewer
+  // than a rank's 22 (N min(k, 4) = 2400 rows).
+  LaunchConfig recompute{.ring_rows = 640, .recompute = true}, two_gpus_ring = colocated;
+  two_gpus_ring.ring_rows = 640;
+  LaunchConfig capacity = two_gpus_ring, past_capacity = colocated;
+  capacity.capacity_rows = past_capacity.capacity_rows = 128;
+  past_capacity.ring_rows = 512;
+  const LayerConfig long_ranks = with_every_branch(make_config(2, 400, 128, 64, 8, 3));
+  const Case cases[] = {{"one rank, default ring", one_rank, {}, 1152, true},
+                        {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
+                        {"two ranks, default ring", two_ranks, {}, 512, false},
+                        {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
+                        {"two ranks, 4-tile ring", two_ranks, {.ring_rows = 512}, 512, false},
+                        {"two ranks, 5-tile ring, recompute", two_ranks, recompute, 640, true},
+                        {"two GPUs, default ring", two_ranks, colocated, 512, false},
+                        {"two GPUs, 5-tile ring", two_ranks, two_gpus_ring, 640, true},
+                        {"two GPUs, capacity 128, 5-tile ring", long_ranks, capacity, 640, true},
+                        {"two GPUs, capacity 128, 4-tile ring", long_ranks, past_capacity, 512, false}};
+  const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(t.name);
+    const LayerConfig& c = t.c;
+    const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
+                 rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
+    const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
+    const size_t dye = aligned(P * H * 2), shared_dh = aligned(N * 2 * Is * 2);
+    const size_t own =
+        t.one_cycle ? std::max(std::max(ring, dh) + g, dh + dye + shared_dh) : dh + std::max(ring + g, dye + shared_dh);
+    const LayerMemory m = layer_memory(c, t.launch);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
+    // Each section apart, g per padded row (the layout before): every case holds less.
+    EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
+  }
+}
+
 // The shares' results as one layer's: the per-token and per-expert tensors in share order; the router's
 // and the shared expert's gradients, whole on every share, from share 0, every share's bits the same.
 Results assemble(const std::vector<Results>& parts) {
@@ -697,8 +778,9 @@ struct Colocated {
   std::vector<cudaStream_t> streams;
 
   Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0,
-            GivenRouting given = GivenRouting::in_place) {
-    const LaunchConfig launch{.watchdog_seconds = watchdog_seconds, .gpus = gpus, .transport = Transport::colocated};
+            GivenRouting given = GivenRouting::in_place, int ring_rows = 0) {
+    const LaunchConfig launch{
+        .ring_rows = ring_rows, .watchdog_seconds = watchdog_seconds, .gpus = gpus, .transport = Transport::colocated};
     group = make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
@@ -755,6 +837,23 @@ TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
       expect_same(shares.check_and_read(), want);
     }
   }
+}
+
+// One ring cycle on each of 2 colocated shares (a ring of a rank's most tiles: each share's dh lies over
+// its ring, workspace_layout), skewed routing, every workspace poisoned before each launch: the
+// reference's bits.
+TEST_F(LayerApi, ColocatedSharesWithOneRingCycleMatchTheReference) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 47, ref::RoutingKind::zipf);
+  Colocated shares(p, RoutingMode::given, 2, 5.0, GivenRouting::in_place, 640);
+  const auto poison = [&] {
+    for (size_t g = 0; g < shares.layers.size(); ++g)
+      shares.layers[g]->poison_workspace(shares.streams[g], shares.bound[g]->workspace.view().data);
+  };
+  poison();
+  shares.forward();
+  poison();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
 }
 
 // A bad given routing in the last share's tokens: every share gathers every token's routing and checks
