@@ -26,7 +26,8 @@
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           (with --fp8 also their E4M3 copy, quantized once per step) and the Layer's own buffers
-//           (mok::gpu::layer_memory, the sizes a Layer allocates).
+//           (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
+//           which the forward's is a prefix ("of it fwd").
 // Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
 #include <cstdio>
 #include <cstdlib>
@@ -51,8 +52,8 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
               one.tokens_per_rank, one.experts, o.fp8 ? "fp8" : "bf16", base.recompute ? "on" : "off", capacity);
   if (o.fp8)
     std::printf("(fp8: weights+grads include their E4M3 copy, quantized once per step; the workspace holds none)\n");
-  std::printf("%6s %8s %14s %8s %8s %10s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
-              "total");
+  std::printf("%6s %8s %14s %8s %8s %10s %9s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
+              "of it fwd", "total");
   for (const int g : {1, 2, 8, 64}) {
     if (one.experts % g) continue;
     const mok::LayerConfig c = config_of(s, g, o);
@@ -66,8 +67,8 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     const double bf16_weights = (double(c.experts / g) * c.intermediate + c.shared_intermediate) * 3.0 * c.hidden;
     const double weights = bf16_weights * 2 * 2 + double(m.fp8_weights);
     const double total = weights + double(m.saved) + double(m.window) + double(m.workspace_backward);
-    std::printf("%6d %8d %14.1f %8.1f %8.1f %10.1f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
-                m.window / 1e9, m.workspace_backward / 1e9, total / 1e9);
+    std::printf("%6d %8d %14.1f %8.1f %8.1f %10.2f %9.2f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
+                m.window / 1e9, m.workspace_backward / 1e9, m.workspace_forward / 1e9, total / 1e9);
   }
 }
 
