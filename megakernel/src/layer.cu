@@ -214,8 +214,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
-  l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
+  l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);  // last of a bf16 forward's: see below
   if (c.precision == Precision::fp8) {
     l.fp8 = fp8_sections(sections, c, P);
     l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8_weight_layout(c, E / launch.gpus).bytes);
@@ -224,20 +224,24 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
   const size_t dh = P * 2 * I * 2;
   const bool one_cycle = one_ring_cycle(c, launch);
-  if (!one_cycle) l.dh = sections.take(dh);
-  const size_t base = sections.bytes();
-  // From base, over one another: the ring and g, dead after the last per-row phase; and what is written
-  // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh).
-  Sections cycles(kSectionAlign), late(kSectionAlign);
+  // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
+  // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
+  // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
+  // bf16 forward's sections (the backward refuses fp8).
+  const size_t base = l.forward_bytes;
+  const size_t late_base = !one_cycle && launch.recompute && c.precision == Precision::bf16 ? l.h : base;
+  Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
   l.ring = base + cycles.take(ring_rows * H * 2);
   if (one_cycle) {
     l.dh = base + late.take(dh);
     if (late.bytes() > cycles.bytes()) cycles.take(late.bytes() - cycles.bytes());  // g past dh
   }
   l.g = base + cycles.take(ring_rows * I * 4);
-  l.dye = base + late.take(P * H * 2);
-  l.shared_dh = base + late.take(N * 2 * Is * 2);
-  l.bytes = base + std::max(cycles.bytes(), late.bytes());
+  l.dye = late_base + late.take(P * H * 2);
+  l.shared_dh = late_base + late.take(N * 2 * Is * 2);
+  const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
+  if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
+  l.bytes = end + after.bytes();
   return l;
 }
 

@@ -696,10 +696,11 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
 }
 
 // Host only: the backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
-// buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles);
-// with one ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part
-// tile per expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. The
-// sizes are computed here from that rule, not by the layout's code.
+// buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
+// and in recompute mode with several cycles over the forward's h too (ending its sections); with one
+// ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part tile per
+// expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. The sizes are
+// computed here from that rule, not by the layout's code.
 TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));  // N 80, k 3, E 8
   const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
@@ -722,16 +723,19 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   capacity.capacity_rows = past_capacity.capacity_rows = 128;
   past_capacity.ring_rows = 512;
   const LayerConfig long_ranks = with_every_branch(make_config(2, 400, 128, 64, 8, 3));
-  const Case cases[] = {{"one rank, default ring", one_rank, {}, 1152, true},
-                        {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
-                        {"two ranks, default ring", two_ranks, {}, 512, false},
-                        {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
-                        {"two ranks, 4-tile ring", two_ranks, {.ring_rows = 512}, 512, false},
-                        {"two ranks, 5-tile ring, recompute", two_ranks, recompute, 640, true},
-                        {"two GPUs, default ring", two_ranks, colocated, 512, false},
-                        {"two GPUs, 5-tile ring", two_ranks, two_gpus_ring, 640, true},
-                        {"two GPUs, capacity 128, 5-tile ring", long_ranks, capacity, 640, true},
-                        {"two GPUs, capacity 128, 4-tile ring", long_ranks, past_capacity, 512, false}};
+  const Case cases[] = {
+      {"one rank, default ring", one_rank, {}, 1152, true},
+      {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
+      {"two ranks, default ring", two_ranks, {}, 512, false},
+      {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
+      {"two ranks, 4-tile ring", two_ranks, {.ring_rows = 512}, 512, false},
+      {"two ranks, 5-tile ring, recompute", two_ranks, recompute, 640, true},
+      {"two ranks, default ring, recompute", two_ranks, {.recompute = true}, 512, false},
+      {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
+      {"two GPUs, default ring", two_ranks, colocated, 512, false},
+      {"two GPUs, 5-tile ring", two_ranks, two_gpus_ring, 640, true},
+      {"two GPUs, capacity 128, 5-tile ring", long_ranks, capacity, 640, true},
+      {"two GPUs, capacity 128, 4-tile ring", long_ranks, past_capacity, 512, false}};
   const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
   for (const Case& t : cases) {
     SCOPED_TRACE(t.name);
@@ -741,8 +745,9 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
                  rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
     const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
     const size_t dye = aligned(P * H * 2), shared_dh = aligned(N * 2 * Is * 2);
-    const size_t own =
-        t.one_cycle ? std::max(std::max(ring, dh) + g, dh + dye + shared_dh) : dh + std::max(ring + g, dye + shared_dh);
+    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
+    const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
+    const size_t own = t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late) : dh + std::max(ring + g, past_h);
     const LayerMemory m = layer_memory(c, t.launch);
     EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
     // Each section apart, g per padded row (the layout before): every case holds less.
