@@ -1,8 +1,9 @@
 // The persistent backward kernel: in recompute mode first h and a from the saved xe (the forward's
 // GEMM1 + SwiGLU, expert_up.cuh); ring cycles of pull reverse-combine (dy), g = dy W2, the fused
 // router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1 pushed back to
-// the source ranks; then the weight gradients as K-step chains over each expert's rows in global
-// token order, the shared expert, the router backward, and the slot-ordered dx combine.
+// the source ranks; then dye = bf16(w dy) (pulled after the cycles: it lies over the ring and g,
+// workspace_layout), the shared expert, the router backward, the weight gradients as K-step chains
+// over each expert's rows in global token order, and the slot-ordered dx combine.
 #include "combine_tokens.cuh"
 #include "expert_up.cuh"
 #include "gather.cuh"
