@@ -77,14 +77,14 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       [&](const RingItem& it) {
         return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
       },
-      InRegisters{[&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
               *reinterpret_cast<float2*>(p.g + long(it.ring_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
             min(kTileN, I - it.n0));
-      }});
+      });
 }
 
 // d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
@@ -182,7 +182,9 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       [&](const RingItem& it) {
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
-      push_epilogue<false>(pipe, p));
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // Element `i` of a weight gradient's buffer (fp32, or bf16: Params::grads_bf16).
@@ -281,7 +283,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, ceil_div(wg.k_rows, kBox)};
         return true;
       },
-      InRegisters{[&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
@@ -289,7 +291,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
                 store_gradient_pair(p, gradient_at(p, wg.out, long(m0 + row) * wg.n + n0 + col), v0, v1);
             },
             min(kTileN, wg.n - n0));
-      }});
+      });
 }
 
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
@@ -359,7 +361,7 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
-  Pipeline pipe = pipeline_init(kStages);
+  Pipeline pipe = pipeline_init();
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
   // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
   if (!peer_sync(b, kStart, 0)) return;

@@ -13,19 +13,45 @@
 
 namespace mok::gpu {
 
-// Gate columns per GEMM1 tile (the up columns fill the tile's other half).
-inline constexpr int kGateCols = kTileN / 2;
-static_assert(kGateCols == kFp8Block, "a GEMM1 tile's a columns are one fp8 block of each row");
-static_assert(kGateCols == 32 * 4, "an epilogue lane holds 4 gate columns and their up partners");
+// The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
+// are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid (past
+// them: a zero scale exponent). A thread holds 32 of a row's values (its words j with j % 2 the row's),
+// the quad of threads t % 4 the rest.
+template <int kWords>
+__device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0, int valid,
+                                  long first, const Fp8Matrix& aq) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
+    uint32_t amax = 0;
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) amax = max(amax, max(aw[j] & 0x7fffu, (aw[j] >> 16) & 0x7fffu));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
+    const int row = acc_row(consumer, 2 * half);
+    const Fp8Matrix dst = aq.row(first + row, inter);
+    if (row >= valid) {  // a token tile's row past the last token: GEMM2's tile reads its exponent
+      if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = 0;
+      continue;
+    }
+    const int e = block_scale_exponent(amax);
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) {
+      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) =
+          to_e4m3x2_scaled(low_float(aw[j]), high_float(aw[j]), e);
+    }
+    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = e;
+  }
+}
 
-// The bf16 GEMM1 epilogue (the consumers'): the tile's columns 0-127 are gate columns n0.., 128-255
-// the matching up columns (those at or past inter - n0 are another matrix's: not written);
-// h = bf16(gate | up) and a = bf16(swiglu(h)) for rows < valid, into rows first.. of h and a. All of a
-// is computed in registers before the staged passes, so the compiler interleaves the 64 independent
-// SwiGLUs (they are most of this epilogue's time).
+// The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
+// columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
+// for GEMM2. All of a is computed in registers before the staged passes, so the compiler interleaves
+// the 64 independent SwiGLUs (they are most of this epilogue's time).
+template <bool kFp8 = false>
 __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
                                        const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
-                                       bf16* h, bf16* a) {
+                                       bf16* h, bf16* a, const Fp8Matrix& aq = {}) {
   constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
   constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
@@ -37,6 +63,7 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
     const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
     aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
   }
+  if constexpr (kFp8) quantize_a(aw, consumer, inter, n0, valid, first, aq);
   stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
@@ -48,71 +75,26 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
   }
 }
 
-// The fp8 mode's a for GEMM2 (aq): one staged row's a columns n0.., one 1 x 128 block of the row,
-// quantized (the core's quantize_block) by the warp, 4 values per lane (av): the block's largest
-// magnitude by shuffles over the warp, then this lane's 4 E4M3 codes (to_e4m3x2_scaled).
-__device__ __forceinline__ void quantize_a_row(uint2 av, int n0, const Fp8Matrix& dst) {
-  uint32_t amax = 0;
-  for (const uint32_t w : {av.x, av.y}) amax = max(amax, max(w & 0x7fffu, (w >> 16) & 0x7fffu));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(~0u, amax, offset));
-  const int e = block_scale_exponent(amax);
-  const uint32_t codes = uint32_t(to_e4m3x2_scaled(low_float(av.x), high_float(av.x), e)) |
-                         uint32_t(to_e4m3x2_scaled(low_float(av.y), high_float(av.y), e)) << 16;
-  *reinterpret_cast<uint32_t*>(dst.values + n0 + 4 * lane_id()) = codes;
-  if (lane_id() == 0) dst.exps[n0 / kFp8Block] = e;
-}
-
-// The fp8 forward's GEMM1 epilogue (the epilogue warps', on a staged half tile; columns as in
-// swiglu_epilogue): for tile rows < valid, h = bf16(gate | up) and a = bf16(swiglu(h)) into rows
-// first.. of h and a, and a quantized into aq for GEMM2; a warp per row, a lane its 4 gate columns and
-// their up partners. Rows at or past valid (a token tile's past the last token) get a zero scale
-// exponent in aq: GEMM2's tile reads it.
-__device__ __forceinline__ void drain_swiglu_fp8(const Params& p, int half, StagedRows rows, int inter, int n0,
-                                                 int valid, long first, bf16* h, bf16* a, const Fp8Matrix& aq) {
-  const int col = 4 * lane_id();
-  const float limit = p.c.swiglu_limit;
-  for_each_staged_row([&](int r) {
-    const long row = first + kWgmmaM * half + r;
-    if (kWgmmaM * half + r >= valid) {
-      if (lane_id() == 0) aq.row(row, inter).exps[n0 / kFp8Block] = 0;
-      return;
-    }
-    const uint2 g = *reinterpret_cast<const uint2*>(&rows[r][col]);
-    const uint2 u = *reinterpret_cast<const uint2*>(&rows[r][kGateCols + col]);
-    const auto swiglu_pair = [&](uint32_t gw, uint32_t uw) {
-      return pack_bf16(swiglu(low_float(gw), low_float(uw), limit), swiglu(high_float(gw), high_float(uw), limit));
-    };
-    const uint2 av{swiglu_pair(g.x, u.x), swiglu_pair(g.y, u.y)};
-    bf16* hr = h + row * 2 * inter + n0 + col;  // inter % 128 == 0 in fp8: every column is the matrix's
-    *reinterpret_cast<uint2*>(hr) = g;
-    *reinterpret_cast<uint2*>(hr + inter) = u;
-    *reinterpret_cast<uint2*>(a + row * inter + n0 + col) = av;
-    quantize_a_row(av, n0, aq.row(row, inter));
-  });
-}
+// Gate columns per GEMM1 tile (the up columns fill the tile's other half).
+inline constexpr int kGateCols = kTileN / 2;
+static_assert(kGateCols == kFp8Block, "a GEMM1 tile's a columns are one fp8 block of each row (quantize_a)");
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
 // (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
 // written too: their a is zero, as the weight gradients expect.
-// In the fp8 forward (kFp8) the epilogue warps store the tiles (drain_swiglu_fp8), elsewhere the consumers.
 template <bool kFp8, class Tiles>
 __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  const auto load = [&](const RingItem& it) {
-    const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
-    if constexpr (kFp8) return k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp});
-    return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
-  };
-  if constexpr (kFp8)
-    expert_gemm<kNT, true>(pipe, p, tiles, kExpertUp, load, Staged{[&](const RingItem& it, int half, StagedRows rows) {
-                             drain_swiglu_fp8(p, half, rows, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
-                           }});
-  else
-    expert_gemm<kNT>(pipe, p, tiles, kExpertUp, load,
-                     InRegisters{[&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-                       swiglu_epilogue(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a);
-                     }});
+  expert_gemm<kNT, kFp8>(
+      pipe, p, tiles, kExpertUp,
+      [&](const RingItem& it) {
+        const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
+        if constexpr (kFp8) return k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp});
+        return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
+      },
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
+      });
 }
 
 // The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).

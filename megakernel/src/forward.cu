@@ -190,33 +190,27 @@ __device__ void quantize_shared_x(const Params& p) {
   for (long i = thread_id(); i < tail; i += thread_count()) p.shared_xq.exps[N * blocks + i] = 0;
 }
 
-// The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8, and the
-// epilogue warps storing): tiles of 128 tokens x 128 intermediate columns.
+// The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8): tiles of
+// 128 tokens x 128 intermediate columns.
 template <bool kFp8>
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
   const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
-  const auto job = [&](long t, TileLoad& l) {
-    const int n0 = tiles.n0(t), first = int(tiles.first_token(t));
-    if constexpr (kFp8)
-      l = k_major(p.maps.shared_xq, p.maps.shared_w1q, first, n0, Is + n0, H, {p.shared_xq.exps, p.shared_w1_exp});
-    else
-      l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
-    return true;
-  };
-  const auto valid = [&](long t) { return int(min(long(kTileRows), N - tiles.first_token(t))); };
-  if constexpr (kFp8)
-    gemm_tiles<kNT, true>(pipe, tiles.count(), p.barrier, kLayoutPlace, job,
-                          Staged{[&](long t, int half, StagedRows rows) {
-                            drain_swiglu_fp8(p, half, rows, Is, tiles.n0(t), valid(t), tiles.first_token(t), p.shared_h,
-                                             p.shared_a, p.shared_aq);
-                          }});
-  else
-    gemm_tiles<kNT>(pipe, tiles.count(), p.barrier, kLayoutPlace, job,
-                    InRegisters{[&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-                      swiglu_epilogue(pipe, p, consumer, acc, Is, tiles.n0(t), valid(t), tiles.first_token(t),
-                                      p.shared_h, p.shared_a);
-                    }});
+  gemm_tiles<kNT, kFp8>(
+      pipe, tiles.count(), p.barrier, kLayoutPlace,
+      [&](long t, TileLoad& l) {
+        const int n0 = tiles.n0(t), first = int(tiles.first_token(t));
+        if constexpr (kFp8)
+          l = k_major(p.maps.shared_xq, p.maps.shared_w1q, first, n0, Is + n0, H, {p.shared_xq.exps, p.shared_w1_exp});
+        else
+          l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
+        return true;
+      },
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+                              p.shared_h, p.shared_a, p.shared_aq);
+      });
 }
 
 // The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over all tokens.
@@ -241,7 +235,9 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
         if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
-      push_epilogue<kFp8>(pipe, p));
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // y of this GPU's tokens.
@@ -264,14 +260,12 @@ __device__ void combine(const Params& p) {
 }  // namespace
 
 // The forward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
-// and registers are those of the bf16 path alone; with epilogue warps and 3 stages, tile_gemm.cuh).
-// Inlined into its kernel: the wgmma pipeline must not cross a call (ptxas would serialize it, C7510;
-// cicc left forward<true> a function with host g++ 13, results/2026-12-02-h200-c).
+// and registers are those of the bf16 path alone).
 template <bool kFp8>
-__device__ __forceinline__ void forward(const Params& p) {
+__device__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
-  Pipeline pipe = pipeline_init(kFp8 ? kStagesWithEpilogueWarps : kStages);
+  Pipeline pipe = pipeline_init();
   zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;

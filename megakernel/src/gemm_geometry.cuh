@@ -83,57 +83,31 @@ __device__ __forceinline__ int acc_row(Warpgroup consumer, int i) {
 }
 __device__ __forceinline__ int acc_col(int i) { return acc_tile_col(threadIdx.x, i); }
 
-// Registers per thread during a GEMM phase (setmaxnreg): the producer warpgroup gives, the consumers
-// take; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every thread, and what all get
-// back afterwards. A phase with epilogue warps (Staged) gives them 56 (at 40 their SwiGLU spilled), and
-// its consumers 224.
-struct RegisterSplit {
-  int producer, consumer;
-};
-inline constexpr int kKernelRegisters = 168;
-inline constexpr RegisterSplit kInRegistersSplit{40, 232}, kStagedSplit{56, 224};
+// Registers per thread during a GEMM phase (setmaxnreg): each producer thread gives up 128, each
+// consumer thread takes 64 more; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
+// thread, and what all get back afterwards.
+inline constexpr int kKernelRegisters = 168, kProducerRegisters = 40, kConsumerRegisters = 232;
 static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per SM gives each thread");
-constexpr bool fits_the_pool(RegisterSplit r) {
-  return kWarpgroupThreads * (r.producer + kConsumers * r.consumer) <= kThreads * kKernelRegisters;
-}
-static_assert(fits_the_pool(kInRegistersSplit) && fits_the_pool(kStagedSplit),
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");
 
-// The consumers' own epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no
-// room for more). bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time
-// than the accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues,
-// docs/results/2026-11-29-h200-v).
+// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
+// accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 inline constexpr int kStagedTables = 2;               // destination tables: GEMM1 stores h and a rows
-
-// The fp8 forward's epilogues leave its consumers' critical path: a consumer rounds its finished half
-// tile to bf16 into whole staging rows (256 columns) and goes on to its next tile, while the producer
-// warpgroup's warps 1-3 (the epilogue warps; warp 0 issues the copies) store them, GEMM1's SwiGLU and
-// quantization included. The rows take the last stage's bytes and the windows' after it, so that
-// kernel runs kStagesWithEpilogueWarps stages (it loses nothing by the fourth: results/2026-12-02-h200-b).
-// The pad spreads the accumulator layout's 8 rows of a store over all 32 banks.
-inline constexpr int kTilePitch = kTileN + 8;  // bf16 per row of a staged tile
-inline constexpr int kStagesWithEpilogueWarps = kStages - 1;
-inline constexpr int kEpilogueWarps = kWarpgroupThreads / 32 - 1;
-static_assert(kTilePitch * 2 % 16 == 0 && kTilePitch / 2 % 32 == 4, "16-byte rows, 8 rows on 32 banks");
 
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
 
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
-  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
-  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
   uint64_t full[kStages];                                          // TMA bytes landed
   uint64_t empty[kStages];                                         // every consumer warp done reading
-  uint64_t tile_staged[kConsumers];                                // a consumer's half tile is in its rows
-  uint64_t tile_free[kConsumers];                                  // the epilogue warps are done with them
+  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
+  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };
-// The staged tiles' rows (kernels of kStagesWithEpilogueWarps stages): the last stage and the windows.
-static_assert(offsetof(GemmSmem, staged) == kStages * kStageBytes &&
-                  kStageBytes + sizeof(GemmSmem::staged) == kConsumers * kWgmmaM * kTilePitch * sizeof(uint16_t),
-              "a consumer's 64 staged rows of 256 columns fill the last stage and the windows exactly");
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
 inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block
 static_assert(kSmemBytes <= kMaxSmemPerBlock, "the pipeline fits one block's shared memory");

@@ -9,20 +9,9 @@
 
 namespace mok::gpu {
 
-// A phase's epilogue of ring items (InRegisters: f(it, consumer, acc); Staged: drain(it, half, rows)) as
-// gemm_tiles' epilogue of tile numbers: `it` is the tile's item, which the job filled in the same thread
-// just before.
-template <class F>
-__device__ __forceinline__ auto of_item(const RingItem& it, InRegisters<F> e) {
-  return InRegisters{[&it, e](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { e.f(it, consumer, acc); }};
-}
-template <class F>
-__device__ __forceinline__ auto of_item(const RingItem& it, Staged<F> e) {
-  return Staged{[&it, e](long, int half, StagedRows rows) { e.drain(it, half, rows); }};
-}
-
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
-// operands (majorness kM; kFp8: E4M3), epilogue (InRegisters or Staged, of ring items) consumes it.
+// operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
+// tile.
 template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue>
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
                             Epilogue epilogue) {
@@ -34,7 +23,7 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
         l = load(it);
         return true;
       },
-      of_item(it, epilogue));
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
 // A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
@@ -43,18 +32,6 @@ template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue>
 __device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
                           Epilogue epilogue) {
   expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
-}
-
-// The push epilogue (y_j, dx_j into the source ranks' (token, slot) buffers): the epilogue warps' in a
-// kernel with them (kStaged: the fp8 forward), the consumers' own elsewhere.
-template <bool kStaged>
-__device__ __forceinline__ auto push_epilogue(Pipeline& pipe, const Params& p) {
-  if constexpr (kStaged)
-    return Staged{[&p](const RingItem& it, int half, StagedRows rows) { drain_to_slots(p, it, half, rows); }};
-  else
-    return InRegisters{[&pipe, &p](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-      push_to_slots(pipe, p, it, consumer, acc);
-    }};
 }
 
 // The scale exponents of a GEMM's E4M3 operands (TileLoad::a_exp, b_exp).
@@ -97,7 +74,7 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
         l = kM.b_mn ? b_as_stored(a, b, a_row, n0, 0, k) : k_major(a, b, a_row, n0, k, scales);
         return true;
       },
-      InRegisters{[&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const long first = tiles.first_token(t);
         const int n0 = tiles.n0(t);
         for_each_pair(
@@ -106,7 +83,7 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
               if (first + row < N) store(first + row, n0 + col, v0, v1);
             },
             min(kTileN, n - n0));
-      }});
+      });
 }
 
 // out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n].

@@ -4,9 +4,7 @@
 //     64 x 64 bf16 boxes (A rows 0-127, B columns 0-255) into it;
 //   warpgroups 1 and 2: wait for the stage, run the K-steps of 16 in order on their 64 rows
 //     (wgmma m64n256k16, one accumulator chain per element: the K-step order of mok/core/kstep.h),
-//     release the stage, and at the tile's end hand the accumulators to the phase's epilogue: their
-//     own (InRegisters), or rounded to bf16 into staging rows, then on to the next tile (Staged);
-//   warpgroup 0, warps 1-3 (the epilogue warps, Staged phases): store each staged half tile.
+//     release the stage, and at the tile's end hand the accumulators to the phase's epilogue.
 // A tile of 256 columns needs a quarter fewer operand bytes per product than 128 x 128 tiles (which
 // ran at 51-71% of peak) and half the wgmma instructions; its 128 accumulators per consumer thread
 // come from the producer warpgroup's registers (setmaxnreg) for the length of a GEMM phase.
@@ -60,28 +58,20 @@ inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 
 struct Pipeline {
   GemmSmem* smem;
-  uint32_t stages;      // the kernel's: kStages, or kStagesWithEpilogueWarps
   uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
-  uint32_t tiles = 0;   // tiles staged so far, counted alike by the consumers and the epilogue warps
-  __device__ uint32_t stage() const { return blocks % stages; }
-  __device__ uint32_t parity() const { return (blocks / stages) & 1u; }
+  __device__ uint32_t stage() const { return blocks % kStages; }
+  __device__ uint32_t parity() const { return (blocks / kStages) & 1u; }
 };
 
-// The kernel's pipeline of `stages` stages (a constant where the kernel calls it, so stage() and parity()
-// fold to shifts and masks).
-__device__ __forceinline__ Pipeline pipeline_init(uint32_t stages) {
+__device__ inline Pipeline pipeline_init() {
   extern __shared__ uint8_t dynamic_smem[];
   const uintptr_t base =
       (reinterpret_cast<uintptr_t>(dynamic_smem) + kSwizzleAlign - 1) & ~uintptr_t(kSwizzleAlign - 1);
-  Pipeline pipe{reinterpret_cast<GemmSmem*>(base), stages};
+  Pipeline pipe{reinterpret_cast<GemmSmem*>(base)};
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&pipe.smem->full[s], 1);
       ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerWarps);
-    }
-    for (int c = 0; c < kConsumers; ++c) {
-      ptx::mbarrier_init(&pipe.smem->tile_staged[c], kWarpgroupThreads);
-      ptx::mbarrier_init(&pipe.smem->tile_free[c], kEpilogueWarps * 32);
     }
     ptx::fence_barrier_init();
   }
@@ -102,9 +92,9 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
 // leaves with bulk copies into its shared memory in flight.
 __device__ inline void drain_copies(const Pipeline& pipe) {
   const long long deadline = ptx::global_timer_ns() + 1000000;
-  const uint32_t first = pipe.blocks > pipe.stages ? pipe.blocks - pipe.stages : 0;
+  const uint32_t first = pipe.blocks > uint32_t(kStages) ? pipe.blocks - kStages : 0;
   for (uint32_t j = first; j < pipe.blocks; ++j)
-    while (!ptx::mbarrier_try_wait(&pipe.smem->full[j % pipe.stages], (j / pipe.stages) & 1u) &&
+    while (!ptx::mbarrier_try_wait(&pipe.smem->full[j % kStages], (j / kStages) & 1u) &&
            ptx::global_timer_ns() < deadline) {
     }
 }
@@ -274,75 +264,10 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
 // allows it.
 __device__ __forceinline__ void block_sync() { ptx::barrier_sync<int(NamedBarrier::block), kThreads>(); }
 
-// How a phase's finished tiles leave the consumers.
-// InRegisters{f}: f(t, consumer, acc) runs in the consumer warpgroup, from the accumulators.
-// Staged{drain}: each consumer rounds its half tile to bf16 into its staging rows and goes on to its
-// next tile; the epilogue warps then run drain(t, half, rows) on each half (rows: the half's 64 staged
-// rows of 256 columns), so the stores, and GEMM1's SwiGLU, overlap the next tile's K-steps. Only in a
-// kernel of kStagesWithEpilogueWarps stages (the rows take the last stage's bytes).
-template <class F>
-struct InRegisters {
-  F f;
-};
-template <class F>
-struct Staged {
-  F drain;
-};
-template <class F>
-InRegisters(F) -> InRegisters<F>;
-template <class F>
-Staged(F) -> Staged<F>;
-template <class E>
-inline constexpr bool kIsStaged = false;
-template <class F>
-inline constexpr bool kIsStaged<Staged<F>> = true;
-
-using TileRows = uint16_t (*)[kTilePitch];
-using StagedRows = const uint16_t (*)[kTilePitch];
-__device__ __forceinline__ TileRows tile_rows(const Pipeline& pipe, int c) {
-  return reinterpret_cast<TileRows>(pipe.smem->stage[kStagesWithEpilogueWarps]) + kWgmmaM * c;
-}
-
-// Two floats rounded to bf16, packed as one 32-bit word (v0 in the low half: the lower address).
-__device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) {
-  return uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
-}
-
-// The consumer's half tile, rounded to bf16, into its staging rows once the epilogue warps are done
-// with them, then announced. False (the warpgroup's verdict) when the wait fails.
-__device__ __forceinline__ bool stage_tile(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
-                                           const GridBarrier& b, int phase) {
-  const int c = consumer_index(consumer);
-  const bool free = pipeline_wait(&pipe.smem->tile_free[c], (pipe.tiles++ & 1u) ^ 1u, b, phase);
-  if (!warpgroup_all(consumer, free)) return false;
-  const TileRows rows = tile_rows(pipe, c);
-#pragma unroll
-  for (int i = 0; i < kAccumulators; i += 2)
-    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i)]) = pack_bf16(acc[i], acc[i + 1]);
-  ptx::mbarrier_arrive(&pipe.smem->tile_staged[c]);
-  return true;
-}
-
-// The epilogue warps' side of a Staged phase: each half of each tile, once staged, through drain, then
-// handed back. A failed wait (the launch's error) ends the loop; the warp decides as one.
-template <class Job, class Drain>
-__device__ __forceinline__ void drain_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job,
-                                            Drain drain) {
-  for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
-    TileLoad l;
-    if (!job(t, l)) continue;
-    const uint32_t parity = pipe.tiles++ & 1u;
-    for (int c = 0; c < kConsumers; ++c) {
-      if (!__all_sync(~0u, pipeline_wait(&pipe.smem->tile_staged[c], parity, b, phase))) return;
-      drain(t, c, StagedRows(tile_rows(pipe, c)));
-      ptx::mbarrier_arrive(&pipe.smem->tile_free[c]);
-    }
-  }
-}
-
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
-// operands (false: nothing to do); epilogue (InRegisters or Staged) consumes the finished tile; the
-// job and the epilogue of one tile run back to back in each thread. kM: the operands' majorness.
+// operands (false: nothing to do); epilogue(t, consumer, acc) consumes a consumer's finished half
+// tile; the job and the epilogue of one tile run back to back in each thread. kM: the operands'
+// majorness.
 // Registers move through the block's pool in a fixed order, each move behind a block barrier: the
 // producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
 // producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
@@ -350,33 +275,26 @@ __device__ __forceinline__ void drain_tiles(Pipeline& pipe, long tiles, const Gr
 template <Majors kM, bool kFp8 = false, class Job, class Epilogue>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
-  constexpr bool kStaged = kIsStaged<Epilogue>;
-  constexpr RegisterSplit kRegisters = kStaged ? kStagedSplit : kInRegistersSplit;
-  const int warp = __shfl_sync(~0u, int(threadIdx.x) / 32, 0);  // warp-uniform, visibly
-  const int warpgroup = warp / (kWarpgroupThreads / 32);
+  const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
-    ptx::setmaxnreg_dec<kRegisters.producer>();
+    ptx::setmaxnreg_dec<kProducerRegisters>();
     block_sync();
-    if (warp == 0) {
-      bool healthy = true;
-      for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
-        TileLoad l;
-        if (!job(t, l)) continue;
-        if (threadIdx.x == 0)
-          healthy = produce<kM, kFp8>(pipe, l, b, phase);
-        else
-          pipe.blocks += l.k_blocks;
-      }
-      __syncwarp();  // thread 0 may have left the loop early; the barrier and setmaxnreg are warp-aligned
-    } else if constexpr (kStaged) {
-      drain_tiles(pipe, tiles, b, phase, job, epilogue.drain);
+    bool healthy = true;
+    for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
+      TileLoad l;
+      if (!job(t, l)) continue;
+      if (threadIdx.x == 0)
+        healthy = produce<kM, kFp8>(pipe, l, b, phase);
+      else
+        pipe.blocks += l.k_blocks;
     }
+    __syncwarp();  // thread 0 may have left the loop early; the barrier and setmaxnreg are warp-aligned
     block_sync();
     ptx::setmaxnreg_inc<kKernelRegisters>();
   } else {
     block_sync();
-    ptx::setmaxnreg_inc<kRegisters.consumer>();
+    ptx::setmaxnreg_inc<kConsumerRegisters>();
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
       TileLoad l;
       if (!job(t, l)) continue;
@@ -387,11 +305,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       } else {
         if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
       }
-      if constexpr (kStaged) {
-        if (!stage_tile(pipe, consumer, acc, b, phase)) break;
-      } else {
-        epilogue.f(t, consumer, acc);
-      }
+      epilogue(t, consumer, acc);
     }
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
