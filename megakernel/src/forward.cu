@@ -186,6 +186,7 @@ __device__ void pull_x(const Params& p, int cycle) {
 __device__ void quantize_shared_x(const Params& p) {
   const int H = p.c.hidden, N = p.c.tokens();
   for (long g = warp_id(); g < N; g += warp_count()) quantize_row(p.shared_xq.row(g, H), nullptr, p.x + g * H, H);
+  static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
   const long blocks = H / kFp8Block, tail = (ceil_div(N, kTileRows) * kTileRows - N) * blocks;
   for (long i = thread_id(); i < tail; i += thread_count()) p.shared_xq.exps[N * blocks + i] = 0;
 }

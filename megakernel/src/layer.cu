@@ -126,7 +126,8 @@ long most_rank_tiles(const LayerConfig& c, const LaunchConfig& launch) {
 }
 
 // Whether the backward runs one ring cycle whatever the routing: every rank's tiles fit its ring
-// (ring_cycles counts the busiest rank's). The op's default, one rank per GPU, always does.
+// (ring_cycles counts the busiest rank's). The default ring does with R = 1 (one rank on one GPU: the
+// op without a process group); with R > 1 an average rank's rows are fewer than a rank's most.
 bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
   return launch.ring_rows / kTileRows >= most_rank_tiles(c, launch);
 }
@@ -230,6 +231,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // bf16 forward's sections (the backward refuses fp8).
   const size_t base = l.forward_bytes;
   const size_t late_base = !one_cycle && launch.recompute && c.precision == Precision::bf16 ? l.h : base;
+  require(late_base == base || late_base + (P * 2 * I * 2 + kSectionAlign - 1) / kSectionAlign * kSectionAlign == base,
+          "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
   l.ring = base + cycles.take(ring_rows * H * 2);
   if (one_cycle) {

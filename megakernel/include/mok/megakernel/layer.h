@@ -84,8 +84,8 @@ enum class Transport { simulated, nccl, colocated };
 struct LaunchConfig {
   int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident (colocated: that / gpus)
   int ring_rows = 0;  // rows of each rank's dy ring per backward cycle, a multiple of 128; 0: an average rank's rows
-                      // (a ring of a rank's most tiles, one cycle whatever the routing, as one rank per GPU's
-                      // default: the backward's dh shares the ring's bytes, docs/architecture.md)
+                      // (a ring of a rank's most tiles, one cycle whatever the routing, as the default is with
+                      // R = 1: the backward's dh shares the ring's bytes, docs/architecture.md)
   double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
