@@ -42,7 +42,7 @@ __device__ void pull_dy(const Params& p, int cycle) {
 // ring and g, dead by then (workspace_layout).
 __device__ void pull_weighted_dy(const Params& p) {
   const int H = p.c.hidden, first = own_tile_begin(p);
-  const long rows = long(rank_tile_end(p, p.rank_end - 1) - first) * kTileRows;
+  const long rows = long(own_tile_end(p) - first) * kTileRows;
   for (long pad = warp_id(); pad < rows; pad += warp_count()) {
     const ExpertTile t = expert_tile(p, first + int(pad / kTileRows));
     const int i = int(pad % kTileRows);

@@ -207,6 +207,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
   const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows);
+  const size_t dh = P * 2 * I * 2;  // h and dh: [P, 2I] bf16
   WorkspaceLayout l{};
   Sections sections(kSectionAlign);
   l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
@@ -216,14 +217,14 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
-  l.h = sections.take(launch.recompute ? P * 2 * I * 2 : 0);  // last of a bf16 forward's: see below
+  l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
+  const size_t h_end = sections.bytes();
   if (c.precision == Precision::fp8) {
     l.fp8 = fp8_sections(sections, c, P);
     l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8_weight_layout(c, E / launch.gpus).bytes);
   }
   l.forward_bytes = sections.bytes();
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
-  const size_t dh = P * 2 * I * 2;
   const bool one_cycle = one_ring_cycle(c, launch);
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
@@ -231,8 +232,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // bf16 forward's sections (the backward refuses fp8).
   const size_t base = l.forward_bytes;
   const size_t late_base = !one_cycle && launch.recompute && c.precision == Precision::bf16 ? l.h : base;
-  require(late_base == base || late_base + (P * 2 * I * 2 + kSectionAlign - 1) / kSectionAlign * kSectionAlign == base,
-          "internal: h is not the forward's last section");
+  require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
   l.ring = base + cycles.take(ring_rows * H * 2);
   if (one_cycle) {

@@ -88,8 +88,10 @@ struct ExpertTile {
   int pad_row;    // padded row of the tile's row 0 in this GPU's per-row buffers
 };
 
-// The first tile of this GPU's experts: its per-row buffers hold its experts' tiles from it on.
+// The tiles of this GPU's experts, [own_tile_begin, own_tile_end): its per-row buffers hold them from
+// the first on.
 __device__ __forceinline__ int own_tile_begin(const Params& p) { return p.tile_offsets[own_expert_begin(p)]; }
+__device__ __forceinline__ int own_tile_end(const Params& p) { return p.tile_offsets[own_expert_end(p)]; }
 
 // Every expert tile's expert, into tile_expert: the last e with tile_offsets[e] <= tile (an expert
 // without tiles shares its offset with the next one, so the last is the one with tiles). Once per

@@ -39,8 +39,8 @@ struct OwnTiles {
   const Params& p;
   int col_tiles, width;
 
-  __device__ int first_tile() const { return rank_tile_begin(p, p.rank_begin); }
-  __device__ long count() const { return long(rank_tile_end(p, p.rank_end - 1) - first_tile()) * col_tiles; }
+  __device__ int first_tile() const { return own_tile_begin(p); }
+  __device__ long count() const { return long(own_tile_end(p) - first_tile()) * col_tiles; }
   __device__ bool lookup(long item, RingItem& out) const {
     const ExpertTile t = expert_tile(p, first_tile() + int(item / col_tiles));
     out = RingItem{p.c.expert_rank(t.expert), -1, int(item % col_tiles) * width, t};
