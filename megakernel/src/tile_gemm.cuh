@@ -59,8 +59,9 @@ inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 struct Pipeline {
   GemmSmem* smem;
   uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
-  __device__ uint32_t stage() const { return blocks % kStages; }
-  __device__ uint32_t parity() const { return (blocks / kStages) & 1u; }
+  // The stage and its phase parity of the K-block `ahead` blocks on.
+  __device__ uint32_t stage(uint32_t ahead = 0) const { return (blocks + ahead) % kStages; }
+  __device__ uint32_t parity(uint32_t ahead = 0) const { return (blocks + ahead) / kStages & 1u; }
 };
 
 __device__ inline Pipeline pipeline_init() {
@@ -176,33 +177,37 @@ __device__ __forceinline__ void promote(float (&acc)[kAccumulators], const float
   }
 }
 
-// Half h of B (128 columns: one weight block) over one stage's K-block: four m64n128k32 K-steps from +0
-// on this consumer's rows (A descriptor da), then promoted into acc's columns of that half (the group
-// completes first: the promotion reads it). Its fragment is the first half of an m64n256 one.
+// Issues half h of B (128 columns: one weight block) over one stage's K-block: four m64n128k32 K-steps
+// from +0 on this consumer's rows (A descriptor da), into partial, as one wgmma group. Its fragment is
+// the first half of an m64n256 one.
 template <int kHalf>
-__device__ __forceinline__ void fp8_half_block(const uint8_t* st, uint64_t da, float (&acc)[kAccumulators], int s_lo,
-                                               int s_hi) {
-  constexpr int kCount = kAccumulators / 2;
+__device__ __forceinline__ void fp8_half_block(const uint8_t* st, uint64_t da, float (&partial)[kAccumulators / 2]) {
   constexpr uint64_t kStep = kFp8StepK * sizeof(fp8_e4m3) >> 4;  // a K-step's 32 bytes, in 16-byte units
-  float partial[kCount];
 #pragma unroll
-  for (int i = 0; i < kCount; ++i) partial[i] = 0.0f;
+  for (int i = 0; i < kAccumulators / 2; ++i) partial[i] = 0.0f;
   const uint64_t db = ptx::smem_descriptor_sw128(st + kABytes + kHalf * 2 * kBoxBytes);
   ptx::wgmma_fence_operands(partial);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kFp8StepsPerBlock; ++kk) ptx::wgmma_e4m3_m64n128k32(partial, da + kk * kStep, db + kk * kStep);
   ptx::wgmma_commit();
+}
+
+// Waits for this consumer's wgmma group, so its partials can be read.
+__device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2]) {
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_operands(partial);
-  promote<kHalf * kCount>(acc, partial, s_lo, s_hi);
 }
 
 // One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
 // per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
-// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block; the
-// next K-block's exponents are loaded a block ahead. While one consumer promotes, the other's K-steps
-// keep the tensor core busy. The failure rules are consume()'s.
+// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block.
+// A consumer has registers for one half's partials at a time (64 beside the 128 totals), so one
+// group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's exponents
+// load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
+// chain is K-steps and promotions only. While one consumer promotes, the other's K-steps keep the
+// tensor core busy. A stage is released once half 1's K-steps have read it. The failure rules are
+// consume()'s.
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
@@ -211,18 +216,27 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   const int32_t* eb0 = l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
   const int32_t* eb1 = l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
   const auto exponents = [&](int kb) { return int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]}; };
+  const auto wait_stage = [&](uint32_t ahead) {
+    return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
+  };
   int4 e = l.k_blocks > 0 ? exponents(0) : int4{};
-  bool healthy = true;
+  bool healthy = l.k_blocks == 0 || wait_stage(0);
+  float partial[kAccumulators / 2];
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
-    const int4 now = e;
-    if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
-    healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase);
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
+    const int4 now = e;
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
     const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
-    fp8_half_block<0>(st, da, acc, now.x + now.z, now.y + now.z);
-    fp8_half_block<1>(st, da, acc, now.x + now.w, now.y + now.w);
+    fp8_half_block<0>(st, da, partial);
+    if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
+    fp8_half_done(partial);
+    promote<0>(acc, partial, now.x + now.z, now.y + now.z);
+    fp8_half_block<1>(st, da, partial);
+    const bool next_healthy = kb + 1 == l.k_blocks || (healthy && wait_stage(1));
+    fp8_half_done(partial);
     ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+    promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
+    healthy = next_healthy;
   }
   return warpgroup_all(consumer, healthy);
 }
