@@ -29,26 +29,9 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
   if (t < kWgmmaM) pipe.smem->staged_dst[c][table][t] = row_dst(kWgmmaM * c + t);
 }
 
-// A pass's copy-out: 8 lanes copy each staged row's 128 bytes with 16-byte stores to its destination
-// in `table`, plus `offset` bytes. A thread copies the same four rows in every pass.
-__device__ __forceinline__ void copy_staged_rows(Pipeline& pipe, Warpgroup consumer, int table, long offset) {
-  constexpr int kChunk = 16, kChunksPerRow = kStagedCols * int(sizeof(bf16)) / kChunk;  // lanes per row
-  constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
-  const int c = consumer_index(consumer);
-  const uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
-  void* const* dst = pipe.smem->staged_dst[c][table];
-  const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
-#pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    const int r = t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j;
-    if (uint8_t* d = static_cast<uint8_t*>(dst[r]))
-      *reinterpret_cast<int4*>(d + offset + kChunk * chunk) =
-          *reinterpret_cast<const int4*>(reinterpret_cast<const uint8_t*>(rows[r]) + kChunk * chunk);
-  }
-}
-
 // One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
-// i packed as bf16, are staged; then copied to their rows of `table`, plus `offset` elements.
+// i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
+// destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
 // staged they were slower, docs/results/2026-11-29-h200-w.)
@@ -56,30 +39,24 @@ template <class Word>
 __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int table, int window, long offset,
                                             Word word) {
   constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
+  constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
+  constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
   const int c = consumer_index(consumer);
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
+  void* const* dst = pipe.smem->staged_dst[c][table];
+  const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
   warpgroup_sync(consumer);  // the last pass's copies are done with the rows; the destinations are published
 #pragma unroll
   for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
     *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
         word(i);
   warpgroup_sync(consumer);
-  copy_staged_rows(pipe, consumer, table, offset * long(sizeof(bf16)));
-}
-
-// One pass of E4M3 codes: the half tile's first 128 columns (accumulators [0, 64)), code(i) giving
-// pair i's two codes (column acc_col(i) in the low byte), fill a staged row's 128 bytes; then copied
-// to their rows of `table`.
-template <class Code>
-__device__ __forceinline__ void staged_codes_pass(Pipeline& pipe, Warpgroup consumer, int table, Code code) {
-  constexpr int kCodeCols = kStagedCols * int(sizeof(bf16) / sizeof(fp8_e4m3));  // a staged row's codes
-  const int c = consumer_index(consumer);
-  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
-  warpgroup_sync(consumer);
 #pragma unroll
-  for (int i = 0; i < kCodeCols / 2; i += 2) rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) / 2] = code(i);
-  warpgroup_sync(consumer);
-  copy_staged_rows(pipe, consumer, table, 0);
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j;
+    if (bf16* d = static_cast<bf16*>(dst[r]))
+      *reinterpret_cast<int4*>(d + offset + kChunk * chunk) = *reinterpret_cast<const int4*>(&rows[r][kChunk * chunk]);
+  }
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its

@@ -16,12 +16,10 @@ namespace mok::gpu {
 // The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
 // are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid (past
 // them: a zero scale exponent). A thread holds 32 of a row's values (its words j with j % 2 the row's),
-// the quad of threads t % 4 the rest. Stores each row's scale exponent and returns the thread's two
-// (its rows 16 w + g and 8 below); the codes go out through the staging rows (staged_codes_pass).
+// the quad of threads t % 4 the rest.
 template <int kWords>
-__device__ inline int2 quantize_a_exponents(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0,
-                                            int valid, long first, const Fp8Matrix& aq) {
-  int e[2];
+__device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0, int valid,
+                                  long first, const Fp8Matrix& aq) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
     uint32_t amax = 0;
@@ -30,11 +28,19 @@ __device__ inline int2 quantize_a_exponents(const uint32_t (&aw)[kWords], Warpgr
     amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
     amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
     const int row = acc_row(consumer, 2 * half);
-    // A token tile's row past the last token: GEMM2's tile reads its exponent, zero.
-    e[half] = row < valid ? block_scale_exponent(amax) : 0;
-    if (threadIdx.x % 4 == 0) aq.row(first + row, inter).exps[n0 / kFp8Block] = e[half];
+    const Fp8Matrix dst = aq.row(first + row, inter);
+    if (row >= valid) {  // a token tile's row past the last token: GEMM2's tile reads its exponent
+      if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = 0;
+      continue;
+    }
+    const int e = block_scale_exponent(amax);
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) {
+      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) =
+          to_e4m3x2_scaled(low_float(aw[j]), high_float(aw[j]), e);
+    }
+    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = e;
   }
-  return {e[0], e[1]};
 }
 
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
@@ -57,8 +63,7 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
     const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
     aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
   }
-  int2 e{};
-  if constexpr (kFp8) e = quantize_a_exponents(aw, consumer, inter, n0, valid, first, aq);
+  if constexpr (kFp8) quantize_a(aw, consumer, inter, n0, valid, first, aq);
   stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
@@ -67,12 +72,6 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
     staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
     staged_pass(pipe, consumer, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
     staged_pass(pipe, consumer, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
-  }
-  if constexpr (kFp8) {  // table 0 is free: every thread has met past the h passes' copies
-    stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? aq.row(first + r, inter).values + n0 : nullptr; });
-    staged_codes_pass(pipe, consumer, 0, [&](int i) {
-      return to_e4m3x2_scaled(low_float(aw[i / 2]), high_float(aw[i / 2]), (i / 2) % 2 ? e.y : e.x);
-    });
   }
 }
 
