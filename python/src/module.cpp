@@ -68,7 +68,8 @@ pybind11::dict golden_dict(const GoldenRead& g) {
 // tensor has), those of the kernel the dispatcher would pick: all on the CPU, the CPU kernel's (it
 // refuses every call); some on CUDA, the rest on the CPU, the CUDA kernel's (where the module has it),
 // less the data's alignment; on another device (meta) none, as no kernel runs there. With symbolic sizes
-// (torch.compile's dynamic shapes) only the precision: the kernel checks the sizes when it runs.
+// (torch.compile's dynamic shapes) not the shapes and contiguity either: the kernel checks them when it
+// runs.
 void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
                             const std::optional<at::Tensor>& shared_w2, const std::vector<int64_t>& ints,
                             const std::vector<double>& floats, const std::vector<int64_t>& launch) {
@@ -83,10 +84,7 @@ void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const st
   if (all_cpu) {
     refuse_quantize_on_cpu(call);
   } else if (cpu_or_cuda && kHaveCudaLayers) {
-    if (symbolic)
-      check_quantize_precision(call);
-    else
-      check_quantize_args(call, w1, w2, shared_w1, shared_w2, false);
+    check_quantize_args(call, w1, w2, shared_w1, shared_w2, false, !symbolic);
   }
 }
 

@@ -9,8 +9,10 @@ std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.da
 class Checker {
  public:
   // `first`: the tensor whose device the others must have (x; w1 for mok::quantize_weights).
-  Checker(const at::Tensor& first, bool aligned, const char* first_name = "x")
-      : device_(first.device()), aligned_(aligned), first_(first_name) {}
+  // `sizes_known`: false for symbolic sizes (torch.compile's dynamic shapes), whose shape and
+  // contiguity are left to the kernel, which sees them when it runs.
+  Checker(const at::Tensor& first, bool aligned, const char* first_name = "x", bool sizes_known = true)
+      : device_(first.device()), aligned_(aligned), sizes_known_(sizes_known), first_(first_name) {}
 
   // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
   // The messages are built only on failure: this runs for every tensor of every call.
@@ -22,6 +24,7 @@ class Checker {
              " (all tensors of a call must be on one device)");
     if (t.scalar_type() != dtype)
       refuse(std::string(" must be ") + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
+    if (!sizes_known_) return;
     if (t.sizes() != shape)
       refuse(" must have shape " + shape_text(shape) + " = " + dims + " for this config, got " + shape_text(t.sizes()));
     if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
@@ -39,7 +42,7 @@ class Checker {
 
  private:
   at::Device device_;
-  bool aligned_;
+  bool aligned_, sizes_known_;
   const char* first_;
 };
 
@@ -148,9 +151,9 @@ void check_quantize_precision(const Call& call) {
 
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
                          const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
-                         bool aligned) {
+                         bool aligned, bool sizes_known) {
   check_quantize_precision(call);
-  check_experts(Checker(w1, aligned, "w1"), call, expert_args(w1, w2, shared_w1, shared_w2));
+  check_experts(Checker(w1, aligned, "w1", sizes_known), call, expert_args(w1, w2, shared_w1, shared_w2));
 }
 
 void refuse_quantize_on_cpu(const Call& call) {

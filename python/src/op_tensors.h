@@ -66,10 +66,11 @@ void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optiona
 void check_quantize_precision(const Call& call);
 // mok::quantize_weights' arguments (the CUDA op's checks): check_quantize_precision, then the weights on
 // w1's device, of the config's dtypes and shapes, contiguous; `aligned`: data 16-byte aligned (false for
-// the fake kernel's fake tensors, which have no data).
+// the fake kernel's fake tensors, which have no data); `sizes_known`: false skips the shapes and the
+// contiguity (symbolic sizes: the fake kernel under torch.compile's dynamic shapes).
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
                          const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
-                         bool aligned);
+                         bool aligned, bool sizes_known = true);
 // The CPU op takes no quantized weights (mok::forward's fp8_weights): the reference quantizes them in its
 // forward.
 inline constexpr const char* kCpuQuantizes =

@@ -219,6 +219,39 @@ def test_quantize_weights_fake_raises_the_cuda_ops_error():
         assert q.shape == (mok._C.fp8_weights_bytes(*config.pack(), pack_launch(0)),)
 
 
+def test_quantize_weights_fake_with_symbolic_sizes_checks_what_it_can():
+    """With symbolic sizes (torch.compile's dynamic shapes) the fake raises the CUDA op's errors on the
+    precision, a dtype, a device and a missing shared expert, and leaves the shape (which it cannot
+    compare) to the kernel."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    model = mok.MoE(config, device="cuda", generator=torch.Generator().manual_seed(3))
+    w1, w2, sw1, sw2 = (t.detach() for t in (model.w1, model.w2, model.shared_w1, model.shared_w2))
+    bf16 = dataclasses.replace(config, precision="bf16")
+
+    def symbolic(mode, weights):
+        fakes = [mode.from_tensor(t, static_shapes=False, source=ConstantSource(f"w{i}")) if t is not None else None
+                 for i, t in enumerate(weights)]
+        assert all(isinstance(s, torch.SymInt) for s in fakes[0].shape), "the fakes' sizes are not symbolic"
+        return fakes
+
+    refused = [(bf16, (w1, w2, sw1, sw2), "quantize_weights: the config's precision is bf16"),
+               (config, (w1, w2.float(), sw1, sw2), "w2 must be BFloat16, got Float"),
+               (config, (w1, w2, sw1.cpu(), sw2), "shared_w1 is on cpu but w1 is on cuda"),
+               (config, (w1, w2, None, None), "shared_w1 is missing")]
+    for c, weights, message in refused:
+        with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+            with pytest.raises(ValueError, match=message):
+                torch.ops.mok.quantize_weights(*symbolic(mode, weights), *c.pack(), pack_launch(0))
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:  # a wrong shape passes here; the kernel refuses it
+        torch.ops.mok.quantize_weights(*symbolic(mode, (w1[:, :256].contiguous(), w2, sw1, sw2)), *config.pack(),
+                                       pack_launch(0))
+
+
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
 def test_compile_on_gpu_is_eager_and_cpu(mode):
     layer = make_layer("softmax_shared")
