@@ -161,9 +161,10 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, Warpgroup consume
 // product by 2^s is a normal float, exact, and acc plus it is one fused multiply-add (one rounding, as
 // the add alone), by a factor computed once per row, as it nearly always is. Elsewhere, scale_by_exp2's
 // own path, then the add.
-template <int kFirst>
-__device__ __forceinline__ void promote(float (&acc)[kAccumulators], const float (&partial)[kAccumulators / 2],
-                                        int s_lo, int s_hi) {
+template <int kFirst, int kTotals>
+__device__ __forceinline__ void promote(float (&acc)[kTotals], const float (&partial)[kAccumulators / 2], int s_lo,
+                                        int s_hi) {
+  static_assert(kFirst + kAccumulators / 2 <= kTotals, "the partials' totals lie in acc");
   constexpr int kCount = kAccumulators / 2;
   const auto exact = [](int s) { return s >= -108 && s <= 102; };
   if (exact(s_lo) && exact(s_hi)) {

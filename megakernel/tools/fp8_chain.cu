@@ -7,7 +7,12 @@
 //   no-promote   the same without the promotions: issue and wait alone;
 //   tensor-only  both halves' K-steps accumulating across K-blocks in the tensor core, one group in
 //                flight while the next is issued (bf16's pattern): the operands' peak rate here;
-//   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps.
+//   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps;
+//   n128         DeepGEMM's chain: a 64 x 128 consumer tile (half the products per K-block), one
+//                group per K-block, waited, promoted into 64 totals.
+// (Two partials with one group in flight while the other is promoted, which 64 totals would leave
+// registers for, make ptxas serialize the wgmmas (C7514): the promotion reads accumulator registers
+// while a group runs.)
 // Prints per variant the consumer's cycles per K-block and the rate over all SMs (both consumers'
 // products, or one's for one-consumer). Timing only: the operands are arbitrary E4M3 codes.
 // Usage: mok-fp8-chain [k_blocks=20000]. Exit status: 0 ran, 2 error, 77 no GPU.
@@ -21,8 +26,13 @@
 namespace mok::gpu {
 namespace {
 
-enum class Variant { chain, no_promote, tensor_only, one_consumer };
-constexpr const char* kVariantNames[] = {"chain", "no-promote", "tensor-only", "one-consumer"};
+enum class Variant { chain, no_promote, tensor_only, one_consumer, n128 };
+constexpr const char* kVariantNames[] = {"chain", "no-promote", "tensor-only", "one-consumer", "n128"};
+
+// Columns of a consumer's tile in each variant.
+constexpr int tile_columns(Variant v) { return v == Variant::n128 ? 128 : kTileN; }
+// The chain a consumer runs (one-consumer runs the chain on one of them).
+constexpr Variant chain_of(Variant v) { return v == Variant::one_consumer ? Variant::chain : v; }
 
 // One consumer's K-blocks; returns a value of its accumulators, so nothing is optimized away.
 template <Variant kVariant>
@@ -80,6 +90,23 @@ __device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, in
   return sum;
 }
 
+// The 64 x 128 consumer tile's chain: 64 totals.
+__device__ float consume_n128(const uint8_t* st, Warpgroup consumer, int k_blocks, int s) {
+  float acc[kAccumulators / 2], partial[kAccumulators / 2];
+#pragma unroll
+  for (int i = 0; i < kAccumulators / 2; ++i) acc[i] = 0.0f;
+  const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    fp8_half_block<0>(st, da, partial);
+    fp8_half_done(partial);
+    promote<0>(acc, partial, s + (kb & 1), s + (kb & 1));
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kAccumulators / 2; ++i) sum += acc[i];
+  return sum;
+}
+
 template <Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s, float* sink, long long* cycles) {
   extern __shared__ uint8_t dynamic_smem[];
@@ -98,7 +125,12 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
   const Warpgroup consumer = warpgroup_role(warpgroup);
   if (kVariant == Variant::one_consumer && consumer != Warpgroup::consumer0) return;
   const long long start = clock64();
-  const float v = consume < kVariant == Variant::one_consumer ? Variant::chain : kVariant > (st, consumer, k_blocks, s);
+  constexpr Variant kChain = chain_of(kVariant);
+  float v;
+  if constexpr (tile_columns(kVariant) == kTileN)
+    v = consume<kChain>(st, consumer, k_blocks, s);
+  else
+    v = consume_n128(st, consumer, k_blocks, s);
   const long long spent = clock64() - start;
   if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
   if (threadIdx.x % kWarpgroupThreads == 0) cycles[blockIdx.x * kConsumers + consumer_index(consumer)] = spent;
@@ -125,7 +157,7 @@ void run(int k_blocks, int sms, float* sink, long long* cycles) {
   int counted = 0;
   for (int i = 0; i < sms * kConsumers; ++i)
     if (host[i] > 0) total += host[i], ++counted;
-  const double flops = 2.0 * kWgmmaM * kTileN * kFp8Block * double(k_blocks) * counted;
+  const double flops = 2.0 * kWgmmaM * tile_columns(kVariant) * kFp8Block * double(k_blocks) * counted;
   std::printf("%-13s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n",
               kVariantNames[int(kVariant)], double(total) / counted / k_blocks, flops / ms / 1e9, ms, counted);
   MOK_CUDA_CHECK(cudaEventDestroy(begin));
@@ -159,6 +191,7 @@ int main(int argc, char** argv) {
     run<Variant::no_promote>(k_blocks, sms, sink, cycles);
     run<Variant::tensor_only>(k_blocks, sms, sink, cycles);
     run<Variant::one_consumer>(k_blocks, sms, sink, cycles);
+    run<Variant::n128>(k_blocks, sms, sink, cycles);
     MOK_CUDA_CHECK(cudaFree(sink));
     MOK_CUDA_CHECK(cudaFree(cycles));
   } catch (const std::exception& e) {
