@@ -46,7 +46,7 @@ __device__ __forceinline__ uint32_t bytes_at(uint32_t a, uint32_t b, uint32_t c,
 // Grid: one CTA per block, in the order of exps ([matrices, rows/128, cols/128]).
 __global__ void __launch_bounds__(kThreads)
     quantize_blocks(const bf16* __restrict__ w, int rows, int cols, fp8_e4m3* __restrict__ q,
-                    fp8_e4m3* __restrict__ q_t, int32_t* __restrict__ exps) {
+                    fp8_e4m3* __restrict__ q_t, int32_t* __restrict__ exps, int32_t* __restrict__ exps_t) {
   __shared__ uint4 tile[kBlock * kBlock / sizeof(uint4)];  // W^T's block: 128 rows of 128 codes, swizzled
   __shared__ uint32_t warp_amax[kWarps];
 
@@ -76,7 +76,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kWarps; ++k) amax = max(amax, warp_amax[k]);
   const int e = block_scale_exponent(amax);
-  if (threadIdx.x == 0) exps[block] = e;
+  if (threadIdx.x == 0) {
+    exps[block] = e;
+    // W^T's table: matrix, then the block's column (W^T's block row), then its row.
+    if (exps_t) exps_t[(rest / down * across + block_col) * down + block_row] = e;
+  }
 
   // The square's codes: row i's values 0-3 in lo[i], 4-7 in hi[i].
   uint32_t lo[kSquare], hi[kSquare];
@@ -121,7 +125,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int rows, int cols, fp8_e4m3* q,
-                          fp8_e4m3* q_t, int32_t* exps) {
+                          fp8_e4m3* q_t, int32_t* exps, int32_t* exps_t) {
   const std::string_view where = "quantize_weights_fp8: ";  // the messages are built only on failure
   const auto side = [&](const char* name, int v) {
     require(v > 0 && v % kBlock == 0, [&] {
@@ -144,7 +148,7 @@ void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int 
   const int64_t blocks = int64_t(matrices) * (rows / kBlock) * (cols / kBlock);
   require(blocks <= std::numeric_limits<int>::max(),
           [&] { return std::string(where) + std::to_string(blocks) + " blocks of 128 x 128 are more than 2^31 - 1"; });
-  quantize_blocks<<<unsigned(blocks), kThreads, 0, stream>>>(w, rows, cols, q, q_t, exps);
+  quantize_blocks<<<unsigned(blocks), kThreads, 0, stream>>>(w, rows, cols, q, q_t, exps, exps_t);
   MOK_CUDA_CHECK(cudaGetLastError());
 }
 

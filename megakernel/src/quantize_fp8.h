@@ -16,10 +16,12 @@ namespace mok::gpu {
 // w: `matrices` row-major bf16 matrices [rows, cols] back to back (rows, cols positive multiples of 128).
 // q: the same shape in E4M3; q_t (may be null): each matrix transposed, [cols, rows], E4M3 — the same
 // block squares, so the same scales and values, transposed; exps: [matrices, rows/128, cols/128] int32,
-// the scale exponent of each block (quantize_block's return value). w, q and q_t 16-byte aligned.
+// the scale exponent of each block (quantize_block's return value); exps_t (may be null): the same
+// exponents as W^T's table, [matrices, cols/128, rows/128] (the FP8 GEMM reads a B operand's table
+// by B's block rows, so W^T as B needs it in this order). w, q and q_t 16-byte aligned.
 // Stream-ordered and asynchronous, no allocation; bad arguments throw mok::Error before anything runs,
 // a failed launch throws mok::Error too.
 void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int rows, int cols, fp8_e4m3* q,
-                          fp8_e4m3* q_t, int32_t* exps);
+                          fp8_e4m3* q_t, int32_t* exps, int32_t* exps_t = nullptr);
 
 }  // namespace mok::gpu

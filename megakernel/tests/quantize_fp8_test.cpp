@@ -237,20 +237,30 @@ class QuantizeFp8 : public ::testing::Test {
     const int M = W.matrices, R = W.rows, C = W.cols;
     const Quantized want = host_quantize(W);
     DeviceTensor w(DType::bf16, {M, R, C}, W.w), q(DType::u8, {M, R, C}), q_t(DType::u8, {M, C, R}),
-        exps(DType::i32, {M, R / kB, C / kB});
+        exps(DType::i32, {M, R / kB, C / kB}), exps_t(DType::i32, {M, C / kB, R / kB});
     q.poison();
     q_t.poison();
     exps.poison();
+    exps_t.poison();
     quantize_weights_fp8(
         stream_, static_cast<const bf16*>(w.view().data), M, R, C, static_cast<fp8_e4m3*>(q.view().data),
-        transposed ? static_cast<fp8_e4m3*>(q_t.view().data) : nullptr, static_cast<int32_t*>(exps.view().data));
+        transposed ? static_cast<fp8_e4m3*>(q_t.view().data) : nullptr, static_cast<int32_t*>(exps.view().data),
+        transposed ? static_cast<int32_t*>(exps_t.view().data) : nullptr);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     EXPECT_EQ(first_mismatch("exps", exps.download<int32_t>(), want.exps, R / kB, C / kB), "");
     EXPECT_EQ(first_mismatch("q", q.download<uint8_t>(), want.q, R, C), "");
     if (transposed) {
       EXPECT_EQ(first_mismatch("q_t", q_t.download<uint8_t>(), want.q_t, C, R), "");
+      std::vector<int32_t> want_t(want.exps.size());  // each matrix's table transposed
+      for (int m = 0; m < M; ++m)
+        for (int r = 0; r < R / kB; ++r)
+          for (int c = 0; c < C / kB; ++c)
+            want_t[(size_t(m) * (C / kB) + c) * (R / kB) + r] = want.exps[(size_t(m) * (R / kB) + r) * (C / kB) + c];
+      EXPECT_EQ(first_mismatch("exps_t", exps_t.download<int32_t>(), want_t, C / kB, R / kB), "");
     } else {
       EXPECT_EQ(q_t.download<uint8_t>(), std::vector<uint8_t>(q_t.bytes(), 0xff)) << "q_t is null: untouched";
+      EXPECT_EQ(exps_t.download<int32_t>(), std::vector<int32_t>(exps_t.bytes() / 4, -1))
+          << "exps_t is null: untouched";
     }
     for (size_t b = 0; b < W.blocks(); ++b) {  // each block is what it was built to be
       if (W.exponent[b] != INT32_MIN) {
