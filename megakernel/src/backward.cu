@@ -4,6 +4,9 @@
 // the source ranks; then dye = bf16(w dy) (pulled after the cycles: it lies over the ring and g,
 // workspace_layout), the shared expert, the router backward, the weight gradients as K-step chains
 // over each expert's rows in global token order, and the slot-ordered dx combine.
+// The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
+// shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
+// transposed copies as B (docs/numerics.md, "The FP8 layer mode"); the rest is the bf16 mode's.
 #include "combine_tokens.cuh"
 #include "expert_up.cuh"
 #include "gather.cuh"
@@ -23,7 +26,9 @@ namespace mok::gpu {
 namespace {
 
 // The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
-// buffers into the ring (g = dy W2 reads it); padding rows zero.
+// buffers into the ring (g = dy W2 reads it); padding rows zero. In the fp8 mode (kFp8) the ring holds
+// dy quantized (ringq: 1 x 128 blocks along H, quantize_row; a padding row a zero block's).
+template <bool kFp8>
 __device__ void pull_dy(const Params& p, int cycle) {
   const int H = p.c.hidden;
   for_each_tile_row(p, cycle, [&](const RingRow& row) {
@@ -33,8 +38,20 @@ __device__ void pull_dy(const Params& p, int cycle) {
       const long slot = source_slot(p, row, src);
       dy = src->dy + slot / p.c.top_k * H;
     }
-    copy_row(ring_row_data(p, row.r, row.q), dy, H);
+    if constexpr (kFp8)
+      quantize_row(p.ringq.row(ring_base(p, row.r) + row.q, H), nullptr, dy, H);
+    else
+      copy_row(ring_row_data(p, row.r, row.q), dy, H);
   });
+}
+
+// The fp8 recompute's A (xq): xe of every row of this GPU's tiles quantized again, padding rows (zero
+// in xe) included: the forward pull's rows and function, so its bits.
+__device__ void quantize_own_xe(const Params& p) {
+  const int H = p.c.hidden;
+  const long rows = long(own_tile_end(p) - own_tile_begin(p)) * kTileRows;
+  for (long row = warp_id(); row < rows; row += warp_count())
+    quantize_row(p.xq.row(row, H), nullptr, p.xe + row * H, H);
 }
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
@@ -69,12 +86,16 @@ __device__ void pull_weighted_dy(const Params& p) {
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per ring row (it
 // lives within the cycle).
-// W2_e [H, I] is read as stored (rows along K).
+// W2_e [H, I] is read as stored (rows along K); in the fp8 mode its transposed copy [I, H] (K-major).
+template <bool kFp8>
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  ring_gemm<kNN>(
+  ring_gemm<kFp8 ? kNT : kNN, kFp8>(
       pipe, p, cycle, kDownGrad, kTileN, I,
       [&](const RingItem& it) {
+        if constexpr (kFp8)
+          return k_major(p.maps.ringq, p.maps.w2tq, it.ring_row, own_expert(p, it.t.expert) * I + it.n0, H,
+                         {p.ringq.exps, p.w2t_exp});
         return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -134,13 +155,20 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
 }
 
 // Per ring row (one warp): dh = bf16(swiglu_grad(w g)); zeros in the padding rows. Rows are 16-byte
-// vectors per lane (I is a multiple of 64).
+// vectors per lane (I is a multiple of 64). In the fp8 mode (kFp8) dh is also quantized per ring row
+// into dhq (dx_j's A; dW1 reads the bf16 dh): a half warp's 16 vectors are one 1 x 128 block of the
+// gate or the up half (I is a multiple of 128), quantized as the pull quantizes a row (store_quantized).
+template <bool kFp8>
 __device__ void expert_row_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate;
   for_each_tile_row(p, cycle, [&](const RingRow& row) {
     bf16* dh = p.dh + row.pad * 2 * I;
+    const long ring = ring_base(p, row.r) + row.q;
     if (!row.valid) {
-      copy_row(dh, nullptr, 2 * I);
+      if constexpr (kFp8)
+        quantize_row(p.dhq.row(ring, 2 * I), dh, nullptr, 2 * I);
+      else
+        copy_row(dh, nullptr, 2 * I);
       return;
     }
     const RankBuffers* src;
@@ -151,7 +179,7 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
       Bf16x8 gate, up;
       float4 g0, g1;
     };
-    const float4* g = reinterpret_cast<const float4*>(p.g + (ring_base(p, row.r) + row.q) * I);
+    const float4* g = reinterpret_cast<const float4*>(p.g + ring * I);
     const Bf16x8* h = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
     Bf16x8* dh_vec = reinterpret_cast<Bf16x8*>(dh);
     row_pass(
@@ -170,16 +198,25 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
           }
           dh_vec[c] = d_gate;
           dh_vec[I / 8 + c] = d_up;
+          if constexpr (kFp8) {
+            store_quantized(p.dhq.row(ring, 2 * I), c, d_gate);
+            store_quantized(p.dhq.row(ring, 2 * I), I / 8 + c, d_up);
+          }
         });
   });
 }
 
-// dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored.
+// dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored (in
+// the fp8 mode dhq per ring row and W1's transposed copy [H, 2I]).
+template <bool kFp8>
 __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  ring_gemm<kNN>(
+  ring_gemm<kFp8 ? kNT : kNN, kFp8>(
       pipe, p, cycle, kDxPush, kTileN, H,
       [&](const RingItem& it) {
+        if constexpr (kFp8)
+          return k_major(p.maps.dhq, p.maps.w1tq, it.ring_row, own_expert(p, it.t.expert) * H + it.n0, 2 * I,
+                         {p.dhq.exps, p.w1t_exp});
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -295,7 +332,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
 }
 
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
-__device__ void shared_down_grad(Pipeline& pipe, const Params& p) {
+__device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate;
   token_gemm<kNN>(
       pipe, p, p.maps.dy, p.maps.shared_w2, p.c.hidden, Is, kRouterGrad, [&](long g, int col, float g0, float g1) {
@@ -306,6 +343,53 @@ __device__ void shared_down_grad(Pipeline& pipe, const Params& p) {
           const SwigluGrad d = swiglu_grad(to_float(h[col + j]), to_float(h[Is + col + j]), gv[j], p.c.swiglu_limit);
           dh[col + j] = to_bf16(d.gate);
           dh[Is + col + j] = to_bf16(d.up);
+        }
+      });
+}
+
+// The fp8 mode's: g_s = dyq W2_s^T (every token's dy quantized, shared_dyq; W2_s's transposed copy
+// [Is, H]), dh_s as in bf16, and dh_s quantized for shared dx (shared_dhq): a tile's 128-column half of
+// g_s gives one 1 x 128 block of dh_s's gate half and one of its up half (quantize_block_columns).
+__device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
+  const int N = p.c.tokens(), Is = p.c.shared_intermediate;
+  constexpr int kHalf = kAccumulators / 2;  // a 128-column half's accumulators: kHalf h ..
+  const TokenTiles tiles{N, ceil_div(Is, kTileN), kTileN};
+  gemm_tiles<kNT, true>(
+      pipe, tiles.count(), p.barrier, kRouterGrad,
+      [&](long t, TileLoad& l) {
+        l = k_major(p.maps.shared_dyq, p.maps.shared_w2tq, int(tiles.first_token(t)), tiles.n0(t), p.c.hidden,
+                    {p.shared_dyq.exps, p.shared_w2t_exp});
+        return true;
+      },
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        const int valid = int(min(long(kTileRows), N - first));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int n0 = tiles.n0(t) + kFp8Block * half;
+          if (n0 >= Is) break;                      // another matrix's columns
+          uint32_t gate[kHalf / 2], up[kHalf / 2];  // dh_s's words, as quantize_block_columns takes them
+#pragma unroll
+          for (int i = 0; i < kHalf; i += 2) {
+            const int row = acc_row(consumer, i), col = n0 + acc_col(i);
+            gate[i / 2] = up[i / 2] = 0;
+            if (row >= valid) continue;
+            const long at = (first + row) * 2 * Is + col;
+            const float g[2] = {acc[kHalf * half + i], acc[kHalf * half + i + 1]};
+            float d_gate[2], d_up[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const SwigluGrad d =
+                  swiglu_grad(to_float(p.shared_h[at + j]), to_float(p.shared_h[at + Is + j]), g[j], p.c.swiglu_limit);
+              d_gate[j] = d.gate, d_up[j] = d.up;
+            }
+            gate[i / 2] = pack_bf16(d_gate[0], d_gate[1]);
+            up[i / 2] = pack_bf16(d_up[0], d_up[1]);
+            *reinterpret_cast<uint32_t*>(p.shared_dh + at) = gate[i / 2];
+            *reinterpret_cast<uint32_t*>(p.shared_dh + at + Is) = up[i / 2];
+          }
+          quantize_block_columns(gate, consumer, 2 * Is, n0, valid, first, p.shared_dhq);
+          quantize_block_columns(up, consumer, 2 * Is, Is + n0, valid, first, p.shared_dhq);
         }
       });
 }
@@ -356,9 +440,10 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
       });
 }
 
-}  // namespace
-
-__global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
+// The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
+// and registers are those of the bf16 path alone).
+template <bool kFp8>
+__device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
   Pipeline pipe = pipeline_init();
@@ -369,26 +454,40 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
   if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   index_tiles(p);
+  if constexpr (kFp8) {
+    if (p.recompute) quantize_own_xe(p);
+    // Every token's dy for the shared expert's g_s (after the cycles), read from the source ranks'
+    // buffers: p.dy's gathered rows land in this phase.
+    if (p.c.has_shared())
+      quantize_token_rows(p, p.shared_dyq, [&](long g) {
+        return p.rank[token_rank(p, int(g))].dy + long(token_local(p, int(g))) * p.c.hidden;
+      });
+  }
   if (!grid_sync(b, kTileTable, 0)) return;
   if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
-    recompute_up(pipe, p);
+    recompute_up<kFp8>(pipe, p);
     if (!grid_sync(b, kExpertUp, 0)) return;
   }
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    pull_dy(p, cycle);
+    pull_dy<kFp8>(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;
-    expert_down_grad(pipe, p, cycle);
+    expert_down_grad<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
     expert_topk_weight_grad(pipe, p, cycle);
-    expert_row_grad(p, cycle);
+    expert_row_grad<kFp8>(p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
-    expert_dx_push(pipe, p, cycle);
+    expert_dx_push<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
   if (!peer_sync(b, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
   pull_weighted_dy(p);
-  if (p.c.has_shared()) shared_down_grad(pipe, p);
+  if (p.c.has_shared()) {
+    if constexpr (kFp8)
+      shared_down_grad_fp8(pipe, p);
+    else
+      shared_down_grad_bf16(pipe, p);
+  }
   if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
   if (!peer_sync(b, kRouterGrad, 0)) return;
@@ -397,11 +496,23 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_cons
     gather_token_values(p, p.d_logits, p.c.experts, [&](int r) { return p.rank[r].d_logits; });
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
-  if (p.c.has_shared())
-    token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * p.c.shared_intermediate, p.c.hidden,
-                         p.shared_y, kWeightGrad);
+  const int Is = p.c.shared_intermediate, H = p.c.hidden;
+  if (p.c.has_shared()) {
+    if constexpr (kFp8)
+      token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_dhq, p.maps.shared_w1tq, 2 * Is, H, p.shared_y, kWeightGrad,
+                                 {p.shared_dhq.exps, p.shared_w1t_exp});
+    else
+      token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * Is, H, p.shared_y, kWeightGrad);
+  }
   if (!grid_sync(b, kWeightGrad, 0)) return;
   router_weight_grad_and_combine(p);
+}
+
+}  // namespace
+
+__global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) { backward<false>(p); }
+__global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_constant__ Params p) {
+  backward<true>(p);
 }
 
 }  // namespace mok::gpu

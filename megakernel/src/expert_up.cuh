@@ -13,13 +13,14 @@
 
 namespace mok::gpu {
 
-// The fp8 mode's a for GEMM2 (aq): a's columns n0.. of a GEMM1 tile, kGateCols == kFp8Block of them,
-// are one 1 x 128 block of each row, quantized here (the core's quantize_block) for rows < valid (past
-// them: a zero scale exponent). A thread holds 32 of a row's values (its words j with j % 2 the row's),
-// the quad of threads t % 4 the rest.
+// One 1 x 128 block of each of a consumer's rows, from a tile epilogue's bf16 words (the core's
+// quantize_block): columns n0.. (of `cols`) of rows first + row of q, for rows < valid (past them: a
+// zero scale exponent). The words are one 128-column half of the tile's accumulator pairs: a thread
+// holds 32 of a row's values (its words j with j % 2 the row's), the quad of threads t % 4 the rest.
+// The fp8 mode's a for GEMM2 (aq) from GEMM1's epilogue, and the backward's shared dh.
 template <int kWords>
-__device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consumer, int inter, int n0, int valid,
-                                  long first, const Fp8Matrix& aq) {
+__device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warpgroup consumer, int cols, int n0,
+                                              int valid, long first, const Fp8Matrix& q) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
     uint32_t amax = 0;
@@ -28,7 +29,7 @@ __device__ inline void quantize_a(const uint32_t (&aw)[kWords], Warpgroup consum
     amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
     amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
     const int row = acc_row(consumer, 2 * half);
-    const Fp8Matrix dst = aq.row(first + row, inter);
+    const Fp8Matrix dst = q.row(first + row, cols);
     if (row >= valid) {  // a token tile's row past the last token: GEMM2's tile reads its exponent
       if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = 0;
       continue;
@@ -63,7 +64,7 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
     const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
     aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
   }
-  if constexpr (kFp8) quantize_a(aw, consumer, inter, n0, valid, first, aq);
+  if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
   stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
 #pragma unroll
@@ -77,7 +78,8 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
 
 // Gate columns per GEMM1 tile (the up columns fill the tile's other half).
 inline constexpr int kGateCols = kTileN / 2;
-static_assert(kGateCols == kFp8Block, "a GEMM1 tile's a columns are one fp8 block of each row (quantize_a)");
+static_assert(kGateCols == kFp8Block,
+              "a GEMM1 tile's a columns are one fp8 block of each row (quantize_block_columns)");
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
 // (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
@@ -103,9 +105,12 @@ __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
   expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
-// The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass.
+// The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass
+// (in the fp8 mode from xq, which quantize_own_xe fills first; its aq, the forward's GEMM2 operand, is
+// written too and not read).
+template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
-  expert_up_tiles<false>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 }  // namespace mok::gpu

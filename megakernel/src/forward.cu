@@ -181,14 +181,9 @@ __device__ void pull_x(const Params& p, int cycle) {
   });
 }
 
-// The fp8 mode's A of the shared expert's GEMM1: every token's x, quantized; the scale exponents of the
-// padding rows past the last token (its last token tile reads them) zero.
+// The fp8 mode's A of the shared expert's GEMM1: every token's x, quantized.
 __device__ void quantize_shared_x(const Params& p) {
-  const int H = p.c.hidden, N = p.c.tokens();
-  for (long g = warp_id(); g < N; g += warp_count()) quantize_row(p.shared_xq.row(g, H), nullptr, p.x + g * H, H);
-  static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
-  const long blocks = H / kFp8Block, tail = (ceil_div(N, kTileRows) * kTileRows - N) * blocks;
-  for (long i = thread_id(); i < tail; i += thread_count()) p.shared_xq.exps[N * blocks + i] = 0;
+  quantize_token_rows(p, p.shared_xq, [&](long g) { return p.x + g * p.c.hidden; });
 }
 
 // The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8): tiles of

@@ -13,5 +13,6 @@ namespace mok::gpu {
 __global__ void forward_kernel(const __grid_constant__ Params p);
 __global__ void forward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's forward
 __global__ void backward_kernel(const __grid_constant__ Params p);
+__global__ void backward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's backward
 
 }  // namespace mok::gpu

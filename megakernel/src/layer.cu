@@ -45,8 +45,8 @@ int resident_blocks(int asked, int shares) {
   int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  for (const void* kernel :
-       {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_kernel}) {
+  for (const void* kernel : {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_kernel,
+                             (const void*)backward_fp8_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -143,9 +143,16 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
 // g, and with one ring cycle (one_ring_cycle) dh lies over the ring too (dead once dy W2 has read it;
 // never over g, which the per-row phase reads as it writes dh).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
-// values, then its scale exponents; none in bf16. The quantized weights are one forward section laid
-// out as the caller's buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
-// LaunchConfig::fp8_weights_given.
+// values, then its scale exponents; none in bf16. The quantized weights are laid out as the caller's
+// buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
+// LaunchConfig::fp8_weights_given: the forward's copies are the forward's last section, the transposed
+// copies (the backward's) follow them, so they are the backward's first bytes.
+// The fp8 backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized
+// per ring row (dhq: written with dh by the per-row phase, read by that cycle's dx push) lies over the
+// ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (shared_dh's
+// lifetime) after shared_dh; every token's dy quantized (shared_dyq: from the tile-table phase to the
+// shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and not read
+// in the backward.
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
@@ -153,9 +160,14 @@ struct Fp8Section {
 struct Fp8Sections {
   Fp8Section xq, aq, shared_xq, shared_aq;
 };
-// The quantized weights' sections from the start of their buffer (each 256-byte aligned).
+// The quantized weights' sections from the start of their buffer (each 256-byte aligned): the forward's
+// B (W as stored, with W's exponent tables), then the backward's (W^T: the same codes transposed, and
+// the same exponents as W^T's tables, which the FP8 GEMM indexes by B's block rows; the tables are
+// 1/4096 of the values' bytes, so a second copy in that order costs nothing beside the values).
 struct Fp8WeightLayout {
   Fp8Section w1, w2, shared_w1, shared_w2;
+  size_t forward_bytes;  // the forward's copies
+  Fp8Section w1t, w2t, shared_w1t, shared_w2t;
   size_t bytes;
 };
 struct WorkspaceLayout {
@@ -164,6 +176,7 @@ struct WorkspaceLayout {
   size_t fp8_weights;  // the quantized weights (Fp8WeightLayout) unless the caller's
   size_t forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
+  Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
 };
 
 constexpr size_t kSectionAlign = 256;
@@ -181,8 +194,9 @@ Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
   };
   return {activation(P, H), activation(P, I), activation(N, Is ? H : 0), activation(N, Is)};
 }
-// The weights' (one GPU's experts and the shared expert): exponents per 128 x 128 block, plus one
-// block row (a tile's half past the weight's last row reads it). Zero bytes in bf16.
+// The weights' (one GPU's experts and the shared expert), each as W and as W^T: exponents per
+// 128 x 128 block, plus one block row (a tile's half past the matrix's last row reads it). Zero bytes
+// in bf16.
 Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts) {
   if (c.precision != Precision::fp8) return {};
   const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
@@ -195,9 +209,16 @@ Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts) {
   l.w2 = weight(own_experts * H, I);
   l.shared_w1 = weight(2 * Is, H);
   l.shared_w2 = weight(H, Is);
+  l.forward_bytes = sections.bytes();
+  l.w1t = weight(own_experts * H, 2 * I);
+  l.w2t = weight(own_experts * I, H);
+  l.shared_w1t = weight(Is ? H : 0, 2 * Is);
+  l.shared_w2t = weight(Is, H);
   l.bytes = sections.bytes();
   return l;
 }
+// An fp8 section `at` of a Sections that starts at `base`, from the buffer's start.
+Fp8Section offset_by(size_t base, const Fp8Section& at) { return {base + at.values, base + at.exps, at.exp_bytes}; }
 // An fp8 section of a buffer (the workspace, or the quantized weights) as its matrix.
 Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
   return {reinterpret_cast<fp8_e4m3*>(buffer + at.values), reinterpret_cast<int32_t*>(buffer + at.exps)};
@@ -219,29 +240,39 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
   const size_t h_end = sections.bytes();
-  if (c.precision == Precision::fp8) {
+  const bool fp8 = c.precision == Precision::fp8;
+  const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
+  if (fp8) {
     l.fp8 = fp8_sections(sections, c, P);
-    l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8_weight_layout(c, E / launch.gpus).bytes);
+    l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8w.forward_bytes);
   }
   l.forward_bytes = sections.bytes();
-  const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
+  sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
+  const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;      // own ranks' rings
   const bool one_cycle = one_ring_cycle(c, launch);
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
   // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
-  // bf16 forward's sections (the backward refuses fp8).
-  const size_t base = l.forward_bytes;
-  const size_t late_base = !one_cycle && launch.recompute && c.precision == Precision::bf16 ? l.h : base;
+  // bf16 forward's sections (an fp8 forward's E4M3 sections follow it).
+  const size_t base = sections.bytes();
+  const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
-  l.ring = base + cycles.take(ring_rows * H * 2);
-  if (one_cycle) {
-    l.dh = base + late.take(dh);
-    if (late.bytes() > cycles.bytes()) cycles.take(late.bytes() - cycles.bytes());  // g past dh
-  }
+  if (fp8)
+    l.ringq = offset_by(base, fp8_section(cycles, ring_rows, H, ring_rows));
+  else
+    l.ring = base + cycles.take(ring_rows * H * 2);
+  if (one_cycle) l.dh = base + late.take(dh);
+  Sections row_grad = late;  // the per-row phase's outputs: dh (one cycle) and dhq
+  if (fp8) l.dhq = offset_by(base, fp8_section(row_grad, ring_rows, 2 * I, ring_rows));
+  if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
   l.dye = late_base + late.take(P * H * 2);
   l.shared_dh = late_base + late.take(N * 2 * Is * 2);
+  if (fp8) {
+    l.shared_dhq = offset_by(late_base, fp8_section(late, N, 2 * Is, (N + kFp8Block - 1) / kFp8Block * kFp8Block));
+    l.shared_dyq = l.fp8.shared_xq;
+  }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
   l.bytes = end + after.bytes();
@@ -346,13 +377,13 @@ struct Layer::Impl {
     const bool fp8 = c.precision == Precision::fp8;
     require(fp8 || !in.fp8_weights.data,
             "fp8_weights is given, but precision is bf16 (only the fp8 mode reads quantized weights)");
-    if (!results) return;
     if (fp8) {
       require(in.fp8_weights.data || !launch.fp8_weights_given,
-              "fp8_weights is missing: with LaunchConfig::fp8_weights_given the forward reads the weights "
-              "quantized by Layer::quantize_weights (its workspace holds none)");
+              "fp8_weights is missing: with LaunchConfig::fp8_weights_given the forward and the backward read "
+              "the weights quantized by Layer::quantize_weights (their workspace holds none)");
       check_fp8_weights(in.fp8_weights, true);
     }
+    if (!results) return;
     const bool ids = in.routing != RoutingMode::router, weights = in.routing == RoutingMode::given;
     require(ids || !in.topk_idx.data, "a given topk_idx needs routing mode replay_ids or given");
     require(weights || !in.topk_w.data, "a given topk_w needs routing mode given");
@@ -434,15 +465,23 @@ struct Layer::Impl {
       p.shared_w1_exp = in_buffer(q, fp8w.shared_w1).exps, p.shared_w2_exp = in_buffer(q, fp8w.shared_w2).exps;
     }
     if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections
-    p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
     p.g = reinterpret_cast<float*>(workspace + ws.g);
     p.dh = reinterpret_cast<bf16*>(workspace + ws.dh);
     p.dye = reinterpret_cast<bf16*>(workspace + ws.dye);
     p.shared_dh = reinterpret_cast<bf16*>(workspace + ws.shared_dh);
+    if (c.precision != Precision::fp8) {
+      p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
+      return p;
+    }
+    p.ringq = in_buffer(workspace, ws.ringq), p.dhq = in_buffer(workspace, ws.dhq);
+    p.shared_dyq = in_buffer(workspace, ws.shared_dyq), p.shared_dhq = in_buffer(workspace, ws.shared_dhq);
+    uint8_t* q = quantized_weights(workspace, in);
+    p.w1t_exp = in_buffer(q, fp8w.w1t).exps, p.w2t_exp = in_buffer(q, fp8w.w2t).exps;
+    p.shared_w1t_exp = in_buffer(q, fp8w.shared_w1t).exps, p.shared_w2t_exp = in_buffer(q, fp8w.shared_w2t).exps;
     return p;
   }
 
-  // quantized: the fp8 forward's quantized weights (quantized_weights), unused in bf16.
+  // quantized: the fp8 mode's quantized weights (quantized_weights), unused in bf16.
   void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* quantized) {
     const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = own_padded();
@@ -479,29 +518,45 @@ struct Layer::Impl {
     e4m3(maps.shared_aq, p.shared_aq.values, N, Is);
     e4m3(maps.shared_w1q, weights(fp8w.shared_w1), 2 * Is, H);
     e4m3(maps.shared_w2q, weights(fp8w.shared_w2), H, Is);
+    // The backward's: null in the forward, whose workspace holds no transposed weights either.
+    const bool backward = pass == Pass::backward;
+    e4m3(maps.ringq, p.ringq.values, p.ringq.values ? long(rank_end - rank_begin) * launch.ring_rows : 0, H);
+    e4m3(maps.dhq, p.dhq.values, p.dhq.values ? long(rank_end - rank_begin) * launch.ring_rows : 0, 2 * I);
+    e4m3(maps.shared_dyq, p.shared_dyq.values, p.shared_dyq.values && Is ? N : 0, H);
+    e4m3(maps.shared_dhq, p.shared_dhq.values, p.shared_dhq.values ? N : 0, 2 * Is);
+    e4m3(maps.w2tq, weights(fp8w.w2t), backward ? E * I : 0, H);
+    e4m3(maps.w1tq, weights(fp8w.w1t), backward ? E * H : 0, 2 * I);
+    e4m3(maps.shared_w2tq, weights(fp8w.shared_w2t), backward ? Is : 0, H);
+    e4m3(maps.shared_w1tq, weights(fp8w.shared_w1t), backward && Is ? H : 0, 2 * Is);
   }
 
   // ---- the fp8 mode's weights ----
   // The weights quantized on the stream into `quantized` (Fp8WeightLayout: the caller's buffer, or the
-  // workspace's section), with the exponent tables' padding (fp8_weight_layout), which no phase
-  // writes, zeroed: a tile's half past a weight's last row reads it for columns never stored. Every
-  // byte of the buffer is written (the sections' alignment gaps too), so a caller's buffer holds the
-  // same bytes whatever it held before.
-  void quantize_weights(cudaStream_t stream, uint8_t* quantized, const WeightViews& w) const {
+  // workspace's section): the forward's copies, and with `transposed` the backward's too (one pass
+  // over each weight writes both), with the exponent tables' padding (fp8_weight_layout), which no
+  // phase writes, zeroed: a tile's half past a matrix's last row reads it for columns never stored.
+  // With `transposed` every byte of the buffer is written (the sections' alignment gaps too), so a
+  // caller's buffer holds the same bytes whatever it held before.
+  void quantize_weights(cudaStream_t stream, uint8_t* quantized, const WeightViews& w, bool transposed) const {
     const int E = int(own_experts()), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
     const size_t B = kFp8Block;
-    const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, const Fp8Section& at) {
-      const Fp8Matrix q = in_buffer(quantized, at);
-      quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, q.values, nullptr, q.exps);
+    const auto weight = [&](const TensorView& v, int matrices, int rows, int cols, const Fp8Section& at,
+                            const Fp8Section& at_t) {
+      const Fp8Matrix q = in_buffer(quantized, at), q_t = transposed ? in_buffer(quantized, at_t) : Fp8Matrix{};
+      quantize_weights_fp8(stream, ptr<bf16>(v), matrices, rows, cols, q.values, q_t.values, q.exps, q_t.exps);
       // The padding block row and the gap to the section's aligned end (the values' sections have none).
       const size_t stored = size_t(matrices) * rows / B * (cols / B) * sizeof(int32_t);
-      MOK_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(q.exps) + stored, 0, at.exp_bytes - stored, stream));
+      const auto pad = [&](int32_t* exps, const Fp8Section& s) {
+        MOK_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<uint8_t*>(exps) + stored, 0, s.exp_bytes - stored, stream));
+      };
+      pad(q.exps, at);
+      if (transposed) pad(q_t.exps, at_t);
     };
-    weight(w.w1, E, 2 * I, H, fp8w.w1);
-    weight(w.w2, E, H, I, fp8w.w2);
+    weight(w.w1, E, 2 * I, H, fp8w.w1, fp8w.w1t);
+    weight(w.w2, E, H, I, fp8w.w2, fp8w.w2t);
     if (Is == 0) return;
-    weight(w.shared_w1, 1, 2 * Is, H, fp8w.shared_w1);
-    weight(w.shared_w2, 1, H, Is, fp8w.shared_w2);
+    weight(w.shared_w1, 1, 2 * Is, H, fp8w.shared_w1, fp8w.shared_w1t);
+    weight(w.shared_w2, 1, H, Is, fp8w.shared_w2, fp8w.shared_w2t);
   }
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
@@ -660,7 +715,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
-  if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights);
+  if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, false);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
@@ -673,18 +728,22 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   m.raise_pending();
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
-  require(m.c.precision == Precision::bf16, kFp8BackwardUnsupported);
   require(workspace != nullptr, "workspace is missing");
-  Params p = m.params(Pass::backward, static_cast<uint8_t*>(workspace), in, fwd);
+  auto* ws = static_cast<uint8_t*>(workspace);
+  Params p = m.params(Pass::backward, ws, in, fwd);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
   p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
   p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
   p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
-  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, static_cast<uint8_t*>(workspace) + m.ws.slots);
-  m.encode_maps(Pass::backward, p, in.weights, nullptr);  // bf16: no quantized weights
-  m.launch_kernel(reinterpret_cast<const void*>(backward_kernel), stream, p);
+  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, ws + m.ws.slots);
+  uint8_t* quantized = m.quantized_weights(ws, in);
+  m.encode_maps(Pass::backward, p, in.weights, quantized);
+  const bool fp8 = m.c.precision == Precision::fp8;
+  // Both copies: recompute mode's GEMM1 reads W1 as the forward does.
+  if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, true);
+  m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_fp8_kernel : backward_kernel), stream, p);
   m.exchange.after_backward(stream, in, grads);
   m.finish_call();
 }
@@ -698,7 +757,7 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
           "quantize_weights: precision is bf16 (only the fp8 mode quantizes its weights)");
   m.check_expert_weights(weights);
   m.check_fp8_weights(fp8_weights, false);
-  m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights);
+  m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights, true);
   if (m.launch.synchronous) MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

@@ -117,11 +117,13 @@ struct GridBarrier {
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
 // The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
-// The fp8 mode's forward reads E4M3 operands instead (64 rows x 128 boxes): the *q maps.
+// The fp8 mode's GEMMs read E4M3 operands instead (64 rows x 128 boxes): the *q maps, K-major both, so
+// its input gradients read the weights' transposed copies (w1tq, w2tq, ...).
 struct TensorMaps {
   CUtensorMap ring, w1, w2, a, dh, dye, xe, x, dy;
   CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
   CUtensorMap xq, w1q, aq, w2q, shared_xq, shared_w1q, shared_aq, shared_w2q;
+  CUtensorMap ringq, w2tq, dhq, w1tq, shared_dyq, shared_w2tq, shared_dhq, shared_w1tq;
 };
 
 // An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of
@@ -204,6 +206,13 @@ struct Params {
   Fp8Matrix shared_xq;  // [N, H]  every token's x (the shared expert's GEMM1)
   Fp8Matrix shared_aq;  // [N, Is]
   const int32_t *w1_exp, *w2_exp, *shared_w1_exp, *shared_w2_exp;
+  // The fp8 backward's (backward_fp8_kernel): dy and dh quantized where they are made, and the tables of
+  // the weights' transposed copies (W^T's 128 x 128 blocks by W^T's block rows).
+  Fp8Matrix ringq;       // [R/G ring_rows, H]   dy of the ring rows, quantized by the pull (the bf16 ring's place)
+  Fp8Matrix dhq;         // [R/G ring_rows, 2I]  dh per ring row, quantized by the per-row phase
+  Fp8Matrix shared_dyq;  // [N, H]   every token's dy
+  Fp8Matrix shared_dhq;  // [N, 2Is]
+  const int32_t *w1t_exp, *w2t_exp, *shared_w1t_exp, *shared_w2t_exp;
 
   // Shared expert, per token.
   bf16* shared_h;   // [N, 2Is]

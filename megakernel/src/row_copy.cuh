@@ -62,6 +62,14 @@ __device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
   return uint2{word[0], word[1]};
 }
 
+// Vector i (8 values) of a row quantized into that row of an Fp8Matrix (quantize_half_warp): its half
+// warp holds the vector's whole block, lane i % 32 vector i, as in a row_pass over whole blocks.
+__device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const Bf16x8& v) {
+  int e;
+  reinterpret_cast<uint2*>(row.values)[i] = quantize_half_warp(v, e);
+  if (i % 16 == 0) row.exps[i / 16] = e;
+}
+
 // One row of h bf16 quantized into E4M3 in 1 x 128 blocks (quantize_half_warp): dst_q [h], its
 // exponents [h / 128]; and copied into dst unless it is null (the pull's copy_row). A null source
 // quantizes (and copies) zeros. Vector i is lane i % 32's, so each block's 16 vectors are one half
@@ -73,10 +81,20 @@ __device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const b
       h / 8, [&](int i) { return src ? s[i] : Bf16x8{}; },
       [&](int i, const Bf16x8& v) {
         if (dst) d[i] = v;
-        int e;
-        reinterpret_cast<uint2*>(dst_q.values)[i] = quantize_half_warp(v, e);
-        if (i % 16 == 0) dst_q.exps[i / 16] = e;
+        store_quantized(dst_q, i, v);
       });
+}
+
+// Every token's row of an [N, H] bf16 input quantized into q (the fp8 mode's A of a shared-expert GEMM
+// over all tokens): row(g) is token g's; the scale exponents of the padding rows past the last token
+// (its last token tile reads them) zero.
+template <class Row>
+__device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row) {
+  const int H = p.c.hidden, N = p.c.tokens();
+  for (long g = warp_id(); g < N; g += warp_count()) quantize_row(q.row(g, H), nullptr, row(g), H);
+  static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
+  const long blocks = H / kFp8Block, tail = (ceil_div(N, kTileRows) * kTileRows - N) * blocks;
+  for (long i = thread_id(); i < tail; i += thread_count()) q.exps[N * blocks + i] = 0;
 }
 
 }  // namespace mok::gpu

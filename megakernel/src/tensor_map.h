@@ -32,7 +32,7 @@ class TensorMapCache {
     long rows = -1, cols = -1;
     MapElement element = MapElement::bf16;
   };
-  std::array<Entry, 24> entries_{};
+  std::array<Entry, 32> entries_{};  // TensorMaps' 29
 };
 
 }  // namespace mok::gpu

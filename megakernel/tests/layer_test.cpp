@@ -664,7 +664,8 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
 
 // Host only (layer_memory needs no GPU): fp8_weights_given leaves exactly the quantized weights out of
 // the workspace, whose size is this GPU's E4M3 w1, w2 and shared expert and their scale tables (a
-// block row of padding each, each section 256-byte aligned); none in bf16, where the flag is refused.
+// block row of padding each, each section 256-byte aligned), as W for the forward and as W^T for the
+// backward (a forward's workspace holds the former only); none in bf16, where the flag is refused.
 TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
   const LayerConfig c = fp8_every_branch();
   for (const int gpus : {1, 2}) {
@@ -678,9 +679,11 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
     const auto weight = [&](size_t rows, size_t cols) {
       return rows * cols + aligned((rows / 128 + 1) * (cols / 128) * 4);
     };
-    EXPECT_EQ(quantizing.fp8_weights, weight(E * 2 * I, H) + weight(E * H, I) + weight(2 * Is, H) + weight(H, Is));
+    const size_t forward = weight(E * 2 * I, H) + weight(E * H, I) + weight(2 * Is, H) + weight(H, Is);
+    const size_t transposed = weight(E * H, 2 * I) + weight(E * I, H) + weight(H, 2 * Is) + weight(Is, H);
+    EXPECT_EQ(quantizing.fp8_weights, forward + transposed);
     EXPECT_EQ(given.fp8_weights, quantizing.fp8_weights);
-    EXPECT_EQ(quantizing.workspace_forward - given.workspace_forward, quantizing.fp8_weights);
+    EXPECT_EQ(quantizing.workspace_forward - given.workspace_forward, forward);
     EXPECT_EQ(quantizing.workspace_backward - given.workspace_backward, quantizing.fp8_weights);
     EXPECT_EQ(given.saved, quantizing.saved);
   }
@@ -752,6 +755,58 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
     EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
     // Each section apart, g per padded row (the layout before): every case holds less.
     EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
+  }
+}
+
+// Host only: the fp8 backward's own sections by lifetime (docs/architecture.md, "The backward's
+// buffers"): the weights' transposed copies first (unless the caller's); the ring quantized (values
+// and a scale exponent per 1 x 128 block) in the bf16 ring's place; dh quantized per ring row over the
+// ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; every token's dy
+// quantized in the forward's shared_xq section (no bytes of its own). Computed here from that rule.
+TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
+  LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
+  one_rank.shared_intermediate = 128;
+  one_rank.precision = Precision::fp8;
+  const LayerConfig two_ranks = fp8_every_branch();  // R 2, T 40
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  struct Case {
+    const char* name;
+    LayerConfig c;
+    LaunchConfig launch;
+    size_t ring_rows;  // per rank
+    bool one_cycle;
+  };
+  LaunchConfig given{.fp8_weights_given = true};
+  const Case cases[] = {
+      {"one rank, default ring", one_rank, {}, 1152, true},
+      {"one rank, default ring, weights given", one_rank, given, 1152, true},
+      {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
+      {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
+      {"two ranks, default ring", two_ranks, {}, 512, false},
+      {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
+      {"two GPUs, default ring", two_ranks, colocated, 512, false}};
+  const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(t.name);
+    const LayerConfig& c = t.c;
+    const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, E = c.experts;
+    const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
+                 rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
+    // An E4M3 matrix and its table (exp_rows of them); a weight's table has one block row more.
+    const auto fp8 = [&](size_t r, size_t cols, size_t exp_rows) {
+      return aligned(r * cols) + aligned(exp_rows * (cols / 128) * 4);
+    };
+    const auto weight = [&](size_t r, size_t cols) { return fp8(r, cols, r ? r / 128 + 1 : 0); };
+    const size_t Eg = E / t.launch.gpus;
+    const size_t transposed =
+        t.launch.fp8_weights_given ? 0 : weight(Eg * H, 2 * I) + weight(Eg * I, H) + weight(H, 2 * Is) + weight(Is, H);
+    const size_t ringq = fp8(rows, H, rows), dhq = fp8(rows, 2 * I, rows), g = aligned(rows * I * 4);
+    const size_t dh = aligned(P * 2 * I * 2), dye = aligned(P * H * 2), shared_dh = aligned(N * 2 * Is * 2);
+    const size_t late = dye + shared_dh + fp8(N, 2 * Is, (N + 127) / 128 * 128);
+    const size_t own = transposed + (t.one_cycle ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
+                                                 : dh + std::max(std::max(ringq, dhq) + g, late));
+    const LayerMemory m = layer_memory(c, t.launch);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
   }
 }
 

@@ -436,16 +436,62 @@ TEST_F(Gpu, Fp8ForwardWithWeightsQuantizedOnceMatchesTheReference) {
   }
 }
 
-// The fp8 mode's backward is not on the GPU yet: it is refused, naming the reason.
-TEST_F(Gpu, Fp8BackwardIsRefusedNamingTheReason) {
-  const Problem p = make_problem(fp8_cases()[0].config, 5, RoutingKind::router);
-  Megakernel mk(p.config, p.weights, {});
-  mk.forward(p.x, nullptr);
-  try {
-    mk.backward(p.dy);
-    ADD_FAILURE() << "an fp8 backward was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(kFp8BackwardUnsupported), std::string::npos) << e.what();
+// The fp8 mode's backward (the input gradients' GEMMs on E4M3 operands: dy quantized by its pull, dh by
+// the per-row phase, the weights' transposed copies as B; the shared expert's g and dx alike) against
+// the reference's, bit for bit, every gradient: the fp8 cases (a shared expert over N = 132 tokens, H
+// with a last tile half past its end, skewed and one-expert routing, R = 2 and 4 simulated ranks), the
+// backward twice on one wrapper (D1). The wrapper poisons every output before each launch.
+TEST_F(Gpu, Fp8BackwardMatchesReferenceBitForBit) {
+  ref::Options exact;
+  exact.step = StepModel::hopper_tc;
+  for (const Case& cs : fp8_cases()) {
+    SCOPED_TRACE(cs.name);
+    const Problem p = make_problem(cs.config, 4322, cs.kind);
+    const Routing* given = p.routing ? &*p.routing : nullptr;
+    const Forward want_f = ref::forward(p.config, p.x, p.weights, given, exact);
+    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, exact);
+    Megakernel mk(p.config, p.weights, {});
+    expect_forward_bits(mk.forward(p.x, given), want_f);
+    expect_gradient_bits(mk.backward(p.dy), want_g);
+    expect_gradient_bits(mk.backward(p.dy), want_g);
+  }
+}
+
+// The fp8 backward in every launch mode: one rank (the default ring then holds every tile: one cycle,
+// dh and its quantized copy over the ring), a one-tile ring (a cycle per tile), recompute mode (xe
+// quantized again for GEMM1) with one rank and with a one-tile ring, 2 colocated shares (each pulls and
+// quantizes its experts' dy from the other's window), and the weights quantized once
+// (fp8_weights_given: the backward reads the wrapper's transposed copies) alone and with the shares in
+// recompute mode: the reference's bits in that recompute mode.
+TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
+  struct Mode {
+    const char* name;
+    bool one_rank;
+    LaunchConfig launch;
+  };
+  LaunchConfig shares_recompute_given = colocated(2);
+  shares_recompute_given.recompute = shares_recompute_given.fp8_weights_given = true;
+  const Mode modes[] = {{"one rank", true, {}},
+                        {"a one-tile ring", false, {.ring_rows = 128}},
+                        {"recompute, one rank", true, {.recompute = true}},
+                        {"recompute, a one-tile ring", false, {.ring_rows = 128, .recompute = true}},
+                        {"2 colocated shares", false, colocated(2)},
+                        {"weights quantized once", false, {.fp8_weights_given = true}},
+                        {"2 colocated shares, recompute, weights quantized once", false, shares_recompute_given}};
+  for (const Case& cs : fp8_cases()) {
+    const Problem base = make_problem(cs.config, 80, cs.kind);
+    for (const Mode& m : modes) {
+      SCOPED_TRACE(std::string(cs.name) + ", " + m.name);
+      const Problem p = m.one_rank ? on_ranks(base, 1) : base;
+      ref::Options opt;
+      opt.step = StepModel::hopper_tc;
+      opt.recompute = m.launch.recompute;
+      const Forward want_f = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
+      const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+      const GpuRun got = run_gpu(p, m.launch);
+      expect_forward_bits(got.fwd, want_f);
+      expect_gradient_bits(got.grad, want_g);
+    }
   }
 }
 

@@ -10,7 +10,8 @@
 //   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
 //   layer.check();                                             // waits for the stream, raises device errors
 //   fp8 mode, once per optimizer step:  layer.quantize_weights(stream, weights, q)  (q: fp8_weights_bytes()),
-//   then every forward reads it: ForwardInputs::fp8_weights = q (required with LaunchConfig::fp8_weights_given)
+//   then every forward and backward reads it: ForwardInputs::fp8_weights = q (required with
+//   LaunchConfig::fp8_weights_given)
 //
 // Shapes (N = R T tokens): x, y, dy, dx [N, H] bf16; router, d_router [E, H] fp32; expert_bias [E]
 // fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32, or bf16: GradOutputs); shared_w1 [2Is, H],
@@ -58,12 +59,6 @@ const char* dtype_name(DType t);
 size_t dtype_bytes(DType t);
 
 // A caller's device tensor: contiguous row-major `shape`. An absent optional tensor has data nullptr.
-// Why Layer::backward refuses the fp8 mode so far (issue 19): the message it throws, for callers that
-// report the gradients as not computed.
-inline constexpr const char* kFp8BackwardUnsupported =
-    "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far "
-    "(issue 19)";
-
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::bf16;
@@ -103,11 +98,13 @@ struct LaunchConfig {
   // stops on every GPU with an error naming the GPU and the capacity that would hold them (no row is
   // dropped, no bit depends on it). The forward and the backward of one step use the same capacity.
   long capacity_rows = 0;
-  // The fp8 mode: the forward reads its weights quantized by the caller (Layer::quantize_weights into
-  // ForwardInputs::fp8_weights, e.g. once per optimizer step) and never quantizes them itself, so the
-  // workspace holds no E4M3 weights (workspace_bytes is fp8_weights_bytes() smaller) and every forward
-  // needs ForwardInputs::fp8_weights. Without it a forward given fp8_weights reads them too, and one
-  // given none quantizes the weights into its workspace first. Needs precision = fp8.
+  // The fp8 mode: the forward and the backward read the weights quantized by the caller
+  // (Layer::quantize_weights into ForwardInputs::fp8_weights, e.g. once per optimizer step) and never
+  // quantize them themselves, so the workspace holds no E4M3 weights (workspace_bytes(Pass::backward) is
+  // fp8_weights_bytes() smaller, workspace_bytes(Pass::forward) the forward's copies smaller) and every call needs
+  // ForwardInputs::fp8_weights. Without it a call given fp8_weights reads them too, and one given none
+  // quantizes the weights into its workspace first (the forward its copies, the backward both: recompute
+  // mode's GEMM1 reads the forward's). Needs precision = fp8.
   bool fp8_weights_given = false;
 };
 
@@ -127,10 +124,10 @@ struct ForwardInputs {
   TensorView topk_idx{}, topk_w{};
   // The fp8 mode only: this GPU's weights quantized by Layer::quantize_weights from the bf16 weights
   // of `weights` (u8 [fp8_weights_bytes()], 16-byte aligned; the caller keeps them in step: a
-  // buffer quantized from other weights gives other results, unchecked). Present: the forward reads
-  // the E4M3 weights and their block scales from it and enqueues no quantization (the views of the
-  // bf16 w1, w2 and shared_w* are still checked). Absent: the forward quantizes them into its
-  // workspace first; required with LaunchConfig::fp8_weights_given. Refused in bf16.
+  // buffer quantized from other weights gives other results, unchecked). Present: the forward and the
+  // backward read the E4M3 weights and their block scales from it and enqueue no quantization (the
+  // views of the bf16 w1, w2 and shared_w* are still checked). Absent: each call quantizes them into
+  // its workspace first; required with LaunchConfig::fp8_weights_given. Refused in bf16.
   TensorView fp8_weights{};
 };
 
@@ -196,22 +193,24 @@ class Layer {
   int ring_rows() const;       // rows of each rank's dy ring (LaunchConfig::ring_rows resolved)
 
   // The fp8 mode's quantized weights, what a training framework computes once per optimizer step and
-  // reuses for every micro-batch's forward (ForwardInputs::fp8_weights). fp8_weights_bytes(): the
-  // size of the buffer (0 in bf16): this GPU's w1 and w2 (E/G experts) and the shared expert's, each in
-  // E4M3 with one power-of-two scale per 128 x 128 block (docs/numerics.md), and the block-scale tables.
+  // reuses for every micro-batch's forward and backward (ForwardInputs::fp8_weights). fp8_weights_bytes():
+  // the size of the buffer (0 in bf16): this GPU's w1 and w2 (E/G experts) and the shared expert's, each
+  // in E4M3 with one power-of-two scale per 128 x 128 block (docs/numerics.md), and the block-scale
+  // tables; each twice: as stored (the forward's B) and transposed (the input gradients' B, K-major as
+  // Hopper's FP8 wgmma takes it), so the buffer is about twice the E4M3 weights' bytes.
   // quantize_weights enqueues on `stream` the quantization of `weights`' w1, w2, shared_w1 and
   // shared_w2 (the shapes of ForwardInputs::weights; the router is not read) into `fp8_weights`
   // (u8 [fp8_weights_bytes()], 16-byte aligned), every byte of it written: the bits of the
-  // quantization a forward without fp8_weights makes, so either forward gives the same results. No
+  // quantization a call without fp8_weights makes, so either gives the same results. No
   // allocation, no host synchronisation (but LaunchConfig::synchronous), CUDA-graph safe; bad arguments,
-  // or the bf16 mode, throw mok::Error before anything is enqueued. A forward reading the buffer must be
+  // or the bf16 mode, throw mok::Error before anything is enqueued. A call reading the buffer must be
   // stream-ordered after it, and a weight update after a quantization needs a new one. Its kernels
   // record no device errors (a launch error throws at the call), so check() does not wait for it.
   size_t fp8_weights_bytes() const;
   void quantize_weights(cudaStream_t stream, const WeightViews& weights, const TensorView& fp8_weights) const;
 
   // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window; in the
-  // fp8 mode without ForwardInputs::fp8_weights the forward first enqueues the weights' quantization
+  // fp8 mode without ForwardInputs::fp8_weights each call first enqueues the weights' quantization
   // into the workspace). `workspace`: workspace_bytes(pass) of device memory, not used by anything else
   // until the call's work on the stream is done.
   void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);

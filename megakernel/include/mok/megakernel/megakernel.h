@@ -63,9 +63,9 @@ class Megakernel {
   Gradients read_gradients() const;
 
   // LaunchConfig::fp8_weights_given (the fp8 mode): each share's weights are quantized into a buffer
-  // of the wrapper's at construction (the weights never change here) and every forward reads them
-  // (ForwardInputs::fp8_weights). quantize_weights quantizes them again, the same bits, and waits:
-  // what an optimizer step's quantization costs (mok-bench). Without fp8_weights_given each forward
+  // of the wrapper's at construction (the weights never change here) and every forward and backward
+  // reads them (ForwardInputs::fp8_weights). quantize_weights quantizes them again, the same bits, and
+  // waits: what an optimizer step's quantization costs (mok-bench). Without fp8_weights_given each call
   // quantizes the weights itself.
   void quantize_weights();
 
