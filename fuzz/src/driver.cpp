@@ -47,7 +47,6 @@ class DeadlineBackend final : public Backend {
 
   std::string name() const override { return inner_.name(); }
   std::optional<StepModel> fixed_step() const override { return inner_.fixed_step(); }
-  std::optional<Precision> fixed_precision() const override { return inner_.fixed_precision(); }
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
     stop_if_passed();
@@ -142,7 +141,6 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
       FuzzCase fc = *gen_fuzz_case();
       fc.params.options.fault = o.fault;
       if (const auto step = backend.fixed_step()) fc.params.options.step = *step;
-      if (const auto precision = backend.fixed_precision()) fc.config.precision = *precision;  // fp8 shapes fit bf16
       if (timed.passed()) RC_DISCARD(kTimeUp);
       Verdict v;
       try {

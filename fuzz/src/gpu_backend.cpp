@@ -15,7 +15,6 @@ class GpuBackend final : public Backend {
 
   std::string name() const override { return "gpu"; }
   std::optional<StepModel> fixed_step() const override { return StepModel::hopper_tc; }
-  std::optional<Precision> fixed_precision() const override { return Precision::bf16; }  // fp8: no GPU backward yet
 
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {

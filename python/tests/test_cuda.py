@@ -133,22 +133,26 @@ def test_non_default_stream():
     assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
 
 
-def test_fp8_forward_is_the_cpus_and_its_backward_is_refused():
-    """The fp8 mode's forward runs on the GPU with the CPU op's bits; its backward is the CPU op's only
-    so far (issue 19), and the GPU op says so."""
+def test_fp8_forward_and_backward_are_the_cpus():
+    """The fp8 mode on the GPU, through autograd: the forward and the backward (the input gradients'
+    GEMMs on E4M3 operands) with the CPU op's bits, dx and every parameter's gradient."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
                            shared_intermediate=128)
     cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
     gpu_model = mok.MoE(config, device="cuda")
     gpu_model.load_state_dict(cpu_model.state_dict())
     x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    with torch.no_grad():
-        want = cpu_model(x)
-        got = gpu_model(x.cuda())
-    assert_same_bits(got.cpu(), want)
-    y = gpu_model(x.cuda())
-    with pytest.raises(ValueError, match="its backward runs on the CPU reference only so far"):
-        y.float().sum().backward()
+    x_cpu, x_gpu = x.clone().requires_grad_(), x.cuda().requires_grad_()
+    want, got = cpu_model(x_cpu), gpu_model(x_gpu)
+    assert_same_bits(got.detach().cpu(), want.detach(), "y")
+    want.float().sum().backward()
+    got.float().sum().backward()
+    mok.check()
+    assert_same_bits(x_gpu.grad.cpu(), x_cpu.grad, "dx")
+    for (name, p_cpu), p_gpu in zip(cpu_model.named_parameters(), gpu_model.parameters()):
+        assert (p_cpu.grad is None) == (p_gpu.grad is None), name
+        if p_cpu.grad is not None:
+            assert_same_bits(p_gpu.grad.cpu(), p_cpu.grad, name)
 
 
 def test_fp8_weights_quantized_once_give_the_forwards_bits():

@@ -31,9 +31,6 @@ class GpuBackend : public Backend {
     require(g.options.step == StepModel::hopper_tc, "golden '" + g.name + "' was made with step " +
                                                         golden::to_string(g.options.step) +
                                                         "; the GPU computes hopper_tc");
-    const bool backward = g.config.precision == Precision::bf16;  // fp8: the forward only, so far
-    const std::optional<std::string> skipped =
-        backward ? std::nullopt : std::optional<std::string>(gpu::kFp8BackwardUnsupported);
     const ref::Problem p = spread(golden::problem_of(g));
     gpu::LaunchConfig launch;
     launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
@@ -43,10 +40,9 @@ class GpuBackend : public Backend {
       launch.transport = gpu::Transport::nccl;
     }
     if (across_processes())
-      return {run_over_processes(p, launch, flags_.timeout_s.value_or(kDefaultTimeoutS), backward), skipped};
+      return {run_over_processes(p, launch, flags_.timeout_s.value_or(kDefaultTimeoutS)), std::nullopt};
     gpu::Megakernel mk(p.config, p.weights, launch);
     const Forward f = mk.forward(p.x, p.routing ? &*p.routing : nullptr);
-    if (!backward) return {golden::forward_results_of(p, f), skipped};
     return {golden::results_of(p, f, mk.backward(p.dy)), std::nullopt};
   }
 

@@ -13,9 +13,8 @@ namespace {
 constexpr const char* kTool = "mok-verify";
 
 // Rank g: its share of the golden's problem (the parent's, inherited by the fork), one forward and
-// (unless backward is false) backward, its results to its file (without the backward: the gradients
-// as poisoned, which the parent drops). An error leaves without the collective teardowns.
-void run_rank(const ref::Problem& p, const gpu::LaunchConfig& launch, bool backward, const tools::Rank& rank) {
+// backward, its results to its file. An error leaves without the collective teardowns.
+void run_rank(const ref::Problem& p, const gpu::LaunchConfig& launch, const tools::Rank& rank) {
   const tools::RankComm comm(rank);
   const tools::Stream stream;
   tools::Collective<gpu::Layer> layer(p.config, launch, comm.get());
@@ -26,7 +25,7 @@ void run_rank(const ref::Problem& p, const gpu::LaunchConfig& launch, bool backw
     t.set_inputs(p.x, p.dy, given, given ? RoutingMode::given : RoutingMode::router);
     t.poison();
     t.forward(*layer, stream.get());
-    if (backward) t.backward(*layer, stream.get());
+    t.backward(*layer, stream.get());
     layer->check();  // waits for the stream
     results = t.download();
   }
@@ -38,13 +37,11 @@ void run_rank(const ref::Problem& p, const gpu::LaunchConfig& launch, bool backw
 
 }  // namespace
 
-golden::LayerResults run_over_processes(const ref::Problem& p, const gpu::LaunchConfig& launch, double timeout_s,
-                                        bool backward) {
+golden::LayerResults run_over_processes(const ref::Problem& p, const gpu::LaunchConfig& launch, double timeout_s) {
   const int G = launch.gpus;
   if (!tools::have_gpus_for(G)) throw NoGpu("mok: no Hopper GPU (--gpus runs one process per Hopper GPU)");
   const tools::TempDir dir(kTool);
-  if (!tools::run_ranks(kTool, G, timeout_s, dir.path(),
-                        [&](const tools::Rank& r) { run_rank(p, launch, backward, r); }))
+  if (!tools::run_ranks(kTool, G, timeout_s, dir.path(), [&](const tools::Rank& r) { run_rank(p, launch, r); }))
     throw Error("mok: a rank of the " + std::to_string(G) + " processes failed (above)");
   std::vector<tools::RankResults> ranks;
   for (int g = 0; g < G; ++g) {
@@ -55,7 +52,7 @@ golden::LayerResults run_over_processes(const ref::Problem& p, const gpu::Launch
   const tools::RankResults whole = tools::assemble(ranks, problems);
   if (!problems.empty())
     throw Error("mok: a result every GPU computes whole differs between the ranks: " + problems[0]);
-  return backward ? golden::results_of(p, whole.fwd, whole.grads) : golden::forward_results_of(p, whole.fwd);
+  return golden::results_of(p, whole.fwd, whole.grads);
 }
 
 }  // namespace mok::verify

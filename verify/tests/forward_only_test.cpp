@@ -1,7 +1,8 @@
-// A forward-only run (a backend that runs a config's forward but not its backward: the GPU and the fp8
-// mode, so far, RunResults::gradients_skipped) against real goldens: its routing and y compared bit for
-// bit, its backward reported as skipped with the reason, in text and JSON; a differing forward tensor,
-// a missing forward tensor and a tensor missing without a declared reason each still fail.
+// A forward-only run (a backend that runs a config's forward but not its backward,
+// RunResults::gradients_skipped, as the gpu backend did with the fp8 mode before the megakernel ran its
+// backward) against real goldens: its routing and y compared bit for bit, its backward reported as
+// skipped with the reason, in text and JSON; a differing forward tensor, a missing forward tensor and a
+// tensor missing without a declared reason each still fail.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,8 +23,7 @@ using golden::GoldenCase;
 using golden::LayerResults;
 using golden::Tensor;
 
-const std::string kReason =
-    "precision = fp8: the GPU runs the fp8 mode's forward; its backward runs on the CPU reference only so far";
+const std::string kReason = "precision = fp8: this backend runs the fp8 mode's forward only";
 
 // The forward a forward-only backend returns, computed here by the CPU reference on the golden's inputs
 // (a run of its own, not the golden's stored bits; the GPU's forward equals it bit for bit).

@@ -38,9 +38,9 @@ per GPU, on an NCCL communicator, each run's ranks killed after --timeout S seco
 on one rank per GPU when its tokens and experts split, and is refused otherwise.
 Progress goes to stderr (--quiet: none), the report to stdout.
 Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no Hopper GPU for --gpus N.
-A golden whose forward the backend runs but not its backward (on the GPU: the fp8 mode, so far) has
-its routing and y compared bit for bit, as any golden, and its backward reported as skipped with the
-reason (its gradient tensors not compared). A golden the backend does not implement at all is listed
+A golden whose forward the backend runs but not its backward (a backend may declare so; none does
+now) has its routing and y compared bit for bit, as any golden, and its backward reported as skipped
+with the reason (its gradient tensors not compared). A golden the backend does not implement at all is listed
 as SKIPPED with the reason, and changes no exit status.
 )";
 

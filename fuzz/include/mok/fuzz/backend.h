@@ -17,8 +17,6 @@ class Backend {
   virtual std::string name() const = 0;
   // The step model this backend computes when it computes only one (the driver then draws no other).
   virtual std::optional<StepModel> fixed_step() const { return std::nullopt; }
-  // The layer precision this backend computes when it computes only one (the driver draws no other).
-  virtual std::optional<Precision> fixed_precision() const { return std::nullopt; }
   // As ref::forward and ref::backward: same arguments, same results, mok::Error on bad input.
   virtual ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                                const ref::Routing* given, const ref::Options& opt) = 0;

@@ -13,7 +13,8 @@ namespace mok::verify {
 
 // What a backend's run returns: the routing and outputs for the golden's config, options and inputs, as
 // format v1 tensors (golden::tensor_specs lists the names, dtypes and shapes), all of them; or, for a
-// config whose backward the backend does not run yet (the GPU and the fp8 mode, so far), the forward's
+// config whose backward the backend does not run (none of this repository's backends now: the gpu
+// backend ran the fp8 mode's forward alone until the megakernel had its backward), the forward's
 // alone (golden::forward_results_of: the routing group and y) with gradients_skipped saying why.
 // mok-verify then compares the forward's tensors bit for bit and reports the backward as skipped
 // (compare_run); a tensor missing without that reason, or a forward tensor missing whatever the
@@ -66,9 +67,9 @@ std::unique_ptr<Backend> make_reference_backend(const BackendFlags& flags);
 // the N GPUs (N = 1: the NCCL transport on one GPU). A golden whose R ranks do not split over N GPUs
 // runs as the same global batch on one rank per GPU (the bits do not depend on R) when its tokens and
 // experts split, and is refused otherwise. It computes the hopper_tc model only; the golden's recompute
-// mode (or --recompute) is the megakernel's (LaunchConfig::recompute). An fp8 golden runs the forward
-// only (the megakernel has no fp8 backward yet): its results carry gradients_skipped. Without CUDA in
-// the build, or without a GPU, it throws mok::Error (NoGpu across processes without any GPU).
+// mode (or --recompute) is the megakernel's (LaunchConfig::recompute); an fp8 golden runs its forward
+// and backward in the fp8 mode. Without CUDA in the build, or without a GPU, it throws mok::Error
+// (NoGpu across processes without any GPU).
 std::unique_ptr<Backend> make_gpu_backend(const BackendFlags& flags);
 
 }  // namespace mok::verify
