@@ -18,15 +18,15 @@
 //   --experts: E instead of the shape's (its slice of the model's experts);
 //   --capacity-factor: LaunchConfig::capacity_rows = F times an average GPU's rows, N k / G (at most
 //           N min(k, E/G)); 0 (default): the most any routing can give a GPU;
-//   --fp8: the fp8 layer mode (LayerConfig::precision; one process), forward only: the GPU runs no fp8
-//          backward yet (its columns show -), and the peak fractions are of twice the bf16 peak. As in
+//   --fp8: the fp8 layer mode (LayerConfig::precision; one process); the peak fractions are of twice the
+//          bf16 peak (the backward's weight gradients stay bf16: its fraction understates). As in
 //          training, the weights are quantized once beforehand (LaunchConfig::fp8_weights_given): the
-//          forward's time excludes it, and the weights' quantization (Layer::quantize_weights, once per
-//          optimizer step) is timed apart, in its own loop;
+//          forward's and the backward's times exclude it, and the weights' quantization
+//          (Layer::quantize_weights, once per optimizer step) is timed apart, in its own loop;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
-//           (with --fp8 also their E4M3 copy, quantized once per step) and the Layer's own buffers
-//           (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
+//           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
+//           buffers (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
 //           which the forward's is a prefix ("of it fwd").
 // Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
 #include <cstdio>
@@ -51,7 +51,9 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
   std::printf("%s, T = %d tokens per GPU, E = %d, %s, recompute %s, capacity %s (GB per GPU)\n", s.name,
               one.tokens_per_rank, one.experts, o.fp8 ? "fp8" : "bf16", base.recompute ? "on" : "off", capacity);
   if (o.fp8)
-    std::printf("(fp8: weights+grads include their E4M3 copy, quantized once per step; the workspace holds none)\n");
+    std::printf(
+        "(fp8: weights+grads include their E4M3 copies, W and W^T, quantized once per step; the workspace holds "
+        "none)\n");
   std::printf("%6s %8s %14s %8s %8s %10s %9s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
               "of it fwd", "total");
   for (const int g : {1, 2, 8, 64}) {
@@ -62,8 +64,8 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
     const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
     // w1 [2I, H] and w2 [H, I] per expert and the shared expert's [2Is, H] and [H, Is], bf16, and their
-    // bf16 gradients (fp8: and the E4M3 copy of all of them the forward reads,
-    // LaunchConfig::fp8_weights_given; 0 bytes in bf16).
+    // bf16 gradients (fp8: and the E4M3 copies of all of them the forward and the backward read, W and
+    // W^T, LaunchConfig::fp8_weights_given; 0 bytes in bf16).
     const double bf16_weights = (double(c.experts / g) * c.intermediate + c.shared_intermediate) * 3.0 * c.hidden;
     const double weights = bf16_weights * 2 * 2 + double(m.fp8_weights);
     const double total = weights + double(m.saved) + double(m.window) + double(m.workspace_backward);
@@ -104,17 +106,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                          .median_ms;
   const auto fwd_phases = mk.phase_times();
   const double flops = forward_flops(c), fwd_tf = flops / (fwd * 1e9);
-  if (o.fp8) {  // E4M3 runs at twice the bf16 rate
-    std::printf("%-15s %-8s %8.2f %8s %10s %9.1f %9s %7.1f%% %8s\n", s.name, o.routing.c_str(), fwd, "-", "-", fwd_tf,
-                "-", 100 * fwd_tf / (2 * gpus * peak), "-");
-    std::printf("  quantize weights (once per optimizer step, not in fwd ms): %.2f ms\n", quantize);
-    print_phases("forward", fwd_phases);
-    std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f MiB, quantized weights %.0f MiB\n",
-                mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
-                mk.fp8_weights_bytes() / 1048576.0);
-    std::fflush(stdout);
-    return;
-  }
+  const double rate = o.fp8 ? 2 * peak : peak;  // E4M3 runs at twice the bf16 rate
   std::fprintf(stderr, "%s: timing the backward...\n", s.name);
   const auto prepare_backward = [&](int i) {
     set_input(i);
@@ -126,17 +118,20 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                          .median_ms;
   const double fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
   std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, o.routing.c_str(), fwd, bwd,
-              fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * peak), 100 * fb_tf / (gpus * peak));
+              fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * rate), 100 * fb_tf / (gpus * rate));
   if (gpus > 1) {
     const LinkBytes link = link_bytes(c, p.routing->topk_idx);
     std::printf("  %8.1f  %8.1f", link.forward / (fwd * 1e6), link.backward / (bwd * 1e6));
   }
   std::printf("\n");
+  if (o.fp8) std::printf("  quantize weights (once per optimizer step, not in fwd or bwd ms): %.2f ms\n", quantize);
   print_phases("forward", fwd_phases);
   print_phases("backward", mk.phase_times());
-  std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f / backward %.0f MiB\n",
+  std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f / backward %.0f MiB",
               mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
+  if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
+  std::printf("\n");
   std::fflush(stdout);
 }
 
