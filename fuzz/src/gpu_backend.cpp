@@ -36,6 +36,8 @@ class GpuBackend final : public Backend {
   static gpu::LaunchConfig launch(const ref::Options& opt) {
     require(opt.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
+    require(!opt.fp8_weight_gradients,
+            "the gpu backend has no fp8_weight_gradients (its weight gradients are bf16 chains in either precision)");
     gpu::LaunchConfig l;
     l.ring_rows = gpu::whole_tile_ring_rows(opt.ring_rows);
     l.recompute = opt.recompute;
