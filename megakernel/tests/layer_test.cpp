@@ -667,6 +667,35 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
   bf16_layer.check();
 }
 
+// The fp8 backward's sections over one another (LayerMemory.Fp8BackwardSectionsShareBytesByLifetime):
+// one cycle (one rank's default ring; two ranks' ring of a rank's most tiles: dh and its quantized copy
+// over the ring) and several (a one-tile ring), h and a saved or recomputed (xe quantized again), a
+// shared expert over N = 80 tokens, skewed routing; the workspace poisoned before the forward and again
+// before the backward, so the backward reads only what it writes (its quantized weights, dy, dh and
+// their scales, the padding rows' zero blocks): the reference's bits.
+TEST_F(LayerApi, Fp8BackwardSectionsOverOneAnotherMatchTheReference) {
+  LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  one_rank.shared_intermediate = 128;
+  one_rank.precision = Precision::fp8;
+  const std::pair<LayerConfig, int> runs[] = {{one_rank, 0}, {fp8_every_branch(), 640}, {fp8_every_branch(), 128}};
+  for (const auto& [c, ring_rows] : runs)
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE("R " + std::to_string(c.ranks) + ", ring " + std::to_string(ring_rows) +
+                   (recompute ? ", recompute" : ""));
+      const ref::Problem p = ref::make_problem(c, 45, ref::RoutingKind::zipf);
+      Layer layer(c, LaunchConfig{.ring_rows = ring_rows, .recompute = recompute});
+      Bound b(layer, p, RoutingMode::given);
+      b.poison();
+      void* ws = b.workspace.view().data;
+      layer.poison_workspace(stream_, ws);
+      layer.forward(stream_, ws, b.inputs(), b.outputs());
+      layer.poison_workspace(stream_, ws);
+      layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+      layer.check();
+      expect_same(read(b), reference(p, RoutingMode::given, recompute));
+    }
+}
+
 // Host only (layer_memory needs no GPU): fp8_weights_given leaves exactly the quantized weights out of
 // the workspace, whose size is this GPU's E4M3 w1, w2 and shared expert and their scale tables (a
 // block row of padding each, each section 256-byte aligned), as W for the forward and as W^T for the
