@@ -469,6 +469,10 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (!grid_sync(b, kExpertUp, 0)) return;
   }
   const int cycles = ring_cycles(p);
+  if (p.one_ring_cycle && cycles > 1) {  // the layout's bound broken: a second cycle would overwrite dh
+    record_error(b, kRingCycles, kTileTable, 0, cycles);
+    return;
+  }
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy<kFp8>(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;

@@ -177,6 +177,7 @@ struct WorkspaceLayout {
   size_t forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
+  bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
 };
 
 constexpr size_t kSectionAlign = 256;
@@ -249,7 +250,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;      // own ranks' rings
-  const bool one_cycle = one_ring_cycle(c, launch);
+  const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
   // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
@@ -446,6 +447,7 @@ struct Layer::Impl {
     p.slot_row = reinterpret_cast<int32_t*>(s + saved.slot_row);
     p.xe = reinterpret_cast<bf16*>(s + saved.xe);
     p.recompute = launch.recompute;
+    p.one_ring_cycle = ws.one_cycle;
     // In recompute mode h and a are the workspace's (the saved buffer holds none); the maps of a read p.a.
     p.h = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.h : s + saved.h);
     p.a = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.a : s + saved.a);
@@ -580,6 +582,10 @@ struct Layer::Impl {
       m = "mok: invalid input: the given routing of token " + std::to_string(e.detail) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
+    else if (e.code == kRingCycles)
+      m = "mok: internal: the backward needs " + std::to_string(e.detail) +
+          " ring cycles, but its workspace lays dh over the ring, which allows one (LaunchConfig::ring_rows = " +
+          std::to_string(launch.ring_rows) + " holds every rank's tiles whatever the routing, by the layout's bound)";
     else if (e.code == kCapacity)
       m = "mok: capacity: the routing gives GPU " + std::to_string(e.cycle) + "'s experts " + std::to_string(e.detail) +
           " tiles of " + std::to_string(kTileRows) + " rows, more than its buffers hold (" +

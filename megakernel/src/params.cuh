@@ -58,6 +58,7 @@ enum ErrorCode : int {
   kBadRouting = 5,   // detail: the token whose given routing is out of range, repeated or not finite
   kPeerAborted = 6,  // detail: the GPU whose launch stopped on an error (its abort mark)
   kCapacity = 7,     // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
+  kRingCycles = 8,   // detail: the ring cycles the backward needs where its workspace allows one
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
@@ -152,6 +153,7 @@ struct Params {
   bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
   bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
   bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
+  bool one_ring_cycle;       // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
   int gpus;                  // GPUs of the launch (1: simulated ranks)
   long padded_rows;          // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)

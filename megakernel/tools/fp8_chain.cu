@@ -4,7 +4,7 @@
 // shared memory (no TMA, no pipeline waits, no epilogue), with the megakernel's own functions
 // (fp8_half_block, fp8_half_done, promote of tile_gemm.cuh). Variants:
 //   chain        the megakernel's chain: per half of B, four K-steps from +0, wait, promote;
-//   no-promote   the same without the promotions: issue and wait alone;
+//   no-promote   the same with one add per half in place of each promotion: issue and wait alone;
 //   tensor-only  both halves' K-steps accumulating across K-blocks in the tensor core, one group in
 //                flight while the next is issued (bf16's pattern): the operands' peak rate here;
 //   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps;
@@ -74,14 +74,16 @@ __device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, in
       const int e = s + (kb & 1);  // not a constant: the promotion's exponent check stays
       fp8_half_block<0>(st, da, partial);
       fp8_half_done(partial);
-      if constexpr (kVariant != Variant::no_promote) promote<0>(acc, partial, e, e);
+      if constexpr (kVariant == Variant::no_promote)
+        acc[0] += partial[0];  // one read, so no group's result is dead (ptxas drops dead wgmmas)
+      else
+        promote<0>(acc, partial, e, e);
       fp8_half_block<1>(st, da, partial);
       fp8_half_done(partial);
-      if constexpr (kVariant != Variant::no_promote) promote<kAccumulators / 2>(acc, partial, e, e);
-    }
-    if constexpr (kVariant == Variant::no_promote) {
-#pragma unroll
-      for (int i = 0; i < kAccumulators / 2; ++i) acc[i] = partial[i];
+      if constexpr (kVariant == Variant::no_promote)
+        acc[1] += partial[1];
+      else
+        promote<kAccumulators / 2>(acc, partial, e, e);
     }
   }
   float sum = 0.0f;

@@ -251,9 +251,9 @@ def test_quantize_weights_fake_with_symbolic_sizes_checks_what_it_can():
         with FakeTensorMode(shape_env=ShapeEnv()) as mode:
             with pytest.raises(ValueError, match=message):
                 torch.ops.mok.quantize_weights(*symbolic(mode, weights), *c.pack(), pack_launch(0))
+    narrow_w1 = w1[:, :256].contiguous()
     with FakeTensorMode(shape_env=ShapeEnv()) as mode:  # a wrong shape passes here; the kernel refuses it
-        torch.ops.mok.quantize_weights(*symbolic(mode, (w1[:, :256].contiguous(), w2, sw1, sw2)), *config.pack(),
-                                       pack_launch(0))
+        torch.ops.mok.quantize_weights(*symbolic(mode, (narrow_w1, w2, sw1, sw2)), *config.pack(), pack_launch(0))
 
 
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
