@@ -4,7 +4,6 @@
 // shared memory (no TMA, no pipeline waits, no epilogue), with the megakernel's own functions
 // (fp8_half_block, fp8_half_done, promote of tile_gemm.cuh). Variants:
 //   chain        the megakernel's chain: per half of B, four K-steps from +0, wait, promote;
-//   no-promote   the same with one add per half in place of each promotion: issue and wait alone;
 //   tensor-only  both halves' K-steps accumulating across K-blocks in the tensor core, one group in
 //                flight while the next is issued (bf16's pattern): the operands' peak rate here;
 //   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps;
@@ -26,8 +25,8 @@
 namespace mok::gpu {
 namespace {
 
-enum class Variant { chain, no_promote, tensor_only, one_consumer, n128 };
-constexpr const char* kVariantNames[] = {"chain", "no-promote", "tensor-only", "one-consumer", "n128"};
+enum class Variant { chain, tensor_only, one_consumer, n128 };
+constexpr const char* kVariantNames[] = {"chain", "tensor-only", "one-consumer", "n128"};
 
 // Columns of a consumer's tile in each variant.
 constexpr int tile_columns(Variant v) { return v == Variant::n128 ? 128 : kTileN; }
@@ -74,16 +73,10 @@ __device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, in
       const int e = s + (kb & 1);  // not a constant: the promotion's exponent check stays
       fp8_half_block<0>(st, da, partial);
       fp8_half_done(partial);
-      if constexpr (kVariant == Variant::no_promote)
-        acc[0] += partial[0];  // one read, so no group's result is dead (ptxas drops dead wgmmas)
-      else
-        promote<0>(acc, partial, e, e);
+      promote<0>(acc, partial, e, e);
       fp8_half_block<1>(st, da, partial);
       fp8_half_done(partial);
-      if constexpr (kVariant == Variant::no_promote)
-        acc[1] += partial[1];
-      else
-        promote<kAccumulators / 2>(acc, partial, e, e);
+      promote<kAccumulators / 2>(acc, partial, e, e);
     }
   }
   float sum = 0.0f;
@@ -190,7 +183,6 @@ int main(int argc, char** argv) {
     std::printf("mok-fp8-chain: %d SMs, %d K-blocks of %d per consumer, 64 x 256 per consumer\n", sms, k_blocks,
                 mok::kFp8Block);
     run<Variant::chain>(k_blocks, sms, sink, cycles);
-    run<Variant::no_promote>(k_blocks, sms, sink, cycles);
     run<Variant::tensor_only>(k_blocks, sms, sink, cycles);
     run<Variant::one_consumer>(k_blocks, sms, sink, cycles);
     run<Variant::n128>(k_blocks, sms, sink, cycles);
