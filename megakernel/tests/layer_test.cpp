@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -139,6 +140,27 @@ class LayerApi : public ::testing::Test {
   void TearDown() override {
     if (stream_) cudaStreamDestroy(stream_);
   }
+  // Each (config, ring rows) with h and a saved and recomputed, skewed routing, the workspace poisoned
+  // before the forward and again before the backward: the reference's bits.
+  void expect_sections_over_one_another_match(std::span<const std::pair<LayerConfig, int>> runs, uint64_t seed) {
+    for (const auto& [c, ring_rows] : runs)
+      for (const bool recompute : {false, true}) {
+        SCOPED_TRACE("R " + std::to_string(c.ranks) + ", ring " + std::to_string(ring_rows) +
+                     (recompute ? ", recompute" : ""));
+        const ref::Problem p = ref::make_problem(c, seed, ref::RoutingKind::zipf);
+        Layer layer(c, LaunchConfig{.ring_rows = ring_rows, .recompute = recompute});
+        Bound b(layer, p, RoutingMode::given);
+        b.poison();
+        void* ws = b.workspace.view().data;
+        layer.poison_workspace(stream_, ws);
+        layer.forward(stream_, ws, b.inputs(), b.outputs());
+        layer.poison_workspace(stream_, ws);
+        layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+        layer.check();
+        expect_same(read(b), reference(p, RoutingMode::given, recompute));
+      }
+  }
+
   cudaStream_t stream_ = nullptr;
 };
 
@@ -210,22 +232,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
 TEST_F(LayerApi, BackwardSectionsOverOneAnotherMatchTheReference) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
   const std::pair<LayerConfig, int> runs[] = {{one_rank, 0}, {shared_sigmoid(), 640}, {shared_sigmoid(), 128}};
-  for (const auto& [c, ring_rows] : runs)
-    for (const bool recompute : {false, true}) {
-      SCOPED_TRACE("R " + std::to_string(c.ranks) + ", ring " + std::to_string(ring_rows) +
-                   (recompute ? ", recompute" : ""));
-      const ref::Problem p = ref::make_problem(c, 44, ref::RoutingKind::zipf);
-      Layer layer(c, LaunchConfig{.ring_rows = ring_rows, .recompute = recompute});
-      Bound b(layer, p, RoutingMode::given);
-      b.poison();
-      void* ws = b.workspace.view().data;
-      layer.poison_workspace(stream_, ws);
-      layer.forward(stream_, ws, b.inputs(), b.outputs());
-      layer.poison_workspace(stream_, ws);
-      layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
-      layer.check();
-      expect_same(read(b), reference(p, RoutingMode::given, recompute));
-    }
+  expect_sections_over_one_another_match(runs, 44);
 }
 
 // The weights are read through the pointers of each call: new weights, same layer, new results.
@@ -678,22 +685,7 @@ TEST_F(LayerApi, Fp8BackwardSectionsOverOneAnotherMatchTheReference) {
   one_rank.shared_intermediate = 128;
   one_rank.precision = Precision::fp8;
   const std::pair<LayerConfig, int> runs[] = {{one_rank, 0}, {fp8_every_branch(), 640}, {fp8_every_branch(), 128}};
-  for (const auto& [c, ring_rows] : runs)
-    for (const bool recompute : {false, true}) {
-      SCOPED_TRACE("R " + std::to_string(c.ranks) + ", ring " + std::to_string(ring_rows) +
-                   (recompute ? ", recompute" : ""));
-      const ref::Problem p = ref::make_problem(c, 45, ref::RoutingKind::zipf);
-      Layer layer(c, LaunchConfig{.ring_rows = ring_rows, .recompute = recompute});
-      Bound b(layer, p, RoutingMode::given);
-      b.poison();
-      void* ws = b.workspace.view().data;
-      layer.poison_workspace(stream_, ws);
-      layer.forward(stream_, ws, b.inputs(), b.outputs());
-      layer.poison_workspace(stream_, ws);
-      layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
-      layer.check();
-      expect_same(read(b), reference(p, RoutingMode::given, recompute));
-    }
+  expect_sections_over_one_another_match(runs, 45);
 }
 
 // Host only (layer_memory needs no GPU): fp8_weights_given leaves exactly the quantized weights out of

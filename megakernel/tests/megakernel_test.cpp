@@ -31,6 +31,14 @@ void expect_bits(const S& got, const S& want) {
   });
 }
 
+// The reference's options for the GPU's bits: its K-steps those of Hopper's tensor cores.
+ref::Options hopper_options(bool recompute = false) {
+  ref::Options opt;
+  opt.step = StepModel::hopper_tc;
+  opt.recompute = recompute;
+  return opt;
+}
+
 void expect_forward_bits(const Forward& got, const Forward& want) { expect_bits(got, want); }
 void expect_gradient_bits(const Gradients& got, const Gradients& want) { expect_bits(got, want); }
 
@@ -97,8 +105,7 @@ std::vector<Case> cases() {
 }
 
 TEST_F(Gpu, MatchesReferenceBitForBit) {
-  ref::Options exact;
-  exact.step = StepModel::hopper_tc;
+  const ref::Options exact = hopper_options();
   for (const Case& cs : cases()) {
     SCOPED_TRACE(cs.name);
     const Problem p = make_problem(cs.config, 1234, cs.kind);
@@ -203,8 +210,7 @@ TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
   const LayerConfig c = with_every_branch(small(4, 20, 8, 3));
   const Problem p = make_problem(c, 24, RoutingKind::uniform);
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
-    ref::Options opt;
-    opt.step = StepModel::hopper_tc;
+    ref::Options opt = hopper_options();
     opt.replay_ids = mode == RoutingMode::replay_ids;
     const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
     const Forward want_f = ref::forward(c, p.x, p.weights, given, opt);
@@ -229,9 +235,7 @@ TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
 // recompute pass) and on 2 colocated shares (each recomputes its own experts' tiles), the reference's
 // bits in recompute mode, with no h and a returned, as the reference's.
 TEST_F(Gpu, RecomputeModeMatchesTheReference) {
-  ref::Options opt;
-  opt.step = StepModel::hopper_tc;
-  opt.recompute = true;
+  const ref::Options opt = hopper_options(true);
   for (const Case& cs : cases()) {
     const Problem p = make_problem(cs.config, 4321, cs.kind);
     const Forward want_f = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
@@ -369,8 +373,7 @@ std::vector<Case> fp8_cases() {
 }
 
 TEST_F(Gpu, Fp8ForwardMatchesReferenceBitForBit) {
-  ref::Options exact;
-  exact.step = StepModel::hopper_tc;
+  const ref::Options exact = hopper_options();
   for (const Case& cs : fp8_cases()) {
     SCOPED_TRACE(cs.name);
     const Problem p = make_problem(cs.config, 4321, cs.kind);
@@ -388,9 +391,7 @@ TEST_F(Gpu, Fp8ForwardAcrossLaunchModesMatchesTheReference) {
   for (const Case& cs : fp8_cases()) {
     const Problem p = make_problem(cs.config, 77, cs.kind);
     for (const bool recompute : {false, true}) {
-      ref::Options opt;
-      opt.step = StepModel::hopper_tc;
-      opt.recompute = recompute;
+      const ref::Options opt = hopper_options(recompute);
       const Forward want = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
       for (LaunchConfig launch : {LaunchConfig{}, colocated(2)}) {
         if (!recompute && launch.gpus == 1) continue;  // Fp8ForwardMatchesReferenceBitForBit
@@ -416,9 +417,7 @@ TEST_F(Gpu, Fp8ForwardWithWeightsQuantizedOnceMatchesTheReference) {
     second.x = make_problem(cs.config, 79, cs.kind).x;
     const Routing* given = p.routing ? &*p.routing : nullptr;
     for (const bool recompute : {false, true}) {
-      ref::Options opt;
-      opt.step = StepModel::hopper_tc;
-      opt.recompute = recompute;
+      const ref::Options opt = hopper_options(recompute);
       const Forward want = ref::forward(p.config, p.x, p.weights, given, opt);
       const Forward want_second = ref::forward(p.config, second.x, p.weights, given, opt);
       for (LaunchConfig launch : {LaunchConfig{}, colocated(2)}) {
@@ -442,8 +441,7 @@ TEST_F(Gpu, Fp8ForwardWithWeightsQuantizedOnceMatchesTheReference) {
 // with a last tile half past its end, skewed and one-expert routing, R = 2 and 4 simulated ranks), the
 // backward twice on one wrapper (D1). The wrapper poisons every output before each launch.
 TEST_F(Gpu, Fp8BackwardMatchesReferenceBitForBit) {
-  ref::Options exact;
-  exact.step = StepModel::hopper_tc;
+  const ref::Options exact = hopper_options();
   for (const Case& cs : fp8_cases()) {
     SCOPED_TRACE(cs.name);
     const Problem p = make_problem(cs.config, 4322, cs.kind);
@@ -481,9 +479,7 @@ TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
   for (const Case& cs : fp8_cases()) {
     const Problem p = make_problem(cs.config, 80, cs.kind);
     for (const bool recompute : {false, true}) {
-      ref::Options opt;
-      opt.step = StepModel::hopper_tc;
-      opt.recompute = recompute;
+      const ref::Options opt = hopper_options(recompute);
       const Forward want_f = ref::forward(p.config, p.x, p.weights, p.routing ? &*p.routing : nullptr, opt);
       const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
       for (const Mode& m : modes) {
