@@ -724,6 +724,16 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
   }
 }
 
+// A case of the backward's section tests: a config and launch, its ring rows per rank, and whether one
+// ring cycle holds every rank's tiles whatever the routing.
+struct SectionCase {
+  const char* name;
+  LayerConfig c;
+  LaunchConfig launch;
+  size_t ring_rows;
+  bool one_cycle;
+};
+
 // Host only: the backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
 // buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
 // and in recompute mode with several cycles over the forward's h too (ending its sections); with one
@@ -734,13 +744,6 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));  // N 80, k 3, E 8
   const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
-  struct Case {
-    const char* name;
-    LayerConfig c;
-    LaunchConfig launch;
-    size_t ring_rows;  // per rank
-    bool one_cycle;
-  };
   // One rank: at most N k = 240 rows, 9 tiles; the default ring holds N k rows and a tile per expert (9).
   // Two ranks: a rank's 4 experts hold at most N min(k, 4) = 240 rows, 5 tiles; the default ring an
   // average rank's 120 rows (4 tiles). Two GPUs: the same 5 tiles (each GPU's capacity holds 6).
@@ -752,7 +755,7 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   capacity.capacity_rows = past_capacity.capacity_rows = 128;
   past_capacity.ring_rows = 512;
   const LayerConfig long_ranks = with_every_branch(make_config(2, 400, 128, 64, 8, 3));
-  const Case cases[] = {
+  const SectionCase cases[] = {
       {"one rank, default ring", one_rank, {}, 1152, true},
       {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
       {"two ranks, default ring", two_ranks, {}, 512, false},
@@ -766,7 +769,7 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
       {"two GPUs, capacity 128, 5-tile ring", long_ranks, capacity, 640, true},
       {"two GPUs, capacity 128, 4-tile ring", long_ranks, past_capacity, 512, false}};
   const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
-  for (const Case& t : cases) {
+  for (const SectionCase& t : cases) {
     SCOPED_TRACE(t.name);
     const LayerConfig& c = t.c;
     const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
@@ -795,15 +798,8 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   one_rank.precision = Precision::fp8;
   const LayerConfig two_ranks = fp8_every_branch();  // R 2, T 40
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
-  struct Case {
-    const char* name;
-    LayerConfig c;
-    LaunchConfig launch;
-    size_t ring_rows;  // per rank
-    bool one_cycle;
-  };
   LaunchConfig given{.fp8_weights_given = true};
-  const Case cases[] = {
+  const SectionCase cases[] = {
       {"one rank, default ring", one_rank, {}, 1152, true},
       {"one rank, default ring, weights given", one_rank, given, 1152, true},
       {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
@@ -812,7 +808,7 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
       {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
       {"two GPUs, default ring", two_ranks, colocated, 512, false}};
   const auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
-  for (const Case& t : cases) {
+  for (const SectionCase& t : cases) {
     SCOPED_TRACE(t.name);
     const LayerConfig& c = t.c;
     const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, E = c.experts;
