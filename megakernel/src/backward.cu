@@ -450,6 +450,13 @@ __device__ __forceinline__ void backward(const Params& p) {
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
   // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
   if (!peer_sync(b, kStart, 0)) return;
+  // The workspace's one-cycle bound (from the saved tile table, the same on every GPU): where dh lies
+  // over the ring, a second cycle would overwrite it. Every block of every GPU leaves here alike.
+  const int cycles = ring_cycles(p);
+  if (p.one_ring_cycle && cycles > 1) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) record_error(b, kRingCycles, kStart, 0, cycles);
+    return;
+  }
   if (across_gpus(p) && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
   if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
     gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
@@ -467,11 +474,6 @@ __device__ __forceinline__ void backward(const Params& p) {
   if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
     recompute_up<kFp8>(pipe, p);
     if (!grid_sync(b, kExpertUp, 0)) return;
-  }
-  const int cycles = ring_cycles(p);
-  if (p.one_ring_cycle && cycles > 1) {  // the layout's bound broken: a second cycle would overwrite dh
-    record_error(b, kRingCycles, kTileTable, 0, cycles);
-    return;
   }
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy<kFp8>(p, cycle);

@@ -583,7 +583,7 @@ struct Layer::Impl {
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
     else if (e.code == kRingCycles)
-      m = "mok: internal: the backward needs " + std::to_string(e.detail) +
+      m = "mok: internal: the backward" + where + " needs " + std::to_string(e.detail) +
           " ring cycles, but its workspace lays dh over the ring, which allows one (LaunchConfig::ring_rows = " +
           std::to_string(launch.ring_rows) + " holds every rank's tiles whatever the routing, by the layout's bound)";
     else if (e.code == kCapacity)

@@ -233,7 +233,8 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     fp8_half_done(partial);
     promote<0>(acc, partial, now.x + now.z, now.y + now.z);
     fp8_half_block<1>(st, da, partial);
-    const bool next_healthy = kb + 1 == l.k_blocks || (healthy && wait_stage(1));
+    const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
+    __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);
     ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
     promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
