@@ -213,7 +213,7 @@ Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts) {
   l.forward_bytes = sections.bytes();
   l.w1t = weight(own_experts * H, 2 * I);
   l.w2t = weight(own_experts * I, H);
-  l.shared_w1t = weight(Is ? H : 0, 2 * Is);
+  l.shared_w1t = weight(H, 2 * Is);
   l.shared_w2t = weight(Is, H);
   l.bytes = sections.bytes();
   return l;

@@ -17,6 +17,9 @@
 // Usage: mok-fp8-chain [k_blocks=20000]. Exit status: 0 ran, 2 error, 77 no GPU.
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
@@ -140,18 +143,22 @@ void run(int k_blocks, int sms, float* sink, long long* cycles) {
   MOK_CUDA_CHECK(cudaEventCreate(&end));
   MOK_CUDA_CHECK(cudaMemset(cycles, 0, sizeof(long long) * sms * kConsumers));
   kernel<<<sms, kThreads, kSmemBytes>>>(k_blocks / 10, 0, sink, cycles);  // warm-up
+  MOK_CUDA_CHECK(cudaGetLastError());
   MOK_CUDA_CHECK(cudaEventRecord(begin));
   kernel<<<sms, kThreads, kSmemBytes>>>(k_blocks, 0, sink, cycles);
+  MOK_CUDA_CHECK(cudaGetLastError());
   MOK_CUDA_CHECK(cudaEventRecord(end));
   MOK_CUDA_CHECK(cudaEventSynchronize(end));
   float ms = 0;
   MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
-  long long host[2 * 1024] = {};
-  MOK_CUDA_CHECK(cudaMemcpy(host, cycles, sizeof(long long) * sms * kConsumers, cudaMemcpyDeviceToHost));
+  std::vector<long long> host(size_t(sms) * kConsumers);
+  MOK_CUDA_CHECK(cudaMemcpy(host.data(), cycles, sizeof(long long) * host.size(), cudaMemcpyDeviceToHost));
   long long total = 0;
   int counted = 0;
-  for (int i = 0; i < sms * kConsumers; ++i)
-    if (host[i] > 0) total += host[i], ++counted;
+  for (const long long c : host)
+    if (c > 0) total += c, ++counted;
+  if (counted == 0)
+    throw std::runtime_error(std::string(kVariantNames[int(kVariant)]) + ": no consumer recorded its cycles");
   const double flops = 2.0 * kWgmmaM * tile_columns(kVariant) * kFp8Block * double(k_blocks) * counted;
   std::printf("%-13s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n",
               kVariantNames[int(kVariant)], double(total) / counted / k_blocks, flops / ms / 1e9, ms, counted);
@@ -180,8 +187,8 @@ int main(int argc, char** argv) {
     long long* cycles;
     MOK_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
     MOK_CUDA_CHECK(cudaMalloc(&cycles, sizeof(long long) * sms * kConsumers));
-    std::printf("mok-fp8-chain: %d SMs, %d K-blocks of %d per consumer, 64 x 256 per consumer\n", sms, k_blocks,
-                mok::kFp8Block);
+    std::printf("mok-fp8-chain: %d SMs, %d K-blocks of %d per consumer, a consumer's tile 64 x %d (n128: 64 x 128)\n",
+                sms, k_blocks, mok::kFp8Block, kTileN);
     run<Variant::chain>(k_blocks, sms, sink, cycles);
     run<Variant::tensor_only>(k_blocks, sms, sink, cycles);
     run<Variant::one_consumer>(k_blocks, sms, sink, cycles);
