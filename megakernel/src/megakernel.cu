@@ -73,7 +73,7 @@ struct GpuShare {
   WeightTensors weights;
   ForwardTensors fwd;
   GradTensors grad;
-  DeviceTensor fp8_weights;  // LaunchConfig::fp8_weights_given: the weights quantized, read by every forward and backward
+  DeviceTensor fp8_weights;  // LaunchConfig::fp8_weights_given: the weights quantized, read by every pass
 
   GpuShare(int g, int d, const LayerConfig& c, const LayerWeights& w, const LaunchConfig& launch,
            const PeerGroup* peers)
