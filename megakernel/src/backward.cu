@@ -49,7 +49,7 @@ __device__ void pull_dy(const Params& p, int cycle) {
 // in xe) included: the forward pull's rows and function, so its bits.
 __device__ void quantize_own_xe(const Params& p) {
   const int H = p.c.hidden;
-  const long rows = long(own_tile_end(p) - own_tile_begin(p)) * kTileRows;
+  const long rows = own_tile_rows(p);
   for (long row = warp_id(); row < rows; row += warp_count())
     quantize_row(p.xq.row(row, H), nullptr, p.xe + row * H, H);
 }
@@ -59,7 +59,7 @@ __device__ void quantize_own_xe(const Params& p) {
 // ring and g, dead by then (workspace_layout).
 __device__ void pull_weighted_dy(const Params& p) {
   const int H = p.c.hidden, first = own_tile_begin(p);
-  const long rows = long(own_tile_end(p) - first) * kTileRows;
+  const long rows = own_tile_rows(p);
   for (long pad = warp_id(); pad < rows; pad += warp_count()) {
     const ExpertTile t = expert_tile(p, first + int(pad / kTileRows));
     const int i = int(pad % kTileRows);

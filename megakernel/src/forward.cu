@@ -156,8 +156,7 @@ __device__ void zero_saved_gaps(const Params& p) {
 // the saved buffer holds the same bytes run to run (D1) also where nothing reads it.
 __device__ void zero_unused_rows(const Params& p) {
   const int H = p.c.hidden, I = p.c.intermediate;
-  const long used = long(kTileRows) * (own_tile_end(p) - own_tile_begin(p));
-  for (long row = used + warp_id(); row < p.padded_rows; row += warp_count()) {
+  for (long row = own_tile_rows(p) + warp_id(); row < p.padded_rows; row += warp_count()) {
     copy_row(p.xe + row * H, nullptr, H);
     copy_row(p.h + row * 2 * I, nullptr, 2 * I);
     copy_row(p.a + row * I, nullptr, I);

@@ -92,6 +92,10 @@ struct ExpertTile {
 // the first on.
 __device__ __forceinline__ int own_tile_begin(const Params& p) { return p.tile_offsets[own_expert_begin(p)]; }
 __device__ __forceinline__ int own_tile_end(const Params& p) { return p.tile_offsets[own_expert_end(p)]; }
+// The per-row buffers' rows those tiles fill (their padding rows included).
+__device__ __forceinline__ long own_tile_rows(const Params& p) {
+  return long(own_tile_end(p) - own_tile_begin(p)) * kTileRows;
+}
 
 // Every expert tile's expert, into tile_expert: the last e with tile_offsets[e] <= tile (an expert
 // without tiles shares its offset with the next one, so the last is the one with tiles). Once per
