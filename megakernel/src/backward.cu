@@ -174,33 +174,39 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
     const RankBuffers* src;
     const long slot = source_slot(p, row, src);
     const float w = src->topk_w[slot];
-    // h's gate and up vectors and g's matching 8 floats, per 8 columns.
+    // h's gate and up vectors (4 words each) and g's matching 8 floats, per 8 columns.
     struct Operands {
-      Bf16x8 gate, up;
+      uint4 gate, up;
       float4 g0, g1;
     };
     const float4* g = reinterpret_cast<const float4*>(p.g + ring * I);
-    const Bf16x8* h = reinterpret_cast<const Bf16x8*>(p.h + row.pad * 2 * I);
-    Bf16x8* dh_vec = reinterpret_cast<Bf16x8*>(dh);
-    row_pass(
+    const uint4* h = reinterpret_cast<const uint4*>(p.h + row.pad * 2 * I);
+    uint4* dh_vec = reinterpret_cast<uint4*>(dh);
+    const float limit = p.c.swiglu_limit;
+    warp_row_pass<4>(
         I / 8,
         [&](int c) {
           return Operands{h[c], h[I / 8 + c], g[2 * c], g[2 * c + 1]};
         },
-        [&](int c, const Operands& o) {
+        [&](int c, const Operands& o, bool in_row) {
+          const uint32_t gate[4] = {o.gate.x, o.gate.y, o.gate.z, o.gate.w}, up[4] = {o.up.x, o.up.y, o.up.z, o.up.w};
           const float gv[8] = {o.g0.x, o.g0.y, o.g0.z, o.g0.w, o.g1.x, o.g1.y, o.g1.z, o.g1.w};
-          Bf16x8 d_gate, d_up;
+          uint32_t d_gate[4], d_up[4];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const SwigluGrad d = swiglu_grad(to_float(o.gate.e[j]), to_float(o.up.e[j]), w * gv[j], p.c.swiglu_limit);
-            d_gate.e[j] = to_bf16(d.gate);
-            d_up.e[j] = to_bf16(d.up);
+          for (int j = 0; j < 4; ++j) {
+            const SwigluGrad lo = swiglu_grad(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit);
+            const SwigluGrad hi = swiglu_grad(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1], limit);
+            d_gate[j] = pack_bf16(lo.gate, hi.gate);
+            d_up[j] = pack_bf16(lo.up, hi.up);
           }
-          dh_vec[c] = d_gate;
-          dh_vec[I / 8 + c] = d_up;
-          if constexpr (kFp8) {
-            store_quantized(p.dhq.row(ring, 2 * I), c, d_gate);
-            store_quantized(p.dhq.row(ring, 2 * I), I / 8 + c, d_up);
+          const uint4 gate_vec{d_gate[0], d_gate[1], d_gate[2], d_gate[3]}, up_vec{d_up[0], d_up[1], d_up[2], d_up[3]};
+          if (in_row) {
+            dh_vec[c] = gate_vec;
+            dh_vec[I / 8 + c] = up_vec;
+          }
+          if constexpr (kFp8) {  // every lane: the quantization shuffles across the warp
+            store_quantized(p.dhq.row(ring, 2 * I), c, gate_vec, in_row);
+            store_quantized(p.dhq.row(ring, 2 * I), I / 8 + c, up_vec, in_row);
           }
         });
   });

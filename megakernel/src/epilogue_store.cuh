@@ -2,18 +2,12 @@
 // moved to global memory through the consumer warpgroup's staging rows in shared memory.
 #pragma once
 
+#include "bf16_words.cuh"
 #include "schedule.cuh"
 #include "tile_gemm.cuh"
 #include "tile_schedules.cuh"
 
 namespace mok::gpu {
-
-// Two floats rounded to bf16, packed as one 32-bit word (v0 in the low half: the lower address).
-__device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) {
-  return uint32_t(to_bf16(v0).bits) | (uint32_t(to_bf16(v1).bits) << 16);
-}
-__device__ __forceinline__ float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
-__device__ __forceinline__ float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
 
 __device__ __forceinline__ void store_pair(bf16* dst, float v0, float v1) {
   *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v0, v1);

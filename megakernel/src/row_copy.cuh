@@ -2,6 +2,7 @@
 // and the fp8 mode's row quantization.
 #pragma once
 
+#include "bf16_words.cuh"
 #include "mok/core/fp8_gemm.h"
 #include "schedule.cuh"
 
@@ -12,21 +13,34 @@ struct alignas(16) Bf16x8 {
   bf16 e[8];
 };
 
-// A warp's pass over one row of n vectors: lane l handles vectors l, l + 32, ...; store(c, load(c)).
-// kBatch of a lane's loads are issued before their stores: such a loop is latency-bound, and the
-// compiler may not hoist a load over a store it cannot prove distinct.
-template <int kBatch = 4, class Load, class Store>
-__device__ __forceinline__ void row_pass(int n, Load load, Store store) {
+// A warp's pass over one row of n vectors, 32 kBatch at a time: vector i is lane i % 32's, and each
+// lane issues its kBatch loads before their steps (such a loop is latency-bound, and the compiler may
+// not hoist a load over a store it cannot prove distinct). Every lane runs every step, step(i, v,
+// in_row), a lane past the row's end on a zero value: so a step may shuffle across the whole warp.
+template <int kBatch, class Load, class Step>
+__device__ __forceinline__ void warp_row_pass(int n, Load load, Step step) {
   using Value = decltype(load(0));
-  for (int c0 = lane_id(); c0 < n; c0 += 32 * kBatch) {
+  for (int base = 0; base < n; base += 32 * kBatch) {
     Value v[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      v[b] = c0 + 32 * b < n ? load(c0 + 32 * b) : Value{};  // no value kept from the last pass
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + 32 * b + lane_id();
+      v[b] = i < n ? load(i) : Value{};
+    }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (c0 + 32 * b < n) store(c0 + 32 * b, v[b]);
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + 32 * b + lane_id();
+      step(i, v[b], i < n);
+    }
   }
+}
+
+// store(i, load(i)) on each of the row's n vectors (warp_row_pass).
+template <int kBatch = 4, class Load, class Store>
+__device__ __forceinline__ void row_pass(int n, Load load, Store store) {
+  warp_row_pass<kBatch>(n, load, [&](int i, const auto& v, bool in_row) {
+    if (in_row) store(i, v);
+  });
 }
 
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
@@ -43,45 +57,49 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
 }
 
 // The quantization of one 1 x 128 block (the core's quantize_block) held by a half warp, 8 values per
-// lane (v: this lane's): the block's largest magnitude by shuffles within the half warp, then this
-// lane's 8 E4M3 codes, packed (converted two at a time, to_e4m3x2_scaled); e: the block's scale
-// exponent. The half warp's 16 lanes take part together.
-__device__ __forceinline__ uint2 quantize_half_warp(const Bf16x8& v, int& e) {
+// lane as 4 words (v: this lane's): the block's largest magnitude by shuffles within the half warp,
+// then this lane's 8 E4M3 codes, packed (converted two at a time, to_e4m3x2_scaled); e: the block's
+// scale exponent. The whole warp takes part, a block per half warp: its shuffles take the full mask
+// (offsets below 16 stay in a half; a mask per half warp costs a loop over the lanes' masks).
+__device__ __forceinline__ uint2 quantize_half_warp(const uint4& v, int& e) {
   static_assert(kFp8Block == 16 * 8, "a half warp's 16-byte vectors cover one block");
-  const unsigned half_warp = lane_id() < 16 ? 0x0000ffffu : 0xffff0000u;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t amax = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) amax = max(amax, uint32_t(v.e[j].bits & 0x7fffu));
+  for (int j = 0; j < 4; ++j) amax = max(amax, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu));
 #pragma unroll
-  for (int offset = 8; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(half_warp, amax, offset));
+  for (int offset = 8; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(~0u, amax, offset));
   e = block_scale_exponent(amax);
-  uint32_t word[2] = {};
+  uint32_t codes[2];
 #pragma unroll
-  for (int j = 0; j < 8; j += 2)
-    word[j / 4] |= uint32_t(to_e4m3x2_scaled(to_float(v.e[j]), to_float(v.e[j + 1]), e)) << (8 * (j % 4));
-  return uint2{word[0], word[1]};
+  for (int j = 0; j < 4; j += 2)
+    codes[j / 2] = uint32_t(to_e4m3x2_scaled(low_float(w[j]), high_float(w[j]), e)) |
+                   uint32_t(to_e4m3x2_scaled(low_float(w[j + 1]), high_float(w[j + 1]), e)) << 16;
+  return uint2{codes[0], codes[1]};
 }
 
-// Vector i (8 values) of a row quantized into that row of an Fp8Matrix (quantize_half_warp): its half
-// warp holds the vector's whole block, lane i % 32 vector i, as in a row_pass over whole blocks.
-__device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const Bf16x8& v) {
+// Vector i (8 values as 4 words) of a row quantized into that row of an Fp8Matrix by a step of a
+// warp_row_pass (quantize_half_warp): its half warp holds the vector's whole block; a lane past the
+// row's end (in_row false: its whole half warp, as rows are whole blocks) stores nothing.
+__device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const uint4& v, bool in_row) {
   int e;
-  reinterpret_cast<uint2*>(row.values)[i] = quantize_half_warp(v, e);
+  const uint2 codes = quantize_half_warp(v, e);
+  if (!in_row) return;
+  reinterpret_cast<uint2*>(row.values)[i] = codes;
   if (i % 16 == 0) row.exps[i / 16] = e;
 }
 
-// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (quantize_half_warp): dst_q [h], its
-// exponents [h / 128]; and copied into dst unless it is null (the pull's copy_row). A null source
-// quantizes (and copies) zeros. Vector i is lane i % 32's, so each block's 16 vectors are one half
-// warp's, all present or all past the row's end (h % 128 == 0).
+// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized): dst_q [h], its exponents
+// [h / 128]; and copied into dst unless it is null (the pull's copy_row). A null source quantizes (and
+// copies) zeros. h % 128 == 0.
 __device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
-  const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src);
-  Bf16x8* d = reinterpret_cast<Bf16x8*>(dst);
-  row_pass<8>(
-      h / 8, [&](int i) { return src ? s[i] : Bf16x8{}; },
-      [&](int i, const Bf16x8& v) {
-        if (dst) d[i] = v;
-        store_quantized(dst_q, i, v);
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  warp_row_pass<8>(
+      h / 8, [&](int i) { return src ? s[i] : uint4{}; },
+      [&](int i, const uint4& v, bool in_row) {
+        if (dst && in_row) d[i] = v;
+        store_quantized(dst_q, i, v, in_row);
       });
 }
 
