@@ -97,8 +97,9 @@ def moe(
     grows with the global batch. A routing that gives some GPU more raises an error on every rank
     naming that GPU and the capacity that holds it; no row is dropped, no bit depends on it.
     fp8_weights (the fp8 mode, CUDA): w1, w2 and shared as mok.quantize_weights quantized them (once per
-    optimizer step); the forward reads them instead of quantizing the weights itself, with the same
-    bits. They must be the quantization of these weights (not checked).
+    optimizer step); the forward, and autograd's backward, read them instead of quantizing the weights
+    themselves (the backward W and W^T), with the same bits. They must be the quantization of these
+    weights (not checked), unchanged until the backward.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -140,13 +141,13 @@ def quantize_weights(
 ) -> Tensor:
     """The fp8 mode's weights quantized once (E4M3, a power-of-two scale per 128 x 128 block), a uint8
     tensor on w1's CUDA device for mok.moe(..., fp8_weights=...): as training frameworks do, quantize
-    after each optimizer step and reuse the result for every micro-batch's forward, which then skips
-    the quantization and its workspace. Enqueued on the current stream, no synchronisation. The
-    arguments are moe's (with a group, this rank's experts' w1 and w2; tokens_per_rank: the forwards'
-    T, default config.tokens_per_rank): the launch arguments (tokens_per_rank, ring_rows, blocks,
-    recompute, group, capacity_rows) pick the cached layer, so they must be the forwards' or another
-    layer is built (with a group, another window on the communicator).
-    The CPU op quantizes in its forward and takes no fp8_weights."""
+    after each optimizer step and reuse the result for every micro-batch's forward, which then (with its
+    backward) skips the quantization and its workspace. Enqueued on the current stream, no
+    synchronisation. The arguments are moe's (with a group, this rank's experts' w1 and w2;
+    tokens_per_rank: the forwards' T, default config.tokens_per_rank): the launch arguments
+    (tokens_per_rank, ring_rows, blocks, recompute, group, capacity_rows) pick the cached layer, so they
+    must be the forwards' or another layer is built (with a group, another window on the communicator).
+    The CPU op quantizes in each forward and backward and takes no fp8_weights."""
     comm, gpus = 0, 1
     if group is not None:
         from mok import distributed

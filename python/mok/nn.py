@@ -89,8 +89,9 @@ class MoE(torch.nn.Module):
     @torch.no_grad()
     def quantize_weights(self, tokens_per_rank: Optional[int] = None) -> Tensor:
         """The fp8 mode's weights quantized once (mok.quantize_weights), for forward(..., fp8_weights=...)
-        until the next optimizer step changes them (CUDA only). tokens_per_rank: the forwards' x tokens /
-        config.ranks (default config.tokens_per_rank); another builds and caches another layer."""
+        and its backward until the next optimizer step changes them (CUDA only). tokens_per_rank: the
+        forwards' x tokens / config.ranks (default config.tokens_per_rank); another builds and caches
+        another layer."""
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return quantize_weights(self.w1, self.w2, config=self.config, shared=shared, tokens_per_rank=tokens_per_rank,
                                 ring_rows=self.ring_rows, blocks=self.blocks, recompute=self.recompute,

@@ -50,9 +50,10 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
         forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
                                config_floats, routing_mode, launch, fp8_weights);
     ctx->mark_non_differentiable({idx, w, logits, saved});
-    // Absent optional inputs are saved as undefined tensors.
+    // Absent optional inputs are saved as undefined tensors. The backward reads the forward's fp8_weights
+    // rather than quantizing the weights again.
     ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
-                            shared_w2.value_or(Tensor()), idx, w, logits, saved});
+                            shared_w2.value_or(Tensor()), idx, w, logits, saved, fp8_weights.value_or(Tensor())});
     ctx->saved_data["config_ints"] = config_ints.vec();
     ctx->saved_data["config_floats"] = config_floats.vec();
     ctx->saved_data["routing_mode"] = routing_mode;
@@ -68,7 +69,7 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
             .typed<BackwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
                                    const OptTensor&, const OptTensor&, const Tensor&, const Tensor&, const Tensor&,
                                    const Tensor&, const Tensor&, at::IntArrayRef, at::ArrayRef<double>, int64_t,
-                                   at::IntArrayRef)>();
+                                   at::IntArrayRef, const OptTensor&)>();
     const variable_list s = ctx->get_saved_variables();
     const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
     const std::vector<int64_t> ints = ctx->saved_data["config_ints"].toIntVector();
@@ -77,7 +78,7 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const int64_t mode = ctx->saved_data["routing_mode"].toInt();
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
         op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10],
-                grads[0].contiguous(), ints, floats, mode, launch);
+                grads[0].contiguous(), ints, floats, mode, launch, optional(s[11]));
     const bool given = mode == int64_t(RoutingMode::given);
     const bool shared = s[5].defined();
     return {dx,

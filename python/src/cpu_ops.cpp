@@ -32,6 +32,12 @@ Call cpu_call(at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, i
   return call;
 }
 
+// fp8_weights refused (kCpuQuantizes), after the checks the CUDA op makes (the bf16 reason first).
+void refuse_fp8_weights(const Call& call, const Tensor& x, const OptTensor& fp8_weights) {
+  check_fp8_weights(call, x, fp8_weights);
+  require(!fp8_weights, kCpuQuantizes);
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(const Tensor& x, const Tensor& router,
                                                                const OptTensor& expert_bias, const Tensor& w1,
                                                                const Tensor& w2, const OptTensor& shared_w1,
@@ -43,8 +49,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(const Tensor& x, 
     const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     check_forward_args(call, args, topk_idx, topk_w, false);
-    check_fp8_weights(call, x, fp8_weights);
-    require(!fp8_weights, kCpuQuantizes);
+    refuse_fp8_weights(call, x, fp8_weights);
     const LayerConfig& c = call.config;
     const int64_t N = c.tokens(), k = c.top_k;
     const std::vector<bf16> xs = values<bf16>(x);
@@ -86,12 +91,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
-    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, false);
+    refuse_fp8_weights(call, x, fp8_weights);
     const Gradients g = reference_backward(call, args, s, dy);
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
@@ -115,13 +121,14 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
     const Tensor& logits, const Tensor& saved, const Tensor& dy, const OptTensor& d_router, const Tensor& d_w1,
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
-    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, false);
     check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, false);
+    refuse_fp8_weights(call, x, fp8_weights);
     const Gradients g = reference_backward(call, args, s, dy);
     add_into(d_router, g.d_router);
     add_into(d_w1, g.d_w1);

@@ -41,8 +41,8 @@ struct CachedLayer {
 // (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows,
 // fp8_weights_given). Keys of one communicator differ only in config and launch across its ranks, so the
 // map's order is the same on every rank: release_cuda_layers destroys them in the same order everywhere,
-// as NCCL wants. fp8_weights_given: the Layer of the fp8 forwards given quantized weights (and of
-// mok::quantize_weights), whose workspace holds none.
+// as NCCL wants. fp8_weights_given: the Layer of the fp8 forwards and backwards given quantized weights
+// (and of mok::quantize_weights), whose workspace holds none.
 using LayerKey =
     std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int, long, bool>;
 
@@ -120,6 +120,11 @@ gpu::WeightViews weight_views(const LayerArgs& a) {
 gpu::ForwardInputs inputs(const Call& call, const LayerArgs& a, const OptTensor& topk_idx = std::nullopt,
                           const OptTensor& topk_w = std::nullopt, const OptTensor& fp8_weights = std::nullopt) {
   return gpu::ForwardInputs{view(a.x), weight_views(a), call.mode, view(topk_idx), view(topk_w), view(fp8_weights)};
+}
+
+// The backward's: no given routing (the forward's routing is in its saved topk_idx and topk_w).
+gpu::ForwardInputs backward_inputs(const Call& call, const LayerArgs& a, const OptTensor& fp8_weights) {
+  return inputs(call, a, std::nullopt, std::nullopt, fp8_weights);
 }
 
 // Outputs and the workspace without the fill that torch.use_deterministic_algorithms(True) gives
@@ -201,14 +206,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
-    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, true);
+    check_fp8_weights(call, x, fp8_weights);
     const c10::cuda::CUDAGuard guard(x.device());
-    CachedLayer& cached = layer_for(call, x.device().index());
+    // Given the forward's quantized weights, the forward's Layer: its workspace holds no W and W^T, which
+    // the backward reads from fp8_weights instead of quantizing them again.
+    CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = call.own_experts(), Is = c.shared_intermediate;
     auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
@@ -220,7 +228,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     Tensor d_shared_w2 = uninitialized({H, Is}, w1.options());
     const std::lock_guard lock(cached.mutex);
     const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
-    cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
+    cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
+                          view(dy),
                           gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
                                            view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
     return std::make_tuple(dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2);
@@ -232,19 +241,21 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
     const Tensor& logits, const Tensor& saved, const Tensor& dy, const OptTensor& d_router, const Tensor& d_w1,
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
-    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch) {
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
     const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     check_backward_args(call, args, s, dy, true);
     check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, true);
+    check_fp8_weights(call, x, fp8_weights);
     const c10::cuda::CUDAGuard guard(x.device());
-    CachedLayer& cached = layer_for(call, x.device().index());
+    CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());  // as backward_cuda's
     auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
     const std::lock_guard lock(cached.mutex);
     const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
-    cached.layer.backward(current_stream(x), ws.data_ptr(), inputs(call, args), forward_of(s), view(dy),
+    cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
+                          view(dy),
                           gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
                                            view(d_w2), view(d_shared_w1), view(d_shared_w2), true});
     return std::make_tuple(dx, d_topk_w, d_logits);

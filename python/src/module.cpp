@@ -20,24 +20,27 @@ TORCH_LIBRARY(mok, m) {
       "Tensor? shared_w2, Tensor? topk_idx, Tensor? topk_w, int[] config_ints, float[] config_floats, "
       "int routing_mode, int[] launch, Tensor? fp8_weights=None) -> (Tensor y, Tensor topk_idx, Tensor topk_w, "
       "Tensor logits, Tensor saved)");
-  // The fp8 mode's weights quantized once (E4M3 with 128 x 128 block scales), for forwards until the
-  // weights change: mok::forward's fp8_weights (uint8 [fp8_weights_bytes], CUDA only).
+  // The fp8 mode's weights quantized once (E4M3 with 128 x 128 block scales), for forwards and backwards
+  // until the weights change: mok::forward's and mok::backward's fp8_weights (uint8 [fp8_weights_bytes],
+  // CUDA only).
   m.def(
       "quantize_weights(Tensor w1, Tensor w2, Tensor? shared_w1, Tensor? shared_w2, int[] config_ints, "
       "float[] config_floats, int[] launch) -> Tensor");
-  // d_w1, d_w2, d_shared_* are bf16 (the weights' dtype): each fp32 gradient rounded once.
+  // d_w1, d_w2, d_shared_* are bf16 (the weights' dtype): each fp32 gradient rounded once. fp8_weights:
+  // the forward's (read instead of quantizing W and W^T again; CUDA only).
   m.def(
       "backward(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
       "Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, Tensor dy, "
-      "int[] config_ints, float[] config_floats, int routing_mode, int[] launch) -> (Tensor dx, Tensor d_topk_w, "
-      "Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, Tensor d_shared_w1, Tensor d_shared_w2)");
+      "int[] config_ints, float[] config_floats, int routing_mode, int[] launch, Tensor? fp8_weights=None) -> "
+      "(Tensor dx, Tensor d_topk_w, Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, "
+      "Tensor d_shared_w1, Tensor d_shared_w2)");
   // The weight gradients added into fp32 accumulators (gradient accumulation over micro-batches).
   m.def(
       "backward_accumulate(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, "
       "Tensor? shared_w1, Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, "
       "Tensor dy, Tensor(a!)? d_router, Tensor(b!) d_w1, Tensor(c!) d_w2, Tensor(d!)? d_shared_w1, "
-      "Tensor(e!)? d_shared_w2, int[] config_ints, float[] config_floats, int routing_mode, int[] launch) "
-      "-> (Tensor dx, Tensor d_topk_w, Tensor d_logits)");
+      "Tensor(e!)? d_shared_w2, int[] config_ints, float[] config_floats, int routing_mode, int[] launch, "
+      "Tensor? fp8_weights=None) -> (Tensor dx, Tensor d_topk_w, Tensor d_logits)");
 }
 
 namespace mok::py {

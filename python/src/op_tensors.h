@@ -59,8 +59,8 @@ void check_forward_args(const Call& call, const LayerArgs& a, const std::optiona
                         const std::optional<at::Tensor>& topk_w, bool aligned);
 void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned);
 void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned);
-// The fp8 mode's quantized weights given to mok::forward (on x's device, uint8, one dimension, contiguous;
-// its size the layer checks): refused in bf16.
+// The fp8 mode's quantized weights given to mok::forward or mok::backward (on x's device, uint8, one
+// dimension, contiguous; its size the layer checks): refused in bf16.
 void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights);
 // mok::quantize_weights' config: the fp8 mode's (refused in bf16: both devices' first check).
 void check_quantize_precision(const Call& call);
@@ -71,11 +71,11 @@ void check_quantize_precision(const Call& call);
 void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
                          const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
                          bool aligned, bool sizes_known = true);
-// The CPU op takes no quantized weights (mok::forward's fp8_weights): the reference quantizes them in its
-// forward.
+// The CPU op takes no quantized weights (mok::forward's and mok::backward's fp8_weights): the reference
+// quantizes them in each forward and backward.
 inline constexpr const char* kCpuQuantizes =
-    "the CPU op quantizes the fp8 mode's weights in its forward: fp8_weights (mok.quantize_weights) is for the "
-    "CUDA op only";
+    "the CPU op quantizes the fp8 mode's weights in each forward and backward: fp8_weights (mok.quantize_weights) "
+    "is for the CUDA op only";
 // mok::quantize_weights on the CPU: always refused (throws), after check_quantize_precision (the bf16
 // reason first, as the CUDA op gives it), with kCpuQuantizes.
 void refuse_quantize_on_cpu(const Call& call);

@@ -189,6 +189,81 @@ def test_fp8_weights_quantized_once_give_the_forwards_bits():
         mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2))
 
 
+def test_fp8_backward_reads_the_forwards_fp8_weights():
+    """The fp8 backward given the forward's quantized weights (autograd passes the forward's fp8_weights
+    to mok::backward) reads W^T from them instead of quantizing the weights again: dx and every
+    parameter's gradient have the bits of the backward that quantizes them itself, and the CPU op's;
+    mok::backward and mok::backward_accumulate too, and given another layer's buffer they give other
+    bits (they read it), as autograd's backward after a forward given it; a buffer that does not fit is
+    refused; the op given one passes opcheck."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    gpu_model = mok.MoE(config, device="cuda")
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+
+    def gradients(model, x, **kwargs):
+        """dx and each parameter's gradient of sum(y), on the CPU (None: none)."""
+        model.zero_grad(set_to_none=True)
+        x = x.clone().requires_grad_()
+        model(x, **kwargs).float().sum().backward()
+        grads = {"dx": x.grad, **{name: p.grad for name, p in model.named_parameters()}}
+        return {name: g.cpu() if g is not None else None for name, g in grads.items()}
+
+    want = gradients(cpu_model, x)
+    for fp8_weights in (None, gpu_model.quantize_weights()):
+        got = gradients(gpu_model, x.cuda(), fp8_weights=fp8_weights)
+        mok.check()
+        assert got.keys() == want.keys()
+        for name, g in want.items():
+            assert (got[name] is None) == (g is None), name
+            if g is not None:
+                assert_same_bits(got[name], g, f"{name}, fp8_weights given: {fp8_weights is not None}")
+
+    def expert_weights(model):
+        return [t.detach() for t in (model.w1, model.w2, model.shared_w1, model.shared_w2)]
+
+    def quantized(model):
+        return torch.ops.mok.quantize_weights.default(*expert_weights(model), *config.pack(), pack_launch(0))
+
+    args = (*config.pack(), ROUTER, pack_launch(0))
+    q = quantized(gpu_model)
+    other = quantized(mok.MoE(config, device="cuda", generator=torch.Generator().manual_seed(6)))
+    inputs = (x.cuda(), gpu_model.router.detach(), None, *expert_weights(gpu_model))
+    _, idx, w, logits, saved = torch.ops.mok.forward.default(*inputs, None, None, *args, q)
+    dy = torch.randn(40, 128, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).cuda()
+    saved_args = (*inputs, idx, w, logits, saved, dy)
+
+    def backward(*fp8_weights):
+        return [t.cpu() for t in torch.ops.mok.backward.default(*saved_args, *args, *fp8_weights)]
+
+    def accumulated(*fp8_weights):
+        """mok::backward_accumulate's dx, d_topk_w, d_logits and its sums into fp32 zeros."""
+        acc = [torch.zeros(g.shape, device="cuda") if g.numel() else None for g in quantizing[3:]]
+        out = torch.ops.mok.backward_accumulate.default(*saved_args, *acc, *args, *fp8_weights)
+        return [t.cpu() for t in (*out, *(a for a in acc if a is not None))]
+
+    quantizing = backward()
+    assert_all_same_bits(backward(q), quantizing, GRADIENTS)
+    assert not torch.equal(backward(other)[0], quantizing[0]), "dx does not depend on the backward's fp8_weights"
+    assert_all_same_bits(accumulated(q), accumulated())
+    assert not torch.equal(accumulated(other)[0], quantizing[0]), "backward_accumulate's dx ignores fp8_weights"
+    # Through autograd the backward reads the forward's buffer: given another layer's, dx is the op's
+    # given that buffer, not the op's that quantizes w1 and w2 itself.
+    x_grad = inputs[0].clone().requires_grad_()
+    y, *forward_outputs = torch.ops.mok.forward.default(x_grad, *inputs[1:], None, None, *args, other)
+    y.backward(dy)
+    reading_other = torch.ops.mok.backward.default(*inputs, *forward_outputs, dy, *args, other)[0]
+    quantizing_w = torch.ops.mok.backward.default(*inputs, *forward_outputs, dy, *args)[0]
+    assert_same_bits(x_grad.grad, reading_other, "dx through autograd given another layer's fp8_weights")
+    assert not torch.equal(x_grad.grad, quantizing_w), "autograd's backward quantized w1 and w2 itself"
+    with pytest.raises(ValueError, match=r"fp8_weights \[fp8_weights_bytes\(\)\] has shape"):
+        backward(q[:-16])
+    mok.check()
+    torch.library.opcheck(torch.ops.mok.backward.default, (*saved_args, *args, q))
+
+
 def test_quantize_weights_fake_raises_the_cuda_ops_error():
     """mok::quantize_weights' fake kernel (FakeTensorMode's, so torch.compile's) raises the CUDA op's
     ValueError, with its message, for the arguments it refuses (the bf16 mode, a weight's shape, dtype or

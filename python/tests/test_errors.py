@@ -10,6 +10,8 @@ import mok  # noqa: E402
 from helpers import GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, make_layer  # noqa: E402
 from mok.config import pack_launch  # noqa: E402
 
+CPU_QUANTIZES = "the CPU op quantizes the fp8 mode's weights in each forward and backward"
+
 
 def forward_with(layer, mode=ROUTER, topk_idx=None, topk_w=None, launch=None, **replace):
     """mok::forward with some of the layer's tensors replaced."""
@@ -124,11 +126,10 @@ def test_fp8_weights_are_the_cuda_ops():
     CPU as on the GPU, the bf16 reason first)."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8")
     model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
-    cpu_quantizes = "the CPU op quantizes the fp8 mode's weights in its forward"
-    with pytest.raises(ValueError, match=cpu_quantizes):
+    with pytest.raises(ValueError, match=CPU_QUANTIZES):
         model.quantize_weights()
     x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    with pytest.raises(ValueError, match=cpu_quantizes):
+    with pytest.raises(ValueError, match=CPU_QUANTIZES):
         model(x, fp8_weights=torch.zeros(256, dtype=torch.uint8))
     with pytest.raises(ValueError, match="fp8_weights must be a contiguous one-dimensional uint8 tensor"):
         model(x, fp8_weights=torch.zeros(256, dtype=torch.int32))
@@ -138,6 +139,36 @@ def test_fp8_weights_are_the_cuda_ops():
     with pytest.raises(ValueError, match="fp8_weights is given, but the config's precision is bf16"):
         torch.ops.mok.forward(*layer.weights(), None, None, *layer.op_args(),
                               fp8_weights=torch.zeros(16, dtype=torch.uint8))
+
+
+def test_cpu_backward_refuses_fp8_weights():
+    """The CPU op's backward (mok::backward, mok::backward_accumulate) refuses quantized weights as its
+    forward does, naming why, after the same checks of the buffer; the bf16 mode refuses them for its own
+    reason first. The same calls without them run."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8")
+    model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    inputs = (x, model.router.detach(), None, model.w1.detach(), model.w2.detach(), None, None)
+    op_args = (*config.pack(), ROUTER, pack_launch(RING_ROWS))
+    y, idx, w, logits, saved = torch.ops.mok.forward(*inputs, None, None, *op_args)
+    saved_args = (*inputs, idx, w, logits, saved, torch.ones_like(y))
+    accumulators = [torch.zeros(t.shape) for t in (model.router, model.w1, model.w2)]
+    calls = {
+        "backward": lambda **q: torch.ops.mok.backward(*saved_args, *op_args, **q),
+        "backward_accumulate": lambda **q: torch.ops.mok.backward_accumulate(*saved_args, *accumulators, None, None,
+                                                                             *op_args, **q),
+    }
+    for call in calls.values():
+        call()
+        with pytest.raises(ValueError, match=CPU_QUANTIZES):
+            call(fp8_weights=torch.zeros(256, dtype=torch.uint8))
+        with pytest.raises(ValueError, match="fp8_weights must be a contiguous one-dimensional uint8 tensor"):
+            call(fp8_weights=torch.zeros(256, dtype=torch.int32))
+    layer = make_layer("softmax_shared")
+    _, idx, w, logits, saved = layer.forward()
+    with pytest.raises(ValueError, match="fp8_weights is given, but the config's precision is bf16"):
+        torch.ops.mok.backward(*layer.weights(), idx, w, logits, saved, layer.dy, *layer.op_args(),
+                               fp8_weights=torch.zeros(16, dtype=torch.uint8))
 
 
 def test_quantize_weights_fake_raises_the_cpu_ops_error():
@@ -150,7 +181,7 @@ def test_quantize_weights_fake_raises_the_cpu_ops_error():
                         shared_intermediate=128)
     model = mok.MoE(fp8, generator=torch.Generator().manual_seed(3))
     weights = [t.detach() for t in (model.w1, model.w2, model.shared_w1, model.shared_w2)]
-    cases = {"fp8": "the CPU op quantizes the fp8 mode's weights in its forward",
+    cases = {"fp8": CPU_QUANTIZES,
              "bf16": "quantize_weights: the config's precision is bf16"}
     for precision, message in cases.items():
         args = (*dataclasses.replace(fp8, precision=precision).pack(), pack_launch(RING_ROWS))
