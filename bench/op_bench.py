@@ -8,7 +8,7 @@ bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uni
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
-    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R]
+    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
 """
 import argparse
 import statistics
@@ -31,8 +31,8 @@ def peak_mib(step):
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def mok_layer(H, I, E, k, T):
-    config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k)
+def mok_layer(H, I, E, k, T, precision="bf16"):
+    config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k, precision=precision)
     router = (torch.randn(E, H, device="cuda") / H**0.5).requires_grad_()
     w1 = (torch.randn(E, 2 * I, H, device="cuda") / H**0.5).bfloat16().requires_grad_()
     w2 = (torch.randn(E, H, I, device="cuda") / I**0.5).bfloat16().requires_grad_()
@@ -42,7 +42,11 @@ def mok_layer(H, I, E, k, T):
 def time_shape(name, args, peak):
     H, I, E, k, T = SHAPES[name]
     gen = torch.Generator().manual_seed(2026)
-    config, router, w1, w2 = mok_layer(H, I, E, k, T)
+    config, router, w1, w2 = mok_layer(H, I, E, k, T, "fp8" if args.fp8 else "bf16")
+    # The fp8 mode's weights, quantized once as after an optimizer step (not in the steps' times or peaks):
+    # the forward and its backward read them.
+    fp8_weights = mok.quantize_weights(w1, w2, config=config, tokens_per_rank=T,
+                                         ring_rows=args.ring_rows) if args.fp8 else None
     tw1 = (torch.randn(E, H, 2 * I, device="cuda") / H**0.5).bfloat16().requires_grad_()
     tw2 = (torch.randn(E, I, H, device="cuda") / I**0.5).bfloat16().requires_grad_()
     sets = []
@@ -55,9 +59,11 @@ def time_shape(name, args, peak):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
             with torch.no_grad():
-                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows)
+                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
+                        fp8_weights=fp8_weights)
             return
-        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows).backward(dy)
+        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
+                fp8_weights=fp8_weights).backward(dy)
 
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
@@ -77,15 +83,17 @@ def time_shape(name, args, peak):
     print(f"{name:15} {args.routing:8} {mf:8.2f} {tf:8.2f} {tf / mf:6.2f}x {mb:9.2f} {tb:9.2f} {tb / mb:6.2f}x "
           f"{100 * flops / (mf * 1e9) / peak:6.1f}% {100 * 3 * flops / (mb * 1e9) / peak:6.1f}% "
           f"{mmf:9.0f} {tmf:9.0f} {mmb:9.0f} {tmb:9.0f}", flush=True)
-    # What the op allocates in a forward, by the layer's own sizes (no copy of any input): beside the
-    # measured peak, it shows the op adds nothing.
-    ints, floats = config.pack(tokens_per_rank=T)
-    ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows))
-    outputs = mok._C.saved_bytes(ints, floats) + T * H * 2 + 2 * T * k * 4
-    print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
-          f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
-          f"{ws_backward / 2**20:.0f} MiB", flush=True)
-    del router, w1, w2, tw1, tw2, sets
+    if args.fp8:
+        print(f"  {name}: fp8, the quantized weights (W and W^T, held beside the steps) "
+              f"{fp8_weights.numel() / 2**20:.0f} MiB", flush=True)
+    else:  # what the op allocates in a forward, by the layer's own sizes: beside the peak, nothing is added
+        ints, floats = config.pack(tokens_per_rank=T)
+        ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows))
+        outputs = mok._C.saved_bytes(ints, floats) + T * H * 2 + 2 * T * k * 4
+        print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
+              f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
+              f"{ws_backward / 2**20:.0f} MiB", flush=True)
+    del router, w1, w2, tw1, tw2, sets, fp8_weights
     torch.cuda.empty_cache()
 
 
@@ -201,6 +209,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
     p.add_argument("--ring-rows", type=int, default=0, help="the backward's dy ring (0: the layer's default)")
+    p.add_argument("--fp8", action="store_true",
+                   help="mok in the fp8 mode, its weights quantized once beforehand (torch's layer stays bf16)")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
@@ -217,7 +227,7 @@ def main():
     for name in SHAPES:
         if args.shape in ("all", name):
             time_shape(name, args, peak)
-    if args.shape in ("all", "olmoe"):  # once per session: the small problem is olmoe's layer
+    if args.shape in ("all", "olmoe") and not args.fp8:  # once per session: the small problem is olmoe's layer
         op_overhead(args)
 
 
