@@ -152,7 +152,8 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
 // ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (shared_dh's
 // lifetime) after shared_dh; every token's dy quantized (shared_dyq: from the tile-table phase to the
 // shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and not read
-// in the backward.
+// in the backward. Without recompute and with the weights given, they all start over the forward's xq,
+// aq and shared_aq, which such a backward does not read (shared_xq comes before them).
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
@@ -193,7 +194,12 @@ Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
   const auto activation = [&](size_t rows, size_t cols) {
     return fp8_section(sections, rows, cols, (rows + B - 1) / B * B);
   };
-  return {activation(P, H), activation(P, I), activation(N, Is ? H : 0), activation(N, Is)};
+  Fp8Sections s;
+  s.shared_xq = activation(N, Is ? H : 0);  // first: the backward's shared_dyq, live where the rest are dead
+  s.xq = activation(P, H);
+  s.aq = activation(P, I);
+  s.shared_aq = activation(N, Is);
+  return s;
 }
 // The weights' (one GPU's experts and the shared expert), each as W and as W^T: exponents per
 // 128 x 128 block, plus one block row (a tile's half past the matrix's last row reads it). Zero bytes
@@ -255,7 +261,11 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
   // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
   // bf16 forward's sections (an fp8 forward's E4M3 sections follow it).
-  const size_t base = sections.bytes();
+  // Without recompute the backward reads none of the forward's E4M3 activations but shared_xq (as
+  // shared_dyq): with the weights given (no bytes after them), its own sections lie over xq, aq and
+  // shared_aq.
+  const bool over_activations = fp8 && !launch.recompute && launch.fp8_weights_given;
+  const size_t base = over_activations ? l.fp8.xq.values : sections.bytes();
   const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
@@ -276,7 +286,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
-  l.bytes = end + after.bytes();
+  // The forward's workspace is a prefix of the backward's, also where the backward's own lie over it.
+  l.bytes = std::max(end + after.bytes(), l.forward_bytes);
   return l;
 }
 
