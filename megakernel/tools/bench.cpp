@@ -116,6 +116,16 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   const double bwd = time_launches(
                          nullptr, o.warmup, o.runs, prepare_backward, [] {}, [&] { mk.launch_backward(); })
                          .median_ms;
+  // The step as training runs it (and as bench/torch_baseline.py times torch's f+b): the forward and the
+  // backward back to back from one scrub, beside the sum of the two timed apart.
+  std::fprintf(stderr, "%s: timing forward and backward back to back...\n", s.name);
+  const double step = time_launches(
+                          nullptr, o.warmup, o.runs, prepare_backward, [] {},
+                          [&] {
+                            mk.launch_forward();
+                            mk.launch_backward();
+                          })
+                          .median_ms;
   const double fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
   std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, o.routing.c_str(), fwd, bwd,
               fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * rate), 100 * fb_tf / (gpus * rate));
@@ -124,6 +134,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
     std::printf("  %8.1f  %8.1f", link.forward / (fwd * 1e6), link.backward / (bwd * 1e6));
   }
   std::printf("\n");
+  std::printf("  forward and backward back to back (one step): %.2f ms\n", step);
   if (o.fp8) std::printf("  quantize weights (once per optimizer step, not in fwd or bwd ms): %.2f ms\n", quantize);
   print_phases("forward", fwd_phases);
   print_phases("backward", mk.phase_times());
