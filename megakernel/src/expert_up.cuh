@@ -4,6 +4,7 @@
 // forward's bits.
 #pragma once
 
+#include "bf16_words.cuh"
 #include "epilogue_store.cuh"
 #include "gemm_phases.cuh"
 #include "mok/core/swiglu.h"

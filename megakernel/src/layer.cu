@@ -286,8 +286,10 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
-  // The forward's workspace is a prefix of the backward's, also where the backward's own lie over it.
-  l.bytes = std::max(end + after.bytes(), l.forward_bytes);
+  l.bytes = end + after.bytes();
+  // The forward's workspace is a prefix of the backward's also where the backward's own lie over its
+  // tail: dh and dye alone outweigh xq, aq and shared_aq.
+  require(l.bytes >= l.forward_bytes, "internal: the backward's workspace is shorter than the forward's");
   return l;
 }
 

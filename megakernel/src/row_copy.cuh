@@ -15,8 +15,9 @@ struct alignas(16) Bf16x8 {
 
 // A warp's pass over one row of n vectors, 32 kBatch at a time: vector i is lane i % 32's, and each
 // lane issues its kBatch loads before their steps (such a loop is latency-bound, and the compiler may
-// not hoist a load over a store it cannot prove distinct). Every lane runs every step, step(i, v,
-// in_row), a lane past the row's end on a zero value: so a step may shuffle across the whole warp.
+// not hoist a load over a store it cannot prove distinct). Every lane runs each step that holds some of
+// the row, step(i, v, in_row), a lane past the row's end on a zero value: so a step may shuffle across
+// the whole warp.
 template <int kBatch, class Load, class Step>
 __device__ __forceinline__ void warp_row_pass(int n, Load load, Step step) {
   using Value = decltype(load(0));
@@ -29,6 +30,7 @@ __device__ __forceinline__ void warp_row_pass(int n, Load load, Step step) {
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
+      if (base + 32 * b >= n) break;  // the whole warp past the row's end: the same in every lane
       const int i = base + 32 * b + lane_id();
       step(i, v[b], i < n);
     }

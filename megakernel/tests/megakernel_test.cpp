@@ -459,22 +459,26 @@ TEST_F(Gpu, Fp8BackwardMatchesReferenceBitForBit) {
 // dh and its quantized copy over the ring), a one-tile ring (a cycle per tile), recompute mode (xe
 // quantized again for GEMM1) with one rank and with a one-tile ring, 2 colocated shares (each pulls and
 // quantizes its experts' dy from the other's window), and the weights quantized once
-// (fp8_weights_given: the backward reads the wrapper's transposed copies) alone and with the shares in
-// recompute mode: the reference's bits in that recompute mode.
+// (fp8_weights_given: the backward reads the wrapper's transposed copies) alone and with the shares,
+// with and without recompute (without it the backward's sections lie over the forward's E4M3
+// activations): the reference's bits in that recompute mode.
 TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
   struct Mode {
     const char* name;
     bool one_rank;
     LaunchConfig launch;
   };
-  LaunchConfig shares_recompute_given = colocated(2);
-  shares_recompute_given.recompute = shares_recompute_given.fp8_weights_given = true;
+  LaunchConfig shares_given = colocated(2);
+  shares_given.fp8_weights_given = true;
+  LaunchConfig shares_recompute_given = shares_given;
+  shares_recompute_given.recompute = true;
   const Mode modes[] = {{"one rank", true, {}},
                         {"a one-tile ring", false, {.ring_rows = 128}},
                         {"recompute, one rank", true, {.recompute = true}},
                         {"recompute, a one-tile ring", false, {.ring_rows = 128, .recompute = true}},
                         {"2 colocated shares", false, colocated(2)},
                         {"weights quantized once", false, {.fp8_weights_given = true}},
+                        {"2 colocated shares, weights quantized once", false, shares_given},
                         {"2 colocated shares, recompute, weights quantized once", false, shares_recompute_given}};
   for (const Case& cs : fp8_cases()) {
     const Problem p = make_problem(cs.config, 80, cs.kind);

@@ -101,7 +101,9 @@ struct LaunchConfig {
   // The fp8 mode: the forward and the backward read the weights quantized by the caller
   // (Layer::quantize_weights into ForwardInputs::fp8_weights, e.g. once per optimizer step) and never
   // quantize them themselves, so the workspace holds no E4M3 weights (workspace_bytes(Pass::backward) is
-  // fp8_weights_bytes() smaller, workspace_bytes(Pass::forward) the forward's copies smaller) and every call needs
+  // fp8_weights_bytes() smaller, and without recompute also the forward's E4M3 activations, which the
+  // backward's own sections then lie over: docs/architecture.md, "The backward's buffers";
+  // workspace_bytes(Pass::forward) the forward's copies smaller) and every call needs
   // ForwardInputs::fp8_weights. Without it a call given fp8_weights reads them too, and one given none
   // quantizes the weights into its workspace first (the forward its copies, the backward both: recompute
   // mode's GEMM1 reads the forward's). Needs precision = fp8.
