@@ -9,7 +9,7 @@ except ImportError as e:  # pragma: no cover
 from mok import _C, _ops, distributed  # noqa: F401  (_ops registers the fake kernels; the autograd formula is C++)
 from mok.capture import capture
 from mok.config import MoEConfig
-from mok.functional import Routing, moe, quantize_weights
+from mok.functional import GradAccumulators, Routing, moe, quantize_weights
 from mok.nn import MoE
 
 
@@ -20,4 +20,6 @@ def check() -> None:
     _C.check()
 
 
-__all__ = ["MoE", "MoEConfig", "Routing", "capture", "check", "distributed", "moe", "quantize_weights"]
+__all__ = [
+    "GradAccumulators", "MoE", "MoEConfig", "Routing", "capture", "check", "distributed", "moe", "quantize_weights"
+]

@@ -20,6 +20,20 @@ class Routing(NamedTuple):
     logits: Tensor
 
 
+class GradAccumulators(NamedTuple):
+    """fp32 tensors a backward adds the layer's weight gradients into (mok::backward_accumulate: one fp32
+    rounding per element, the reference's bits), as a training step accumulates gradients over
+    micro-batches, instead of returning them as the weights' .grad (no bf16 rounding of each
+    micro-batch's gradient, no separate addition pass): router [E, H] (None with replay="full", which
+    reads no router), w1 and w2 shaped as the weights (with a group, this rank's experts), shared the
+    shared expert's pair (with one). Contiguous, on x's device."""
+
+    router: Optional[Tensor]
+    w1: Tensor
+    w2: Tensor
+    shared: Optional[tuple[Tensor, Tensor]] = None
+
+
 # A routing to replay: a Routing, a (topk_idx, topk_w) pair, or topk_idx alone.
 RoutingArg = Union[Routing, tuple, Tensor, None]
 
@@ -74,6 +88,7 @@ def moe(
     group=None,
     capacity_rows: int = 0,
     fp8_weights: Optional[Tensor] = None,
+    accumulate_into: Optional[GradAccumulators] = None,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
@@ -100,6 +115,8 @@ def moe(
     optimizer step); the forward, and autograd's backward, read them instead of quantizing the weights
     themselves (the backward W and W^T), with the same bits. They must be the quantization of these
     weights (not checked), unchanged until the backward.
+    accumulate_into: the backward adds the weights' gradients into these fp32 accumulators
+    (GradAccumulators) and gives the weights no .grad; x (and a replayed topk_w) get theirs as usual.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -117,13 +134,75 @@ def moe(
                                                    recompute, comm, gpus, capacity_rows)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
-    # The overload itself, not the packet torch.ops.mok.forward: a lookup less per call.
-    y, idx, w, logits, _ = torch.ops.mok.forward.default(x, router, expert_bias, w1, w2, shared_w1, shared_w2,
-                                                         topk_idx, topk_w, config_ints, config_floats, mode, launch,
-                                                         fp8_weights)
+    inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
+    if accumulate_into is not None:
+        _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode)
+    if accumulate_into is not None and torch.is_grad_enabled():
+        y, idx, w, logits, _ = _IntoAccumulators.apply(accumulate_into, *inputs,
+                                                       (config_ints, config_floats, mode, launch), fp8_weights)
+    else:  # the overload itself, not the packet torch.ops.mok.forward: a lookup less per call
+        y, idx, w, logits, _ = torch.ops.mok.forward.default(*inputs, config_ints, config_floats, mode, launch,
+                                                             fp8_weights)
     if len(shape) != 2:
         y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y
+
+
+def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
+                        shared: Optional[tuple[Tensor, Tensor]], mode: int) -> None:
+    """At the call, not at the backward: each accumulator fp32, contiguous, on x's device, its weight's
+    shape; the router's absent exactly when replay="full" reads no router, the shared pair with a shared
+    expert."""
+    given = mode == ROUTING_MODES.index("given")
+    if given and acc.router is not None:
+        raise ValueError('accumulate_into.router must be None with replay="full", which reads no router')
+    if not given and acc.router is None:
+        raise ValueError("accumulate_into.router is missing: the router's gradient would have nowhere to go "
+                         '(only replay="full" reads no router)')
+    if (acc.shared is None) != (shared is None):
+        raise ValueError("accumulate_into.shared must be given exactly when the layer has a shared expert")
+    pairs = [("router", acc.router, router), ("w1", acc.w1, w1), ("w2", acc.w2, w2)]
+    if shared is not None:
+        pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
+    for name, a, weight in pairs:
+        if a is None:
+            continue
+        if a.dtype != torch.float32 or a.shape != weight.shape or a.device != x.device or not a.is_contiguous():
+            raise ValueError(f"accumulate_into.{name} must be a contiguous float32 tensor of shape "
+                             f"{tuple(weight.shape)} on {x.device}; got {a.dtype} {tuple(a.shape)} on {a.device}"
+                             f"{'' if a.is_contiguous() else ', not contiguous'}")
+
+
+class _IntoAccumulators(torch.autograd.Function):
+    """mok::forward whose backward is mok::backward_accumulate into the caller's fp32 accumulators: the
+    weights get no gradient from autograd (theirs are added into the accumulators); x and a replayed
+    topk_w get theirs."""
+
+    @staticmethod
+    def forward(ctx, accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, lists,
+                fp8_weights):
+        config_ints, config_floats, mode, launch = lists
+        y, idx, w, logits, saved = torch.ops.mok.forward.default(x, router, expert_bias, w1, w2, shared_w1, shared_w2,
+                                                                 topk_idx, topk_w, config_ints, config_floats, mode,
+                                                                 launch, fp8_weights)
+        ctx.mark_non_differentiable(idx, w, logits, saved)
+        ctx.save_for_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights)
+        ctx.accumulators, ctx.lists = accumulators, lists
+        return y, idx, w, logits, saved
+
+    @staticmethod
+    def backward(ctx, dy, *_):
+        x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors
+        acc = ctx.accumulators
+        config_ints, config_floats, mode, launch = ctx.lists
+        shared_acc = acc.shared if acc.shared is not None else (None, None)
+        dx, d_topk_w, _ = torch.ops.mok.backward_accumulate.default(
+            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), acc.router,
+            acc.w1, acc.w2, *shared_acc, config_ints, config_floats, mode, launch, fp8_weights)
+        given = mode == ROUTING_MODES.index("given")
+        # One per forward input: accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2,
+        # topk_idx, topk_w, lists, fp8_weights.
+        return None, dx, None, None, None, None, None, None, None, d_topk_w if given else None, None, None
 
 
 def quantize_weights(

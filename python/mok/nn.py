@@ -8,8 +8,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from mok.config import DEFAULT_RING_ROWS, MoEConfig
-from mok.functional import Routing, RoutingArg, moe, quantize_weights
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig
+from mok.functional import GradAccumulators, Routing, RoutingArg, moe, quantize_weights, routing_mode
 
 
 class MoE(torch.nn.Module):
@@ -25,14 +25,21 @@ class MoE(torch.nn.Module):
     rank the same router and shared expert and the shards of the experts a single-device MoE of that
     seed holds (reset_parameters), so a single-device state_dict's w1[expert_begin : expert_begin + E/G]
     is this rank's w1. capacity_rows: mok.moe's (with a group).
+
+    main_grad: the backward adds the parameters' gradients into fp32 tensors `p.main_grad` (mok.moe's
+    accumulate_into; created as zeros at the first forward that records gradients, on p's device)
+    instead of giving them a .grad, as Megatron-LM's gradient-accumulation fusion does: each
+    micro-batch's fp32 gradient is added once, with no bf16 gradient in between and no separate
+    addition pass. Zero them (zero_main_grad) once an optimizer step has used them.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
                  recompute: bool = False, device: Optional[torch.device | str] = None,
-                 generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0):
+                 generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0,
+                 main_grad: bool = False):
         super().__init__()
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
-        self.group, self.capacity_rows = group, capacity_rows
+        self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
         own = e
         self.expert_begin = 0
@@ -81,10 +88,30 @@ class MoE(torch.nn.Module):
                 return_routing: bool = False, fp8_weights: Optional[Tensor] = None) -> Tensor | tuple[Tensor, Routing]:
         """See mok.functional.moe (x [..., H] bf16 on the module's device; fp8_weights: quantize_weights')."""
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
+        accumulators = None
+        if self.main_grad and torch.is_grad_enabled():
+            accumulators = self._main_grads(routing_mode(routing, replay)[0] == ROUTING_MODES.index("given"))
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
                    blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
-                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights)
+                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators)
+
+    def _main_grads(self, replay_full: bool) -> GradAccumulators:
+        """The parameters' main_grad tensors (zeros at first use), as mok.moe's accumulate_into; the
+        router's left out when replay="full" reads no router."""
+        for p in self.parameters():
+            if getattr(p, "main_grad", None) is None:
+                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+        shared = (self.shared_w1.main_grad, self.shared_w2.main_grad) if self.shared_w1 is not None else None
+        return GradAccumulators(None if replay_full else self.router.main_grad, self.w1.main_grad, self.w2.main_grad,
+                                shared)
+
+    @torch.no_grad()
+    def zero_main_grad(self) -> None:
+        """Zeros every parameter's main_grad (main_grad=True), e.g. after the optimizer step that used them."""
+        for p in self.parameters():
+            if getattr(p, "main_grad", None) is not None:
+                p.main_grad.zero_()
 
     @torch.no_grad()
     def quantize_weights(self, tokens_per_rank: Optional[int] = None) -> Tensor:
@@ -100,4 +127,5 @@ class MoE(torch.nn.Module):
     def extra_repr(self) -> str:
         shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"
         capacity = f", capacity_rows={self.capacity_rows}" if self.capacity_rows else ""
-        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}"
+        main_grad = ", main_grad=True" if self.main_grad else ""
+        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}{main_grad}"

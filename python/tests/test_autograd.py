@@ -1,6 +1,8 @@
 """Autograd through mok::forward (on the CPU): the gradients are the backward op's, no_grad and
 torch.compile change no bit."""
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
@@ -105,3 +107,104 @@ def test_module_compiles_with_leading_dims():
     eager = model(x)
     assert eager.shape == x.shape
     assert_same_bits(torch.compile(model, fullgraph=True)(x), eager)
+
+
+def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
+    """Two micro-batches (the same weights, other tokens) through mok.moe with accumulate_into, on
+    `device`: the accumulators (starting from random values) hold start + g1 + g2, the backward ops'
+    fp32 gradients each added once (torch's fp32 addition: the one rounding the kernel makes); the
+    weights get no .grad; each x (and a replayed topk_w) its usual gradient. Returns the accumulators."""
+    first = make_layer(name, seed=0)
+    second = dataclasses.replace(first, x=make_layer(name, seed=1).x, dy=make_layer(name, seed=1).dy)
+    gen = torch.Generator().manual_seed(7)
+
+    def start(t):
+        return None if t is None else torch.randn(t.shape, generator=gen).to(device)
+
+    shared = None if first.shared_w1 is None else (start(first.shared_w1), start(first.shared_w2))
+    acc = mok.GradAccumulators(None if mode == GIVEN else start(first.router), start(first.w1), start(first.w2), shared)
+    want = [None if t is None else t.cpu().clone() for t in (acc.router, acc.w1, acc.w2, *(shared or ()))]
+    def leaf(t):
+        return t.detach().clone().to(device).requires_grad_()
+
+    weights = {k: leaf(getattr(first, k)) for k in ("router", "w1", "w2")}
+    shared_weights = None if first.shared_w1 is None else (leaf(first.shared_w1), leaf(first.shared_w2))
+    for batch in (first, second):
+        _, idx, w, _, _ = batch.forward()
+        routing = {ROUTER: None, REPLAY_IDS: idx, GIVEN: (idx, w)}[mode]
+        fwd = batch.forward(mode, *({ROUTER: (None, None), REPLAY_IDS: (idx, None), GIVEN: (idx, w)}[mode]))
+        dx, d_topk_w, _, *grads = batch.backward_float32(fwd, mode)
+        for i, g in enumerate(grads[:3] + (grads[3:] if shared else [])):
+            if want[i] is not None:
+                want[i] = want[i] + g
+        x = leaf(batch.x)
+        if mode != ROUTER:
+            routing = idx.to(device) if mode == REPLAY_IDS else (idx.to(device), leaf(w))
+        y = fn(x, weights["router"], weights["w1"], weights["w2"], config=batch.config, shared=shared_weights,
+                    expert_bias=None if batch.expert_bias is None else batch.expert_bias.to(device), routing=routing,
+                    ring_rows=RING_ROWS, accumulate_into=acc)
+        (y.float() * batch.dy.to(device).float()).sum().backward()
+        assert_same_bits(x.grad, dx, "dx")
+        if mode == GIVEN:
+            assert_same_bits(routing[1].grad, d_topk_w, "topk_w")
+    for name_, got, expected in zip(("router", "w1", "w2", "shared_w1", "shared_w2"),
+                                    (acc.router, acc.w1, acc.w2, *(shared or ())), want):
+        assert (got is None) == (expected is None), name_
+        if got is not None:
+            assert_same_bits(got, expected, name_)
+    assert all(p.grad is None for p in (*weights.values(), *(shared_weights or ())))
+    return acc
+
+
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+@pytest.mark.parametrize("name", CONFIGS)
+def test_accumulate_into_adds_each_micro_batchs_fp32_gradients(name, mode):
+    accumulate_two_micro_batches(name, mode)
+
+
+@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
+def test_accumulate_into_compiles_fullgraph(mode):
+    accumulate_two_micro_batches("softmax_shared", mode, fn=torch.compile(mok.moe, fullgraph=True))
+
+
+def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    fp32 = [torch.zeros(t.shape) for t in (layer.router, layer.w1, layer.w2, *shared)]
+    good = mok.GradAccumulators(fp32[0], fp32[1], fp32[2], (fp32[3], fp32[4]))
+    x = layer.x.clone().requires_grad_()
+
+    def refused(acc, message, **kwargs):
+        with pytest.raises(ValueError, match=message):
+            mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, ring_rows=RING_ROWS,
+                    accumulate_into=acc, **kwargs)
+
+    refused(good._replace(w1=fp32[1].bfloat16()), r"accumulate_into.w1 must be a contiguous float32 tensor")
+    refused(good._replace(w2=fp32[2][:, :, :8]), r"accumulate_into.w2 must be .* of shape")
+    refused(good._replace(router=None), r"accumulate_into.router is missing")
+    refused(good._replace(shared=None), r"accumulate_into.shared must be given")
+    _, idx, w, _, _ = layer.forward()
+    refused(good, r'accumulate_into.router must be None with replay="full"', routing=(idx, w))
+
+
+def test_module_main_grad_accumulates_and_zeroes():
+    """mok.MoE(main_grad=True): each parameter's main_grad holds the sum of the micro-batches' fp32
+    gradients (mok.moe's accumulate_into), no .grad; zero_main_grad clears them; no_grad leaves them."""
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
+    plain = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5))
+    for x in (layer.x, make_layer("softmax_shared", seed=1).x):
+        (model(x).float() * layer.dy.float()).sum().backward()
+    with torch.no_grad():
+        model(layer.x)
+    for name, p in model.named_parameters():
+        assert p.grad is None, name
+        assert p.main_grad.dtype == torch.float32 and p.main_grad.shape == p.shape, name
+    # The same sums from plain autograd's bf16 .grad cannot be told apart bitwise; the first micro-batch
+    # alone can: its main_grad is the fp32 gradient, whose bf16 rounding is plain autograd's .grad.
+    model.zero_main_grad()
+    assert all(not p.main_grad.any() for p in model.parameters())
+    (model(layer.x).float() * layer.dy.float()).sum().backward()
+    (plain(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)

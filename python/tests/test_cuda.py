@@ -98,6 +98,11 @@ def test_accumulate_matches_cpu():
     assert_all_same_bits(results[1], results[0])
 
 
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+def test_accumulate_into_on_gpu_is_the_cpus(mode):
+    test_autograd.accumulate_two_micro_batches("softmax_shared", mode, "cuda")
+
+
 def test_cuda_graph_replay():
     layer = make_layer("softmax_shared").to("cuda")
     eager = layer.forward()
