@@ -9,6 +9,7 @@ Then the op's own cost: per call on a small problem, eager op against the same o
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
+                              [--accumulate]
 """
 import argparse
 import statistics
@@ -55,6 +56,12 @@ def time_shape(name, args, peak):
         idx, w = draw_routing(T, E, k, args.routing, gen)
         sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx.contiguous(), w.float().contiguous()))
 
+    # --accumulate: the weights' gradients added into fp32 accumulators by the backward (accumulate_into), as
+    # a step of gradient accumulation over micro-batches; else autograd adds them into the weights' .grad.
+    accumulators = None
+    if args.accumulate:
+        accumulators = mok.GradAccumulators(None, *(torch.zeros_like(t, dtype=torch.float32) for t in (w1, w2)))
+
     def mok_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
@@ -63,7 +70,7 @@ def time_shape(name, args, peak):
                         fp8_weights=fp8_weights)
             return
         mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
-                fp8_weights=fp8_weights).backward(dy)
+                fp8_weights=fp8_weights, accumulate_into=accumulators).backward(dy)
 
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
@@ -93,7 +100,7 @@ def time_shape(name, args, peak):
         print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
               f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
-    del router, w1, w2, tw1, tw2, sets, fp8_weights
+    del router, w1, w2, tw1, tw2, sets, fp8_weights, accumulators
     torch.cuda.empty_cache()
 
 
@@ -211,6 +218,8 @@ def main():
     p.add_argument("--ring-rows", type=int, default=0, help="the backward's dy ring (0: the layer's default)")
     p.add_argument("--fp8", action="store_true",
                    help="mok in the fp8 mode, its weights quantized once beforehand (torch's layer stays bf16)")
+    p.add_argument("--accumulate", action="store_true",
+                   help="mok's backward adds the weight gradients into fp32 accumulators (accumulate_into)")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
