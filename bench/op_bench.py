@@ -225,14 +225,16 @@ def main():
     p.add_argument("--kernel-times", action="store_true",
                    help="only the device-kernel profile of one shape's op steps (--shape; all: olmoe)")
     args = p.parse_args()
-    if args.kernel_times and args.fp8:
-        p.error("--kernel-times profiles the bf16 op only")
+    if args.kernel_times and (args.fp8 or args.accumulate):
+        p.error("--kernel-times profiles the bf16 op with autograd's .grad only")
     torch.use_deterministic_algorithms(True)
     if args.kernel_times:
         kernel_times(args)
         return
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
+    print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients "
+          f"{'added into fp32 accumulators (accumulate_into)' if args.accumulate else 'into .grad by autograd'}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
     for name in SHAPES:

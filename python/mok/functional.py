@@ -150,9 +150,11 @@ def moe(
 
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
                         shared: Optional[tuple[Tensor, Tensor]], mode: int) -> None:
-    """At the call, not at the backward: each accumulator fp32, contiguous, on x's device, its weight's
-    shape; the router's absent exactly when replay="full" reads no router, the shared pair with a shared
-    expert."""
+    """At the call, not at the backward: each accumulator an fp32 tensor of its weight's shape,
+    contiguous, on x's device (on the GPU 16-byte aligned, as the layer's tensors); the router's absent
+    exactly when replay="full" reads no router, the shared pair given exactly with a shared expert."""
+    if not isinstance(acc, GradAccumulators):
+        raise ValueError(f"accumulate_into must be a mok.GradAccumulators, got {type(acc).__name__}")
     given = mode == ROUTING_MODES.index("given")
     if given and acc.router is not None:
         raise ValueError('accumulate_into.router must be None with replay="full", which reads no router')
@@ -161,22 +163,27 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
                          '(only replay="full" reads no router)')
     if (acc.shared is None) != (shared is None):
         raise ValueError("accumulate_into.shared must be given exactly when the layer has a shared expert")
-    pairs = [("router", acc.router, router), ("w1", acc.w1, w1), ("w2", acc.w2, w2)]
+    if acc.shared is not None and len(acc.shared) != 2:
+        raise ValueError("accumulate_into.shared must be a pair: shared_w1's and shared_w2's accumulators")
+    pairs = [("w1", acc.w1, w1), ("w2", acc.w2, w2)] + ([("router", acc.router, router)] if not given else [])
     if shared is not None:
         pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
     for name, a, weight in pairs:
-        if a is None:
-            continue
+        if not isinstance(a, Tensor):
+            raise ValueError(f"accumulate_into.{name} is missing (got {type(a).__name__})")
         if a.dtype != torch.float32 or a.shape != weight.shape or a.device != x.device or not a.is_contiguous():
             raise ValueError(f"accumulate_into.{name} must be a contiguous float32 tensor of shape "
                              f"{tuple(weight.shape)} on {x.device}; got {a.dtype} {tuple(a.shape)} on {a.device}"
                              f"{'' if a.is_contiguous() else ', not contiguous'}")
+        if a.is_cuda and a.data_ptr() % 16:
+            raise ValueError(f"accumulate_into.{name} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
 
 
 class _IntoAccumulators(torch.autograd.Function):
     """mok::forward whose backward is mok::backward_accumulate into the caller's fp32 accumulators: the
     weights get no gradient from autograd (theirs are added into the accumulators); x and a replayed
-    topk_w get theirs."""
+    topk_w get theirs. The saved tensors and the gradients' layout are MoEFunction's (python/src/
+    autograd.cpp): keep the two in step."""
 
     @staticmethod
     def forward(ctx, accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, lists,

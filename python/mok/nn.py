@@ -27,10 +27,12 @@ class MoE(torch.nn.Module):
     is this rank's w1. capacity_rows: mok.moe's (with a group).
 
     main_grad: the backward adds the parameters' gradients into fp32 tensors `p.main_grad` (mok.moe's
-    accumulate_into; created as zeros at the first forward that records gradients, on p's device)
-    instead of giving them a .grad, as Megatron-LM's gradient-accumulation fusion does: each
-    micro-batch's fp32 gradient is added once, with no bf16 gradient in between and no separate
-    addition pass. Zero them (zero_main_grad) once an optimizer step has used them.
+    accumulate_into; zeros at construction, moved with the module) instead of giving them a .grad, as
+    Megatron-LM's gradient-accumulation fusion does: each micro-batch's fp32 gradient is added once,
+    with no bf16 gradient in between and no separate addition pass. torch.optim reads .grad, and data
+    parallelism (DDP, FSDP) reduces .grad: hand main_grad to the optimizer and reduce it yourself. Zero
+    them (zero_main_grad) once an optimizer step has used them. A frozen parameter (requires_grad
+    False) still accumulates; with replay="full" the router's stays as it is (no router runs).
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
@@ -61,6 +63,19 @@ class MoE(torch.nn.Module):
         bias = torch.zeros(e, dtype=torch.float32, device=device) if config.score_mode == "sigmoid" else None
         self.register_buffer("expert_bias", bias)
         self.reset_parameters(generator)
+        if main_grad:
+            for p in self.parameters():
+                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+
+    def _apply(self, fn, recurse=True):
+        # Module.to() keeps the Parameter objects (a main_grad would stay on the old device) or makes new
+        # ones (it would be lost): each parameter's main_grad follows it, kept fp32.
+        main_grads = [getattr(p, "main_grad", None) for p in self.parameters()]
+        super()._apply(fn, recurse)
+        for p, g in zip(self.parameters(), main_grads):
+            if g is not None:
+                p.main_grad = g.to(device=p.device)
+        return self
 
     @torch.no_grad()
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
@@ -97,11 +112,8 @@ class MoE(torch.nn.Module):
                    capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators)
 
     def _main_grads(self, replay_full: bool) -> GradAccumulators:
-        """The parameters' main_grad tensors (zeros at first use), as mok.moe's accumulate_into; the
-        router's left out when replay="full" reads no router."""
-        for p in self.parameters():
-            if getattr(p, "main_grad", None) is None:
-                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+        """The parameters' main_grad tensors as mok.moe's accumulate_into; the router's left out when
+        replay="full" reads no router."""
         shared = (self.shared_w1.main_grad, self.shared_w2.main_grad) if self.shared_w1 is not None else None
         return GradAccumulators(None if replay_full else self.router.main_grad, self.w1.main_grad, self.w2.main_grad,
                                 shared)
@@ -109,8 +121,8 @@ class MoE(torch.nn.Module):
     @torch.no_grad()
     def zero_main_grad(self) -> None:
         """Zeros every parameter's main_grad (main_grad=True), e.g. after the optimizer step that used them."""
-        for p in self.parameters():
-            if getattr(p, "main_grad", None) is not None:
+        if self.main_grad:
+            for p in self.parameters():
                 p.main_grad.zero_()
 
     @torch.no_grad()

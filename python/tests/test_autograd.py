@@ -2,6 +2,7 @@
 torch.compile change no bit."""
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -124,6 +125,7 @@ def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
     shared = None if first.shared_w1 is None else (start(first.shared_w1), start(first.shared_w2))
     acc = mok.GradAccumulators(None if mode == GIVEN else start(first.router), start(first.w1), start(first.w2), shared)
     want = [None if t is None else t.cpu().clone() for t in (acc.router, acc.w1, acc.w2, *(shared or ()))]
+
     def leaf(t):
         return t.detach().clone().to(device).requires_grad_()
 
@@ -162,9 +164,13 @@ def test_accumulate_into_adds_each_micro_batchs_fp32_gradients(name, mode):
     accumulate_two_micro_batches(name, mode)
 
 
-@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
 def test_accumulate_into_compiles_fullgraph(mode):
     accumulate_two_micro_batches("softmax_shared", mode, fn=torch.compile(mok.moe, fullgraph=True))
+
+
+def test_accumulate_into_in_recompute_mode_has_the_same_bits():
+    accumulate_two_micro_batches("sigmoid_grouped", ROUTER, fn=functools.partial(mok.moe, recompute=True))
 
 
 def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
@@ -179,8 +185,13 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
             mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, ring_rows=RING_ROWS,
                     accumulate_into=acc, **kwargs)
 
+    refused(tuple(good), r"accumulate_into must be a mok.GradAccumulators, got tuple")
     refused(good._replace(w1=fp32[1].bfloat16()), r"accumulate_into.w1 must be a contiguous float32 tensor")
     refused(good._replace(w2=fp32[2][:, :, :8]), r"accumulate_into.w2 must be .* of shape")
+    refused(good._replace(w2=fp32[2].transpose(1, 2).contiguous().transpose(1, 2)), r"w2 .*, not contiguous")
+    refused(good._replace(w1=None), r"accumulate_into.w1 is missing")
+    refused(good._replace(shared=(fp32[3],)), r"accumulate_into.shared must be a pair")
+    refused(good._replace(shared=(fp32[3], None)), r"accumulate_into.shared\[1\] is missing")
     refused(good._replace(router=None), r"accumulate_into.router is missing")
     refused(good._replace(shared=None), r"accumulate_into.shared must be given")
     _, idx, w, _, _ = layer.forward()
@@ -188,18 +199,32 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
 
 
 def test_module_main_grad_accumulates_and_zeroes():
-    """mok.MoE(main_grad=True): each parameter's main_grad holds the sum of the micro-batches' fp32
-    gradients (mok.moe's accumulate_into), no .grad; zero_main_grad clears them; no_grad leaves them."""
+    """mok.MoE(main_grad=True): each parameter's main_grad holds what mok.moe's accumulate_into adds over
+    the micro-batches (zeros at construction), and no .grad; no_grad leaves them; zero_main_grad clears
+    them; with replay="full" the router's is left as it is. The first micro-batch's, rounded to the
+    parameter's dtype, is plain autograd's .grad."""
     layer = make_layer("softmax_shared")
     model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
     plain = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5))
-    for x in (layer.x, make_layer("softmax_shared", seed=1).x):
+    params = dict(model.named_parameters())
+    acc = mok.GradAccumulators(*(torch.zeros_like(params[k], dtype=torch.float32) for k in ("router", "w1", "w2")),
+                               tuple(torch.zeros_like(params[k], dtype=torch.float32) for k in ("shared_w1", "shared_w2")))
+    batches = (layer.x, make_layer("softmax_shared", seed=1).x)
+    for x in batches:
         (model(x).float() * layer.dy.float()).sum().backward()
+        w = {k: p.detach().requires_grad_() for k, p in params.items()}
+        (mok.moe(x, w["router"], w["w1"], w["w2"], config=layer.config, shared=(w["shared_w1"], w["shared_w2"]),
+                 ring_rows=RING_ROWS, accumulate_into=acc).float() * layer.dy.float()).sum().backward()
+    for name, a in zip(("router", "w1", "w2", "shared_w1", "shared_w2"), (acc.router, acc.w1, acc.w2, *acc.shared)):
+        assert params[name].grad is None, name
+        assert_same_bits(params[name].main_grad, a, name)
+    before = {k: p.main_grad.clone() for k, p in params.items()}
     with torch.no_grad():
         model(layer.x)
-    for name, p in model.named_parameters():
-        assert p.grad is None, name
-        assert p.main_grad.dtype == torch.float32 and p.main_grad.shape == p.shape, name
+    _, idx, w, _, _ = layer.forward()
+    (model(layer.x, routing=(idx, w)).float() * layer.dy.float()).sum().backward()  # replay="full"
+    assert_same_bits(params["router"].main_grad, before["router"], "router, replay full")
+    assert not torch.equal(params["w1"].main_grad, before["w1"]), "w1, replay full"
     # The same sums from plain autograd's bf16 .grad cannot be told apart bitwise; the first micro-batch
     # alone can: its main_grad is the fp32 gradient, whose bf16 rounding is plain autograd's .grad.
     model.zero_main_grad()
@@ -208,3 +233,16 @@ def test_module_main_grad_accumulates_and_zeroes():
     (plain(layer.x).float() * layer.dy.float()).sum().backward()
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):
         assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)
+
+
+def test_module_with_main_grad_compiles_fullgraph_and_moves_them():
+    layer = make_layer("softmax_shared")
+    models = [mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+              for _ in range(2)]
+    for model, run in zip(models, (lambda m: m, lambda m: torch.compile(m, fullgraph=True))):
+        (run(model)(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(models[0].named_parameters(), models[1].parameters()):
+        assert_same_bits(q.main_grad, p.main_grad, name)
+    models[0].to("meta")  # new Parameters: each main_grad follows its parameter, still fp32
+    for name, p in models[0].named_parameters():
+        assert p.main_grad.device.type == "meta" and p.main_grad.dtype == torch.float32, name
