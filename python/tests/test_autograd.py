@@ -207,8 +207,8 @@ def test_module_main_grad_accumulates_and_zeroes():
     model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
     plain = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5))
     params = dict(model.named_parameters())
-    acc = mok.GradAccumulators(*(torch.zeros_like(params[k], dtype=torch.float32) for k in ("router", "w1", "w2")),
-                               tuple(torch.zeros_like(params[k], dtype=torch.float32) for k in ("shared_w1", "shared_w2")))
+    zeros = {k: torch.zeros_like(p, dtype=torch.float32) for k, p in params.items()}
+    acc = mok.GradAccumulators(zeros["router"], zeros["w1"], zeros["w2"], (zeros["shared_w1"], zeros["shared_w2"]))
     batches = (layer.x, make_layer("softmax_shared", seed=1).x)
     for x in batches:
         (model(x).float() * layer.dy.float()).sum().backward()
