@@ -138,15 +138,21 @@ def test_non_default_stream():
     assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
 
 
-def test_fp8_forward_and_backward_are_the_cpus():
-    """The fp8 mode on the GPU, through autograd: the forward and the backward (the input gradients'
-    GEMMs on E4M3 operands) with the CPU op's bits, dx and every parameter's gradient."""
+def fp8_models():
+    """A small fp8 layer with a shared expert: its config, the same weights on the CPU and on the GPU, and
+    an x of its 40 tokens (on the CPU)."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
                            shared_intermediate=128)
     cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
     gpu_model = mok.MoE(config, device="cuda")
     gpu_model.load_state_dict(cpu_model.state_dict())
-    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    return config, cpu_model, gpu_model, torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
+
+
+def test_fp8_forward_and_backward_are_the_cpus():
+    """The fp8 mode on the GPU, through autograd: the forward and the backward (the input gradients'
+    GEMMs on E4M3 operands) with the CPU op's bits, dx and every parameter's gradient."""
+    _, cpu_model, gpu_model, x = fp8_models()
     x_cpu, x_gpu = x.clone().requires_grad_(), x.cuda().requires_grad_()
     want, got = cpu_model(x_cpu), gpu_model(x_gpu)
     assert_same_bits(got.detach().cpu(), want.detach(), "y")
@@ -165,12 +171,8 @@ def test_fp8_weights_quantized_once_give_the_forwards_bits():
     step) and read by the forwards of two micro-batches give the bits of the forward that quantizes them
     itself, and the CPU op's; quantize_weights and the forward given its buffer pass opcheck; a buffer
     that does not fit, or the bf16 mode, is refused."""
-    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
-                           shared_intermediate=128)
-    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
-    gpu_model = mok.MoE(config, device="cuda")
-    gpu_model.load_state_dict(cpu_model.state_dict())
-    xs = [torch.randn(40, 128, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16) for seed in (4, 5)]
+    config, cpu_model, gpu_model, first = fp8_models()
+    xs = [first, torch.randn(40, 128, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)]
     with torch.no_grad():
         q = gpu_model.quantize_weights()
         assert q.dtype == torch.uint8 and q.device == gpu_model.w1.device and q.dim() == 1
@@ -201,12 +203,7 @@ def test_fp8_backward_reads_the_forwards_fp8_weights():
     mok::backward and mok::backward_accumulate too, and given another layer's buffer they give other
     bits (they read it), as autograd's backward after a forward given it; a buffer that does not fit is
     refused; the op given one passes opcheck."""
-    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
-                           shared_intermediate=128)
-    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
-    gpu_model = mok.MoE(config, device="cuda")
-    gpu_model.load_state_dict(cpu_model.state_dict())
-    x = torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    config, cpu_model, gpu_model, x = fp8_models()
 
     def gradients(model, x, **kwargs):
         """dx and each parameter's gradient of sum(y), on the CPU (None: none)."""
