@@ -49,9 +49,7 @@ __device__ void pull_dy(const Params& p, int cycle) {
 // in xe) included: the forward pull's rows and function, so its bits.
 __device__ void quantize_own_xe(const Params& p) {
   const int H = p.c.hidden;
-  const long rows = own_tile_rows(p);
-  for (long row = warp_id(); row < rows; row += warp_count())
-    quantize_row(p.xq.row(row, H), nullptr, p.xe + row * H, H);
+  quantize_rows(p.xq, own_tile_rows(p), H, [&](long row) { return p.xe + row * H; });
 }
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy

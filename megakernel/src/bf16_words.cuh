@@ -4,6 +4,7 @@
 #pragma once
 
 #include "mok/core/bf16.h"
+#include "mok/core/fp8.h"
 
 namespace mok::gpu {
 
@@ -13,5 +14,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) {
 }
 __device__ __forceinline__ float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
 __device__ __forceinline__ float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
+
+// The larger bf16 magnitude of a word's two, as bits (finite magnitudes order as their bits): a term of
+// a block's amax (the core's quantize_block).
+__device__ __forceinline__ uint32_t magnitude_bits(uint32_t w) { return max(w & 0x7fffu, (w >> 16) & 0x7fffu); }
+// A word's two values scaled by 2^-e and rounded to E4M3 (to_e4m3x2_scaled), the low value's code in the
+// low byte.
+__device__ __forceinline__ uint32_t e4m3x2_of(uint32_t w, int e) {
+  return to_e4m3x2_scaled(low_float(w), high_float(w), e);
+}
 
 }  // namespace mok::gpu

@@ -26,7 +26,7 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
   for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
     uint32_t amax = 0;
 #pragma unroll
-    for (int j = half; j < kWords; j += 2) amax = max(amax, max(aw[j] & 0x7fffu, (aw[j] >> 16) & 0x7fffu));
+    for (int j = half; j < kWords; j += 2) amax = max(amax, magnitude_bits(aw[j]));
     amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
     amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
     const int row = acc_row(consumer, 2 * half);
@@ -37,10 +37,8 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
     }
     const int e = block_scale_exponent(amax);
 #pragma unroll
-    for (int j = half; j < kWords; j += 2) {
-      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) =
-          to_e4m3x2_scaled(low_float(aw[j]), high_float(aw[j]), e);
-    }
+    for (int j = half; j < kWords; j += 2)
+      *reinterpret_cast<uint16_t*>(dst.values + n0 + acc_col(2 * j)) = uint16_t(e4m3x2_of(aw[j], e));
     if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = e;
   }
 }

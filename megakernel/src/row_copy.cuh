@@ -68,15 +68,13 @@ __device__ __forceinline__ uint2 quantize_half_warp(const uint4& v, int& e) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t amax = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) amax = max(amax, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu));
+  for (int j = 0; j < 4; ++j) amax = max(amax, magnitude_bits(w[j]));
 #pragma unroll
   for (int offset = 8; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(~0u, amax, offset));
   e = block_scale_exponent(amax);
   uint32_t codes[2];
 #pragma unroll
-  for (int j = 0; j < 4; j += 2)
-    codes[j / 2] = uint32_t(to_e4m3x2_scaled(low_float(w[j]), high_float(w[j]), e)) |
-                   uint32_t(to_e4m3x2_scaled(low_float(w[j + 1]), high_float(w[j + 1]), e)) << 16;
+  for (int j = 0; j < 4; j += 2) codes[j / 2] = e4m3x2_of(w[j], e) | e4m3x2_of(w[j + 1], e) << 16;
   return uint2{codes[0], codes[1]};
 }
 
@@ -105,13 +103,19 @@ __device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const b
       });
 }
 
+// Rows [0, rows) of q quantized from h bf16 each, a warp per row: row(r) is row r's source.
+template <class Row>
+__device__ void quantize_rows(const Fp8Matrix& q, long rows, int h, Row row) {
+  for (long r = warp_id(); r < rows; r += warp_count()) quantize_row(q.row(r, h), nullptr, row(r), h);
+}
+
 // Every token's row of an [N, H] bf16 input quantized into q (the fp8 mode's A of a shared-expert GEMM
 // over all tokens): row(g) is token g's; the scale exponents of the padding rows past the last token
 // (its last token tile reads them) zero.
 template <class Row>
 __device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row) {
   const int H = p.c.hidden, N = p.c.tokens();
-  for (long g = warp_id(); g < N; g += warp_count()) quantize_row(q.row(g, H), nullptr, row(g), H);
+  quantize_rows(q, N, H, row);
   static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
   const long blocks = H / kFp8Block, tail = (ceil_div(N, kTileRows) * kTileRows - N) * blocks;
   for (long i = thread_id(); i < tail; i += thread_count()) q.exps[N * blocks + i] = 0;
