@@ -183,22 +183,25 @@ struct WorkspaceLayout {
 
 constexpr size_t kSectionAlign = 256;
 
-// The activations' fp8 sections of `sections`: exponents per 1 x 128 block of each row, in whole
-// 128-row tiles (a tile reads its rows' exponents, past the matrix's last row too).
+// An fp8 section of `sections`: a matrix's E4M3 values, then its scale exponents per 1 x 128 block of
+// each of exp_rows rows.
 Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_rows) {
   const size_t values = sections.take(rows * cols), exps = sections.take(exp_rows * (cols / kFp8Block) * 4);
   return Fp8Section{values, exps, sections.bytes() - exps};
 }
+// An activation's: its exponents in whole 128-row tiles (a tile reads its rows' exponents, past the
+// matrix's last row too).
+Fp8Section activation_section(Sections& sections, size_t rows, size_t cols) {
+  return fp8_section(sections, rows, cols, (rows + kFp8Block - 1) / kFp8Block * kFp8Block);
+}
 Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
-  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, B = kFp8Block;
-  const auto activation = [&](size_t rows, size_t cols) {
-    return fp8_section(sections, rows, cols, (rows + B - 1) / B * B);
-  };
+  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
   Fp8Sections s;
-  s.shared_xq = activation(N, Is ? H : 0);  // first: the backward's shared_dyq, live where the rest are dead
-  s.xq = activation(P, H);
-  s.aq = activation(P, I);
-  s.shared_aq = activation(N, Is);
+  // shared_xq first: the backward's shared_dyq, live where the rest are dead.
+  s.shared_xq = activation_section(sections, N, Is ? H : 0);
+  s.xq = activation_section(sections, P, H);
+  s.aq = activation_section(sections, P, I);
+  s.shared_aq = activation_section(sections, N, Is);
   return s;
 }
 // The weights' (one GPU's experts and the shared expert), each as W and as W^T: exponents per
@@ -270,18 +273,18 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
   if (fp8)
-    l.ringq = offset_by(base, fp8_section(cycles, ring_rows, H, ring_rows));
+    l.ringq = offset_by(base, activation_section(cycles, ring_rows, H));
   else
     l.ring = base + cycles.take(ring_rows * H * 2);
   if (one_cycle) l.dh = base + late.take(dh);
   Sections row_grad = late;  // the per-row phase's outputs: dh (one cycle) and dhq
-  if (fp8) l.dhq = offset_by(base, fp8_section(row_grad, ring_rows, 2 * I, ring_rows));
+  if (fp8) l.dhq = offset_by(base, activation_section(row_grad, ring_rows, 2 * I));
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
   l.dye = late_base + late.take(P * H * 2);
   l.shared_dh = late_base + late.take(N * 2 * Is * 2);
   if (fp8) {
-    l.shared_dhq = offset_by(late_base, fp8_section(late, N, 2 * Is, (N + kFp8Block - 1) / kFp8Block * kFp8Block));
+    l.shared_dhq = offset_by(late_base, activation_section(late, N, 2 * Is));
     l.shared_dyq = l.fp8.shared_xq;
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
