@@ -39,6 +39,8 @@ ForwardOutputs forward_below_autograd(const Tensor& x, const Tensor& router, con
 bool requires_grad(const Tensor& t) { return t.requires_grad(); }
 bool requires_grad(const OptTensor& t) { return t && t->requires_grad(); }
 
+// python/mok/functional.py's _IntoAccumulators (accumulate_into) saves the same tensors and gives the
+// same gradients but the weights': keep the two in step.
 class MoEFunction : public torch::autograd::Function<MoEFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& router,
