@@ -233,19 +233,31 @@ __device__ __forceinline__ void* gradient_at(const Params& p, void* base, long i
   return static_cast<uint8_t*>(base) + i * (p.grads_bf16 ? sizeof(bf16) : sizeof(float));
 }
 
-// A weight gradient's two adjacent elements: rounded once to bf16, or stored in fp32, or added into
-// what the caller's fp32 buffer holds (gradient accumulation: one rounding, out + d, as the reference adds).
+// A weight gradient's two adjacent elements: rounded once to bf16, or stored in fp32.
 __device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, float d0, float d1) {
-  if (p.grads_bf16) {
+  if (p.grads_bf16)
     store_pair(static_cast<bf16*>(out), d0, d1);
-    return;
-  }
-  float2* o = static_cast<float2*>(out);
-  if (p.accumulate) {
-    const float2 held = *o;
-    *o = float2{held.x + d0, held.y + d1};
-  } else {
-    *o = float2{d0, d1};
+  else
+    *static_cast<float2*>(out) = float2{d0, d1};
+}
+
+// Gradient accumulation: a finished half tile added into what the caller's fp32 buffer holds (one
+// rounding, out + d, as the reference adds), at(row, col) the pair's place (nullptr: none). The held
+// pairs are loaded a batch at a time before any is written back: the compiler cannot move a load past
+// a store to the same buffer, and pair by pair the epilogue waited on memory 64 times a tile.
+template <class At>
+__device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float (&acc)[kAccumulators], At at) {
+  constexpr int kBatch = 16;  // pairs
+#pragma unroll
+  for (int i0 = 0; i0 < kAccumulators; i0 += 2 * kBatch) {
+    float2 held[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (const float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j))) held[j] = *o;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        *o = float2{held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
   }
 }
 
@@ -325,13 +337,21 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const int columns = min(kTileN, wg.n - n0);
+        if (p.accumulate) {
+          accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
+            if (m0 + row >= wg.m || col >= columns) return nullptr;
+            return reinterpret_cast<float2*>(static_cast<float*>(wg.out) + long(m0 + row) * wg.n + n0 + col);
+          });
+          return;
+        }
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
               if (m0 + row < wg.m)
                 store_gradient_pair(p, gradient_at(p, wg.out, long(m0 + row) * wg.n + n0 + col), v0, v1);
             },
-            min(kTileN, wg.n - n0));
+            columns);
       });
 }
 
