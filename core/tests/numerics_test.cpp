@@ -164,6 +164,25 @@ TEST(Scalar, SigmoidSiluSiluGradAgainstFp64) {
   }
 }
 
+// A batch is its values' sigmoids, value by value, whether or not one lies past the fast reciprocal's range
+// (-100: e^100 overflows; NaN), which sends the whole batch through the division.
+TEST(Scalar, SigmoidsOfABatchAreEachOnesSigmoid) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float batches[3][4] = {{0.5f, -3.0f, 20.0f, 1e-3f}, {0.5f, -100.0f, 20.0f, -87.5f}, {2.0f, nan, -1.0f, 7.0f}};
+  for (const auto& batch : batches) {
+    float s[4] = {batch[0], batch[1], batch[2], batch[3]};
+    sigmoids_f32(s);
+    for (int i = 0; i < 4; ++i)
+      if (batch[i] == batch[i])
+        EXPECT_EQ(bits_of(s[i]), bits_of(sigmoid_f32(batch[i]))) << batch[i];
+      else
+        EXPECT_TRUE(std::isnan(s[i]));
+  }
+  EXPECT_EQ(swiglu_given_sigmoid(2.0f, -3.0f, 0.0f, sigmoid_f32(2.0f)), swiglu(2.0f, -3.0f, 0.0f));
+  const SwigluGrad d = swiglu_grad_given_sigmoid(10.0f, 2.0f, 0.5f, 7.0f, sigmoid_f32(7.0f));
+  EXPECT_EQ(bits_of(d.up), bits_of(swiglu_grad(10.0f, 2.0f, 0.5f, 7.0f).up));  // the clamped gate's sigmoid
+}
+
 // ---- SwiGLU ----
 
 TEST(Swiglu, UnclampedIsSiluOfGateTimesUp) {

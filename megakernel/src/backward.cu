@@ -19,6 +19,7 @@
 #include "mok/core/swiglu.h"
 #include "row_copy.cuh"
 #include "schedule.cuh"
+#include "swiglu_words.cuh"
 #include "tile_gemm.cuh"
 #include "tile_schedules.cuh"
 
@@ -190,10 +191,14 @@ __device__ void expert_row_grad(const Params& p, int cycle) {
           const uint32_t gate[4] = {o.gate.x, o.gate.y, o.gate.z, o.gate.w}, up[4] = {o.up.x, o.up.y, o.up.z, o.up.w};
           const float gv[8] = {o.g0.x, o.g0.y, o.g0.z, o.g0.w, o.g1.x, o.g1.y, o.g1.z, o.g1.w};
           uint32_t d_gate[4], d_up[4];
+          float s[8];
+          gate_sigmoids<4>(gate, limit, s);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const SwigluGrad lo = swiglu_grad(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit);
-            const SwigluGrad hi = swiglu_grad(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1], limit);
+            const SwigluGrad lo =
+                swiglu_grad_given_sigmoid(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit, s[2 * j]);
+            const SwigluGrad hi = swiglu_grad_given_sigmoid(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1],
+                                                            limit, s[2 * j + 1]);
             d_gate[j] = pack_bf16(lo.gate, hi.gate);
             d_up[j] = pack_bf16(lo.up, hi.up);
           }
@@ -248,6 +253,7 @@ __device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, 
 template <class At>
 __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float (&acc)[kAccumulators], At at) {
   constexpr int kBatch = 16;  // pairs
+  static_assert(kAccumulators % (2 * kBatch) == 0, "whole batches of pairs");
 #pragma unroll
   for (int i0 = 0; i0 < kAccumulators; i0 += 2 * kBatch) {
     float2 held[kBatch];
@@ -338,7 +344,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const int columns = min(kTileN, wg.n - n0);
-        if (p.accumulate) {
+        if (p.accumulate) {  // fp32 gradients: the host refuses bf16 ones with accumulation
           accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
             if (m0 + row >= wg.m || col >= columns) return nullptr;
             return reinterpret_cast<float2*>(static_cast<float*>(wg.out) + long(m0 + row) * wg.n + n0 + col);

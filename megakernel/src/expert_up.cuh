@@ -7,8 +7,8 @@
 #include "bf16_words.cuh"
 #include "epilogue_store.cuh"
 #include "gemm_phases.cuh"
-#include "mok/core/swiglu.h"
 #include "schedule.cuh"
+#include "swiglu_words.cuh"
 #include "tile_gemm.cuh"
 #include "tile_schedules.cuh"
 
@@ -46,8 +46,8 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
 // a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
-// for GEMM2. All of a is computed in registers before the staged passes, so the compiler interleaves
-// the 64 independent SwiGLUs (they are most of this epilogue's time).
+// for GEMM2. All of a is computed in registers before the staged passes, its SwiGLUs in batches
+// (swiglu_words), so the compiler interleaves them (one by one they were most of this epilogue's time).
 template <bool kFp8 = false>
 __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
                                        const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
@@ -57,12 +57,9 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
-  const float limit = p.c.swiglu_limit;
+  constexpr int kBatch = 8;  // words of a per batch of sigmoids
 #pragma unroll
-  for (int i = 0; i < kUp; i += 2) {
-    const uint32_t g = hw[i / 2], u = hw[(i + kUp) / 2];
-    aw[i / 2] = pack_bf16(swiglu(low_float(g), low_float(u), limit), swiglu(high_float(g), high_float(u), limit));
-  }
+  for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
   if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
   stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
   stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });

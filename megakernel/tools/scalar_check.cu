@@ -43,6 +43,22 @@ struct Exp {
 struct Sigmoid {
   __host__ __device__ uint32_t operator()(uint32_t u) const { return bits_of(mok::sigmoid_f32(float_of(u))); }
 };
+// reciprocal_from_one on every float of its range [1, 2^126) (u folded onto it): the GPU's fast path
+// against the host's division.
+struct Reciprocal {
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    return bits_of(mok::reciprocal_from_one(float_of(0x3f800000u + u % (126u << 23))));
+  }
+};
+// sigmoids_f32 of a batch: u's value beside three drawn from a hash of u (any bit pattern, so about half
+// the batches hold a denominator past the fast reciprocal's range and take the division for all).
+struct SigmoidInBatch {
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    float s[4] = {float_of(u), float_of(u * 0x9e3779b1u), float_of(u * 0x85ebca77u), float_of(u ^ 0xc2b2ae35u)};
+    mok::sigmoids_f32(s);
+    return bits_of(s[0]);
+  }
+};
 struct SiluValue {
   __host__ __device__ uint32_t operator()(uint32_t u) const {
     return bits_of(mok::silu_with_grad_f32(float_of(u)).value);
@@ -202,7 +218,9 @@ int main(int argc, char** argv) {
     MOK_CUDA_CHECK(cudaMalloc(&out, size_t(kChunk) * sizeof(uint32_t)));
     const uint64_t s = uint64_t(stride);
     bool ok = check("exp_f32", Exp{}, s, out);
+    ok = check("reciprocal_from_one", Reciprocal{}, s, out) && ok;
     ok = check("sigmoid_f32", Sigmoid{}, s, out) && ok;
+    ok = check("sigmoids_f32 in a batch", SigmoidInBatch{}, s, out) && ok;
     ok = check("silu value", SiluValue{}, s, out) && ok;
     ok = check("silu gradient", SiluGrad{}, s, out) && ok;
     ok = check("to_bf16", ToBf16{}, s, out) && ok;

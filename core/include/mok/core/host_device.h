@@ -7,6 +7,11 @@
 #else
 #define MOK_HD inline
 #endif
+#if defined(__CUDA_ARCH__)
+#define MOK_UNROLL _Pragma("unroll")  // a loop over a register array: fully unrolled, or the array spills
+#else
+#define MOK_UNROLL
+#endif
 
 #include <cstdint>
 #include <cstring>

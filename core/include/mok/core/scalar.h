@@ -48,17 +48,55 @@ MOK_HD float exp_f32(float x) {
   return nan ? x : (x > kOverflow ? float_of(0x7f800000u) : (x < kUnderflow ? 0.0f : e));
 }
 
-MOK_HD float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+// 1 / d, as 1.0f / d rounds it, for d in [1, 2^126): on a GPU the fast path of CUDA's rcp.rn.f32, what
+// 1.0f / d compiles to (the hardware's approximate reciprocal and one Newton step), exact there: at its
+// default stride mok-scalar-check compares every float of the range with the host's division.
+MOK_HD float reciprocal_from_one(float d) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fma32(r, fma32(-d, r, 1.0f), r);
+#else
+  return 1.0f / d;
+#endif
+}
+
+// Sigmoids of kCount values at once, in place: s[i] = 1 / (1 + e^-s[i]). Every reciprocal is taken by
+// reciprocal_from_one first, and only when a denominator lies past its range (x < -87.3, or NaN) are
+// all taken again by division. On a GPU a division is a branch to its slow path, and with one per value
+// the values' chains ran one after another (most of the GEMM1 epilogue, docs/benchmarks.md);
+// this way the common case is straight-line code over all kCount, which the compiler interleaves.
+template <int kCount>
+MOK_HD void sigmoids_f32(float (&s)[kCount]) {
+  float d[kCount];
+  bool past = false;
+  MOK_UNROLL
+  for (int i = 0; i < kCount; ++i) {
+    d[i] = 1.0f + exp_f32(-s[i]);
+    past |= !(d[i] < 0x1p126f);
+    s[i] = reciprocal_from_one(d[i]);
+  }
+  if (past) {
+    MOK_UNROLL
+    for (int i = 0; i < kCount; ++i) s[i] = 1.0f / d[i];
+  }
+}
+
+MOK_HD float sigmoid_f32(float x) {
+  float s[1] = {x};
+  sigmoids_f32(s);
+  return s[0];
+}
 
 // silu(x) = x s and d silu / dx = s * (1 + x * (1 - s)) from one sigmoid s = sigmoid(x): the SwiGLU
-// backward needs both, and the sigmoid is most of the cost.
+// backward needs both, and the sigmoid is most of the cost (sigmoids_f32 takes many at once).
 struct SiluWithGrad {
   float value, grad;
 };
-MOK_HD SiluWithGrad silu_with_grad_f32(float x) {
-  const float s = sigmoid_f32(x);
+MOK_HD SiluWithGrad silu_with_grad_given_sigmoid(float x, float s) {
   return SiluWithGrad{x * s, s * (1.0f + x * (1.0f - s))};
 }
+MOK_HD SiluWithGrad silu_with_grad_f32(float x) { return silu_with_grad_given_sigmoid(x, sigmoid_f32(x)); }
 
 MOK_HD float silu_f32(float x) { return silu_with_grad_f32(x).value; }
 MOK_HD float silu_grad_f32(float x) { return silu_with_grad_f32(x).grad; }

@@ -13,8 +13,13 @@ MOK_HD float clamp_up(float up, float limit) {
   return up > limit ? limit : (up < -limit ? -limit : up);
 }
 
+// Each function also comes with the sigmoid of the clamped gate given, s = sigmoid_f32(clamp_gate(gate,
+// limit)), so a GPU can take many sigmoids at once (sigmoids_f32).
+MOK_HD float swiglu_given_sigmoid(float gate, float up, float limit, float s) {
+  return silu_with_grad_given_sigmoid(clamp_gate(gate, limit), s).value * clamp_up(up, limit);
+}
 MOK_HD float swiglu(float gate, float up, float limit) {
-  return silu_f32(clamp_gate(gate, limit)) * clamp_up(up, limit);
+  return swiglu_given_sigmoid(gate, up, limit, sigmoid_f32(clamp_gate(gate, limit)));
 }
 
 struct SwigluGrad {
@@ -23,13 +28,16 @@ struct SwigluGrad {
 };
 
 // da: the gradient reaching a. A clamped operand passes no gradient.
-MOK_HD SwigluGrad swiglu_grad(float gate, float up, float da, float limit) {
+MOK_HD SwigluGrad swiglu_grad_given_sigmoid(float gate, float up, float da, float limit, float s) {
   const float g = clamp_gate(gate, limit);
   const float u = clamp_up(up, limit);
   const bool gate_clamped = g != gate;
   const bool up_clamped = u != up;
-  const SiluWithGrad silu = silu_with_grad_f32(g);
+  const SiluWithGrad silu = silu_with_grad_given_sigmoid(g, s);
   return SwigluGrad{gate_clamped ? 0.0f : (da * u) * silu.grad, up_clamped ? 0.0f : da * silu.value};
+}
+MOK_HD SwigluGrad swiglu_grad(float gate, float up, float da, float limit) {
+  return swiglu_grad_given_sigmoid(gate, up, da, limit, sigmoid_f32(clamp_gate(gate, limit)));
 }
 
 }  // namespace mok
