@@ -255,9 +255,10 @@ __device__ void combine(const Params& p) {
 }  // namespace
 
 // The forward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
-// and registers are those of the bf16 path alone).
+// and registers are those of the bf16 path alone). Inlined by force, as backward() is: left a call (cicc
+// did so on the GPU machine, host g++ 13), it serializes every wgmma of the kernel (ptxas C7510).
 template <bool kFp8>
-__device__ void forward(const Params& p) {
+__device__ __forceinline__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
   Pipeline pipe = pipeline_init();
