@@ -178,7 +178,7 @@ TEST(Scalar, SigmoidsOfABatchAreEachOnesSigmoid) {
       else
         EXPECT_TRUE(std::isnan(s[i]));
   }
-  EXPECT_EQ(swiglu_given_sigmoid(2.0f, -3.0f, 0.0f, sigmoid_f32(2.0f)), swiglu(2.0f, -3.0f, 0.0f));
+  EXPECT_EQ(bits_of(swiglu_given_sigmoid(2.0f, -3.0f, 0.0f, sigmoid_f32(2.0f))), bits_of(swiglu(2.0f, -3.0f, 0.0f)));
   const SwigluGrad d = swiglu_grad_given_sigmoid(10.0f, 2.0f, 0.5f, 7.0f, sigmoid_f32(7.0f));
   EXPECT_EQ(bits_of(d.up), bits_of(swiglu_grad(10.0f, 2.0f, 0.5f, 7.0f).up));  // the clamped gate's sigmoid
 }

@@ -58,6 +58,7 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
   constexpr int kBatch = 8;  // words of a per batch of sigmoids
+  static_assert(kUp / 2 % kBatch == 0, "whole batches of a's words");
 #pragma unroll
   for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
   if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);

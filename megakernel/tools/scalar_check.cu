@@ -50,7 +50,7 @@ struct Reciprocal {
     return bits_of(mok::reciprocal_from_one(float_of(0x3f800000u + u % (126u << 23))));
   }
 };
-// sigmoids_f32 of a batch: u's value beside three drawn from a hash of u (any bit pattern, so about half
+// sigmoids_f32 of a batch: u's value beside three drawn from a hash of u (any bit pattern, so over half
 // the batches hold a denominator past the fast reciprocal's range and take the division for all).
 struct SigmoidInBatch {
   __host__ __device__ uint32_t operator()(uint32_t u) const {
