@@ -344,18 +344,18 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const int columns = min(kTileN, wg.n - n0);
+        const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
         if (p.accumulate) {  // fp32 gradients: the host refuses bf16 ones with accumulation
           accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
             if (m0 + row >= wg.m || col >= columns) return nullptr;
-            return reinterpret_cast<float2*>(static_cast<float*>(wg.out) + long(m0 + row) * wg.n + n0 + col);
+            return reinterpret_cast<float2*>(static_cast<float*>(wg.out) + element(row, col));
           });
           return;
         }
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m)
-                store_gradient_pair(p, gradient_at(p, wg.out, long(m0 + row) * wg.n + n0 + col), v0, v1);
+              if (m0 + row < wg.m) store_gradient_pair(p, gradient_at(p, wg.out, element(row, col)), v0, v1);
             },
             columns);
       });
