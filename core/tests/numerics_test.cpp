@@ -122,6 +122,25 @@ TEST(ExpF32, OverflowEdge) {
   EXPECT_TRUE(std::isinf(exp_f32(std::nextafter(last_finite, 100.0f))));
 }
 
+// exp_f32_moderate is exp_f32 bit for bit on |x| <= kModerateExp: every float within 4096 of its ends,
+// every 17th below. And a sigmoid is 1 / (1 + exp_f32(-x)) whichever path sigmoids_f32 takes (on the
+// GPU at every input: mok-scalar-check's "sigmoid_f32 as defined").
+TEST(ExpF32, ModerateIsExpOnItsRange) {
+  long checked = 0, failed = 0;
+  const uint32_t top = bits_of(kModerateExp);
+  for (const uint32_t sign : {0u, kNegativeZero})
+    for (uint32_t b = 0; b <= top; b += (b + 4096 < top ? 17 : 1)) {
+      const float x = float_of(sign | b);
+      failed += bits_of(exp_f32_moderate(x)) != bits_of(exp_f32(x));
+      failed += bits_of(sigmoid_f32(x)) != bits_of(1.0f / (1.0f + exp_f32(-x)));
+      ++checked;
+    }
+  EXPECT_GT(checked, 100000000);
+  EXPECT_EQ(failed, 0);
+  for (const float x : {std::nextafter(kModerateExp, 100.0f), -std::nextafter(kModerateExp, 100.0f)})
+    EXPECT_EQ(bits_of(sigmoid_f32(x)), bits_of(1.0f / (1.0f + exp_f32(-x)))) << x;
+}
+
 TEST(ExpF32, SpecialValues) {
   EXPECT_EQ(bits_of(exp_f32(0.0f)), bits_of(1.0f));
   EXPECT_EQ(bits_of(exp_f32(-0.0f)), bits_of(1.0f));

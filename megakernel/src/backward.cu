@@ -268,9 +268,12 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
-// MN-major in the tile loads), rows k_first.. of the maps, k_rows of them.
+// MN-major in the tile loads), rows k_first.. of the maps, k_rows of them. The maps are members of
+// p.maps (offsets, not addresses: the producer's per-tile job, at 40 registers, held the eight maps'
+// addresses hoisted out of its loop and spilled them, 0.8 ms of kimi-k2's weight gradients).
 struct WeightGrad {
-  const CUtensorMap *a, *b;
+  using MapMember = CUtensorMap TensorMaps::*;
+  MapMember a, b;
   int m, n, k_first, k_rows;
   void* out;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
@@ -288,11 +291,12 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
               rows = p.offsets[e + 1] - p.offsets[e];
     const long local = own_expert(p, e);
     if (w % 2 == 0)
-      return WeightGrad{&p.maps.dh, &p.maps.xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H)};
-    return WeightGrad{&p.maps.dye, &p.maps.a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I)};
+      return WeightGrad{
+          &TensorMaps::dh, &TensorMaps::xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H)};
+    return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I)};
   }
-  if (w == 2 * own) return WeightGrad{&p.maps.shared_dh, &p.maps.x, 2 * Is, H, 0, N, p.d_shared_w1};
-  return WeightGrad{&p.maps.dy, &p.maps.shared_a, H, Is, 0, N, p.d_shared_w2};
+  if (w == 2 * own) return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, 0, N, p.d_shared_w1};
+  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, 0, N, p.d_shared_w2};
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take
@@ -339,7 +343,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         t -= tiles.first[i];
         const int col_tiles = ceil_div(wg.n, kTileN);
         m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
-        l = TileLoad{wg.a, wg.b, m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, ceil_div(wg.k_rows, kBox)};
+        const int k_blocks = ceil_div(wg.k_rows, kBox);
+        l = TileLoad{&(p.maps.*wg.a), &(p.maps.*wg.b), m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, k_blocks};
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {

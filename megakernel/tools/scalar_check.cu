@@ -1,17 +1,18 @@
 // mok-scalar-check: the layer's shared scalar functions on the GPU against the same source on the
 // CPU, bit for bit, over whole input spaces (D5: one host/device implementation must also compile to
-// the same bits on both). exp_f32, sigmoid_f32, silu_with_grad_f32 (value and gradient) and to_bf16
-// see every one of the 2^32 float bit patterns; swiglu (unclamped and clamped) and swiglu_grad see
-// every pair of bf16 operands (their inputs are bf16-rounded h), swiglu_grad with a gradient drawn
-// from the pair by a hash. A NaN matches any NaN: fp32 arithmetic NaNs differ by design (the GPU
-// gives 0x7fffffff, x86 keeps an operand's payload), and no NaN pattern reaches an output (bf16
-// results go through to_bf16, which has one NaN; the router rejects non-finite logits). Differing
-// NaN patterns are counted apart.
-// The E4M3 pair conversion is the one function whose two sides are different code: to_e4m3x2 (the
-// GPU's cvt.rn.satfinite.e4m3x2.f32, which the FP8 quantizers use) against the portable to_e4m3 of each
-// half on the CPU, every float in either half (the low half u, the high half u ^ 0x80000001: the
-// halves differ in sign, so a swap of the bytes shows), plain and scaled (to_e4m3x2_scaled, e in
-// [-126, 120] from a hash of u). Its results are 16 bits, never a NaN pattern: equal means equal.
+// the same bits on both).
+// - exp_f32, sigmoid_f32 (also against its definition on the CPU), silu_with_grad_f32 (value and
+//   gradient) and to_bf16 see every one of the 2^32 float bit patterns.
+// - swiglu (unclamped and clamped) and swiglu_grad see every pair of bf16 operands (their inputs are
+//   bf16-rounded h), swiglu_grad with a gradient drawn from the pair by a hash.
+// - A NaN matches any NaN: fp32 arithmetic NaNs differ by design (the GPU gives 0x7fffffff, x86 keeps
+//   an operand's payload), and no NaN pattern reaches an output (bf16 results go through to_bf16,
+//   which has one NaN; the router rejects non-finite logits). Differing NaN patterns are counted apart.
+// - The E4M3 pair conversion is the one function whose two sides are different code: to_e4m3x2 (the
+//   GPU's cvt.rn.satfinite.e4m3x2.f32, which the FP8 quantizers use) against the portable to_e4m3 of
+//   each half on the CPU, every float in either half (the low half u, the high half u ^ 0x80000001:
+//   the halves differ in sign, so a swap of the bytes shows), plain and scaled (to_e4m3x2_scaled, e in
+//   [-126, 120] from a hash of u). Its results are 16 bits, never a NaN pattern: equal means equal.
 // The CPU side is this file's host code (nvcc's host compiler, -ffp-contract=off), not the
 // reference library's object code; fma32 is correctly rounded either way.
 // Usage: mok-scalar-check [stride=1]: stride > 1 checks every stride-th input only (the ctest).
@@ -43,6 +44,17 @@ struct Exp {
 struct Sigmoid {
   __host__ __device__ uint32_t operator()(uint32_t u) const { return bits_of(mok::sigmoid_f32(float_of(u))); }
 };
+// sigmoid_f32 on the GPU (its fast path wherever |x| <= kModerateExp) against its definition on the CPU,
+// 1 / (1 + exp_f32(-x)) by division.
+struct SigmoidAsDefined {
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+#if defined(__CUDA_ARCH__)
+    return bits_of(mok::sigmoid_f32(float_of(u)));
+#else
+    return bits_of(1.0f / (1.0f + mok::exp_f32(-float_of(u))));
+#endif
+  }
+};
 // reciprocal_from_one on every float of its range [1, 2^126) (u folded onto it): the GPU's fast path
 // against the host's division.
 struct Reciprocal {
@@ -50,8 +62,8 @@ struct Reciprocal {
     return bits_of(mok::reciprocal_from_one(float_of(0x3f800000u + u % (126u << 23))));
   }
 };
-// sigmoids_f32 of a batch: u's value beside three drawn from a hash of u (any bit pattern, so over half
-// the batches hold a denominator past the fast reciprocal's range and take the division for all).
+// sigmoids_f32 of a batch: u's value beside three drawn from a hash of u (any bit pattern, so most
+// batches hold a value past kModerateExp and take the definition for all).
 struct SigmoidInBatch {
   __host__ __device__ uint32_t operator()(uint32_t u) const {
     float s[4] = {float_of(u), float_of(u * 0x9e3779b1u), float_of(u * 0x85ebca77u), float_of(u ^ 0xc2b2ae35u)};
@@ -220,6 +232,7 @@ int main(int argc, char** argv) {
     bool ok = check("exp_f32", Exp{}, s, out);
     ok = check("reciprocal_from_one", Reciprocal{}, s, out) && ok;
     ok = check("sigmoid_f32", Sigmoid{}, s, out) && ok;
+    ok = check("sigmoid_f32 as defined", SigmoidAsDefined{}, s, out) && ok;
     ok = check("sigmoids_f32 in a batch", SigmoidInBatch{}, s, out) && ok;
     ok = check("silu value", SiluValue{}, s, out) && ok;
     ok = check("silu gradient", SiluGrad{}, s, out) && ok;
