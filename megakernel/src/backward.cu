@@ -270,7 +270,7 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
 // MN-major in the tile loads), rows k_first.. of the maps, k_rows of them. The maps are members of
 // p.maps (offsets, not addresses: the producer's per-tile job, at 40 registers, held the eight maps'
-// addresses hoisted out of its loop and spilled them, 0.8 ms of kimi-k2's weight gradients).
+// addresses hoisted out of its loop, spilled them and reloaded them every tile).
 struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
