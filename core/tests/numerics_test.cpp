@@ -190,8 +190,8 @@ TEST(Scalar, SigmoidSiluSiluGradAgainstFp64) {
   }
 }
 
-// A batch is its values' sigmoids, value by value, whether or not one lies past the fast reciprocal's range
-// (-100: e^100 overflows; NaN), which sends the whole batch through the division.
+// A batch is its values' sigmoids, value by value, whether or not one lies past kModerateExp (-100, -87.5;
+// NaN), which sends the whole batch through the definition.
 TEST(Scalar, SigmoidsOfABatchAreEachOnesSigmoid) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float batches[3][4] = {{0.5f, -3.0f, 20.0f, 1e-3f}, {0.5f, -100.0f, 20.0f, -87.5f}, {2.0f, nan, -1.0f, 7.0f}};
