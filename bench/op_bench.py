@@ -10,6 +10,7 @@ CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
                               [--accumulate]
+    python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
 import argparse
 import statistics
@@ -32,11 +33,20 @@ def peak_mib(step):
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def mok_layer(H, I, E, k, T, precision="bf16"):
+def draw(shape, std, values="normal"):
+    """Random values of standard deviation std: normal, or uniform (mok-bench's inputs, ref::make_problem)."""
+    if values == "uniform":
+        return (torch.rand(shape, device="cuda") * 2 - 1) * (std * 3**0.5)
+    return torch.randn(shape, device="cuda") * std
+
+
+def mok_layer(H, I, E, k, T, precision="bf16", values="normal"):
+    """The layer's config and weights; uniform values in ref::make_problem's ranges (the router's twice the
+    experts')."""
     config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k, precision=precision)
-    router = (torch.randn(E, H, device="cuda") / H**0.5).requires_grad_()
-    w1 = (torch.randn(E, 2 * I, H, device="cuda") / H**0.5).bfloat16().requires_grad_()
-    w2 = (torch.randn(E, H, I, device="cuda") / I**0.5).bfloat16().requires_grad_()
+    router = draw((E, H), (2 if values == "uniform" else 1) / H**0.5, values).requires_grad_()
+    w1 = draw((E, 2 * I, H), 1 / H**0.5, values).bfloat16().requires_grad_()
+    w2 = draw((E, H, I), 1 / I**0.5, values).bfloat16().requires_grad_()
     return config, router, w1, w2
 
 
@@ -165,9 +175,10 @@ def kernel_times(args):
     slower kernel from work around it."""
     name = "olmoe" if args.shape == "all" else args.shape
     H, I, E, k, T = SHAPES[name]
-    config, router, w1, w2 = mok_layer(H, I, E, k, T)
-    x = torch.randn(T, H, device="cuda").bfloat16().requires_grad_()
-    dy = torch.randn(T, H, device="cuda").bfloat16()
+    config, router, w1, w2 = mok_layer(H, I, E, k, T, values=args.values)
+    std = 3**-0.5 if args.values == "uniform" else 1.0
+    x = draw((T, H), std, args.values).bfloat16().requires_grad_()
+    dy = draw((T, H), std, args.values).bfloat16()
     idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
     idx, w = idx.contiguous(), w.float().contiguous()
     moe = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full",  # noqa: E731
@@ -224,7 +235,11 @@ def main():
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
                    help="only the device-kernel profile of one shape's op steps (--shape; all: olmoe)")
+    p.add_argument("--values", default="normal", choices=["normal", "uniform"],
+                   help="--kernel-times' weights and inputs: normal, or uniform as mok-bench's (ref::make_problem)")
     args = p.parse_args()
+    if args.values != "normal" and not args.kernel_times:
+        p.error("--values applies to --kernel-times")
     if args.kernel_times and (args.fp8 or args.accumulate):
         p.error("--kernel-times profiles the bf16 op with autograd's .grad only")
     torch.use_deterministic_algorithms(True)

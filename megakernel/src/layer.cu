@@ -39,6 +39,14 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
   if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
 }
 
+// The caller's workspace: present, and 16-byte aligned as every tensor (its sections start at multiples
+// of 256 bytes from it).
+uint8_t* checked_workspace(void* workspace) {
+  require(workspace != nullptr, "workspace is missing");
+  require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace is not 16-byte aligned");
+  return static_cast<uint8_t*>(workspace);
+}
+
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share.
 int resident_blocks(int asked, int shares) {
@@ -730,8 +738,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   const OnDevice on(m.device);
   m.raise_pending();
   m.check_forward(in, out, true);
-  require(workspace != nullptr, "workspace is missing");
-  auto* ws = static_cast<uint8_t*>(workspace);
+  uint8_t* ws = checked_workspace(workspace);
   Params p = m.params(Pass::forward, ws, in, out);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
@@ -750,8 +757,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   m.raise_pending();
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
-  require(workspace != nullptr, "workspace is missing");
-  auto* ws = static_cast<uint8_t*>(workspace);
+  uint8_t* ws = checked_workspace(workspace);
   Params p = m.params(Pass::backward, ws, in, fwd);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);

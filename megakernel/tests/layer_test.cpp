@@ -131,6 +131,16 @@ void expect_same(const Results& got, const Results& want) {
   MOK_EXPECT_SAME(d_sw2);
 }
 
+// `call` is refused: it throws an Error whose message names `what`.
+void expect_refused(const std::function<void()>& call, const std::string& what) {
+  try {
+    call();
+    ADD_FAILURE() << what << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 class LayerApi : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -438,18 +448,13 @@ TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheDeviceTensorHeld) {
   EXPECT_EQ(ff, over_ff.end()) << "saved byte " << (ff - over_ff.begin()) << " of " << over_ff.size() << " differs";
 }
 
-// Bad views are refused at the call, naming the tensor, before anything is enqueued.
+// Bad views and workspaces are refused at the call, naming the tensor, before anything is enqueued.
 TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 39);
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);
   const auto refused = [&](ForwardInputs in, ForwardOutputs out, const char* name) {
-    try {
-      layer.forward(stream_, b.workspace.view().data, in, out);
-      ADD_FAILURE() << name << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
+    expect_refused([&] { layer.forward(stream_, b.workspace.view().data, in, out); }, name);
   };
   ForwardInputs in = b.inputs();
   in.x.dtype = DType::f32;
@@ -476,6 +481,12 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   in.routing = RoutingMode::replay_ids;
   in.topk_w = b.outputs().topk_w;
   refused(in, b.outputs(), "a given topk_w needs routing mode given");
+  for (const auto& [ws, what] :
+       {std::pair<void*, const char*>{nullptr, "workspace is missing"},
+        {static_cast<uint8_t*>(b.workspace.view().data) + 8, "workspace is not 16-byte aligned"}}) {
+    expect_refused([&] { layer.forward(stream_, ws, b.inputs(), b.outputs()); }, what);
+    expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); }, what);
+  }
   layer.check();  // nothing was enqueued, nothing recorded
 }
 
@@ -651,14 +662,6 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
   DeviceTensor q(DType::u8, {bytes + 16});
   const TensorView good{q.view().data, DType::u8, {bytes}};
   void* ws = b.workspace.view().data;
-  const auto refused = [&](const std::function<void()>& call, const std::string& what) {
-    try {
-      call();
-      ADD_FAILURE() << what << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   const auto forward_with = [&](const TensorView& fp8_weights) {
     return [&, fp8_weights] {
       ForwardInputs in = b.inputs();
@@ -670,33 +673,33 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
     return [&, fp8_weights] { layer.quantize_weights(stream_, b.weights.views(), fp8_weights); };
   };
   const std::string name = "fp8_weights [fp8_weights_bytes()]";
-  refused(forward_with({}), "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
-  refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
-          "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
+  expect_refused(forward_with({}), "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
+  expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
+                 "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
   const auto bad_buffers = [&](const auto& call) {
-    refused(call({good.data, DType::bf16, {bytes / 2}}), name + " has dtype bfloat16, expected uint8");
-    refused(call({good.data, DType::u8, {bytes - 1}}), name + " has shape");
-    refused(call({static_cast<uint8_t*>(good.data) + 8, DType::u8, {bytes}}), name + " is not 16-byte aligned");
+    expect_refused(call({good.data, DType::bf16, {bytes / 2}}), name + " has dtype bfloat16, expected uint8");
+    expect_refused(call({good.data, DType::u8, {bytes - 1}}), name + " has shape");
+    expect_refused(call({static_cast<uint8_t*>(good.data) + 8, DType::u8, {bytes}}), name + " is not 16-byte aligned");
   };
   bad_buffers(forward_with);
   bad_buffers(quantize_into);
-  refused(quantize_into({}), name + " is missing");
+  expect_refused(quantize_into({}), name + " is missing");
   WeightViews w = b.weights.views();
   w.w2.shape = {1, 2, 3};
-  refused([&] { layer.quantize_weights(stream_, w, good); }, "w2 [E, H, I]");
+  expect_refused([&] { layer.quantize_weights(stream_, w, good); }, "w2 [E, H, I]");
 
   LayerConfig bf16_config = p.config;
   bf16_config.precision = Precision::bf16;
-  refused([&] { const Layer refusing(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
-          "fp8_weights_given needs precision = fp8");
+  expect_refused([&] { const Layer refusing(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
+                 "fp8_weights_given needs precision = fp8");
   Layer bf16_layer(bf16_config, {});
   Bound bf(bf16_layer, ref::make_problem(bf16_config, 54), RoutingMode::router);
   ForwardInputs in = bf.inputs();
   in.fp8_weights = good;
-  refused([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
-          "fp8_weights is given, but precision is bf16");
-  refused([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
-          "quantize_weights: precision is bf16");
+  expect_refused([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
+                 "fp8_weights is given, but precision is bf16");
+  expect_refused([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
+                 "quantize_weights: precision is bf16");
   EXPECT_EQ(bf16_layer.fp8_weights_bytes(), 0u);
   layer.check();  // nothing was enqueued, nothing recorded
   bf16_layer.check();

@@ -213,8 +213,8 @@ class Layer {
 
   // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window; in the
   // fp8 mode without ForwardInputs::fp8_weights each call first enqueues the weights' quantization
-  // into the workspace). `workspace`: workspace_bytes(pass) of device memory, not used by anything else
-  // until the call's work on the stream is done.
+  // into the workspace). `workspace`: workspace_bytes(pass) of device memory, 16-byte aligned, not used by
+  // anything else until the call's work on the stream is done.
   void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
   // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
   void backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
