@@ -5,7 +5,7 @@
 // inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
-//             [--experts E] [--capacity-factor F] [--plan] [--fp8]
+//             [--experts E] [--capacity-factor F] [--plan] [--fp8] [--sustained S]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -23,12 +23,16 @@
 //          training, the weights are quantized once beforehand (LaunchConfig::fp8_weights_given): the
 //          forward's and the backward's times exclude it, and the weights' quantization
 //          (Layer::quantize_weights, once per optimizer step) is timed apart, in its own loop;
+//   --sustained: also steps back to back for about S seconds after as long untimed (one process): the
+//          step as training runs it, at the clock the power limit holds (the timed launches above run
+//          near the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
 //           buffers (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
 //           which the forward's is a prefix ("of it fwd").
 // Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -126,6 +130,15 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                             mk.launch_backward();
                           })
                           .median_ms;
+  double sustained = 0;
+  const long sustained_steps = long(std::ceil(o.sustained_s * 1000 / step));
+  if (sustained_steps > 0) {
+    std::fprintf(stderr, "%s: timing %ld sustained steps after as many...\n", s.name, sustained_steps);
+    sustained = sustained_step_ms(nullptr, sustained_steps, [&] {
+      mk.launch_forward();
+      mk.launch_backward();
+    });
+  }
   const double fb_tf = 3 * flops / ((fwd + bwd) * 1e9);
   std::printf("%-15s %-8s %8.2f %8.2f %10.2f %9.1f %9.1f %7.1f%% %7.1f%%", s.name, o.routing.c_str(), fwd, bwd,
               fwd + bwd, fwd_tf, fb_tf, 100 * fwd_tf / (gpus * rate), 100 * fb_tf / (gpus * rate));
@@ -135,6 +148,9 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   }
   std::printf("\n");
   std::printf("  forward and backward back to back (one step): %.2f ms\n", step);
+  if (sustained_steps > 0)
+    std::printf("  sustained steps (%ld back to back, after as many; the last input set): %.2f ms a step\n",
+                sustained_steps, sustained);
   if (o.fp8) std::printf("  quantize weights (once per optimizer step, not in fwd or bwd ms): %.2f ms\n", quantize);
   print_phases("forward", fwd_phases);
   print_phases("backward", mk.phase_times());
@@ -165,7 +181,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] [--fp8] "
-               "[--experts E] [--capacity-factor F] [--plan]\n");
+               "[--experts E] [--capacity-factor F] [--plan] [--sustained S]\n");
 }
 
 // A whole decimal integer (no trailing text): atoi would read "2x" as 2 and "x" as 0.
@@ -206,6 +222,8 @@ bool parse(int argc, char** argv, Options& o) {
       ok = parse_double(value, o.capacity_factor);
     else if (arg == "--timeout")
       ok = parse_double(value, o.timeout_s);
+    else if (arg == "--sustained")
+      ok = parse_double(value, o.sustained_s);
     else {
       int* target = arg == "--runs"        ? &o.runs
                     : arg == "--warmup"    ? &o.warmup
@@ -227,11 +245,13 @@ void check(const Options& o) {
       !(o.capacity_factor >= 0))
     throw mok::Error(
         "mok-bench: --sets must be >= 1, --gpus >= 1, --ring-rows, --tokens, --experts and --capacity-factor >= 0");
-  if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0))
-    throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0 and --timeout > 0");
+  if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0) || !(o.sustained_s >= 0 && o.sustained_s <= 3600))
+    throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0, --timeout > 0 and --sustained in [0, 3600]");
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
+  if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
+    throw mok::Error("mok-bench: --sustained runs in one process (without --gpus, or with --one-process)");
 }
 
 }  // namespace

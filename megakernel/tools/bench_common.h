@@ -21,7 +21,7 @@ struct Options {
   std::string shape = "all", routing = "uniform";
   int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = kNoGpus, experts = 0;
   bool recompute = false, plan = false, one_process = false, fp8 = false;
-  double capacity_factor = 0, timeout_s = 600;
+  double capacity_factor = 0, timeout_s = 600, sustained_s = 0;
 };
 
 struct Shape {
@@ -102,6 +102,26 @@ Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare
   MOK_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return {ms.front(), ms[runs / 2]};
+}
+
+// Steps as training runs them (docs/benchmarks.md, "Sustained steps"): `step` enqueued back to back, no
+// host work between steps, `count` untimed so the SM clock settles where the power limit holds it, then
+// `count` timed; the mean step, ms. Events on `stream`, as time_launches records them.
+template <class Step>
+double sustained_step_ms(cudaStream_t stream, long count, Step&& step) {
+  cudaEvent_t start, stop;
+  MOK_CUDA_CHECK(cudaEventCreate(&start));
+  MOK_CUDA_CHECK(cudaEventCreate(&stop));
+  for (long i = 0; i < count; ++i) step();
+  MOK_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (long i = 0; i < count; ++i) step();
+  MOK_CUDA_CHECK(cudaEventRecord(stop, stream));
+  MOK_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  MOK_CUDA_CHECK(cudaEventDestroy(start));
+  MOK_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / double(count);
 }
 
 }  // namespace mok::bench
