@@ -23,9 +23,9 @@
 //          training, the weights are quantized once beforehand (LaunchConfig::fp8_weights_given): the
 //          forward's and the backward's times exclude it, and the weights' quantization
 //          (Layer::quantize_weights, once per optimizer step) is timed apart, in its own loop;
-//   --sustained: also steps back to back for about S seconds after as long untimed (one process): the
-//          step as training runs it, at the clock the power limit holds (the timed launches above run
-//          near the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
+//   --sustained: also steps one after another for about S seconds after as long untimed (one process):
+//          the step near the clock the power limit holds in training (the timed launches above run near
+//          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
@@ -130,8 +130,9 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                             mk.launch_backward();
                           })
                           .median_ms;
+  const auto bwd_phases = mk.phase_times();  // the one-step launch's, not a sustained one's
   double sustained = 0;
-  const long sustained_steps = long(std::ceil(o.sustained_s * 1000 / step));
+  const long sustained_steps = o.sustained_s > 0 ? long(std::ceil(o.sustained_s * 1000 / step)) : 0;
   if (sustained_steps > 0) {
     std::fprintf(stderr, "%s: timing %ld sustained steps after as many...\n", s.name, sustained_steps);
     sustained = sustained_step_ms(nullptr, sustained_steps, [&] {
@@ -149,11 +150,11 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   std::printf("\n");
   std::printf("  forward and backward back to back (one step): %.2f ms\n", step);
   if (sustained_steps > 0)
-    std::printf("  sustained steps (%ld back to back, after as many; the last input set): %.2f ms a step\n",
+    std::printf("  sustained steps (%ld one after another, after as many; the last input set): %.2f ms a step\n",
                 sustained_steps, sustained);
   if (o.fp8) std::printf("  quantize weights (once per optimizer step, not in fwd or bwd ms): %.2f ms\n", quantize);
   print_phases("forward", fwd_phases);
-  print_phases("backward", mk.phase_times());
+  print_phases("backward", bwd_phases);
   std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f / backward %.0f MiB",
               mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
