@@ -46,8 +46,7 @@ class MoEConfig:
     swiglu_limit: float = 0.0  # > 0: clamped SwiGLU; stored as float32
     shared_intermediate: int = 0  # > 0: a shared expert of this intermediate size
     # "fp8": the expert GEMMs on E4M3 operands in blocks with power-of-two scales (docs/numerics.md;
-    # hidden, intermediate and shared_intermediate multiples of 128). The GPU op runs its forward, not yet
-    # its backward.
+    # hidden, intermediate and shared_intermediate multiples of 128). The GPU op runs both passes.
     precision: str = "bf16"
 
     def __post_init__(self) -> None:

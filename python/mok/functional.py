@@ -193,6 +193,7 @@ class _IntoAccumulators(torch.autograd.Function):
                                                                  topk_idx, topk_w, config_ints, config_floats, mode,
                                                                  launch, fp8_weights)
         ctx.mark_non_differentiable(idx, w, logits, saved)
+        ctx.set_materialize_grads(False)  # no zero gradient of saved's size for the backward (autograd.cpp)
         ctx.save_for_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights)
         ctx.accumulators, ctx.lists = accumulators, lists
         return y, idx, w, logits, saved
@@ -204,7 +205,8 @@ class _IntoAccumulators(torch.autograd.Function):
         config_ints, config_floats, mode, launch = ctx.lists
         shared_acc = acc.shared if acc.shared is not None else (None, None)
         dx, d_topk_w, _ = torch.ops.mok.backward_accumulate.default(
-            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), acc.router,
+            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved,
+            dy.contiguous() if dy is not None else torch.zeros_like(x), acc.router,
             acc.w1, acc.w2, *shared_acc, config_ints, config_floats, mode, launch, fp8_weights)
         given = mode == ROUTING_MODES.index("given")
         # One per forward input: accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2,

@@ -52,6 +52,9 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
         forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
                                config_floats, routing_mode, launch, fp8_weights);
     ctx->mark_non_differentiable({idx, w, logits, saved});
+    // Else autograd fills a zero gradient for every output the loss did not reach before the backward:
+    // one of saved's size (1.7 GB on kimi-k2, filled twice under deterministic algorithms).
+    ctx->set_materialize_grads(false);
     // Absent optional inputs are saved as undefined tensors. The backward reads the forward's fp8_weights
     // rather than quantizing the weights again.
     ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
@@ -78,9 +81,11 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
     const std::vector<int64_t> launch = ctx->saved_data["launch"].toIntVector();
     const int64_t mode = ctx->saved_data["routing_mode"].toInt();
+    // y's gradient, the only one read: undefined only where no gradient reached y (zeros, y's shape is x's).
+    const Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[0]);
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
-        op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10],
-                grads[0].contiguous(), ints, floats, mode, launch, optional(s[11]));
+        op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10], dy,
+                ints, floats, mode, launch, optional(s[11]));
     const bool given = mode == int64_t(RoutingMode::given);
     const bool shared = s[5].defined();
     return {dx,
