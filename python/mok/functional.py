@@ -200,13 +200,14 @@ class _IntoAccumulators(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, *_):
+        if dy is None:  # no gradient reached y: none for the inputs, nothing to add (autograd.cpp)
+            return (None,) * 12
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors
         acc = ctx.accumulators
         config_ints, config_floats, mode, launch = ctx.lists
         shared_acc = acc.shared if acc.shared is not None else (None, None)
         dx, d_topk_w, _ = torch.ops.mok.backward_accumulate.default(
-            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved,
-            dy.contiguous() if dy is not None else torch.zeros_like(x), acc.router,
+            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), acc.router,
             acc.w1, acc.w2, *shared_acc, config_ints, config_floats, mode, launch, fp8_weights)
         given = mode == ROUTING_MODES.index("given")
         # One per forward input: accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2,

@@ -53,7 +53,7 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
                                config_floats, routing_mode, launch, fp8_weights);
     ctx->mark_non_differentiable({idx, w, logits, saved});
     // Else autograd fills a zero gradient for every output the loss did not reach before the backward:
-    // one of saved's size (1.7 GB on kimi-k2, filled twice under deterministic algorithms).
+    // one of saved's size (1,769 MiB on kimi-k2, filled twice under deterministic algorithms).
     ctx->set_materialize_grads(false);
     // Absent optional inputs are saved as undefined tensors. The backward reads the forward's fp8_weights
     // rather than quantizing the weights again.
@@ -65,6 +65,8 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     ctx->saved_data["launch"] = launch.vec();
     return {y, idx, w, logits, saved};
   }
+
+  static constexpr size_t kInputs = 14;  // forward's, after ctx
 
   // One gradient per input of forward (undefined: none).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -81,8 +83,9 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
     const std::vector<int64_t> launch = ctx->saved_data["launch"].toIntVector();
     const int64_t mode = ctx->saved_data["routing_mode"].toInt();
-    // y's gradient, the only one read: undefined only where no gradient reached y (zeros, y's shape is x's).
-    const Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[0]);
+    // y's gradient, the only one read. Undefined where none reached y: then no input gets one either.
+    if (!grads[0].defined()) return variable_list(kInputs);
+    const Tensor dy = grads[0].contiguous();
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
         op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10], dy,
                 ints, floats, mode, launch, optional(s[11]));

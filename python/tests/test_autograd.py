@@ -159,9 +159,9 @@ def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
 
 
 def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
-    """Autograd gives the outputs the loss does not reach (saved, the routing, logits) no zero gradient
-    before the backward (set_materialize_grads(False)): it would fill one of saved's size on every step,
-    1.7 GB on kimi-k2. Seen as the fills (zero_, fill_) of a tensor of saved's size in the backward."""
+    """Autograd gives saved, an output the loss does not reach, no zero gradient before the backward
+    (set_materialize_grads(False)): it would fill one of saved's size on every step, 1,769 MiB on kimi-k2.
+    Seen as a fill (zero_, and the fill_ inside it) of a tensor of saved's size in the backward."""
     layer = make_layer("softmax_shared").to(device)
     saved_numel = layer.forward()[4].numel()
 
@@ -188,6 +188,40 @@ def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_backward_fills_no_zero_gradient_for_saved(accumulate):
     assert_no_zero_gradient_for_saved(accumulate)
+
+
+class _DropsGradient(torch.autograd.Function):
+    """y's consumer that passes no gradient back."""
+
+    @staticmethod
+    def forward(ctx, y):
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+@pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
+def test_no_gradient_reaching_y_gives_none_and_runs_no_backward(accumulate):
+    """Where no gradient reaches y, the backward gives its inputs none and runs no backward op (with
+    materialized gradients it would run a whole backward on zeros); the accumulators stay as they were."""
+    layer = make_layer("softmax_shared")
+    x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
+    acc = None
+    if accumulate:
+        ones = [torch.ones_like(t, dtype=torch.float32)
+                for t in (layer.router, w1, layer.w2, layer.shared_w1, layer.shared_w2)]
+        acc = mok.GradAccumulators(ones[0], ones[1], ones[2], (ones[3], ones[4]))
+    y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        (_DropsGradient.apply(y).float().sum() + x.float().sum()).backward()
+    assert not [e.name for e in prof.events() if e.name.startswith("mok::backward")]
+    assert_same_bits(x.grad, torch.ones_like(x), "x.grad (the loss's own term only)")
+    assert w1.grad is None
+    if accumulate:
+        assert all(bool((t == 1).all()) for t in (acc.router, acc.w1, acc.w2, *acc.shared))
 
 
 @pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
