@@ -110,6 +110,11 @@ def time_shape(name, args, peak):
         print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
               f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
+        # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
+        # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
+        gradients = T * H * 2 + (0 if args.accumulate else 2 * (w1.numel() + w2.numel()) + 4 * router.numel())
+        print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace, dx and the weight "
+              f"gradients: {mmb - (outputs + ws_backward + gradients) / 2**20:.0f} MiB", flush=True)
     del router, w1, w2, tw1, tw2, sets, fp8_weights, accumulators
     torch.cuda.empty_cache()
 
@@ -209,7 +214,8 @@ def kernel_times(args):
               "device kernels per step:")
         for e in prof.key_averages():
             if e.device_time_total > 0:
-                print(f"  {e.key[:60]:60} {e.count / 5:4.1f} per step, {e.device_time_total / e.count / 1e3:8.3f} ms each")
+                print(f"  {e.key[:60]:60} {e.count / 5:4.1f} per step, "
+                      f"{e.device_time_total / e.count / 1e3:8.3f} ms each")
 
     profile(forward, "forward")
     graph = torch.cuda.CUDAGraph()
