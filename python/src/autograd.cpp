@@ -70,6 +70,8 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
 
   // One gradient per input of forward (undefined: none).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // y's gradient, the only one read. Undefined where none reached y: then no input gets one either.
+    if (!grads[0].defined()) return variable_list(kInputs);
     static const auto op =
         c10::Dispatcher::singleton()
             .findSchemaOrThrow("mok::backward", "")
@@ -83,8 +85,6 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
     const std::vector<int64_t> launch = ctx->saved_data["launch"].toIntVector();
     const int64_t mode = ctx->saved_data["routing_mode"].toInt();
-    // y's gradient, the only one read. Undefined where none reached y: then no input gets one either.
-    if (!grads[0].defined()) return variable_list(kInputs);
     const Tensor dy = grads[0].contiguous();
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
         op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10], dy,
