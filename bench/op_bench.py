@@ -112,7 +112,8 @@ def time_shape(name, args, peak):
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
         # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
         # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
-        gradients = T * H * 2 + (0 if args.accumulate else 2 * (w1.numel() + w2.numel()) + 4 * router.numel())
+        # The routing is given (replay="full"): the router gets no gradient.
+        gradients = T * H * 2 + (0 if args.accumulate else 2 * (w1.numel() + w2.numel()))
         print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace, dx and the weight "
               f"gradients: {mmb - (outputs + ws_backward + gradients) / 2**20:.0f} MiB", flush=True)
     del router, w1, w2, tw1, tw2, sets, fp8_weights, accumulators

@@ -74,15 +74,43 @@ struct Times {
   double min_ms = 0, median_ms = 0;
 };
 
+// Two CUDA events around the device work that an enqueue puts on a stream.
+class EventTimer {
+ public:
+  EventTimer() {
+    MOK_CUDA_CHECK(cudaEventCreate(&start_));
+    MOK_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+
+  // Milliseconds from before to after what enqueue() puts on `stream`, waited for.
+  template <class Enqueue>
+  float ms(cudaStream_t stream, Enqueue&& enqueue) {
+    MOK_CUDA_CHECK(cudaEventRecord(start_, stream));
+    enqueue();
+    MOK_CUDA_CHECK(cudaEventRecord(stop_, stream));
+    MOK_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float elapsed = 0;
+    MOK_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start_, stop_));
+    return elapsed;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
 // CUDA events on `stream` around each of `runs` timed launches after `warmup` untimed ones.
 // prepare(i) runs untimed before launch i (negative i: warm-up); before each timed launch the L2 is
 // scrubbed and align() runs (across processes: the ranks line up, so that none times a wait for a
 // slower peer's preparation).
 template <class Prepare, class Align, class Launch>
 Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch) {
-  cudaEvent_t start, stop;
-  MOK_CUDA_CHECK(cudaEventCreate(&start));
-  MOK_CUDA_CHECK(cudaEventCreate(&stop));
+  EventTimer timer;
   for (int i = 0; i < warmup; ++i) {
     prepare(-1 - i);
     launch();
@@ -92,14 +120,8 @@ Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare
     prepare(i);
     scrub_l2(stream);
     align();
-    MOK_CUDA_CHECK(cudaEventRecord(start, stream));
-    launch();
-    MOK_CUDA_CHECK(cudaEventRecord(stop, stream));
-    MOK_CUDA_CHECK(cudaEventSynchronize(stop));
-    MOK_CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+    ms[i] = timer.ms(stream, launch);
   }
-  MOK_CUDA_CHECK(cudaEventDestroy(start));
-  MOK_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return {ms.front(), ms[runs / 2]};
 }
@@ -110,19 +132,11 @@ Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare
 // launches, under 1% of a step). Events on `stream`, as time_launches records them.
 template <class Step>
 double sustained_step_ms(cudaStream_t stream, long count, Step&& step) {
-  cudaEvent_t start, stop;
-  MOK_CUDA_CHECK(cudaEventCreate(&start));
-  MOK_CUDA_CHECK(cudaEventCreate(&stop));
-  for (long i = 0; i < count; ++i) step();
-  MOK_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (long i = 0; i < count; ++i) step();
-  MOK_CUDA_CHECK(cudaEventRecord(stop, stream));
-  MOK_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  MOK_CUDA_CHECK(cudaEventDestroy(start));
-  MOK_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / double(count);
+  const auto steps = [&] {
+    for (long i = 0; i < count; ++i) step();
+  };
+  steps();
+  return EventTimer().ms(stream, steps) / double(count);
 }
 
 }  // namespace mok::bench
