@@ -23,9 +23,13 @@
 namespace mok::gpu {
 namespace {
 
-// A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned (the
-// kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases).
-// The messages are built only on failure: this runs for every tensor of every call.
+// The kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases. The message is
+// built only on failure: this runs for every tensor of every call.
+void require_aligned(const void* data, const char* name) {
+  require(reinterpret_cast<uintptr_t>(data) % 16 == 0, [&] { return std::string(name) + " is not 16-byte aligned"; });
+}
+
+// A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned.
 void check_view(const TensorView& v, const char* name, DType dtype, std::initializer_list<int64_t> shape,
                 bool optional = false) {
   const auto refuse = [&](const std::string& what) { require(false, std::string(name) + what); };
@@ -36,14 +40,14 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
   if (v.dtype != dtype) refuse(std::string(" has dtype ") + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
   if (!std::ranges::equal(v.shape, shape))
     refuse(" has shape " + shape_text(v.shape) + ", expected " + shape_text({shape.begin(), shape.size()}));
-  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) refuse(" is not 16-byte aligned");
+  require_aligned(v.data, name);
 }
 
-// The caller's workspace: present, and 16-byte aligned as every tensor (its sections start at multiples
-// of 256 bytes from it).
+// The caller's workspace: present, and aligned as every tensor (its sections start at multiples of 256
+// bytes from it).
 uint8_t* checked_workspace(void* workspace) {
   require(workspace != nullptr, "workspace is missing");
-  require(reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "workspace is not 16-byte aligned");
+  require_aligned(workspace, "workspace");
   return static_cast<uint8_t*>(workspace);
 }
 
