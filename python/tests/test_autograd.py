@@ -158,6 +158,12 @@ def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
     return acc
 
 
+def accumulators_like(layer, fill=torch.zeros_like):
+    """fp32 accumulators shaped as the layer's router, w1, w2 and shared expert, made by fill."""
+    t = [fill(w, dtype=torch.float32) for w in (layer.router, layer.w1, layer.w2, layer.shared_w1, layer.shared_w2)]
+    return mok.GradAccumulators(t[0], t[1], t[2], (t[3], t[4]))
+
+
 def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
     """Autograd gives saved, an output the loss does not reach, no zero gradient before the backward
     (set_materialize_grads(False)): it would fill one of saved's size on every step, 1,769 MiB on kimi-k2.
@@ -170,10 +176,7 @@ def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
 
     router, w1, w2 = (leaf(t) for t in (layer.router, layer.w1, layer.w2))
     shared = (leaf(layer.shared_w1), leaf(layer.shared_w2))
-    acc = None
-    if accumulate:
-        fp32 = [torch.zeros_like(t, dtype=torch.float32) for t in (router, w1, w2, *shared)]
-        acc = mok.GradAccumulators(fp32[0], fp32[1], fp32[2], (fp32[3], fp32[4]))
+    acc = accumulators_like(layer) if accumulate else None
     x = leaf(layer.x)
     y = mok.moe(x, router, w1, w2, config=layer.config, shared=shared, expert_bias=layer.expert_bias,
                 ring_rows=RING_ROWS, accumulate_into=acc)
@@ -208,11 +211,7 @@ def test_no_gradient_reaching_y_gives_none_and_runs_no_backward(accumulate):
     materialized gradients it would run a whole backward on zeros); the accumulators stay as they were."""
     layer = make_layer("softmax_shared")
     x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
-    acc = None
-    if accumulate:
-        ones = [torch.ones_like(t, dtype=torch.float32)
-                for t in (layer.router, w1, layer.w2, layer.shared_w1, layer.shared_w2)]
-        acc = mok.GradAccumulators(ones[0], ones[1], ones[2], (ones[3], ones[4]))
+    acc = accumulators_like(layer, torch.ones_like) if accumulate else None
     y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
                 expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -242,8 +241,7 @@ def test_accumulate_into_in_recompute_mode_has_the_same_bits():
 def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     layer = make_layer("softmax_shared")
     shared = (layer.shared_w1, layer.shared_w2)
-    fp32 = [torch.zeros(t.shape) for t in (layer.router, layer.w1, layer.w2, *shared)]
-    good = mok.GradAccumulators(fp32[0], fp32[1], fp32[2], (fp32[3], fp32[4]))
+    good = accumulators_like(layer)
     x = layer.x.clone().requires_grad_()
 
     def refused(acc, message, **kwargs):
@@ -252,12 +250,12 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
                     accumulate_into=acc, **kwargs)
 
     refused(tuple(good), r"accumulate_into must be a mok.GradAccumulators, got tuple")
-    refused(good._replace(w1=fp32[1].bfloat16()), r"accumulate_into.w1 must be a contiguous float32 tensor")
-    refused(good._replace(w2=fp32[2][:, :, :8]), r"accumulate_into.w2 must be .* of shape")
-    refused(good._replace(w2=fp32[2].transpose(1, 2).contiguous().transpose(1, 2)), r"w2 .*, not contiguous")
+    refused(good._replace(w1=good.w1.bfloat16()), r"accumulate_into.w1 must be a contiguous float32 tensor")
+    refused(good._replace(w2=good.w2[:, :, :8]), r"accumulate_into.w2 must be .* of shape")
+    refused(good._replace(w2=good.w2.transpose(1, 2).contiguous().transpose(1, 2)), r"w2 .*, not contiguous")
     refused(good._replace(w1=None), r"accumulate_into.w1 is missing")
-    refused(good._replace(shared=(fp32[3],)), r"accumulate_into.shared must be a pair")
-    refused(good._replace(shared=(fp32[3], None)), r"accumulate_into.shared\[1\] is missing")
+    refused(good._replace(shared=(good.shared[0],)), r"accumulate_into.shared must be a pair")
+    refused(good._replace(shared=(good.shared[0], None)), r"accumulate_into.shared\[1\] is missing")
     refused(good._replace(router=None), r"accumulate_into.router is missing")
     refused(good._replace(shared=None), r"accumulate_into.shared must be given")
     _, idx, w, _, _ = layer.forward()
