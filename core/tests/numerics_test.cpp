@@ -67,6 +67,17 @@ TEST(Bf16, EveryNonNanValueRoundTripsExactly) {
   }
 }
 
+// autograd's bf16 accumulation rounds twice: 2^-8 (1 + 2^-12) becomes 2^-8, and 1 + 2^-8 is a tie that
+// goes to the even 1; held + gradient rounded once would go up to 1 + 2^-7.
+TEST(Bf16, GradientAddRoundsTheGradientFirst) {
+  const float gradient = 0x1.001p-8f;
+  EXPECT_EQ(add_bf16_gradient(bf16{0x3f80}, gradient).bits, 0x3f80);
+  EXPECT_EQ(to_bf16(1.0f + gradient).bits, 0x3f81);
+  EXPECT_EQ(add_bf16_gradient(bf16{0xbf80}, 1.0f).bits, 0x0000);      // -1 + 1 is +0
+  EXPECT_EQ(add_bf16_gradient(bf16{0x0000}, -0.0f).bits, 0x0000);     // a zeroed accumulator keeps +0
+  EXPECT_EQ(add_bf16_gradient(bf16{0x7f7f}, 0x1p127f).bits, 0x7f80);  // overflows to +Inf
+}
+
 // ---- scalar functions against fp64 ----
 
 // |got - want| in units of the float spacing at want (subnormal spacing below 2^-126).

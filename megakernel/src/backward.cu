@@ -246,24 +246,33 @@ __device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, 
     *static_cast<float2*>(out) = float2{d0, d1};
 }
 
-// Gradient accumulation: a finished half tile added into what the caller's fp32 buffer holds (one
-// rounding, out + d, as the reference adds), at(row, col) the pair's place (nullptr: none). The held
-// pairs are loaded a batch at a time before any is written back: the compiler cannot move a load past
-// a store to the same buffer, and pair by pair the epilogue waited on memory 64 times a tile.
-template <class At>
+// held + this call's pair, as the buffer's dtype adds: fp32 with one rounding (the reference's add), or
+// bf16 pairs (one word) with autograd's two (add_bf16_gradient).
+__device__ __forceinline__ float2 added(float2 held, float d0, float d1) { return {held.x + d0, held.y + d1}; }
+__device__ __forceinline__ uint32_t added(uint32_t held, float d0, float d1) {
+  return uint32_t(add_bf16_gradient(bf16{uint16_t(held & 0xffffu)}, d0).bits) |
+         uint32_t(add_bf16_gradient(bf16{uint16_t(held >> 16)}, d1).bits) << 16;
+}
+
+// Gradient accumulation: a finished half tile added into what the caller's buffer holds (Pair: float2
+// for fp32, uint32_t for two bf16), at(row, col) the pair's place (nullptr: none). The held pairs are
+// loaded a batch at a time before any is written back: the compiler cannot move a load past a store to
+// the same buffer, and pair by pair the epilogue waited on memory 64 times a tile.
+template <class Pair, class At>
 __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float (&acc)[kAccumulators], At at) {
   constexpr int kBatch = 16;  // pairs
   static_assert(kAccumulators % (2 * kBatch) == 0, "whole batches of pairs");
 #pragma unroll
   for (int i0 = 0; i0 < kAccumulators; i0 += 2 * kBatch) {
-    float2 held[kBatch];
+    Pair held[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (const float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j))) held[j] = *o;
+      if (const void* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        held[j] = *static_cast<const Pair*>(o);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        *o = float2{held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
+      if (void* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        *static_cast<Pair*>(o) = added(held[j], acc[i0 + 2 * j], acc[i0 + 2 * j + 1]);
   }
 }
 
@@ -350,11 +359,14 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const int columns = min(kTileN, wg.n - n0);
         const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
-        if (p.accumulate) {  // fp32 gradients: the host refuses bf16 ones with accumulation
-          accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
-            if (m0 + row >= wg.m || col >= columns) return nullptr;
-            return reinterpret_cast<float2*>(static_cast<float*>(wg.out) + element(row, col));
-          });
+        if (p.accumulate) {
+          const auto at = [&](int row, int col) -> void* {
+            return m0 + row < wg.m && col < columns ? gradient_at(p, wg.out, element(row, col)) : nullptr;
+          };
+          if (p.grads_bf16)
+            accumulate_pairs<uint32_t>(consumer, acc, at);
+          else
+            accumulate_pairs<float2>(consumer, acc, at);
           return;
         }
         for_each_pair(

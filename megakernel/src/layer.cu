@@ -437,9 +437,7 @@ struct Layer::Impl {
     check_view(g.d_logits, named("d_logits [N, E]", "d_logits [N/G, E]"), DType::f32, {N, E}, !router);
     check_view(g.d_router, "d_router [E, H]", DType::f32, {E, H}, !router);
     require(!router || (g.d_logits.data && g.d_router.data), "d_logits and d_router are missing");
-    // The weight gradients' one dtype: d_w1's, bf16 only where they are overwritten.
-    const DType wd = g.d_w1.dtype == DType::bf16 ? DType::bf16 : DType::f32;
-    require(!(g.accumulate && wd == DType::bf16), "d_w1 is bfloat16: accumulating gradients needs float32 buffers");
+    const DType wd = g.d_w1.dtype == DType::bf16 ? DType::bf16 : DType::f32;  // the weight gradients' one dtype
     check_view(g.d_w1, named("d_w1 [E, 2I, H]", "d_w1 [E/G, 2I, H]"), wd, {Eg, 2 * I, H});
     check_view(g.d_w2, named("d_w2 [E, H, I]", "d_w2 [E/G, H, I]"), wd, {Eg, H, I});
     check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", wd, {2 * Is, H}, Is == 0);

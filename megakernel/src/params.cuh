@@ -150,8 +150,8 @@ struct Params {
   LayerConfig c;
   int ring_rows;
   RoutingMode routing;       // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
-  bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (fp32)
-  bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (overwritten, each rounded once), else fp32
+  bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
+  bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
   bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
   bool one_ring_cycle;       // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts

@@ -391,9 +391,9 @@ TEST_F(LayerApi, DefaultRingHoldsAnAverageRank) {
   EXPECT_EQ(layer.ring_rows(), (2 * 40 * 3 / 2 / 128 + 8 / 2) * 128);
 }
 
-// bf16 weight gradients (not accumulated) are the fp32 gradients rounded once; accumulating into
-// bf16 is refused.
-TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
+// bf16 weight gradients are the fp32 gradients rounded once; accumulated into bf16 tensors, each
+// element is add_bf16_gradient of what the tensor held (autograd's add of the rounded gradient).
+TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRoundedOrAddedAsAutogradAdds) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 41);
   const LayerConfig& c = p.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
@@ -419,9 +419,26 @@ TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRounded) {
   EXPECT_EQ(first_bit_mismatch("d_shared_w1", sw1.download<bf16>(), rounded(want.d_sw1)), "");
   EXPECT_EQ(first_bit_mismatch("d_shared_w2", sw2.download<bf16>(), rounded(want.d_sw2)), "");
   EXPECT_EQ(first_bit_mismatch("dx", b.grad.dx.download<bf16>(), want.dx), "");
+  // Held values unlike the gradients (each element's neighbour's gradient, negated), so a sum that
+  // rounds once, or adds the wrong element, shows.
+  const auto held = [](const std::vector<float>& g) {
+    std::vector<bf16> h(g.size());
+    for (size_t i = 0; i < g.size(); ++i) h[i] = to_bf16(-g[(i + 1) % g.size()] * 0.75f);
+    return h;
+  };
+  const auto added = [](std::vector<bf16> h, const std::vector<float>& g) {
+    for (size_t i = 0; i < g.size(); ++i) h[i] = add_bf16_gradient(h[i], g[i]);
+    return h;
+  };
+  w1.upload(held(want.d_w1)), w2.upload(held(want.d_w2));
+  sw1.upload(held(want.d_sw1)), sw2.upload(held(want.d_sw2));
   grads.accumulate = true;
-  EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads),
-               Error);
+  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads);
+  layer.check();
+  EXPECT_EQ(first_bit_mismatch("d_w1 added", w1.download<bf16>(), added(held(want.d_w1), want.d_w1)), "");
+  EXPECT_EQ(first_bit_mismatch("d_w2 added", w2.download<bf16>(), added(held(want.d_w2), want.d_w2)), "");
+  EXPECT_EQ(first_bit_mismatch("d_shared_w1 added", sw1.download<bf16>(), added(held(want.d_sw1), want.d_sw1)), "");
+  EXPECT_EQ(first_bit_mismatch("d_shared_w2 added", sw2.download<bf16>(), added(held(want.d_sw2), want.d_sw2)), "");
   grads = b.grads();
   grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
   EXPECT_THROW(layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads),

@@ -21,12 +21,16 @@ class Routing(NamedTuple):
 
 
 class GradAccumulators(NamedTuple):
-    """fp32 tensors a backward adds the layer's weight gradients into (mok::backward_accumulate: one fp32
-    rounding per element, the reference's bits), as a training step accumulates gradients over
-    micro-batches, instead of returning them as the weights' .grad (no bf16 rounding of each
-    micro-batch's gradient, no separate addition pass): router [E, H] (None with replay="full", which
-    reads no router), w1 and w2 shaped as the weights (with a group, this rank's experts), shared the
-    shared expert's pair (with one). Contiguous, on x's device."""
+    """Tensors a backward adds the layer's weight gradients into (mok::backward_accumulate), as a training
+    step accumulates gradients over micro-batches, instead of returning them for autograd to add into
+    the weights' .grad (no gradient tensors, no separate addition pass): router [E, H] fp32 (None with
+    replay="full", which reads no router), w1 and w2 shaped as the weights (with a group, this rank's
+    experts), shared the shared expert's pair (with one). Contiguous, on x's device.
+
+    w1, w2 and shared are all float32 or all bfloat16. float32 (main_grad): one fp32 rounding per
+    element, the reference's bits, no bf16 rounding of each micro-batch's gradient. bfloat16 (the
+    weights' own .grad, say): each gradient rounded to bf16 and added as autograd adds it into a bf16
+    .grad, so the bits are those of autograd's .grad, without its gradient tensors."""
 
     router: Optional[Tensor]
     w1: Tensor
@@ -115,8 +119,9 @@ def moe(
     optimizer step); the forward, and autograd's backward, read them instead of quantizing the weights
     themselves (the backward W and W^T), with the same bits. They must be the quantization of these
     weights (not checked), unchanged until the backward.
-    accumulate_into: the backward adds the weights' gradients into these fp32 accumulators
-    (GradAccumulators) and gives the weights no .grad; x (and a replayed topk_w) get theirs as usual.
+    accumulate_into: the backward adds the weights' gradients into these accumulators (GradAccumulators:
+    fp32, or the bf16 .grad tensors themselves) and gives the weights no .grad; x (and a replayed
+    topk_w) get theirs as usual.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -150,9 +155,10 @@ def moe(
 
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
                         shared: Optional[tuple[Tensor, Tensor]], mode: int) -> None:
-    """At the call, not at the backward: each accumulator an fp32 tensor of its weight's shape,
-    contiguous, on x's device (on the GPU 16-byte aligned, as the layer's tensors); the router's absent
-    exactly when replay="full" reads no router, the shared pair given exactly with a shared expert."""
+    """At the call, not at the backward: each accumulator a tensor of its weight's shape, contiguous, on
+    x's device (on the GPU 16-byte aligned, as the layer's tensors), the router's fp32 and the others
+    all fp32 or all bf16 (w1's decides); the router's absent exactly when replay="full" reads no router,
+    the shared pair given exactly with a shared expert."""
     if not isinstance(acc, GradAccumulators):
         raise ValueError(f"accumulate_into must be a mok.GradAccumulators, got {type(acc).__name__}")
     given = mode == ROUTING_MODES.index("given")
@@ -168,19 +174,22 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     pairs = [("w1", acc.w1, w1), ("w2", acc.w2, w2)] + ([("router", acc.router, router)] if not given else [])
     if shared is not None:
         pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
+    bf16 = isinstance(acc.w1, Tensor) and acc.w1.dtype == torch.bfloat16
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
             raise ValueError(f"accumulate_into.{name} is missing (got {type(a).__name__})")
-        if a.dtype != torch.float32 or a.shape != weight.shape or a.device != x.device or not a.is_contiguous():
-            raise ValueError(f"accumulate_into.{name} must be a contiguous float32 tensor of shape "
-                             f"{tuple(weight.shape)} on {x.device}; got {a.dtype} {tuple(a.shape)} on {a.device}"
-                             f"{'' if a.is_contiguous() else ', not contiguous'}")
+        dtype = torch.bfloat16 if bf16 and name != "router" else torch.float32
+        if a.dtype != dtype or a.shape != weight.shape or a.device != x.device or not a.is_contiguous():
+            rule = " (the router's is float32)" if name == "router" else " (w1, w2 and shared: all float32 or all bfloat16)"
+            raise ValueError(f"accumulate_into.{name} must be a contiguous {str(dtype)[6:]} tensor of shape "
+                             f"{tuple(weight.shape)} on {x.device}{rule}; got {a.dtype} {tuple(a.shape)} on "
+                             f"{a.device}{'' if a.is_contiguous() else ', not contiguous'}")
         if a.is_cuda and a.data_ptr() % 16:
             raise ValueError(f"accumulate_into.{name} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
 
 
 class _IntoAccumulators(torch.autograd.Function):
-    """mok::forward whose backward is mok::backward_accumulate into the caller's fp32 accumulators: the
+    """mok::forward whose backward is mok::backward_accumulate into the caller's accumulators: the
     weights get no gradient from autograd (theirs are added into the accumulators); x and a replayed
     topk_w get theirs. The saved tensors and the gradients' layout are MoEFunction's (python/src/
     autograd.cpp): keep the two in step."""

@@ -109,9 +109,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
   });
 }
 
-// acc += g, one fp32 rounding per element: the GPU's GradOutputs::accumulate.
+// acc += g as the GPU's GradOutputs::accumulate adds: in fp32 one rounding per element, in bf16
+// autograd's two (add_bf16_gradient).
 void add_into(const OptTensor& acc, const std::vector<float>& g) {
   if (!acc) return;
+  if (acc->scalar_type() == at::kBFloat16) {
+    auto* out = static_cast<bf16*>(acc->data_ptr());
+    for (size_t i = 0; i < g.size(); ++i) out[i] = add_bf16_gradient(out[i], g[i]);
+    return;
+  }
   float* out = acc->data_ptr<float>();
   for (size_t i = 0; i < g.size(); ++i) out[i] = out[i] + g[i];
 }

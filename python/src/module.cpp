@@ -34,7 +34,8 @@ TORCH_LIBRARY(mok, m) {
       "int[] config_ints, float[] config_floats, int routing_mode, int[] launch, Tensor? fp8_weights=None) -> "
       "(Tensor dx, Tensor d_topk_w, Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, "
       "Tensor d_shared_w1, Tensor d_shared_w2)");
-  // The weight gradients added into fp32 accumulators (gradient accumulation over micro-batches).
+  // The weight gradients added into accumulators (gradient accumulation over micro-batches): d_router
+  // fp32, the others all fp32 or all bf16 (added as autograd adds into a bf16 .grad).
   m.def(
       "backward_accumulate(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, "
       "Tensor? shared_w1, Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor saved, "

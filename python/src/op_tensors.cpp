@@ -116,11 +116,13 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
   check.optional(
       acc.d_router, call.mode != RoutingMode::given,
       [&] { return std::string("routing mode ") + mode_name(call.mode); }, "d_router", at::kFloat, {E, H}, "[E, H]");
-  check(acc.d_w1, "d_w1", at::kFloat, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
-  check(acc.d_w2, "d_w2", at::kFloat, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
+  // The expert weights' accumulators: all fp32, or all bf16 (d_w1's dtype decides).
+  const at::ScalarType wd = acc.d_w1.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  check(acc.d_w1, "d_w1", wd, {Eg, 2 * I, H}, dims(call, "[E, 2I, H]", "[E/G, 2I, H]"));
+  check(acc.d_w2, "d_w2", wd, {Eg, H, I}, dims(call, "[E, H, I]", "[E/G, H, I]"));
   const auto shared_rule = [&] { return "the config's shared_intermediate is " + std::to_string(Is); };
-  check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", at::kFloat, {2 * Is, H}, "[2Is, H]");
-  check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", at::kFloat, {H, Is}, "[H, Is]");
+  check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", wd, {2 * Is, H}, "[2Is, H]");
+  check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", wd, {H, Is}, "[H, Is]");
 }
 
 LayerWeights weights_of(const LayerArgs& a) {

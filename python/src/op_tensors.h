@@ -37,7 +37,8 @@ struct SavedArgs {
   const at::Tensor& saved;
 };
 
-// The fp32 weight-gradient accumulators of mok::backward_accumulate.
+// The weight-gradient accumulators of mok::backward_accumulate: d_router fp32; d_w1, d_w2 and the
+// shared expert's all fp32 or all bf16.
 struct Accumulators {
   const std::optional<at::Tensor>& d_router;
   const at::Tensor& d_w1;

@@ -158,6 +158,52 @@ def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
     return acc
 
 
+def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
+    """accumulate_into given bf16 accumulators (for the router fp32) adds as autograd adds the op's
+    gradients into existing .grad tensors: over two micro-batches from random start values, the same
+    bits as plain mok.moe with .grad holding the same start values; the weights get no .grad."""
+    first = make_layer(name, seed=0)
+    second = dataclasses.replace(first, x=make_layer(name, seed=1).x, dy=make_layer(name, seed=1).dy)
+    names = ["router", "w1", "w2"] + (["shared_w1", "shared_w2"] if first.shared_w1 is not None else [])
+    gen = torch.Generator().manual_seed(7)
+    start = {k: torch.randn(getattr(first, k).shape, generator=gen).to(getattr(first, k).dtype).to(device)
+             for k in names if k != "router" or mode != GIVEN}
+
+    def two_micro_batches(accumulate):
+        leaves = {k: getattr(first, k).detach().clone().to(device).requires_grad_() for k in names}
+        held = {k: v.clone() for k, v in start.items()}
+        acc = None
+        if accumulate:
+            shared = (held["shared_w1"], held["shared_w2"]) if "shared_w1" in held else None
+            acc = mok.GradAccumulators(held.get("router"), held["w1"], held["w2"], shared)
+        else:
+            for k, v in held.items():
+                leaves[k].grad = v
+        for batch in (first, second):
+            _, idx, w, _, _ = batch.forward()
+            routing = {ROUTER: None, REPLAY_IDS: idx.to(device), GIVEN: (idx.to(device), w.to(device))}[mode]
+            shared = (leaves["shared_w1"], leaves["shared_w2"]) if "shared_w1" in leaves else None
+            y = mok.moe(batch.x.to(device), leaves["router"], leaves["w1"], leaves["w2"], config=batch.config,
+                        shared=shared, expert_bias=None if batch.expert_bias is None else batch.expert_bias.to(device),
+                        routing=routing, ring_rows=RING_ROWS, accumulate_into=acc)
+            (y.float() * batch.dy.to(device).float()).sum().backward()
+        if accumulate:
+            assert all(leaf.grad is None for leaf in leaves.values())
+            return held
+        return {k: leaves[k].grad for k in held}
+
+    want, got = two_micro_batches(False), two_micro_batches(True)
+    assert got["w1"].dtype == torch.bfloat16 and got.keys() == want.keys()
+    for k in want:
+        assert_same_bits(got[k].cpu(), want[k].cpu(), k)
+
+
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+@pytest.mark.parametrize("name", ("softmax_shared", "sigmoid_grouped"))
+def test_bf16_accumulate_into_gives_autograds_grad_bits(name, mode):
+    bf16_accumulators_take_autograds_bits(name, mode)
+
+
 def accumulators_like(layer, fill=torch.zeros_like):
     """fp32 accumulators shaped as the layer's router, w1, w2 and shared expert, made by fill."""
     t = [fill(w, dtype=torch.float32) for w in (layer.router, layer.w1, layer.w2, layer.shared_w1, layer.shared_w2)]
@@ -250,7 +296,9 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
                     accumulate_into=acc, **kwargs)
 
     refused(tuple(good), r"accumulate_into must be a mok.GradAccumulators, got tuple")
-    refused(good._replace(w1=good.w1.bfloat16()), r"accumulate_into.w1 must be a contiguous float32 tensor")
+    refused(good._replace(w1=good.w1.half()), r"accumulate_into.w1 must be a contiguous float32 tensor")
+    refused(good._replace(w1=good.w1.bfloat16()), r"accumulate_into.w2 must be a contiguous bfloat16 tensor")
+    refused(good._replace(router=good.router.bfloat16()), r"accumulate_into.router must be .* float32 .*router's")
     refused(good._replace(w2=good.w2[:, :, :8]), r"accumulate_into.w2 must be .* of shape")
     refused(good._replace(w2=good.w2.transpose(1, 2).contiguous().transpose(1, 2)), r"w2 .*, not contiguous")
     refused(good._replace(w1=None), r"accumulate_into.w1 is missing")

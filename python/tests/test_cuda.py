@@ -103,6 +103,11 @@ def test_accumulate_into_on_gpu_is_the_cpus(mode):
     test_autograd.accumulate_two_micro_batches("softmax_shared", mode, "cuda")
 
 
+@pytest.mark.parametrize("mode", MODES.values(), ids=MODES.keys())
+def test_bf16_accumulate_into_on_gpu_gives_autograds_grad_bits(mode):
+    test_autograd.bf16_accumulators_take_autograds_bits("softmax_shared", mode, "cuda")
+
+
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_backward_fills_no_zero_gradient_for_saved(accumulate):
     test_autograd.assert_no_zero_gradient_for_saved(accumulate, "cuda")

@@ -21,4 +21,10 @@ MOK_HD bf16 to_bf16(float f) {
   return bf16{uint16_t(rounded >> 16)};
 }
 
+// A bf16 gradient accumulator's step as autograd takes it for bf16 parameters: the gradient rounded to
+// bf16 (the op's output), then added to what is held in fp32 and rounded again (torch's bf16 add).
+MOK_HD bf16 add_bf16_gradient(bf16 held, float gradient) {
+  return to_bf16(to_float(held) + to_float(to_bf16(gradient)));
+}
+
 }  // namespace mok
