@@ -330,19 +330,24 @@ TEST_F(Gpu, BatchInvariance) {
 }
 
 // A grid barrier that waits past the watchdog reports phase and block instead of hanging: with a 1 ns
-// limit, every block but the last to arrive at the first barrier times out.
+// limit, every block but the last to arrive at the first barrier times out. Both precisions' kernels.
 TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
-  const Problem p = make_problem(small(2, 32, 8, 2), 4);
-  Megakernel mk(p.config, p.weights, LaunchConfig{0, 256, 1e-9});
-  try {
-    mk.forward(p.x, nullptr);
-    FAIL() << "the watchdog did not fire";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("watchdog"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("phase"), std::string::npos) << e.what();
+  for (const Precision precision : {Precision::bf16, Precision::fp8}) {
+    LayerConfig c = make_config(2, 32, 128, 128, 8, 2);  // I 128: whole fp8 scale blocks
+    c.precision = precision;
+    SCOPED_TRACE(precision == Precision::fp8 ? "fp8" : "bf16");
+    const Problem p = make_problem(c, 4);
+    Megakernel mk(p.config, p.weights, LaunchConfig{0, 256, 1e-9});
+    try {
+      mk.forward(p.x, nullptr);
+      ADD_FAILURE() << "the watchdog did not fire";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("watchdog"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("phase"), std::string::npos) << e.what();
+    }
+    Megakernel healthy(p.config, p.weights, {});
+    EXPECT_NO_THROW(healthy.forward(p.x, nullptr));
   }
-  Megakernel healthy(p.config, p.weights, {});
-  EXPECT_NO_THROW(healthy.forward(p.x, nullptr));
 }
 
 // Host only: the verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
