@@ -9,7 +9,7 @@ Then the op's own cost: per call on a small problem, eager op against the same o
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
-                              [--accumulate]
+                              [--accumulate [fp32|bf16]]
     python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
 import argparse
@@ -50,6 +50,23 @@ def mok_layer(H, I, E, k, T, precision="bf16", values="normal"):
     return config, router, w1, w2
 
 
+# Where each --accumulate mode puts the weight gradients.
+GRADIENTS = {None: "into .grad by autograd", "fp32": "added into fp32 accumulators (accumulate_into)",
+             "bf16": "added into the weights' bf16 .grad by the backward (accumulate_into)"}
+
+
+def grad_accumulators(accumulate, w1, w2):
+    """accumulate_into for an --accumulate mode (the routing given: no router gradient): fp32 zeros, or the
+    weights' own bf16 .grad (made here), as a step of gradient accumulation over micro-batches; None:
+    autograd adds the gradients into .grad."""
+    if accumulate == "fp32":
+        return mok.GradAccumulators(None, *(torch.zeros_like(t, dtype=torch.float32) for t in (w1, w2)))
+    if accumulate == "bf16":
+        w1.grad, w2.grad = torch.zeros_like(w1), torch.zeros_like(w2)
+        return mok.GradAccumulators(None, w1.grad, w2.grad)
+    return None
+
+
 def time_shape(name, args, peak):
     H, I, E, k, T = SHAPES[name]
     gen = torch.Generator().manual_seed(2026)
@@ -66,11 +83,7 @@ def time_shape(name, args, peak):
         idx, w = draw_routing(T, E, k, args.routing, gen)
         sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx.contiguous(), w.float().contiguous()))
 
-    # --accumulate: the weights' gradients added into fp32 accumulators by the backward (accumulate_into), as
-    # a step of gradient accumulation over micro-batches; else autograd adds them into the weights' .grad.
-    accumulators = None
-    if args.accumulate:
-        accumulators = mok.GradAccumulators(None, *(torch.zeros_like(t, dtype=torch.float32) for t in (w1, w2)))
+    accumulators = grad_accumulators(args.accumulate, w1, w2)
 
     def mok_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
@@ -176,9 +189,9 @@ def host_us(call, n=200):
 
 
 def kernel_times(args):
-    """One shape's op forward (no_grad) and forward+backward (autograd): every device kernel's time
-    (torch.profiler) beside the step's CUDA-event time, and the forward's CUDA-graph replay, to tell a
-    slower kernel from work around it."""
+    """One shape's op forward (no_grad) and forward+backward (autograd) with each --accumulate mode's
+    weight gradients, one after another: every device kernel's time (torch.profiler) beside the step's
+    CUDA-event time, and the forward's CUDA-graph replay, to tell a slower kernel from work around it."""
     name = "olmoe" if args.shape == "all" else args.shape
     H, I, E, k, T = SHAPES[name]
     config, router, w1, w2 = mok_layer(H, I, E, k, T, values=args.values)
@@ -187,8 +200,8 @@ def kernel_times(args):
     dy = draw((T, H), std, args.values).bfloat16()
     idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
     idx, w = idx.contiguous(), w.float().contiguous()
-    moe = lambda: mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full",  # noqa: E731
-                          ring_rows=args.ring_rows)
+    moe = lambda acc=None: mok.moe(x, router, w1, w2, config=config, routing=(idx, w),  # noqa: E731
+                                   replay="full", ring_rows=args.ring_rows, accumulate_into=acc)
 
     def forward():
         with torch.no_grad():
@@ -223,7 +236,10 @@ def kernel_times(args):
     with torch.cuda.graph(graph):
         forward()
     print(f"{name} op forward: graph replay {median_ms(lambda i: graph.replay(), args.warmup, args.runs):.3f} ms")
-    profile(lambda: moe().backward(dy), "forward+backward")
+    for accumulate in GRADIENTS:
+        w1.grad = w2.grad = None
+        acc = grad_accumulators(accumulate, w1, w2)
+        profile(lambda: moe(acc).backward(dy), f"forward+backward, weight gradients {GRADIENTS[accumulate]}")
 
 
 def main():
@@ -236,8 +252,9 @@ def main():
     p.add_argument("--ring-rows", type=int, default=0, help="the backward's dy ring (0: the layer's default)")
     p.add_argument("--fp8", action="store_true",
                    help="mok in the fp8 mode, its weights quantized once beforehand (torch's layer stays bf16)")
-    p.add_argument("--accumulate", action="store_true",
-                   help="mok's backward adds the weight gradients into fp32 accumulators (accumulate_into)")
+    p.add_argument("--accumulate", nargs="?", const="fp32", choices=["fp32", "bf16"],
+                   help="mok's backward adds the weight gradients (accumulate_into) into fp32 accumulators, or "
+                   "into the weights' bf16 .grad (bf16)")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
@@ -248,15 +265,14 @@ def main():
     if args.values != "normal" and not args.kernel_times:
         p.error("--values applies to --kernel-times")
     if args.kernel_times and (args.fp8 or args.accumulate):
-        p.error("--kernel-times profiles the bf16 op with autograd's .grad only")
+        p.error("--kernel-times profiles the bf16 op, in every --accumulate mode")
     torch.use_deterministic_algorithms(True)
     if args.kernel_times:
         kernel_times(args)
         return
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
-    print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients "
-          f"{'added into fp32 accumulators (accumulate_into)' if args.accumulate else 'into .grad by autograd'}")
+    print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
     for name in SHAPES:
