@@ -9,7 +9,7 @@ Then the op's own cost: per call on a small problem, eager op against the same o
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
-                              [--accumulate [fp32|bf16]]
+                              [--accumulate [fp32|bf16]] [--recompute]
     python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
 import argparse
@@ -74,7 +74,7 @@ def time_shape(name, args, peak):
     # The fp8 mode's weights, quantized once as after an optimizer step (not in the steps' times or peaks):
     # the forward and its backward read them.
     fp8_weights = mok.quantize_weights(w1, w2, config=config, tokens_per_rank=T,
-                                         ring_rows=args.ring_rows) if args.fp8 else None
+                                         ring_rows=args.ring_rows, recompute=args.recompute) if args.fp8 else None
     tw1 = (torch.randn(E, H, 2 * I, device="cuda") / H**0.5).bfloat16().requires_grad_()
     tw2 = (torch.randn(E, I, H, device="cuda") / I**0.5).bfloat16().requires_grad_()
     sets = []
@@ -90,10 +90,10 @@ def time_shape(name, args, peak):
         if not backward:
             with torch.no_grad():
                 mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
-                        fp8_weights=fp8_weights)
+                        recompute=args.recompute, fp8_weights=fp8_weights)
             return
         mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
-                fp8_weights=fp8_weights, accumulate_into=accumulators).backward(dy)
+                recompute=args.recompute, fp8_weights=fp8_weights, accumulate_into=accumulators).backward(dy)
 
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
@@ -118,8 +118,9 @@ def time_shape(name, args, peak):
               f"{fp8_weights.numel() / 2**20:.0f} MiB", flush=True)
     else:  # what the op allocates in a forward, by the layer's own sizes: beside the peak, nothing is added
         ints, floats = config.pack(tokens_per_rank=T)
-        ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows))
-        outputs = mok._C.saved_bytes(ints, floats) + T * H * 2 + 2 * T * k * 4
+        launch = mok.config.pack_launch(args.ring_rows, recompute=args.recompute)
+        ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, launch)
+        outputs = mok._C.saved_bytes(ints, floats, args.recompute) + T * H * 2 + 2 * T * k * 4
         print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
               f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
@@ -255,6 +256,8 @@ def main():
     p.add_argument("--accumulate", nargs="?", const="fp32", choices=["fp32", "bf16"],
                    help="mok's backward adds the weight gradients (accumulate_into) into fp32 accumulators, or "
                    "into the weights' bf16 .grad (bf16)")
+    p.add_argument("--recompute", action="store_true",
+                   help="mok's backward recomputes h and a (saved holds neither: less memory between the passes)")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
@@ -264,15 +267,16 @@ def main():
     args = p.parse_args()
     if args.values != "normal" and not args.kernel_times:
         p.error("--values applies to --kernel-times")
-    if args.kernel_times and (args.fp8 or args.accumulate):
-        p.error("--kernel-times profiles the bf16 op, in every --accumulate mode")
+    if args.kernel_times and (args.fp8 or args.accumulate or args.recompute):
+        p.error("--kernel-times profiles the bf16 op without recompute, in every --accumulate mode")
     torch.use_deterministic_algorithms(True)
     if args.kernel_times:
         kernel_times(args)
         return
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
-    print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}")
+    print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}"
+          f"{', recompute (the backward recomputes h and a)' if args.recompute else ''}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
     for name in SHAPES:
