@@ -120,8 +120,8 @@ def moe(
     themselves (the backward W and W^T), with the same bits. They must be the quantization of these
     weights (not checked), unchanged until the backward.
     accumulate_into: the backward adds the weights' gradients into these accumulators (GradAccumulators:
-    fp32, or the bf16 .grad tensors themselves) and gives the weights no .grad; x (and a replayed
-    topk_w) get theirs as usual.
+    fp32, or the bf16 .grad tensors themselves) and autograd gives the weights no gradient (their .grad
+    changes only where it is an accumulator); x (and a replayed topk_w) get theirs as usual.
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:

@@ -159,9 +159,10 @@ def accumulate_two_micro_batches(name, mode, device="cpu", fn=mok.moe):
 
 
 def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
-    """accumulate_into given bf16 accumulators (for the router fp32) adds as autograd adds the op's
-    gradients into existing .grad tensors: over two micro-batches from random start values, the same
-    bits as plain mok.moe with .grad holding the same start values; the weights get no .grad."""
+    """accumulate_into given the weights' own .grad tensors (bf16; the router's fp32) as accumulators, as
+    python.md shows, adds as autograd adds the op's gradients into them: over two micro-batches from
+    random start values, the same bits as plain mok.moe with .grad holding the same start values; each
+    .grad stays the tensor it was (autograd gives the weights no gradient)."""
     first = make_layer(name, seed=0)
     second = dataclasses.replace(first, x=make_layer(name, seed=1).x, dy=make_layer(name, seed=1).dy)
     names = ["router", "w1", "w2"] + (["shared_w1", "shared_w2"] if first.shared_w1 is not None else [])
@@ -172,13 +173,12 @@ def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
     def two_micro_batches(accumulate):
         leaves = {k: getattr(first, k).detach().clone().to(device).requires_grad_() for k in names}
         held = {k: v.clone() for k, v in start.items()}
+        for k, v in held.items():
+            leaves[k].grad = v
         acc = None
         if accumulate:
             shared = (held["shared_w1"], held["shared_w2"]) if "shared_w1" in held else None
             acc = mok.GradAccumulators(held.get("router"), held["w1"], held["w2"], shared)
-        else:
-            for k, v in held.items():
-                leaves[k].grad = v
         for batch in (first, second):
             _, idx, w, _, _ = batch.forward()
             routing = {ROUTER: None, REPLAY_IDS: idx.to(device), GIVEN: (idx.to(device), w.to(device))}[mode]
@@ -188,8 +188,7 @@ def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
                         routing=routing, ring_rows=RING_ROWS, accumulate_into=acc)
             (y.float() * batch.dy.to(device).float()).sum().backward()
         if accumulate:
-            assert all(leaf.grad is None for leaf in leaves.values())
-            return held
+            assert all(leaves[k].grad is held.get(k) for k in names)
         return {k: leaves[k].grad for k in held}
 
     want, got = two_micro_batches(False), two_micro_batches(True)
