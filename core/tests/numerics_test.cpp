@@ -67,6 +67,13 @@ TEST(Bf16, EveryNonNanValueRoundTripsExactly) {
   }
 }
 
+// The pair's host side: lo in the low half (the GPU side is mok-scalar-check's, on every float).
+TEST(Bf16, PairPutsLoInTheLowHalf) {
+  EXPECT_EQ(to_bf16x2(1.0f, -2.0f), 0xc0003f80u);
+  // 1 + 1.5/128 ties to the even 1 + 2/128; a NaN is 0x7fc0
+  EXPECT_EQ(to_bf16x2(0x1.03p0f, std::numeric_limits<float>::quiet_NaN()), 0x7fc03f82u);
+}
+
 // autograd's bf16 accumulation rounds twice: 2^-8 (1 + 2^-12) becomes 2^-8, and 1 + 2^-8 is a tie that
 // goes to the even 1; held + gradient rounded once would go up to 1 + 2^-7.
 TEST(Bf16, GradientAddRoundsTheGradientFirst) {

@@ -247,11 +247,11 @@ __device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, 
 }
 
 // held + this call's pair, as the buffer's dtype adds: fp32 with one rounding (the reference's add), or
-// bf16 pairs (one word) with autograd's two (add_bf16_gradient).
+// bf16 pairs (one word) with autograd's two: add_bf16_gradient of each half, its roundings two at a time.
 __device__ __forceinline__ float2 added(float2 held, float d0, float d1) { return {held.x + d0, held.y + d1}; }
 __device__ __forceinline__ uint32_t added(uint32_t held, float d0, float d1) {
-  return uint32_t(add_bf16_gradient(bf16{uint16_t(held & 0xffffu)}, d0).bits) |
-         uint32_t(add_bf16_gradient(bf16{uint16_t(held >> 16)}, d1).bits) << 16;
+  const uint32_t g = pack_bf16(d0, d1);
+  return pack_bf16(low_float(held) + low_float(g), high_float(held) + high_float(g));
 }
 
 // Gradient accumulation: a finished half tile added into what the caller's buffer holds (Pair: float2

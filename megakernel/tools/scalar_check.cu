@@ -2,7 +2,8 @@
 // CPU, bit for bit, over whole input spaces (D5: one host/device implementation must also compile to
 // the same bits on both).
 // - exp_f32, sigmoid_f32 (also against its definition on the CPU), silu_with_grad_f32 (value and
-//   gradient) and to_bf16 see every one of the 2^32 float bit patterns.
+//   gradient) and to_bf16 see every one of the 2^32 float bit patterns; to_bf16x2 (the GPU's hardware
+//   pair conversion) every float in either half, against to_bf16 of each, compared bit for bit.
 // - swiglu (unclamped and clamped) and swiglu_grad see every pair of bf16 operands (their inputs are
 //   bf16-rounded h), swiglu_grad with a gradient drawn from the pair by a hash.
 // - A NaN matches any NaN: fp32 arithmetic NaNs differ by design (the GPU gives 0x7fffffff, x86 keeps
@@ -15,11 +16,14 @@
 //   [-126, 120] from a hash of u). Its results are 16 bits, never a NaN pattern: equal means equal.
 // The CPU side is this file's host code (nvcc's host compiler, -ffp-contract=off), not the
 // reference library's object code; fma32 is correctly rounded either way.
-// Usage: mok-scalar-check [stride=1]: stride > 1 checks every stride-th input only (the ctest).
+// Usage: mok-scalar-check [stride=1 [name]]: stride > 1 checks every stride-th input only (the ctest);
+// a name (as printed, e.g. to_bf16x2) runs that check alone.
 // Exit status: 0 no mismatch, 1 any, 2 error, 77 no GPU (a skip for ctest).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -122,6 +126,20 @@ __host__ __device__ int e_of(uint32_t u) {
   h ^= h >> 16;
   return int(h % 247u) - 126;
 }
+// The bf16 pair: lo = u, hi = u ^ kPairFlip, lo's bits in the low half; to_bf16x2 (on the device the
+// hardware conversion) against to_bf16 of each half. Compared bit for bit: a word of two bf16 values
+// must not pass as "a NaN against another NaN pattern".
+struct Bf16Pair {
+  static constexpr bool kEveryBit = true;
+  __host__ __device__ uint32_t operator()(uint32_t u) const {
+    const float lo = float_of(u), hi = float_of(u ^ kPairFlip);
+#if defined(__CUDA_ARCH__)
+    return mok::to_bf16x2(lo, hi);
+#else
+    return uint32_t(mok::to_bf16(lo).bits) | uint32_t(mok::to_bf16(hi).bits) << 16;
+#endif
+  }
+};
 struct E4m3Pair {
   bool scaled;  // to_e4m3x2_scaled with e_of(u), against to_e4m3_scaled
   __host__ __device__ uint32_t operator()(uint32_t u) const {
@@ -157,6 +175,15 @@ struct Report {
   uint32_t first_input = 0, gpu = 0, cpu = 0;
 };
 
+// Whether F's results are compared bit for bit (kEveryBit), NaN patterns included.
+template <class F>
+constexpr bool every_bit() {
+  if constexpr (requires { F::kEveryBit; })
+    return F::kEveryBit;
+  else
+    return false;
+}
+
 // Compares the chunk's GPU results with the CPU's, on every core; keeps the first mismatch.
 template <class F>
 void compare_chunk(const std::vector<uint32_t>& gpu, uint64_t first, uint64_t stride, uint32_t n, F f, Report& report) {
@@ -168,7 +195,7 @@ void compare_chunk(const std::vector<uint32_t>& gpu, uint64_t first, uint64_t st
       for (uint32_t i = uint32_t(uint64_t(n) * w / workers); i < uint32_t(uint64_t(n) * (w + 1) / workers); ++i) {
         const uint32_t input = uint32_t(first + uint64_t(i) * stride), want = f(input);
         if (gpu[i] == want) continue;
-        if (is_nan(gpu[i]) && is_nan(want)) {
+        if (!every_bit<F>() && is_nan(gpu[i]) && is_nan(want)) {
           ++part[w].nan_patterns;
           continue;
         }
@@ -217,8 +244,8 @@ int main(int argc, char** argv) {
   try {
     char* end = nullptr;
     const long long stride = argc > 1 ? std::strtoll(argv[1], &end, 10) : 1;
-    if (argc > 2 || stride < 1 || stride > (1ll << 32) || (argc > 1 && (end == argv[1] || *end != '\0'))) {
-      std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1]\n");
+    if (argc > 3 || stride < 1 || stride > (1ll << 32) || (argc > 1 && (end == argv[1] || *end != '\0'))) {
+      std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1 [name of one check]]\n");
       return 2;
     }
     int devices = 0;
@@ -229,22 +256,31 @@ int main(int argc, char** argv) {
     uint32_t* out = nullptr;
     MOK_CUDA_CHECK(cudaMalloc(&out, size_t(kChunk) * sizeof(uint32_t)));
     const uint64_t s = uint64_t(stride);
-    bool ok = check("exp_f32", Exp{}, s, out);
-    ok = check("reciprocal_from_one", Reciprocal{}, s, out) && ok;
-    ok = check("sigmoid_f32", Sigmoid{}, s, out) && ok;
-    ok = check("sigmoid_f32 as defined", SigmoidAsDefined{}, s, out) && ok;
-    ok = check("sigmoids_f32 in a batch", SigmoidInBatch{}, s, out) && ok;
-    ok = check("silu value", SiluValue{}, s, out) && ok;
-    ok = check("silu gradient", SiluGrad{}, s, out) && ok;
-    ok = check("to_bf16", ToBf16{}, s, out) && ok;
-    ok = check("swiglu", Swiglu{0.0f}, s, out) && ok;
-    ok = check("swiglu clamped", Swiglu{kLimit}, s, out) && ok;
-    ok = check("swiglu_grad gate", SwigluGradPart{0.0f, false}, s, out) && ok;
-    ok = check("swiglu_grad up", SwigluGradPart{0.0f, true}, s, out) && ok;
-    ok = check("swiglu_grad gate clamped", SwigluGradPart{kLimit, false}, s, out) && ok;
-    ok = check("swiglu_grad up clamped", SwigluGradPart{kLimit, true}, s, out) && ok;
-    ok = check("to_e4m3x2", E4m3Pair{false}, s, out) && ok;
-    ok = check("to_e4m3x2_scaled", E4m3Pair{true}, s, out) && ok;
+    const char* only = argc > 2 ? argv[2] : nullptr;
+    bool ok = true, ran = false;
+    const auto run = [&](const char* name, auto f) {
+      if (only && std::strcmp(name, only) != 0) return;
+      ran = true;
+      ok = check(name, f, s, out) && ok;
+    };
+    run("exp_f32", Exp{});
+    run("reciprocal_from_one", Reciprocal{});
+    run("sigmoid_f32", Sigmoid{});
+    run("sigmoid_f32 as defined", SigmoidAsDefined{});
+    run("sigmoids_f32 in a batch", SigmoidInBatch{});
+    run("silu value", SiluValue{});
+    run("silu gradient", SiluGrad{});
+    run("to_bf16", ToBf16{});
+    run("swiglu", Swiglu{0.0f});
+    run("swiglu clamped", Swiglu{kLimit});
+    run("swiglu_grad gate", SwigluGradPart{0.0f, false});
+    run("swiglu_grad up", SwigluGradPart{0.0f, true});
+    run("swiglu_grad gate clamped", SwigluGradPart{kLimit, false});
+    run("swiglu_grad up clamped", SwigluGradPart{kLimit, true});
+    run("to_bf16x2", Bf16Pair{});
+    run("to_e4m3x2", E4m3Pair{false});
+    run("to_e4m3x2_scaled", E4m3Pair{true});
+    if (!ran) throw mok::Error(std::string("no check is named ") + only);
     MOK_CUDA_CHECK(cudaFree(out));
     std::printf("mok-scalar-check: %s\n", ok ? "every output equal" : "MISMATCH");
     return ok ? 0 : 1;

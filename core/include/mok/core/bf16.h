@@ -21,8 +21,26 @@ MOK_HD bf16 to_bf16(float f) {
   return bf16{uint16_t(rounded >> 16)};
 }
 
+// to_bf16 of lo (low half) and of hi (high half) as one word. On the device it is the hardware
+// conversion, cvt.rn.bf16x2.f32 (one F2FP for two values, in place of some 5 integer instructions for
+// each; its first source goes to the upper half), with its NaN (0x7fff) made to_bf16's 0x7fc0;
+// elsewhere it is to_bf16 twice. mok-scalar-check (megakernel/tools/scalar_check.cu) checks on the GPU
+// that the two are equal on every one of the 2^32 floats in either half.
+MOK_HD uint32_t to_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  if (lo != lo) w = (w & 0xffff0000u) | 0x7fc0u;
+  if (hi != hi) w = (w & 0x0000ffffu) | 0x7fc00000u;
+  return w;
+#else
+  return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+#endif
+}
+
 // A bf16 gradient accumulator's step as autograd takes it for bf16 parameters: the gradient rounded to
-// bf16 (the op's output), then added to what is held in fp32 and rounded again (torch's bf16 add).
+// bf16 (the op's output), then added to what is held in fp32 and rounded again (torch's bf16 add; a
+// NaN is to_bf16's 0x7fc0, where torch on the GPU writes 0x7fff).
 MOK_HD bf16 add_bf16_gradient(bf16 held, float gradient) {
   return to_bf16(to_float(held) + to_float(to_bf16(gradient)));
 }
