@@ -237,10 +237,14 @@ def kernel_times(args):
     with torch.cuda.graph(graph):
         forward()
     print(f"{name} op forward: graph replay {median_ms(lambda i: graph.replay(), args.warmup, args.runs):.3f} ms")
+    def forward_backward(acc):
+        x.grad = None  # dx is the step's own (no add into x.grad in every mode's profile)
+        moe(acc).backward(dy)
+
     for accumulate in GRADIENTS:
-        w1.grad = w2.grad = None
+        w1.grad = w2.grad = acc = None
         acc = grad_accumulators(accumulate, w1, w2)
-        profile(lambda: moe(acc).backward(dy), f"forward+backward, weight gradients {GRADIENTS[accumulate]}")
+        profile(lambda: forward_backward(acc), f"forward+backward, weight gradients {GRADIENTS[accumulate]}")
 
 
 def main():
