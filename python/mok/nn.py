@@ -33,15 +33,25 @@ class MoE(torch.nn.Module):
     parallelism (DDP, FSDP) reduces .grad: hand main_grad to the optimizer and reduce it yourself. Zero
     them (zero_main_grad) once an optimizer step has used them. A frozen parameter (requires_grad
     False) still accumulates; with replay="full" the router's stays as it is (no router runs).
+
+    accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
+    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad()): the bits
+    autograd's .grad would hold, for every value but NaN, without autograd's gradient tensors and
+    additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad as
+    usual; autograd's gradient hooks (DDP's reducer, FSDP) do not run for them. Exclusive with main_grad.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
                  recompute: bool = False, device: Optional[torch.device | str] = None,
                  generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0,
-                 main_grad: bool = False):
+                 main_grad: bool = False, accumulate_grad: bool = False):
         super().__init__()
+        if main_grad and accumulate_grad:
+            raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
+                             "into p.main_grad or into p.grad, not both")
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
+        self.accumulate_grad = accumulate_grad
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
         own = e
         self.expert_begin = 0
@@ -104,19 +114,26 @@ class MoE(torch.nn.Module):
         """See mok.functional.moe (x [..., H] bf16 on the module's device; fp8_weights: quantize_weights')."""
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         accumulators = None
-        if self.main_grad and torch.is_grad_enabled():
-            accumulators = self._main_grads(routing_mode(routing, replay)[0] == ROUTING_MODES.index("given"))
+        if (self.main_grad or self.accumulate_grad) and torch.is_grad_enabled():
+            accumulators = self._accumulators(routing_mode(routing, replay)[0] == ROUTING_MODES.index("given"))
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
                    blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
                    capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators)
 
-    def _main_grads(self, replay_full: bool) -> GradAccumulators:
-        """The parameters' main_grad tensors as mok.moe's accumulate_into; the router's left out when
-        replay="full" reads no router."""
-        shared = (self.shared_w1.main_grad, self.shared_w2.main_grad) if self.shared_w1 is not None else None
-        return GradAccumulators(None if replay_full else self.router.main_grad, self.w1.main_grad, self.w2.main_grad,
-                                shared)
+    def _accumulators(self, replay_full: bool) -> GradAccumulators:
+        """The parameters' main_grad tensors (main_grad) or their .grad (accumulate_grad; zeros where None) as
+        mok.moe's accumulate_into; the router's left out when replay="full" reads no router."""
+
+        def into(p: torch.nn.Parameter) -> Tensor:
+            if self.main_grad:
+                return p.main_grad
+            if p.grad is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            return p.grad
+
+        shared = (into(self.shared_w1), into(self.shared_w2)) if self.shared_w1 is not None else None
+        return GradAccumulators(None if replay_full else into(self.router), into(self.w1), into(self.w2), shared)
 
     @torch.no_grad()
     def zero_main_grad(self) -> None:

@@ -346,6 +346,43 @@ def test_module_main_grad_accumulates_and_zeroes():
         assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)
 
 
+def test_module_accumulate_grad_has_plain_autograds_grad_bits():
+    """mok.MoE(accumulate_grad=True): over two micro-batches each parameter's .grad holds the bits plain
+    autograd accumulates into a .grad that held zeros, and stays the tensor it was; no_grad makes none;
+    after zero_grad() (set_to_none) the next forward makes new zeros, which the optimizer's step reads;
+    replay="full" leaves the router's .grad alone; main_grad with it is refused."""
+    layer = make_layer("softmax_shared")
+    model, plain = (mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5),
+                            accumulate_grad=accumulate) for accumulate in (True, False))
+    with torch.no_grad():
+        model(layer.x)
+    assert all(p.grad is None for p in model.parameters())
+    for p in plain.parameters():
+        p.grad = torch.zeros_like(p)
+    batches = (layer.x, make_layer("softmax_shared", seed=1).x)
+    for x in batches:
+        for m in (model, plain):
+            (m(x).float() * layer.dy.float()).sum().backward()
+        if x is batches[0]:
+            first = {name: p.grad for name, p in model.named_parameters()}
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert p.grad is first[name], name
+        assert_same_bits(p.grad, q.grad, name)
+    _, idx, w, _, _ = layer.forward()
+    router_grad = model.router.grad.clone()
+    (model(layer.x, routing=(idx, w)).float() * layer.dy.float()).sum().backward()  # replay="full"
+    assert_same_bits(model.router.grad, router_grad, "router, replay full")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    (model(layer.x).float() * layer.dy.float()).sum().backward()
+    before = model.w1.detach().clone()
+    optimizer.step()
+    assert not torch.equal(model.w1.detach(), before), "the optimizer read the new .grad"
+    with pytest.raises(ValueError, match="main_grad and accumulate_grad exclude each other"):
+        mok.MoE(layer.config, main_grad=True, accumulate_grad=True)
+
+
 def test_module_with_main_grad_compiles_fullgraph_and_moves_them():
     layer = make_layer("softmax_shared")
     models = [mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
