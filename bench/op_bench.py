@@ -237,6 +237,7 @@ def kernel_times(args):
     with torch.cuda.graph(graph):
         forward()
     print(f"{name} op forward: graph replay {median_ms(lambda i: graph.replay(), args.warmup, args.runs):.3f} ms")
+
     def forward_backward(acc):
         x.grad = None  # dx is the step's own (no add into x.grad in every mode's profile)
         moe(acc).backward(dy)

@@ -6,13 +6,15 @@
 //   pair conversion) every float in either half, against to_bf16 of each, compared bit for bit.
 // - swiglu (unclamped and clamped) and swiglu_grad see every pair of bf16 operands (their inputs are
 //   bf16-rounded h), swiglu_grad with a gradient drawn from the pair by a hash.
-// - A NaN matches any NaN: fp32 arithmetic NaNs differ by design (the GPU gives 0x7fffffff, x86 keeps
-//   an operand's payload), and no NaN pattern reaches an output (bf16 results go through to_bf16,
-//   which has one NaN; the router rejects non-finite logits). Differing NaN patterns are counted apart.
-// - The E4M3 pair conversion is the one function whose two sides are different code: to_e4m3x2 (the
-//   GPU's cvt.rn.satfinite.e4m3x2.f32, which the FP8 quantizers use) against the portable to_e4m3 of
-//   each half on the CPU, every float in either half (the low half u, the high half u ^ 0x80000001:
-//   the halves differ in sign, so a swap of the bytes shows), plain and scaled (to_e4m3x2_scaled, e in
+// - A NaN matches any NaN, but in the checks marked kEveryBit: fp32 arithmetic NaNs differ by design
+//   (the GPU gives 0x7fffffff, x86 keeps an operand's payload), and no NaN pattern reaches an output
+//   (bf16 results go through to_bf16, which has one NaN; the router rejects non-finite logits).
+//   Differing NaN patterns are counted apart.
+// - The E4M3 and bf16 pair conversions are the functions whose two sides are different code (to_bf16x2
+//   above, compared bit for bit: kEveryBit). The E4M3 one: to_e4m3x2 (the GPU's
+//   cvt.rn.satfinite.e4m3x2.f32, which the FP8 quantizers use) against the portable to_e4m3 of each
+//   half on the CPU, every float in either half (the low half u, the high half u ^ 0x80000001: the
+//   halves differ in sign, so a swap of the bytes shows), plain and scaled (to_e4m3x2_scaled, e in
 //   [-126, 120] from a hash of u). Its results are 16 bits, never a NaN pattern: equal means equal.
 // The CPU side is this file's host code (nvcc's host compiler, -ffp-contract=off), not the
 // reference library's object code; fma32 is correctly rounded either way.
