@@ -38,7 +38,9 @@ class MoE(torch.nn.Module):
     router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad()): the bits
     autograd's .grad would hold, for every value but NaN, without autograd's gradient tensors and
     additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad as
-    usual; autograd's gradient hooks (DDP's reducer, FSDP) do not run for them. Exclusive with main_grad.
+    usual. Autograd itself gives the parameters no gradient: a hook on one (register_hook) sees None;
+    post-accumulate-grad hooks run after the backward has added into .grad (not tried with DDP or FSDP).
+    Exclusive with main_grad.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,

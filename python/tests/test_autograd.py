@@ -162,7 +162,8 @@ def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
     """accumulate_into given the weights' own .grad tensors (bf16; the router's fp32) as accumulators, as
     python.md shows, adds as autograd adds the op's gradients into them: over two micro-batches from
     random start values, the same bits as plain mok.moe with .grad holding the same start values; each
-    .grad stays the tensor it was (autograd gives the weights no gradient)."""
+    .grad stays the tensor it was, and autograd gives the weights no gradient (a hook on each sees None,
+    plain's see tensors: what tells the two paths apart, whose .grad bits are the same)."""
     first = make_layer(name, seed=0)
     second = dataclasses.replace(first, x=make_layer(name, seed=1).x, dy=make_layer(name, seed=1).dy)
     names = ["router", "w1", "w2"] + (["shared_w1", "shared_w2"] if first.shared_w1 is not None else [])
@@ -173,8 +174,10 @@ def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
     def two_micro_batches(accumulate):
         leaves = {k: getattr(first, k).detach().clone().to(device).requires_grad_() for k in names}
         held = {k: v.clone() for k, v in start.items()}
+        nones = []  # per hook call: whether autograd's gradient for the weight was None
         for k, v in held.items():
             leaves[k].grad = v
+            leaves[k].register_hook(lambda g: nones.append(g is None))
         acc = None
         if accumulate:
             shared = (held["shared_w1"], held["shared_w2"]) if "shared_w1" in held else None
@@ -189,6 +192,7 @@ def bf16_accumulators_take_autograds_bits(name, mode, device="cpu"):
             (y.float() * batch.dy.to(device).float()).sum().backward()
         if accumulate:
             assert all(leaves[k].grad is held.get(k) for k in names)
+        assert nones and all(n == accumulate for n in nones)
         return {k: leaves[k].grad for k in held}
 
     want, got = two_micro_batches(False), two_micro_batches(True)
@@ -348,7 +352,9 @@ def test_module_main_grad_accumulates_and_zeroes():
 
 def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     """mok.MoE(accumulate_grad=True): over two micro-batches each parameter's .grad holds the bits plain
-    autograd accumulates into a .grad that held zeros, and stays the tensor it was; no_grad makes none;
+    autograd accumulates into a .grad that held zeros, and stays the tensor it was, while autograd gives
+    the parameters no gradient (a hook on each sees None; plain's see tensors), and their post-accumulate
+    hooks run; no_grad makes none;
     after zero_grad() (set_to_none) the next forward makes new zeros, which the optimizer's step reads;
     replay="full" leaves the router's .grad alone; main_grad with it is refused."""
     layer = make_layer("softmax_shared")
@@ -359,6 +365,13 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     assert all(p.grad is None for p in model.parameters())
     for p in plain.parameters():
         p.grad = torch.zeros_like(p)
+    hooked = {m: [] for m in (model, plain)}  # per call: whether autograd's gradient was None
+    posted = []
+    for m in (model, plain):
+        for p in m.parameters():
+            p.register_hook(lambda g, m=m: hooked[m].append(g is None))
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(posted.append)
     batches = (layer.x, make_layer("softmax_shared", seed=1).x)
     for x in batches:
         for m in (model, plain):
@@ -368,6 +381,8 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):
         assert p.grad is first[name], name
         assert_same_bits(p.grad, q.grad, name)
+    assert hooked[model] == [True] * 2 * len(first) and hooked[plain] == [False] * 2 * len(first)
+    assert len(posted) == 2 * len(first)
     _, idx, w, _, _ = layer.forward()
     router_grad = model.router.grad.clone()
     (model(layer.x, routing=(idx, w)).float() * layer.dy.float()).sum().backward()  # replay="full"
