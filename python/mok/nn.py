@@ -40,7 +40,7 @@ class MoE(torch.nn.Module):
     additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad as
     usual. Autograd itself gives the parameters no gradient: a hook on one (register_hook) sees None;
     post-accumulate-grad hooks run after the backward has added into .grad (not tried with DDP or FSDP).
-    Exclusive with main_grad.
+    Under torch.compile the .grad tensors must exist before the compiled call. Exclusive with main_grad.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
@@ -131,6 +131,10 @@ class MoE(torch.nn.Module):
             if self.main_grad:
                 return p.main_grad
             if p.grad is None:
+                if torch.compiler.is_compiling():  # inductor cannot make a .grad inside the graph
+                    raise ValueError("accumulate_grad under torch.compile needs every parameter's .grad made "
+                                     "before the compiled call (zeros; optimizer.zero_grad(set_to_none=False) keeps "
+                                     "them)")
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             return p.grad
 

@@ -398,6 +398,24 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
         mok.MoE(layer.config, main_grad=True, accumulate_grad=True)
 
 
+def test_module_accumulate_grad_compiles_fullgraph_given_its_grads():
+    """Compiled (fullgraph), mok.MoE(accumulate_grad=True) gives eager's .grad bits once the .grad tensors
+    exist; a .grad it would have to make inside the graph is refused, naming the fix."""
+    layer = make_layer("softmax_shared")
+    eager, compiled = (mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6),
+                               accumulate_grad=True) for _ in range(2))
+    step = torch.compile(compiled, fullgraph=True)
+    with pytest.raises(Exception, match="accumulate_grad under torch.compile needs every parameter's .grad"):
+        step(layer.x)
+    for p in compiled.parameters():
+        p.grad = torch.zeros_like(p)
+    for x in (layer.x, make_layer("softmax_shared", seed=1).x):
+        for m in (eager, step):
+            (m(x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+        assert_same_bits(q.grad, p.grad, name)
+
+
 def test_module_with_main_grad_compiles_fullgraph_and_moves_them():
     layer = make_layer("softmax_shared")
     models = [mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
