@@ -39,7 +39,8 @@ class MoE(torch.nn.Module):
     autograd's .grad would hold, for every value but NaN, without autograd's gradient tensors and
     additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad as
     usual. Autograd itself gives the parameters no gradient: a hook on one (register_hook) sees None;
-    post-accumulate-grad hooks run after the backward has added into .grad (not tried with DDP or FSDP).
+    post-accumulate-grad hooks run after the backward has added into .grad, so DistributedDataParallel
+    reduces these .grad as it reduces autograd's (tested over gloo on the CPU; FSDP not tried).
     Under torch.compile the .grad tensors must exist before the compiled call. Exclusive with main_grad.
     """
 

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
-from helpers import CONFIGS, GIVEN, REPLAY_IDS, ROUTER, assert_same_bits, make_layer  # noqa: E402
+from helpers import CONFIGS, GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, assert_same_bits, make_layer  # noqa: E402
 from mok.config import LAUNCH_FIELDS, MoEConfig, pack_launch  # noqa: E402
 
 MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
@@ -308,18 +308,12 @@ def _worker(rank, world, store_path, out_dir):
     dist.destroy_process_group()
 
 
-@pytest.mark.cuda
-def test_two_ranks_give_the_single_process_bits(tmp_path):
-    reason = _dist_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    if _hopper_gpus() < 2:
-        pytest.skip("needs 2 Hopper GPUs")
+def _run_ranks(worker, world, *args):
+    """worker(rank, world, *args) in `world` spawned processes; the test fails (and they are killed) past
+    WORKER_TIMEOUT_S."""
     import torch.multiprocessing as mp
 
-    world = 2
-    context = mp.start_processes(_worker, args=(world, str(tmp_path / "store"), str(tmp_path)), nprocs=world,
-                                 join=False, start_method="spawn")
+    context = mp.start_processes(worker, args=(world, *args), nprocs=world, join=False, start_method="spawn")
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     try:
         while not context.join(timeout=5):
@@ -329,6 +323,65 @@ def test_two_ranks_give_the_single_process_bits(tmp_path):
         for p in context.processes:
             if p.is_alive():
                 p.kill()
+
+
+def _ddp_worker(rank, world, store_path, out_dir):
+    """One rank of the DDP test: mok.MoE(accumulate_grad=True) and a plain mok.MoE with zeroed .grad, each
+    under DistributedDataParallel over gloo, a step on this rank's tokens; saves each one's .grad."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    layer = make_layer("softmax_shared")
+    x = make_layer("softmax_shared", seed=rank + 1).x
+    grads = {}
+    for accumulate in (True, False):
+        model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5),
+                        accumulate_grad=accumulate)
+        nones = []  # per parameter hook call: whether autograd's gradient was None (the accumulate path)
+        for p in model.parameters():
+            p.register_hook(lambda g: nones.append(g is None))
+            if not accumulate:
+                p.grad = torch.zeros_like(p)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)  # alive through the backward: its hooks reduce
+        (ddp(x).float() * layer.dy.float()).sum().backward()
+        assert nones and all(n == accumulate for n in nones)
+        grads[accumulate] = {name: p.grad for name, p in model.named_parameters()}
+    torch.save(grads, os.path.join(out_dir, f"ddp{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_ddp_reduces_accumulate_grad_as_it_reduces_autograds(tmp_path):
+    """DistributedDataParallel (gloo, two CPU processes) reduces the .grad that mok.MoE(accumulate_grad=True)
+    adds into, as it reduces autograd's (its post-accumulate hooks run): on both ranks the bits of plain
+    DDP over zeroed .grad, the same on both, and not a rank's own gradient."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch without gloo")
+    world = 2
+    _run_ranks(_ddp_worker, world, str(tmp_path / "store"), str(tmp_path))
+    ranks = [torch.load(tmp_path / f"ddp{r}.pt", weights_only=False) for r in range(world)]
+    layer = make_layer("softmax_shared")
+    alone = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5),
+                    accumulate_grad=True)
+    (alone(make_layer("softmax_shared", seed=1).x).float() * layer.dy.float()).sum().backward()
+    for name, p in alone.named_parameters():
+        for r, grads in enumerate(ranks):
+            assert_same_bits(grads[True][name], grads[False][name], f"{name}, rank {r}")
+            assert_same_bits(grads[True][name], ranks[0][True][name], f"{name}, rank {r} against rank 0")
+        assert not torch.equal(ranks[0][True][name], p.grad), f"{name}: rank 0's own, not reduced"
+
+
+@pytest.mark.cuda
+def test_two_ranks_give_the_single_process_bits(tmp_path):
+    reason = _dist_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    if _hopper_gpus() < 2:
+        pytest.skip("needs 2 Hopper GPUs")
+    world = 2
+    _run_ranks(_worker, world, str(tmp_path / "store"), str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
     for name in CONFIGS:
