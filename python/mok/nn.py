@@ -35,13 +35,16 @@ class MoE(torch.nn.Module):
     False) still accumulates; with replay="full" the router's stays as it is (no router runs).
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
-    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad()): the bits
-    autograd's .grad would hold, for every value but NaN, without autograd's gradient tensors and
-    additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad as
-    usual. Autograd itself gives the parameters no gradient: a hook on one (register_hook) sees None;
-    post-accumulate-grad hooks run after the backward has added into .grad, so DistributedDataParallel
-    reduces these .grad as it reduces autograd's (tested over gloo on the CPU; FSDP not tried).
-    Under torch.compile the .grad tensors must exist before the compiled call. Exclusive with main_grad.
+    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(); with
+    replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold, for every
+    value but NaN, without autograd's gradient tensors and additions (gradient accumulation over
+    micro-batches at less memory). torch.optim reads these .grad as usual. Every parameter must require
+    grad (a frozen one is refused: the backward would add into it). Autograd itself gives the parameters
+    no gradient: a hook on one (register_hook) sees None, while the gradient accumulators' post hooks run,
+    and with them DistributedDataParallel's reduction of these .grad (tested with default DDP options,
+    one backward, gloo on the CPU; not NCCL, no_sync() or FSDP). Under torch.compile(fullgraph=True) the
+    .grad tensors must exist before the compiled call (without fullgraph the call breaks the graph there
+    and makes them). Exclusive with main_grad.
     """
 
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
@@ -131,6 +134,9 @@ class MoE(torch.nn.Module):
         def into(p: torch.nn.Parameter) -> Tensor:
             if self.main_grad:
                 return p.main_grad
+            if not p.requires_grad:  # plain autograd would leave its .grad alone
+                raise ValueError("accumulate_grad: a parameter does not require grad; the backward would add its "
+                                 "gradient into its .grad (freeze none, or use main_grad)")
             if p.grad is None:
                 if torch.compiler.is_compiling():  # inductor cannot make a .grad inside the graph
                     raise ValueError("accumulate_grad under torch.compile needs every parameter's .grad made "
@@ -163,5 +169,5 @@ class MoE(torch.nn.Module):
     def extra_repr(self) -> str:
         shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"
         capacity = f", capacity_rows={self.capacity_rows}" if self.capacity_rows else ""
-        main_grad = ", main_grad=True" if self.main_grad else ""
-        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}{main_grad}"
+        grads = ", main_grad=True" if self.main_grad else ", accumulate_grad=True" if self.accumulate_grad else ""
+        return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}{grads}"

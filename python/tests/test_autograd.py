@@ -354,7 +354,7 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     """mok.MoE(accumulate_grad=True): over two micro-batches each parameter's .grad holds the bits plain
     autograd accumulates into a .grad that held zeros, and stays the tensor it was, while autograd gives
     the parameters no gradient (a hook on each sees None; plain's see tensors), and their post-accumulate
-    hooks run; no_grad makes none;
+    hooks run; no_grad makes none; replay="full" makes no router .grad; a frozen parameter is refused;
     after zero_grad() (set_to_none) the next forward makes new zeros, which the optimizer's step reads;
     replay="full" leaves the router's .grad alone; main_grad with it is refused."""
     layer = make_layer("softmax_shared")
@@ -394,26 +394,74 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     before = model.w1.detach().clone()
     optimizer.step()
     assert not torch.equal(model.w1.detach(), before), "the optimizer read the new .grad"
+    optimizer.zero_grad()
+    (model(layer.x, routing=(idx, w)).float() * layer.dy.float()).sum().backward()  # replay="full"
+    assert model.router.grad is None and model.w1.grad is not None, "the router gets none, as from autograd"
     with pytest.raises(ValueError, match="main_grad and accumulate_grad exclude each other"):
         mok.MoE(layer.config, main_grad=True, accumulate_grad=True)
+    model.w2.requires_grad_(False)
+    with pytest.raises(ValueError, match="accumulate_grad: a parameter does not require grad"):
+        model(layer.x)
+    assert "accumulate_grad=True" in repr(model)
 
 
 def test_module_accumulate_grad_compiles_fullgraph_given_its_grads():
     """Compiled (fullgraph), mok.MoE(accumulate_grad=True) gives eager's .grad bits once the .grad tensors
-    exist; a .grad it would have to make inside the graph is refused, naming the fix."""
+    exist, on the accumulate path (a hook on each parameter sees None); a .grad it would have to make
+    inside the graph is refused, naming the fix."""
     layer = make_layer("softmax_shared")
     eager, compiled = (mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6),
                                accumulate_grad=True) for _ in range(2))
     step = torch.compile(compiled, fullgraph=True)
     with pytest.raises(Exception, match="accumulate_grad under torch.compile needs every parameter's .grad"):
         step(layer.x)
+    nones = []
     for p in compiled.parameters():
         p.grad = torch.zeros_like(p)
+        p.register_hook(lambda g: nones.append(g is None))
     for x in (layer.x, make_layer("softmax_shared", seed=1).x):
         for m in (eager, step):
             (m(x).float() * layer.dy.float()).sum().backward()
+    assert nones and all(nones)
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
         assert_same_bits(q.grad, p.grad, name)
+
+
+def fp8_models(device="cuda"):
+    """A small fp8 layer with a shared expert: its config, the same weights on the CPU and on `device`, and
+    an x of its 40 tokens (on the CPU)."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
+                           shared_intermediate=128)
+    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    gpu_model = mok.MoE(config, device=device)
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    return config, cpu_model, gpu_model, torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
+
+
+def fp8_accumulate_grad_gives_plain_autograds_grad_bits(device):
+    """mok.MoE(accumulate_grad=True) in the fp8 mode (on the GPU the fp8 kernel's own bf16 accumulate
+    epilogue): over two micro-batches each .grad has the bits plain autograd accumulates into zeroed .grad
+    tensors, while autograd gives the parameters no gradient (a hook on each sees None)."""
+    config, cpu_model, _, x = fp8_models(device)
+    fused, plain = (mok.MoE(config, device=device, accumulate_grad=accumulate) for accumulate in (True, False))
+    for m in (fused, plain):
+        m.load_state_dict(cpu_model.state_dict())
+    for p in plain.parameters():
+        p.grad = torch.zeros_like(p)
+    hooked = []
+    for p in fused.parameters():
+        p.register_hook(lambda g: hooked.append(g is None))
+    second = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).bfloat16()
+    for batch in (x, second):
+        for m in (fused, plain):
+            m(batch.to(device)).float().sum().backward()
+        assert hooked and all(hooked)
+    for (name, p), q in zip(fused.named_parameters(), plain.parameters()):
+        assert_same_bits(p.grad.cpu(), q.grad.cpu(), name)
+
+
+def test_fp8_accumulate_grad_gives_plain_autograds_grad_bits_on_cpu():
+    fp8_accumulate_grad_gives_plain_autograds_grad_bits("cpu")
 
 
 def test_module_with_main_grad_compiles_fullgraph_and_moves_them():

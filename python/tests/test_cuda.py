@@ -14,6 +14,7 @@ import test_training  # noqa: E402
 from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, ROUTER,  # noqa: E402
                      assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
 from mok.config import pack_launch  # noqa: E402
+from test_autograd import fp8_models  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and mok built with its GPU ops")]
@@ -148,42 +149,9 @@ def test_non_default_stream():
     assert_all_same_bits(grads, layer.backward(want), GRADIENTS)
 
 
-def fp8_models(device="cuda"):
-    """A small fp8 layer with a shared expert: its config, the same weights on the CPU and on `device`, and
-    an x of its 40 tokens (on the CPU)."""
-    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
-                           shared_intermediate=128)
-    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
-    gpu_model = mok.MoE(config, device=device)
-    gpu_model.load_state_dict(cpu_model.state_dict())
-    return config, cpu_model, gpu_model, torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
-
-
-def fp8_accumulate_grad_gives_plain_autograds_grad_bits(device):
-    """mok.MoE(accumulate_grad=True) in the fp8 mode (on the GPU the fp8 kernel's own bf16 accumulate
-    epilogue): over two micro-batches each .grad has the bits plain autograd accumulates into zeroed .grad
-    tensors, while autograd gives the parameters no gradient (a hook on each sees None)."""
-    config, cpu_model, _, x = fp8_models(device)
-    fused, plain = (mok.MoE(config, device=device, accumulate_grad=accumulate) for accumulate in (True, False))
-    for m in (fused, plain):
-        m.load_state_dict(cpu_model.state_dict())
-    for p in plain.parameters():
-        p.grad = torch.zeros_like(p)
-    hooked = []
-    for p in fused.parameters():
-        p.register_hook(lambda g: hooked.append(g is None))
-    second = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).bfloat16()
-    for batch in (x, second):
-        for m in (fused, plain):
-            m(batch.to(device)).float().sum().backward()
-    mok.check()
-    assert hooked and all(hooked)
-    for (name, p), q in zip(fused.named_parameters(), plain.parameters()):
-        assert_same_bits(p.grad.cpu(), q.grad.cpu(), name)
-
-
 def test_fp8_accumulate_grad_gives_plain_autograds_grad_bits():
-    fp8_accumulate_grad_gives_plain_autograds_grad_bits("cuda")
+    test_autograd.fp8_accumulate_grad_gives_plain_autograds_grad_bits("cuda")
+    mok.check()
 
 
 def test_fp8_forward_and_backward_are_the_cpus():

@@ -1,8 +1,10 @@
 """Expert parallelism on a torch.distributed NCCL process group (mok.moe / mok.MoE with group=...):
-the bits of the single-process layer, each rank holding its tokens and its experts.
+the bits of the single-process layer, each rank holding its tokens and its experts; and data
+parallelism over mok.MoE(accumulate_grad=True).
 
 CPU (no GPU needed): the op's launch list with a communicator (the CPU op refuses it, the fake kernels
-give the shares' shapes), the NCCL version check, group validation, the sharded MoE's initialisation.
+give the shares' shapes), the NCCL version check, group validation, the sharded MoE's initialisation;
+DistributedDataParallel over gloo in two processes reducing accumulate_grad's .grad.
 CUDA (marked cuda; skipped without CUDA torch, NCCL or a Hopper GPU): (a) a one-process group in this
 process: every output and gradient of mok.moe with the group equals mok.moe's without it; (b) two
 processes on two GPUs (skipped with fewer): each rank's rows and expert slices equal a single-process
@@ -24,7 +26,7 @@ from helpers import CONFIGS, GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, assert_same_b
 from mok.config import LAUNCH_FIELDS, MoEConfig, pack_launch  # noqa: E402
 
 MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
-WORKER_TIMEOUT_S = 240  # (b): the workers' whole run, NCCL init included; then they are killed
+WORKER_TIMEOUT_S = 240  # a spawned test's workers' whole run, process group init included; then they are killed
 
 
 def _dist_skip_reason():
