@@ -128,18 +128,13 @@ __host__ __device__ int e_of(uint32_t u) {
   h ^= h >> 16;
   return int(h % 247u) - 126;
 }
-// The bf16 pair: lo = u, hi = u ^ kPairFlip, lo's bits in the low half; to_bf16x2 (on the device the
-// hardware conversion) against to_bf16 of each half. Compared bit for bit: a word of two bf16 values
-// must not pass as "a NaN against another NaN pattern".
+// The bf16 pair: lo = u, hi = u ^ kPairFlip, lo's bits in the low half; to_bf16x2 on both sides (on the
+// device the hardware conversion, on the host to_bf16 of each half). Compared bit for bit: a word of two
+// bf16 values must not pass as "a NaN against another NaN pattern".
 struct Bf16Pair {
   static constexpr bool kEveryBit = true;
   __host__ __device__ uint32_t operator()(uint32_t u) const {
-    const float lo = float_of(u), hi = float_of(u ^ kPairFlip);
-#if defined(__CUDA_ARCH__)
-    return mok::to_bf16x2(lo, hi);
-#else
-    return uint32_t(mok::to_bf16(lo).bits) | uint32_t(mok::to_bf16(hi).bits) << 16;
-#endif
+    return mok::to_bf16x2(float_of(u), float_of(u ^ kPairFlip));
   }
 };
 struct E4m3Pair {
