@@ -238,41 +238,25 @@ __device__ __forceinline__ void* gradient_at(const Params& p, void* base, long i
   return static_cast<uint8_t*>(base) + i * (p.grads_bf16 ? sizeof(bf16) : sizeof(float));
 }
 
-// A weight gradient's two adjacent elements: rounded once to bf16, or stored in fp32.
-__device__ __forceinline__ void store_gradient_pair(const Params& p, void* out, float d0, float d1) {
-  if (p.grads_bf16)
-    store_pair(static_cast<bf16*>(out), d0, d1);
-  else
-    *static_cast<float2*>(out) = float2{d0, d1};
-}
-
-// held + this call's pair, as the buffer's dtype adds: fp32 with one rounding (the reference's add), or
-// bf16 pairs (one word) with autograd's two: add_bf16_gradient of each half, its roundings two at a time.
-__device__ __forceinline__ float2 added(float2 held, float d0, float d1) { return {held.x + d0, held.y + d1}; }
-__device__ __forceinline__ uint32_t added(uint32_t held, float d0, float d1) {
-  const uint32_t g = pack_bf16(d0, d1);
-  return pack_bf16(low_float(held) + low_float(g), high_float(held) + high_float(g));
-}
-
-// Gradient accumulation: a finished half tile added into what the caller's buffer holds (Pair: float2
-// for fp32, uint32_t for two bf16), at(row, col) the pair's place (nullptr: none). The held pairs are
-// loaded a batch at a time before any is written back: the compiler cannot move a load past a store to
-// the same buffer, and pair by pair the epilogue waited on memory 64 times a tile.
-template <class Pair, class At>
+// fp32 gradient accumulation: a finished half tile added into what the caller's buffer holds, one fp32
+// add (the reference's), at(row, col) the pair's place (nullptr: none). The held pairs are loaded a
+// batch at a time before any is written back: the compiler cannot move a load past a store to the same
+// buffer, and pair by pair the epilogue waited on memory 64 times a tile.
+template <class At>
 __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float (&acc)[kAccumulators], At at) {
   constexpr int kBatch = 16;  // pairs
   static_assert(kAccumulators % (2 * kBatch) == 0, "whole batches of pairs");
 #pragma unroll
   for (int i0 = 0; i0 < kAccumulators; i0 += 2 * kBatch) {
-    Pair held[kBatch];
+    float2 held[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (const void* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        held[j] = *static_cast<const Pair*>(o);
+      if (const float* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        held[j] = *reinterpret_cast<const float2*>(o);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (void* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        *static_cast<Pair*>(o) = added(held[j], acc[i0 + 2 * j], acc[i0 + 2 * j + 1]);
+      if (float* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        *reinterpret_cast<float2*>(o) = {held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
   }
 }
 
@@ -359,20 +343,22 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const int columns = min(kTileN, wg.n - n0);
         const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
-        if (p.accumulate) {
-          const auto at = [&](int row, int col) -> void* {
-            return m0 + row < wg.m && col < columns ? gradient_at(p, wg.out, element(row, col)) : nullptr;
+        if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
+          const auto row_dst = [&](int r) -> bf16* {
+            return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + element(r, 0) : nullptr;
           };
-          if (p.grads_bf16)
-            accumulate_pairs<uint32_t>(consumer, acc, at);
-          else
-            accumulate_pairs<float2>(consumer, acc, at);
-          return;
+          if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
+          return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
         }
+        float* out = static_cast<float*>(wg.out);
+        if (p.accumulate)
+          return accumulate_pairs(consumer, acc, [&](int row, int col) -> float* {
+            return m0 + row < wg.m && col < columns ? out + element(row, col) : nullptr;
+          });
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m) store_gradient_pair(p, gradient_at(p, wg.out, element(row, col)), v0, v1);
+              if (m0 + row < wg.m) *reinterpret_cast<float2*>(out + element(row, col)) = {v0, v1};
             },
             columns);
       });
@@ -400,20 +386,13 @@ __device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
 __device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate;
   constexpr int kHalf = kAccumulators / 2;  // a 128-column half's accumulators: kHalf h ..
-  const TokenTiles tiles{N, ceil_div(Is, kTileN), kTileN};
-  gemm_tiles<kNT, true>(
-      pipe, tiles.count(), p.barrier, kRouterGrad,
-      [&](long t, TileLoad& l) {
-        l = k_major(p.maps.shared_dyq, p.maps.shared_w2tq, int(tiles.first_token(t)), tiles.n0(t), p.c.hidden,
-                    {p.shared_dyq.exps, p.shared_w2t_exp});
-        return true;
-      },
-      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        const long first = tiles.first_token(t);
+  token_tiles_gemm<kNT, true>(
+      pipe, p, p.maps.shared_dyq, p.maps.shared_w2tq, p.c.hidden, Is, kRouterGrad,
+      [&](long first, int tile_n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const int valid = int(min(long(kTileRows), N - first));
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int n0 = tiles.n0(t) + kFp8Block * half;
+          const int n0 = tile_n0 + kFp8Block * half;
           if (n0 >= Is) break;                      // another matrix's columns
           uint32_t gate[kHalf / 2], up[kHalf / 2];  // dh_s's words, as quantize_block_columns takes them
 #pragma unroll
@@ -438,7 +417,8 @@ __device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
           quantize_block_columns(gate, consumer, 2 * Is, n0, valid, first, p.shared_dhq);
           quantize_block_columns(up, consumer, 2 * Is, Is + n0, valid, first, p.shared_dhq);
         }
-      });
+      },
+      {p.shared_dyq.exps, p.shared_w2t_exp});
 }
 
 // d logits of this GPU's tokens.

@@ -1,6 +1,6 @@
 // bf16 values two to a 32-bit word, as the kernels move them (the lower address in the low half):
-// register pairs unpacked and packed with shifts, never as separate 16-bit registers (which ptxas
-// spills, 16 bits at a time, in the fp8 kernels).
+// register pairs packed here and unpacked with core's low_float / high_float (shifts), never as
+// separate 16-bit registers (which ptxas spills, 16 bits at a time, in the fp8 kernels).
 #pragma once
 
 #include "mok/core/bf16.h"
@@ -10,8 +10,6 @@ namespace mok::gpu {
 
 // Two floats rounded to bf16, packed as one 32-bit word (v0 in the low half: the lower address).
 __device__ __forceinline__ uint32_t pack_bf16(float v0, float v1) { return to_bf16x2(v0, v1); }
-__device__ __forceinline__ float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
-__device__ __forceinline__ float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
 
 // The larger bf16 magnitude of a word's two, as bits (finite magnitudes order as their bits): a term of
 // a block's amax (the core's quantize_block).

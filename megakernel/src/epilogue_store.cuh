@@ -28,8 +28,10 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
 // destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
-// staged they were slower, docs/results/2026-11-29-h200-w.)
-template <class Word>
+// staged they were slower, docs/results/2026-11-29-h200-w.) kAdd: each chunk is added into what its
+// destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
+// loaded before any is written (the compiler cannot move a load past a store to the same rows).
+template <bool kAdd = false, class Word>
 __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int table, int window, long offset,
                                             Word word) {
   constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
@@ -45,30 +47,53 @@ __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, 
     *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
         word(i);
   warpgroup_sync(consumer);
+  const auto row = [&](int j) { return t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j; };
+  const auto chunk_at = [&](int j) -> uint4* {
+    bf16* d = static_cast<bf16*>(dst[row(j)]);
+    return d ? reinterpret_cast<uint4*>(d + offset + kChunk * chunk) : nullptr;
+  };
+  [[maybe_unused]] uint4 held[kRowsPerThread];
+  if constexpr (kAdd) {
 #pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    const int r = t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j;
-    if (bf16* d = static_cast<bf16*>(dst[r]))
-      *reinterpret_cast<int4*>(d + offset + kChunk * chunk) = *reinterpret_cast<const int4*>(&rows[r][kChunk * chunk]);
+    for (int j = 0; j < kRowsPerThread; ++j)
+      if (const uint4* d = chunk_at(j)) held[j] = *d;
   }
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j)
+    if (uint4* d = chunk_at(j)) {
+      uint4 v = *reinterpret_cast<const uint4*>(&rows[row(j)][kChunk * chunk]);
+      if constexpr (kAdd)
+        v = {add_bf16_words(held[j].x, v.x), add_bf16_words(held[j].y, v.y), add_bf16_words(held[j].z, v.z),
+             add_bf16_words(held[j].w, v.w)};
+      *d = v;
+    }
+}
+
+// A finished half tile rounded to bf16 and stored into the rows row_dst(r) (r within the whole tile;
+// nullptr: skip), or with kAdd added into what they hold (staged_pass), columns 0 .. `columns` of the
+// tile (a multiple of 64) through the staging rows: whole 128-byte row parts, 16 bytes per lane. The
+// row table is free: the warpgroup met at the end of this tile's chain, after the last tile's passes.
+template <bool kAdd = false, class RowDst>
+__device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                                int columns, RowDst row_dst) {
+  stage_row_dst(pipe, consumer, 0, row_dst);
+#pragma unroll
+  for (int w = 0; w < kTileN / kStagedCols; ++w)
+    if (kStagedCols * w < columns)
+      staged_pass<kAdd>(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
-// source rank (y_j in the forward, dx_j in the backward). The row table is free: the warpgroup met at
-// the end of this tile's chain, after the last tile's passes.
+// source rank (y_j in the forward, dx_j in the backward).
 __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
                                      const float (&acc)[kAccumulators]) {
   const int H = p.c.hidden;
-  stage_row_dst(pipe, consumer, 0, [&](int r) -> bf16* {
+  store_rows_bf16(pipe, consumer, acc, H - it.n0, [&](int r) -> bf16* {
     if (r >= it.t.rows) return nullptr;
     const RankBuffers* src;
     const long slot = source_slot(p, it.t.first_row + r, src);
     return src->slots + slot * H + it.n0;
   });
-#pragma unroll
-  for (int w = 0; w < kTileN / kStagedCols; ++w)
-    if (it.n0 + kStagedCols * w < H)
-      staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 }  // namespace mok::gpu

@@ -59,14 +59,14 @@ __device__ __forceinline__ TileLoad b_as_stored(const CUtensorMap& ma, const CUt
   return TileLoad{&ma, &mb, a_row, {b_col, b_col + kTileN / 2}, 0, b_k, k / kBox};
 }
 
-// C = a b^T (kM = kNT: B map [n, k]; in fp8, E4M3 operands with `scales`) or C = a b (kM = kNN: B map
-// [k, n]) over every token g (the shared expert's GEMMs): A map [N, k]; the accumulators of token g,
-// columns col and col + 1 (< n), go to store(g, col, c0, c1).
-template <Majors kM, bool kFp8 = false, class Store>
-__device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
-                           int phase, Store store, OperandScales scales = {}) {
-  const int N = p.c.tokens();
-  const TokenTiles tiles{N, ceil_div(n, kTileN), kTileN};
+// A GEMM phase over every token's rows (the shared expert's GEMMs): C = a b^T (kM = kNT: B map [n, k];
+// in fp8, E4M3 operands with `scales`) or C = a b (kM = kNN: B map [k, n]), A map [N, k], n columns;
+// epilogue(first, n0, consumer, acc) consumes a consumer's finished half tile of tokens first..,
+// columns n0.. .
+template <Majors kM, bool kFp8 = false, class Epilogue>
+__device__ void token_tiles_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k,
+                                 int n, int phase, Epilogue epilogue, OperandScales scales = {}) {
+  const TokenTiles tiles{p.c.tokens(), ceil_div(n, kTileN), kTileN};
   gemm_tiles<kM, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
@@ -75,15 +75,27 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
         return true;
       },
       [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        const long first = tiles.first_token(t);
-        const int n0 = tiles.n0(t);
+        epilogue(tiles.first_token(t), tiles.n0(t), consumer, acc);
+      });
+}
+
+// token_tiles_gemm with the accumulators of token g, columns col and col + 1 (< n), going to
+// store(g, col, c0, c1).
+template <Majors kM, bool kFp8 = false, class Store>
+__device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
+                           int phase, Store store, OperandScales scales = {}) {
+  const int N = p.c.tokens();
+  token_tiles_gemm<kM, kFp8>(
+      pipe, p, a, b, k, n, phase,
+      [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
             consumer, acc,
             [&](int row, int col, float v0, float v1) {
               if (first + row < N) store(first + row, n0 + col, v0, v1);
             },
             min(kTileN, n - n0));
-      });
+      },
+      scales);
 }
 
 // out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n].

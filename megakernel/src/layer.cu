@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "alignment.h"
 #include "current_device.h"
 #include "device_array.cuh"
 #include "exchange.h"
@@ -23,12 +24,6 @@
 namespace mok::gpu {
 namespace {
 
-// The kernels move rows in 16-byte vectors and the TMA reads from 16-byte aligned bases. The message is
-// built only on failure: this runs for every tensor of every call.
-void require_aligned(const void* data, const char* name) {
-  require(reinterpret_cast<uintptr_t>(data) % 16 == 0, [&] { return std::string(name) + " is not 16-byte aligned"; });
-}
-
 // A tensor the call needs: present (unless optional), of this dtype and shape, 16-byte aligned.
 void check_view(const TensorView& v, const char* name, DType dtype, std::initializer_list<int64_t> shape,
                 bool optional = false) {
@@ -40,14 +35,14 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
   if (v.dtype != dtype) refuse(std::string(" has dtype ") + dtype_name(v.dtype) + ", expected " + dtype_name(dtype));
   if (!std::ranges::equal(v.shape, shape))
     refuse(" has shape " + shape_text(v.shape) + ", expected " + shape_text({shape.begin(), shape.size()}));
-  require_aligned(v.data, name);
+  require_aligned16(v.data, name);
 }
 
 // The caller's workspace: present, and aligned as every tensor (its sections start at multiples of 256
 // bytes from it).
 uint8_t* checked_workspace(void* workspace) {
   require(workspace != nullptr, "workspace is missing");
-  require_aligned(workspace, "workspace");
+  require_aligned16(workspace, "workspace");
   return static_cast<uint8_t*>(workspace);
 }
 

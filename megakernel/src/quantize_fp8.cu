@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "alignment.h"
 #include "mok/core/config.h"
 #include "mok/core/fp8_gemm.h"
 #include "mok/megakernel/check.h"
@@ -120,8 +121,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int rows, int cols, fp8_e4m3* q,
@@ -139,7 +138,7 @@ void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int 
   side("cols", cols);
   const auto pointer = [&](const char* name, const void* p, bool optional) {
     require(p != nullptr || optional, [&] { return std::string(where) + name + " is missing"; });
-    require(aligned16(p), [&] { return std::string(where) + name + " is not 16-byte aligned"; });
+    require_aligned16(p, name, where);
   };
   pointer("w", w, false);
   pointer("q", q, false);

@@ -150,6 +150,7 @@ class LayerApi : public ::testing::Test {
   void TearDown() override {
     if (stream_) cudaStreamDestroy(stream_);
   }
+  void bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config);
   // Each (config, ring rows) with h and a saved and recomputed, skewed routing, the workspace poisoned
   // before the forward and again before the backward: the reference's bits.
   void expect_sections_over_one_another_match(std::span<const std::pair<LayerConfig, int>> runs, uint64_t seed) {
@@ -392,9 +393,18 @@ TEST_F(LayerApi, DefaultRingHoldsAnAverageRank) {
 }
 
 // bf16 weight gradients are the fp32 gradients rounded once; accumulated into bf16 tensors, each
-// element is add_bf16_gradient of what the tensor held (autograd's add of the rounded gradient).
+// element is add_bf16_gradient of what the tensor held (autograd's add of the rounded gradient). The
+// second config's gradients have tiles of 64 valid rows and of 64 and 192 columns (the staged epilogue's
+// row table and windows).
 TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRoundedOrAddedAsAutogradAdds) {
-  const ref::Problem p = ref::make_problem(shared_sigmoid(), 41);
+  for (const LayerConfig& config : {shared_sigmoid(), with_every_branch(make_config(2, 40, 192, 128, 8, 3))}) {
+    SCOPED_TRACE("H " + std::to_string(config.hidden));
+    bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(config);
+  }
+}
+
+void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config) {
+  const ref::Problem p = ref::make_problem(config, 41);
   const LayerConfig& c = p.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
   Layer layer(c, {});
