@@ -9,7 +9,7 @@ Then the op's own cost: per call on a small problem, eager op against the same o
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
-                              [--accumulate [fp32|bf16]] [--recompute]
+                              [--accumulate [fp32|bf16]] [--recompute] [--shared]
     python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
 import argparse
@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 import mok
 from shapes import SHAPES
@@ -40,10 +41,11 @@ def draw(shape, std, values="normal"):
     return torch.randn(shape, device="cuda") * std
 
 
-def mok_layer(H, I, E, k, T, precision="bf16", values="normal"):
+def mok_layer(H, I, E, k, T, precision="bf16", values="normal", shared_intermediate=0):
     """The layer's config and weights; uniform values in ref::make_problem's ranges (the router's twice the
     experts')."""
-    config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k, precision=precision)
+    config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k, precision=precision,
+                           shared_intermediate=shared_intermediate)
     router = draw((E, H), (2 if values == "uniform" else 1) / H**0.5, values).requires_grad_()
     w1 = draw((E, 2 * I, H), 1 / H**0.5, values).bfloat16().requires_grad_()
     w2 = draw((E, H, I), 1 / I**0.5, values).bfloat16().requires_grad_()
@@ -55,60 +57,79 @@ GRADIENTS = {None: "into .grad by autograd", "fp32": "added into fp32 accumulato
              "bf16": "added into the weights' bf16 .grad by the backward (accumulate_into)"}
 
 
-def grad_accumulators(accumulate, w1, w2):
+def grad_accumulators(accumulate, w1, w2, shared=None):
     """accumulate_into for an --accumulate mode (the routing given: no router gradient): fp32 zeros, or the
     weights' own bf16 .grad (made here), as a step of gradient accumulation over micro-batches; None:
     autograd adds the gradients into .grad."""
+    weights = (w1, w2, *(shared or ()))
     if accumulate == "fp32":
-        return mok.GradAccumulators(None, *(torch.zeros_like(t, dtype=torch.float32) for t in (w1, w2)))
-    if accumulate == "bf16":
-        w1.grad, w2.grad = torch.zeros_like(w1), torch.zeros_like(w2)
-        return mok.GradAccumulators(None, w1.grad, w2.grad)
-    return None
+        acc = [torch.zeros_like(t, dtype=torch.float32) for t in weights]
+    elif accumulate == "bf16":
+        for t in weights:
+            t.grad = torch.zeros_like(t)
+        acc = [t.grad for t in weights]
+    else:
+        return None
+    return mok.GradAccumulators(None, acc[0], acc[1], tuple(acc[2:]) if shared else None)
+
+
+def shared_expert(x, s1, s2):
+    """torch's shared expert beside its routed layer: SwiGLU(x s1) s2, s1 [H, 2Is], s2 [Is, H]."""
+    gate, up = (x @ s1).chunk(2, dim=-1)
+    return (F.silu(gate) * up) @ s2
 
 
 def time_shape(name, args, peak):
     H, I, E, k, T = SHAPES[name]
+    Is = I if args.shared else 0  # one shared expert as wide as a routed one
     gen = torch.Generator().manual_seed(2026)
-    config, router, w1, w2 = mok_layer(H, I, E, k, T, "fp8" if args.fp8 else "bf16")
+    config, router, w1, w2 = mok_layer(H, I, E, k, T, "fp8" if args.fp8 else "bf16", shared_intermediate=Is)
+    shared = (draw((2 * Is, H), 1 / H**0.5).bfloat16().requires_grad_(),
+              draw((H, Is), 1 / Is**0.5).bfloat16().requires_grad_()) if Is else None
     # The fp8 mode's weights, quantized once as after an optimizer step (not in the steps' times or peaks):
     # the forward and its backward read them.
-    fp8_weights = mok.quantize_weights(w1, w2, config=config, tokens_per_rank=T,
-                                         ring_rows=args.ring_rows, recompute=args.recompute) if args.fp8 else None
+    fp8_weights = mok.quantize_weights(w1, w2, config=config, shared=shared, tokens_per_rank=T,
+                                       ring_rows=args.ring_rows, recompute=args.recompute) if args.fp8 else None
     tw1 = (torch.randn(E, H, 2 * I, device="cuda") / H**0.5).bfloat16().requires_grad_()
     tw2 = (torch.randn(E, I, H, device="cuda") / I**0.5).bfloat16().requires_grad_()
+    ts = tuple(t.detach().t().contiguous().requires_grad_() for t in shared) if Is else None
     sets = []
     for _ in range(args.sets):
         x = torch.randn(T, H, device="cuda").bfloat16().requires_grad_()
         idx, w = draw_routing(T, E, k, args.routing, gen)
         sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx.contiguous(), w.float().contiguous()))
 
-    accumulators = grad_accumulators(args.accumulate, w1, w2)
+    accumulators = grad_accumulators(args.accumulate, w1, w2, shared)
 
     def mok_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
             with torch.no_grad():
-                mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
-                        recompute=args.recompute, fp8_weights=fp8_weights)
+                mok.moe(x, router, w1, w2, config=config, shared=shared, routing=(idx, w), replay="full",
+                        ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights)
             return
-        mok.moe(x, router, w1, w2, config=config, routing=(idx, w), replay="full", ring_rows=args.ring_rows,
-                recompute=args.recompute, fp8_weights=fp8_weights, accumulate_into=accumulators).backward(dy)
+        mok.moe(x, router, w1, w2, config=config, shared=shared, routing=(idx, w), replay="full",
+                ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights,
+                accumulate_into=accumulators).backward(dy)
+
+    def torch_layer(x, idx, w):
+        y = torch_moe(x, tw1, tw2, idx, w)
+        return y + shared_expert(x, *ts) if Is else y
 
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
             with torch.no_grad():
-                torch_moe(x, tw1, tw2, idx, w)
+                torch_layer(x, idx, w)
             return
-        torch_moe(x, tw1, tw2, idx, w).backward(dy)
+        torch_layer(x, idx, w).backward(dy)
 
     row = {}
     for who, step in (("mok", mok_step), ("torch", torch_step)):
         row[who] = (median_ms(lambda i: step(i, False), args.warmup, args.runs),
                     median_ms(lambda i: step(i, True), args.warmup, args.runs),
                     peak_mib(lambda i: step(i, False)), peak_mib(lambda i: step(i, True)))
-    flops = 6.0 * T * k * H * I
+    flops = 6.0 * T * (k * I + Is) * H
     (mf, mb, mmf, mmb), (tf, tb, tmf, tmb) = row["mok"], row["torch"]
     print(f"{name:15} {args.routing:8} {mf:8.2f} {tf:8.2f} {tf / mf:6.2f}x {mb:9.2f} {tb:9.2f} {tb / mb:6.2f}x "
           f"{100 * flops / (mf * 1e9) / peak:6.1f}% {100 * 3 * flops / (mb * 1e9) / peak:6.1f}% "
@@ -127,10 +148,10 @@ def time_shape(name, args, peak):
         # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
         # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
         # The routing is given (replay="full"): the router gets no gradient.
-        gradients = T * H * 2 + (0 if args.accumulate else 2 * (w1.numel() + w2.numel()))
+        gradients = T * H * 2 + (0 if args.accumulate else 2 * sum(t.numel() for t in (w1, w2, *(shared or ()))))
         print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace, dx and the weight "
               f"gradients: {mmb - (outputs + ws_backward + gradients) / 2**20:.0f} MiB", flush=True)
-    del router, w1, w2, tw1, tw2, sets, fp8_weights, accumulators
+    del router, w1, w2, shared, tw1, tw2, ts, sets, fp8_weights, accumulators
     torch.cuda.empty_cache()
 
 
@@ -261,6 +282,8 @@ def main():
     p.add_argument("--accumulate", nargs="?", const="fp32", choices=["fp32", "bf16"],
                    help="mok's backward adds the weight gradients (accumulate_into) into fp32 accumulators, or "
                    "into the weights' bf16 .grad (bf16)")
+    p.add_argument("--shared", action="store_true",
+                   help="one shared expert as wide as a routed one (as DeepSeek-V3's and Kimi-K2's), in both layers")
     p.add_argument("--recompute", action="store_true",
                    help="mok's backward recomputes h and a (saved holds neither: less memory between the passes)")
     p.add_argument("--host-profile", action="store_true",
@@ -272,8 +295,8 @@ def main():
     args = p.parse_args()
     if args.values != "normal" and not args.kernel_times:
         p.error("--values applies to --kernel-times")
-    if args.kernel_times and (args.fp8 or args.accumulate or args.recompute):
-        p.error("--kernel-times profiles the bf16 op without recompute, in every --accumulate mode")
+    if args.kernel_times and (args.fp8 or args.accumulate or args.recompute or args.shared):
+        p.error("--kernel-times profiles the bf16 op without recompute or a shared expert, in every --accumulate mode")
     torch.use_deterministic_algorithms(True)
     if args.kernel_times:
         kernel_times(args)
@@ -284,6 +307,7 @@ def main():
     if args.fp8:
         peak *= 2
     print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}"
+          f"{', a shared expert of width I in both layers' if args.shared else ''}"
           f"{', recompute (the backward recomputes h and a)' if args.recompute else ''}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
