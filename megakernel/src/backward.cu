@@ -367,17 +367,16 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate;
-  token_gemm<kNN>(
-      pipe, p, p.maps.dy, p.maps.shared_w2, p.c.hidden, Is, kRouterGrad, [&](long g, int col, float g0, float g1) {
-        const bf16* h = p.shared_h + g * 2 * Is;
-        bf16* dh = p.shared_dh + g * 2 * Is;
-        const float gv[2] = {g0, g1};
-        for (int j = 0; j < 2; ++j) {
-          const SwigluGrad d = swiglu_grad(to_float(h[col + j]), to_float(h[Is + col + j]), gv[j], p.c.swiglu_limit);
-          dh[col + j] = to_bf16(d.gate);
-          dh[Is + col + j] = to_bf16(d.up);
-        }
-      });
+  token_gemm<kNN>(pipe, p, p.maps.dy, p.maps.shared_w2, p.c.hidden, Is, kRouterGrad,
+                  [&](long g, int col, float g0, float g1) {
+                    const long at = g * 2 * Is + col;  // a word of h's gate half, and of dh's; the up halves Is further
+                    const uint32_t gate = *reinterpret_cast<const uint32_t*>(p.shared_h + at);
+                    const uint32_t up = *reinterpret_cast<const uint32_t*>(p.shared_h + at + Is);
+                    const SwigluGrad lo = swiglu_grad(low_float(gate), low_float(up), g0, p.c.swiglu_limit);
+                    const SwigluGrad hi = swiglu_grad(high_float(gate), high_float(up), g1, p.c.swiglu_limit);
+                    *reinterpret_cast<uint32_t*>(p.shared_dh + at) = pack_bf16(lo.gate, hi.gate);
+                    *reinterpret_cast<uint32_t*>(p.shared_dh + at + Is) = pack_bf16(lo.up, hi.up);
+                  });
 }
 
 // The fp8 mode's: g_s = dyq W2_s^T (every token's dy quantized, shared_dyq; W2_s's transposed copy

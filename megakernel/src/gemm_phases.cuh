@@ -98,12 +98,18 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
       scales);
 }
 
-// out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n].
+// out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n], through the staging rows
+// (store_rows_bf16; n is H here, a multiple of 64).
 template <Majors kM, bool kFp8 = false>
 __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
                                        int k, int n, bf16* out, int phase, OperandScales scales = {}) {
-  token_gemm<kM, kFp8>(
-      pipe, p, a, b, k, n, phase, [&](long g, int col, float v0, float v1) { store_pair(out + g * n + col, v0, v1); },
+  const long N = p.c.tokens();
+  token_tiles_gemm<kM, kFp8>(
+      pipe, p, a, b, k, n, phase,
+      [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        store_rows_bf16(pipe, consumer, acc, min(kTileN, n - n0),
+                        [&](int r) { return first + r < N ? out + (first + r) * n + n0 : nullptr; });
+      },
       scales);
 }
 
