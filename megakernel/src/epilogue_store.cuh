@@ -1,5 +1,5 @@
-// The GEMM epilogues' stores: accumulator pairs rounded to bf16 and packed, and bf16 half tiles
-// moved to global memory through the consumer warpgroup's staging rows in shared memory.
+// The GEMM epilogues' bf16 stores: half tiles rounded to bf16 and moved to global memory (stored, or
+// added into what it holds) through the consumer warpgroup's staging rows in shared memory.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -8,10 +8,6 @@
 #include "tile_schedules.cuh"
 
 namespace mok::gpu {
-
-__device__ __forceinline__ void store_pair(bf16* dst, float v0, float v1) {
-  *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v0, v1);
-}
 
 // A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
 // rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
