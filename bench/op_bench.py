@@ -1,10 +1,11 @@
 """mok through its PyTorch op beside the deterministic torch layer, in one process (docs/benchmarks.md).
 
 Per shape: the forward (no_grad) and forward+backward (autograd through mok.moe: mok::forward, then
-mok::backward, the weight gradients cast to bf16 as the parameters need) timed with CUDA events
+mok::backward, the weight gradients written in bf16 by its epilogue) timed with CUDA events
 (median of --runs after --warmup, inputs rotated over --sets), the peak memory of each step
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
-bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf).
+bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), and with
+--shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
