@@ -265,7 +265,7 @@ def kernel_times(args):
         moe(acc).backward(dy)
 
     for accumulate in GRADIENTS:
-        w1.grad = w2.grad = acc = None
+        w1.grad = w2.grad = None
         acc = grad_accumulators(accumulate, w1, w2)
         profile(lambda: forward_backward(acc), f"forward+backward, weight gradients {GRADIENTS[accumulate]}")
 

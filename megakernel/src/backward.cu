@@ -251,12 +251,11 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
     float2 held[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (const float* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        held[j] = *reinterpret_cast<const float2*>(o);
+      if (const float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j))) held[j] = *o;
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (float* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        *reinterpret_cast<float2*>(o) = {held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
+      if (float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
+        *o = float2{held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
   }
 }
 
@@ -352,8 +351,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         }
         float* out = static_cast<float*>(wg.out);
         if (p.accumulate)
-          return accumulate_pairs(consumer, acc, [&](int row, int col) -> float* {
-            return m0 + row < wg.m && col < columns ? out + element(row, col) : nullptr;
+          return accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
+            return m0 + row < wg.m && col < columns ? reinterpret_cast<float2*>(out + element(row, col)) : nullptr;
           });
         for_each_pair(
             consumer, acc,
@@ -364,19 +363,26 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       });
 }
 
+// dh_s's two words at element `at` of its rows (a gate-half column pair; the up half Is further) from
+// g_s's pair: swiglu_grad of h_s's words with weight 1, rounded to bf16, stored and returned (the fp8
+// mode quantizes them too).
+__device__ __forceinline__ uint2 shared_dh_words(const Params& p, long at, float g0, float g1) {
+  const int Is = p.c.shared_intermediate;
+  const uint32_t gate = *reinterpret_cast<const uint32_t*>(p.shared_h + at);
+  const uint32_t up = *reinterpret_cast<const uint32_t*>(p.shared_h + at + Is);
+  const SwigluGrad lo = swiglu_grad(low_float(gate), low_float(up), g0, p.c.swiglu_limit);
+  const SwigluGrad hi = swiglu_grad(high_float(gate), high_float(up), g1, p.c.swiglu_limit);
+  const uint2 dh{pack_bf16(lo.gate, hi.gate), pack_bf16(lo.up, hi.up)};
+  *reinterpret_cast<uint32_t*>(p.shared_dh + at) = dh.x;
+  *reinterpret_cast<uint32_t*>(p.shared_dh + at + Is) = dh.y;
+  return dh;
+}
+
 // Shared expert: g_s = dy W2_s, then dh_s = bf16(swiglu_grad(g_s)) elementwise (weight 1).
 __device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate;
   token_gemm<kNN>(pipe, p, p.maps.dy, p.maps.shared_w2, p.c.hidden, Is, kRouterGrad,
-                  [&](long g, int col, float g0, float g1) {
-                    const long at = g * 2 * Is + col;  // a word of h's gate half, and of dh's; the up halves Is further
-                    const uint32_t gate = *reinterpret_cast<const uint32_t*>(p.shared_h + at);
-                    const uint32_t up = *reinterpret_cast<const uint32_t*>(p.shared_h + at + Is);
-                    const SwigluGrad lo = swiglu_grad(low_float(gate), low_float(up), g0, p.c.swiglu_limit);
-                    const SwigluGrad hi = swiglu_grad(high_float(gate), high_float(up), g1, p.c.swiglu_limit);
-                    *reinterpret_cast<uint32_t*>(p.shared_dh + at) = pack_bf16(lo.gate, hi.gate);
-                    *reinterpret_cast<uint32_t*>(p.shared_dh + at + Is) = pack_bf16(lo.up, hi.up);
-                  });
+                  [&](long g, int col, float g0, float g1) { shared_dh_words(p, g * 2 * Is + col, g0, g1); });
 }
 
 // The fp8 mode's: g_s = dyq W2_s^T (every token's dy quantized, shared_dyq; W2_s's transposed copy
@@ -385,39 +391,28 @@ __device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
 __device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
   const int N = p.c.tokens(), Is = p.c.shared_intermediate;
   constexpr int kHalf = kAccumulators / 2;  // a 128-column half's accumulators: kHalf h ..
-  token_tiles_gemm<kNT, true>(
-      pipe, p, p.maps.shared_dyq, p.maps.shared_w2tq, p.c.hidden, Is, kRouterGrad,
-      [&](long first, int tile_n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        const int valid = int(min(long(kTileRows), N - first));
+  const auto epilogue = [&](long first, int tile_n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+    const int valid = int(min(long(kTileRows), N - first));
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int n0 = tile_n0 + kFp8Block * half;
-          if (n0 >= Is) break;                      // another matrix's columns
-          uint32_t gate[kHalf / 2], up[kHalf / 2];  // dh_s's words, as quantize_block_columns takes them
+    for (int half = 0; half < 2; ++half) {
+      const int n0 = tile_n0 + kFp8Block * half;
+      if (n0 >= Is) break;                      // another matrix's columns
+      uint32_t gate[kHalf / 2], up[kHalf / 2];  // dh_s's words, as quantize_block_columns takes them
 #pragma unroll
-          for (int i = 0; i < kHalf; i += 2) {
-            const int row = acc_row(consumer, i), col = n0 + acc_col(i);
-            gate[i / 2] = up[i / 2] = 0;
-            if (row >= valid) continue;
-            const long at = (first + row) * 2 * Is + col;
-            const float g[2] = {acc[kHalf * half + i], acc[kHalf * half + i + 1]};
-            float d_gate[2], d_up[2];
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const SwigluGrad d =
-                  swiglu_grad(to_float(p.shared_h[at + j]), to_float(p.shared_h[at + Is + j]), g[j], p.c.swiglu_limit);
-              d_gate[j] = d.gate, d_up[j] = d.up;
-            }
-            gate[i / 2] = pack_bf16(d_gate[0], d_gate[1]);
-            up[i / 2] = pack_bf16(d_up[0], d_up[1]);
-            *reinterpret_cast<uint32_t*>(p.shared_dh + at) = gate[i / 2];
-            *reinterpret_cast<uint32_t*>(p.shared_dh + at + Is) = up[i / 2];
-          }
-          quantize_block_columns(gate, consumer, 2 * Is, n0, valid, first, p.shared_dhq);
-          quantize_block_columns(up, consumer, 2 * Is, Is + n0, valid, first, p.shared_dhq);
-        }
-      },
-      {p.shared_dyq.exps, p.shared_w2t_exp});
+      for (int i = 0; i < kHalf; i += 2) {
+        const int row = acc_row(consumer, i), col = n0 + acc_col(i);
+        gate[i / 2] = up[i / 2] = 0;
+        if (row >= valid) continue;
+        const uint2 dh =
+            shared_dh_words(p, (first + row) * 2 * Is + col, acc[kHalf * half + i], acc[kHalf * half + i + 1]);
+        gate[i / 2] = dh.x, up[i / 2] = dh.y;
+      }
+      quantize_block_columns(gate, consumer, 2 * Is, n0, valid, first, p.shared_dhq);
+      quantize_block_columns(up, consumer, 2 * Is, Is + n0, valid, first, p.shared_dhq);
+    }
+  };
+  token_tiles_gemm<kNT, true>(pipe, p, p.maps.shared_dyq, p.maps.shared_w2tq, p.c.hidden, Is, kRouterGrad, epilogue,
+                              {p.shared_dyq.exps, p.shared_w2t_exp});
 }
 
 // d logits of this GPU's tokens.
