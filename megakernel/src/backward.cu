@@ -7,6 +7,7 @@
 // The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
 // shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
 // transposed copies as B (docs/numerics.md, "The FP8 layer mode"); the rest is the bf16 mode's.
+#include "chain_relay.cuh"
 #include "combine_tokens.cuh"
 #include "expert_up.cuh"
 #include "gather.cuh"
@@ -263,20 +264,33 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
 // MN-major in the tile loads), rows k_first.. of the maps, k_rows of them. The maps are members of
 // p.maps (offsets, not addresses: the producer's per-tile job, at 40 registers, held the eight maps'
 // addresses hoisted out of its loop, spilled them and reloaded them every tile).
+// relay_tile: across GPUs, the shared expert's gradients' first tile among the relay's (ChainRelay),
+// else -1.
 struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
   int m, n, k_first, k_rows;
   void* out;
+  int relay_tile = -1;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
+  // Tile t's first row and column.
+  __device__ void origin(long t, int& m0, int& n0) const {
+    const int col_tiles = ceil_div(n, kTileN);
+    m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
+  }
+  // Tile t's consumer half's unit of the relay.
+  __device__ long relay_unit(long t, Warpgroup consumer) const {
+    return (relay_tile + t) * kConsumers + consumer_index(consumer);
+  }
 };
 
 // dW1_e = dh^T xe and dW2_e = dye^T a over expert e's padded rows; dW1_s = dh_s^T x and
-// dW2_s = dy^T a_s over all tokens. Weight gradient w of the list: this GPU's experts' dW1, dW2 in
-// expert order (into the caller's d_w1, d_w2: this GPU's experts), then the shared expert's (every GPU
-// computes it from every token).
+// dW2_s = dy^T a_s over the shared expert's tokens. Weight gradient w of the list: this GPU's experts'
+// dW1, dW2 in expert order (into the caller's d_w1, d_w2: this GPU's experts), then the shared
+// expert's, whose chains over every token run GPU after GPU: this GPU's K-steps, rows [chain_begin,
+// end) of Params::shared_tokens, continue the previous GPU's (ChainRelay).
 __device__ WeightGrad weight_grad(const Params& p, int w) {
-  const int I = p.c.intermediate, H = p.c.hidden, Is = p.c.shared_intermediate, N = p.c.tokens();
+  const int I = p.c.intermediate, H = p.c.hidden, Is = p.c.shared_intermediate;
   const int own = own_expert_end(p) - own_expert_begin(p);
   if (w < 2 * own) {
     const int e = own_expert_begin(p) + w / 2, first = kTileRows * (p.tile_offsets[e] - own_tile_begin(p)),
@@ -287,8 +301,41 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
           &TensorMaps::dh, &TensorMaps::xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H)};
     return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I)};
   }
-  if (w == 2 * own) return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, 0, N, p.d_shared_w1};
-  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, 0, N, p.d_shared_w2};
+  const TokenRows& s = p.shared_tokens;
+  const int first = int(s.chain_begin - s.begin), rows = int(s.end - s.chain_begin);
+  const int relay_tile = across_gpus(p) ? (w == 2 * own ? 0 : int(shared_grad_tiles(p.c, 0))) : -1;
+  if (w == 2 * own)
+    return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, first, rows, p.d_shared_w1, relay_tile};
+  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, first, rows, p.d_shared_w2, relay_tile};
+}
+
+// A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer: stored,
+// or added to what it holds (Params::accumulate), in fp32 or bf16 (Params::grads_bf16).
+__device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& p, const WeightGrad& wg, int m0, int n0,
+                                                  Warpgroup consumer, const float (&acc)[kAccumulators]) {
+  const int columns = min(kTileN, wg.n - n0);
+  const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
+  if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
+    const auto row_dst = [&](int r) -> bf16* {
+      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + element(r, 0) : nullptr;
+    };
+    if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
+    return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
+  }
+  // fp32: the pairs' addresses from the tile's first element (int offsets: fewer live registers than
+  // long elements, which the accumulation's batch of 16 held pairs spilled).
+  float* tile = static_cast<float*>(wg.out) + element(0, 0);
+  const int rows = wg.m - m0, n = wg.n;
+  if (p.accumulate)
+    return accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
+      return row < rows && col < columns ? reinterpret_cast<float2*>(tile + row * n + col) : nullptr;
+    });
+  for_each_pair(
+      consumer, acc,
+      [&](int row, int col, float v0, float v1) {
+        if (row < rows) *reinterpret_cast<float2*>(tile + row * n + col) = {v0, v1};
+      },
+      columns);
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take
@@ -312,7 +359,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
   __shared__ int first_tile[kMostGrads + 1], order[kMostGrads];
   static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) <= kMaxSmemPerBlock,
                 "the block's dynamic and static shared memory");
-  const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() ? 2 : 0);
+  // Across GPUs the shared expert's are relayed_chains_kernel's.
+  const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() && !across_gpus(p) ? 2 : 0);
   for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w] = weight_grad(p, w).k_rows;
   __syncthreads();
   order_longest_first(first_tile, grads, order);
@@ -332,34 +380,58 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       [&](long t, TileLoad& l) {
         const int i = tiles.place(t);
         wg = weight_grad(p, order[i]);
-        t -= tiles.first[i];
-        const int col_tiles = ceil_div(wg.n, kTileN);
-        m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
+        wg.origin(t - tiles.first[i], m0, n0);
         const int k_blocks = ceil_div(wg.k_rows, kBox);
         l = TileLoad{&(p.maps.*wg.a), &(p.maps.*wg.b), m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, k_blocks};
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        const int columns = min(kTileN, wg.n - n0);
-        const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
-        if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
-          const auto row_dst = [&](int r) -> bf16* {
-            return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + element(r, 0) : nullptr;
-          };
-          if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
-          return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
+        store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
+      });
+}
+
+// Across GPUs, the shared expert's weight gradients (ChainRelay), dW1_s's tiles then dW2_s's. The chains:
+// this GPU's K-steps continue the previous GPU's partials (the first GPU's start at zero) and go on to
+// the next GPU, or from the last GPU, as the results, to every other GPU (it stores them too). kResults
+// (every GPU but the last, after that): the last GPU's results, stored by a tile phase without
+// K-blocks, so that the stores are weight_grads' own.
+template <bool kResults>
+__device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
+  const int own = own_expert_end(p) - own_expert_begin(p);
+  const long dw1_tiles = shared_grad_tiles(p.c, 0);
+  const ChainRelay& r = p.relay;
+  WeightGrad wg;
+  long t_in_grad = 0;
+  int m0 = 0, n0 = 0;
+  gemm_tiles<kTN>(
+      pipe, dw1_tiles + shared_grad_tiles(p.c, 1), p.barrier, kWeightGrad,
+      [&](long t, TileLoad& l) {
+        const bool dw2 = t >= dw1_tiles;
+        wg = weight_grad(p, 2 * own + dw2);
+        t_in_grad = t - (dw2 ? dw1_tiles : 0);
+        wg.origin(t_in_grad, m0, n0);
+        const int k_blocks = kResults ? 0 : ceil_div(wg.k_rows, kBox);
+        l = TileLoad{&(p.maps.*wg.a), &(p.maps.*wg.b), m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, k_blocks};
+        return true;
+      },
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        if (!kResults) {
+          const RelayTargets to = relay_targets(p.barrier, r);
+          const long unit = wg.relay_unit(t_in_grad, consumer);
+          for (int j = to.first; j < to.end; ++j) store_half_tile(r, j, unit, acc);
+          relay_raise(r, to, unit, threadIdx.x % kWarpgroupThreads == 0, [&] { warpgroup_sync(consumer); });
+          if (to.value != r.result) return;
         }
-        float* out = static_cast<float*>(wg.out);
-        if (p.accumulate)
-          return accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
-            return m0 + row < wg.m && col < columns ? reinterpret_cast<float2*>(out + element(row, col)) : nullptr;
-          });
-        for_each_pair(
-            consumer, acc,
-            [&](int row, int col, float v0, float v1) {
-              if (m0 + row < wg.m) *reinterpret_cast<float2*>(out + element(row, col)) = {v0, v1};
-            },
-            columns);
+        store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
+      },
+      [&](long, Warpgroup consumer, float(&acc)[kAccumulators]) {
+        const int me = p.barrier.peers.me;
+        const long unit = wg.relay_unit(t_in_grad, consumer);
+        if (kResults)
+          relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad);
+        else if (me > 0)
+          relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
+        load_half_tile(r, unit, !kResults && me == 0, acc);
       });
 }
 
@@ -385,11 +457,12 @@ __device__ void shared_down_grad_bf16(Pipeline& pipe, const Params& p) {
                   [&](long g, int col, float g0, float g1) { shared_dh_words(p, g * 2 * Is + col, g0, g1); });
 }
 
-// The fp8 mode's: g_s = dyq W2_s^T (every token's dy quantized, shared_dyq; W2_s's transposed copy
+// The fp8 mode's: g_s = dyq W2_s^T (dy of the shared expert's tokens quantized, shared_dyq; W2_s's transposed copy
 // [Is, H]), dh_s as in bf16, and dh_s quantized for shared dx (shared_dhq): a tile's 128-column half of
 // g_s gives one 1 x 128 block of dh_s's gate half and one of its up half (quantize_block_columns).
 __device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate;
+  const long N = p.shared_tokens.rows();
+  const int Is = p.c.shared_intermediate;
   constexpr int kHalf = kAccumulators / 2;  // a 128-column half's accumulators: kHalf h ..
   const auto epilogue = [&](long first, int tile_n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
     const int valid = int(min(long(kTileRows), N - first));
@@ -423,23 +496,57 @@ __device__ void router_grad(const Params& p) {
     const RankBuffers& rb = p.rank[token_rank(p, int(g))];
     router_scores(p.c, p.logits + own_token_row(p, g) * E, scores);
     router_backward(p.c, scores, p.topk_idx + g * k, rb.d_topk_w + long(token_local(p, int(g))) * k, d_scores,
-                    p.d_logits + g * E);
+                    p.d_logits + own_token_row(p, g) * E);
   }
 }
 
-// dWr[e, h] of every expert over every token (each GPU computes all of it, from the same gathered d logits
-// and x in the same chain order: every GPU holds the same bits, no all-reduce), and dx = slots + shared +
-// router share for this GPU's tokens.
-__device__ void router_weight_grad_and_combine(const Params& p) {
-  const int N = p.c.tokens(), E = p.c.experts, H = p.c.hidden;
-  if (has_router(p))
-    for (long i = thread_id(); i < long(E) * H; i += thread_count()) {
-      const int e = int(i / H), col = int(i % H);
-      const float d = fma_chain(
-          N, [&](int g) { return p.d_logits[long(g) * E + e]; },
-          [&](int g) { return to_float(p.x[long(g) * H + col]); });
-      p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
-    }
+// dWr[e, h] = the chain over every token, in token order, of d logits[g, e] x[g, h], from `from` over
+// this GPU's tokens (one GPU: all of them).
+__device__ __forceinline__ float router_weight_chain(const Params& p, long i, float from) {
+  const int E = p.c.experts, H = p.c.hidden, e = int(i / H), col = int(i % H);
+  return fma_chain(
+      int(own_token_end(p) - own_token_begin(p)), [&](int t) { return p.d_logits[long(t) * E + e]; },
+      [&](int t) { return to_float(p.x[long(t) * H + col]); }, from);
+}
+__device__ __forceinline__ void store_router_grad(const Params& p, long i, float d) {
+  p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
+}
+
+// Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chunk of kRouterChunk elements per
+// block at a time: the previous GPU's partials continued over this GPU's tokens and handed on; the
+// last GPU's are the gradient, which it stores and hands to every other GPU.
+__device__ void relay_router_weight_grad(const Params& p) {
+  const ChainRelay& r = p.relay;
+  const int me = p.barrier.peers.me;
+  const long n = long(p.c.experts) * p.c.hidden, chunks = relay_sizes(p.c).router_chunks;
+  const RelayTargets to = relay_targets(p.barrier, r);
+  for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
+    float from = 0.0f;
+    if (me > 0 && relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad) && i < n)
+      from = __ldcg(router_relay(r.in, p.c) + i);
+    const float d = i < n ? router_weight_chain(p, i, from) : 0.0f;
+    if (i < n)
+      for (int j = to.first; j < to.end; ++j) router_relay(r.out[j], p.c)[i] = d;
+    relay_raise(r, to, unit, threadIdx.x == 0, [] { __syncthreads(); });
+    if (to.value == r.result && i < n) store_router_grad(p, i, d);
+  }
+}
+
+// Across GPUs, every GPU but the last: dWr from the last GPU's results.
+__device__ void router_weight_grad_results(const Params& p) {
+  const ChainRelay& r = p.relay;
+  const long n = long(p.c.experts) * p.c.hidden, chunks = relay_sizes(p.c).router_chunks;
+  for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
+    if (relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad) && i < n)
+      store_router_grad(p, i, __ldcg(router_relay(r.in, p.c) + i));
+  }
+}
+
+// dx = slots + shared + router share for this GPU's tokens.
+__device__ void combine_dx(const Params& p) {
+  const int E = p.c.experts, H = p.c.hidden;
   combine_tokens(
       p, [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); },
       [&](const RankBuffers&, long, int j, bf16 v, float acc) {
@@ -448,13 +555,14 @@ __device__ void router_weight_grad_and_combine(const Params& p) {
       },
       [&](long i, int g, const float(&acc)[8]) {
         Bf16x8 dx;
+        const float* d_logits = p.d_logits + own_token_row(p, g) * E;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const long col = i % (H / 8) * 8 + c;
-          const float router = has_router(p) ? fma_chain(
-                                                   E, [&](int e) { return p.d_logits[long(g) * E + e]; },
-                                                   [&](int e) { return p.router_w[e * H + col]; })
-                                             : 0.0f;
+          const float router =
+              has_router(p) ? fma_chain(
+                                  E, [&](int e) { return d_logits[e]; }, [&](int e) { return p.router_w[e * H + col]; })
+                            : 0.0f;
           dx.e[c] = combine_dx_round(acc[c], router);
         }
         reinterpret_cast<Bf16x8*>(p.dx)[own_vector(p, i)] = dx;
@@ -468,8 +576,7 @@ __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
   Pipeline pipe = pipeline_init();
-  // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them;
-  // then the shared expert reads every token's dy and x, the router-weight gradient every token's x.
+  // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;
   // The workspace's one-cycle bound (from the saved tile table, the same on every GPU): where dh lies
   // over the ring, a second cycle would overwrite it. Every block of every GPU leaves here alike.
@@ -478,17 +585,19 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (blockIdx.x == 0 && threadIdx.x == 0) record_error(b, kRingCycles, kStart, 0, cycles);
     return;
   }
-  if (across_gpus(p) && p.c.has_shared()) gather_token_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
-  if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
-    gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  if (p.c.has_shared()) {  // the shared expert's last K-step may reach the next GPU's first tokens
+    gather_next_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
+    gather_next_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  }
   index_tiles(p);
   if constexpr (kFp8) {
     if (p.recompute) quantize_own_xe(p);
-    // Every token's dy for the shared expert's g_s (after the cycles), read from the source ranks'
-    // buffers: p.dy's gathered rows land in this phase.
+    // dy of the shared expert's tokens for its g_s (after the cycles), read from their ranks' buffers:
+    // p.dy's gathered rows land in this phase.
     if (p.c.has_shared())
-      quantize_token_rows(p, p.shared_dyq, [&](long g) {
-        return p.rank[token_rank(p, int(g))].dy + long(token_local(p, int(g))) * p.c.hidden;
+      quantize_token_rows(p, p.shared_dyq, [&](long r) {
+        const int g = int(p.shared_tokens.begin + r);
+        return p.rank[token_rank(p, g)].dy + long(token_local(p, g)) * p.c.hidden;
       });
   }
   if (!grid_sync(b, kTileTable, 0)) return;
@@ -517,10 +626,6 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
-  if (!peer_sync(b, kRouterGrad, 0)) return;
-  // The router-weight gradient's chains run over every token's d logits.
-  if (across_gpus(p) && has_router(p))
-    gather_token_values(p, p.d_logits, p.c.experts, [&](int r) { return p.rank[r].d_logits; });
   weight_grads(pipe, p);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
   const int Is = p.c.shared_intermediate, H = p.c.hidden;
@@ -532,7 +637,14 @@ __device__ __forceinline__ void backward(const Params& p) {
       token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * Is, H, p.shared_y, kWeightGrad);
   }
   if (!grid_sync(b, kWeightGrad, 0)) return;
-  router_weight_grad_and_combine(p);
+  // The router-weight gradient (and across GPUs the results of the relayed chains, waited for last).
+  if (has_router(p) && !across_gpus(p))
+    for (long i = thread_id(); i < long(p.c.experts) * H; i += thread_count())
+      store_router_grad(p, i, router_weight_chain(p, i, 0.0f));
+  if (has_router(p) && across_gpus(p)) relay_router_weight_grad(p);
+  combine_dx(p);
+  if (!across_gpus(p) || p.barrier.peers.me == p.barrier.peers.gpus - 1) return;
+  if (has_router(p)) router_weight_grad_results(p);
 }
 
 }  // namespace
@@ -540,6 +652,16 @@ __device__ __forceinline__ void backward(const Params& p) {
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) { backward<false>(p); }
 __global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_constant__ Params p) {
   backward<true>(p);
+}
+
+// Across GPUs, after the backward kernel, which leaves them out: the shared expert's weight gradients,
+// whose chains run GPU after GPU (relayed_shared_weight_grads). A kernel of their own: in the backward
+// kernel, their tile phase (a chain continued from loaded accumulators) raised its register pressure
+// and spilled in the other phases' epilogues.
+__global__ void __launch_bounds__(kThreads, 1) relayed_chains_kernel(const __grid_constant__ Params p) {
+  Pipeline pipe = pipeline_init();
+  relayed_shared_weight_grads<false>(pipe, p);
+  if (p.barrier.peers.me < p.barrier.peers.gpus - 1) relayed_shared_weight_grads<true>(pipe, p);
 }
 
 }  // namespace mok::gpu

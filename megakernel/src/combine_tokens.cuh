@@ -44,9 +44,10 @@ __device__ __forceinline__ long own_vector(const Params& p, long i) {
   return i - own_token_begin(p) * (p.c.hidden / 8);
 }
 
-// The 8 columns' starting sums: the shared expert's vector i of `shared` ([N, H] bf16), or +0.
+// The 8 columns' starting sums: the shared expert's vector i of `shared` ([S, H] bf16 from this GPU's
+// first token, Params::shared_tokens), or +0.
 __device__ __forceinline__ void start_from_shared(const Params& p, const bf16* shared, long i, float (&acc)[8]) {
-  const Bf16x8 s = p.c.has_shared() ? reinterpret_cast<const Bf16x8*>(shared)[i] : Bf16x8{};
+  const Bf16x8 s = p.c.has_shared() ? reinterpret_cast<const Bf16x8*>(shared)[own_vector(p, i)] : Bf16x8{};
 #pragma unroll
   for (int col = 0; col < 8; ++col) acc[col] = to_float(s.e[col]);
 }

@@ -1,11 +1,12 @@
 // Where the ranks' shared buffers live, and how a call's tensors reach them (docs/multi-gpu.md):
 //   simulated: every rank on this GPU; the kernels read and write the caller's tensors directly, and
 //     the (token, slot) buffers are in the workspace;
-//   windows:   ranks over several GPUs (or colocated shares of one); each GPU's window holds
-//     global-size [N, ...] views of x, dy and the routing (its own ranks' slices are its) and its own
-//     tokens' pushed (token, slot) rows, which its peers reach over NVLink. The caller's per-token tensors hold this
-//     GPU's tokens only: a call copies them into its slice of the window before the launch and its results out after it
-//     (stream-ordered), since the peers can reach only the window.
+//   windows:   ranks over several GPUs (or colocated shares of one); each GPU's window holds x and dy of
+//     its shared expert's tokens (its own first, then the next GPU's few: Params::x), global-size
+//     [N, ...] views of the routing (its own ranks' slices are its), its own tokens' pushed (token, slot)
+//     rows and the chains' relay (ChainRelay), which its peers reach over NVLink. The caller's per-token
+//     tensors hold this GPU's tokens only: a call copies them into the window before the launch and its
+//     results out after it (stream-ordered), since the peers can reach only the window.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,6 +40,8 @@ class Exchange {
   // The barrier across GPUs and the abort words of launch number `launches` (its counter: `count`,
   // in the workspace).
   PeerSync peer_sync(unsigned long long launches, unsigned int* count) const;
+  // The chains' relay of launch number `launches` (empty when not windowed).
+  ChainRelay relay(unsigned long long launches) const;
 
   // Points p's rank table and global views at this call's buffers (slots: the workspace's (token, slot)
   // buffers, unused when windowed) and copies this GPU's inputs in where windowed.
@@ -47,23 +50,27 @@ class Exchange {
   void after_forward(cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& out) const;
   void bind_backward(Params& p, cudaStream_t stream, const ForwardInputs& in, const ForwardOutputs& fwd,
                      const TensorView& dy, const GradOutputs& grads, uint8_t* slots) const;
-  void after_backward(cudaStream_t stream, const ForwardInputs& in, const GradOutputs& grads) const;
+  void after_backward(cudaStream_t stream, const GradOutputs& grads) const;
 
  private:
-  // The window's sections: global-size views, but for the (token, slot) rows, which only their
-  // tokens' owner reads (its own ranks' slices: 1/G of the size); then the flag words of the barrier
-  // across GPUs and the abort word (params.cuh, PeerSync).
+  // The window's sections: x and dy of the shared expert's tokens; global-size views of the routing and
+  // d topk_w; the (token, slot) rows, which only their tokens' owner reads (its own ranks' slices: 1/G
+  // of the size); the flag words of the barrier across GPUs and the abort word (params.cuh, PeerSync);
+  // the relay's partial sums and flags (ChainRelay).
   struct WindowLayout {
-    size_t x, dy, topk_idx, topk_w, slots, d_topk_w, d_logits, flags, abort, bytes;
+    size_t x, dy, topk_idx, topk_w, slots, d_topk_w, flags, abort, relay, relay_flags, relay_zeros, bytes;
   };
   static WindowLayout window_layout(const LayerConfig& c, int gpus);
 
   RankBuffers rank_buffers(int r) const;  // windowed: rank r's slice of its owner's window
   void bind_window(Params& p) const;
   // A per-token tensor's rows of this GPU's tokens: from the caller's tensor (which holds only them)
-  // into this GPU's slice of a global view of the window, and back.
-  void copy_in(cudaStream_t stream, void* view, const TensorView& local, size_t bytes_per_token) const;
+  // into this GPU's slice of a global view of the window (or the start of a view of its own tokens,
+  // first_token 0), and back.
+  void copy_in(cudaStream_t stream, void* view, const TensorView& local, size_t bytes_per_token,
+               size_t first_token) const;
   void copy_out(cudaStream_t stream, const TensorView& local, const void* view, size_t bytes_per_token) const;
+  size_t own_first_token() const { return gpu_ * own_tokens(); }
   size_t own_tokens() const { return size_t(c_.tokens()) / gpus_; }
 
   LayerConfig c_{};

@@ -28,7 +28,7 @@ __device__ void router_logits(const Params& p) {
   for (long i = own_token_begin(p) * E + thread_id(); i < own_token_end(p) * E; i += thread_count()) {
     const long g = i / E;
     const int e = int(i % E);
-    const bf16* x = p.x + g * H;
+    const bf16* x = p.x + own_token_row(p, g) * H;
     const float* w = p.router_w + long(e) * H;
     const float logit = fma_chain(
         H, [&](int h) { return to_float(x[h]); }, [&](int h) { return w[h]; });
@@ -152,14 +152,19 @@ __device__ void zero_saved_gaps(const Params& p) {
   for (long i = s.tail + thread_id(); i < s.end; i += thread_count()) s.base[i] = 0;
 }
 
-// Padded rows past this GPU's last expert's tiles: no tile writes them, so they are zeroed here and
-// the saved buffer holds the same bytes run to run (D1) also where nothing reads it.
+// Padded rows past this GPU's last expert's tiles, and the shared expert's rows past its last token:
+// no tile writes them, so they are zeroed here and the saved buffer holds the same bytes run to run
+// (D1) also where nothing reads it.
 __device__ void zero_unused_rows(const Params& p) {
-  const int H = p.c.hidden, I = p.c.intermediate;
+  const int H = p.c.hidden, I = p.c.intermediate, Is = p.c.shared_intermediate;
   for (long row = own_tile_rows(p) + warp_id(); row < p.padded_rows; row += warp_count()) {
     copy_row(p.xe + row * H, nullptr, H);
     copy_row(p.h + row * 2 * I, nullptr, 2 * I);
     copy_row(p.a + row * I, nullptr, I);
+  }
+  for (long row = p.shared_tokens.rows() + warp_id(); row < p.shared_capacity; row += warp_count()) {
+    copy_row(p.shared_h + row * 2 * Is, nullptr, 2 * Is);
+    copy_row(p.shared_a + row * Is, nullptr, Is);
   }
 }
 
@@ -180,16 +185,16 @@ __device__ void pull_x(const Params& p, int cycle) {
   });
 }
 
-// The fp8 mode's A of the shared expert's GEMM1: every token's x, quantized.
+// The fp8 mode's A of the shared expert's GEMM1: x of its tokens, quantized.
 __device__ void quantize_shared_x(const Params& p) {
-  quantize_token_rows(p, p.shared_xq, [&](long g) { return p.x + g * p.c.hidden; });
+  quantize_token_rows(p, p.shared_xq, [&](long r) { return p.x + r * p.c.hidden; });
 }
 
-// The shared expert's GEMM1 + SwiGLU over all tokens (E4M3 operands in the fp8 mode, kFp8): tiles of
-// 128 tokens x 128 intermediate columns.
+// The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; E4M3 operands in the fp8
+// mode, kFp8): tiles of 128 tokens x 128 intermediate columns.
 template <bool kFp8>
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
-  const int N = p.c.tokens(), Is = p.c.shared_intermediate, H = p.c.hidden;
+  const int N = int(p.shared_tokens.rows()), Is = p.c.shared_intermediate, H = p.c.hidden;
   const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
   gemm_tiles<kNT, kFp8>(
       pipe, tiles.count(), p.barrier, kLayoutPlace,
@@ -208,7 +213,7 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
       });
 }
 
-// The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over all tokens.
+// The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over its tokens.
 template <bool kFp8>
 __device__ void shared_down(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate, H = p.c.hidden;
@@ -265,9 +270,8 @@ __device__ __forceinline__ void forward(const Params& p) {
   zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;
-  // Across GPUs the shared expert and the router's weight gradient read every token's x.
-  if (across_gpus(p) && (has_router(p) || p.c.has_shared()))
-    gather_token_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  // Across GPUs the shared expert's last K-step may reach the next GPU's first tokens.
+  if (p.c.has_shared()) gather_next_rows(p, p.x, [&](int r) { return p.rank[r].x; });
   if (p.routing != RoutingMode::router) {
     if (across_gpus(p)) {  // each GPU copied in its tokens' routing; every GPU checks and lays out all
       gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });

@@ -1,5 +1,5 @@
-// Across GPUs: the gathers that fill this GPU's global-order views of per-token buffers with the
-// other GPUs' tokens, read from their ranks' buffers (peer pointers in Params::rank).
+// Across GPUs: the gathers that fill this GPU's views of per-token buffers with other GPUs' tokens,
+// read from their ranks' buffers (peer pointers in Params::rank).
 #pragma once
 
 #include "row_copy.cuh"
@@ -7,18 +7,19 @@
 
 namespace mok::gpu {
 
-// The other GPUs' tokens' rows of a per-token [N, H] buffer, copied from their ranks' buffers
-// (`source(rank)`) into this GPU's global view.
+// The following GPUs' first tokens that this GPU's shared expert computes too (its last K-step reaches
+// them: Params::shared_tokens), copied from their ranks' buffers (`source(rank)`) into this GPU's view of a
+// per-token [S, H] buffer (row 0: its first token). One GPU: none.
 template <class Source>
-__device__ void gather_token_rows(const Params& p, bf16* view, Source source) {
+__device__ void gather_next_rows(const Params& p, bf16* view, Source source) {
   const int H = p.c.hidden;
-  for (long g = warp_id(); g < p.c.tokens(); g += warp_count()) {
-    const int r = token_rank(p, int(g));
-    if (!executes(p, r)) copy_row(view + g * H, source(r) + long(token_local(p, int(g))) * H, H);
-  }
+  for (long g = own_token_end(p) + warp_id(); g < p.shared_tokens.end; g += warp_count())
+    copy_row(view + (g - p.shared_tokens.begin) * H, source(token_rank(p, int(g))) + long(token_local(p, int(g))) * H,
+             H);
 }
 
-// The same for a small per-token [N, width] buffer, element by element.
+// The other GPUs' tokens' values of a small per-token [N, width] buffer, element by element, into this
+// GPU's global view of it.
 template <class T, class Source>
 __device__ void gather_token_values(const Params& p, T* view, int width, Source source) {
   const long per_rank = long(p.c.tokens_per_rank) * width;

@@ -1,5 +1,5 @@
 // GEMM phases over the schedule's tiles: the ring phases (this cycle's expert tiles) and the token
-// phases (the shared expert over every token), with their tile loads.
+// phases (the shared expert over its tokens, Params::shared_tokens), with their tile loads.
 #pragma once
 
 #include "epilogue_store.cuh"
@@ -59,14 +59,14 @@ __device__ __forceinline__ TileLoad b_as_stored(const CUtensorMap& ma, const CUt
   return TileLoad{&ma, &mb, a_row, {b_col, b_col + kTileN / 2}, 0, b_k, k / kBox};
 }
 
-// A GEMM phase over every token's rows (the shared expert's GEMMs): C = a b^T (kM = kNT: B map [n, k];
-// in fp8, E4M3 operands with `scales`) or C = a b (kM = kNN: B map [k, n]), A map [N, k], n columns;
-// epilogue(first, n0, consumer, acc) consumes a consumer's finished half tile of tokens first..,
-// columns n0.. .
+// A GEMM phase over the shared expert's token rows (Params::shared_tokens, from its first: row r is its
+// token begin + r): C = a b^T (kM = kNT: B map [n, k]; in fp8, E4M3 operands with `scales`) or C = a b
+// (kM = kNN: B map [k, n]), A map [rows, k], n columns; epilogue(first, n0, consumer, acc) consumes a
+// consumer's finished half tile of rows first.., columns n0.. .
 template <Majors kM, bool kFp8 = false, class Epilogue>
 __device__ void token_tiles_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k,
                                  int n, int phase, Epilogue epilogue, OperandScales scales = {}) {
-  const TokenTiles tiles{p.c.tokens(), ceil_div(n, kTileN), kTileN};
+  const TokenTiles tiles{int(p.shared_tokens.rows()), ceil_div(n, kTileN), kTileN};
   gemm_tiles<kM, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
@@ -79,12 +79,12 @@ __device__ void token_tiles_gemm(Pipeline& pipe, const Params& p, const CUtensor
       });
 }
 
-// token_tiles_gemm with the accumulators of token g, columns col and col + 1 (< n), going to
-// store(g, col, c0, c1).
+// token_tiles_gemm with the accumulators of row r, columns col and col + 1 (< n), going to
+// store(r, col, c0, c1).
 template <Majors kM, bool kFp8 = false, class Store>
 __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
                            int phase, Store store, OperandScales scales = {}) {
-  const int N = p.c.tokens();
+  const long N = p.shared_tokens.rows();
   token_tiles_gemm<kM, kFp8>(
       pipe, p, a, b, k, n, phase,
       [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -98,12 +98,12 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
       scales);
 }
 
-// out[g, :] = bf16(a[g, :] b^T) (or b, kNN) for every token g: out [N, n], through the staging rows
+// out[r, :] = bf16(a[r, :] b^T) (or b, kNN) for every row r: out [rows, n], through the staging rows
 // (store_rows_bf16; n is H here, a multiple of 64).
 template <Majors kM, bool kFp8 = false>
 __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
                                        int k, int n, bf16* out, int phase, OperandScales scales = {}) {
-  const long N = p.c.tokens();
+  const long N = p.shared_tokens.rows();
   token_tiles_gemm<kM, kFp8>(
       pipe, p, a, b, k, n, phase,
       [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {

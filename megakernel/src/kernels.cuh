@@ -14,5 +14,7 @@ __global__ void forward_kernel(const __grid_constant__ Params p);
 __global__ void forward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's forward
 __global__ void backward_kernel(const __grid_constant__ Params p);
 __global__ void backward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's backward
+// Across GPUs with a shared expert, after the backward: its weight gradients' relayed chains.
+__global__ void relayed_chains_kernel(const __grid_constant__ Params p);
 
 }  // namespace mok::gpu

@@ -53,7 +53,7 @@ int resident_blocks(int asked, int shares) {
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   for (const void* kernel : {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_kernel,
-                             (const void*)backward_fp8_kernel}) {
+                             (const void*)backward_fp8_kernel, (const void*)relayed_chains_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -157,7 +157,7 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
 // The fp8 backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized
 // per ring row (dhq: written with dh by the per-row phase, read by that cycle's dx push) lies over the
 // ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (shared_dh's
-// lifetime) after shared_dh; every token's dy quantized (shared_dyq: from the tile-table phase to the
+// lifetime) after shared_dh; the shared expert's tokens' dy quantized (shared_dyq: from the tile-table phase to the
 // shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and not read
 // in the backward. Without recompute and with the weights given, they all start over the forward's xq,
 // aq and shared_aq, which such a backward does not read (shared_xq comes before them).
@@ -201,14 +201,15 @@ Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_
 Fp8Section activation_section(Sections& sections, size_t rows, size_t cols) {
   return fp8_section(sections, rows, cols, (rows + kFp8Block - 1) / kFp8Block * kFp8Block);
 }
-Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P) {
-  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+// S: the shared expert's rows (shared_rows_capacity).
+Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, size_t S) {
+  const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
   Fp8Sections s;
   // shared_xq first: the backward's shared_dyq, live where the rest are dead.
-  s.shared_xq = activation_section(sections, N, Is ? H : 0);
+  s.shared_xq = activation_section(sections, S, Is ? H : 0);
   s.xq = activation_section(sections, P, H);
   s.aq = activation_section(sections, P, I);
-  s.shared_aq = activation_section(sections, N, Is);
+  s.shared_aq = activation_section(sections, S, Is);
   return s;
 }
 // The weights' (one GPU's experts and the shared expert), each as W and as W^T: exponents per
@@ -244,7 +245,7 @@ Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
-  const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows);
+  const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows), S = shared_rows_capacity(c, launch.gpus);
   const size_t dh = P * 2 * I * 2;  // h and dh: [P, 2I] bf16
   WorkspaceLayout l{};
   Sections sections(kSectionAlign);
@@ -252,7 +253,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
-  l.shared_y = sections.take(c.has_shared() ? N * H * 2 : 0);     // read only with a shared expert
+  l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
@@ -260,7 +261,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const bool fp8 = c.precision == Precision::fp8;
   const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
   if (fp8) {
-    l.fp8 = fp8_sections(sections, c, P);
+    l.fp8 = fp8_sections(sections, c, P, S);
     l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8w.forward_bytes);
   }
   l.forward_bytes = sections.bytes();
@@ -289,9 +290,9 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
   l.dye = late_base + late.take(P * H * 2);
-  l.shared_dh = late_base + late.take(N * 2 * Is * 2);
+  l.shared_dh = late_base + late.take(S * 2 * Is * 2);
   if (fp8) {
-    l.shared_dhq = offset_by(late_base, activation_section(late, N, 2 * Is));
+    l.shared_dhq = offset_by(late_base, activation_section(late, S, 2 * Is));
     l.shared_dyq = l.fp8.shared_xq;
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
@@ -365,6 +366,7 @@ struct Layer::Impl {
   }
 
   RowShare row_share() const { return RowShare{launch.gpus, gpu, launch.capacity_rows}; }
+  long shared_capacity() const { return shared_rows_capacity(c, launch.gpus); }
   long own_padded() const { return own_padded_rows(c, launch.gpus, launch.capacity_rows); }
 
   // ---- argument checks ----
@@ -448,6 +450,9 @@ struct Layer::Impl {
     p.rank_begin = rank_begin, p.rank_end = rank_end;
     p.gpus = launch.gpus;
     p.padded_rows = own_padded();
+    p.shared_tokens = shared_token_rows(c, launch.gpus, gpu);
+    p.shared_capacity = shared_capacity();
+    p.relay = exchange.relay(launches);
     auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
     p.barrier = GridBarrier{words,
                             words + 1,
@@ -460,7 +465,7 @@ struct Layer::Impl {
     p.expert_bias = ptr<float>(w.expert_bias);
     p.logits = ptr<float>(out.logits);
     uint8_t* s = ptr<uint8_t>(out.saved);
-    const long end = long(saved.shared_a) + long(c.tokens()) * c.shared_intermediate * long(sizeof(bf16));
+    const long end = long(saved.shared_a) + shared_capacity() * c.shared_intermediate * long(sizeof(bf16));
     p.saved_gaps = SavedGaps{s, long(saved.xe), end, long(saved.bytes)};
     p.offsets = reinterpret_cast<int32_t*>(s + saved.offsets);
     p.tile_offsets = reinterpret_cast<int32_t*>(s + saved.tile_offsets);
@@ -506,8 +511,8 @@ struct Layer::Impl {
 
   // quantized: the fp8 mode's quantized weights (quantized_weights), unused in bf16.
   void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* quantized) {
-    const long N = c.tokens(), H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
-    const long P = own_padded();
+    const long H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
+    const long P = own_padded(), S = p.shared_tokens.rows();  // the shared expert's maps end at its last token
     TensorMaps& maps = p.maps;
     int slot = 0;  // the maps in a fixed order, each with its slot in the cache
     const auto encode = [&](CUtensorMap& out, const void* base, long rows, long cols) {
@@ -521,13 +526,13 @@ struct Layer::Impl {
     encode(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
     encode(maps.dye, p.dye, p.dye ? P : 0, H);
     encode(maps.xe, p.xe, P, H);
-    encode(maps.x, p.x, N, H);
-    encode(maps.dy, p.dy, p.dy ? N : 0, H);
+    encode(maps.x, p.x, S, H);
+    encode(maps.dy, p.dy, p.dy ? S : 0, H);
     // Without a shared expert (Is = 0) its maps are empty.
     encode(maps.shared_w1, w.shared_w1.data, 2 * Is, H);
     encode(maps.shared_w2, w.shared_w2.data, H, Is);
-    encode(maps.shared_a, p.shared_a, N, Is);
-    encode(maps.shared_dh, p.shared_dh, p.shared_dh ? N : 0, 2 * Is);
+    encode(maps.shared_a, p.shared_a, S, Is);
+    encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
     if (c.precision != Precision::fp8) return;
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);
@@ -537,16 +542,16 @@ struct Layer::Impl {
     e4m3(maps.aq, p.aq.values, P, I);
     e4m3(maps.w1q, weights(fp8w.w1), E * 2 * I, H);
     e4m3(maps.w2q, weights(fp8w.w2), E * H, I);
-    e4m3(maps.shared_xq, p.shared_xq.values, Is ? N : 0, H);
-    e4m3(maps.shared_aq, p.shared_aq.values, N, Is);
+    e4m3(maps.shared_xq, p.shared_xq.values, Is ? S : 0, H);
+    e4m3(maps.shared_aq, p.shared_aq.values, S, Is);
     e4m3(maps.shared_w1q, weights(fp8w.shared_w1), 2 * Is, H);
     e4m3(maps.shared_w2q, weights(fp8w.shared_w2), H, Is);
     // The backward's: null in the forward, whose workspace holds no transposed weights either.
     const bool backward = pass == Pass::backward;
     e4m3(maps.ringq, p.ringq.values, p.ringq.values ? long(rank_end - rank_begin) * launch.ring_rows : 0, H);
     e4m3(maps.dhq, p.dhq.values, p.dhq.values ? long(rank_end - rank_begin) * launch.ring_rows : 0, 2 * I);
-    e4m3(maps.shared_dyq, p.shared_dyq.values, p.shared_dyq.values && Is ? N : 0, H);
-    e4m3(maps.shared_dhq, p.shared_dhq.values, p.shared_dhq.values ? N : 0, 2 * Is);
+    e4m3(maps.shared_dyq, p.shared_dyq.values, p.shared_dyq.values && Is ? S : 0, H);
+    e4m3(maps.shared_dhq, p.shared_dhq.values, p.shared_dhq.values ? S : 0, 2 * Is);
     e4m3(maps.w2tq, weights(fp8w.w2t), backward ? E * I : 0, H);
     e4m3(maps.w1tq, weights(fp8w.w1t), backward ? E * H : 0, 2 * I);
     e4m3(maps.shared_w2tq, weights(fp8w.shared_w2t), backward ? Is : 0, H);
@@ -620,6 +625,10 @@ struct Layer::Impl {
     else if (e.code == kBarrierTimeout)
       m = "mok: watchdog: block " + std::to_string(e.detail) + where + " waited more than " + secs +
           " s at the grid barrier after phase '" + phase_name(e.phase) + "', ring cycle " + std::to_string(e.cycle);
+    else if (e.code == kRelayTimeout)
+      m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
+          std::to_string(e.detail) + "'s partial sums of the chains over every token in phase '" + phase_name(e.phase) +
+          "'";
     else if (e.code == kPeerTimeout)
       m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
           std::to_string(e.detail) + " at the barrier across GPUs after phase '" + phase_name(e.phase) + "'";
@@ -769,7 +778,11 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   // Both copies: recompute mode's GEMM1 reads W1 as the forward does.
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, true);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_fp8_kernel : backward_kernel), stream, p);
-  m.exchange.after_backward(stream, in, grads);
+  // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
+  // own (backward.cu, relayed_chains_kernel).
+  if (m.launch.gpus > 1 && m.c.has_shared())
+    m.launch_kernel(reinterpret_cast<const void*>(relayed_chains_kernel), stream, p);
+  m.exchange.after_backward(stream, grads);
   m.finish_call();
 }
 

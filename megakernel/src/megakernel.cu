@@ -272,8 +272,18 @@ Forward Megakernel::read_forward() const {
     f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
     f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
   }
-  f.shared_h = gpu0.shared_h;  // every GPU ran the shared expert on every token
-  f.shared_a = gpu0.shared_a;
+  // The shared expert's rows of each GPU's own tokens (it computed a few of the next GPU's too).
+  const size_t T = m.c.tokens() / m.launch.gpus, Is = m.c.shared_intermediate;
+  const auto own_token_rows = [&](std::vector<bf16> Forward::*field, size_t width) {
+    std::vector<bf16> rows = gpu0.*field;
+    for (size_t g = 1; g < per_gpu_saved.size(); ++g) {
+      const auto first = (per_gpu_saved[g].*field).begin() + long(g * T * width);
+      std::copy(first, first + long(T * width), rows.begin() + long(g * T * width));
+    }
+    return rows;
+  };
+  f.shared_h = own_token_rows(&Forward::shared_h, 2 * Is);
+  f.shared_a = own_token_rows(&Forward::shared_a, Is);
   return f;
 }
 
@@ -310,19 +320,21 @@ Gradients Megakernel::read_gradients() const {
     append(gr.d_topk_w, s.grad.d_topk_w.download<float>());
     append(gr.d_w1, s.grad.d_w1.download<float>());  // the shares' experts, in order
     append(gr.d_w2, s.grad.d_w2.download<float>());
+    // The gradients every GPU holds whole (the last GPU's results of the chains over every token,
+    // handed to the others): the same bits on every GPU.
+    const auto whole = [&](std::vector<float> Gradients::*field, const DeviceTensor& t, const char* name) {
+      const std::vector<float> mine = t.download<float>();
+      if (s.index == 0)
+        gr.*field = mine;
+      else if (!same_bits(mine, gr.*field))
+        fail_internal("GPU " + std::to_string(s.index) + " holds another " + name + " than GPU 0");
+    };
+    whole(&Gradients::d_shared_w1, s.grad.d_shared_w1, "d_shared_w1");
+    whole(&Gradients::d_shared_w2, s.grad.d_shared_w2, "d_shared_w2");
     if (!router) continue;
     append(gr.d_logits, s.grad.d_logits.download<float>());
-    // Every GPU computed the whole router-weight gradient, from the same inputs in the same order.
-    const std::vector<float> d_router = s.grad.d_router.download<float>();
-    if (s.index == 0)
-      gr.d_router = d_router;
-    else if (!same_bits(d_router, gr.d_router))
-      fail_internal("GPU " + std::to_string(s.index) + " computed another router-weight gradient than GPU 0");
+    whole(&Gradients::d_router, s.grad.d_router, "router-weight gradient");
   }
-  const GpuShare& s = m.gpus[0];  // every GPU computed the shared expert's gradients from every token
-  s.use();
-  gr.d_shared_w1 = s.grad.d_shared_w1.download<float>();
-  gr.d_shared_w2 = s.grad.d_shared_w2.download<float>();
   return gr;
 }
 

@@ -7,6 +7,7 @@
 #include "mok/core/config.h"
 #include "mok/core/fp8.h"
 #include "mok/core/layer_io.h"
+#include "mok/core/saved_layout.h"
 
 namespace mok::gpu {
 
@@ -22,7 +23,6 @@ struct RankBuffers {
   const float* topk_w;      // [T, k]
   bf16* slots;              // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
   float* d_topk_w;          // [T, k]    expert ranks push d topk_w here
-  const float* d_logits;    // [T, E]  gathered by every GPU (the router-weight gradient)
 };
 
 // The barrier across GPUs: GPU i's window holds flag word j = the last barrier GPU j reached. A
@@ -41,6 +41,25 @@ struct PeerSync {
   unsigned int* count;                  // barriers passed in this launch (block 0's counter)
 };
 
+// Across GPUs, the chains that run over every token in token order (the shared expert's weight
+// gradients, the router's): GPU g continues GPU g-1's partial sums over its own tokens and hands them to
+// GPU g+1; the last GPU's sums are the gradients, which it hands to every GPU (docs/multi-gpu.md, "The
+// shared expert and the router across GPUs"). A unit of work (a shared-gradient tile's consumer half,
+// a chunk of the router gradient's elements) is handed over with a flag: this launch's `partial` or
+// `result` value (epoch-based, so flags only grow and are never reset).
+struct ChainRelay {
+  float* in;               // this GPU's window: the partials it continues, then the results
+  const float* zeros;      // a half tile of zeros (the first GPU's chains start from it)
+  unsigned int* in_flags;  // one per unit
+  float* out[kMaxGpus];    // every GPU's `in`, as this GPU reaches it
+  unsigned int* out_flags[kMaxGpus];
+  unsigned int partial, result;  // this launch's flag values
+};
+// The relay's units: each shared-gradient tile's two consumer halves of fp32 accumulators (in the
+// fragment layout: each thread's own, 16 bytes at a time), then the router gradient's chunks of
+// kRouterChunk elements.
+inline constexpr int kRouterChunk = 384;
+
 // Where the watchdog or an input check stopped a kernel.
 struct KernelError {
   int code;  // 0: none; see ErrorCode
@@ -54,11 +73,12 @@ enum ErrorCode : int {
   kBarrierTimeout = 1,
   kLogitOverflow = 2,
   kPipelineTimeout = 3,
-  kPeerTimeout = 4,  // detail: the GPU that did not arrive
-  kBadRouting = 5,   // detail: the token whose given routing is out of range, repeated or not finite
-  kPeerAborted = 6,  // detail: the GPU whose launch stopped on an error (its abort mark)
-  kCapacity = 7,     // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
-  kRingCycles = 8,   // detail: the ring cycles the backward needs where its workspace allows one
+  kPeerTimeout = 4,   // detail: the GPU that did not arrive
+  kBadRouting = 5,    // detail: the token whose given routing is out of range, repeated or not finite
+  kPeerAborted = 6,   // detail: the GPU whose launch stopped on an error (its abort mark)
+  kCapacity = 7,      // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
+  kRingCycles = 8,    // detail: the ring cycles the backward needs where its workspace allows one
+  kRelayTimeout = 9,  // detail: the GPU whose partial sums did not come (ChainRelay)
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
@@ -166,11 +186,14 @@ struct Params {
   const float* router_w;     // [E, H]
   const float* expert_bias;  // [E] or null
 
-  // Global-order views of the per-rank buffers (rank r's slice starts at r * T): the caller's tensors
-  // with simulated ranks (one GPU: global and local are one), else this GPU's window. This GPU's
-  // ranks' slices are theirs; across GPUs the others' are gathered where a phase needs them.
-  bf16* x;   // [N, H]
-  bf16* dy;  // [N, H]
+  // x and dy of this GPU's shared_tokens (row 0: its first token): the caller's tensors with simulated
+  // ranks (one GPU: every token), else this GPU's window, its own tokens' rows copied in and the few
+  // that follow them gathered (a shared expert's last K-step).
+  bf16* x;                  // [S, H]
+  bf16* dy;                 // [S, H]
+  TokenRows shared_tokens;  // the shared expert's tokens on this GPU (mok/core/saved_layout.h)
+  long shared_capacity;     // rows of its sections, S (shared_rows_capacity)
+  ChainRelay relay;         // across GPUs
 
   // Routing and dispatch layout. logits is the caller's: this GPU's tokens only (own_token_row).
   float* logits;      // [N/G, E]
@@ -205,28 +228,28 @@ struct Params {
   // last row reads it; those columns are never stored); an activation's has whole 128-row tiles.
   Fp8Matrix xq;         // [P, H]  xe, quantized by the pull
   Fp8Matrix aq;         // [P, I]  a, quantized by GEMM1's epilogue
-  Fp8Matrix shared_xq;  // [N, H]  every token's x (the shared expert's GEMM1)
-  Fp8Matrix shared_aq;  // [N, Is]
+  Fp8Matrix shared_xq;  // [S, H]  x of shared_tokens (the shared expert's GEMM1)
+  Fp8Matrix shared_aq;  // [S, Is]
   const int32_t *w1_exp, *w2_exp, *shared_w1_exp, *shared_w2_exp;
   // The fp8 backward's (backward_fp8_kernel): dy and dh quantized where they are made, and the tables of
   // the weights' transposed copies (W^T's 128 x 128 blocks by W^T's block rows).
   Fp8Matrix ringq;       // [R/G ring_rows, H]   dy of the ring rows, quantized by the pull (the bf16 ring's place)
   Fp8Matrix dhq;         // [R/G ring_rows, 2I]  dh per ring row, quantized by the per-row phase
-  Fp8Matrix shared_dyq;  // [N, H]   every token's dy
-  Fp8Matrix shared_dhq;  // [N, 2Is]
+  Fp8Matrix shared_dyq;  // [S, H]   dy of shared_tokens
+  Fp8Matrix shared_dhq;  // [S, 2Is]
   const int32_t *w1t_exp, *w2t_exp, *shared_w1t_exp, *shared_w2t_exp;
 
-  // Shared expert, per token.
-  bf16* shared_h;   // [N, 2Is]
-  bf16* shared_a;   // [N, Is]
-  bf16* shared_y;   // [N, H]  (forward) / shared dx (backward)
-  bf16* shared_dh;  // [N, 2Is]
+  // Shared expert, per token of shared_tokens (row 0: its first).
+  bf16* shared_h;   // [S, 2Is]
+  bf16* shared_a;   // [S, Is]
+  bf16* shared_y;   // [S, H]  (forward) / shared dx (backward)
+  bf16* shared_dh;  // [S, 2Is]
 
   // Outputs: the caller's tensors, this GPU's tokens and experts (own_token_row, own_expert), but
-  // d_logits (a global view) and d_router (every expert's, on every GPU).
+  // d_router and the shared expert's (whole, the same bits on every GPU).
   bf16* y;            // [N/G, H]
   bf16* dx;           // [N/G, H]
-  float* d_logits;    // [N, E] global view
+  float* d_logits;    // [N/G, E]
   float* d_router;    // [E, H]
   void* d_w1;         // [E/G, 2I, H] fp32 or bf16 (grads_bf16)
   void* d_w2;         // [E/G, H, I]

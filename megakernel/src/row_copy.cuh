@@ -109,16 +109,17 @@ __device__ void quantize_rows(const Fp8Matrix& q, long rows, int h, Row row) {
   for (long r = warp_id(); r < rows; r += warp_count()) quantize_row(q.row(r, h), nullptr, row(r), h);
 }
 
-// Every token's row of an [N, H] bf16 input quantized into q (the fp8 mode's A of a shared-expert GEMM
-// over all tokens): row(g) is token g's; the scale exponents of the padding rows past the last token
-// (its last token tile reads them) zero.
+// The rows of the shared expert's tokens (Params::shared_tokens) of an [S, H] bf16 input quantized into
+// q (the fp8 mode's A of a shared-expert GEMM): row(r) is its token r's (from its first); the scale
+// exponents of the padding rows past the last (its last token tile reads them) zero.
 template <class Row>
 __device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row) {
-  const int H = p.c.hidden, N = p.c.tokens();
-  quantize_rows(q, N, H, row);
+  const int H = p.c.hidden;
+  const long rows = p.shared_tokens.rows();
+  quantize_rows(q, rows, H, row);
   static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
-  const long blocks = H / kFp8Block, tail = (ceil_div(N, kTileRows) * kTileRows - N) * blocks;
-  for (long i = thread_id(); i < tail; i += thread_count()) q.exps[N * blocks + i] = 0;
+  const long blocks = H / kFp8Block, tail = (long(ceil_div(int(rows), kTileRows)) * kTileRows - rows) * blocks;
+  for (long i = thread_id(); i < tail; i += thread_count()) q.exps[rows * blocks + i] = 0;
 }
 
 }  // namespace mok::gpu

@@ -243,16 +243,14 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   return warpgroup_all(consumer, healthy);
 }
 
-// One tile's chain on this consumer warpgroup's 64 rows. One stage's wgmma group stays in flight
-// while the next is issued (the accumulators' K-steps still run in issue order); a stage is released
-// once the group reading it has completed. After a failed wait the loop runs on without waiting (its
-// results are void: the launch reports the error), so no exit leaves a group in flight, and the
-// verdict is the warpgroup's, so no thread leaves its warpgroup behind in a wgmma.
+// One tile's chain on this consumer warpgroup's 64 rows, continued from acc's values. One stage's wgmma group stays in
+// flight while the next is issued (the accumulators' K-steps still run in issue order); a stage is released once the
+// group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
+// launch reports the error), so no exit leaves a group in flight, and the verdict is the warpgroup's, so no thread
+// leaves its warpgroup behind in a wgmma.
 template <Majors kM>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup consumer, float (&acc)[kAccumulators],
                                const GridBarrier& b, int phase) {
-#pragma unroll
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   uint32_t previous = 0;
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
@@ -281,15 +279,23 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
 __device__ __forceinline__ void block_sync() { ptx::barrier_sync<int(NamedBarrier::block), kThreads>(); }
 
 // Runs tiles [0, tiles) of one phase over the persistent blocks. job(t, load) fills the tile's
-// operands (false: nothing to do); epilogue(t, consumer, acc) consumes a consumer's finished half
-// tile; the job and the epilogue of one tile run back to back in each thread. kM: the operands'
-// majorness.
+// operands (false: nothing to do); start(t, consumer, acc) sets a consumer's accumulators before its
+// chain (bf16 operands; zeros by default: the fp8 chain always starts from zeros); epilogue(t,
+// consumer, acc) consumes a consumer's finished half tile; the job, the start and the epilogue of one
+// tile run back to back in each thread. kM: the operands' majorness.
 // Registers move through the block's pool in a fixed order, each move behind a block barrier: the
 // producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
 // producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
 // consumers got them, and the block would wait forever in setmaxnreg and __syncthreads.)
-template <Majors kM, bool kFp8 = false, class Job, class Epilogue>
-__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue) {
+struct ZeroStart {
+  __device__ void operator()(long, Warpgroup, float (&acc)[kAccumulators]) const {
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  }
+};
+template <Majors kM, bool kFp8 = false, class Job, class Epilogue, class Start = ZeroStart>
+__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
+                           Start start = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
@@ -319,6 +325,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       if constexpr (kFp8) {
         if (!consume_fp8(pipe, l, consumer, acc, b, phase)) break;
       } else {
+        start(t, consumer, acc);
         if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
       }
       epilogue(t, consumer, acc);

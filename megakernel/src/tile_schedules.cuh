@@ -48,7 +48,7 @@ struct OwnTiles {
   }
 };
 
-// The output tiles of a phase over every token (the shared expert's GEMMs): kTileRows tokens x `width`
+// The output tiles of a phase over the shared expert's tokens (its GEMMs): kTileRows tokens x `width`
 // columns, column tile fastest.
 struct TokenTiles {
   int tokens, col_tiles, width;

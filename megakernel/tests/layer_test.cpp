@@ -536,11 +536,12 @@ size_t fp8_section_bytes(size_t rows, size_t cols, size_t exp_rows) {
   return aligned_section(rows * cols) + aligned_section(exp_rows * (cols / 128) * 4);
 }
 // The forward's E4M3 activations a backward given the weights, without recompute, lies over: xq, aq
-// and shared_aq, their tables in whole 128-row tiles; P the GPU's padded rows.
-size_t fp8_activation_bytes(const LayerConfig& c, size_t P) {
-  const size_t N = c.tokens(), tiles_P = (P + 127) / 128 * 128, tiles_N = (N + 127) / 128 * 128;
+// and shared_aq, their tables in whole 128-row tiles; P the GPU's padded rows, S its shared expert's
+// (shared_rows_capacity).
+size_t fp8_activation_bytes(const LayerConfig& c, size_t P, size_t S) {
+  const size_t tiles_P = (P + 127) / 128 * 128, tiles_S = (S + 127) / 128 * 128;
   return fp8_section_bytes(P, c.hidden, tiles_P) + fp8_section_bytes(P, c.intermediate, tiles_P) +
-         fp8_section_bytes(N, c.shared_intermediate, tiles_N);
+         fp8_section_bytes(S, c.shared_intermediate, tiles_S);
 }
 
 // What a forward in mode router writes.
@@ -597,7 +598,7 @@ TEST_F(LayerApi, Fp8WeightsQuantizedOnceGiveTheBitsOfTheForwardThatQuantizes) {
   // The backward's both, and without recompute the given backward's own sections lie over the forward's
   // E4M3 activations too.
   EXPECT_EQ(quantizing.workspace_bytes(Pass::backward) - given.workspace_bytes(Pass::backward),
-            bytes + fp8_activation_bytes(p.config, own_padded_rows(p.config, 1, 0)));
+            bytes + fp8_activation_bytes(p.config, own_padded_rows(p.config, 1, 0), p.config.tokens()));
 
   Bound self(quantizing, p, RoutingMode::router);
   const auto forward = [&](Layer& layer, Bound& b, const TensorView& fp8_weights) {
@@ -835,11 +836,13 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   for (const SectionCase& t : cases) {
     SCOPED_TRACE(t.name);
     const LayerConfig& c = t.c;
-    const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    // A GPU's shared expert's rows: its tokens and the next GPU's up to the next 16-row step.
+    const size_t S = shared_rows_capacity(c, t.launch.gpus);
     const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
                  rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
     const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
-    const size_t dye = aligned(P * H * 2), shared_dh = aligned(N * 2 * Is * 2);
+    const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
     const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
     const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
     const size_t own = t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late) : dh + std::max(ring + g, past_h);
@@ -853,10 +856,10 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // Host only: the fp8 backward's own sections by lifetime (docs/architecture.md, "The backward's
 // buffers"): the weights' transposed copies first (unless the caller's); the ring quantized (values
 // and a scale exponent per 1 x 128 block) in the bf16 ring's place; dh quantized per ring row over the
-// ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; every token's dy
-// quantized in the forward's shared_xq section (no bytes of its own). Without recompute and with the
-// weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are
-// the backward's own). Computed here from that rule.
+// ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; the shared
+// expert's tokens' dy quantized in the forward's shared_xq section (no bytes of its own). Without recompute and with
+// the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
+// own). Computed here from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
@@ -884,7 +887,8 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   for (const SectionCase& t : cases) {
     SCOPED_TRACE(t.name);
     const LayerConfig& c = t.c;
-    const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, E = c.experts;
+    const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, E = c.experts;
+    const size_t S = shared_rows_capacity(c, t.launch.gpus);  // a GPU's shared expert's rows
     const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
                  rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
     // A weight's table has one block row more.
@@ -893,11 +897,11 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     const size_t transposed =
         t.launch.fp8_weights_given ? 0 : weight(Eg * H, 2 * I) + weight(Eg * I, H) + weight(H, 2 * Is) + weight(Is, H);
     const size_t ringq = fp8(rows, H, rows), dhq = fp8(rows, 2 * I, rows), g = aligned(rows * I * 4);
-    const size_t dh = aligned(P * 2 * I * 2), dye = aligned(P * H * 2), shared_dh = aligned(N * 2 * Is * 2);
-    const size_t late = dye + shared_dh + fp8(N, 2 * Is, (N + 127) / 128 * 128);
+    const size_t dh = aligned(P * 2 * I * 2), dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
+    const size_t late = dye + shared_dh + fp8(S, 2 * Is, (S + 127) / 128 * 128);
     const size_t own = transposed + (t.one_cycle ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
                                                  : dh + std::max(std::max(ringq, dhq) + g, late));
-    const size_t dead = t.launch.fp8_weights_given && !t.launch.recompute ? fp8_activation_bytes(c, P) : 0;
+    const size_t dead = t.launch.fp8_weights_given && !t.launch.recompute ? fp8_activation_bytes(c, P, S) : 0;
     const LayerMemory m = layer_memory(c, t.launch);
     EXPECT_EQ(m.workspace_backward - m.workspace_forward, own - dead);
   }

@@ -183,12 +183,16 @@ Problem on_ranks(Problem p, int R) {
 }
 
 // Issue 17 on one GPU: G = 2 and 4 colocated shares (each Layer holding its tokens and its experts,
-// windows in device memory, barriers across shares) give the bits of the same ranks simulated on one
-// GPU, for every case of the list (a case whose ranks do not split over G runs as the same batch on G
-// ranks where its tokens and experts split) and the rank-count problem at R = 8.
+// windows in device memory, barriers across shares, the chains over every token relayed share after
+// share) give the bits of the same ranks simulated on one GPU, for every case of the list (a case whose ranks do not
+// split over G runs as the same batch on G ranks where its tokens and experts split) and the rank-count problem at R
+// = 8.
 TEST_F(Gpu, ColocatedSameBitsAsSimulatedRanks) {
   std::vector<Case> all = cases();
   all.push_back({"zipf_R8", small(8, 8, 16, 4), RoutingKind::zipf});
+  // A shared expert over 4 tokens per rank: on 4 shares the first holds every K-step of its chains
+  // (it also computes the other shares' tokens), the others hand its sums on unchanged.
+  all.push_back({"shared_4_tokens_per_rank", with_every_branch(small(4, 4, 8, 2)), RoutingKind::router});
   for (const Case& cs : all) {
     const Problem p = make_problem(cs.config, 23, cs.kind);
     const GpuRun want = run_gpu(p);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mok/core/config.h"
+#include "mok/core/kstep.h"
 #include "mok/core/layer_io.h"
 
 namespace mok {
@@ -40,6 +41,35 @@ MOK_HD long own_padded_rows(const LayerConfig& c, int gpus, long capacity_rows) 
 
 // Rows of one GPU's padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
 MOK_HD long padded_rows(const LayerConfig& c) { return own_padded_rows(c, 1, 0); }
+
+// The shared expert's tokens on GPU `gpu` of `gpus` (docs/multi-gpu.md, "The shared expert and the
+// router across GPUs"): the GPU computes it for its own tokens [begin, begin + N/G) and for the next
+// GPU's first tokens up to `end`, where its last 16-row K-step reaches them; its weight-gradient
+// chains take the whole K-steps that start in its tokens, rows [chain_begin, end), so that the GPUs'
+// pieces, continued one after another, are the one-GPU chain over every token (K-steps from token 0).
+// One GPU: every token.
+struct TokenRows {
+  long begin, chain_begin, end;
+  MOK_HD long rows() const { return end - begin; }
+};
+MOK_HD TokenRows shared_token_rows(const LayerConfig& c, int gpus, int gpu) {
+  const long N = c.tokens(), T = N / gpus;
+  const auto step_start = [&](long t) {
+    const long up = (t + kStepK - 1) / kStepK * kStepK;
+    return up < N ? up : N;
+  };
+  return TokenRows{gpu * T, step_start(gpu * T), step_start((gpu + 1) * T)};
+}
+// Rows of every GPU's per-token shared-expert sections (and of its views of x and dy): the most
+// shared_token_rows gives over the GPUs, N/G + 15 at most.
+MOK_HD long shared_rows_capacity(const LayerConfig& c, int gpus) {
+  long most = 0;
+  for (int g = 0; g < gpus; ++g) {
+    const long rows = shared_token_rows(c, gpus, g).rows();
+    most = rows > most ? rows : most;
+  }
+  return most;
+}
 
 // Whose rows a saved buffer holds: GPU `gpu`'s of `gpus`, for `capacity_rows` (own_padded_rows).
 struct RowShare {
@@ -68,16 +98,18 @@ class Sections {
 struct SavedLayout {
   size_t offsets, tile_offsets, row_source, slot_row;  // int32 [E + 1], [E + 1], [N k], [N k]
   size_t xe, h, a;                                     // bf16 [P, H], [P, 2I], [P, I]
-  size_t shared_h, shared_a;                           // bf16 [N, 2Is], [N, Is]
+  size_t shared_h, shared_a;                           // bf16 [S, 2Is], [S, Is]
   size_t bytes;
 };
 
 // recompute: h and a take no bytes (their offsets are where they would start). P, the per-row
 // sections' rows (own_padded_rows of the GPU's share), is a multiple of 128, so their sections are
-// whole 256-byte units and the buffer is exactly 6 P I bytes smaller.
+// whole 256-byte units and the buffer is exactly 6 P I bytes smaller. S, the shared expert's rows:
+// shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's own are zero).
 inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = own_padded_rows(c, share.gpus, share.capacity_rows);
+  const size_t S = shared_rows_capacity(c, share.gpus);
   SavedLayout l{};
   Sections sections(256);
   l.offsets = sections.take((E + 1) * 4);
@@ -87,8 +119,8 @@ inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, Ro
   l.xe = sections.take(P * H * 2);
   l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
   l.a = sections.take(recompute ? 0 : P * I * 2);
-  l.shared_h = sections.take(N * 2 * Is * 2);
-  l.shared_a = sections.take(N * Is * 2);
+  l.shared_h = sections.take(S * 2 * Is * 2);
+  l.shared_a = sections.take(S * Is * 2);
   l.bytes = sections.bytes();
   return l;
 }
@@ -165,7 +197,8 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
 
 // The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
 // one of recompute mode holds no h and a, and its Forward has none (as the reference's in that mode).
-// A GPU's share over several holds h and a of its own experts' rows only (the others' stay zero).
+// A GPU's share over several holds h and a of its own experts' rows only, and the shared expert's h and
+// a of its shared_token_rows only (the others' stay zero).
 inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false,
                             const RowShare& share = {}) {
   using namespace saved_detail;
@@ -189,8 +222,11 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
       std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
     });
   }
-  f.shared_h = get<bf16>(saved, s.shared_h, N * 2 * Is);
-  f.shared_a = get<bf16>(saved, s.shared_a, N * Is);
+  const TokenRows shared = shared_token_rows(c, share.gpus, share.gpu);
+  f.shared_h.resize(N * 2 * Is);
+  f.shared_a.resize(N * Is);
+  std::memcpy(f.shared_h.data() + shared.begin * 2 * Is, saved.data() + s.shared_h, shared.rows() * 2 * Is * 2);
+  std::memcpy(f.shared_a.data() + shared.begin * Is, saved.data() + s.shared_a, shared.rows() * Is * 2);
   return f;
 }
 
