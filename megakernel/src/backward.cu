@@ -403,6 +403,7 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
   WeightGrad wg;
   long t_in_grad = 0;
   int m0 = 0, n0 = 0;
+  bool waited = true;  // this thread's wait for the unit's sums ended with them (relay_wait)
   gemm_tiles<kTN>(
       pipe, dw1_tiles + shared_grad_tiles(p.c, 1), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
@@ -416,6 +417,9 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         if (!kResults) {
+          // After an error (this GPU's, or a peer's abort) no sums go on: the next GPU then meets the
+          // abort mark in its wait instead of void sums under a raised flag.
+          if (!warpgroup_all(consumer, waited && !error_recorded(p.barrier))) return;
           const RelayTargets to = relay_targets(p.barrier, r);
           const long unit = wg.relay_unit(t_in_grad, consumer);
           for (int j = to.first; j < to.end; ++j) store_half_tile(r, j, unit, acc);
@@ -428,9 +432,10 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
         const int me = p.barrier.peers.me;
         const long unit = wg.relay_unit(t_in_grad, consumer);
         if (kResults)
-          relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad);
+          waited = relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad);
         else if (me > 0)
-          relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
+          waited = relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
+        __syncwarp();  // the warp's lanes meet again after their waits, before the aligned wgmma
         load_half_tile(r, unit, !kResults && me == 0, acc);
       });
 }
@@ -522,9 +527,10 @@ __device__ void relay_router_weight_grad(const Params& p) {
   const RelayTargets to = relay_targets(p.barrier, r);
   for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
-    float from = 0.0f;
-    if (me > 0 && relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad) && i < n)
-      from = __ldcg(router_relay(r.in, p.c) + i);
+    const bool waited = me == 0 || relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
+    // After an error no sums go on (as relayed_shared_weight_grads'); the verdict is the block's.
+    if (!__syncthreads_and(waited && !error_recorded(p.barrier))) return;
+    const float from = me > 0 && i < n ? __ldcg(router_relay(r.in, p.c) + i) : 0.0f;
     const float d = i < n ? router_weight_chain(p, i, from) : 0.0f;
     if (i < n)
       for (int j = to.first; j < to.end; ++j) router_relay(r.out[j], p.c)[i] = d;
@@ -659,6 +665,9 @@ __global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_
 // kernel, their tile phase (a chain continued from loaded accumulators) raised its register pressure
 // and spilled in the other phases' epilogues.
 __global__ void __launch_bounds__(kThreads, 1) relayed_chains_kernel(const __grid_constant__ Params p) {
+  // After the backward stopped on an error (or a peer's abort) nothing is relayed: the peers meet the
+  // abort mark in their waits.
+  if (__syncthreads_or(error_recorded(p.barrier))) return;
   Pipeline pipe = pipeline_init();
   relayed_shared_weight_grads<false>(pipe, p);
   if (p.barrier.peers.me < p.barrier.peers.gpus - 1) relayed_shared_weight_grads<true>(pipe, p);

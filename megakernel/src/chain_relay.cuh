@@ -39,7 +39,8 @@ __device__ __forceinline__ long router_unit(const LayerConfig& c, long chunk) {
 
 // Waits until this GPU's flag of `unit` reaches `value` (every waiting thread acquires it itself). A
 // peer's abort ends the wait at once; the watchdog names the GPU that did not hand over (kRelayTimeout).
-// False: the launch stops on an error (what follows computes void values, which the launch discards).
+// False: the launch stops on an error; what follows computes void values, which the launch discards and
+// the callers hand on to no GPU.
 __device__ __forceinline__ bool relay_wait(const GridBarrier& b, const ChainRelay& r, long unit, unsigned int value,
                                            int from, int phase) {
   const long long start = ptx::global_timer_ns();

@@ -86,7 +86,7 @@ RankBuffers Exchange::rank_buffers(int r) const {
       at_offset<bf16>(base, at_.slots) + local * T * k * H, at_offset<float>(base, at_.d_topk_w) + r * T * k};
 }
 
-// Windowed: the global views are this GPU's window (its own ranks through the same address as the
+// Windowed: the views are this GPU's window (its own ranks through the same address as the
 // views: the window's peer mapping is another address of the same bytes, and a launch that wrote
 // through one must not read through the other).
 void Exchange::bind_window(Params& p) const {

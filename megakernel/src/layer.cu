@@ -627,14 +627,13 @@ struct Layer::Impl {
           " s at the grid barrier after phase '" + phase_name(e.phase) + "', ring cycle " + std::to_string(e.cycle);
     else if (e.code == kRelayTimeout)
       m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
-          std::to_string(e.detail) + "'s partial sums of the chains over every token in phase '" + phase_name(e.phase) +
-          "'";
+          std::to_string(e.detail) + "'s sums of the chains over every token in phase '" + phase_name(e.phase) + "'";
     else if (e.code == kPeerTimeout)
       m = "mok: watchdog: GPU " + std::to_string(gpu) + " waited more than " + secs + " s for GPU " +
           std::to_string(e.detail) + " at the barrier across GPUs after phase '" + phase_name(e.phase) + "'";
     else  // kPeerAborted: the failed GPU's own Layer raises the cause
       m = "mok: GPU " + std::to_string(e.detail) + " stopped on an error (raised by GPU " + std::to_string(e.detail) +
-          "'s Layer); GPU " + std::to_string(gpu) + "'s launch ended at the barrier across GPUs after phase '" +
+          "'s Layer); GPU " + std::to_string(gpu) + "'s launch ended waiting for it after phase '" +
           phase_name(e.phase) + "'";
     return {e.code, m};
   }

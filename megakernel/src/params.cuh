@@ -17,8 +17,8 @@ inline constexpr int kMaxGpus = 8;
 // What one rank exposes to its peers. With simulated ranks these are slices of one allocation;
 // across GPUs (NCCL symmetric windows) the same table holds peer pointers (docs/multi-gpu.md).
 struct RankBuffers {
-  const bf16* x;            // [T, H]  pulled by expert ranks (dispatch)
-  const bf16* dy;           // [T, H]  pulled by expert ranks (reverse combine)
+  const bf16* x;            // [T, H]  pulled by expert ranks (dispatch), a few rows by the previous GPU
+  const bf16* dy;           // [T, H]  pulled by expert ranks (reverse combine), the same few rows
   const int32_t* topk_idx;  // [T, k]  gathered by every GPU (the dispatch layout is global)
   const float* topk_w;      // [T, k]
   bf16* slots;              // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
@@ -37,8 +37,8 @@ struct PeerSync {
   int gpus, me;                         // gpus = 1: no peers (simulated ranks)
   unsigned int* flags[kMaxGpus];        // each GPU's flag words, as this GPU reaches them
   unsigned long long* abort[kMaxGpus];  // each GPU's abort word, as this GPU reaches it
-  unsigned long long epoch;             // 16 x the Layer's launches before this one
-  unsigned int* count;                  // barriers passed in this launch (block 0's counter)
+  unsigned long long epoch;  // 16 x the Layer's launches before this one (relayed_chains_kernel: its backward's)
+  unsigned int* count;       // barriers passed in this launch (block 0's counter)
 };
 
 // Across GPUs, the chains that run over every token in token order (the shared expert's weight

@@ -980,7 +980,7 @@ LayerConfig shared_sigmoid_on_4_ranks() {
 
 // Issue 17 on one GPU: 2 and 4 colocated Layers, each on its share of the tensors (its tokens, its
 // experts), give the reference's bits in every routing mode (a given routing in place, or as inputs:
-// each share's copied into its window), and each computes the whole d_router.
+// each share's copied into its window), and each holds the whole d_router (relayed share after share).
 TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
   const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {

@@ -105,7 +105,8 @@ struct SavedLayout {
 // recompute: h and a take no bytes (their offsets are where they would start). P, the per-row
 // sections' rows (own_padded_rows of the GPU's share), is a multiple of 128, so their sections are
 // whole 256-byte units and the buffer is exactly 6 P I bytes smaller. S, the shared expert's rows:
-// shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's own are zero).
+// shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's shared_token_rows are
+// zero).
 inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = own_padded_rows(c, share.gpus, share.capacity_rows);
@@ -225,8 +226,10 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   const TokenRows shared = shared_token_rows(c, share.gpus, share.gpu);
   f.shared_h.resize(N * 2 * Is);
   f.shared_a.resize(N * Is);
-  std::memcpy(f.shared_h.data() + shared.begin * 2 * Is, saved.data() + s.shared_h, shared.rows() * 2 * Is * 2);
-  std::memcpy(f.shared_a.data() + shared.begin * Is, saved.data() + s.shared_a, shared.rows() * Is * 2);
+  if (Is) {
+    std::memcpy(f.shared_h.data() + shared.begin * 2 * Is, saved.data() + s.shared_h, shared.rows() * 2 * Is * 2);
+    std::memcpy(f.shared_a.data() + shared.begin * Is, saved.data() + s.shared_a, shared.rows() * Is * 2);
+  }
   return f;
 }
 

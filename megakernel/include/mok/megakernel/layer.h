@@ -88,7 +88,7 @@ struct LaunchConfig {
   // The backward recomputes the routed experts' h and a from the saved xe and W1 (the forward's GEMM1
   // + SwiGLU code, the same bits) instead of reading them from `saved`: saved_bytes() is 6 P I bytes
   // smaller (mok/core/saved_layout.h), the workspace that much larger, and the backward runs GEMM1
-  // again. The shared expert's h and a stay saved (N rows, not P). The forward and the backward of
+  // again. The shared expert's h and a stay saved (S rows, not P: saved_layout). The forward and the backward of
   // one step must both run on Layers of the same recompute choice.
   bool recompute = false;
   // Routed rows this GPU's experts can hold: the per-row buffers (saved xe, h, a and the backward's
@@ -163,8 +163,9 @@ struct PhaseTime {
 // its share: x, y, dy, dx, topk_idx, topk_w, logits, d_topk_w, d_logits hold its ranks' N / G tokens
 // (tokens [g N / G, (g + 1) N / G) of the global batch), w1, w2, d_w1, d_w2 its ranks' E / G experts
 // (experts [g E / G, (g + 1) E / G)); router, expert_bias and the shared expert are whole and
-// replicated, and every GPU computes the whole d_router and shared-expert gradients, the same bits on
-// every GPU (no all-reduce is needed). A given or replayed routing is given per GPU, for its tokens.
+// replicated, and every GPU receives the whole d_router and shared-expert gradients, whose chains over
+// every token run GPU after GPU (docs/multi-gpu.md): the same bits on every GPU, those of one GPU (no
+// all-reduce is needed). A given or replayed routing is given per GPU, for its tokens.
 class Layer {
  public:
   // Simulated ranks (peers null), or GPU `gpu` of a peer group from make_peer_group (this process's

@@ -75,7 +75,7 @@ class RankTensors {
 };
 
 // The global results of ranks 0..G-1: per-token and per-expert fields in rank order; the fields every
-// rank computes whole (the layout, d_router, the shared expert's gradients) from rank 0, and each other
+// rank holds whole (the layout, d_router, the shared expert's gradients) from rank 0, and each other
 // rank's that differs from it named in `problems`.
 RankResults assemble(const std::vector<RankResults>& ranks, std::vector<std::string>& problems);
 
