@@ -264,23 +264,20 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
 // MN-major in the tile loads), rows k_first.. of the maps, k_rows of them. The maps are members of
 // p.maps (offsets, not addresses: the producer's per-tile job, at 40 registers, held the eight maps'
 // addresses hoisted out of its loop, spilled them and reloaded them every tile).
-// relay_tile: across GPUs, the shared expert's gradients' first tile among the relay's (ChainRelay),
-// else -1.
 struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
   int m, n, k_first, k_rows;
   void* out;
-  int relay_tile = -1;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
   // Tile t's first row and column.
   __device__ void origin(long t, int& m0, int& n0) const {
     const int col_tiles = ceil_div(n, kTileN);
     m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
   }
-  // Tile t's consumer half's unit of the relay.
-  __device__ long relay_unit(long t, Warpgroup consumer) const {
-    return (relay_tile + t) * kConsumers + consumer_index(consumer);
+  // The operands of the tile at (m0, n0), the first k_blocks K-blocks of its chain.
+  __device__ TileLoad load(const TensorMaps& maps, int m0, int n0, int k_blocks) const {
+    return TileLoad{&(maps.*a), &(maps.*b), m0, {n0, n0 + kTileN / 2}, k_first, k_first, k_blocks};
   }
 };
 
@@ -303,10 +300,8 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
   }
   const TokenRows& s = p.shared_tokens;
   const int first = int(s.chain_begin - s.begin), rows = int(s.end - s.chain_begin);
-  const int relay_tile = across_gpus(p) ? (w == 2 * own ? 0 : int(shared_grad_tiles(p.c, 0))) : -1;
-  if (w == 2 * own)
-    return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, first, rows, p.d_shared_w1, relay_tile};
-  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, first, rows, p.d_shared_w2, relay_tile};
+  if (w == 2 * own) return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, first, rows, p.d_shared_w1};
+  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, first, rows, p.d_shared_w2};
 }
 
 // A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer: stored,
@@ -381,8 +376,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
         const int i = tiles.place(t);
         wg = weight_grad(p, order[i]);
         wg.origin(t - tiles.first[i], m0, n0);
-        const int k_blocks = ceil_div(wg.k_rows, kBox);
-        l = TileLoad{&(p.maps.*wg.a), &(p.maps.*wg.b), m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, k_blocks};
+        l = wg.load(p.maps, m0, n0, ceil_div(wg.k_rows, kBox));
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -390,7 +384,8 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
       });
 }
 
-// Across GPUs, the shared expert's weight gradients (ChainRelay), dW1_s's tiles then dW2_s's. The chains:
+// Across GPUs, the shared expert's weight gradients (ChainRelay), dW1_s's tiles then dW2_s's (tile t's
+// consumer halves are the relay's units 2t and 2t + 1, relay_sizes). The chains:
 // this GPU's K-steps continue the previous GPU's partials (the first GPU's start at zero) and go on to
 // the next GPU, or from the last GPU, as the results, to every other GPU (it stores them too). kResults
 // (every GPU but the last, after that): the last GPU's results, stored by a tile phase without
@@ -401,42 +396,39 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
   const long dw1_tiles = shared_grad_tiles(p.c, 0);
   const ChainRelay& r = p.relay;
   WeightGrad wg;
-  long t_in_grad = 0;
   int m0 = 0, n0 = 0;
   bool waited = true;  // this thread's wait for the unit's sums ended with them (relay_wait)
+  const auto unit = [&](long t, Warpgroup consumer) { return t * kConsumers + consumer_index(consumer); };
   gemm_tiles<kTN>(
       pipe, dw1_tiles + shared_grad_tiles(p.c, 1), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
         const bool dw2 = t >= dw1_tiles;
         wg = weight_grad(p, 2 * own + dw2);
-        t_in_grad = t - (dw2 ? dw1_tiles : 0);
-        wg.origin(t_in_grad, m0, n0);
-        const int k_blocks = kResults ? 0 : ceil_div(wg.k_rows, kBox);
-        l = TileLoad{&(p.maps.*wg.a), &(p.maps.*wg.b), m0, {n0, n0 + kTileN / 2}, wg.k_first, wg.k_first, k_blocks};
+        wg.origin(t - (dw2 ? dw1_tiles : 0), m0, n0);
+        l = wg.load(p.maps, m0, n0, kResults ? 0 : ceil_div(wg.k_rows, kBox));
         return true;
       },
-      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         if (!kResults) {
           // After an error (this GPU's, or a peer's abort) no sums go on: the next GPU then meets the
           // abort mark in its wait instead of void sums under a raised flag.
           if (!warpgroup_all(consumer, waited && !error_recorded(p.barrier))) return;
           const RelayTargets to = relay_targets(p.barrier, r);
-          const long unit = wg.relay_unit(t_in_grad, consumer);
-          for (int j = to.first; j < to.end; ++j) store_half_tile(r, j, unit, acc);
-          relay_raise(r, to, unit, threadIdx.x % kWarpgroupThreads == 0, [&] { warpgroup_sync(consumer); });
+          for (int j = to.first; j < to.end; ++j) store_half_tile(r, j, unit(t, consumer), acc);
+          relay_raise(r, to, unit(t, consumer), threadIdx.x % kWarpgroupThreads == 0,
+                      [&] { warpgroup_sync(consumer); });
           if (to.value != r.result) return;
         }
         store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       },
-      [&](long, Warpgroup consumer, float(&acc)[kAccumulators]) {
+      [&](long t, Warpgroup consumer, float(&acc)[kAccumulators]) {
         const int me = p.barrier.peers.me;
-        const long unit = wg.relay_unit(t_in_grad, consumer);
         if (kResults)
-          waited = relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad);
+          waited = relay_wait(p.barrier, r, unit(t, consumer), r.result, p.barrier.peers.gpus - 1, kWeightGrad);
         else if (me > 0)
-          waited = relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
+          waited = relay_wait(p.barrier, r, unit(t, consumer), r.partial, me - 1, kWeightGrad);
         __syncwarp();  // the warp's lanes meet again after their waits, before the aligned wgmma
-        load_half_tile(r, unit, !kResults && me == 0, acc);
+        load_half_tile(r, unit(t, consumer), !kResults && me == 0, acc);
       });
 }
 
