@@ -510,35 +510,30 @@ __device__ __forceinline__ void store_router_grad(const Params& p, long i, float
 }
 
 // Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chunk of kRouterChunk elements per
-// block at a time: the previous GPU's partials continued over this GPU's tokens and handed on; the
-// last GPU's are the gradient, which it stores and hands to every other GPU.
+// block at a time. kResults false: the previous GPU's partials continued over this GPU's tokens and
+// handed on; the last GPU's are the gradient, which it stores and hands to every other GPU. kResults
+// true (every GPU but the last): the last GPU's results, stored (as relayed_shared_weight_grads').
+template <bool kResults>
 __device__ void relay_router_weight_grad(const Params& p) {
   const ChainRelay& r = p.relay;
-  const int me = p.barrier.peers.me;
+  const int me = p.barrier.peers.me, last = p.barrier.peers.gpus - 1;
   const long n = long(p.c.experts) * p.c.hidden, chunks = relay_sizes(p.c).router_chunks;
   const RelayTargets to = relay_targets(p.barrier, r);
   for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
+    const float* in = router_relay(r.in, p.c) + i;
+    if constexpr (kResults) {
+      if (relay_wait(p.barrier, r, unit, r.result, last, kWeightGrad) && i < n) store_router_grad(p, i, __ldcg(in));
+      continue;
+    }
     const bool waited = me == 0 || relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
     // After an error no sums go on (as relayed_shared_weight_grads'); the verdict is the block's.
     if (!__syncthreads_and(waited && !error_recorded(p.barrier))) return;
-    const float from = me > 0 && i < n ? __ldcg(router_relay(r.in, p.c) + i) : 0.0f;
-    const float d = i < n ? router_weight_chain(p, i, from) : 0.0f;
+    const float d = i < n ? router_weight_chain(p, i, me > 0 ? __ldcg(in) : 0.0f) : 0.0f;
     if (i < n)
       for (int j = to.first; j < to.end; ++j) router_relay(r.out[j], p.c)[i] = d;
     relay_raise(r, to, unit, threadIdx.x == 0, [] { __syncthreads(); });
     if (to.value == r.result && i < n) store_router_grad(p, i, d);
-  }
-}
-
-// Across GPUs, every GPU but the last: dWr from the last GPU's results.
-__device__ void router_weight_grad_results(const Params& p) {
-  const ChainRelay& r = p.relay;
-  const long n = long(p.c.experts) * p.c.hidden, chunks = relay_sizes(p.c).router_chunks;
-  for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
-    if (relay_wait(p.barrier, r, unit, r.result, p.barrier.peers.gpus - 1, kWeightGrad) && i < n)
-      store_router_grad(p, i, __ldcg(router_relay(r.in, p.c) + i));
   }
 }
 
@@ -639,10 +634,10 @@ __device__ __forceinline__ void backward(const Params& p) {
   if (has_router(p) && !across_gpus(p))
     for (long i = thread_id(); i < long(p.c.experts) * H; i += thread_count())
       store_router_grad(p, i, router_weight_chain(p, i, 0.0f));
-  if (has_router(p) && across_gpus(p)) relay_router_weight_grad(p);
+  if (has_router(p) && across_gpus(p)) relay_router_weight_grad<false>(p);
   combine_dx(p);
   if (!across_gpus(p) || p.barrier.peers.me == p.barrier.peers.gpus - 1) return;
-  if (has_router(p)) router_weight_grad_results(p);
+  if (has_router(p)) relay_router_weight_grad<true>(p);
 }
 
 }  // namespace

@@ -354,17 +354,6 @@ TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
   }
 }
 
-// Host only: the verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
-// the reference rejects stays rejected.
-TEST(WholeTileRingRows, RoundsAReferenceRingUpAndRejectsAnInvalidOne) {
-  EXPECT_EQ(whole_tile_ring_rows(16), 128);
-  EXPECT_EQ(whole_tile_ring_rows(256), 256);
-  EXPECT_EQ(whole_tile_ring_rows(272), 384);
-  EXPECT_THROW(whole_tile_ring_rows(24), Error);
-  EXPECT_THROW(whole_tile_ring_rows(0), Error);
-  EXPECT_THROW(whole_tile_ring_rows(-16), Error);
-}
-
 // The fp8 mode's forward (E4M3 GEMMs with block scales, mok/core/fp8_gemm.h) against the reference's,
 // bit for bit: every GEMM phase (routed and shared GEMM1 and GEMM2), H with a last 256-column tile
 // half past its end (640), several 128-column GEMM1 tiles, skewed and one-expert routing.

@@ -1,0 +1,186 @@
+// The megakernel's host arithmetic (no GPU needed, so these run in CI): the workspace's quantized weights'
+// bytes and the backward's sections over one another, computed here from their rules; the ring rows the
+// GPU backends take.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "mok/megakernel/layer.h"
+#include "mok/megakernel/megakernel.h"
+#include "test_configs.h"
+
+namespace mok::gpu {
+namespace {
+
+// The verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
+// the reference rejects stays rejected.
+TEST(WholeTileRingRows, RoundsAReferenceRingUpAndRejectsAnInvalidOne) {
+  EXPECT_EQ(whole_tile_ring_rows(16), 128);
+  EXPECT_EQ(whole_tile_ring_rows(256), 256);
+  EXPECT_EQ(whole_tile_ring_rows(272), 384);
+  EXPECT_THROW(whole_tile_ring_rows(24), Error);
+  EXPECT_THROW(whole_tile_ring_rows(0), Error);
+  EXPECT_THROW(whole_tile_ring_rows(-16), Error);
+}
+
+// fp8_weights_given leaves exactly the quantized weights out of
+// the workspace, whose size is this GPU's E4M3 w1, w2 and shared expert and their scale tables (a
+// block row of padding each, each section 256-byte aligned), as W for the forward and as W^T for the
+// backward (a forward's workspace holds the former only); none in bf16, where the flag is refused. In
+// recompute mode: without it, a backward given the weights also lies over the forward's E4M3
+// activations (Fp8BackwardSectionsShareBytesByLifetime).
+TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
+  const LayerConfig c = fp8_every_branch();
+  for (const int gpus : {1, 2}) {
+    SCOPED_TRACE(std::to_string(gpus) + " GPU(s)");
+    const LaunchConfig launch{
+        .gpus = gpus, .transport = gpus > 1 ? Transport::colocated : Transport::simulated, .recompute = true};
+    LaunchConfig given_launch = launch;
+    given_launch.fp8_weights_given = true;
+    const LayerMemory quantizing = layer_memory(c, launch), given = layer_memory(c, given_launch);
+    const size_t E = c.experts / gpus, H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    const auto aligned = aligned_section;
+    const auto weight = [&](size_t rows, size_t cols) {
+      return rows * cols + aligned((rows / 128 + 1) * (cols / 128) * 4);
+    };
+    const size_t forward = weight(E * 2 * I, H) + weight(E * H, I) + weight(2 * Is, H) + weight(H, Is);
+    const size_t transposed = weight(E * H, 2 * I) + weight(E * I, H) + weight(H, 2 * Is) + weight(Is, H);
+    EXPECT_EQ(quantizing.fp8_weights, forward + transposed);
+    EXPECT_EQ(given.fp8_weights, quantizing.fp8_weights);
+    EXPECT_EQ(quantizing.workspace_forward - given.workspace_forward, forward);
+    EXPECT_EQ(quantizing.workspace_backward - given.workspace_backward, quantizing.fp8_weights);
+    EXPECT_EQ(given.saved, quantizing.saved);
+  }
+  LayerConfig bf16_config = c;
+  bf16_config.precision = Precision::bf16;
+  EXPECT_EQ(layer_memory(bf16_config, {}).fp8_weights, 0u);
+  try {
+    layer_memory(bf16_config, LaunchConfig{.fp8_weights_given = true});
+    ADD_FAILURE() << "fp8_weights_given was accepted in bf16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_weights_given needs precision = fp8"), std::string::npos) << e.what();
+  }
+}
+
+// A case of the backward's section tests: a config and launch, its ring rows per rank, and whether one
+// ring cycle holds every rank's tiles whatever the routing.
+struct SectionCase {
+  const char* name;
+  LayerConfig c;
+  LaunchConfig launch;
+  size_t ring_rows;
+  bool one_cycle;
+};
+
+// The backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
+// buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
+// and in recompute mode with several cycles over the forward's h too (ending its sections); with one
+// ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part tile per
+// expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. The sizes are
+// computed here from that rule, not by the layout's code.
+TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
+  const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));  // N 80, k 3, E 8
+  const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  // One rank: at most N k = 240 rows, 9 tiles; the default ring holds N k rows and a tile per expert (9).
+  // Two ranks: a rank's 4 experts hold at most N min(k, 4) = 240 rows, 5 tiles; the default ring an
+  // average rank's 120 rows (4 tiles). Two GPUs: the same 5 tiles (each GPU's capacity holds 6).
+  // Two GPUs of 400 tokens per rank, a capacity of 128 rows: each GPU's buffers hold 5 tiles, fewer
+  // than a rank's 22 (N min(k, 4) = 2400 rows).
+  LaunchConfig recompute{.ring_rows = 640, .recompute = true}, two_gpus_ring = colocated;
+  two_gpus_ring.ring_rows = 640;
+  LaunchConfig capacity = two_gpus_ring, past_capacity = colocated;
+  capacity.capacity_rows = past_capacity.capacity_rows = 128;
+  past_capacity.ring_rows = 512;
+  const LayerConfig long_ranks = with_every_branch(make_config(2, 400, 128, 64, 8, 3));
+  const SectionCase cases[] = {
+      {"one rank, default ring", one_rank, {}, 1152, true},
+      {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
+      {"two ranks, default ring", two_ranks, {}, 512, false},
+      {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
+      {"two ranks, 4-tile ring", two_ranks, {.ring_rows = 512}, 512, false},
+      {"two ranks, 5-tile ring, recompute", two_ranks, recompute, 640, true},
+      {"two ranks, default ring, recompute", two_ranks, {.recompute = true}, 512, false},
+      {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
+      {"two GPUs, default ring", two_ranks, colocated, 512, false},
+      {"two GPUs, 5-tile ring", two_ranks, two_gpus_ring, 640, true},
+      {"two GPUs, capacity 128, 5-tile ring", long_ranks, capacity, 640, true},
+      {"two GPUs, capacity 128, 4-tile ring", long_ranks, past_capacity, 512, false}};
+  const auto aligned = aligned_section;
+  for (const SectionCase& t : cases) {
+    SCOPED_TRACE(t.name);
+    const LayerConfig& c = t.c;
+    const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
+    // A GPU's shared expert's rows: its tokens and the next GPU's up to the next 16-row step.
+    const size_t S = shared_rows_capacity(c, t.launch.gpus);
+    const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
+                 rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
+    const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
+    const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
+    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
+    const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
+    const size_t own = t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late) : dh + std::max(ring + g, past_h);
+    const LayerMemory m = layer_memory(c, t.launch);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
+    // Each section apart, g per padded row (the layout before): every case holds less.
+    EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
+  }
+}
+
+// The fp8 backward's own sections by lifetime (docs/architecture.md, "The backward's
+// buffers"): the weights' transposed copies first (unless the caller's); the ring quantized (values
+// and a scale exponent per 1 x 128 block) in the bf16 ring's place; dh quantized per ring row over the
+// ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; the shared
+// expert's tokens' dy quantized in the forward's shared_xq section (no bytes of its own). Without recompute and with
+// the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
+// own). Computed here from that rule.
+TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
+  LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
+  one_rank.shared_intermediate = 128;
+  one_rank.precision = Precision::fp8;
+  const LayerConfig two_ranks = fp8_every_branch();  // R 2, T 40
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  const LaunchConfig given{.fp8_weights_given = true};
+  const LaunchConfig given_one_tile{.ring_rows = 128, .fp8_weights_given = true};
+  const LaunchConfig given_recompute{.recompute = true, .fp8_weights_given = true};
+  LaunchConfig colocated_given = colocated;
+  colocated_given.fp8_weights_given = true;
+  const SectionCase cases[] = {
+      {"one rank, default ring", one_rank, {}, 1152, true},
+      {"one rank, default ring, weights given", one_rank, given, 1152, true},
+      {"one rank, one-tile ring, weights given", one_rank, given_one_tile, 128, false},
+      {"one rank, default ring, recompute, weights given", one_rank, given_recompute, 1152, true},
+      {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
+      {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
+      {"two ranks, default ring", two_ranks, {}, 512, false},
+      {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
+      {"two GPUs, default ring", two_ranks, colocated, 512, false},
+      {"two GPUs, default ring, weights given", two_ranks, colocated_given, 512, false}};
+  const auto aligned = aligned_section;
+  const auto fp8 = fp8_section_bytes;
+  for (const SectionCase& t : cases) {
+    SCOPED_TRACE(t.name);
+    const LayerConfig& c = t.c;
+    const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, E = c.experts;
+    const size_t S = shared_rows_capacity(c, t.launch.gpus);  // a GPU's shared expert's rows
+    const size_t P = own_padded_rows(c, t.launch.gpus, t.launch.capacity_rows),
+                 rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
+    // A weight's table has one block row more.
+    const auto weight = [&](size_t r, size_t cols) { return fp8(r, cols, r ? r / 128 + 1 : 0); };
+    const size_t Eg = E / t.launch.gpus;
+    const size_t transposed =
+        t.launch.fp8_weights_given ? 0 : weight(Eg * H, 2 * I) + weight(Eg * I, H) + weight(H, 2 * Is) + weight(Is, H);
+    const size_t ringq = fp8(rows, H, rows), dhq = fp8(rows, 2 * I, rows), g = aligned(rows * I * 4);
+    const size_t dh = aligned(P * 2 * I * 2), dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
+    const size_t late = dye + shared_dh + fp8(S, 2 * Is, (S + 127) / 128 * 128);
+    const size_t own = transposed + (t.one_cycle ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
+                                                 : dh + std::max(std::max(ringq, dhq) + g, late));
+    const size_t dead = t.launch.fp8_weights_given && !t.launch.recompute ? fp8_activation_bytes(c, P, S) : 0;
+    const LayerMemory m = layer_memory(c, t.launch);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own - dead);
+  }
+}
+
+}  // namespace
+}  // namespace mok::gpu
