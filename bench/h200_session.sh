@@ -22,7 +22,13 @@
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings,
 #           $MOK_TORCH_ARGS go to torch_baseline.py (--fp8: its FP8 rows, issue 19)
+#   ab      A/B against a baseline tree $MOK_BASELINE (a directory holding another commit's source, built
+#           here beside this one): per shape in $MOK_SHAPES, runs in the order $MOK_AB_ORDER (default
+#           "B N B N"; B the baseline, N this tree), alternating so that the clock's drift falls on both;
+#           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS, ab.log) or op (bench/op_bench.py
+#           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log)
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
+#   MOK_COMMIT=<hash> MOK_BASELINE=.snapB MOK_SHAPES="kimi-k2 olmoe" bash bench/h200_session.sh tests ab
 set -uo pipefail
 out=${OUT:-/tmp/mok-out}
 mkdir -p "$out"
@@ -37,10 +43,27 @@ log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.log"; }
   echo "steps: $*"
 } | tee "$out/summary.log"
 
-rc_dir=.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$PWD/$rc_dir" >"$out/build.log" 2>&1 &&
-  cmake --build build -j16 >>"$out/build.log" 2>&1 || { tail -60 "$out/build.log"; exit 1; }
+rc_dir=$PWD/.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
+# The PyTorch op in both builds: asked for, or for an A/B of the op.
+[ "${MOK_AB_TOOL:-bench}" = op ] && MOK_TORCH_BUILD=1
+torch_flags=()
+[ "${MOK_TORCH_BUILD:-0}" = 1 ] && torch_flags=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
+# The baseline's tools only (the A/B's), beside this tree's build: it takes a quarter of the cores.
+baseline=${MOK_BASELINE:-}
+if [ -n "$baseline" ]; then
+  echo "baseline: $(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline")" | tee -a "$out/summary.log"
+  targets=mok-bench
+  [ "${MOK_AB_TOOL:-bench}" = op ] && targets=mok_torch
+  (cmake -S "$baseline" -B "$baseline/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" \
+    "${torch_flags[@]}" && cmake --build "$baseline/build" -j4 --target $targets) >"$out/build_baseline.log" 2>&1 &
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" "${torch_flags[@]}" \
+  >"$out/build.log" 2>&1 && cmake --build build -j12 >>"$out/build.log" 2>&1 || { tail -60 "$out/build.log"; exit 1; }
 log "build ok"
+if [ -n "$baseline" ]; then
+  wait $! || { tail -30 "$out/build_baseline.log"; exit 1; }
+  log "baseline build ok"
+fi
 
 for step in "$@"; do
   case $step in
@@ -136,6 +159,22 @@ for step in "$@"; do
           case " ${MOK_TORCH_ROUTINGS:-$routings} " in *" $routing "*) ;; *) continue ;; esac
           log "torch baseline --shape $s --routing $routing"
           timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" ${MOK_TORCH_ARGS:-} 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
+        done
+      done
+      ;;
+    ab)
+      [ -n "$baseline" ] || { echo "ab needs MOK_BASELINE" | tee -a "$out/summary.log"; continue; }
+      for s in $shapes; do
+        for tree in ${MOK_AB_ORDER:-B N B N}; do
+          dir=.
+          [ "$tree" = B ] && dir=$baseline
+          echo "#### $tree ($(cat "$dir/COMMIT" 2>/dev/null || echo "${MOK_COMMIT:-unknown}")) --shape $s" >>"$out/ab.log"
+          if [ "${MOK_AB_TOOL:-bench}" = op ]; then
+            PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} >>"$out/ab.log" 2>&1
+          else
+            timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} >>"$out/ab.log" 2>&1
+          fi
+          echo "ab $s $tree exit $?: $(grep -E "^$s " "$out/ab.log" | tail -1)" | tee -a "$out/summary.log"
         done
       done
       ;;
