@@ -79,8 +79,7 @@ void scrub_l2(cudaStream_t stream) {
 double matmul_peak_tflops(int warmup, int runs) {
   const int n = 8192;
   ref::Rng rng(1);
-  std::vector<bf16> host(size_t(n) * n);
-  for (auto& v : host) v = to_bf16(rng.symmetric(1.0f));
+  const std::vector<bf16> host = ref::bf16_symmetric(rng, size_t(n) * n, 1.0f);
   void *a, *b, *c;
   MOK_CUDA_CHECK(cudaMalloc(&a, host.size() * 2));
   MOK_CUDA_CHECK(cudaMalloc(&b, host.size() * 2));

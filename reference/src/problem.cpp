@@ -10,7 +10,7 @@
 namespace mok::ref {
 
 uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (state_ += kStep);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -22,15 +22,23 @@ int Rng::below(int n) { return int(uniform() * n); }
 
 float Rng::symmetric(float a) { return float((2.0 * uniform() - 1.0) * a); }
 
+std::vector<bf16> bf16_symmetric(Rng& rng, size_t n, float a) {
+  constexpr size_t kChunk = size_t(1) << 16;  // draws per thread's turn
+  std::vector<bf16> v(n);
+  const long chunks = long((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (long ch = 0; ch < chunks; ++ch) {
+    const size_t begin = size_t(ch) * kChunk, end = std::min(n, begin + kChunk);
+    Rng r = rng.ahead(begin);
+    for (size_t i = begin; i < end; ++i) v[i] = to_bf16(r.symmetric(a));
+  }
+  rng = rng.ahead(n);
+  return v;
+}
+
 namespace {
 
 constexpr const char* kKindNames[] = {"router", "router_ties", "uniform", "zipf", "one_hot", "all_to_one", "sparse"};
-
-std::vector<bf16> bf16_fill(Rng& rng, size_t n, float a) {
-  std::vector<bf16> v(n);
-  for (auto& b : v) b = to_bf16(rng.symmetric(a));
-  return v;
-}
 
 // One expert not taken yet, drawn with probability p[e] / (the sum of p over those not taken).
 int draw_one(Rng& rng, const std::vector<double>& p, const std::vector<bool>& taken) {
@@ -136,8 +144,8 @@ Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind, doub
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
   Problem p;
   p.config = c;
-  p.x = bf16_fill(rng, size_t(N) * H, 1.0f);
-  p.dy = bf16_fill(rng, size_t(N) * H, 1.0f);
+  p.x = bf16_symmetric(rng, size_t(N) * H, 1.0f);
+  p.dy = bf16_symmetric(rng, size_t(N) * H, 1.0f);
   const auto bound = [](int fan_in) { return float(std::sqrt(3.0 / fan_in)); };
   p.weights.router.resize(size_t(E) * H);
   for (auto& v : p.weights.router) v = rng.symmetric(2.0f * bound(H));
@@ -150,10 +158,10 @@ Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind, doub
       std::copy_n(p.weights.router.begin() + size_t(e - 1) * H, H, p.weights.router.begin() + size_t(e) * H);
       if (!p.weights.expert_bias.empty()) p.weights.expert_bias[e] = p.weights.expert_bias[e - 1];
     }
-  p.weights.w1 = bf16_fill(rng, size_t(E) * 2 * I * H, bound(H));
-  p.weights.w2 = bf16_fill(rng, size_t(E) * H * I, bound(I));
-  p.weights.shared_w1 = bf16_fill(rng, size_t(2) * Is * H, bound(H));
-  p.weights.shared_w2 = bf16_fill(rng, size_t(H) * Is, bound(std::max(Is, 1)));
+  p.weights.w1 = bf16_symmetric(rng, size_t(E) * 2 * I * H, bound(H));
+  p.weights.w2 = bf16_symmetric(rng, size_t(E) * H * I, bound(I));
+  p.weights.shared_w1 = bf16_symmetric(rng, size_t(2) * Is * H, bound(H));
+  p.weights.shared_w2 = bf16_symmetric(rng, size_t(H) * Is, bound(std::max(Is, 1)));
   if (kind != RoutingKind::router && kind != RoutingKind::router_ties) p.routing = given_routing(c, kind, rng, zipf_s);
   return p;
 }

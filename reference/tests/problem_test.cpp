@@ -28,6 +28,29 @@ TEST(Memory, MakeProblemRefusesWhatThisMachineCannotHoldBeforeAllocating) {
   EXPECT_NE(message.find("GiB of host memory for its tensors, more than the"), std::string::npos) << message;
 }
 
+// Rng::ahead(n) is the generator after n draws, and bf16_symmetric's parallel fill gives the values one
+// stream draws in order, across its chunks' edges, and leaves the generator where that stream ends: so
+// make_problem's tensors (goldens, tests, mok-bench's inputs) are one stream's whatever the thread count.
+TEST(Rng, AheadAndTheParallelFillAreOneStream) {
+  const Rng start(7);
+  Rng sequential = start;
+  for (int i = 0; i < 1000; ++i) sequential.next();
+  Rng ahead = start.ahead(1000);
+  EXPECT_EQ(ahead.next(), sequential.next());
+
+  const size_t n = 3 * (size_t(1) << 16) + 5;  // three whole chunks and a part
+  sequential = start;
+  std::vector<bf16> want(n);
+  for (bf16& v : want) v = to_bf16(sequential.symmetric(0.5f));
+  Rng filled = start;
+  const std::vector<bf16> got = bf16_symmetric(filled, n, 0.5f);
+  ASSERT_EQ(got.size(), n);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += got[i].bits != want[i].bits;
+  EXPECT_EQ(differ, 0u);
+  EXPECT_EQ(filled.next(), sequential.next());
+}
+
 TEST(Zipf, ExponentMustBeFiniteAndNonNegative) {
   const LayerConfig c = make_config(1, 4, 64, 64, 4, 2);
   for (const double s :

@@ -2,9 +2,11 @@
 // fuzzer need. The generator is our own (splitmix64), so a seed means the same data everywhere.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mok/reference/layer.h"
 
@@ -17,10 +19,18 @@ class Rng {
   double uniform();          // [0, 1)
   int below(int n);          // [0, n)
   float symmetric(float a);  // [-a, a)
+  // The generator `draws` draws on: splitmix64's state is a counter (each draw adds one step), so a long
+  // fill can be split over threads and give the values of one stream.
+  Rng ahead(uint64_t draws) const { return Rng(state_ + draws * kStep); }
 
  private:
+  static constexpr uint64_t kStep = 0x9e3779b97f4a7c15ull;
   uint64_t state_;
 };
+
+// The stream's next n draws of symmetric(a), rounded to bf16, filled in parallel (Rng::ahead: the
+// values one thread would draw); rng is left past them. make_problem's tensors.
+std::vector<bf16> bf16_symmetric(Rng& rng, size_t n, float a);
 
 // How the tokens are routed: by the router itself, or a given routing of one of these kinds.
 enum class RoutingKind : uint8_t {
