@@ -26,7 +26,8 @@
 #           here beside this one): per shape in $MOK_SHAPES, runs in the order $MOK_AB_ORDER (default
 #           "B N B N"; B the baseline, N this tree), alternating so that the clock's drift falls on both;
 #           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS, ab.log) or op (bench/op_bench.py
-#           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log)
+#           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
+#           ignored path (.snap*), so the device call must carry it
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 #   MOK_COMMIT=<hash> MOK_BASELINE=.snapB MOK_SHAPES="kimi-k2 olmoe" bash bench/h200_session.sh tests ab
 set -uo pipefail
@@ -48,21 +49,35 @@ rc_dir=$PWD/.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
 [ "${MOK_AB_TOOL:-bench}" = op ] && MOK_TORCH_BUILD=1
 torch_flags=()
 [ "${MOK_TORCH_BUILD:-0}" = 1 ] && torch_flags=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
-# The baseline's tools only (the A/B's), beside this tree's build: it takes a quarter of the cores.
+# The baseline's tools only (the A/B's), beside this tree's build: it takes a quarter of the cores. A baseline that
+# is not a source tree stops the call at once; one that does not build leaves the other steps to run (ab says so).
 baseline=${MOK_BASELINE:-}
+jobs=16
 if [ -n "$baseline" ]; then
+  [ -f "$baseline/CMakeLists.txt" ] || { echo "MOK_BASELINE=$baseline is not a source tree (carried?)" | tee -a "$out/summary.log"; exit 1; }
   echo "baseline: $(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline")" | tee -a "$out/summary.log"
   targets=mok-bench
   [ "${MOK_AB_TOOL:-bench}" = op ] && targets=mok_torch
   (cmake -S "$baseline" -B "$baseline/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" \
     "${torch_flags[@]}" && cmake --build "$baseline/build" -j4 --target $targets) >"$out/build_baseline.log" 2>&1 &
+  baseline_build=$!
+  jobs=12
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" "${torch_flags[@]}" \
-  >"$out/build.log" 2>&1 && cmake --build build -j12 >>"$out/build.log" 2>&1 || { tail -60 "$out/build.log"; exit 1; }
+  >"$out/build.log" 2>&1 && cmake --build build -j$jobs >>"$out/build.log" 2>&1 || {
+  tail -60 "$out/build.log"
+  [ -n "$baseline" ] && kill "$baseline_build" 2>/dev/null && wait "$baseline_build"
+  exit 1
+}
 log "build ok"
 if [ -n "$baseline" ]; then
-  wait $! || { tail -30 "$out/build_baseline.log"; exit 1; }
-  log "baseline build ok"
+  if wait "$baseline_build"; then
+    log "baseline build ok"
+  else
+    tail -30 "$out/build_baseline.log"
+    log "baseline build failed (build_baseline.log)"
+    baseline=
+  fi
 fi
 
 for step in "$@"; do
@@ -163,18 +178,23 @@ for step in "$@"; do
       done
       ;;
     ab)
-      [ -n "$baseline" ] || { echo "ab needs MOK_BASELINE" | tee -a "$out/summary.log"; continue; }
+      [ -n "$baseline" ] || { echo "ab needs MOK_BASELINE, built" | tee -a "$out/summary.log"; continue; }
       for s in $shapes; do
         for tree in ${MOK_AB_ORDER:-B N B N}; do
-          dir=.
-          [ "$tree" = B ] && dir=$baseline
-          echo "#### $tree ($(cat "$dir/COMMIT" 2>/dev/null || echo "${MOK_COMMIT:-unknown}")) --shape $s" >>"$out/ab.log"
+          case $tree in
+            B) dir=$baseline label=$(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline") ;;
+            N) dir=. label=${MOK_COMMIT:-unknown} ;;
+            *) echo "MOK_AB_ORDER: $tree is neither B nor N" | tee -a "$out/summary.log"; continue ;;
+          esac
           if [ "${MOK_AB_TOOL:-bench}" = op ]; then
-            PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} >>"$out/ab.log" 2>&1
+            PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} >"$out/ab.run" 2>&1
           else
-            timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} >>"$out/ab.log" 2>&1
+            timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} >"$out/ab.run" 2>&1
           fi
-          echo "ab $s $tree exit $?: $(grep -E "^$s " "$out/ab.log" | tail -1)" | tee -a "$out/summary.log"
+          status=$?
+          { echo "#### $tree ($label) --shape $s"; cat "$out/ab.run"; } >>"$out/ab.log"
+          echo "ab $s $tree exit $status: $(awk -v s="$s" '$1 == s' "$out/ab.run" | tail -1)" | tee -a "$out/summary.log"
+          rm -f "$out/ab.run"
         done
       done
       ;;

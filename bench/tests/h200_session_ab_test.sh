@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # bench/h200_session.sh's `ab` step without a GPU: cmake, nvidia-smi, nvcc, python3 and both trees' mok-bench
 # stubbed, so only the script's own logic runs. The runs alternate in MOK_AB_ORDER per shape, each tree runs its own
-# build, the baseline builds only the A/B's tool (with the PyTorch op for an op A/B), and a missing baseline is said.
-set -euo pipefail
+# build and is labelled by its own commit, a run's summary line is its own output (not an earlier run's), the
+# baseline builds only the A/B's tool (with the PyTorch op for an op A/B), and a missing, unbuildable or unbuilt
+# baseline is said.
+set -uo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/h200_session.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$work"
+cd "$work" || exit 1
 mkdir -p bench stub base
 cp "$script" bench/
 echo base-commit >base/COMMIT
+touch base/CMakeLists.txt
 for tree in build base/build; do
   mkdir -p "$tree/megakernel"
   printf '#!/bin/sh\necho "$2 uniform %s $*"\n' "$tree" >"$tree/megakernel/mok-bench"
 done
-printf '#!/bin/sh\necho cmake "$@"\n' >stub/cmake
+# cmake fails on the baseline when FAIL_BASELINE is set.
+printf '#!/bin/sh\necho cmake "$@"\n[ -n "${FAIL_BASELINE:-}" ] && [ "$2" = base ] && exit 2\nexit 0\n' >stub/cmake
 printf '#!/bin/sh\necho stub\n' >stub/nvidia-smi
 cp stub/nvidia-smi stub/nvcc
 printf '#!/bin/sh\necho "op_bench $* from $PYTHONPATH"\n' >stub/python3
 chmod +x stub/* build/megakernel/mok-bench base/build/megakernel/mok-bench
-run() { PATH="$work/stub:$PATH" OUT="$work/out" MOK_COMMIT=new-commit MOK_SHAPES="kimi-k2 olmoe" "$@" \
-  bash bench/h200_session.sh ab >/dev/null; }
-fail() { echo "FAIL: $*"; exit 1; }
+# The session script with this run's settings only (none inherited from the caller's environment).
+run() {
+  rm -rf out
+  env -u MOK_BASELINE -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS \
+    PATH="$work/stub:$PATH" OUT="$work/out" MOK_COMMIT=new-commit MOK_SHAPES="kimi-k2 olmoe" "$@" \
+    bash bench/h200_session.sh ab >/dev/null
+}
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
 
-run env MOK_BASELINE=base MOK_BENCH_ARGS="--runs 5"
+run MOK_BASELINE=base MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
 got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
 want=""
 for s in kimi-k2 olmoe; do
@@ -34,9 +46,17 @@ for s in kimi-k2 olmoe; do
 done
 [ "$got" = "$want" ] || fail "mok-bench A/B order: got $got"
 grep -q -- "--build base/build -j4 --target mok-bench$" out/build_baseline.log || fail "baseline targets"
+grep -q -- "-DMOK_TORCH=ON" out/build_baseline.log out/build.log && fail "the op is built for a mok-bench A/B"
 
-rm -rf out
-run env MOK_BASELINE=base MOK_AB_TOOL=op MOK_AB_ORDER="N B" MOK_OP_ARGS="--kernel-times"
+# A baseline run that prints nothing: its summary line has no result, not the other tree's.
+printf '#!/bin/sh\nexit 3\n' >base/build/megakernel/mok-bench
+run MOK_BASELINE=base MOK_AB_ORDER="N B" || fail "the session script failed"
+grep -q "^ab kimi-k2 B exit 3: $" out/summary.log || fail "a failed run's summary: $(grep '^ab' out/summary.log)"
+rm base/COMMIT  # labelled by its path, not by this tree's commit
+run MOK_BASELINE=base MOK_AB_ORDER="B" || fail "the session script failed"
+grep -q "^#### B (base) --shape kimi-k2$" out/ab.log || fail "the baseline's label: $(grep '^####' out/ab.log)"
+
+run MOK_BASELINE=base MOK_AB_TOOL=op MOK_AB_ORDER="N B" MOK_OP_ARGS="--kernel-times" || fail "the session script failed"
 got=$(grep -v '^####' out/ab.log | tr '\n' '|')
 want=""
 for s in kimi-k2 olmoe; do
@@ -48,7 +68,12 @@ grep -q -- "-DMOK_TORCH=ON" out/build_baseline.log || fail "the baseline is not 
 grep -q -- "--target mok_torch$" out/build_baseline.log || fail "the baseline's op is not built"
 grep -q -- "-DMOK_TORCH=ON" out/build.log || fail "this tree's op is not built"
 
-rm -rf out
-run env
+run MOK_BASELINE=base FAIL_BASELINE=1 || fail "a failed baseline build stopped the other steps"
+grep -q "baseline build failed" out/summary.log || fail "a failed baseline build is not said"
+grep -q "ab needs MOK_BASELINE" out/summary.log || fail "ab ran without a built baseline"
+
+run MOK_BASELINE=no-such-tree && fail "a missing baseline tree did not stop the call"
+grep -q "MOK_BASELINE=no-such-tree is not a source tree" out/summary.log || fail "a missing baseline tree is not said"
+run || fail "the session script failed"
 grep -q "ab needs MOK_BASELINE" out/summary.log || fail "a missing baseline is not said"
 echo "h200_session.sh ab: ok"
