@@ -32,10 +32,12 @@
 //           buffers (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
 //           which the forward's is a prefix ("of it fwd").
 // Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
@@ -78,11 +80,33 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
   }
 }
 
-void print_phases(const char* direction, const std::vector<mok::gpu::PhaseTime>& phases) {
-  std::printf("  %s phases (last launch, block 0, ms):", direction);
-  for (const auto& t : phases) std::printf("  %s %.2f;", t.phase.c_str(), t.ms);
-  std::printf("\n");
-}
+// Block 0's phase clock of each timed launch: a single launch's phase moves by several % (results
+// 2026-12-02-h200-x), so each phase is printed as its median over the launches (0 ms where a launch lacks it).
+class PhaseRecord {
+ public:
+  void add(std::vector<mok::gpu::PhaseTime> launch) { launches_.push_back(std::move(launch)); }
+  void print(const char* direction) const {
+    std::vector<std::string> names;  // in the order they first appear
+    for (const auto& launch : launches_)
+      for (const auto& t : launch)
+        if (std::find(names.begin(), names.end(), t.phase) == names.end()) names.push_back(t.phase);
+    std::printf("  %s phases (median of %zu launches, block 0, ms):", direction, launches_.size());
+    for (const std::string& name : names) std::printf("  %s %.2f;", name.c_str(), median(name));
+    std::printf("\n");
+  }
+
+ private:
+  double median(const std::string& name) const {
+    std::vector<double> ms;
+    for (const auto& launch : launches_) {
+      const auto it = std::find_if(launch.begin(), launch.end(), [&](const auto& t) { return t.phase == name; });
+      ms.push_back(it == launch.end() ? 0.0 : it->ms);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+  std::vector<std::vector<mok::gpu::PhaseTime>> launches_;
+};
 
 // One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group.
 void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mok::gpu::LaunchConfig launch,
@@ -105,10 +129,11 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                    .median_ms;
   }
   std::fprintf(stderr, "%s: timing the forward...\n", s.name);
+  PhaseRecord fwd_phases, bwd_phases;
   const double fwd = time_launches(
-                         nullptr, o.warmup, o.runs, set_input, [] {}, [&] { mk.launch_forward(); })
+                         nullptr, o.warmup, o.runs, set_input, [] {}, [&] { mk.launch_forward(); },
+                         [&] { fwd_phases.add(mk.phase_times()); })
                          .median_ms;
-  const auto fwd_phases = mk.phase_times();
   const double flops = forward_flops(c), fwd_tf = flops / (fwd * 1e9);
   const double rate = o.fp8 ? 2 * peak : peak;  // E4M3 runs at twice the bf16 rate
   std::fprintf(stderr, "%s: timing the backward...\n", s.name);
@@ -128,9 +153,9 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                           [&] {
                             mk.launch_forward();
                             mk.launch_backward();
-                          })
+                          },
+                          [&] { bwd_phases.add(mk.phase_times()); })  // the steps' backward launches
                           .median_ms;
-  const auto bwd_phases = mk.phase_times();  // the one-step launch's, not a sustained one's
   double sustained = 0;
   const long sustained_steps = o.sustained_s > 0 ? long(std::ceil(o.sustained_s * 1000 / step)) : 0;
   if (sustained_steps > 0) {
@@ -153,8 +178,8 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
     std::printf("  sustained steps (%ld one after another, after as many; the last input set): %.2f ms a step\n",
                 sustained_steps, sustained);
   if (o.fp8) std::printf("  quantize weights (once per optimizer step, not in fwd or bwd ms): %.2f ms\n", quantize);
-  print_phases("forward", fwd_phases);
-  print_phases("backward", bwd_phases);
+  fwd_phases.print("forward");
+  bwd_phases.print("backward");
   std::printf("  layer memory per GPU: saved %.0f MiB, workspace forward %.0f / backward %.0f MiB",
               mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);

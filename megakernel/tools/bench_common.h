@@ -107,9 +107,11 @@ class EventTimer {
 // CUDA events on `stream` around each of `runs` timed launches after `warmup` untimed ones.
 // prepare(i) runs untimed before launch i (negative i: warm-up); before each timed launch the L2 is
 // scrubbed and align() runs (across processes: the ranks line up, so that none times a wait for a
-// slower peer's preparation).
-template <class Prepare, class Align, class Launch>
-Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch) {
+// slower peer's preparation); after() runs once each timed launch has completed, untimed (mok-bench reads
+// the launch's phase clock there).
+template <class Prepare, class Align, class Launch, class After>
+Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch,
+                    After&& after) {
   EventTimer timer;
   for (int i = 0; i < warmup; ++i) {
     prepare(-1 - i);
@@ -121,9 +123,14 @@ Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare
     scrub_l2(stream);
     align();
     ms[i] = timer.ms(stream, launch);
+    after();
   }
   std::sort(ms.begin(), ms.end());
   return {ms.front(), ms[runs / 2]};
+}
+template <class Prepare, class Align, class Launch>
+Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch) {
+  return time_launches(stream, warmup, runs, prepare, align, launch, [] {});
 }
 
 // Steps one after another, as training runs them (docs/benchmarks.md, "Sustained steps"): `count` untimed
