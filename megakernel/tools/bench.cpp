@@ -80,8 +80,9 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
   }
 }
 
-// Block 0's phase clock of each timed launch: a single launch's phase moves by several % (results
-// 2026-12-02-h200-x), so each phase is printed as its median over the launches (0 ms where a launch lacks it).
+// Block 0's phase clock of each timed launch: one launch's phase times moved by up to a quarter between runs
+// (results 2026-12-02-h200-x), so each phase is printed as its median over the launches (0 ms where a launch
+// lacks it).
 class PhaseRecord {
  public:
   void add(std::vector<mok::gpu::PhaseTime> launch) { launches_.push_back(std::move(launch)); }
