@@ -47,8 +47,17 @@ log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.log"; }
 rc_dir=$PWD/.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
 # The PyTorch op in both builds: asked for, or for an A/B of the op.
 [ "${MOK_AB_TOOL:-bench}" = op ] && MOK_TORCH_BUILD=1
+with_torch=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
 torch_flags=()
-[ "${MOK_TORCH_BUILD:-0}" = 1 ] && torch_flags=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
+[ "${MOK_TORCH_BUILD:-0}" = 1 ] && torch_flags=("${with_torch[@]}")
+# Configures the source tree $1 into $1/build with the call's flags and builds it with $2 jobs (further
+# arguments go to cmake --build, e.g. --target): this tree's build, the baseline's, the python step's.
+build_tree() {
+  local src=$1 jobs=$2
+  shift 2
+  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" "${torch_flags[@]}" &&
+    cmake --build "$src/build" -j"$jobs" "$@"
+}
 # The baseline's tools only (the A/B's), beside this tree's build: it takes a quarter of the cores. A baseline that
 # is not a source tree stops the call at once; one that does not build leaves the other steps to run (ab says so).
 baseline=${MOK_BASELINE:-}
@@ -58,13 +67,11 @@ if [ -n "$baseline" ]; then
   echo "baseline: $(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline")" | tee -a "$out/summary.log"
   targets=mok-bench
   [ "${MOK_AB_TOOL:-bench}" = op ] && targets=mok_torch
-  (cmake -S "$baseline" -B "$baseline/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" \
-    "${torch_flags[@]}" && cmake --build "$baseline/build" -j4 --target $targets) >"$out/build_baseline.log" 2>&1 &
+  build_tree "$baseline" 4 --target "$targets" >"$out/build_baseline.log" 2>&1 &
   baseline_build=$!
   jobs=12
 fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" "${torch_flags[@]}" \
-  >"$out/build.log" 2>&1 && cmake --build build -j$jobs >>"$out/build.log" 2>&1 || {
+build_tree . "$jobs" >"$out/build.log" 2>&1 || {
   tail -60 "$out/build.log"
   [ -n "$baseline" ] && kill "$baseline_build" 2>/dev/null && wait "$baseline_build"
   exit 1
@@ -113,9 +120,8 @@ for step in "$@"; do
       ;;
     python)
       log "PyTorch extension (MOK_TORCH=ON) and pytest python/tests"
-      { cmake -S . -B build -DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)" &&
-          cmake --build build -j16 && PYTHONUNBUFFERED=1 ctest --test-dir build -L python -V --timeout 500
-      } >"$out/python.log" 2>&1
+      torch_flags=("${with_torch[@]}")
+      { build_tree . 16 && PYTHONUNBUFFERED=1 ctest --test-dir build -L python -V --timeout 500; } >"$out/python.log" 2>&1
       echo "python exit $?: $(grep -E '[0-9]+ (passed|failed)' "$out/python.log" | tail -1)" | tee -a "$out/summary.log"
       ;;
     op)
