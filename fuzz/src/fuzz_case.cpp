@@ -35,7 +35,9 @@ std::string describe(const FuzzCase& fc) {
   os << describe(fc.config) << " routing=" << ref::to_string(fc.routing);
   if (fc.routing == ref::RoutingKind::zipf) os << " zipf_s=" << fc.zipf_s;
   os << " data_seed=" << fc.data_seed << " step=" << golden::to_string(o.step) << " ring_rows=" << o.ring_rows
-     << " recompute=" << o.recompute << " aux_seed=" << fc.params.aux_seed;
+     << " recompute=" << o.recompute;
+  if (fc.config.precision == Precision::fp8) os << " fp8_weight_gradients=" << o.fp8_weight_gradients;
+  os << " aux_seed=" << fc.params.aux_seed;
   if (o.fault != ref::Fault::none) os << " fault=" << to_string(o.fault);
   return os.str();
 }

@@ -64,6 +64,7 @@ ref::Options draw_options() {
   o.step = *pick<StepModel>({StepModel::fp32_fma, StepModel::fp32_fma, StepModel::fp32_fma, StepModel::hopper_tc});
   o.ring_rows = kStepK * *pick<int>({16, 1, 2, 3, 5, 8, 64});
   o.recompute = *pick<bool>({false, true});
+  o.fp8_weight_gradients = *pick<bool>({false, true});  // read in the fp8 mode only
   return o;
 }
 

@@ -6,7 +6,8 @@ namespace mok::fuzz {
 namespace {
 
 // The case's recompute mode is the megakernel's (LaunchConfig::recompute): its forward then saves no h
-// and a, as the reference's, and its backward recomputes them on the GPU.
+// and a, as the reference's, and its backward recomputes them on the GPU. So are its fp8 weight
+// gradients (LaunchConfig::fp8_weight_gradients, which the fp8 mode alone takes).
 class GpuBackend final : public Backend {
  public:
   GpuBackend() {
@@ -18,7 +19,7 @@ class GpuBackend final : public Backend {
 
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
-    gpu::Megakernel mk(c, w, launch(opt));
+    gpu::Megakernel mk(c, w, launch(c, opt));
     return mk.forward(x, given);
   }
 
@@ -27,20 +28,19 @@ class GpuBackend final : public Backend {
   ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                           const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
     validate_backward_inputs(c, x, w, fwd, dy, opt.recompute);
-    gpu::Megakernel mk(c, w, launch(opt));
+    gpu::Megakernel mk(c, w, launch(c, opt));
     mk.forward(x, fwd.logits.empty() ? &fwd.routing : nullptr);
     return mk.backward(dy);
   }
 
  private:
-  static gpu::LaunchConfig launch(const ref::Options& opt) {
+  static gpu::LaunchConfig launch(const LayerConfig& c, const ref::Options& opt) {
     require(opt.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
-    require(!opt.fp8_weight_gradients,
-            "the gpu backend has no fp8_weight_gradients (its weight gradients are bf16 chains in either precision)");
     gpu::LaunchConfig l;
     l.ring_rows = gpu::whole_tile_ring_rows(opt.ring_rows);
     l.recompute = opt.recompute;
+    l.fp8_weight_gradients = opt.fp8_weight_gradients && c.precision == Precision::fp8;
     return l;
   }
 };

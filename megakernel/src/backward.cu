@@ -6,12 +6,15 @@
 // over each expert's rows in global token order, and the slot-ordered dx combine.
 // The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
 // shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
-// transposed copies as B (docs/numerics.md, "The FP8 layer mode"); the rest is the bf16 mode's.
+// transposed copies as B (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the
+// routed experts' weight gradients, after a phase that quantizes their operands (grad_operands.cuh);
+// the rest is the bf16 mode's.
 #include "chain_relay.cuh"
 #include "combine_tokens.cuh"
 #include "expert_up.cuh"
 #include "gather.cuh"
 #include "gemm_phases.cuh"
+#include "grad_operands.cuh"
 #include "grid_sync.cuh"
 #include "kernels.cuh"
 #include "mok/core/combine.h"
@@ -261,7 +264,8 @@ __device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
-// MN-major in the tile loads), rows k_first.. of the maps, k_rows of them. The maps are members of
+// MN-major in the bf16 tile loads; the fp8 weight gradients read their transposed copies,
+// fp8_weight_grad_load), rows k_first.. of the maps, k_rows of them. The maps are members of
 // p.maps (offsets, not addresses: the producer's per-tile job, at 40 registers, held the eight maps'
 // addresses hoisted out of its loop, spilled them and reloaded them every tile).
 struct WeightGrad {
@@ -346,21 +350,48 @@ __device__ void order_longest_first(const int* k_rows, int grads, int* order) {
   }
 }
 
-// Each tile finds its gradient by binary search over the gradients' first tiles (WeightGradTiles),
-// which the block lays out in shared memory first (a walk over the list per tile cost a tile's worth
-// of latency), the gradients in order_longest_first's order.
-__device__ void weight_grads(Pipeline& pipe, const Params& p) {
+// The fp8 weight gradients' operands of routed gradient w's tile at (m0, n0): dW1_e = dh^T xe (w even),
+// dW2_e = dye^T a, their transposed E4M3 copies over the expert's tiles (K-blocks of 128 padded rows).
+__device__ TileLoad fp8_weight_grad_load(const Params& p, int w, const WeightGrad& wg, int m0, int n0) {
+  const bool dw2 = w % 2;
+  const GradOperand a = grad_operand(p, dw2 ? 2 : 0), b = grad_operand(p, dw2 ? 3 : 1);
+  TileLoad l{dw2 ? &p.maps.dyetq : &p.maps.dhtq,
+             dw2 ? &p.maps.atq : &p.maps.xetq,
+             m0,
+             {n0, n0 + kTileN / 2},
+             wg.k_first,
+             wg.k_first,
+             ceil_div(wg.k_rows, kFp8Block)};
+  l.columns = {a.q.exps, b.q.scales, b.q.exp_range, column_scale_stride(a.cols), column_scale_stride(b.cols)};
+  return l;
+}
+
+// weight_grads' tables in shared memory: one pair shared by its instances (a template's static arrays
+// would be one pair per instance).
+struct WeightGradTables {
+  int *first_tile, *order;
+};
+__device__ __forceinline__ WeightGradTables weight_grad_tables() {
   constexpr int kMostGrads = 2 * kMaxExperts + 2;  // two gradients per expert and the shared expert's
   __shared__ int first_tile[kMostGrads + 1], order[kMostGrads];
   static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) <= kMaxSmemPerBlock,
                 "the block's dynamic and static shared memory");
-  // Across GPUs the shared expert's are relayed_chains_kernel's.
-  const int grads = 2 * (own_expert_end(p) - own_expert_begin(p)) + (p.c.has_shared() && !across_gpus(p) ? 2 : 0);
-  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w] = weight_grad(p, w).k_rows;
+  return {first_tile, order};
+}
+// Gradients [begin, end) of weight_grad's list. Each tile finds its gradient by binary search over the
+// gradients' first tiles (WeightGradTiles), which the block lays out in shared memory first (a walk
+// over the list per tile cost a tile's worth of latency), the gradients in order_longest_first's
+// order. kFp8: routed gradients on their E4M3 operands (fp8_weight_grad_load).
+template <bool kFp8>
+__device__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end) {
+  const WeightGradTables tables = weight_grad_tables();
+  int *first_tile = tables.first_tile, *order = tables.order;
+  const int grads = end - begin;
+  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w] = weight_grad(p, begin + w).k_rows;
   __syncthreads();
   order_longest_first(first_tile, grads, order);
   __syncthreads();
-  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i + 1] = weight_grad(p, order[i]).tiles();
+  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i + 1] = weight_grad(p, begin + order[i]).tiles();
   __syncthreads();
   if (threadIdx.x == 0) {
     first_tile[0] = 0;
@@ -370,13 +401,13 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p) {
   const WeightGradTiles tiles{first_tile, grads};
   WeightGrad wg;
   int m0 = 0, n0 = 0;
-  gemm_tiles<kTN>(
+  gemm_tiles<kFp8 ? kNT : kTN, kFp8, kFp8>(
       pipe, tiles.count(), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        const int i = tiles.place(t);
-        wg = weight_grad(p, order[i]);
+        const int i = tiles.place(t), w = begin + order[i];
+        wg = weight_grad(p, w);
         wg.origin(t - tiles.first[i], m0, n0);
-        l = wg.load(p.maps, m0, n0, ceil_div(wg.k_rows, kBox));
+        l = kFp8 ? fp8_weight_grad_load(p, w, wg, m0, n0) : wg.load(p.maps, m0, n0, ceil_div(wg.k_rows, kBox));
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
@@ -619,7 +650,19 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   if (has_router(p)) router_grad(p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
-  weight_grads(pipe, p);
+  // Across GPUs the shared expert's weight gradients are relayed_chains_kernel's.
+  const int own = own_expert_end(p) - own_expert_begin(p);
+  const int grads = 2 * own + (p.c.has_shared() && !across_gpus(p) ? 2 : 0);
+  int bf16_grads = 0;  // the first gradient on bf16 operands
+  if constexpr (kFp8) {
+    if (p.fp8_weight_gradients) {  // the routed experts' on E4M3 operands, the shared expert's bf16
+      quantize_grad_operands(pipe, p);
+      if (!grid_sync(b, kGradOperands, 0)) return;
+      weight_grads<true>(pipe, p, 0, 2 * own);
+      bf16_grads = 2 * own;
+    }
+  }
+  weight_grads<false>(pipe, p, bf16_grads, grads);
   // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
   const int Is = p.c.shared_intermediate, H = p.c.hidden;
   if (p.c.has_shared()) {

@@ -101,8 +101,21 @@ inline constexpr int kStagedTables = 2;               // destination tables: GEM
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
 
+// The fp8 weight gradients' operands have a scale per row and K-block (Fp8Columns): a stage holds, beside
+// the boxes, the K-block's scales of B's 256 rows (the product's columns), the scale exponents of A's 128
+// rows and B's smallest and largest exponent. Their rows in memory are padded to whole tiles, so a
+// tile's copy never reads past them.
+struct ColumnScales {
+  float b[kTileN];           // 2^e
+  int8_t a_exps[kTileRows];  // e
+  int4 b_range;              // B's block row's smallest and largest e (x, y)
+};
+static_assert(sizeof(ColumnScales) % 16 == 0, "bulk copies of 16-byte multiples");
+__host__ __device__ constexpr int column_scale_stride(int cols) { return (cols + kTileN - 1) / kTileN * kTileN; }
+
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
+  alignas(16) ColumnScales column_scales[kStages];                 // the fp8 weight gradients' scales, per stage
   uint64_t full[kStages];                                          // TMA bytes landed
   uint64_t empty[kStages];                                         // every consumer warp done reading
   alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16

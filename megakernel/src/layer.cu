@@ -80,9 +80,11 @@ void validate_capacity(const LayerConfig& c, const LaunchConfig& launch) {
               "] (0: the most rows a GPU's experts can receive, N min(k, E/G) = " + std::to_string(most) + ")");
 }
 
-void validate_fp8_weights_given(const LayerConfig& c, const LaunchConfig& launch) {
+void validate_fp8_options(const LayerConfig& c, const LaunchConfig& launch) {
   require(!launch.fp8_weights_given || c.precision == Precision::fp8,
           "fp8_weights_given needs precision = fp8 (the bf16 forward reads the bf16 weights)");
+  require(!launch.fp8_weight_gradients || c.precision == Precision::fp8,
+          "fp8_weight_gradients needs precision = fp8 (the bf16 backward's weight gradients are bf16 chains)");
 }
 
 // What every Layer's config and launch must be (checked before anything is built: a Layer on a
@@ -99,7 +101,7 @@ void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   require(launch.gpus == 1 || launch.transport != Transport::simulated,
           "gpus > 1 needs the nccl or the colocated transport");
   validate_capacity(c, launch);
-  validate_fp8_weights_given(c, launch);
+  validate_fp8_options(c, launch);
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
@@ -178,6 +180,28 @@ struct Fp8WeightLayout {
   Fp8Section w1t, w2t, shared_w1t, shared_w2t;
   size_t bytes;
 };
+// An operand of the fp8 weight gradients (Fp8Columns): its codes, then as A its exponents, or as B its
+// scales and exponent ranges (0: none).
+struct ColumnsSection {
+  size_t values, exps, scales, exp_range;
+};
+ColumnsSection columns_section(Sections& sections, size_t P, size_t cols, bool b) {
+  const size_t blocks = P / kFp8Block, stride = column_scale_stride(int(cols));
+  ColumnsSection s{sections.take(cols * P), 0, 0, 0};
+  if (b) {
+    s.scales = sections.take(blocks * stride * sizeof(float));
+    s.exp_range = sections.take(blocks * sizeof(int4));
+  } else {
+    s.exps = sections.take(blocks * stride);
+  }
+  return s;
+}
+Fp8Columns in_buffer(uint8_t* buffer, const ColumnsSection& at) {
+  const auto section = [&](size_t offset) -> uint8_t* { return offset ? buffer + offset : nullptr; };  // 0: none
+  return {reinterpret_cast<fp8_e4m3*>(buffer + at.values), reinterpret_cast<int8_t*>(section(at.exps)),
+          reinterpret_cast<float*>(section(at.scales)), reinterpret_cast<int4*>(section(at.exp_range))};
+}
+
 struct WorkspaceLayout {
   size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a;
   Fp8Sections fp8;
@@ -185,6 +209,7 @@ struct WorkspaceLayout {
   size_t forward_bytes;
   size_t ring, g, dh, dye, shared_dh, bytes;
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
+  ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
   bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
 };
 
@@ -297,6 +322,14 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
+  if (fp8 && launch.fp8_weight_gradients) {     // apart: written beside dh, xe, dye and a, which they copy
+    const auto columns = [&](size_t cols, bool b) {
+      const ColumnsSection at = columns_section(after, P, cols, b);
+      const auto from_end = [&](size_t offset) { return offset ? end + offset : 0; };  // 0: none (never first)
+      return ColumnsSection{end + at.values, from_end(at.exps), from_end(at.scales), from_end(at.exp_range)};
+    };
+    l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);
+  }
   l.bytes = end + after.bytes();
   // The forward's workspace is a prefix of the backward's also where the backward's own lie over its
   // tail: dh and dye alone outweigh xq, aq and shared_aq.
@@ -474,6 +507,7 @@ struct Layer::Impl {
     p.xe = reinterpret_cast<bf16*>(s + saved.xe);
     p.recompute = launch.recompute;
     p.one_ring_cycle = ws.one_cycle;
+    p.fp8_weight_gradients = launch.fp8_weight_gradients;
     // In recompute mode h and a are the workspace's (the saved buffer holds none); the maps of a read p.a.
     p.h = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.h : s + saved.h);
     p.a = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.a : s + saved.a);
@@ -506,6 +540,10 @@ struct Layer::Impl {
     uint8_t* q = quantized_weights(workspace, in);
     p.w1t_exp = in_buffer(q, fp8w.w1t).exps, p.w2t_exp = in_buffer(q, fp8w.w2t).exps;
     p.shared_w1t_exp = in_buffer(q, fp8w.shared_w1t).exps, p.shared_w2t_exp = in_buffer(q, fp8w.shared_w2t).exps;
+    if (launch.fp8_weight_gradients) {
+      p.dhtq = in_buffer(workspace, ws.dhtq), p.xetq = in_buffer(workspace, ws.xetq);
+      p.dyetq = in_buffer(workspace, ws.dyetq), p.atq = in_buffer(workspace, ws.atq);
+    }
     return p;
   }
 
@@ -556,6 +594,14 @@ struct Layer::Impl {
     e4m3(maps.w1tq, weights(fp8w.w1t), backward ? E * H : 0, 2 * I);
     e4m3(maps.shared_w2tq, weights(fp8w.shared_w2t), backward ? Is : 0, H);
     e4m3(maps.shared_w1tq, weights(fp8w.shared_w1t), backward && Is ? H : 0, 2 * Is);
+    // The fp8 weight gradients' operands, [cols, P]: null unless LaunchConfig::fp8_weight_gradients.
+    const auto columns = [&](CUtensorMap& out, const Fp8Columns& q, long cols) {
+      e4m3(out, q.values, q.values ? cols : 0, P);
+    };
+    columns(maps.dhtq, p.dhtq, 2 * I);
+    columns(maps.xetq, p.xetq, H);
+    columns(maps.dyetq, p.dyetq, H);
+    columns(maps.atq, p.atq, I);
   }
 
   // ---- the fp8 mode's weights ----
@@ -709,7 +755,7 @@ LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
   require(launch.gpus >= 1 && c.ranks % launch.gpus == 0,
           "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
   validate_capacity(c, launch);
-  validate_fp8_weights_given(c, launch);
+  validate_fp8_options(c, launch);
   LaunchConfig resolved = launch;
   if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
   const bool windowed = launch.gpus > 1;

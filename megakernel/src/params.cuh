@@ -99,6 +99,7 @@ enum Phase : int {
   kRouterGrad,
   kWeightGrad,
   kTileTable,
+  kGradOperands,
   kPhaseCount
 };
 inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
@@ -116,7 +117,8 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "dx push",
                                                          "router backward (+ dye pull, shared expert dy W2)",
                                                          "weight gradients (+ shared expert dx)",
-                                                         "tile table"};
+                                                         "tile table",
+                                                         "fp8 weight gradients' operands"};
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1) and as it
 // leaves each grid barrier (the phase the barrier closes), up to kClockEntries stamps.
@@ -145,6 +147,7 @@ struct TensorMaps {
   CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
   CUtensorMap xq, w1q, aq, w2q, shared_xq, shared_w1q, shared_aq, shared_w2q;
   CUtensorMap ringq, w2tq, dhq, w1tq, shared_dyq, shared_w2tq, shared_dhq, shared_w1tq;
+  CUtensorMap dhtq, xetq, dyetq, atq;  // the fp8 weight gradients' (Fp8Columns)
 };
 
 // An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of
@@ -159,6 +162,19 @@ struct Fp8Matrix {
   }
 };
 
+// An operand of the fp8 weight gradients (LaunchConfig::fp8_weight_gradients): a [P, cols] per-row
+// buffer (dh, xe, dye or a) transposed and quantized per column in 1 x 128 blocks along its rows, so
+// K-major with K the padded rows; a block is one expert tile's rows of one column. A's (dh, dye):
+// exps[b, c] = e of column c's block b; B's (xe, a): scales[b, c] = 2^e and exp_range[b], the smallest
+// and largest e of block row b (x, y; promote_columns' window); the other role's are null. Rows of
+// column_scale_stride(cols): a tile copies whole rows.
+struct Fp8Columns {
+  fp8_e4m3* values;  // [cols, P]
+  int8_t* exps;      // [P / 128, column_scale_stride(cols)]  A's
+  float* scales;     // [P / 128, column_scale_stride(cols)]  B's
+  int4* exp_range;   // [P / 128]                             B's
+};
+
 // The saved buffer's bytes that no phase writes (mok/core/saved_layout.h): the layout region
 // [0, head), whose alignment gaps lie between the arrays the layout writes, and [tail, end).
 struct SavedGaps {
@@ -169,14 +185,15 @@ struct SavedGaps {
 struct Params {
   LayerConfig c;
   int ring_rows;
-  RoutingMode routing;       // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
-  bool accumulate;           // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
-  bool grads_bf16;           // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
-  bool recompute;            // h and a are the workspace's: the backward recomputes them before its ring cycles
-  bool one_ring_cycle;       // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
-  int rank_begin, rank_end;  // the ranks this GPU executes: its tokens, rings and experts
-  int gpus;                  // GPUs of the launch (1: simulated ranks)
-  long padded_rows;          // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)
+  RoutingMode routing;        // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
+  bool accumulate;            // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
+  bool grads_bf16;            // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
+  bool recompute;             // h and a are the workspace's: the backward recomputes them before its ring cycles
+  bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
+  bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
+  int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts
+  int gpus;                   // GPUs of the launch (1: simulated ranks)
+  long padded_rows;           // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   TensorMaps maps;
@@ -238,6 +255,9 @@ struct Params {
   Fp8Matrix shared_dyq;  // [S, H]   dy of shared_tokens
   Fp8Matrix shared_dhq;  // [S, 2Is]
   const int32_t *w1t_exp, *w2t_exp, *shared_w1t_exp, *shared_w2t_exp;
+  // The fp8 weight gradients' operands (fp8_weight_gradients; quantize_grad_operands): dW1_e = dh^T xe,
+  // dW2_e = dye^T a.
+  Fp8Columns dhtq, xetq, dyetq, atq;
 
   // Shared expert, per token of shared_tokens (row 0: its first).
   bf16* shared_h;   // [S, 2Is]

@@ -32,7 +32,7 @@ class TensorMapCache {
     long rows = -1, cols = -1;
     MapElement element = MapElement::bf16;
   };
-  std::array<Entry, 32> entries_{};  // TensorMaps' 29
+  std::array<Entry, 40> entries_{};  // TensorMaps' 33
 };
 
 }  // namespace mok::gpu

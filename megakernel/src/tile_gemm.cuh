@@ -38,7 +38,18 @@ namespace mok::gpu {
 // C exactly, and C is never -0: docs/numerics.md), so chains are whole K-blocks of 4 K-steps.
 // E4M3 operands (the fp8 mode's tiles) are K-major; their K-blocks are kFp8Block wide, and a_exp /
 // b_exp are the scale exponents of A's rows ([rows, k_blocks] from the map's row 0) and of B's 128-row
-// blocks ([rows / 128, k_blocks]).
+// blocks ([rows / 128, k_blocks]). The fp8 weight gradients' operands (Fp8Columns, consume_fp8<true>)
+// have a scale per row of A and per row of B (a column of the product) and K-block instead
+// (ColumnScaleSource); their B halves are adjacent (b[1] = b[0] + 128).
+// Where the producer copies each K-block's ColumnScales from: A's exponents a_exps and B's scales
+// b_scales ([K / 128, a_stride or b_stride]), and b_range, the smallest and largest e of each of B's
+// K-blocks ([K / 128]).
+struct ColumnScaleSource {
+  const int8_t* a_exps = nullptr;
+  const float* b_scales = nullptr;
+  const int4* b_range = nullptr;
+  int a_stride = 0, b_stride = 0;
+};
 struct TileLoad {
   const CUtensorMap *ma, *mb;
   int a, b[2];
@@ -46,6 +57,7 @@ struct TileLoad {
   int k_blocks;  // the chain length in K-blocks of 64 (bf16) or kFp8Block (E4M3)
   const int32_t* a_exp = nullptr;
   const int32_t* b_exp = nullptr;
+  ColumnScaleSource columns = {};
 };
 static_assert(kFp8Block * sizeof(fp8_e4m3) == kBox * sizeof(bf16), "an E4M3 K-block fills a box row as a bf16 one");
 
@@ -115,7 +127,8 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
                                           : ptx::bar_red_and<int(NamedBarrier::consumer1), kWarpgroupThreads>(v);
 }
 
-template <Majors kM, bool kFp8>
+// kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns).
+template <Majors kM, bool kFp8, bool kColumnScales>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
@@ -124,7 +137,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     }
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
-    ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+    ptx::mbarrier_arrive_expect_tx(full, kStageBytes + (kColumnScales ? sizeof(ColumnScales) : 0));
     // A box at (column, row) of its map: K runs along the rows of an MN-major operand.
     const auto load = [&](int box, const CUtensorMap* map, bool mn, int at, int k) {
       ptx::tma_load_2d(st + box * kBoxBytes, map, mn ? at : k, mn ? k : at, full);
@@ -134,6 +147,14 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
       load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + k);
       load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
       load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
+    }
+    if constexpr (kColumnScales) {
+      ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
+      const ColumnScaleSource& from = l.columns;
+      const long block = (l.b_k + k) / kFp8Block;  // A's and B's K-blocks are the same rows
+      ptx::bulk_load(cs.b, from.b_scales + block * from.b_stride + l.b[0], sizeof(cs.b), full);
+      ptx::bulk_load(cs.a_exps, from.a_exps + block * from.a_stride + l.a, sizeof(cs.a_exps), full);
+      ptx::bulk_load(&cs.b_range, from.b_range + block, sizeof(cs.b_range), full);
     }
   }
   return true;
@@ -178,6 +199,48 @@ __device__ __forceinline__ void promote(float (&acc)[kTotals], const float (&par
   }
 }
 
+// The exponent e of a scale 2^e (a normal float: e in [-126, 127]).
+__device__ __forceinline__ int scale_exponent_of(float scale) { return int(__float_as_uint(scale) >> 23) - 127; }
+
+// promote's with a scale per column of B (the fp8 weight gradients'): acc[kFirst + i] = acc[kFirst + i]
+// + partial[i] 2^(s_row + s_col), s_row the exponent of A's row (the stage's a_exps: the thread's tile
+// rows, acc_row, and 8 below), 2^s_col the scale of B's row (cs.b from kFirst's half). Where every
+// s_col and every sum lies in promote's window [-108, 102] (from the K-block's smallest and largest
+// s_col, b_range), partial 2^s_col is exact and normal, its product by 2^s_row exact too, and one fused
+// multiply-add adds it with the add's one rounding; elsewhere scale_by_exp2's own path, then the add.
+// Everything comes from the stage, so nothing is held from one K-block to the next.
+template <int kFirst>
+__device__ __forceinline__ void promote_columns(float (&acc)[kAccumulators], const float (&partial)[kAccumulators / 2],
+                                                const ColumnScales& cs, Warpgroup consumer) {
+  static_assert(kFirst == 0 || kFirst == kAccumulators / 2, "kFirst: a half's first accumulator");
+  constexpr int kCount = kAccumulators / 2;
+  const int tile_row = acc_row(consumer, 0);
+  const int s_lo = cs.a_exps[tile_row], s_hi = cs.a_exps[tile_row + 8], s_col_min = cs.b_range.x,
+            s_col_max = cs.b_range.y;
+  const auto inside = [](int s) { return s >= -108 && s <= 102; };
+  // acc_col(i) = 8 (i / 4) + 2 (t % 4) + i % 2: the pairs of this thread's columns
+  const float* pair = cs.b + (kFirst ? kTileN / 2 : 0) + 2 * (threadIdx.x % 4);
+  if (inside(s_col_min) && inside(s_col_max) && inside(min(s_lo, s_hi) + s_col_min) &&
+      inside(max(s_lo, s_hi) + s_col_max)) {
+    const float f_lo = exp2_of(s_lo), f_hi = exp2_of(s_hi);
+#pragma unroll
+    for (int i = 0; i < kCount; i += 2) {
+      const float2 f = *reinterpret_cast<const float2*>(pair + 8 * (i / 4));
+      const float f_row = (i / 2) % 2 ? f_hi : f_lo;
+      acc[kFirst + i] = fma32(partial[i] * f.x, f_row, acc[kFirst + i]);
+      acc[kFirst + i + 1] = fma32(partial[i + 1] * f.y, f_row, acc[kFirst + i + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCount; i += 2) {
+      const float2 f = *reinterpret_cast<const float2*>(pair + 8 * (i / 4));
+      const int s_row = (i / 2) % 2 ? s_hi : s_lo;
+      acc[kFirst + i] = acc[kFirst + i] + scale_by_exp2(partial[i], s_row + scale_exponent_of(f.x));
+      acc[kFirst + i + 1] = acc[kFirst + i + 1] + scale_by_exp2(partial[i + 1], s_row + scale_exponent_of(f.y));
+    }
+  }
+}
+
 // Issues half h of B (128 columns: one weight block) over one stage's K-block: four m64n128k32 K-steps
 // from +0 on this consumer's rows (A descriptor da), into partial, as one wgmma group. Its fragment is
 // the first half of an m64n256 one.
@@ -202,21 +265,28 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 
 // One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
 // per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
-// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block.
+// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block (loaded a
+// K-block ahead; kColumnScales: of its rows and columns, from the stage).
 // A consumer has registers for one half's partials at a time (64 beside the 128 totals), so one
 // group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's exponents
 // load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
 // chain is K-steps and promotions only. While one consumer promotes, the other's K-steps keep the
-// tensor core busy. A stage is released once half 1's K-steps have read it. The failure rules are
-// consume()'s.
+// tensor core busy. A stage is released once half 1's K-steps have read it (kColumnScales: once its
+// promotion has read the stage's ColumnScales). The failure rules are consume()'s.
+// kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns), from
+// the stage; the exponents loaded ahead are the weights' chain's only (none here).
+template <bool kColumnScales>
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  const int32_t* ea = l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 rows below
-  const int32_t* eb0 = l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
-  const int32_t* eb1 = l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
-  const auto exponents = [&](int kb) { return int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]}; };
+  // The weights' chain's K-block exponents: A's two rows', then B's two halves'.
+  const int32_t* ea = kColumnScales ? nullptr : l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 below
+  const int32_t* eb0 = kColumnScales ? nullptr : l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
+  const int32_t* eb1 = kColumnScales ? nullptr : l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
+  const auto exponents = [&](int kb) {
+    return kColumnScales ? int4{} : int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]};
+  };
   const auto wait_stage = [&](uint32_t ahead) {
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
   };
@@ -227,17 +297,27 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
     const int4 now = e;
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
+    const ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
     const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
     fp8_half_block<0>(st, da, partial);
     if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
     fp8_half_done(partial);
-    promote<0>(acc, partial, now.x + now.z, now.y + now.z);
+    if constexpr (kColumnScales)
+      promote_columns<0>(acc, partial, cs, consumer);
+    else
+      promote<0>(acc, partial, now.x + now.z, now.y + now.z);
     fp8_half_block<1>(st, da, partial);
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);
-    ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
-    promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
+    if constexpr (kColumnScales) {
+      promote_columns<kAccumulators / 2>(acc, partial, cs, consumer);
+      __syncwarp();  // every lane has read the stage's scales before lane 0 releases it
+      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+    } else {
+      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+      promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
+    }
     healthy = next_healthy;
   }
   return warpgroup_all(consumer, healthy);
@@ -282,7 +362,8 @@ __device__ __forceinline__ void block_sync() { ptx::barrier_sync<int(NamedBarrie
 // operands (false: nothing to do); start(t, consumer, acc) sets a consumer's accumulators before its
 // chain (bf16 operands; zeros by default: the fp8 chain always starts from zeros); epilogue(t,
 // consumer, acc) consumes a consumer's finished half tile; the job, the start and the epilogue of one
-// tile run back to back in each thread. kM: the operands' majorness.
+// tile run back to back in each thread. kM: the operands' majorness; kFp8: E4M3 operands (kColumnScales:
+// the fp8 weight gradients', scaled per column of B, consume_fp8).
 // Registers move through the block's pool in a fixed order, each move behind a block barrier: the
 // producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
 // producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
@@ -293,10 +374,11 @@ struct ZeroStart {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   }
 };
-template <Majors kM, bool kFp8 = false, class Job, class Epilogue, class Start = ZeroStart>
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, class Job, class Epilogue, class Start = ZeroStart>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
                            Start start = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
+  static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
@@ -307,7 +389,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       TileLoad l;
       if (!job(t, l)) continue;
       if (threadIdx.x == 0)
-        healthy = produce<kM, kFp8>(pipe, l, b, phase);
+        healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase);
       else
         pipe.blocks += l.k_blocks;
     }
@@ -323,7 +405,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
-        if (!consume_fp8(pipe, l, consumer, acc, b, phase)) break;
+        if (!consume_fp8<kColumnScales>(pipe, l, consumer, acc, b, phase)) break;
       } else {
         start(t, consumer, acc);
         if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;

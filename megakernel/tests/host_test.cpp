@@ -63,6 +63,39 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
   }
 }
 
+// fp8_weight_gradients adds exactly its operands' transposed copies to the backward's workspace, after
+// its other sections: for each of dh, xe, dye and a ([P, cols]) its codes [cols, P], then as A (dh,
+// dye) its exponents (int8) or as B (xe, a) its scales (fp32) [P / 128, cols padded to a tile's 256] and
+// its exponent ranges [P / 128] (16 bytes each), each section 256-byte aligned; nothing to the forward's
+// or the saved buffer; refused in bf16.
+TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
+  const LayerConfig c = fp8_every_branch();
+  for (const int gpus : {1, 2}) {
+    SCOPED_TRACE(std::to_string(gpus) + " GPU(s)");
+    const LaunchConfig launch{.gpus = gpus, .transport = gpus > 1 ? Transport::colocated : Transport::simulated};
+    LaunchConfig fp8_grads = launch;
+    fp8_grads.fp8_weight_gradients = true;
+    const LayerMemory bf16_grads = layer_memory(c, launch), with = layer_memory(c, fp8_grads);
+    const size_t P = own_padded_rows(c, gpus, 0), H = c.hidden, I = c.intermediate;
+    const auto padded = [](size_t cols) { return (cols + 255) / 256 * 256; };
+    const auto a = [&](size_t cols) { return aligned_section(cols * P) + aligned_section(P / 128 * padded(cols)); };
+    const auto b = [&](size_t cols) {
+      return aligned_section(cols * P) + aligned_section(P / 128 * padded(cols) * 4) + aligned_section(P / 128 * 16);
+    };
+    EXPECT_EQ(with.workspace_backward - bf16_grads.workspace_backward, a(2 * I) + b(H) + a(H) + b(I));
+    EXPECT_EQ(with.workspace_forward, bf16_grads.workspace_forward);
+    EXPECT_EQ(with.saved, bf16_grads.saved);
+  }
+  LayerConfig bf16_config = c;
+  bf16_config.precision = Precision::bf16;
+  try {
+    layer_memory(bf16_config, LaunchConfig{.fp8_weight_gradients = true});
+    ADD_FAILURE() << "fp8_weight_gradients was accepted in bf16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_weight_gradients needs precision = fp8"), std::string::npos) << e.what();
+  }
+}
+
 // A case of the backward's section tests: a config and launch, its ring rows per rank, and whether one
 // ring cycle holds every rank's tiles whatever the routing.
 struct SectionCase {

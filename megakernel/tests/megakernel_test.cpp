@@ -453,6 +453,14 @@ TEST_F(Gpu, Fp8BackwardMatchesReferenceBitForBit) {
   }
 }
 
+// A launch mode of the fp8 backward tests: on one rank (the same global batch: the same bits, D2) or the
+// case's ranks.
+struct Mode {
+  const char* name;
+  bool one_rank;
+  LaunchConfig launch;
+};
+
 // The fp8 backward in every launch mode: one rank (the default ring then holds every tile: one cycle,
 // dh and its quantized copy over the ring), a one-tile ring (a cycle per tile), recompute mode (xe
 // quantized again for GEMM1) with one rank and with a one-tile ring, 2 colocated shares (each pulls and
@@ -461,11 +469,6 @@ TEST_F(Gpu, Fp8BackwardMatchesReferenceBitForBit) {
 // with and without recompute (without it the backward's sections lie over the forward's E4M3
 // activations): the reference's bits in that recompute mode.
 TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
-  struct Mode {
-    const char* name;
-    bool one_rank;
-    LaunchConfig launch;
-  };
   LaunchConfig shares_given = colocated(2);
   shares_given.fp8_weights_given = true;
   LaunchConfig shares_recompute_given = shares_given;
@@ -494,6 +497,51 @@ TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
       }
     }
   }
+}
+
+// LaunchConfig::fp8_weight_gradients: the routed experts' weight gradients on E4M3 operands (dh, xe,
+// bf16(w dy) and a quantized per column along each expert's rows, grad_operands.cuh; the chain scaled
+// per row of A and per column of B, promote_columns), the shared expert's bf16: the reference's bits
+// with Options::fp8_weight_gradients where the operands come from different places (one rank: one
+// cycle, dh over the ring; a one-tile ring; recompute; 2 colocated shares, each its experts'; the
+// weights quantized once, the backward's sections over the forward's E4M3 activations), twice each, for
+// every fp8 case (experts over several tiles and none, H = 640 and I = 384, whose last tile's second
+// half lies past them: B's scales padded). They differ from the bf16 chains' (the option is read).
+// dy scaled by 2^-100 puts the promotions outside promote_columns' window (its other path).
+TEST_F(Gpu, Fp8WeightGradientsMatchTheReference) {
+  LaunchConfig shares = colocated(2);
+  shares.fp8_weight_gradients = true;
+  const Mode modes[] = {
+      {"one rank", true, {.fp8_weight_gradients = true}},
+      {"a one-tile ring", false, {.ring_rows = 128, .fp8_weight_gradients = true}},
+      {"recompute, a one-tile ring", false, {.ring_rows = 128, .recompute = true, .fp8_weight_gradients = true}},
+      {"2 colocated shares", false, shares},
+      {"weights quantized once", false, {.fp8_weights_given = true, .fp8_weight_gradients = true}}};
+  const auto check = [&](const Problem& p, const Mode& m) {
+    const Routing* given = p.routing ? &*p.routing : nullptr;
+    ref::Options opt = hopper_options(m.launch.recompute);
+    const Forward want_f = ref::forward(p.config, p.x, p.weights, given, opt);
+    const Gradients bf16_grads = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+    opt.fp8_weight_gradients = true;
+    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+    EXPECT_NE(first_bit_mismatch("d_w1", want_g.d_w1, bf16_grads.d_w1), "");
+    const Problem q = m.one_rank ? on_ranks(p, 1) : p;
+    Megakernel mk(q.config, q.weights, m.launch);
+    expect_forward_bits(mk.forward(q.x, q.routing ? &*q.routing : nullptr), want_f);
+    expect_gradient_bits(mk.backward(q.dy), want_g);
+    expect_gradient_bits(mk.backward(q.dy), want_g);  // D1: the second backward's bits
+  };
+  for (const Case& cs : fp8_cases()) {
+    const Problem p = make_problem(cs.config, 81, cs.kind);
+    for (const Mode& m : modes) {
+      SCOPED_TRACE(std::string(cs.name) + ", " + m.name);
+      check(p, m);
+    }
+  }
+  Problem tiny = make_problem(fp8_cases()[2].config, 82, RoutingKind::zipf);
+  for (bf16& v : tiny.dy) v = to_bf16(to_float(v) * 0x1p-100f);  // exact: the products stay normal
+  SCOPED_TRACE("dy 2^-100");
+  check(tiny, modes[0]);
 }
 
 TEST_F(Gpu, RejectsBadLaunches) {

@@ -5,7 +5,7 @@
 // inputs cached.
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
-//             [--experts E] [--capacity-factor F] [--plan] [--fp8] [--sustained S]
+//             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -23,6 +23,8 @@
 //          training, the weights are quantized once beforehand (LaunchConfig::fp8_weights_given): the
 //          forward's and the backward's times exclude it, and the weights' quantization
 //          (Layer::quantize_weights, once per optimizer step) is timed apart, in its own loop;
+//   --fp8-weight-gradients: with --fp8, the routed experts' weight gradients on E4M3 operands too
+//          (LaunchConfig::fp8_weight_gradients);
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
@@ -207,7 +209,8 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
 void usage() {
   std::fprintf(stderr,
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
-               "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] [--fp8] "
+               "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
+               "[--fp8 [--fp8-weight-gradients]] "
                "[--experts E] [--capacity-factor F] [--plan] [--sustained S]\n");
 }
 
@@ -229,11 +232,12 @@ bool parse_double(const char* text, double& out) {
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    bool* flag = arg == "--recompute"     ? &o.recompute
-                 : arg == "--fp8"         ? &o.fp8
-                 : arg == "--plan"        ? &o.plan
-                 : arg == "--one-process" ? &o.one_process
-                                          : nullptr;
+    bool* flag = arg == "--recompute"              ? &o.recompute
+                 : arg == "--fp8"                  ? &o.fp8
+                 : arg == "--fp8-weight-gradients" ? &o.fp8_weight_gradients
+                 : arg == "--plan"                 ? &o.plan
+                 : arg == "--one-process"          ? &o.one_process
+                                                   : nullptr;
     if (flag) {
       *flag = true;
       continue;
@@ -277,6 +281,7 @@ void check(const Options& o) {
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
+  if (o.fp8_weight_gradients && !o.fp8) throw mok::Error("mok-bench: --fp8-weight-gradients needs --fp8");
   if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --sustained runs in one process (without --gpus, or with --one-process)");
 }
@@ -295,6 +300,7 @@ int main(int argc, char** argv) {
     launch.ring_rows = o.ring_rows;
     launch.recompute = o.recompute;
     launch.fp8_weights_given = o.fp8;  // quantized once beforehand, as in training
+    launch.fp8_weight_gradients = o.fp8_weight_gradients;
     if (o.plan) {
       for (const Shape& s : selected_shapes(o.shape)) print_plan(s, o, launch);
       return 0;

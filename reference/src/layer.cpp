@@ -140,19 +140,28 @@ void shift_first_boundary(DispatchLayout& l) {
 // Fault::drop_overflow: the per-expert capacity beyond which rows are dropped.
 int drop_capacity(const LayerConfig& c) { return 2 * ((c.routed_rows() + c.experts - 1) / c.experts); }
 
-// Options::fp8_weight_gradients (an experiment): expert e's dW1 = dh^T x and dW2 = bf16(w dy)^T a on
+// Options::fp8_weight_gradients (off by default): expert e's dW1 = dh^T x and dW2 = bf16(w dy)^T a on
 // E4M3 operands, 1 x 128 blocks along the expert's token rows (padded with zeros to whole blocks), over
-// all its rows at once: one minibatch [first, first + m) must be the whole expert.
-void fp8_weight_gradients(const LayerConfig& c, const DispatchLayout& l, int e, int first, int m,
-                          const std::vector<bf16>& dh, const std::vector<bf16>& x, const std::vector<bf16>& dye,
-                          const std::vector<bf16>& a, Gradients& gr) {
-  const int H = c.hidden, I = c.intermediate;
-  require(first == l.offsets[e] && m == l.offsets[e + 1] - l.offsets[e],
-          "fp8_weight_gradients needs ring_rows to hold each expert's rows (one minibatch per expert)");
+// all its rows at once: its minibatches' rows are gathered (ExpertRows) and the gradients made after its
+// last, so they do not depend on the ring.
+struct ExpertRows {
+  std::vector<bf16> dh, x, dye, a;
+  int rows = 0;
+  void append(int m, const std::vector<bf16>& dh_m, const std::vector<bf16>& x_m, const std::vector<bf16>& dye_m,
+              const std::vector<bf16>& a_m) {
+    dh.insert(dh.end(), dh_m.begin(), dh_m.end());
+    x.insert(x.end(), x_m.begin(), x_m.end());
+    dye.insert(dye.end(), dye_m.begin(), dye_m.end());
+    a.insert(a.end(), a_m.begin(), a_m.end());
+    rows += m;
+  }
+};
+void fp8_weight_gradients(const LayerConfig& c, int e, const ExpertRows& r, Gradients& gr) {
+  const int H = c.hidden, I = c.intermediate, m = r.rows;
   const int k = (m + kFp8Block - 1) / kFp8Block * kFp8Block;
   const auto t = [&](const std::vector<bf16>& v, int cols) { return transpose_padded(v.data(), m, cols, kFp8Block); };
-  matmul_fp8(t(dh, 2 * I).data(), 2 * I, t(x, H).data(), H, k, 1, gr.d_w1.data() + at(e, at(2 * I, H)));
-  matmul_fp8(t(dye, H).data(), H, t(a, I).data(), I, k, 1, gr.d_w2.data() + at(e, at(H, I)));
+  matmul_fp8(t(r.dh, 2 * I).data(), 2 * I, t(r.x, H).data(), H, k, 1, gr.d_w1.data() + at(e, at(2 * I, H)));
+  matmul_fp8(t(r.dye, H).data(), H, t(r.a, I).data(), I, k, 1, gr.d_w2.data() + at(e, at(H, I)));
 }
 
 }  // namespace
@@ -296,6 +305,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
   }
   std::vector<bf16> ring_x, ring_dy, ring_h, ring_a, dh, dye;
   std::vector<float> ring_w, d_w;
+  ExpertRows expert_rows;  // Options::fp8_weight_gradients: the expert's rows so far
   for_each_minibatch(c, l, opt.ring_rows, [&](int e, int first, int m) {
     ring_x.resize(at(m, H));
     ring_dy.resize(at(m, H));
@@ -328,7 +338,11 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
     for (int i = 0; i < m; ++i)
       for (int hh = 0; hh < H; ++hh) dye[at(i, H) + hh] = weighted_dy(ring_w[i], ring_dy[at(i, H) + hh]);
     if (c.precision == Precision::fp8 && opt.fp8_weight_gradients) {
-      fp8_weight_gradients(c, l, e, first, m, dh, ring_x, dye, ring_a, gr);
+      expert_rows.append(m, dh, ring_x, dye, ring_a);
+      if (first + m == l.offsets[e + 1]) {  // the expert's last minibatch
+        fp8_weight_gradients(c, e, expert_rows, gr);
+        expert_rows = {};
+      }
       return;
     }
     // Weight gradients (bf16 operands in either precision) continue their K-step chains over this

@@ -108,6 +108,12 @@ struct LaunchConfig {
   // quantizes the weights into its workspace first (the forward its copies, the backward both: recompute
   // mode's GEMM1 reads the forward's). Needs precision = fp8.
   bool fp8_weights_given = false;
+  // The fp8 mode's routed-expert weight gradients on E4M3 operands too (the reference's
+  // Options::fp8_weight_gradients; docs/accuracy.md, "FP8 weight gradients"): the backward quantizes dh,
+  // xe, bf16(w dy) and a per column in 1 x 128 blocks along each expert's rows into transposed copies
+  // (workspace_bytes(Pass::backward) grows by about (3I + 2H) bytes per padded row) and chains E4M3
+  // K-steps over them. The shared expert's stay bf16. Needs precision = fp8.
+  bool fp8_weight_gradients = false;
 };
 
 struct WeightViews {

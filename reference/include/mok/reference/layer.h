@@ -33,9 +33,10 @@ struct Options {
   bool recompute = false;   // the backward recomputes h and a instead of reading them saved
   bool replay_ids = false;  // with a given routing: replay its expert ids only; weights (and logits, and the
                             // router's gradients) from the live router (RoutingMode::replay_ids)
-  // An experiment of the fp8 mode, measured and not shipped (docs/accuracy.md, "FP8 weight gradients"):
-  // the routed experts' weight gradients on E4M3 operands too (dh, x, bf16(w dy), a in 1 x 128 blocks
-  // along their token rows). Needs ring_rows to hold each expert's rows (one minibatch per expert).
+  // The fp8 mode's E4M3 weight gradients (docs/accuracy.md, "FP8 weight gradients"; the GPU's
+  // LaunchConfig::fp8_weight_gradients): the routed experts' weight gradients on E4M3 operands too (dh,
+  // x, bf16(w dy), a in 1 x 128 blocks along each expert's token rows, over all its rows at once, so
+  // whatever ring_rows is). The shared expert's stay bf16.
   bool fp8_weight_gradients = false;
   Fault fault = Fault::none;
 };

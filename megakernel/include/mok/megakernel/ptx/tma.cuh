@@ -72,6 +72,15 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global into shared memory, one bulk
+// copy; its bytes complete on `bar`.
+__device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_address(smem)),
+               "l"(global), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
 // Ordinary global stores before this fence are ordered before later TMA reads (async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
