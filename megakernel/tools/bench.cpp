@@ -197,7 +197,7 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
     return 2;
   }
   const std::vector<Shape> shapes = selected_shapes(o.shape);
-  const double peak = matmul_peak_tflops(3, 10);
+  const double peak = matmul_peak_tflops(peak_matrix(), 3, 10);
   std::printf("bf16 matmul peak (cuBLAS 8192^3, random data): %.0f TFLOP/s\n", peak);
   if (o.gpus > 1) std::printf("across %d GPUs (NCCL windows): peak fractions of %d x that peak\n", o.gpus, o.gpus);
   std::printf("%-15s %-8s %8s %8s %10s %9s %9s %8s %8s%s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd+bwd ms",

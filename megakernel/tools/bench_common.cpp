@@ -76,10 +76,16 @@ void scrub_l2(cudaStream_t stream) {
   MOK_CUDA_CHECK(cudaMemsetAsync(buffer, 0x5a, kScrubBytes, stream));
 }
 
-double matmul_peak_tflops(int warmup, int runs) {
-  const int n = 8192;
+constexpr int kPeakN = 8192;
+
+std::vector<bf16> peak_matrix() {
   ref::Rng rng(1);
-  const std::vector<bf16> host = ref::bf16_symmetric(rng, size_t(n) * n, 1.0f);
+  return ref::bf16_symmetric(rng, size_t(kPeakN) * kPeakN, 1.0f);
+}
+
+double matmul_peak_tflops(const std::vector<bf16>& host, int warmup, int runs) {
+  const int n = kPeakN;
+  if (host.size() != size_t(n) * n) fail_internal("matmul_peak_tflops: the matrix is not peak_matrix()'s");
   void *a, *b, *c;
   MOK_CUDA_CHECK(cudaMalloc(&a, host.size() * 2));
   MOK_CUDA_CHECK(cudaMalloc(&b, host.size() * 2));

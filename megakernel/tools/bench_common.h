@@ -67,8 +67,12 @@ std::vector<Inputs> input_sets(const ref::Problem& p, int sets);
 // Overwrites more than the L2 cache (50 MB on the H200) so the next launch starts cold.
 void scrub_l2(cudaStream_t stream);
 
-// bf16 x bf16 -> fp32-accumulated bf16 product of 8192^3 on random data (cuBLAS), TFLOP/s.
-double matmul_peak_tflops(int warmup, int runs);
+// The peak measurement's random 8192 x 8192 bf16 matrix (its A and B). Made with OpenMP: a forked rank
+// gets it from its parent (mok/tools/process_ranks.h: a rank must not run OpenMP after its parent did).
+std::vector<bf16> peak_matrix();
+// bf16 x bf16 -> fp32-accumulated bf16 product of 8192^3 on `matrix` (peak_matrix) as A and B (cuBLAS),
+// TFLOP/s.
+double matmul_peak_tflops(const std::vector<bf16>& matrix, int warmup, int runs);
 
 struct Times {
   double min_ms = 0, median_ms = 0;

@@ -3,7 +3,10 @@
 // a probe child, makes one NCCL unique id (which opens only the bootstrap socket), forks one rank per GPU
 // and watches them with a timeout; the first rank that fails, or the timeout, kills every rank. Each rank
 // writes its results to a file of a temporary directory (ResultWriter), which the parent reads after
-// all exited 0. The parent must not have run OpenMP before a fork (libgomp's pool does not survive it).
+// all exited 0. A rank must not enter an OpenMP parallel region when its parent ran one before the fork:
+// libgomp's pool does not survive fork, and the rank would wait for its threads for ever (mok-bench
+// --gpus did, since make_problem fills in parallel, until its ranks got the peak measurement's matrix
+// from the parent). So the ranks' host data are made in the parent.
 // Each unique id leaves NCCL's bootstrap root thread in the parent until every rank has connected: a
 // run whose ranks were killed before that leaves the thread waiting, so later forks come from a
 // multithreaded parent (harmless unless a child takes a lock that thread holds, e.g. NCCL_DEBUG's).
