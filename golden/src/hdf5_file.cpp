@@ -314,6 +314,8 @@ void write_options(hid_t root, const ref::Options& o) {
   write_string(g.get(), "/options", "step", to_string(o.step));
   write_i32(g.get(), "/options", "ring_rows", o.ring_rows);
   write_i32(g.get(), "/options", "recompute", o.recompute);
+  // Only where set: the files without it (every one before it) read as before.
+  if (o.fp8_weight_gradients) write_i32(g.get(), "/options", "fp8_weight_gradients", 1);
 }
 
 ref::Options read_options(hid_t root) {
@@ -322,6 +324,8 @@ ref::Options read_options(hid_t root) {
   o.step = step_model_from_string(read_string(g.get(), "/options", "step"));
   o.ring_rows = read_i32(g.get(), "/options", "ring_rows");
   o.recompute = read_flag(g.get(), "/options", "recompute");
+  o.fp8_weight_gradients = has_attribute(g.get(), "/options", "fp8_weight_gradients") &&
+                           read_flag(g.get(), "/options", "fp8_weight_gradients");
   return o;
 }
 
@@ -391,6 +395,7 @@ std::string content_text(const GoldenCase& g) {
   line("swiglu_limit", bits(c.swiglu_limit));
   if (c.precision != Precision::bf16) line("precision", to_string(c.precision));  // bf16 goldens hash as before
   line("step", to_string(g.options.step));
+  if (g.options.fp8_weight_gradients) line("fp8_weight_gradients", "1");  // the files without it hash as before
   if (g.recipe) {
     line("seed", std::to_string(g.recipe->seed));
     line("routing_kind", ref::to_string(g.recipe->routing));

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <optional>
 
@@ -70,6 +71,7 @@ void expect_same_case(const GoldenCase& a, const GoldenCase& b) {
   EXPECT_EQ(a.options.step, b.options.step);
   EXPECT_EQ(a.options.ring_rows, b.options.ring_rows);
   EXPECT_EQ(a.options.recompute, b.options.recompute);
+  EXPECT_EQ(a.options.fp8_weight_gradients, b.options.fp8_weight_gradients);
   ASSERT_EQ(a.recipe.has_value(), b.recipe.has_value());
   if (a.recipe) {
     EXPECT_EQ(a.recipe->seed, b.recipe->seed);
@@ -128,6 +130,29 @@ TEST_F(GoldenFile, Fp8RoundTripsAndOnlyFp8StoresItsPrecision) {
   write_golden(dir_ / "bf16.h5", *smoke_);
   EXPECT_EQ(stored_precision(dir_ / "bf16.h5"), std::nullopt);
   EXPECT_EQ(read_golden(dir_ / "bf16.h5").config.precision, Precision::bf16);
+}
+
+// A case made with Options::fp8_weight_gradients (a fuzz repro of such a case) stores it in /options and
+// in its content hash, and reads and regenerates with it (its weight gradients are the option's, not
+// the default's); a case without it stores no such attribute and reads with the option off.
+TEST_F(GoldenFile, Fp8WeightGradientsRoundTripAndAreStoredOnlyWhereSet) {
+  CaseSpec spec = *find_case("fp8_smoke");
+  const GoldenCase plain = make_case(spec);
+  spec.options.fp8_weight_gradients = true;
+  const GoldenCase fp8_grads = make_case(spec);
+  write_golden(dir_ / "w.h5", fp8_grads);
+  const GoldenCase back = read_golden(dir_ / "w.h5");
+  EXPECT_TRUE(back.options.fp8_weight_gradients);
+  expect_same_case(fp8_grads, back);
+  expect_same_case(fp8_grads, regenerate(back));
+  const auto d_w1 = [](const GoldenCase& g) {
+    return std::ranges::find_if(g.results.outputs, [](const Tensor& t) { return t.name == "d_w1"; })->bytes;
+  };
+  EXPECT_NE(d_w1(fp8_grads), d_w1(plain)) << "the option changed no weight gradient";
+  write_golden(dir_ / "p.h5", plain);
+  EXPECT_FALSE(read_golden(dir_ / "p.h5").options.fp8_weight_gradients);
+  RawGolden(dir_ / "w.h5").remove_attribute("/options", "fp8_weight_gradients");
+  EXPECT_NE(read_error(dir_ / "w.h5").find("content_sha256 does not match"), std::string::npos);
 }
 
 // Stripped of its precision, an fp8 golden is refused, not read as a bf16 one (the attribute is in the

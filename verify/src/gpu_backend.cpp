@@ -35,6 +35,7 @@ class GpuBackend : public Backend {
     gpu::LaunchConfig launch;
     launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
     launch.recompute = flags_.recompute.value_or(g.options.recompute);
+    launch.fp8_weight_gradients = g.options.fp8_weight_gradients && p.config.precision == Precision::fp8;
     if (flags_.gpus) {
       launch.gpus = *flags_.gpus;
       launch.transport = gpu::Transport::nccl;

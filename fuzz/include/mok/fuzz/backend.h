@@ -33,8 +33,9 @@ class ReferenceBackend final : public Backend {
                           const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override;
 };
 
-// The megakernel on one Hopper GPU (hopper_tc only; the case's recompute mode is the megakernel's,
-// LaunchConfig::recompute). mok::Error without CUDA in the build or without a GPU.
+// The megakernel on one Hopper GPU (hopper_tc only; the case's recompute mode and fp8 weight gradients are
+// the megakernel's, LaunchConfig::recompute and fp8_weight_gradients). mok::Error without CUDA in the build or without
+// a GPU.
 std::unique_ptr<Backend> make_gpu_backend();
 
 // "reference" or "gpu"; mok::Error for an unknown name.
