@@ -353,10 +353,9 @@ __device__ void order_longest_first(const int* k_rows, int grads, int* order) {
 // The fp8 weight gradients' operands of routed gradient w's tile at (m0, n0): dW1_e = dh^T xe (w even),
 // dW2_e = dye^T a, their transposed E4M3 copies over the expert's tiles (K-blocks of 128 padded rows).
 __device__ TileLoad fp8_weight_grad_load(const Params& p, int w, const WeightGrad& wg, int m0, int n0) {
-  const bool dw2 = w % 2;
-  const GradOperand a = grad_operand(p, dw2 ? 2 : 0), b = grad_operand(p, dw2 ? 3 : 1);
-  TileLoad l{dw2 ? &p.maps.dyetq : &p.maps.dhtq,
-             dw2 ? &p.maps.atq : &p.maps.xetq,
+  const GradOperand a = grad_operand(p, 2 * (w % 2)), b = grad_operand(p, 2 * (w % 2) + 1);
+  TileLoad l{&(p.maps.*a.map),
+             &(p.maps.*b.map),
              m0,
              {n0, n0 + kTileN / 2},
              wg.k_first,

@@ -30,12 +30,16 @@ struct ColumnBlockSmem {
   uint2 codes[kFp8Block][kSquares];               // [column][row group ^ column / 8]: 8 codes each
 };
 
-// The i-th operand: its [P, cols] rows, its quantized copy, and its role: A (dh, dye: the copy holds
-// exponents, which the stage carries per row of A) or B (xe, a: scales and each tile's exponent range).
+// The i-th operand: its [P, cols] rows, its quantized copy and the copy's tensor map (a member of
+// p.maps), and its role: A (dh, dye: the copy holds exponents, which the stage carries per row of A) or
+// B (xe, a: scales and each tile's exponent range). Operands 2 g and 2 g + 1 are the A and B of dW1
+// (g = 0) and dW2 (g = 1).
 struct GradOperand {
+  using MapMember = CUtensorMap TensorMaps::*;
   const bf16* rows;
   int cols;
   Fp8Columns q;
+  MapMember map;
   bool b;
 };
 inline constexpr int kGradOperandCount = 4;
@@ -43,13 +47,13 @@ __device__ inline GradOperand grad_operand(const Params& p, int i) {
   const int H = p.c.hidden, I = p.c.intermediate;
   switch (i) {
     case 0:
-      return {p.dh, 2 * I, p.dhtq, false};
+      return {p.dh, 2 * I, p.dhtq, &TensorMaps::dhtq, false};
     case 1:
-      return {p.xe, H, p.xetq, true};
+      return {p.xe, H, p.xetq, &TensorMaps::xetq, true};
     case 2:
-      return {p.dye, H, p.dyetq, false};
+      return {p.dye, H, p.dyetq, &TensorMaps::dyetq, false};
     default:
-      return {p.a, I, p.atq, true};
+      return {p.a, I, p.atq, &TensorMaps::atq, true};
   }
 }
 

@@ -181,18 +181,19 @@ struct Fp8WeightLayout {
   size_t bytes;
 };
 // An operand of the fp8 weight gradients (Fp8Columns): its codes, then as A its exponents, or as B its
-// scales and exponent ranges (0: none).
+// scales and exponent ranges, each offset `base` + its place in `sections` (0: none).
 struct ColumnsSection {
   size_t values, exps, scales, exp_range;
 };
-ColumnsSection columns_section(Sections& sections, size_t P, size_t cols, bool b) {
+ColumnsSection columns_section(Sections& sections, size_t base, size_t P, size_t cols, bool b) {
   const size_t blocks = P / kFp8Block, stride = column_scale_stride(int(cols));
-  ColumnsSection s{sections.take(cols * P), 0, 0, 0};
+  const auto take = [&](size_t bytes) { return base + sections.take(bytes); };
+  ColumnsSection s{take(cols * P), 0, 0, 0};
   if (b) {
-    s.scales = sections.take(blocks * stride * sizeof(float));
-    s.exp_range = sections.take(blocks * sizeof(int4));
+    s.scales = take(blocks * stride * sizeof(float));
+    s.exp_range = take(blocks * sizeof(int4));
   } else {
-    s.exps = sections.take(blocks * stride);
+    s.exps = take(blocks * stride);
   }
   return s;
 }
@@ -323,11 +324,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
   if (fp8 && launch.fp8_weight_gradients) {     // apart: written beside dh, xe, dye and a, which they copy
-    const auto columns = [&](size_t cols, bool b) {
-      const ColumnsSection at = columns_section(after, P, cols, b);
-      const auto from_end = [&](size_t offset) { return offset ? end + offset : 0; };  // 0: none (never first)
-      return ColumnsSection{end + at.values, from_end(at.exps), from_end(at.scales), from_end(at.exp_range)};
-    };
+    const auto columns = [&](size_t cols, bool b) { return columns_section(after, end, P, cols, b); };
     l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);
   }
   l.bytes = end + after.bytes();

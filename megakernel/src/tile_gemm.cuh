@@ -174,6 +174,9 @@ __device__ __forceinline__ void stage_steps(const uint8_t* st, Warpgroup consume
     ptx::wgmma_bf16_m64n256k16<kM.a_mn, kM.b_mn>(acc, da + kk * a_step, db + kk * b_step);
 }
 
+// Whether a partial times 2^s is exact and normal (promote's argument below; promote_columns' too).
+__device__ __forceinline__ bool in_promote_window(int s) { return s >= -108 && s <= 102; }
+
 // acc[kFirst + i] = acc[kFirst + i] + partial[i] 2^s (fp8_gemm_element's promotion, scale_by_exp2), s
 // the exponent of accumulator i's row: s_lo for rows 16 w + g, s_hi for rows 16 w + g + 8 ((i / 2) % 2,
 // the fragment of ptx/wgmma.cuh). A partial is zero or of magnitude in [2^-18, 2^25): 128 products of
@@ -187,8 +190,7 @@ __device__ __forceinline__ void promote(float (&acc)[kTotals], const float (&par
                                         int s_hi) {
   static_assert(kFirst + kAccumulators / 2 <= kTotals, "the partials' totals lie in acc");
   constexpr int kCount = kAccumulators / 2;
-  const auto exact = [](int s) { return s >= -108 && s <= 102; };
-  if (exact(s_lo) && exact(s_hi)) {
+  if (in_promote_window(s_lo) && in_promote_window(s_hi)) {
     const float f_lo = exp2_of(s_lo), f_hi = exp2_of(s_hi);
 #pragma unroll
     for (int i = 0; i < kCount; ++i) acc[kFirst + i] = fma32(partial[i], (i / 2) % 2 ? f_hi : f_lo, acc[kFirst + i]);
@@ -217,11 +219,10 @@ __device__ __forceinline__ void promote_columns(float (&acc)[kAccumulators], con
   const int tile_row = acc_row(consumer, 0);
   const int s_lo = cs.a_exps[tile_row], s_hi = cs.a_exps[tile_row + 8], s_col_min = cs.b_range.x,
             s_col_max = cs.b_range.y;
-  const auto inside = [](int s) { return s >= -108 && s <= 102; };
   // acc_col(i) = 8 (i / 4) + 2 (t % 4) + i % 2: the pairs of this thread's columns
   const float* pair = cs.b + (kFirst ? kTileN / 2 : 0) + 2 * (threadIdx.x % 4);
-  if (inside(s_col_min) && inside(s_col_max) && inside(min(s_lo, s_hi) + s_col_min) &&
-      inside(max(s_lo, s_hi) + s_col_max)) {
+  if (in_promote_window(s_col_min) && in_promote_window(s_col_max) && in_promote_window(min(s_lo, s_hi) + s_col_min) &&
+      in_promote_window(max(s_lo, s_hi) + s_col_max)) {
     const float f_lo = exp2_of(s_lo), f_hi = exp2_of(s_hi);
 #pragma unroll
     for (int i = 0; i < kCount; i += 2) {
