@@ -1,6 +1,7 @@
 #include "mok/core/validate.h"
 #include "mok/fuzz/backend.h"
 #include "mok/megakernel/megakernel.h"
+#include "mok/tools/reference_launch.h"
 
 namespace mok::fuzz {
 namespace {
@@ -37,11 +38,7 @@ class GpuBackend final : public Backend {
   static gpu::LaunchConfig launch(const LayerConfig& c, const ref::Options& opt) {
     require(opt.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     require(opt.fault == ref::Fault::none, "the gpu backend has no fault injection");
-    gpu::LaunchConfig l;
-    l.ring_rows = gpu::whole_tile_ring_rows(opt.ring_rows);
-    l.recompute = opt.recompute;
-    l.fp8_weight_gradients = opt.fp8_weight_gradients && c.precision == Precision::fp8;
-    return l;
+    return tools::reference_launch(c, opt);
   }
 };
 

@@ -103,11 +103,13 @@ Results read(const Bound& b) {
           g.d_shared_w2.download<float>()};
 }
 
-Results reference(const ref::Problem& p, RoutingMode mode, bool recompute = false) {
+// The reference's results in the launch's recompute mode and weight gradients.
+Results reference(const ref::Problem& p, RoutingMode mode, const LaunchConfig& launch = {}) {
   ref::Options opt;
   opt.step = StepModel::hopper_tc;
   opt.replay_ids = mode == RoutingMode::replay_ids;
-  opt.recompute = recompute;
+  opt.recompute = launch.recompute;
+  opt.fp8_weight_gradients = launch.fp8_weight_gradients;
   const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
   const Forward f = ref::forward(p.config, p.x, p.weights, given, opt);
   const Gradients g = ref::backward(p.config, p.x, p.weights, f, p.dy, opt);
@@ -150,7 +152,7 @@ class LayerApi : public ::testing::Test {
   void TearDown() override {
     if (stream_) cudaStreamDestroy(stream_);
   }
-  void bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config);
+  void bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config, const LaunchConfig& launch);
   // Each (config, ring rows) with h and a saved and recomputed, skewed routing, the workspace poisoned
   // before the forward and again before the backward: the reference's bits.
   void expect_sections_over_one_another_match(std::span<const std::pair<LayerConfig, int>> runs, uint64_t seed) {
@@ -178,7 +180,7 @@ class LayerApi : public ::testing::Test {
           layer.poison_workspace(stream_, ws);
           layer.backward(stream_, ws, in, b.outputs(), b.grad.dy.view(), b.grads());
           layer.check();
-          expect_same(read(b), reference(p, RoutingMode::given, recompute));
+          expect_same(read(b), reference(p, RoutingMode::given, {.recompute = recompute}));
         }
   }
 
@@ -241,7 +243,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     layer.poison_workspace(stream_, ws);  // the backward's h and a are its own, not the forward's left over
     layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     layer.check();
-    expect_same(read(b), reference(p, mode, true));
+    expect_same(read(b), reference(p, mode, {.recompute = true}));
   }
 }
 
@@ -395,19 +397,24 @@ TEST_F(LayerApi, DefaultRingHoldsAnAverageRank) {
 // bf16 weight gradients are the fp32 gradients rounded once; accumulated into bf16 tensors, each
 // element is add_bf16_gradient of what the tensor held (autograd's add of the rounded gradient). The
 // second config's gradients have tiles of 64 valid rows and of 64 and 192 columns (the staged epilogue's
-// row table and windows).
+// row table and windows). The third runs the fp8 weight gradients' chain (E4M3 operands), whose
+// epilogue is the same.
 TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRoundedOrAddedAsAutogradAdds) {
-  for (const LayerConfig& config : {shared_sigmoid(), with_every_branch(make_config(2, 40, 192, 128, 8, 3))}) {
-    SCOPED_TRACE("H " + std::to_string(config.hidden));
-    bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(config);
+  const std::pair<LayerConfig, LaunchConfig> runs[] = {{shared_sigmoid(), {}},
+                                                       {with_every_branch(make_config(2, 40, 192, 128, 8, 3)), {}},
+                                                       {fp8_every_branch(), {.fp8_weight_gradients = true}}};
+  for (const auto& [config, launch] : runs) {
+    SCOPED_TRACE("H " + std::to_string(config.hidden) + (launch.fp8_weight_gradients ? ", fp8 weight gradients" : ""));
+    bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(config, launch);
   }
 }
 
-void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config) {
+void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config,
+                                                                        const LaunchConfig& launch) {
   const ref::Problem p = ref::make_problem(config, 41);
   const LayerConfig& c = p.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
-  Layer layer(c, {});
+  Layer layer(c, launch);
   Bound b(layer, p, RoutingMode::router);
   DeviceTensor w1(DType::bf16, {E, 2 * I, H}), w2(DType::bf16, {E, H, I}), sw1(DType::bf16, {2 * Is, H}),
       sw2(DType::bf16, {H, Is});
@@ -418,7 +425,7 @@ void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const La
   layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
   layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads);
   layer.check();
-  const Results want = reference(p, RoutingMode::router);
+  const Results want = reference(p, RoutingMode::router, launch);
   const auto rounded = [](const std::vector<float>& v) {
     std::vector<bf16> r(v.size());
     for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);

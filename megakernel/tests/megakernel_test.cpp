@@ -207,6 +207,15 @@ TEST_F(Gpu, ColocatedSameBitsAsSimulatedRanks) {
   }
 }
 
+// The weight gradients of two backward calls of the same step accumulated (GradOutputs::accumulate):
+// each element the reference's gradient added to itself.
+Gradients accumulated_twice(Gradients g) {
+  for (auto field :
+       {&Gradients::d_router, &Gradients::d_w1, &Gradients::d_w2, &Gradients::d_shared_w1, &Gradients::d_shared_w2})
+    for (float& v : g.*field) v = v + v;
+  return g;
+}
+
 // Every routing mode with a shared expert and sigmoid routing on 2 and 4 colocated shares: the
 // reference's bits, twice on one wrapper (the barriers' numbers carry over from launch to launch),
 // and gradients accumulated over a second backward as the reference adds them (d_router on every share).
@@ -219,10 +228,7 @@ TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
     const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
     const Forward want_f = ref::forward(c, p.x, p.weights, given, opt);
     const Gradients want_g = ref::backward(c, p.x, p.weights, want_f, p.dy, opt);
-    Gradients twice = want_g;
-    for (auto field :
-         {&Gradients::d_router, &Gradients::d_w1, &Gradients::d_w2, &Gradients::d_shared_w1, &Gradients::d_shared_w2})
-      for (float& v : twice.*field) v = v + v;
+    const Gradients twice = accumulated_twice(want_g);
     for (int gpus : {2, 4}) {
       SCOPED_TRACE("mode " + std::to_string(int(mode)) + " on " + std::to_string(gpus) + " colocated shares");
       Megakernel mk(c, p.weights, colocated(gpus));
@@ -507,7 +513,8 @@ TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
 // weights quantized once, the backward's sections over the forward's E4M3 activations), twice each, for
 // every fp8 case (experts over several tiles and none, H = 640 and I = 384, whose last tile's second
 // half lies past them: B's scales padded). They differ from the bf16 chains' (the option is read).
-// dy scaled by 2^-100 puts the promotions outside promote_columns' window (its other path).
+// dy scaled by 2^-100 puts the promotions outside promote_columns' window (its other path). A third
+// backward accumulates into the second's gradients.
 TEST_F(Gpu, Fp8WeightGradientsMatchTheReference) {
   LaunchConfig shares = colocated(2);
   shares.fp8_weight_gradients = true;
@@ -530,6 +537,7 @@ TEST_F(Gpu, Fp8WeightGradientsMatchTheReference) {
     expect_forward_bits(mk.forward(q.x, q.routing ? &*q.routing : nullptr), want_f);
     expect_gradient_bits(mk.backward(q.dy), want_g);
     expect_gradient_bits(mk.backward(q.dy), want_g);  // D1: the second backward's bits
+    expect_gradient_bits(mk.backward(q.dy, true), accumulated_twice(want_g));
   };
   for (const Case& cs : fp8_cases()) {
     const Problem p = make_problem(cs.config, 81, cs.kind);

@@ -24,8 +24,8 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     rounded to bf16) and writes every input and result to `path`.
 
     layer: an MoE module, or a dict of mok.functional.moe's arguments (router, w1, w2, config and
-    optionally shared, expert_bias, ring_rows, recompute). Replayed ids (replay="ids") have no place in golden
-    format v1 and raise ValueError.
+    optionally shared, expert_bias, ring_rows, recompute, fp8_weight_gradients). Replayed ids (replay="ids")
+    have no place in golden format v1 and raise ValueError.
     """
     if isinstance(layer, MoE):
         if layer.group is not None:
@@ -33,12 +33,14 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
                              "group's layer")
         shared = (layer.shared_w1, layer.shared_w2) if layer.shared_w1 is not None else None
         args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config, shared=shared,
-                    expert_bias=layer.expert_bias, ring_rows=layer.ring_rows, recompute=layer.recompute)
+                    expert_bias=layer.expert_bias, ring_rows=layer.ring_rows, recompute=layer.recompute,
+                    fp8_weight_gradients=layer.fp8_weight_gradients)
     else:
         args = dict(layer)
     config: MoEConfig = args["config"]
     shared_w1, shared_w2 = args.get("shared") or (None, None)
-    launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False))
+    launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False),
+                         fp8_weight_gradients=args.get("fp8_weight_gradients", False))
     x = x.reshape(-1, config.hidden)
     config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
     mode, topk_idx, topk_w = routing_mode(routing, replay)

@@ -66,12 +66,12 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
 
 @functools.lru_cache(maxsize=256)
 def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool, comm: int = 0,
-              gpus: int = 1, capacity_rows: int = 0) -> tuple:
+              gpus: int = 1, capacity_rows: int = 0, fp8_weight_gradients: bool = False) -> tuple:
     """config_ints, config_floats and launch for the op, packed once per layer, batch size and
     communicator (packing in Python costs more than the op's own argument checks). Over G GPUs the
     layer has G * config.ranks ranks."""
     return (*config.pack(tokens_per_rank=tokens_per_rank, ranks=config.ranks * gpus),
-            pack_launch(ring_rows, blocks, recompute, comm, gpus, capacity_rows))
+            pack_launch(ring_rows, blocks, recompute, comm, gpus, capacity_rows, fp8_weight_gradients))
 
 
 def moe(
@@ -93,6 +93,7 @@ def moe(
     capacity_rows: int = 0,
     fp8_weights: Optional[Tensor] = None,
     accumulate_into: Optional[GradAccumulators] = None,
+    fp8_weight_gradients: bool = False,
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
@@ -122,6 +123,9 @@ def moe(
     accumulate_into: the backward adds the weights' gradients into these accumulators (GradAccumulators:
     fp32, or the bf16 .grad tensors themselves) and autograd gives the weights no gradient (their .grad
     changes only where it is an accumulator); x (and a replayed topk_w) get theirs as usual.
+    fp8_weight_gradients (the fp8 mode): the routed experts' weight gradients on E4M3 operands too (dh,
+    x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
+    default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
@@ -136,7 +140,7 @@ def moe(
 
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks,
-                                                   recompute, comm, gpus, capacity_rows)
+                                                   recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
@@ -236,6 +240,7 @@ def quantize_weights(
     recompute: bool = False,
     group=None,
     capacity_rows: int = 0,
+    fp8_weight_gradients: bool = False,
 ) -> Tensor:
     """The fp8 mode's weights quantized once (E4M3, a power-of-two scale per 128 x 128 block), a uint8
     tensor on w1's CUDA device for mok.moe(..., fp8_weights=...): as training frameworks do, quantize
@@ -243,15 +248,15 @@ def quantize_weights(
     backward) skips the quantization and its workspace. Enqueued on the current stream, no
     synchronisation. The arguments are moe's (with a group, this rank's experts' w1 and w2;
     tokens_per_rank: the forwards' T, default config.tokens_per_rank): the launch arguments
-    (tokens_per_rank, ring_rows, blocks, recompute, group, capacity_rows) pick the cached layer, so they
-    must be the forwards' or another layer is built (with a group, another window on the communicator).
-    The CPU op quantizes in each forward and backward and takes no fp8_weights."""
+    (tokens_per_rank, ring_rows, blocks, recompute, group, capacity_rows, fp8_weight_gradients) pick the
+    cached layer, so they must be the forwards' or another layer is built (with a group, another window on
+    the communicator). The CPU op quantizes in each forward and backward and takes no fp8_weights."""
     comm, gpus = 0, 1
     if group is not None:
         from mok import distributed
 
         comm, gpus = distributed.communicator(group, w1.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _op_lists(config, tokens_per_rank or config.tokens_per_rank, ring_rows,
-                                                   blocks, recompute, comm, gpus, capacity_rows)
+                                                   blocks, recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

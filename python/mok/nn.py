@@ -24,7 +24,8 @@ class MoE(torch.nn.Module):
     expert whole; forward takes this rank's tokens. The same generator seed on every rank gives every
     rank the same router and shared expert and the shards of the experts a single-device MoE of that
     seed holds (reset_parameters), so a single-device state_dict's w1[expert_begin : expert_begin + E/G]
-    is this rank's w1. capacity_rows: mok.moe's (with a group).
+    is this rank's w1. capacity_rows: mok.moe's (with a group). fp8_weight_gradients: mok.moe's (the
+    fp8 mode's weight gradients on E4M3 operands).
 
     main_grad: the backward adds the parameters' gradients into fp32 tensors `p.main_grad` (mok.moe's
     accumulate_into; zeros at construction, moved with the module) instead of giving them a .grad, as
@@ -50,14 +51,14 @@ class MoE(torch.nn.Module):
     def __init__(self, config: MoEConfig, *, ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0,
                  recompute: bool = False, device: Optional[torch.device | str] = None,
                  generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0,
-                 main_grad: bool = False, accumulate_grad: bool = False):
+                 main_grad: bool = False, accumulate_grad: bool = False, fp8_weight_gradients: bool = False):
         super().__init__()
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
-        self.accumulate_grad = accumulate_grad
+        self.accumulate_grad, self.fp8_weight_gradients = accumulate_grad, fp8_weight_gradients
         e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
         own = e
         self.expert_begin = 0
@@ -125,7 +126,8 @@ class MoE(torch.nn.Module):
         return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
                    expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
                    blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
-                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators)
+                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators,
+                   fp8_weight_gradients=self.fp8_weight_gradients)
 
     def _accumulators(self, replay_full: bool) -> GradAccumulators:
         """The parameters' main_grad tensors (main_grad) or their .grad (accumulate_grad; zeros where None) as
@@ -164,10 +166,12 @@ class MoE(torch.nn.Module):
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         return quantize_weights(self.w1, self.w2, config=self.config, shared=shared, tokens_per_rank=tokens_per_rank,
                                 ring_rows=self.ring_rows, blocks=self.blocks, recompute=self.recompute,
-                                group=self.group, capacity_rows=self.capacity_rows)
+                                group=self.group, capacity_rows=self.capacity_rows,
+                                fp8_weight_gradients=self.fp8_weight_gradients)
 
     def extra_repr(self) -> str:
         shard = "" if self.group is None else f", experts [{self.expert_begin}, {self.expert_begin + self.w1.shape[0]})"
         capacity = f", capacity_rows={self.capacity_rows}" if self.capacity_rows else ""
         grads = ", main_grad=True" if self.main_grad else ", accumulate_grad=True" if self.accumulate_grad else ""
+        grads += ", fp8_weight_gradients=True" if self.fp8_weight_gradients else ""
         return f"{self.config}, ring_rows={self.ring_rows}, recompute={self.recompute}{shard}{capacity}{grads}"

@@ -18,6 +18,7 @@ ref::Options reference_options(const Call& call) {
   if (call.ring_rows) opt.ring_rows = call.ring_rows;  // no bit depends on it
   opt.replay_ids = call.mode == RoutingMode::replay_ids;
   opt.recompute = call.recompute;
+  opt.fp8_weight_gradients = call.fp8_weight_gradients;
   return opt;
 }
 

@@ -39,12 +39,12 @@ struct CachedLayer {
 };
 
 // (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows,
-// fp8_weights_given). Keys of one communicator differ only in config and launch across its ranks, so the
-// map's order is the same on every rank: release_cuda_layers destroys them in the same order everywhere,
-// as NCCL wants. fp8_weights_given: the Layer of the fp8 forwards and backwards given quantized weights
-// (and of mok::quantize_weights), whose workspace holds none.
-using LayerKey =
-    std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int, long, bool>;
+// fp8_weights_given, fp8_weight_gradients). Keys of one communicator differ only in config and launch across its ranks,
+// so the map's order is the same on every rank: release_cuda_layers destroys them in the same order everywhere, as NCCL
+// wants. fp8_weights_given: the Layer of the fp8 forwards and backwards given quantized weights (and of
+// mok::quantize_weights), whose workspace holds none.
+using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int,
+                            long, bool, bool>;
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
@@ -62,8 +62,17 @@ void check_communicator(const Call& call) {
 
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device,         ints,      floats,    call.ring_rows,     call.blocks,
-                     call.recompute, call.comm, call.gpus, call.capacity_rows, fp8_weights_given};
+  const LayerKey key{device,
+                     ints,
+                     floats,
+                     call.ring_rows,
+                     call.blocks,
+                     call.recompute,
+                     call.comm,
+                     call.gpus,
+                     call.capacity_rows,
+                     fp8_weights_given,
+                     call.fp8_weight_gradients};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
@@ -72,6 +81,7 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weigh
     launch.blocks = call.blocks;
     launch.recompute = call.recompute;
     launch.fp8_weights_given = fp8_weights_given;
+    launch.fp8_weight_gradients = call.fp8_weight_gradients;
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
     // (on a communicator, the communicator's device must be it: the Layer checks).
     std::unique_ptr<CachedLayer> made;

@@ -81,6 +81,7 @@ void write_golden(const std::string& path, const std::string& name, const std::s
   gc.options.step = StepModel::hopper_tc;
   if (call.ring_rows) gc.options.ring_rows = call.ring_rows;  // else the reference's default: no bit depends on it
   gc.options.recompute = call.recompute;
+  gc.options.fp8_weight_gradients = call.fp8_weight_gradients;
   gc.inputs = golden::input_tensors(p);
   gc.results = golden::results_of(p, f, g);
   gc.generator = golden::generator_revision() + " via mok.capture";
@@ -96,6 +97,8 @@ GoldenRead read_golden(const std::string& path) {
   r.call.mode = gc.routing_given() ? RoutingMode::given : RoutingMode::router;
   r.call.ring_rows = gc.options.ring_rows;
   r.call.recompute = gc.options.recompute;
+  // The reference reads the option in the fp8 mode only (a fuzz repro may carry it in bf16); the op refuses it there.
+  r.call.fp8_weight_gradients = gc.options.fp8_weight_gradients && gc.config.precision == Precision::fp8;
   for (const std::vector<golden::Tensor>* group : {&gc.inputs, &gc.results.routing, &gc.results.outputs})
     for (const golden::Tensor& t : *group) {
       at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(dtype_of(t.dtype)));

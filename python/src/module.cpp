@@ -64,6 +64,7 @@ pybind11::dict golden_dict(const GoldenRead& g) {
   d["routing_mode"] = int(g.call.mode);
   d["ring_rows"] = g.call.ring_rows;
   d["recompute"] = g.call.recompute;
+  d["fp8_weight_gradients"] = g.call.fp8_weight_gradients;
   d["tensors"] = g.tensors;
   return d;
 }
@@ -175,7 +176,8 @@ PYBIND11_MODULE(_C, m) {
         "without CUDA).");
   m.def(
       "read_golden", [](const std::string& path) { return golden_dict(read_golden(path)); },
-      "A golden file's name, config, routing mode, ring_rows, recompute and tensors by dataset name (validated).");
+      "A golden file's name, config, routing mode, ring_rows, recompute, fp8_weight_gradients and tensors by "
+      "dataset name (validated).");
   m.def(
       "write_golden",
       [](const std::string& path, const std::string& name, const std::string& description,

@@ -77,8 +77,11 @@ static_assert(int(Precision::bf16) == 0 && int(Precision::fp8) == 1);
 // N / G tokens, w1, w2 and their gradients E / G experts; G travels in the list so that the argument
 // checks and the fake kernels know the shares' shapes without asking NCCL (the GPU op checks it
 // against the communicator's size); capacity_rows, the routed rows this GPU's experts can hold over G
-// GPUs (mok::gpu::LaunchConfig::capacity_rows; 0: the most any routing gives them, N min(k, E/G)).
-inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks", "recompute", "comm", "gpus", "capacity_rows"};
+// GPUs (mok::gpu::LaunchConfig::capacity_rows; 0: the most any routing gives them, N min(k, E/G));
+// fp8_weight_gradients (1: the fp8 mode's routed-expert weight gradients on E4M3 operands too,
+// mok::gpu::LaunchConfig::fp8_weight_gradients and the reference's option; other bits than 0's).
+inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks",        "recompute",           "comm",
+                                                "gpus",      "capacity_rows", "fp8_weight_gradients"};
 
 struct Call {
   LayerConfig config;
@@ -89,6 +92,7 @@ struct Call {
   uintptr_t comm = 0;  // ncclComm_t; 0: none (the whole layer on one device)
   int gpus = 1;        // G: the communicator's ranks (GPUs), each holding a share
   long capacity_rows = 0;
+  bool fp8_weight_gradients = false;  // the fp8 mode only
 
   // This GPU's share: its tokens (N / G) and its experts (E / G); the whole layer without a communicator.
   int64_t own_tokens() const { return int64_t(config.tokens()) / gpus; }
@@ -170,6 +174,12 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
            std::to_string(most) + "], the most rows any routing gives one GPU's experts)";
   });
   call.capacity_rows = long(launch[5]);
+  require(launch[6] == 0 || launch[6] == 1,
+          [&] { return "fp8_weight_gradients = " + std::to_string(launch[6]) + " (need 0 or 1)"; });
+  call.fp8_weight_gradients = launch[6] == 1;
+  require(!call.fp8_weight_gradients || call.config.precision == Precision::fp8, [] {
+    return std::string("fp8_weight_gradients needs precision = fp8 (the bf16 mode has no E4M3 operands)");
+  });
   return call;
 }
 

@@ -427,13 +427,13 @@ def test_module_accumulate_grad_compiles_fullgraph_given_its_grads():
         assert_same_bits(q.grad, p.grad, name)
 
 
-def fp8_models(device="cuda"):
-    """A small fp8 layer with a shared expert: its config, the same weights on the CPU and on `device`, and
-    an x of its 40 tokens (on the CPU)."""
+def fp8_models(device="cuda", **options):
+    """A small fp8 layer with a shared expert: its config, the same weights on the CPU and on `device`
+    (both MoE(**options)), and an x of its 40 tokens (on the CPU)."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8",
                            shared_intermediate=128)
-    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
-    gpu_model = mok.MoE(config, device=device)
+    cpu_model = mok.MoE(config, generator=torch.Generator().manual_seed(3), **options)
+    gpu_model = mok.MoE(config, device=device, **options)
     gpu_model.load_state_dict(cpu_model.state_dict())
     return config, cpu_model, gpu_model, torch.randn(40, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
 
@@ -458,6 +458,24 @@ def fp8_accumulate_grad_gives_plain_autograds_grad_bits(device):
         assert hooked and all(hooked)
     for (name, p), q in zip(fused.named_parameters(), plain.parameters()):
         assert_same_bits(p.grad.cpu(), q.grad.cpu(), name)
+
+
+def test_fp8_weight_gradients_change_only_the_routed_experts_weight_gradients():
+    """fp8_weight_gradients (CPU op) gives the routed experts' w1 and w2 other gradients (E4M3 operands),
+    and leaves y, dx, the router's and the shared expert's gradients as the default's, bit for bit."""
+    _, default, _, x = fp8_models("cpu")
+    _, option, _, _ = fp8_models("cpu", fp8_weight_gradients=True)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    ys = [m(xi) for m, xi in zip((default, option), xs)]
+    assert_same_bits(ys[1].detach(), ys[0].detach(), "y")
+    for y in ys:
+        y.float().sum().backward()
+    assert_same_bits(xs[1].grad, xs[0].grad, "dx")
+    for (name, p0), p1 in zip(default.named_parameters(), option.parameters()):
+        if name in ("w1", "w2"):
+            assert not torch.equal(p1.grad.view(torch.int16), p0.grad.view(torch.int16)), name
+        else:
+            assert_same_bits(p1.grad, p0.grad, name)
 
 
 def test_fp8_accumulate_grad_gives_plain_autograds_grad_bits_on_cpu():

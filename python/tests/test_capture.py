@@ -51,16 +51,20 @@ def test_capture_module_with_given_routing(tmp_path):
     verify_with_reference(path)
 
 
-def test_capture_fp8_module(tmp_path):
-    """An fp8 layer's call (the CPU op) is captured with its precision, and the reference reproduces it."""
+@pytest.mark.parametrize("fp8_weight_gradients", [False, True])
+def test_capture_fp8_module(tmp_path, fp8_weight_gradients):
+    """An fp8 layer's call (the CPU op) is captured with its precision and its weight gradients' option,
+    and the reference reproduces it."""
     config = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, shared_intermediate=128,
                            precision="fp8")
-    model = mok.MoE(config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6))
+    model = mok.MoE(config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6),
+                    fp8_weight_gradients=fp8_weight_gradients)
     x = torch.randn(24, 128, generator=torch.Generator().manual_seed(7)).bfloat16()
     path = tmp_path / "fp8.h5"
     mok.capture(path, model, x, name="fp8")
     g = mok._C.read_golden(str(path))
     assert mok.MoEConfig.unpack(g["config_ints"], g["config_floats"]).precision == "fp8"
+    assert g["fp8_weight_gradients"] == fp8_weight_gradients
     assert_same_bits(g["tensors"]["y"], model(x), "y")
     verify_with_reference(path)
 

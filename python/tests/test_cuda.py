@@ -154,10 +154,12 @@ def test_fp8_accumulate_grad_gives_plain_autograds_grad_bits():
     mok.check()
 
 
-def test_fp8_forward_and_backward_are_the_cpus():
+@pytest.mark.parametrize("fp8_weight_gradients", [False, True])
+def test_fp8_forward_and_backward_are_the_cpus(fp8_weight_gradients):
     """The fp8 mode on the GPU, through autograd: the forward and the backward (the input gradients'
-    GEMMs on E4M3 operands) with the CPU op's bits, dx and every parameter's gradient."""
-    _, cpu_model, gpu_model, x = fp8_models()
+    GEMMs on E4M3 operands; with fp8_weight_gradients the routed experts' weight gradients too) with the
+    CPU op's bits, dx and every parameter's gradient."""
+    _, cpu_model, gpu_model, x = fp8_models(fp8_weight_gradients=fp8_weight_gradients)
     x_cpu, x_gpu = x.clone().requires_grad_(), x.cuda().requires_grad_()
     want, got = cpu_model(x_cpu), gpu_model(x_gpu)
     assert_same_bits(got.detach().cpu(), want.detach(), "y")

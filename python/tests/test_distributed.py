@@ -57,8 +57,10 @@ def _hopper_gpus():
 
 
 def test_launch_list_carries_the_communicator_and_capacity():
-    assert LAUNCH_FIELDS[-3:] == ("comm", "gpus", "capacity_rows")
-    assert pack_launch(128, 0, True, comm=1234, gpus=2, capacity_rows=512)[-4:] == [1, 1234, 2, 512]
+    assert LAUNCH_FIELDS == ("ring_rows", "blocks", "recompute", "comm", "gpus", "capacity_rows",
+                             "fp8_weight_gradients")
+    assert pack_launch(128, 0, True, comm=1234, gpus=2, capacity_rows=512, fp8_weight_gradients=True) == [
+        128, 0, 1, 1234, 2, 512, 1]
 
 
 def test_cpu_op_refuses_a_communicator():

@@ -107,6 +107,12 @@ def test_bad_config_and_launch():
     fp8 = dataclasses.replace(layer.config, precision="fp8")  # H = I = 64: not whole 128-wide scale blocks
     with pytest.raises(ValueError, match="hidden H = 64 is not a multiple of 128, the fp8 mode's block size"):
         torch.ops.mok.forward(*layer.weights(), None, None, *fp8.pack(), ROUTER, pack_launch(RING_ROWS))
+    with pytest.raises(ValueError, match="fp8_weight_gradients needs precision = fp8"):
+        forward_with(layer, launch=pack_launch(RING_ROWS, fp8_weight_gradients=True))
+    launch = pack_launch(RING_ROWS)
+    launch[-1] = 2
+    with pytest.raises(ValueError, match=r"fp8_weight_gradients = 2 \(need 0 or 1\)"):
+        forward_with(layer, launch=launch)
 
 
 def test_backward_rejects_a_foreign_saved_buffer():

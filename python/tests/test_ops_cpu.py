@@ -75,7 +75,8 @@ def test_committed_golden_bits(path):
     t = g["tensors"]
     mode = g["routing_mode"]
     args = (t["x"], t["router"], t.get("expert_bias"), t["w1"], t["w2"], t.get("shared_w1"), t.get("shared_w2"))
-    op_args = (g["config_ints"], g["config_floats"], mode, pack_launch(RING_ROWS))
+    op_args = (g["config_ints"], g["config_floats"], mode,
+               pack_launch(RING_ROWS, fp8_weight_gradients=g["fp8_weight_gradients"]))
     y, topk_idx, topk_w, logits, saved = torch.ops.mok.forward(*args, t.get("given_topk_idx"), t.get("given_topk_w"),
                                                                 *op_args)
     grads = torch.ops.mok.backward(*args, topk_idx, topk_w, logits, saved, t["dy"], *op_args)

@@ -1,6 +1,7 @@
 #include "gpu_ranks.h"
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/megakernel.h"
+#include "mok/tools/reference_launch.h"
 #include "mok/verify/backend.h"
 
 namespace mok::verify {
@@ -32,10 +33,10 @@ class GpuBackend : public Backend {
                                                         golden::to_string(g.options.step) +
                                                         "; the GPU computes hopper_tc");
     const ref::Problem p = spread(golden::problem_of(g));
-    gpu::LaunchConfig launch;
-    launch.ring_rows = gpu::whole_tile_ring_rows(flags_.ring_rows.value_or(g.options.ring_rows));
-    launch.recompute = flags_.recompute.value_or(g.options.recompute);
-    launch.fp8_weight_gradients = g.options.fp8_weight_gradients && p.config.precision == Precision::fp8;
+    ref::Options options = g.options;
+    options.ring_rows = flags_.ring_rows.value_or(options.ring_rows);
+    options.recompute = flags_.recompute.value_or(options.recompute);
+    gpu::LaunchConfig launch = tools::reference_launch(p.config, options);
     if (flags_.gpus) {
       launch.gpus = *flags_.gpus;
       launch.transport = gpu::Transport::nccl;
