@@ -466,6 +466,7 @@ struct Mode {
   bool one_rank;
   LaunchConfig launch;
 };
+void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
 
 // The fp8 backward in every launch mode: one rank (the default ring then holds every tile: one cycle,
 // dh and its quantized copy over the ring), a one-tile ring (a cycle per tile), recompute mode (xe
@@ -513,43 +514,53 @@ TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
 // weights quantized once, the backward's sections over the forward's E4M3 activations), twice each, for
 // every fp8 case (experts over several tiles and none, H = 640 and I = 384, whose last tile's second
 // half lies past them: B's scales padded). They differ from the bf16 chains' (the option is read).
-// dy scaled by 2^-100 puts the promotions outside promote_columns' window (its other path). A third
-// backward accumulates into the second's gradients.
-TEST_F(Gpu, Fp8WeightGradientsMatchTheReference) {
+// A third backward accumulates into the second's gradients.
+//
+// One launch mode per test (Fp8WeightGradients/MatchTheReference/<mode>), so a sanitizer or a failure
+// names the mode.
+class Fp8WeightGradients : public Gpu, public ::testing::WithParamInterface<Mode> {};
+
+std::vector<Mode> fp8_weight_gradient_modes() {
   LaunchConfig shares = colocated(2);
   shares.fp8_weight_gradients = true;
-  const Mode modes[] = {
-      {"one rank", true, {.fp8_weight_gradients = true}},
-      {"a one-tile ring", false, {.ring_rows = 128, .fp8_weight_gradients = true}},
-      {"recompute, a one-tile ring", false, {.ring_rows = 128, .recompute = true, .fp8_weight_gradients = true}},
-      {"2 colocated shares", false, shares},
-      {"weights quantized once", false, {.fp8_weights_given = true, .fp8_weight_gradients = true}}};
-  const auto check = [&](const Problem& p, const Mode& m) {
-    const Routing* given = p.routing ? &*p.routing : nullptr;
-    ref::Options opt = hopper_options(m.launch.recompute);
-    const Forward want_f = ref::forward(p.config, p.x, p.weights, given, opt);
-    const Gradients bf16_grads = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
-    opt.fp8_weight_gradients = true;
-    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
-    EXPECT_NE(first_bit_mismatch("d_w1", want_g.d_w1, bf16_grads.d_w1), "");
-    const Problem q = m.one_rank ? on_ranks(p, 1) : p;
-    Megakernel mk(q.config, q.weights, m.launch);
-    expect_forward_bits(mk.forward(q.x, q.routing ? &*q.routing : nullptr), want_f);
-    expect_gradient_bits(mk.backward(q.dy), want_g);
-    expect_gradient_bits(mk.backward(q.dy), want_g);  // D1: the second backward's bits
-    expect_gradient_bits(mk.backward(q.dy, true), accumulated_twice(want_g));
-  };
+  return {{"one_rank", true, {.fp8_weight_gradients = true}},
+          {"one_tile_ring", false, {.ring_rows = 128, .fp8_weight_gradients = true}},
+          {"recompute_one_tile_ring", false, {.ring_rows = 128, .recompute = true, .fp8_weight_gradients = true}},
+          {"colocated_shares", false, shares},
+          {"weights_quantized_once", false, {.fp8_weights_given = true, .fp8_weight_gradients = true}}};
+}
+
+void expect_fp8_weight_gradients(const Problem& p, const Mode& m) {
+  const Routing* given = p.routing ? &*p.routing : nullptr;
+  ref::Options opt = hopper_options(m.launch.recompute);
+  const Forward want_f = ref::forward(p.config, p.x, p.weights, given, opt);
+  const Gradients bf16_grads = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+  opt.fp8_weight_gradients = true;
+  const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, opt);
+  EXPECT_NE(first_bit_mismatch("d_w1", want_g.d_w1, bf16_grads.d_w1), "");
+  const Problem q = m.one_rank ? on_ranks(p, 1) : p;
+  Megakernel mk(q.config, q.weights, m.launch);
+  expect_forward_bits(mk.forward(q.x, q.routing ? &*q.routing : nullptr), want_f);
+  expect_gradient_bits(mk.backward(q.dy), want_g);
+  expect_gradient_bits(mk.backward(q.dy), want_g);  // D1: the second backward's bits
+  expect_gradient_bits(mk.backward(q.dy, true), accumulated_twice(want_g));
+}
+
+TEST_P(Fp8WeightGradients, MatchTheReference) {
   for (const Case& cs : fp8_cases()) {
-    const Problem p = make_problem(cs.config, 81, cs.kind);
-    for (const Mode& m : modes) {
-      SCOPED_TRACE(std::string(cs.name) + ", " + m.name);
-      check(p, m);
-    }
+    SCOPED_TRACE(cs.name);
+    expect_fp8_weight_gradients(make_problem(cs.config, 81, cs.kind), GetParam());
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Fp8WeightGradients, ::testing::ValuesIn(fp8_weight_gradient_modes()),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+
+// dy scaled by 2^-100 puts the promotions outside promote_columns' window (its other path).
+TEST_F(Gpu, Fp8WeightGradientsOfTinyDyMatchTheReference) {
   Problem tiny = make_problem(fp8_cases()[2].config, 82, RoutingKind::zipf);
   for (bf16& v : tiny.dy) v = to_bf16(to_float(v) * 0x1p-100f);  // exact: the products stay normal
-  SCOPED_TRACE("dy 2^-100");
-  check(tiny, modes[0]);
+  expect_fp8_weight_gradients(tiny, fp8_weight_gradient_modes()[0]);
 }
 
 TEST_F(Gpu, RejectsBadLaunches) {

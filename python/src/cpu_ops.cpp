@@ -5,22 +5,13 @@
 
 #include "mok/reference/layer.h"
 #include "op_tensors.h"
+#include "reference_options.h"
 
 namespace mok::py {
 namespace {
 
 using Tensor = at::Tensor;
 using OptTensor = std::optional<at::Tensor>;
-
-ref::Options reference_options(const Call& call) {
-  ref::Options opt;
-  opt.step = StepModel::hopper_tc;
-  if (call.ring_rows) opt.ring_rows = call.ring_rows;  // no bit depends on it
-  opt.replay_ids = call.mode == RoutingMode::replay_ids;
-  opt.recompute = call.recompute;
-  opt.fp8_weight_gradients = call.fp8_weight_gradients;
-  return opt;
-}
 
 // The CPU reference runs the whole layer in one process: it takes no communicator.
 Call cpu_call(at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode,

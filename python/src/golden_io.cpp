@@ -2,6 +2,7 @@
 
 #include "mok/golden/golden.h"
 #include "op_tensors.h"
+#include "reference_options.h"
 
 namespace mok::py {
 namespace {
@@ -78,10 +79,7 @@ void write_golden(const std::string& path, const std::string& name, const std::s
   gc.name = name;
   gc.description = description;
   gc.config = c;
-  gc.options.step = StepModel::hopper_tc;
-  if (call.ring_rows) gc.options.ring_rows = call.ring_rows;  // else the reference's default: no bit depends on it
-  gc.options.recompute = call.recompute;
-  gc.options.fp8_weight_gradients = call.fp8_weight_gradients;
+  gc.options = reference_options(call);
   gc.inputs = golden::input_tensors(p);
   gc.results = golden::results_of(p, f, g);
   gc.generator = golden::generator_revision() + " via mok.capture";
