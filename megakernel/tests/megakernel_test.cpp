@@ -516,7 +516,7 @@ TEST_F(Gpu, Fp8BackwardAcrossLaunchModesMatchesTheReference) {
 // half lies past them: B's scales padded). They differ from the bf16 chains' (the option is read).
 // A third backward accumulates into the second's gradients.
 //
-// One launch mode per test (Fp8WeightGradients/MatchTheReference/<mode>), so a sanitizer or a failure
+// One launch mode per test (Modes/Fp8WeightGradients.MatchTheReference/<mode>), so a sanitizer or a failure
 // names the mode.
 class Fp8WeightGradients : public Gpu, public ::testing::WithParamInterface<Mode> {};
 
