@@ -22,10 +22,14 @@ __device__ __forceinline__ int sum_and(int wg, int v) {
   int r;
   if (wg == 1)
     asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.and.pred q, 1, 128, p; selp.s32 %0, 1, 0, q; }\n"
-                 : "=r"(r) : "r"(v) : "memory");
+                 : "=r"(r)
+                 : "r"(v)
+                 : "memory");
   else
     asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.and.pred q, 2, 128, p; selp.s32 %0, 1, 0, q; }\n"
-                 : "=r"(r) : "r"(v) : "memory");
+                 : "=r"(r)
+                 : "r"(v)
+                 : "memory");
   return r;
 }
 __device__ __forceinline__ void block_barrier() { asm volatile("barrier.sync 3, 384;\n" ::: "memory"); }
