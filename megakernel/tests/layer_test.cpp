@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "hopper_options.h"
 #include "mok/core/fields.h"
 #include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/layer.h"
@@ -105,10 +106,8 @@ Results read(const Bound& b) {
 
 // The reference's results in the launch's recompute mode and weight gradients.
 Results reference(const ref::Problem& p, RoutingMode mode, const LaunchConfig& launch = {}) {
-  ref::Options opt;
-  opt.step = StepModel::hopper_tc;
+  ref::Options opt = hopper_options(launch.recompute);
   opt.replay_ids = mode == RoutingMode::replay_ids;
-  opt.recompute = launch.recompute;
   opt.fp8_weight_gradients = launch.fp8_weight_gradients;
   const Routing* given = mode == RoutingMode::router ? nullptr : &*p.routing;
   const Forward f = ref::forward(p.config, p.x, p.weights, given, opt);
@@ -550,9 +549,7 @@ void expect_same_forward(const ForwardResults& got, const ForwardResults& want) 
 
 // The reference's forward (the fp8 mode's rule, docs/numerics.md), bit for bit.
 void expect_reference_forward(const ForwardResults& got, const ref::Problem& p) {
-  ref::Options opt;
-  opt.step = StepModel::hopper_tc;
-  const Forward f = ref::forward(p.config, p.x, p.weights, nullptr, opt);
+  const Forward f = ref::forward(p.config, p.x, p.weights, nullptr, hopper_options());
   EXPECT_EQ(first_bit_mismatch("y", got.y, f.y), "");
   EXPECT_EQ(first_bit_mismatch("topk_idx", got.topk_idx, f.routing.topk_idx), "");
   EXPECT_EQ(first_bit_mismatch("topk_w", got.topk_w, f.routing.topk_w), "");

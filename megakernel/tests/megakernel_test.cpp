@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "hopper_options.h"
 #include "mok/core/fields.h"
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
@@ -29,14 +30,6 @@ void expect_bits(const S& got, const S& want) {
   for_each_field(got, want, [](const char* name, const auto& g, const auto& w) {
     EXPECT_EQ(first_bit_mismatch(name, g, w), "") << "(got vs want)";
   });
-}
-
-// The reference's options for the GPU's bits: its K-steps those of Hopper's tensor cores.
-ref::Options hopper_options(bool recompute = false) {
-  ref::Options opt;
-  opt.step = StepModel::hopper_tc;
-  opt.recompute = recompute;
-  return opt;
 }
 
 void expect_forward_bits(const Forward& got, const Forward& want) { expect_bits(got, want); }
