@@ -248,13 +248,12 @@ __device__ __forceinline__ void promote_columns(float (&acc)[kAccumulators], con
 template <int kHalf>
 __device__ __forceinline__ void fp8_half_block(const uint8_t* st, uint64_t da, float (&partial)[kAccumulators / 2]) {
   constexpr uint64_t kStep = kFp8StepK * sizeof(fp8_e4m3) >> 4;  // a K-step's 32 bytes, in 16-byte units
-#pragma unroll
-  for (int i = 0; i < kAccumulators / 2; ++i) partial[i] = 0.0f;
   const uint64_t db = ptx::smem_descriptor_sw128(st + kABytes + kHalf * 2 * kBoxBytes);
   ptx::wgmma_fence_operands(partial);
   ptx::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kFp8StepsPerBlock; ++kk) ptx::wgmma_e4m3_m64n128k32(partial, da + kk * kStep, db + kk * kStep);
+  for (int kk = 0; kk < kFp8StepsPerBlock; ++kk)  // the first K-step from +0 (no C): no zeroing of the partials
+    ptx::wgmma_e4m3_m64n128k32(partial, da + kk * kStep, db + kk * kStep, kk > 0);
   ptx::wgmma_commit();
 }
 

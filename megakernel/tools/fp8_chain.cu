@@ -56,10 +56,10 @@ __device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, in
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kFp8StepsPerBlock; ++kk)
-        ptx::wgmma_e4m3_m64n128k32(lo, da + kk * kStep, db_lo + kk * kStep);
+        ptx::wgmma_e4m3_m64n128k32(lo, da + kk * kStep, db_lo + kk * kStep, true);
 #pragma unroll
       for (int kk = 0; kk < kFp8StepsPerBlock; ++kk)
-        ptx::wgmma_e4m3_m64n128k32(hi, da + kk * kStep, db_hi + kk * kStep);
+        ptx::wgmma_e4m3_m64n128k32(hi, da + kk * kStep, db_hi + kk * kStep, true);
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();
       ptx::wgmma_fence_operands(lo);

@@ -414,7 +414,7 @@ struct E4m3WgmmaN8 : E4m3Inputs {
 struct E4m3WgmmaN128 : E4m3Inputs {  // the megakernel's FP8 GEMM shape
   static constexpr int kN = 128;
   __device__ static void mma(float (&acc)[64], uint64_t a, uint64_t b) {
-    mok::gpu::ptx::wgmma_e4m3_m64n128k32(acc, a, b);
+    mok::gpu::ptx::wgmma_e4m3_m64n128k32(acc, a, b, true);
   }
 };
 

@@ -38,13 +38,21 @@ struct CachedLayer {
   gpu::Layer layer;
 };
 
-// (device, config_ints, config_floats, ring_rows, blocks, recompute, comm, gpus, capacity_rows,
-// fp8_weights_given, fp8_weight_gradients). Keys of one communicator differ only in config and launch across its ranks,
-// so the map's order is the same on every rank: release_cuda_layers destroys them in the same order everywhere, as NCCL
-// wants. fp8_weights_given: the Layer of the fp8 forwards and backwards given quantized weights (and of
-// mok::quantize_weights), whose workspace holds none.
-using LayerKey = std::tuple<c10::DeviceIndex, std::vector<int64_t>, std::vector<double>, int, int, bool, uintptr_t, int,
-                            long, bool, bool>;
+// A cached Layer's key. Keys of one communicator differ only in config and launch across its ranks, so
+// the map's order is the same on every rank: release_cuda_layers destroys them in the same order
+// everywhere, as NCCL wants. fp8_weights_given: the Layer of the fp8 forwards and backwards given
+// quantized weights (and of mok::quantize_weights), whose workspace holds none.
+struct LayerKey {
+  c10::DeviceIndex device;
+  std::vector<int64_t> config_ints, launch;  // pack_config's ints; pack_launch
+  std::vector<double> config_floats;
+  bool fp8_weights_given;
+  auto operator<=>(const LayerKey&) const = default;
+  uintptr_t comm() const {
+    static constexpr size_t kComm = launch_field_index("comm");
+    return static_cast<uintptr_t>(launch[kComm]);
+  }
+};
 
 std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
@@ -62,17 +70,7 @@ void check_communicator(const Call& call) {
 
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
   const auto [ints, floats] = pack_config(call.config);
-  const LayerKey key{device,
-                     ints,
-                     floats,
-                     call.ring_rows,
-                     call.blocks,
-                     call.recompute,
-                     call.comm,
-                     call.gpus,
-                     call.capacity_rows,
-                     fp8_weights_given,
-                     call.fp8_weight_gradients};
+  const LayerKey key{device, ints, pack_launch(call), floats, fp8_weights_given};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
@@ -293,12 +291,12 @@ size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double
 void release_cuda_layers(uintptr_t comm) {
   const std::lock_guard lock(cache_mutex);
   for (auto it = layers->begin(); it != layers->end();) {
-    if (std::get<6>(it->first) != comm) {
+    if (it->first.comm() != comm) {
       ++it;
       continue;
     }
     // A Layer is destroyed only after its last call's work is done (its stream may be any of the device's).
-    const c10::cuda::CUDAGuard guard(std::get<0>(it->first));
+    const c10::cuda::CUDAGuard guard(it->first.device);
     c10::cuda::device_synchronize();
     it = layers->erase(it);  // on a communicator: deregisters its window (collective)
   }
@@ -307,7 +305,7 @@ void release_cuda_layers(uintptr_t comm) {
 void check_cuda_layers() {
   const std::lock_guard lock(cache_mutex);
   for (auto& [key, cached] : *layers) {
-    const c10::cuda::CUDAGuard guard(std::get<0>(key));
+    const c10::cuda::CUDAGuard guard(key.device);
     const std::lock_guard layer_lock(cached->mutex);
     cached->layer.check();
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mok/core/config.h"
@@ -82,6 +83,13 @@ static_assert(int(Precision::bf16) == 0 && int(Precision::fp8) == 1);
 // mok::gpu::LaunchConfig::fp8_weight_gradients and the reference's option; other bits than 0's).
 inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks",        "recompute",           "comm",
                                                 "gpus",      "capacity_rows", "fp8_weight_gradients"};
+
+// The index of launch field `name` in kLaunchFields.
+constexpr size_t launch_field_index(std::string_view name) {
+  for (size_t i = 0; i < std::size(kLaunchFields); ++i)
+    if (name == kLaunchFields[i]) return i;
+  throw "launch_field_index: no such launch field";  // in a constant expression: a compile error
+}
 
 struct Call {
   LayerConfig config;
@@ -181,6 +189,13 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
     return std::string("fp8_weight_gradients needs precision = fp8 (the bf16 mode has no E4M3 operands)");
   });
   return call;
+}
+
+// The call's launch fields as the op takes them (kLaunchFields' order): parse_call's inverse.
+inline std::vector<int64_t> pack_launch(const Call& c) {
+  static_assert(std::size(kLaunchFields) == 7, "pack_launch: one value per launch field");
+  return {c.ring_rows, c.blocks,        c.recompute,           static_cast<int64_t>(c.comm),
+          c.gpus,      c.capacity_rows, c.fp8_weight_gradients};
 }
 
 inline std::pair<std::vector<int64_t>, std::vector<double>> pack_config(const LayerConfig& c) {
