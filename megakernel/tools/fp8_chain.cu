@@ -8,21 +8,29 @@
 //                flight while the next is issued (bf16's pattern): the operands' peak rate here;
 //   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps;
 //   n128         DeepGEMM's chain: a 64 x 128 consumer tile (half the products per K-block), one
-//                group per K-block, waited, promoted into 64 totals.
+//                group per K-block, waited, promoted into 64 totals;
+//   fed          the megakernel's chain as its GEMM phases feed it: produce() and consume_fp8() of
+//                tile_gemm.cuh over every 128 x 256 tile of C = A B^T (A [16384, 7168], B [4096, 7168],
+//                kimi-k2's GEMM1 K; the TMA, the stages' mbarriers, the scale exponents from global
+//                memory), without an epilogue: the chain alone against the chain fed;
+//   fed-bf16     the same GEMM on bf16 operands through produce() and consume() (K-blocks of 64).
 // (Two partials with one group in flight while the other is promoted, which 64 totals would leave
 // registers for, make ptxas serialize the wgmmas (C7514): the promotion reads accumulator registers
 // while a group runs.)
 // Prints per variant the consumer's cycles per K-block and the rate over all SMs (both consumers'
-// products, or one's for one-consumer). Timing only: the operands are arbitrary E4M3 codes.
+// products, or one's for one-consumer). Timing only: the operands are arbitrary E4M3 codes (fed: 1.0,
+// scale exponents 0).
 // Usage: mok-fp8-chain [k_blocks=20000]. Exit status: 0 ran, 2 error, 77 no GPU.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
+#include "tensor_map.h"
 #include "tile_gemm.cuh"
 
 namespace mok::gpu {
@@ -105,8 +113,18 @@ __device__ float consume_n128(const uint8_t* st, Warpgroup consumer, int k_block
   return sum;
 }
 
+// What a consumer recorded: its cycles and its K-blocks.
+struct ConsumerTime {
+  long long cycles, k_blocks;
+};
+
+__device__ void record(ConsumerTime* times, Warpgroup consumer, long long spent, long long k_blocks) {
+  if (threadIdx.x % kWarpgroupThreads == 0)
+    times[blockIdx.x * kConsumers + consumer_index(consumer)] = ConsumerTime{spent, k_blocks};
+}
+
 template <Variant kVariant>
-__global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s, float* sink, long long* cycles) {
+__global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s, float* sink, ConsumerTime* times) {
   extern __shared__ uint8_t dynamic_smem[];
   uint8_t* st = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(dynamic_smem) + kSwizzleAlign - 1) &
                                            ~uintptr_t(kSwizzleAlign - 1));
@@ -131,39 +149,139 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
     v = consume_n128(st, consumer, k_blocks, s);
   const long long spent = clock64() - start;
   if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
-  if (threadIdx.x % kWarpgroupThreads == 0) cycles[blockIdx.x * kConsumers + consumer_index(consumer)] = spent;
+  record(times, consumer, spent, k_blocks);
 }
 
-template <Variant kVariant>
-void run(int k_blocks, int sms, float* sink, long long* cycles) {
-  const auto kernel = chain_kernel<kVariant>;
-  MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+// The fed variant's operands: A [tiles_m 128, K] and B [tiles_n 256, K] in E4M3, read through the
+// megakernel's tensor maps, and their scale exponents ([rows, k_blocks] and [rows / 128, k_blocks]).
+struct FedOperands {
+  CUtensorMap a, b;
+  const int32_t* a_exp;
+  const int32_t* b_exp;
+  int tiles_m, tiles_n, k_blocks;
+};
+
+// Every tile of C = A B^T through produce() and consume_fp8() (kFp8) or consume(), round-robin over
+// the blocks with n fastest (the tiles in flight share A's rows, as an expert's tiles do); no epilogue.
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1)
+    fed_kernel(const __grid_constant__ FedOperands op, GridBarrier b, float* sink, ConsumerTime* times) {
+  Pipeline pipe = pipeline_init();
+  const int tiles = op.tiles_m * op.tiles_n;
+  const auto load_of = [&](int t) {
+    const int m = t / op.tiles_n, n = t % op.tiles_n;
+    return TileLoad{&op.a,       &op.b,    m * kTileRows, {n * kTileN, n * kTileN + kTileN / 2}, 0, 0,
+                    op.k_blocks, op.a_exp, op.b_exp};
+  };
+  const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);
+  if (warpgroup == 0) {
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == 0)
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+        if (!produce<kNT, kFp8, false>(pipe, load_of(t), b, 0)) break;
+    return;
+  }
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  const Warpgroup consumer = warpgroup_role(warpgroup);
+  float acc[kAccumulators], v = 0.0f;
+  long long k_blocks = 0;
+  const long long start = clock64();
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    if constexpr (!kFp8) {
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;  // consume() continues from acc's values
+    }
+    const bool healthy = kFp8 ? consume_fp8<false>(pipe, load_of(t), consumer, acc, b, 0)
+                              : consume<kNT>(pipe, load_of(t), consumer, acc, b, 0);
+    if (!healthy) break;
+    v += acc[0] + acc[kAccumulators - 1];
+    k_blocks += op.k_blocks;
+  }
+  const long long spent = clock64() - start;
+  if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
+  record(times, consumer, spent, k_blocks);
+}
+
+// Times `launch(warm_up)` after a warm-up launch and prints the variant's line; `columns`: a
+// consumer's tile columns, `depth`: a K-block's.
+template <class Launch>
+void report(const char* name, int columns, int depth, int sms, ConsumerTime* times, Launch launch) {
   cudaEvent_t begin, end;
   MOK_CUDA_CHECK(cudaEventCreate(&begin));
   MOK_CUDA_CHECK(cudaEventCreate(&end));
-  MOK_CUDA_CHECK(cudaMemset(cycles, 0, sizeof(long long) * sms * kConsumers));
-  kernel<<<sms, kThreads, kSmemBytes>>>(k_blocks / 10, 0, sink, cycles);  // warm-up
-  MOK_CUDA_CHECK(cudaGetLastError());
+  launch(true);
+  MOK_CUDA_CHECK(cudaMemset(times, 0, sizeof(ConsumerTime) * sms * kConsumers));
   MOK_CUDA_CHECK(cudaEventRecord(begin));
-  kernel<<<sms, kThreads, kSmemBytes>>>(k_blocks, 0, sink, cycles);
-  MOK_CUDA_CHECK(cudaGetLastError());
+  launch(false);
   MOK_CUDA_CHECK(cudaEventRecord(end));
   MOK_CUDA_CHECK(cudaEventSynchronize(end));
   float ms = 0;
   MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
-  std::vector<long long> host(size_t(sms) * kConsumers);
-  MOK_CUDA_CHECK(cudaMemcpy(host.data(), cycles, sizeof(long long) * host.size(), cudaMemcpyDeviceToHost));
-  long long total = 0;
+  std::vector<ConsumerTime> host(size_t(sms) * kConsumers);
+  MOK_CUDA_CHECK(cudaMemcpy(host.data(), times, sizeof(ConsumerTime) * host.size(), cudaMemcpyDeviceToHost));
+  long long cycles = 0, k_blocks = 0;
   int counted = 0;
-  for (const long long c : host)
-    if (c > 0) total += c, ++counted;
-  if (counted == 0)
-    throw std::runtime_error(std::string(kVariantNames[int(kVariant)]) + ": no consumer recorded its cycles");
-  const double flops = 2.0 * kWgmmaM * tile_columns(kVariant) * kFp8Block * double(k_blocks) * counted;
-  std::printf("%-13s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n",
-              kVariantNames[int(kVariant)], double(total) / counted / k_blocks, flops / ms / 1e9, ms, counted);
+  for (const ConsumerTime& t : host)
+    if (t.k_blocks > 0) cycles += t.cycles, k_blocks += t.k_blocks, ++counted;
+  if (counted == 0) throw std::runtime_error(std::string(name) + ": no consumer recorded its cycles");
+  const double flops = 2.0 * kWgmmaM * columns * depth * double(k_blocks);
+  std::printf("%-13s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n", name,
+              double(cycles) / double(k_blocks), flops / ms / 1e9, ms, counted);
   MOK_CUDA_CHECK(cudaEventDestroy(begin));
   MOK_CUDA_CHECK(cudaEventDestroy(end));
+}
+
+template <Variant kVariant>
+void run(int k_blocks, int sms, float* sink, ConsumerTime* times) {
+  const auto kernel = chain_kernel<kVariant>;
+  MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  report(kVariantNames[int(kVariant)], tile_columns(kVariant), kFp8Block, sms, times, [&](bool warm_up) {
+    kernel<<<sms, kThreads, kSmemBytes>>>(warm_up ? k_blocks / 10 : k_blocks, 0, sink, times);
+    MOK_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+// A device allocation of `bytes`, every byte `value`.
+void* filled(size_t bytes, int value) {
+  void* p = nullptr;
+  MOK_CUDA_CHECK(cudaMalloc(&p, bytes));
+  MOK_CUDA_CHECK(cudaMemset(p, value, bytes));
+  return p;
+}
+
+template <bool kFp8>
+void run_fed(int sms, float* sink, ConsumerTime* times) {
+  constexpr int kTilesM = 128, kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;
+  constexpr long kRowsA = long(kTilesM) * kTileRows, kRowsB = long(kTilesN) * kTileN;
+  constexpr size_t kElementBytes = kFp8 ? 1 : 2;
+  constexpr int kCodeByte = kFp8 ? 0x38 : 0x3f;  // E4M3 1.0; bf16 0x3f3f, about 0.75
+  auto op = std::make_unique<FedOperands>();     // on the heap: CUtensorMap's alignment
+  void* a = filled(kRowsA * kK * kElementBytes, kCodeByte);
+  void* b = filled(kRowsB * kK * kElementBytes, kCodeByte);
+  op->k_blocks = kK / kDepth;
+  void* a_exp = filled(sizeof(int32_t) * kRowsA * op->k_blocks, 0);  // scale exponents 0 (fp8 only)
+  void* b_exp = filled(sizeof(int32_t) * kRowsB / kFp8Block * op->k_blocks, 0);
+  op->a_exp = static_cast<const int32_t*>(a_exp), op->b_exp = static_cast<const int32_t*>(b_exp);
+  op->tiles_m = kTilesM, op->tiles_n = kTilesN;
+  const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
+  encode_tensor_map(op->a, a, kRowsA, kK, element);
+  encode_tensor_map(op->b, b, kRowsB, kK, element);
+  KernelError* error;
+  MOK_CUDA_CHECK(cudaMalloc(&error, sizeof(KernelError)));
+  MOK_CUDA_CHECK(cudaMemset(error, 0, sizeof(KernelError)));
+  const GridBarrier barrier{nullptr, nullptr, error, 2'000'000'000, {}, {}};  // a 2 s watchdog
+  const auto kernel = fed_kernel<kFp8>;
+  MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  report(kFp8 ? "fed" : "fed-bf16", kTileN, kDepth, sms, times, [&](bool) {
+    kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times);
+    MOK_CUDA_CHECK(cudaGetLastError());
+  });
+  KernelError e{};
+  MOK_CUDA_CHECK(cudaMemcpy(&e, error, sizeof(e), cudaMemcpyDeviceToHost));
+  if (e.code != kNoError)
+    throw std::runtime_error(std::string(kFp8 ? "fed" : "fed-bf16") + ": a pipeline wait timed out (error " +
+                             std::to_string(e.code) + ", block " + std::to_string(e.detail) + ")");
+  for (void* p : {a, b, a_exp, b_exp, static_cast<void*>(error)}) MOK_CUDA_CHECK(cudaFree(p));
 }
 
 }  // namespace
@@ -184,17 +302,19 @@ int main(int argc, char** argv) {
     int sms = 0;
     MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     float* sink;
-    long long* cycles;
+    ConsumerTime* times;
     MOK_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
-    MOK_CUDA_CHECK(cudaMalloc(&cycles, sizeof(long long) * sms * kConsumers));
+    MOK_CUDA_CHECK(cudaMalloc(&times, sizeof(ConsumerTime) * sms * kConsumers));
     std::printf("mok-fp8-chain: %d SMs, %d K-blocks of %d per consumer, a consumer's tile 64 x %d (n128: 64 x 128)\n",
                 sms, k_blocks, mok::kFp8Block, kTileN);
-    run<Variant::chain>(k_blocks, sms, sink, cycles);
-    run<Variant::tensor_only>(k_blocks, sms, sink, cycles);
-    run<Variant::one_consumer>(k_blocks, sms, sink, cycles);
-    run<Variant::n128>(k_blocks, sms, sink, cycles);
+    run<Variant::chain>(k_blocks, sms, sink, times);
+    run<Variant::tensor_only>(k_blocks, sms, sink, times);
+    run<Variant::one_consumer>(k_blocks, sms, sink, times);
+    run<Variant::n128>(k_blocks, sms, sink, times);
+    run_fed<true>(sms, sink, times);
+    run_fed<false>(sms, sink, times);
     MOK_CUDA_CHECK(cudaFree(sink));
-    MOK_CUDA_CHECK(cudaFree(cycles));
+    MOK_CUDA_CHECK(cudaFree(times));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mok-fp8-chain: %s\n", e.what());
     return 2;
