@@ -9,17 +9,19 @@
 //   one-consumer the chain on consumer 0 alone: its latency without the other's K-steps;
 //   n128         DeepGEMM's chain: a 64 x 128 consumer tile (half the products per K-block), one
 //                group per K-block, waited, promoted into 64 totals;
-//   fed          the megakernel's chain as its GEMM phases feed it: produce() and consume_fp8() of
-//                tile_gemm.cuh over every 128 x 256 tile of C = A B^T (A [16384, 7168], B [4096, 7168],
-//                kimi-k2's GEMM1 K; the TMA, the stages' mbarriers, the scale exponents from global
-//                memory), without an epilogue: the chain alone against the chain fed;
-//   fed-bf16     the same GEMM on bf16 operands through produce() and consume() (K-blocks of 64).
+//   fed ...      the megakernel's chain as its GEMM phases feed it: produce() and consume_fp8() of
+//                tile_gemm.cuh over every 128 x 256 tile of C = A B^T, kimi-k2's GEMM1 K of 7168 (the
+//                TMA, the stages' mbarriers, the scale exponents from global memory), without an
+//                epilogue: the chain alone against the chain fed. On one expert (A [16384, 7168], B
+//                [4096, 7168]) with every code 1.0 (fed-ones) or random codes (fed-random), and on
+//                kimi-k2's GEMM1 (fed-kimi-k2: 32 experts of 2048 rows, each its own B; random codes);
+//                fed-kimi-k2-bf16: that one on bf16 operands through consume() (K-blocks of 64).
 // (Two partials with one group in flight while the other is promoted, which 64 totals would leave
 // registers for, make ptxas serialize the wgmmas (C7514): the promotion reads accumulator registers
 // while a group runs.)
 // Prints per variant the consumer's cycles per K-block and the rate over all SMs (both consumers'
-// products, or one's for one-consumer). Timing only: the operands are arbitrary E4M3 codes (fed: 1.0,
-// scale exponents 0).
+// products, or one's for one-consumer). Timing only: the operands are arbitrary codes (no NaN; the fed
+// variants' scale exponents 0).
 // Usage: mok-fp8-chain [k_blocks=20000]. Exit status: 0 ran, 2 error, 77 no GPU.
 #include <cstdio>
 #include <cstdlib>
@@ -152,26 +154,27 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
   record(times, consumer, spent, k_blocks);
 }
 
-// The fed variant's operands: A [tiles_m 128, K] and B [tiles_n 256, K] in E4M3, read through the
-// megakernel's tensor maps, and their scale exponents ([rows, k_blocks] and [rows / 128, k_blocks]).
+// The fed variants' operands: A [experts tiles_m 128, K] and B [experts tiles_n 256, K] (expert e's
+// tiles of A times its own rows of B), read through the megakernel's tensor maps, and their scale
+// exponents ([rows, k_blocks] and [rows / 128, k_blocks]).
 struct FedOperands {
   CUtensorMap a, b;
   const int32_t* a_exp;
   const int32_t* b_exp;
-  int tiles_m, tiles_n, k_blocks;
+  int experts, tiles_m, tiles_n, k_blocks;  // tiles_m and tiles_n per expert
 };
 
 // Every tile of C = A B^T through produce() and consume_fp8() (kFp8) or consume(), round-robin over
-// the blocks with n fastest (the tiles in flight share A's rows, as an expert's tiles do); no epilogue.
+// the blocks, expert by expert with n fastest (the tiles in flight share A's rows and the expert's
+// B, as a ring phase's do); no epilogue.
 template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     fed_kernel(const __grid_constant__ FedOperands op, GridBarrier b, float* sink, ConsumerTime* times) {
   Pipeline pipe = pipeline_init();
-  const int tiles = op.tiles_m * op.tiles_n;
+  const int tiles = op.experts * op.tiles_m * op.tiles_n;
   const auto load_of = [&](int t) {
-    const int m = t / op.tiles_n, n = t % op.tiles_n;
-    return TileLoad{&op.a,       &op.b,    m * kTileRows, {n * kTileN, n * kTileN + kTileN / 2}, 0, 0,
-                    op.k_blocks, op.a_exp, op.b_exp};
+    const int m = t / op.tiles_n, b0 = (m / op.tiles_m * op.tiles_n + t % op.tiles_n) * kTileN;
+    return TileLoad{&op.a, &op.b, m * kTileRows, {b0, b0 + kTileN / 2}, 0, 0, op.k_blocks, op.a_exp, op.b_exp};
   };
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
@@ -225,7 +228,7 @@ void report(const char* name, int columns, int depth, int sms, ConsumerTime* tim
     if (t.k_blocks > 0) cycles += t.cycles, k_blocks += t.k_blocks, ++counted;
   if (counted == 0) throw std::runtime_error(std::string(name) + ": no consumer recorded its cycles");
   const double flops = 2.0 * kWgmmaM * columns * depth * double(k_blocks);
-  std::printf("%-13s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n", name,
+  std::printf("%-17s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n", name,
               double(cycles) / double(k_blocks), flops / ms / 1e9, ms, counted);
   MOK_CUDA_CHECK(cudaEventDestroy(begin));
   MOK_CUDA_CHECK(cudaEventDestroy(end));
@@ -249,38 +252,66 @@ void* filled(size_t bytes, int value) {
   return p;
 }
 
+// Random codes (a hash of the index): E4M3 bytes without NaN, or bf16 words of magnitude 2^-7 .. 2^8.
+__global__ void random_codes(uint8_t* p, size_t bytes, bool fp8) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < bytes / 2; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9e3779b9u ^ uint32_t(i >> 32) * 0x85ebca6bu;
+    h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+    if (fp8) {
+      for (int j = 0; j < 2; ++j) {
+        const uint8_t c = uint8_t(h >> (8 * j));
+        p[2 * i + j] = (c & 0x7f) == 0x7f ? uint8_t(c ^ 1) : c;  // 0x7f and 0xff are NaN
+      }
+    } else {
+      const uint16_t word = uint16_t((h & 0x807f) | ((120 + (h >> 16) % 16) << 7));
+      reinterpret_cast<uint16_t*>(p)[i] = word;
+    }
+  }
+}
+
+// One fed variant: its experts, an expert's row tiles of A, and its codes.
+struct FedShape {
+  const char* name;
+  int experts, tiles_m;
+  bool random;
+};
+
 template <bool kFp8>
-void run_fed(int sms, float* sink, ConsumerTime* times) {
-  constexpr int kTilesM = 128, kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;
-  constexpr long kRowsA = long(kTilesM) * kTileRows, kRowsB = long(kTilesN) * kTileN;
+void run_fed(const FedShape& shape, int sms, float* sink, ConsumerTime* times) {
+  constexpr int kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;  // kimi-k2's GEMM1: N 4096, K 7168
+  const long rows_a = long(shape.experts) * shape.tiles_m * kTileRows, rows_b = long(shape.experts) * kTilesN * kTileN;
   constexpr size_t kElementBytes = kFp8 ? 1 : 2;
-  constexpr int kCodeByte = kFp8 ? 0x38 : 0x3f;  // E4M3 1.0; bf16 0x3f3f, about 0.75
-  auto op = std::make_unique<FedOperands>();     // on the heap: CUtensorMap's alignment
-  void* a = filled(kRowsA * kK * kElementBytes, kCodeByte);
-  void* b = filled(kRowsB * kK * kElementBytes, kCodeByte);
+  auto op = std::make_unique<FedOperands>();                          // on the heap: CUtensorMap's alignment
+  void* a = filled(rows_a * kK * kElementBytes, kFp8 ? 0x38 : 0x3f);  // E4M3 1.0; bf16 0x3f3f, about 0.75
+  void* b = filled(rows_b * kK * kElementBytes, kFp8 ? 0x38 : 0x3f);
+  if (shape.random) {
+    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(a), rows_a * kK * kElementBytes, kFp8);
+    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(b), rows_b * kK * kElementBytes, kFp8);
+    MOK_CUDA_CHECK(cudaGetLastError());
+  }
   op->k_blocks = kK / kDepth;
-  void* a_exp = filled(sizeof(int32_t) * kRowsA * op->k_blocks, 0);  // scale exponents 0 (fp8 only)
-  void* b_exp = filled(sizeof(int32_t) * kRowsB / kFp8Block * op->k_blocks, 0);
+  void* a_exp = filled(sizeof(int32_t) * rows_a * op->k_blocks, 0);  // scale exponents 0 (fp8 only)
+  void* b_exp = filled(sizeof(int32_t) * rows_b / kFp8Block * op->k_blocks, 0);
   op->a_exp = static_cast<const int32_t*>(a_exp), op->b_exp = static_cast<const int32_t*>(b_exp);
-  op->tiles_m = kTilesM, op->tiles_n = kTilesN;
+  op->experts = shape.experts, op->tiles_m = shape.tiles_m, op->tiles_n = kTilesN;
   const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
-  encode_tensor_map(op->a, a, kRowsA, kK, element);
-  encode_tensor_map(op->b, b, kRowsB, kK, element);
+  encode_tensor_map(op->a, a, rows_a, kK, element);
+  encode_tensor_map(op->b, b, rows_b, kK, element);
   KernelError* error;
   MOK_CUDA_CHECK(cudaMalloc(&error, sizeof(KernelError)));
   MOK_CUDA_CHECK(cudaMemset(error, 0, sizeof(KernelError)));
   const GridBarrier barrier{nullptr, nullptr, error, 2'000'000'000, {}, {}};  // a 2 s watchdog
   const auto kernel = fed_kernel<kFp8>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  report(kFp8 ? "fed" : "fed-bf16", kTileN, kDepth, sms, times, [&](bool) {
+  report(shape.name, kTileN, kDepth, sms, times, [&](bool) {
     kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times);
     MOK_CUDA_CHECK(cudaGetLastError());
   });
   KernelError e{};
   MOK_CUDA_CHECK(cudaMemcpy(&e, error, sizeof(e), cudaMemcpyDeviceToHost));
   if (e.code != kNoError)
-    throw std::runtime_error(std::string(kFp8 ? "fed" : "fed-bf16") + ": a pipeline wait timed out (error " +
-                             std::to_string(e.code) + ", block " + std::to_string(e.detail) + ")");
+    throw std::runtime_error(std::string(shape.name) + ": a pipeline wait timed out (error " + std::to_string(e.code) +
+                             ", block " + std::to_string(e.detail) + ")");
   for (void* p : {a, b, a_exp, b_exp, static_cast<void*>(error)}) MOK_CUDA_CHECK(cudaFree(p));
 }
 
@@ -311,8 +342,10 @@ int main(int argc, char** argv) {
     run<Variant::tensor_only>(k_blocks, sms, sink, times);
     run<Variant::one_consumer>(k_blocks, sms, sink, times);
     run<Variant::n128>(k_blocks, sms, sink, times);
-    run_fed<true>(sms, sink, times);
-    run_fed<false>(sms, sink, times);
+    run_fed<true>({"fed-ones", 1, 128, false}, sms, sink, times);
+    run_fed<true>({"fed-random", 1, 128, true}, sms, sink, times);
+    run_fed<true>({"fed-kimi-k2", 32, 16, true}, sms, sink, times);
+    run_fed<false>({"fed-kimi-k2-bf16", 32, 16, true}, sms, sink, times);
     MOK_CUDA_CHECK(cudaFree(sink));
     MOK_CUDA_CHECK(cudaFree(times));
   } catch (const std::exception& e) {
