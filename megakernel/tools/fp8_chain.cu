@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool healthy = kFp8 ? consume_fp8<false>(pipe, load_of(t), consumer, acc, b, 0)
                               : consume<kNT>(pipe, load_of(t), consumer, acc, b, 0);
     if (!healthy) break;
-    v += acc[0] + acc[kAccumulators - 1];
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) v += acc[i];  // every accumulator read: no promotion left out
     k_blocks += op.k_blocks;
   }
   const long long spent = clock64() - start;
