@@ -19,15 +19,17 @@
 // (Two partials with one group in flight while the other is promoted, which 64 totals would leave
 // registers for, make ptxas serialize the wgmmas (C7514): the promotion reads accumulator registers
 // while a group runs.)
-// Prints per variant the consumer's cycles per K-block and the rate over all SMs (both consumers'
-// products, or one's for one-consumer). Timing only: the operands are arbitrary codes (no NaN; the fed
+// Prints per variant the consumer's cycles per K-block, the SM clock they ran at, and the rate over all SMs (both
+// consumers' products, or one's for one-consumer). Timing only: the operands are arbitrary codes (no NaN; the fed
 // variants' scale exponents 0).
 // Usage: mok-fp8-chain [k_blocks=20000]. Exit status: 0 ran, 2 error, 77 no GPU.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mok/megakernel/check.h"
@@ -115,14 +117,20 @@ __device__ float consume_n128(const uint8_t* st, Warpgroup consumer, int k_block
   return sum;
 }
 
-// What a consumer recorded: its cycles and its K-blocks.
+// What a consumer recorded: its SM cycles and the global timer's nanoseconds over its K-blocks (their
+// ratio: the SM clock it ran at).
 struct ConsumerTime {
-  long long cycles, k_blocks;
+  long long cycles, ns, k_blocks;
 };
 
-__device__ void record(ConsumerTime* times, Warpgroup consumer, long long spent, long long k_blocks) {
+// Both clocks now.
+__device__ ConsumerTime clocks_now() { return ConsumerTime{clock64(), ptx::global_timer_ns(), 0}; }
+
+__device__ void record(ConsumerTime* times, Warpgroup consumer, const ConsumerTime& start, long long k_blocks) {
+  const ConsumerTime now = clocks_now();
   if (threadIdx.x % kWarpgroupThreads == 0)
-    times[blockIdx.x * kConsumers + consumer_index(consumer)] = ConsumerTime{spent, k_blocks};
+    times[blockIdx.x * kConsumers + consumer_index(consumer)] =
+        ConsumerTime{now.cycles - start.cycles, now.ns - start.ns, k_blocks};
 }
 
 template <Variant kVariant>
@@ -142,16 +150,15 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
   ptx::setmaxnreg_inc<kConsumerRegisters>();
   const Warpgroup consumer = warpgroup_role(warpgroup);
   if (kVariant == Variant::one_consumer && consumer != Warpgroup::consumer0) return;
-  const long long start = clock64();
+  const ConsumerTime start = clocks_now();
   constexpr Variant kChain = chain_of(kVariant);
   float v;
   if constexpr (tile_columns(kVariant) == kTileN)
     v = consume<kChain>(st, consumer, k_blocks, s);
   else
     v = consume_n128(st, consumer, k_blocks, s);
-  const long long spent = clock64() - start;
   if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
-  record(times, consumer, spent, k_blocks);
+  record(times, consumer, start, k_blocks);
 }
 
 // The fed variants' operands: A [experts tiles_m 128, K] and B [experts tiles_n 256, K] (expert e's
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Warpgroup consumer = warpgroup_role(warpgroup);
   float acc[kAccumulators], v = 0.0f;
   long long k_blocks = 0;
-  const long long start = clock64();
+  const ConsumerTime start = clocks_now();
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     if constexpr (!kFp8) {
 #pragma unroll
@@ -201,13 +208,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kAccumulators; ++i) v += acc[i];  // every accumulator read: no promotion left out
     k_blocks += op.k_blocks;
   }
-  const long long spent = clock64() - start;
   if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
-  record(times, consumer, spent, k_blocks);
+  record(times, consumer, start, k_blocks);
 }
 
-// Times `launch(warm_up)` after a warm-up launch and prints the variant's line; `columns`: a
-// consumer's tile columns, `depth`: a K-block's.
+// Times `launch(warm_up)` after a warm-up launch and an idle quarter second (so that, like mok-bench's
+// launches, it starts near the top clock rather than under the power cap) and prints the variant's
+// line; `columns`: a consumer's tile columns, `depth`: a K-block's.
 template <class Launch>
 void report(const char* name, int columns, int depth, int sms, ConsumerTime* times, Launch launch) {
   cudaEvent_t begin, end;
@@ -215,6 +222,8 @@ void report(const char* name, int columns, int depth, int sms, ConsumerTime* tim
   MOK_CUDA_CHECK(cudaEventCreate(&end));
   launch(true);
   MOK_CUDA_CHECK(cudaMemset(times, 0, sizeof(ConsumerTime) * sms * kConsumers));
+  MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
   MOK_CUDA_CHECK(cudaEventRecord(begin));
   launch(false);
   MOK_CUDA_CHECK(cudaEventRecord(end));
@@ -223,14 +232,15 @@ void report(const char* name, int columns, int depth, int sms, ConsumerTime* tim
   MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
   std::vector<ConsumerTime> host(size_t(sms) * kConsumers);
   MOK_CUDA_CHECK(cudaMemcpy(host.data(), times, sizeof(ConsumerTime) * host.size(), cudaMemcpyDeviceToHost));
-  long long cycles = 0, k_blocks = 0;
+  long long cycles = 0, ns = 0, k_blocks = 0;
   int counted = 0;
   for (const ConsumerTime& t : host)
-    if (t.k_blocks > 0) cycles += t.cycles, k_blocks += t.k_blocks, ++counted;
+    if (t.k_blocks > 0) cycles += t.cycles, ns += t.ns, k_blocks += t.k_blocks, ++counted;
   if (counted == 0) throw std::runtime_error(std::string(name) + ": no consumer recorded its cycles");
   const double flops = 2.0 * kWgmmaM * columns * depth * double(k_blocks);
-  std::printf("%-17s %8.1f cycles per K-block per consumer  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n", name,
-              double(cycles) / double(k_blocks), flops / ms / 1e9, ms, counted);
+  std::printf("%-17s %8.1f cycles per K-block per consumer at %5.0f MHz  %7.1f TFLOP/s  (%.3f ms, %d consumers)\n",
+              name, double(cycles) / double(k_blocks), 1e3 * double(cycles) / double(ns), flops / ms / 1e9, ms,
+              counted);
   MOK_CUDA_CHECK(cudaEventDestroy(begin));
   MOK_CUDA_CHECK(cudaEventDestroy(end));
 }
