@@ -1,8 +1,9 @@
 // mok-fp8-chain: the FP8 consumer's K-block chain alone, to find where its time goes (issue 19). Every
-// SM runs one block shaped as the megakernel's (a producer warpgroup, here idle, and two consumer
-// warpgroups at kConsumerRegisters); each consumer loops over one K-block's operands, resident in
-// shared memory (no TMA, no pipeline waits, no epilogue), with the megakernel's own functions
-// (fp8_half_block, fp8_half_done, promote of tile_gemm.cuh). Variants:
+// SM runs one block shaped as the megakernel's (a producer warpgroup and two consumer warpgroups at
+// kConsumerRegisters). In the resident variants the producer idles and each consumer loops over one
+// K-block's operands resident in shared memory (no TMA, no pipeline waits, no epilogue), with the
+// megakernel's own functions (fp8_half_block, fp8_half_done, promote of tile_gemm.cuh); in the fed
+// variants the producer feeds them. Variants:
 //   chain        the megakernel's chain: per half of B, four K-steps from +0, wait, promote;
 //   tensor-only  both halves' K-steps accumulating across K-blocks in the tensor core, one group in
 //                flight while the next is issued (bf16's pattern): the operands' peak rate here;
@@ -50,7 +51,7 @@ constexpr Variant chain_of(Variant v) { return v == Variant::one_consumer ? Vari
 
 // One consumer's K-blocks; returns a value of its accumulators, so nothing is optimized away.
 template <Variant kVariant>
-__device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, int s) {
+__device__ float resident_chain(const uint8_t* st, Warpgroup consumer, int k_blocks, int s) {
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
@@ -101,7 +102,7 @@ __device__ float consume(const uint8_t* st, Warpgroup consumer, int k_blocks, in
 }
 
 // The 64 x 128 consumer tile's chain: 64 totals.
-__device__ float consume_n128(const uint8_t* st, Warpgroup consumer, int k_blocks, int s) {
+__device__ float resident_chain_n128(const uint8_t* st, Warpgroup consumer, int k_blocks, int s) {
   float acc[kAccumulators / 2], partial[kAccumulators / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators / 2; ++i) acc[i] = 0.0f;
@@ -154,9 +155,9 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
   constexpr Variant kChain = chain_of(kVariant);
   float v;
   if constexpr (tile_columns(kVariant) == kTileN)
-    v = consume<kChain>(st, consumer, k_blocks, s);
+    v = resident_chain<kChain>(st, consumer, k_blocks, s);
   else
-    v = consume_n128(st, consumer, k_blocks, s);
+    v = resident_chain_n128(st, consumer, k_blocks, s);
   if (v == 12345.0f) *sink = v;  // never true for these operands: keeps the chain
   record(times, consumer, start, k_blocks);
 }
@@ -214,20 +215,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Times `launch(warm_up)` after a warm-up launch and an idle quarter second (so that, like mok-bench's
 // launches, it starts near the top clock rather than under the power cap) and prints the variant's
-// line; `columns`: a consumer's tile columns, `depth`: a K-block's.
-template <class Launch>
-void report(const char* name, int columns, int depth, int sms, ConsumerTime* times, Launch launch) {
+// line; `columns`: a consumer's tile columns, `depth`: a K-block's. `check()` after each launch throws
+// if it failed, before anything is printed.
+template <class Launch, class Check>
+void report(const char* name, int columns, int depth, int sms, ConsumerTime* times, Launch launch, Check check) {
   cudaEvent_t begin, end;
   MOK_CUDA_CHECK(cudaEventCreate(&begin));
   MOK_CUDA_CHECK(cudaEventCreate(&end));
   launch(true);
   MOK_CUDA_CHECK(cudaMemset(times, 0, sizeof(ConsumerTime) * sms * kConsumers));
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  check();
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   MOK_CUDA_CHECK(cudaEventRecord(begin));
   launch(false);
   MOK_CUDA_CHECK(cudaEventRecord(end));
   MOK_CUDA_CHECK(cudaEventSynchronize(end));
+  check();
   float ms = 0;
   MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
   std::vector<ConsumerTime> host(size_t(sms) * kConsumers);
@@ -249,18 +253,13 @@ template <Variant kVariant>
 void run(int k_blocks, int sms, float* sink, ConsumerTime* times) {
   const auto kernel = chain_kernel<kVariant>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  report(kVariantNames[int(kVariant)], tile_columns(kVariant), kFp8Block, sms, times, [&](bool warm_up) {
-    kernel<<<sms, kThreads, kSmemBytes>>>(warm_up ? k_blocks / 10 : k_blocks, 0, sink, times);
-    MOK_CUDA_CHECK(cudaGetLastError());
-  });
-}
-
-// A device allocation of `bytes`, every byte `value`.
-void* filled(size_t bytes, int value) {
-  void* p = nullptr;
-  MOK_CUDA_CHECK(cudaMalloc(&p, bytes));
-  MOK_CUDA_CHECK(cudaMemset(p, value, bytes));
-  return p;
+  report(
+      kVariantNames[int(kVariant)], tile_columns(kVariant), kFp8Block, sms, times,
+      [&](bool warm_up) {
+        kernel<<<sms, kThreads, kSmemBytes>>>(warm_up ? k_blocks / 10 : k_blocks, 0, sink, times);
+        MOK_CUDA_CHECK(cudaGetLastError());
+      },
+      [] {});
 }
 
 // Random codes (a hash of the index): E4M3 bytes without NaN, or bf16 words of magnitude 2^-7 .. 2^8.
@@ -280,6 +279,19 @@ __global__ void random_codes(uint8_t* p, size_t bytes, bool fp8) {
   }
 }
 
+// A device allocation of `bytes`: random codes (random_codes), or every byte `value`.
+void* device_bytes(size_t bytes, bool random, bool fp8, int value, int sms) {
+  void* p = nullptr;
+  MOK_CUDA_CHECK(cudaMalloc(&p, bytes));
+  if (random) {
+    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(p), bytes, fp8);
+    MOK_CUDA_CHECK(cudaGetLastError());
+  } else {
+    MOK_CUDA_CHECK(cudaMemset(p, value, bytes));
+  }
+  return p;
+}
+
 // One fed variant: its experts, an expert's row tiles of A, and its codes.
 struct FedShape {
   const char* name;
@@ -292,17 +304,17 @@ void run_fed(const FedShape& shape, int sms, float* sink, ConsumerTime* times) {
   constexpr int kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;  // kimi-k2's GEMM1: N 4096, K 7168
   const long rows_a = long(shape.experts) * shape.tiles_m * kTileRows, rows_b = long(shape.experts) * kTilesN * kTileN;
   constexpr size_t kElementBytes = kFp8 ? 1 : 2;
-  auto op = std::make_unique<FedOperands>();                          // on the heap: CUtensorMap's alignment
-  void* a = filled(rows_a * kK * kElementBytes, kFp8 ? 0x38 : 0x3f);  // E4M3 1.0; bf16 0x3f3f, about 0.75
-  void* b = filled(rows_b * kK * kElementBytes, kFp8 ? 0x38 : 0x3f);
-  if (shape.random) {
-    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(a), rows_a * kK * kElementBytes, kFp8);
-    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(b), rows_b * kK * kElementBytes, kFp8);
-    MOK_CUDA_CHECK(cudaGetLastError());
-  }
+  auto op = std::make_unique<FedOperands>();  // on the heap: CUtensorMap's alignment
+  constexpr int kOne = 0x38;                  // E4M3 1.0 (the ones variant is fp8's)
+  void* a = device_bytes(rows_a * kK * kElementBytes, shape.random, kFp8, kOne, sms);
+  void* b = device_bytes(rows_b * kK * kElementBytes, shape.random, kFp8, kOne, sms);
   op->k_blocks = kK / kDepth;
-  void* a_exp = filled(sizeof(int32_t) * rows_a * op->k_blocks, 0);  // scale exponents 0 (fp8 only)
-  void* b_exp = filled(sizeof(int32_t) * rows_b / kFp8Block * op->k_blocks, 0);
+  void* a_exp = nullptr;  // scale exponents 0, read by the fp8 chain only
+  void* b_exp = nullptr;
+  if (kFp8) {
+    a_exp = device_bytes(sizeof(int32_t) * rows_a * op->k_blocks, false, kFp8, 0, sms);
+    b_exp = device_bytes(sizeof(int32_t) * rows_b / kFp8Block * op->k_blocks, false, kFp8, 0, sms);
+  }
   op->a_exp = static_cast<const int32_t*>(a_exp), op->b_exp = static_cast<const int32_t*>(b_exp);
   op->experts = shape.experts, op->tiles_m = shape.tiles_m, op->tiles_n = kTilesN;
   const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
@@ -314,15 +326,19 @@ void run_fed(const FedShape& shape, int sms, float* sink, ConsumerTime* times) {
   const GridBarrier barrier{nullptr, nullptr, error, 2'000'000'000, {}, {}};  // a 2 s watchdog
   const auto kernel = fed_kernel<kFp8>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  report(shape.name, kTileN, kDepth, sms, times, [&](bool) {
-    kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times);
-    MOK_CUDA_CHECK(cudaGetLastError());
-  });
-  KernelError e{};
-  MOK_CUDA_CHECK(cudaMemcpy(&e, error, sizeof(e), cudaMemcpyDeviceToHost));
-  if (e.code != kNoError)
-    throw std::runtime_error(std::string(shape.name) + ": a pipeline wait timed out (error " + std::to_string(e.code) +
-                             ", block " + std::to_string(e.detail) + ")");
+  report(
+      shape.name, kTileN, kDepth, sms, times,
+      [&](bool) {
+        kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times);
+        MOK_CUDA_CHECK(cudaGetLastError());
+      },
+      [&] {
+        KernelError e{};
+        MOK_CUDA_CHECK(cudaMemcpy(&e, error, sizeof(e), cudaMemcpyDeviceToHost));
+        if (e.code != kNoError)
+          throw std::runtime_error(std::string(shape.name) + ": a pipeline wait timed out (error " +
+                                   std::to_string(e.code) + ", block " + std::to_string(e.detail) + ")");
+      });
   for (void* p : {a, b, a_exp, b_exp, static_cast<void*>(error)}) MOK_CUDA_CHECK(cudaFree(p));
 }
 

@@ -7,9 +7,10 @@
 // every candidate parameter set of Fp8StepModel (mok/core/fp8_dot.h, a model under validation) and an
 // fp32 fma chain, side by side, with the first mismatches of hopper() printed in full. wgmma-e4m3-n128:
 // the same on m64n128k32, the shape of the megakernel's FP8 GEMM (the same input classes, 8192 outputs
-// per tile). Exit status: 0 no mismatch of the shipped model (wgmma-e4m3*: of Fp8StepModel::hopper()),
-// 1 any, 2 error, 77 no GPU (a skip for ctest).
-// Usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128].
+// per tile); wgmma-e4m3-n128-first: its first K-step of a half block, which reads no C (scale-d = 0),
+// against the model from +0 (the registers hold C values the instruction must ignore). Exit status: 0 no mismatch of
+// the shipped model (wgmma-e4m3*: of Fp8StepModel::hopper()), 1 any, 2 error, 77 no GPU (a skip for ctest). Usage:
+// mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128|wgmma-e4m3-n128-first].
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -399,6 +400,7 @@ struct Bf16Wgmma {
 // of the same batch seed and index).
 struct E4m3Inputs {
   using Elem = fp8_e4m3;
+  static constexpr bool kReadsC = true;
   static constexpr int kK = kK8;
   __device__ static fp8_e4m3 a_b(uint64_t seed, int cls, long tile, int which, int i, int j) {
     return gen_e4m3(seed, cls, tile, which, i, j);
@@ -415,6 +417,12 @@ struct E4m3WgmmaN128 : E4m3Inputs {  // the megakernel's FP8 GEMM shape
   static constexpr int kN = 128;
   __device__ static void mma(float (&acc)[64], uint64_t a, uint64_t b) {
     mok::gpu::ptx::wgmma_e4m3_m64n128k32(acc, a, b, true);
+  }
+};
+struct E4m3WgmmaN128First : E4m3WgmmaN128 {  // a half block's first K-step: C not read
+  static constexpr bool kReadsC = false;
+  __device__ static void mma(float (&acc)[64], uint64_t a, uint64_t b) {
+    mok::gpu::ptx::wgmma_e4m3_m64n128k32(acc, a, b, false);
   }
 };
 
@@ -449,8 +457,8 @@ __device__ float fp32_fma_chain(float c, const fp8_e4m3* a, const fp8_e4m3* b) {
   return c;
 }
 
-// cols: N of the probed wgmma (8 or 128); 64 rows.
-__global__ void compare_e4m3(uint64_t seed, int cls, long tiles, int cols, const float* d,
+// cols: N of the probed wgmma (8 or 128); 64 rows. reads_c false: the model's C is +0.
+__global__ void compare_e4m3(uint64_t seed, int cls, long tiles, int cols, bool reads_c, const float* d,
                              unsigned long long* counts /* [kE4m3Variants] */, MismatchE4m3* keep, unsigned int* kept) {
   const long total = tiles * 64 * cols;
   for (long o = long(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += long(gridDim.x) * blockDim.x) {
@@ -461,7 +469,7 @@ __global__ void compare_e4m3(uint64_t seed, int cls, long tiles, int cols, const
       a[k] = gen_e4m3(seed, cls, tile, 0, m, k);
       b[k] = gen_e4m3(seed, cls, tile, 1, k, n);
     }
-    const float c = gen_c_e4m3(seed, cls, tile, m, n);
+    const float c = reads_c ? gen_c_e4m3(seed, cls, tile, m, n) : 0.0f;
     float v[kE4m3Variants];
 #pragma unroll
     for (int i = 0; i < Fp8StepModel::kCandidates; ++i) v[i] = Fp8StepModel::candidate(i)(c, a, b);
@@ -491,8 +499,8 @@ void print_e4m3_mismatch(const MismatchE4m3& mm) {
   std::printf("\n");
 }
 
-// The wgmma-e4m3 modes (Op: E4m3WgmmaN8 or E4m3WgmmaN128): every class, every variant; exit status from
-// hopper().
+// The wgmma-e4m3 modes (Op: E4m3WgmmaN8, E4m3WgmmaN128 or E4m3WgmmaN128First): every class, every
+// variant; exit status from hopper().
 template <class Op>
 int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   constexpr int per_tile = 64 * Op::kN;
@@ -500,8 +508,9 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
   Probe<MismatchE4m3> probe(tiles_per_class, per_tile, kE4m3Variants);
   std::printf(
       "mok-tc-validate: %s, seed %llu, %ld outputs per class, wgmma.mma_async m64n%dk32 (smem operands) "
-      "e4m3->f32\n",
-      prop.name, (unsigned long long)seed, tiles_per_class * per_tile, Op::kN);
+      "e4m3->f32%s\n",
+      prop.name, (unsigned long long)seed, tiles_per_class * per_tile, Op::kN,
+      Op::kReadsC ? "" : ", scale-d = 0 (C not read; the model from +0)");
   std::printf(
       "mismatches of each candidate of the FP8 step model (mok/core/fp8_dot.h; F = fraction bits kept below\n"
       "2^e_max, O = fraction bits of the result):\n");
@@ -518,8 +527,8 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
         [&](uint64_t batch_seed, long n) {
           warpgroup_tiles<Op><<<prop.multiProcessorCount * 16, 128>>>(batch_seed, cls, n, probe.d);
           MOK_CUDA_CHECK(cudaGetLastError());
-          compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, Op::kN, probe.d, probe.counts,
-                                                              probe.keep, probe.kept);
+          compare_e4m3<<<prop.multiProcessorCount * 8, 256>>>(batch_seed, cls, n, Op::kN, Op::kReadsC, probe.d,
+                                                              probe.counts, probe.keep, probe.kept);
         },
         mm);
     print_row(kE4m3ClassNames[cls], tiles_per_class * per_tile, sum);
@@ -544,8 +553,10 @@ int main(int argc, char** argv) {
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
   const std::string instruction = argc > 3 ? argv[3] : "mma";
   if (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3" &&
-      instruction != "wgmma-e4m3-n128") {
-    std::fprintf(stderr, "usage: mok-tc-validate [outputs=1e8] [seed] [mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128]\n");
+      instruction != "wgmma-e4m3-n128" && instruction != "wgmma-e4m3-n128-first") {
+    std::fprintf(stderr,
+                 "usage: mok-tc-validate [outputs=1e8] [seed] "
+                 "[mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128|wgmma-e4m3-n128-first]\n");
     return 2;
   }
   const bool wgmma = instruction == "wgmma";
@@ -560,6 +571,7 @@ int main(int argc, char** argv) {
     MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     if (instruction == "wgmma-e4m3") return run_e4m3<E4m3WgmmaN8>(outputs, seed, prop);
     if (instruction == "wgmma-e4m3-n128") return run_e4m3<E4m3WgmmaN128>(outputs, seed, prop);
+    if (instruction == "wgmma-e4m3-n128-first") return run_e4m3<E4m3WgmmaN128First>(outputs, seed, prop);
     const long tiles_per_class = long(outputs / per_tile / double(kClassCount)) + 1;
     Probe<Mismatch> probe(tiles_per_class, per_tile, kVariants);
     std::printf("mok-tc-validate: %s, seed %llu, %ld outputs per class, %s bf16->f32\n", prop.name,

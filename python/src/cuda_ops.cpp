@@ -48,10 +48,7 @@ struct LayerKey {
   std::vector<double> config_floats;
   bool fp8_weights_given;
   auto operator<=>(const LayerKey&) const = default;
-  uintptr_t comm() const {
-    static constexpr size_t kComm = launch_field_index("comm");
-    return static_cast<uintptr_t>(launch[kComm]);
-  }
+  uintptr_t comm() const { return static_cast<uintptr_t>(launch[kComm]); }
 };
 
 std::mutex cache_mutex;

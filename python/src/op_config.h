@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "mok/core/config.h"
@@ -81,15 +80,18 @@ static_assert(int(Precision::bf16) == 0 && int(Precision::fp8) == 1);
 // GPUs (mok::gpu::LaunchConfig::capacity_rows; 0: the most any routing gives them, N min(k, E/G));
 // fp8_weight_gradients (1: the fp8 mode's routed-expert weight gradients on E4M3 operands too,
 // mok::gpu::LaunchConfig::fp8_weight_gradients and the reference's option; other bits than 0's).
-inline constexpr const char* kLaunchFields[] = {"ring_rows", "blocks",        "recompute",           "comm",
-                                                "gpus",      "capacity_rows", "fp8_weight_gradients"};
-
-// The index of launch field `name` in kLaunchFields.
-constexpr size_t launch_field_index(std::string_view name) {
-  for (size_t i = 0; i < std::size(kLaunchFields); ++i)
-    if (name == kLaunchFields[i]) return i;
-  throw "launch_field_index: no such launch field";  // in a constant expression: a compile error
-}
+enum LaunchField : int {
+  kRingRows,
+  kBlocks,
+  kRecompute,
+  kComm,
+  kGpus,
+  kCapacityRows,
+  kFp8WeightGradients,
+  kLaunchFieldCount
+};
+inline constexpr const char* kLaunchFields[kLaunchFieldCount] = {
+    "ring_rows", "blocks", "recompute", "comm", "gpus", "capacity_rows", "fp8_weight_gradients"};
 
 struct Call {
   LayerConfig config;
@@ -153,21 +155,21 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   call.mode = RoutingMode(routing_mode);
   require(launch.size() == std::size(kLaunchFields),
           [&] { return list_size_error("launch", launch.size(), std::size(kLaunchFields)); });
-  require(launch[0] >= 0 && launch[0] <= kInt32Max,
-          [&] { return "ring_rows = " + std::to_string(launch[0]) + " (need >= 0)"; });
-  call.ring_rows = int(launch[0]);
+  require(launch[kRingRows] >= 0 && launch[kRingRows] <= kInt32Max,
+          [&] { return "ring_rows = " + std::to_string(launch[kRingRows]) + " (need >= 0)"; });
+  call.ring_rows = int(launch[kRingRows]);
   // The GPU's unit, so a call valid on the CPU is valid on the GPU.
   if (call.ring_rows) validate_ring_rows(call.ring_rows, kTileRows);
-  require(launch[1] >= 0 && launch[1] <= kInt32Max,
-          [&] { return "blocks = " + std::to_string(launch[1]) + " (need >= 0)"; });
-  call.blocks = int(launch[1]);
-  require(launch[2] == 0 || launch[2] == 1,
-          [&] { return "recompute = " + std::to_string(launch[2]) + " (need 0 or 1)"; });
-  call.recompute = launch[2] == 1;
-  call.comm = static_cast<uintptr_t>(launch[3]);
-  require(launch[4] >= 1 && launch[4] <= kInt32Max,
-          [&] { return "gpus = " + std::to_string(launch[4]) + " (need >= 1)"; });
-  call.gpus = int(launch[4]);
+  require(launch[kBlocks] >= 0 && launch[kBlocks] <= kInt32Max,
+          [&] { return "blocks = " + std::to_string(launch[kBlocks]) + " (need >= 0)"; });
+  call.blocks = int(launch[kBlocks]);
+  require(launch[kRecompute] == 0 || launch[kRecompute] == 1,
+          [&] { return "recompute = " + std::to_string(launch[kRecompute]) + " (need 0 or 1)"; });
+  call.recompute = launch[kRecompute] == 1;
+  call.comm = static_cast<uintptr_t>(launch[kComm]);
+  require(launch[kGpus] >= 1 && launch[kGpus] <= kInt32Max,
+          [&] { return "gpus = " + std::to_string(launch[kGpus]) + " (need >= 1)"; });
+  call.gpus = int(launch[kGpus]);
   require(call.comm != 0 || call.gpus == 1, [&] {
     return "gpus = " + std::to_string(call.gpus) + " needs a communicator (comm = 0: the whole layer on one device)";
   });
@@ -177,14 +179,16 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   });
   // On one device every routed row is its own (N k of them): a capacity only helps over G > 1 GPUs.
   const long most = most_own_rows(call.config, call.gpus);
-  require(launch[5] == 0 || (call.gpus > 1 && launch[5] > 0 && launch[5] <= most), [&] {
-    return "capacity_rows = " + std::to_string(launch[5]) + " (need 0, or over gpus G > 1 a value in [1, " +
-           std::to_string(most) + "], the most rows any routing gives one GPU's experts)";
-  });
-  call.capacity_rows = long(launch[5]);
-  require(launch[6] == 0 || launch[6] == 1,
-          [&] { return "fp8_weight_gradients = " + std::to_string(launch[6]) + " (need 0 or 1)"; });
-  call.fp8_weight_gradients = launch[6] == 1;
+  require(launch[kCapacityRows] == 0 || (call.gpus > 1 && launch[kCapacityRows] > 0 && launch[kCapacityRows] <= most),
+          [&] {
+            return "capacity_rows = " + std::to_string(launch[kCapacityRows]) +
+                   " (need 0, or over gpus G > 1 a value in [1, " + std::to_string(most) +
+                   "], the most rows any routing gives one GPU's experts)";
+          });
+  call.capacity_rows = long(launch[kCapacityRows]);
+  require(launch[kFp8WeightGradients] == 0 || launch[kFp8WeightGradients] == 1,
+          [&] { return "fp8_weight_gradients = " + std::to_string(launch[kFp8WeightGradients]) + " (need 0 or 1)"; });
+  call.fp8_weight_gradients = launch[kFp8WeightGradients] == 1;
   require(!call.fp8_weight_gradients || call.config.precision == Precision::fp8, [] {
     return std::string("fp8_weight_gradients needs precision = fp8 (the bf16 mode has no E4M3 operands)");
   });
@@ -193,9 +197,11 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
 
 // The call's launch fields as the op takes them (kLaunchFields' order): parse_call's inverse.
 inline std::vector<int64_t> pack_launch(const Call& c) {
-  static_assert(std::size(kLaunchFields) == 7, "pack_launch: one value per launch field");
-  return {c.ring_rows, c.blocks,        c.recompute,           static_cast<int64_t>(c.comm),
-          c.gpus,      c.capacity_rows, c.fp8_weight_gradients};
+  std::vector<int64_t> launch(kLaunchFieldCount);
+  launch[kRingRows] = c.ring_rows, launch[kBlocks] = c.blocks, launch[kRecompute] = c.recompute;
+  launch[kComm] = static_cast<int64_t>(c.comm), launch[kGpus] = c.gpus, launch[kCapacityRows] = c.capacity_rows;
+  launch[kFp8WeightGradients] = c.fp8_weight_gradients;
+  return launch;
 }
 
 inline std::pair<std::vector<int64_t>, std::vector<double>> pack_config(const LayerConfig& c) {
