@@ -121,8 +121,8 @@ __device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], uint64_t 
 // (accumulate is its scale-d), A 64x32 and B 32x128 from shared memory, both K-major (the FP8 forms have
 // no transpose), on any layout the descriptors give (the megakernel's: 128-byte swizzle, one K-step = 32
 // bytes along the row). Without accumulate the instruction ignores d's values (the asm still names them
-// as inputs): a group's first K-step needs no zeroed registers. The fragment is m64n256k16's first 64 accumulators: thread
-// t = 32 w + 4 g + q holds d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
+// as inputs): a group's first K-step needs no zeroed registers. The fragment is m64n256k16's first 64
+// accumulators: thread t = 32 w + 4 g + q holds d[i] = D[16 w + g + 8 ((i / 2) % 2)][8 (i / 4) + 2 q + i % 2].
 __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                       bool accumulate) {
   asm volatile(
