@@ -31,33 +31,15 @@
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 #   MOK_COMMIT=<hash> MOK_BASELINE=.snapB MOK_SHAPES="kimi-k2 olmoe" bash bench/h200_session.sh tests ab
 set -uo pipefail
-out=${OUT:-/tmp/mok-out}
-mkdir -p "$out"
+source bench/device_call.sh  # out, rc_dir, torch_flags, log, call_header, build_tree
 shapes=${MOK_SHAPES:-kimi-k2 glm-5 qwen3.5-397b deepseek-v4 qwen3-30b-a3b olmoe}
 routings=${MOK_ROUTINGS:-uniform zipf}
-log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.log"; }
-{
-  echo "commit: ${MOK_COMMIT:-unknown}"
-  echo "date: $(date -u +%FT%TZ)"
-  echo "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1)"
-  echo "nvcc: $(nvcc --version | tail -1)"
-  echo "steps: $*"
-} | tee "$out/summary.log"
+call_header "steps: $*"
 
-rc_dir=$PWD/.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
 # The PyTorch op in both builds: asked for, or for an A/B of the op.
 [ "${MOK_AB_TOOL:-bench}" = op ] && MOK_TORCH_BUILD=1
 with_torch=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
-torch_flags=()
 [ "${MOK_TORCH_BUILD:-0}" = 1 ] && torch_flags=("${with_torch[@]}")
-# Configures the source tree $1 into $1/build with the call's flags and builds it with $2 jobs (further
-# arguments go to cmake --build, e.g. --target): this tree's build, the baseline's, the python step's.
-build_tree() {
-  local src=$1 jobs=$2
-  shift 2
-  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" "${torch_flags[@]}" &&
-    cmake --build "$src/build" -j"$jobs" "$@"
-}
 # The baseline's tools only (the A/B's), beside this tree's build: it takes a quarter of the cores. A baseline that
 # is not a source tree stops the call at once; one that does not build leaves the other steps to run (ab says so).
 baseline=${MOK_BASELINE:-}

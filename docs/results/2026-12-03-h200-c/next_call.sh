@@ -10,12 +10,10 @@
 # bytes of stores against 308, so compare its phase times with call 1's) on kimi-k2 fp8 and bf16.
 # Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-c/next_call.sh (device tool, carry .deps)
 set -uo pipefail
-out=${OUT:-/tmp/mok-out}
-rc_dir=$PWD/.deps/rapidcheck/usr/lib/x86_64-linux-gnu/cmake/rapidcheck
+source bench/device_call.sh  # out, build_tree
 rm -rf .snapT && mkdir .snapT && tar --exclude=./build --exclude='./.snap*' -cf - . | tar -xf - -C .snapT &&
   git apply --directory=.snapT docs/results/2026-12-03-h200-c/tile_clock_mhz.patch || exit 1
-{ cmake -S .snapT -B .snapT/build -G Ninja -DCMAKE_BUILD_TYPE=Release -Drapidcheck_DIR="$rc_dir" &&
-  cmake --build .snapT/build -j4 --target mok-bench; } > "$out/build_tile_clock.log" 2>&1 &
+build_tree .snapT 4 --target mok-bench > "$out/build_tile_clock.log" 2>&1 &
 MOK_COMMIT=${MOK_COMMIT:-unknown} MOK_TORCH_BUILD=1 bash bench/h200_session.sh tests python || exit 1
 wait $! || { tail -30 "$out/build_tile_clock.log"; exit 1; }
 for pass in 1 2; do timeout 90 build/megakernel/mok-fp8-chain 20000; echo "rc $?"; done 2>&1 | tee "$out/fp8_chain.log" >> "$out/summary.log"
