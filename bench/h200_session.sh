@@ -31,7 +31,7 @@
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 #   MOK_COMMIT=<hash> MOK_BASELINE=.snapB MOK_SHAPES="kimi-k2 olmoe" bash bench/h200_session.sh tests ab
 set -uo pipefail
-source bench/device_call.sh  # out, rc_dir, torch_flags, log, call_header, build_tree
+source "$(dirname "${BASH_SOURCE[0]}")/device_call.sh"  # out, rc_dir, torch_flags, log, call_header, build_tree
 shapes=${MOK_SHAPES:-kimi-k2 glm-5 qwen3.5-397b deepseek-v4 qwen3-30b-a3b olmoe}
 routings=${MOK_ROUTINGS:-uniform zipf}
 call_header "steps: $*"

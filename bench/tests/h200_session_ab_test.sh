@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 mkdir -p bench stub base
-cp "$script" bench/
+cp "$script" "$(dirname "$script")/device_call.sh" bench/
 echo base-commit >base/COMMIT
 touch base/CMakeLists.txt
 for tree in build base/build; do

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mok/core/config.h"
@@ -92,6 +93,9 @@ enum LaunchField : int {
 };
 inline constexpr const char* kLaunchFields[kLaunchFieldCount] = {
     "ring_rows", "blocks", "recompute", "comm", "gpus", "capacity_rows", "fp8_weight_gradients"};
+static_assert(std::string_view(kLaunchFields[kComm]) == "comm" &&
+                  std::string_view(kLaunchFields[kFp8WeightGradients]) == "fp8_weight_gradients",
+              "kLaunchFields: in LaunchField's order");
 
 struct Call {
   LayerConfig config;

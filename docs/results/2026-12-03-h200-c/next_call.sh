@@ -8,14 +8,16 @@
 # first-K-step probe at 1e8 outputs, and the tile clock with the clock recorded (tile_clock_mhz.patch in
 # .snapT: sums in memory, no printf, so no serialized wgmmas; it spills more than HEAD, forward_fp8 488
 # bytes of stores against 308, so compare its phase times with call 1's) on kimi-k2 fp8 and bf16.
-# Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-c/next_call.sh (device tool, carry .deps)
+# Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-c/next_call.sh (device tool, carry .deps,
+# timeout_s 600: call 2's tests and python took about 5 minutes, the rest adds 2-3)
 set -uo pipefail
 source bench/device_call.sh  # out, build_tree
 rm -rf .snapT && mkdir .snapT && tar --exclude=./build --exclude='./.snap*' -cf - . | tar -xf - -C .snapT &&
   git apply --directory=.snapT docs/results/2026-12-03-h200-c/tile_clock_mhz.patch || exit 1
 build_tree .snapT 4 --target mok-bench > "$out/build_tile_clock.log" 2>&1 &
 MOK_COMMIT=${MOK_COMMIT:-unknown} MOK_TORCH_BUILD=1 bash bench/h200_session.sh tests python || exit 1
-wait $! || { tail -30 "$out/build_tile_clock.log"; exit 1; }
+# The device tool returns 8 files: the tile clock's build log only when it failed.
+if wait $!; then rm -f "$out/build_tile_clock.log"; else tail -30 "$out/build_tile_clock.log"; exit 1; fi
 for pass in 1 2; do timeout 90 build/megakernel/mok-fp8-chain 20000; echo "rc $?"; done 2>&1 | tee "$out/fp8_chain.log" >> "$out/summary.log"
 timeout 120 build/megakernel/mok-tc-validate 1e8 20261203 wgmma-e4m3-n128-first > "$out/tc_first.log" 2>&1
 echo "tc-validate n128-first exit $?: $(tail -1 "$out/tc_first.log")" | tee -a "$out/summary.log"
@@ -23,4 +25,4 @@ for flags in "--fp8" ""; do
   echo "== kimi-k2 $flags"
   timeout 90 .snapT/build/megakernel/mok-bench --shape kimi-k2 $flags --runs 1 --warmup 0 --sets 1
 done > "$out/tile_clock.log" 2>&1
-grep -E "^==|TILECLK phase [89] |uniform  " "$out/tile_clock.log" | sort -u | tee -a "$out/summary.log"
+grep -E "^==|TILECLK phase [89] |uniform  " "$out/tile_clock.log" | awk '!seen[$0]++' | tee -a "$out/summary.log"
