@@ -65,25 +65,31 @@ void check_communicator(const Call& call) {
                                   std::to_string(count) + " ranks");
 }
 
+// The Layer's launch options for the call (without a communicator parse_call left gpus 1, capacity 0).
+gpu::LaunchConfig launch_config(const Call& call, bool fp8_weights_given) {
+  gpu::LaunchConfig launch;
+  launch.ring_rows = call.ring_rows;
+  launch.blocks = call.blocks;
+  launch.recompute = call.recompute;
+  launch.gpus = call.gpus;
+  launch.capacity_rows = call.capacity_rows;
+  launch.fp8_weights_given = fp8_weights_given;
+  launch.fp8_weight_gradients = call.fp8_weight_gradients;
+  return launch;
+}
+
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
   const auto [ints, floats] = pack_config(call.config);
   const LayerKey key{device, ints, pack_launch(call), floats, fp8_weights_given};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
-    gpu::LaunchConfig launch;
-    launch.ring_rows = call.ring_rows;
-    launch.blocks = call.blocks;
-    launch.recompute = call.recompute;
-    launch.fp8_weights_given = fp8_weights_given;
-    launch.fp8_weight_gradients = call.fp8_weight_gradients;
+    const gpu::LaunchConfig launch = launch_config(call, fp8_weights_given);
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
     // (on a communicator, the communicator's device must be it: the Layer checks).
     std::unique_ptr<CachedLayer> made;
     if (call.comm) {
       check_communicator(call);
-      launch.gpus = call.gpus;
-      launch.capacity_rows = call.capacity_rows;
       // Collective: every rank of the communicator builds this Layer in the same order (its first call).
       made = std::make_unique<CachedLayer>(call.config, launch, reinterpret_cast<ncclComm_t>(call.comm));
     } else {
@@ -279,10 +285,7 @@ std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10
 size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
                               c10::IntArrayRef launch) {
   const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
-  gpu::LaunchConfig l;
-  l.gpus = call.gpus;
-  l.capacity_rows = call.capacity_rows;
-  return gpu::layer_memory(call.config, l).fp8_weights;
+  return gpu::layer_memory(call.config, launch_config(call, false)).fp8_weights;
 }
 
 void release_cuda_layers(uintptr_t comm) {
