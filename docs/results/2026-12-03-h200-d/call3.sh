@@ -6,7 +6,7 @@
 set -uo pipefail
 source bench/device_call.sh  # out, build_tree
 call_header "steps: the fp8 chain's waits for full stages (tile clock, mok-fp8-chain)"
-rm -rf .snapW && mkdir .snapW && git ls-files -z | xargs -0 tar -cf - | tar -x -C .snapW || exit 1
+rm -rf .snapW && mkdir .snapW && tar --exclude=./build --exclude='./.snap*' --exclude=./.git -cf - . | tar -xf - -C .snapW || exit 1
 git apply --directory=.snapW docs/results/2026-12-03-h200-c/tile_clock_mhz.patch &&
   git apply --directory=.snapW docs/results/2026-12-03-h200-d/stage_waits.patch || exit 1
 build_tree .snapW 16 --target mok-bench mok-fp8-chain > "$out/build_W.log" 2>&1 || { tail -30 "$out/build_W.log"; exit 1; }
