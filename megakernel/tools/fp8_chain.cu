@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_array.cuh"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
 #include "tensor_map.h"
@@ -218,12 +219,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // line; `columns`: a consumer's tile columns, `depth`: a K-block's. `check()` after each launch throws
 // if it failed, before anything is printed.
 template <class Launch, class Check>
-void report(const char* name, int columns, int depth, int sms, ConsumerTime* times, Launch launch, Check check) {
+void report(const char* name, int columns, int depth, DeviceArray<ConsumerTime>& times, Launch launch, Check check) {
   cudaEvent_t begin, end;
   MOK_CUDA_CHECK(cudaEventCreate(&begin));
   MOK_CUDA_CHECK(cudaEventCreate(&end));
   launch(true);
-  MOK_CUDA_CHECK(cudaMemset(times, 0, sizeof(ConsumerTime) * sms * kConsumers));
+  times.zero();
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
   check();
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -234,11 +235,9 @@ void report(const char* name, int columns, int depth, int sms, ConsumerTime* tim
   check();
   float ms = 0;
   MOK_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
-  std::vector<ConsumerTime> host(size_t(sms) * kConsumers);
-  MOK_CUDA_CHECK(cudaMemcpy(host.data(), times, sizeof(ConsumerTime) * host.size(), cudaMemcpyDeviceToHost));
   long long cycles = 0, ns = 0, k_blocks = 0;
   int counted = 0;
-  for (const ConsumerTime& t : host)
+  for (const ConsumerTime& t : times.download())
     if (t.k_blocks > 0) cycles += t.cycles, ns += t.ns, k_blocks += t.k_blocks, ++counted;
   if (counted == 0) throw std::runtime_error(std::string(name) + ": no consumer recorded its cycles");
   const double flops = 2.0 * kWgmmaM * columns * depth * double(k_blocks);
@@ -250,13 +249,13 @@ void report(const char* name, int columns, int depth, int sms, ConsumerTime* tim
 }
 
 template <Variant kVariant>
-void run(int k_blocks, int sms, float* sink, ConsumerTime* times) {
+void run(int k_blocks, int sms, float* sink, DeviceArray<ConsumerTime>& times) {
   const auto kernel = chain_kernel<kVariant>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   report(
-      kVariantNames[int(kVariant)], tile_columns(kVariant), kFp8Block, sms, times,
+      kVariantNames[int(kVariant)], tile_columns(kVariant), kFp8Block, times,
       [&](bool warm_up) {
-        kernel<<<sms, kThreads, kSmemBytes>>>(warm_up ? k_blocks / 10 : k_blocks, 0, sink, times);
+        kernel<<<sms, kThreads, kSmemBytes>>>(warm_up ? k_blocks / 10 : k_blocks, 0, sink, times.get());
         MOK_CUDA_CHECK(cudaGetLastError());
       },
       [] {});
@@ -279,15 +278,14 @@ __global__ void random_codes(uint8_t* p, size_t bytes, bool fp8) {
   }
 }
 
-// A device allocation of `bytes`: random codes (random_codes), or every byte `value`.
-void* device_bytes(size_t bytes, bool random, bool fp8, int value, int sms) {
-  void* p = nullptr;
-  MOK_CUDA_CHECK(cudaMalloc(&p, bytes));
+// `bytes` of device memory: random codes (random_codes), or every byte `value`.
+DeviceArray<uint8_t> device_bytes(size_t bytes, bool random, bool fp8, int value, int sms) {
+  DeviceArray<uint8_t> p(bytes);
   if (random) {
-    random_codes<<<4 * sms, 256>>>(static_cast<uint8_t*>(p), bytes, fp8);
+    random_codes<<<4 * sms, 256>>>(p.get(), bytes, fp8);
     MOK_CUDA_CHECK(cudaGetLastError());
   } else {
-    MOK_CUDA_CHECK(cudaMemset(p, value, bytes));
+    MOK_CUDA_CHECK(cudaMemset(p.get(), value, bytes));
   }
   return p;
 }
@@ -300,46 +298,40 @@ struct FedShape {
 };
 
 template <bool kFp8>
-void run_fed(const FedShape& shape, int sms, float* sink, ConsumerTime* times) {
+void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTime>& times) {
   constexpr int kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;  // kimi-k2's GEMM1: N 4096, K 7168
   const long rows_a = long(shape.experts) * shape.tiles_m * kTileRows, rows_b = long(shape.experts) * kTilesN * kTileN;
   constexpr size_t kElementBytes = kFp8 ? 1 : 2;
   auto op = std::make_unique<FedOperands>();  // on the heap: CUtensorMap's alignment
   constexpr int kOne = 0x38;                  // E4M3 1.0 (the ones variant is fp8's)
-  void* a = device_bytes(rows_a * kK * kElementBytes, shape.random, kFp8, kOne, sms);
-  void* b = device_bytes(rows_b * kK * kElementBytes, shape.random, kFp8, kOne, sms);
+  const DeviceArray<uint8_t> a = device_bytes(rows_a * kK * kElementBytes, shape.random, kFp8, kOne, sms);
+  const DeviceArray<uint8_t> b = device_bytes(rows_b * kK * kElementBytes, shape.random, kFp8, kOne, sms);
   op->k_blocks = kK / kDepth;
-  void* a_exp = nullptr;  // scale exponents 0, read by the fp8 chain only
-  void* b_exp = nullptr;
-  if (kFp8) {
-    a_exp = device_bytes(sizeof(int32_t) * rows_a * op->k_blocks, false, kFp8, 0, sms);
-    b_exp = device_bytes(sizeof(int32_t) * rows_b / kFp8Block * op->k_blocks, false, kFp8, 0, sms);
-  }
-  op->a_exp = static_cast<const int32_t*>(a_exp), op->b_exp = static_cast<const int32_t*>(b_exp);
+  // Scale exponents 0, read by the fp8 chain only (none in bf16: null pointers).
+  DeviceArray<int32_t> a_exp(kFp8 ? rows_a * op->k_blocks : 0), b_exp(kFp8 ? rows_b / kFp8Block * op->k_blocks : 0);
+  a_exp.zero(), b_exp.zero();
+  op->a_exp = a_exp.get(), op->b_exp = b_exp.get();
   op->experts = shape.experts, op->tiles_m = shape.tiles_m, op->tiles_n = kTilesN;
   const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
-  encode_tensor_map(op->a, a, rows_a, kK, element);
-  encode_tensor_map(op->b, b, rows_b, kK, element);
-  KernelError* error;
-  MOK_CUDA_CHECK(cudaMalloc(&error, sizeof(KernelError)));
-  MOK_CUDA_CHECK(cudaMemset(error, 0, sizeof(KernelError)));
-  const GridBarrier barrier{nullptr, nullptr, error, 2'000'000'000, {}, {}};  // a 2 s watchdog
+  encode_tensor_map(op->a, a.get(), rows_a, kK, element);
+  encode_tensor_map(op->b, b.get(), rows_b, kK, element);
+  DeviceArray<KernelError> error(1);
+  error.zero();
+  const GridBarrier barrier{nullptr, nullptr, error.get(), 2'000'000'000, {}, {}};  // a 2 s watchdog
   const auto kernel = fed_kernel<kFp8>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   report(
-      shape.name, kTileN, kDepth, sms, times,
+      shape.name, kTileN, kDepth, times,
       [&](bool) {
-        kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times);
+        kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times.get());
         MOK_CUDA_CHECK(cudaGetLastError());
       },
       [&] {
-        KernelError e{};
-        MOK_CUDA_CHECK(cudaMemcpy(&e, error, sizeof(e), cudaMemcpyDeviceToHost));
+        const KernelError e = error.download()[0];
         if (e.code != kNoError)
           throw std::runtime_error(std::string(shape.name) + ": a pipeline wait timed out (error " +
                                    std::to_string(e.code) + ", block " + std::to_string(e.detail) + ")");
       });
-  for (void* p : {a, b, a_exp, b_exp, static_cast<void*>(error)}) MOK_CUDA_CHECK(cudaFree(p));
 }
 
 }  // namespace
@@ -359,22 +351,18 @@ int main(int argc, char** argv) {
   try {
     int sms = 0;
     MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    float* sink;
-    ConsumerTime* times;
-    MOK_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
-    MOK_CUDA_CHECK(cudaMalloc(&times, sizeof(ConsumerTime) * sms * kConsumers));
+    DeviceArray<float> sink(1);
+    DeviceArray<ConsumerTime> times(size_t(sms) * kConsumers);
     std::printf("mok-fp8-chain: %d SMs, %d K-blocks of %d per consumer, a consumer's tile 64 x %d (n128: 64 x 128)\n",
                 sms, k_blocks, mok::kFp8Block, kTileN);
-    run<Variant::chain>(k_blocks, sms, sink, times);
-    run<Variant::tensor_only>(k_blocks, sms, sink, times);
-    run<Variant::one_consumer>(k_blocks, sms, sink, times);
-    run<Variant::n128>(k_blocks, sms, sink, times);
-    run_fed<true>({"fed-ones", 1, 128, false}, sms, sink, times);
-    run_fed<true>({"fed-random", 1, 128, true}, sms, sink, times);
-    run_fed<true>({"fed-kimi-k2", 32, 16, true}, sms, sink, times);
-    run_fed<false>({"fed-kimi-k2-bf16", 32, 16, true}, sms, sink, times);
-    MOK_CUDA_CHECK(cudaFree(sink));
-    MOK_CUDA_CHECK(cudaFree(times));
+    run<Variant::chain>(k_blocks, sms, sink.get(), times);
+    run<Variant::tensor_only>(k_blocks, sms, sink.get(), times);
+    run<Variant::one_consumer>(k_blocks, sms, sink.get(), times);
+    run<Variant::n128>(k_blocks, sms, sink.get(), times);
+    run_fed<true>({"fed-ones", 1, 128, false}, sms, sink.get(), times);
+    run_fed<true>({"fed-random", 1, 128, true}, sms, sink.get(), times);
+    run_fed<true>({"fed-kimi-k2", 32, 16, true}, sms, sink.get(), times);
+    run_fed<false>({"fed-kimi-k2-bf16", 32, 16, true}, sms, sink.get(), times);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mok-fp8-chain: %s\n", e.what());
     return 2;
