@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Call 4: where do the megakernel's fp8 GEMM1 consumers stall, against the fed chain's? Nsight Compute's
+# Call 1: where do the megakernel's fp8 GEMM1 consumers stall, against the fed chain's? Nsight Compute's
 # warp-stall sampling per SASS instruction (SourceCounters) on one forward_fp8_kernel launch of mok-bench
-# kimi-k2 --fp8 and on fed-kimi-k2's first fed_kernel launch of mok-fp8-chain, exported as CSV (gzip).
-# Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-d/call4.sh (device tool, carry .deps)
+# kimi-k2 --fp8 (and forward_kernel without --fp8) and on fed-kimi-k2's first fed_kernel launch of mok-fp8-chain, exported as CSV (gzip).
+# Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-e/call1.sh (device tool, carry .deps)
 set -uo pipefail
 source bench/device_call.sh  # out, build_tree
 call_header "steps: ncu SourceCounters on the fp8 GEMM loops (megakernel, fed)"
@@ -20,4 +20,5 @@ profile() {  # name, kernel regex, launches to skip, command...
 }
 profile fed fed_kernel 4 build/megakernel/mok-fp8-chain 2000
 profile megakernel forward_fp8_kernel 0 build/megakernel/mok-bench --shape kimi-k2 --fp8 --runs 1 --warmup 0 --sets 1
+profile megakernel_bf16 forward_kernel 0 build/megakernel/mok-bench --shape kimi-k2 --runs 1 --warmup 0 --sets 1
 ls -la "$out" | tee -a "$out/summary.log"
