@@ -5,7 +5,7 @@
 # Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-e/call1.sh (device tool, carry .deps)
 set -uo pipefail
 source bench/device_call.sh  # out, build_tree
-call_header "steps: ncu SourceCounters on the fp8 GEMM loops (megakernel, fed)"
+call_header "steps: ncu SourceCounters on the fp8 GEMM loops (megakernel, fed) and bf16 forward; A/B kStages 3 (B) vs 4 (N)"
 build_tree . 16 --target mok-bench mok-fp8-chain > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 rm -f "$out/build.log"
 profile() {  # name, kernel regex, launches to skip, command...
@@ -22,3 +22,23 @@ profile fed fed_kernel 4 build/megakernel/mok-fp8-chain 2000
 profile megakernel forward_fp8_kernel 0 build/megakernel/mok-bench --shape kimi-k2 --fp8 --runs 1 --warmup 0 --sets 1
 profile megakernel_bf16 forward_kernel 0 build/megakernel/mok-bench --shape kimi-k2 --runs 1 --warmup 0 --sets 1
 ls -la "$out" | tee -a "$out/summary.log"
+# Then what three pipeline stages cost against four (the room a half tile's staging would take): a copy of
+# the tree with kStages = 3 (B) against it (N), B N B N, mok-bench --runs 5 on kimi-k2 and olmoe, bf16
+# and fp8.
+mkdir -p .snapS
+tar --exclude=./build --exclude='./.snap*' --exclude=./.git -cf - . | tar -xf - -C .snapS
+sed -i 's/inline constexpr int kStages = 4;/inline constexpr int kStages = 3;/' .snapS/megakernel/src/gemm_geometry.cuh
+grep -n "kStages = " .snapS/megakernel/src/gemm_geometry.cuh | tee -a "$out/summary.log"
+build_tree .snapS 16 --target mok-bench > "$out/build_s.log" 2>&1 || { tail -30 "$out/build_s.log"; exit 1; }
+rm -f "$out/build_s.log"
+for shape in kimi-k2 olmoe; do
+  for mode in "" --fp8; do
+    for tree in B N B N; do
+      dir=.; [ $tree = B ] && dir=.snapS
+      timeout 120 "$dir/build/megakernel/mok-bench" --shape $shape --runs 5 $mode > "$out/ab.run" 2>&1
+      { echo "#### $tree ($dir) --shape $shape $mode exit $?"; cat "$out/ab.run"; } >> "$out/ab_stages.log"
+      echo "ab $shape $mode $tree: $(awk -v s=$shape '$1 == s' "$out/ab.run" | tail -1)" | tee -a "$out/summary.log"
+    done
+  done
+done
+rm -f "$out/ab.run"
