@@ -87,7 +87,7 @@ template <class Publish>
 __device__ __forceinline__ void stash_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
                                            Publish publish) {
   const int c = consumer_index(consumer);
-  HalfTileRows& rows = pipe.smem->half_tiles()[c];
+  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
   warpgroup_sync(consumer);
   publish();
 #pragma unroll
@@ -138,7 +138,7 @@ struct SlotPush {
     for (int j = 0; j < kSliceRows / Lane::kRowsPerPass; ++j)
       if (bf16* d = static_cast<bf16*>(pipe.smem->staged_dst[c][0][lane.row(j)]))
         *reinterpret_cast<uint4*>(d + lane.col) =
-            *reinterpret_cast<const uint4*>(&pipe.smem->half_tiles()[c][lane.row(j)][lane.col]);
+            *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(j)][lane.col]);
   }
 };
 

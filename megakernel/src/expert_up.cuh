@@ -49,9 +49,8 @@ struct SwigluSlices {
     const int c = consumer_index(consumer);
     const Lane lane(s);
     const int row = kWgmmaM * c + lane.row(0), col = n0 + lane.col;  // in the tile; of h's gate half and a
-    const uint16_t* staged = pipe.smem->half_tiles()[c][lane.row(0)];
-    const uint4 gate = *reinterpret_cast<const uint4*>(staged + lane.col);
-    const uint4 up = *reinterpret_cast<const uint4*>(staged + kGateCols + lane.col);
+    const uint4 gate = *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(0)][lane.col]);
+    const uint4 up = *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(0)][kGateCols + lane.col]);
     const uint32_t gw[4] = {gate.x, gate.y, gate.z, gate.w}, uw[4] = {up.x, up.y, up.z, up.w};
     uint32_t aw[4];
     swiglu_words<4>(gw, uw, limit, aw);

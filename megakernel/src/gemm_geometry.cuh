@@ -43,7 +43,7 @@ inline constexpr int kABoxes = kTileRows / kBox, kBBoxes = kTileN / kBox;
 inline constexpr int kABytes = kABoxes * kBoxBytes;  // A's boxes come first in a stage
 inline constexpr int kStageBytes = (kABoxes + kBBoxes) * kBoxBytes;
 inline constexpr int kStepsPerStage = kBox / kWgmmaK;  // K-steps per pipeline stage
-inline constexpr int kStages = 4;
+inline constexpr int kStages = 3;  // the fourth's room stages the consumers' half tiles (kStagedPitch)
 static_assert(kBox * 2 == 128, "a box row is the 128-byte swizzle span");
 static_assert(kBox == kWgmmaM, "consumer c's A rows are box c");
 static_assert(kABoxes == 2 && kBBoxes == 4 && kStageBytes == 6 * kBoxBytes,
@@ -91,15 +91,13 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");
 
-// The epilogues stage a consumer's half tile as bf16 rows in shared memory, in passes of 64 columns
-// (staged_pass), or whole (a deferred epilogue's stash, tile_gemm.cuh: its phase runs on three stages
-// and the half tiles lie over the fourth and the staging rows, GemmSmem::half_tiles). bf16 rows stored
-// as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the accumulator layout's
-// scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
+// The epilogues stage a consumer's half tile as bf16 rows in shared memory: whole (a deferred epilogue's
+// stash, tile_gemm.cuh) or in passes of 64 columns (staged_pass). bf16 rows stored as whole 128-byte
+// parts, 16 bytes per lane, take about 30% less time than the accumulator layout's scattered 4-byte
+// stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;
-inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
-inline constexpr int kHalfTilePitch = kTileN + 8;     // bf16 per row of a stashed half tile; the same pad
-inline constexpr int kStagedTables = 2;               // destination tables: GEMM1 stores h and a rows
+inline constexpr int kStagedPitch = kTileN + 8;  // bf16 per staged row; the pad spreads rows over banks
+inline constexpr int kStagedTables = 2;          // destination tables: GEMM1 stores h and a rows
 // A deferred epilogue finishes its stashed half tile in slices of kSliceRows rows.
 inline constexpr int kSliceRows = 8;
 inline constexpr int kEpilogueSlices = kWgmmaM / kSliceRows;
@@ -119,20 +117,14 @@ struct ColumnScales {
 static_assert(sizeof(ColumnScales) % 16 == 0, "bulk copies of 16-byte multiples");
 __host__ __device__ constexpr int column_scale_stride(int cols) { return (cols + kTileN - 1) / kTileN * kTileN; }
 
-using HalfTileRows = uint16_t[kWgmmaM][kHalfTilePitch];  // a consumer's stashed half tile, as bf16
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
-  uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];    // each consumer's rows, as bf16 (the last stage's next)
-  alignas(16) ColumnScales column_scales[kStages];       // the fp8 weight gradients' scales, per stage
-  uint64_t full[kStages];                                // TMA bytes landed
-  uint64_t empty[kStages];                               // every consumer warp done reading
-  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];  // per consumer, where each staged row goes
-  // Each consumer's stashed half tile: the last stage and the staging rows, in a deferred epilogue's phase.
-  __device__ HalfTileRows* half_tiles() { return reinterpret_cast<HalfTileRows*>(stage[kStages - 1]); }
+  alignas(16) ColumnScales column_scales[kStages];                 // the fp8 weight gradients' scales, per stage
+  uint64_t full[kStages];                                          // TMA bytes landed
+  uint64_t empty[kStages];                                         // every consumer warp done reading
+  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's half tile, as bf16
+  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };
-static_assert(offsetof(GemmSmem, staged) == kStages * kStageBytes &&
-                  kStageBytes + sizeof(GemmSmem::staged) == kConsumers * sizeof(HalfTileRows),
-              "the consumers' half tiles fill the last stage and the staging rows, which follow it");
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
 inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block
 static_assert(kSmemBytes <= kMaxSmemPerBlock, "the pipeline fits one block's shared memory");

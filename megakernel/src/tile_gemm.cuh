@@ -69,27 +69,12 @@ struct Majors {
 };
 inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 
-// The stages' ring as each role walks it: the stage of its next K-block and each stage's phase parity
-// (bit s), so a phase may use fewer stages than there are (a deferred epilogue's phase: its staging
-// rows lie over the last stage, GemmSmem::half_tiles) and a stage's index is never a division. Every
-// role walks the same K-blocks, so the walks agree without talking.
 struct Pipeline {
   GemmSmem* smem;
-  uint32_t stages = kStages;  // in use in this phase
-  uint32_t at = 0;            // the stage of the next K-block
-  uint32_t parities = 0;      // bit s: the parity of stage s's next phase
-  // The stage and its phase parity of the K-block `ahead` (0 or 1) blocks on.
-  __device__ uint32_t stage(uint32_t ahead = 0) const { return ahead && at + 1 == stages ? 0 : at + ahead; }
-  __device__ uint32_t parity(uint32_t ahead = 0) const { return parities >> stage(ahead) & 1u; }
-  __device__ void advance() {
-    parities ^= 1u << at;
-    at = at + 1 == stages ? 0 : at + 1;
-  }
-  // Between phases, when no K-block is in flight.
-  __device__ void use_stages(uint32_t n) {
-    stages = n;
-    if (at >= n) at = 0;
-  }
+  uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
+  // The stage and its phase parity of the K-block `ahead` blocks on.
+  __device__ uint32_t stage(uint32_t ahead = 0) const { return (blocks + ahead) % kStages; }
+  __device__ uint32_t parity(uint32_t ahead = 0) const { return (blocks + ahead) / kStages & 1u; }
 };
 
 __device__ inline Pipeline pipeline_init() {
@@ -118,12 +103,12 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
 }
 
 // Before a producer gives up: lets the copies of its last stages land (bounded by 1 ms), so no block
-// leaves with bulk copies into its shared memory in flight. A stage's last use has the parity before
-// its next (a stage never used passes at once: its preceding phase counts as complete).
+// leaves with bulk copies into its shared memory in flight.
 __device__ inline void drain_copies(const Pipeline& pipe) {
   const long long deadline = ptx::global_timer_ns() + 1000000;
-  for (uint32_t s = 0; s < pipe.stages; ++s)
-    while (!ptx::mbarrier_try_wait(&pipe.smem->full[s], (pipe.parities >> s & 1u) ^ 1u) &&
+  const uint32_t first = pipe.blocks > uint32_t(kStages) ? pipe.blocks - kStages : 0;
+  for (uint32_t j = first; j < pipe.blocks; ++j)
+    while (!ptx::mbarrier_try_wait(&pipe.smem->full[j % kStages], (j / kStages) & 1u) &&
            ptx::global_timer_ns() < deadline) {
     }
 }
@@ -151,7 +136,7 @@ struct NoWork {
 // kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns).
 template <Majors kM, bool kFp8, bool kColumnScales>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
-  for (int kb = 0; kb < l.k_blocks; ++kb, pipe.advance()) {
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
       drain_copies(pipe);
       return false;
@@ -316,7 +301,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   int4 e = l.k_blocks > 0 ? exponents(0) : int4{};
   bool healthy = l.k_blocks == 0 || wait_stage(0);
   float partial[kAccumulators / 2];
-  for (int kb = 0; kb < l.k_blocks; ++kb, pipe.advance()) {
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
     const int4 now = e;
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
@@ -357,7 +342,7 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
                                const GridBarrier& b, int phase, Between between = {}) {
   uint32_t previous = 0;
   bool healthy = true;
-  for (int kb = 0; kb < l.k_blocks; ++kb, pipe.advance()) {
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     healthy = healthy && pipeline_wait(&pipe.smem->full[pipe.stage()], pipe.parity(), b, phase);
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
     ptx::wgmma_fence_operands(acc);
@@ -422,8 +407,6 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
-  constexpr bool kDeferred = DeferredEpilogue<Epilogue>;
-  pipe.use_stages(kDeferred ? kStages - 1 : kStages);  // a deferred epilogue's staging rows take the last
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
     ptx::setmaxnreg_dec<kProducerRegisters>();
@@ -432,7 +415,10 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
     for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
       TileLoad l;
       if (!job(t, l)) continue;
-      if (threadIdx.x == 0) healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase);
+      if (threadIdx.x == 0)
+        healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase);
+      else
+        pipe.blocks += l.k_blocks;
     }
     __syncwarp();  // thread 0 may have left the loop early; the barrier and setmaxnreg are warp-aligned
     block_sync();
@@ -441,6 +427,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
     block_sync();
     ptx::setmaxnreg_inc<kConsumerRegisters>();
     const Warpgroup consumer = warpgroup_role(warpgroup);
+    constexpr bool kDeferred = DeferredEpilogue<Epilogue>;
     int slices_left = 0;  // of the stashed half tile (kDeferred)
     const auto next_slice = [&] {
       if constexpr (kDeferred)
@@ -465,7 +452,6 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
       }
     }
     while (slices_left > 0) next_slice();
-    if constexpr (kDeferred) ptx::fence_async_shared();  // the staging rows' accesses before the next TMA writes
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
   }
