@@ -232,7 +232,9 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
                          {p.dhq.exps, p.w1t_exp});
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
-      SlotPush{pipe, p});
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // Element `i` of a weight gradient's buffer (fp32, or bf16: Params::grads_bf16).

@@ -79,67 +79,17 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
       staged_pass<kAdd>(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
-// A deferred epilogue's stash (gemm_tiles): the finished half tile rounded to bf16 into the consumer's
-// staging rows, all 256 columns; publish() writes what the slices read beside them (row tables). The
-// first barrier: the last tile's slices are done with the rows and tables; the second: every slice
-// finds them written.
-template <class Publish>
-__device__ __forceinline__ void stash_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
-                                           Publish publish) {
-  const int c = consumer_index(consumer);
-  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
-  warpgroup_sync(consumer);
-  publish();
-#pragma unroll
-  for (int i = 0; i < kAccumulators; i += 2)
-    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i)]) = pack_bf16(acc[i], acc[i + 1]);
-  warpgroup_sync(consumer);
+// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward).
+__device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
+                                     const float (&acc)[kAccumulators]) {
+  const int H = p.c.hidden;
+  store_rows_bf16(pipe, consumer, acc, H - it.n0, [&](int r) -> bf16* {
+    if (r >= it.t.rows) return nullptr;
+    const RankBuffers* src;
+    const long slot = source_slot(p, it.t.first_row + r, src);
+    return src->slots + slot * H + it.n0;
+  });
 }
-
-// Where a thread of a consumer works in slice s of its stashed half tile, a 16-byte chunk a lane and
-// kChunksPerRow lanes a row: its row of the consumer's 64 in pass j, and its chunk's first column.
-inline constexpr int kLaneChunk = int(16 / sizeof(bf16));  // bf16 in a lane's 16 bytes
-template <int kChunksPerRow>
-struct SliceLane {
-  static constexpr int kRowsPerPass = kWarpgroupThreads / kChunksPerRow;
-  static_assert(kSliceRows % kRowsPerPass == 0, "whole passes a slice");
-  int row0, col;
-  __device__ explicit SliceLane(int s)
-      : row0(kSliceRows * s + int(threadIdx.x % kWarpgroupThreads) / kChunksPerRow),
-        col(kLaneChunk * int(threadIdx.x % kChunksPerRow)) {}
-  __device__ int row(int j) const { return row0 + kRowsPerPass * j; }
-};
-
-// Push, deferred: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of
-// its source rank (y_j in the forward, dx_j in the backward), stored a slice at a time as whole rows,
-// 16 bytes a lane.
-struct SlotPush {
-  Pipeline& pipe;
-  const Params& p;
-  int columns = 0;  // of the stashed tile: H - n0
-  __device__ void stash(const RingItem& it, Warpgroup consumer, const float (&acc)[kAccumulators]) {
-    const int H = p.c.hidden;
-    columns = H - it.n0;
-    stash_bf16(pipe, consumer, acc, [&] {
-      stage_row_dst(pipe, consumer, 0, [&](int r) -> bf16* {
-        if (r >= it.t.rows) return nullptr;
-        const RankBuffers* src;
-        const long slot = source_slot(p, it.t.first_row + r, src);
-        return src->slots + slot * H + it.n0;
-      });
-    });
-  }
-  __device__ void slice(Warpgroup consumer, int s) const {
-    using Lane = SliceLane<kTileN / kLaneChunk>;
-    const int c = consumer_index(consumer);
-    const Lane lane(s);
-    if (lane.col >= columns) return;
-#pragma unroll
-    for (int j = 0; j < kSliceRows / Lane::kRowsPerPass; ++j)
-      if (bf16* d = static_cast<bf16*>(pipe.smem->staged_dst[c][0][lane.row(j)]))
-        *reinterpret_cast<uint4*>(d + lane.col) =
-            *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(j)][lane.col]);
-  }
-};
 
 }  // namespace mok::gpu

@@ -14,70 +14,90 @@
 
 namespace mok::gpu {
 
+// A quad's 16-bit pieces of one row, transposed: each of the quad's threads q holds piece c (columns
+// 8 c + 2 q, +1) of c = 0..3, as words c01 (pieces 0, 1) and c23; it gets the four threads' pieces c = q,
+// columns 8 q .. 8 q + 7 in order, for one 8-byte store. Two exchanges of one word each: with thread
+// q ^ 2 the pieces c of the other half (c & 2 != q & 2), then with q ^ 1 the piece it needs.
+__device__ __forceinline__ uint2 quad_transpose(uint32_t c01, uint32_t c23) {
+  const unsigned q = threadIdx.x % 4;
+  const bool odd = q & 1, upper = q & 2;
+  const auto piece = [](uint32_t w, bool high) { return high ? w >> 16 : w & 0xffffu; };
+  const uint32_t kept = upper ? c23 : c01;                                           // thread q's pieces q & 2, +1
+  const uint32_t across = __shfl_xor_sync(~0u, upper ? c01 : c23, 2);                // thread q ^ 2's same pieces
+  const uint32_t given = piece(kept, !odd) | piece(across, !odd) << 16;              // what thread q ^ 1 needs
+  const uint32_t got = __shfl_xor_sync(~0u, given, 1);                               // threads q ^ 1's, q ^ 3's piece q
+  const uint32_t mine = piece(kept, odd), far = piece(across, odd);                  // threads q's, q ^ 2's piece q
+  const uint32_t near_pair = odd ? (got & 0xffffu) | mine << 16 : mine | got << 16;  // threads q & 2, +1
+  const uint32_t far_pair = odd ? got >> 16 | far << 16 : far | (got & 0xffff0000u);  // threads q & 2 ^ 2, +1
+  return upper ? uint2{far_pair, near_pair} : uint2{near_pair, far_pair};
+}
+
+// One 1 x 128 block of each of a consumer's rows, from a tile epilogue's bf16 words (the core's
+// quantize_block): columns n0.. (of `cols`) of rows first + row of q, for rows < valid (past them: a
+// zero scale exponent). The words are one 128-column half of the tile's accumulator pairs: a thread
+// holds 32 of a row's values (its words j with j % 2 the row's, word half + 2 k at columns 8 k + 2 (t % 4)),
+// the quad of threads t % 4 the rest. The codes leave by quad_transpose, 8 bytes a store (16 stores of
+// 2 bytes a row before: kimi-k2's fp8 GEMM1 took 2% longer). The fp8 mode's a for GEMM2 (aq) from GEMM1's
+// epilogue, and the backward's shared dh.
+template <int kWords>
+__device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warpgroup consumer, int cols, int n0,
+                                              int valid, long first, const Fp8Matrix& q) {
+  static_assert(kWords == 32, "16 words of each of the thread's two rows: 4 groups of a quad's 4 x 4 pieces");
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
+    uint32_t amax = 0;
+#pragma unroll
+    for (int j = half; j < kWords; j += 2) amax = max(amax, magnitude_bits(aw[j]));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
+    amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
+    const int row = acc_row(consumer, 2 * half);  // the quad's: its shuffles run on every row, valid or not
+    const Fp8Matrix dst = q.row(first + row, cols);
+    const int e = block_scale_exponent(amax);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {  // group m: pieces k = 4 m + c, columns 32 m ..
+      const auto code = [&](int c) { return e4m3x2_of(aw[half + 2 * (4 * m + c)], e); };
+      const uint2 codes = quad_transpose(code(0) | code(1) << 16, code(2) | code(3) << 16);
+      if (row < valid) *reinterpret_cast<uint2*>(dst.values + n0 + 32 * m + 8 * (threadIdx.x % 4)) = codes;
+    }
+    // A token tile's row past the last token: GEMM2's tile reads its exponent.
+    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = row < valid ? e : 0;
+  }
+}
+
+// The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
+// columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
+// for GEMM2. All of a is computed in registers before the staged passes, its SwiGLUs in batches
+// (swiglu_words), so the compiler interleaves them (one by one they were most of this epilogue's time).
+template <bool kFp8 = false>
+__device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
+                                       const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
+                                       bf16* h, bf16* a, const Fp8Matrix& aq = {}) {
+  constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
+  constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
+  uint32_t hw[kAccumulators / 2], aw[kUp / 2];
+#pragma unroll
+  for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
+  constexpr int kBatch = 8;  // words of a per batch of sigmoids
+  static_assert(kUp / 2 % kBatch == 0, "whole batches of a's words");
+#pragma unroll
+  for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
+  if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
+  stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
+  stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
+#pragma unroll
+  for (int w = 0; w < kGateWindows; ++w) {
+    if (n0 + kStagedCols * w >= inter) continue;
+    staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
+    staged_pass(pipe, consumer, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
+  }
+}
+
 // Gate columns per GEMM1 tile (the up columns fill the tile's other half).
 inline constexpr int kGateCols = kTileN / 2;
-static_assert(kGateCols == kFp8Block, "a GEMM1 tile's a columns are one fp8 block of each row");
-
-// The GEMM1 epilogue, deferred (gemm_tiles): the stashed tile's columns 0-127 are gate columns n0..,
-// 128-255 the matching up columns (those at or past inter - n0 are another matrix's: not written); a
-// slice takes h = bf16(gate | up) of 8 rows from the staging rows, computes a = bf16(swiglu(h)) and, in
-// the fp8 mode (kFp8), a quantized for GEMM2 (aq: each row's 128 a values are one block, held by the
-// row's 16 lanes), and stores rows < valid of h, a (and aq) from rows first.. on, 16 bytes a lane.
-template <bool kFp8>
-struct SwigluSlices {
-  using Lane = SliceLane<kGateCols / kLaneChunk>;
-  static_assert(Lane::kRowsPerPass == kSliceRows, "one pass a slice");
-  Pipeline& pipe;
-  float limit;
-  int inter;
-  bf16 *h, *a;
-  Fp8Matrix aq;
-  long first = 0;  // the stashed tile's rows, columns and valid rows
-  int n0 = 0, valid = 0;
-
-  __device__ void stash_tile(Warpgroup consumer, const float (&acc)[kAccumulators], long first_row, int col, int rows) {
-    first = first_row;
-    n0 = col;
-    valid = rows;
-    stash_bf16(pipe, consumer, acc, [] {});
-  }
-  __device__ void stash(const RingItem& it, Warpgroup consumer, const float (&acc)[kAccumulators]) {
-    stash_tile(consumer, acc, it.t.pad_row, it.n0, kTileRows);
-  }
-
-  __device__ void slice(Warpgroup consumer, int s) const {
-    const int c = consumer_index(consumer);
-    const Lane lane(s);
-    const int row = kWgmmaM * c + lane.row(0), col = n0 + lane.col;  // in the tile; of h's gate half and a
-    const uint4 gate = *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(0)][lane.col]);
-    const uint4 up = *reinterpret_cast<const uint4*>(&pipe.smem->staged[c][lane.row(0)][kGateCols + lane.col]);
-    const uint32_t gw[4] = {gate.x, gate.y, gate.z, gate.w}, uw[4] = {up.x, up.y, up.z, up.w};
-    uint32_t aw[4];
-    swiglu_words<4>(gw, uw, limit, aw);
-    if constexpr (kFp8) quantize_slice_row(aw, row, col);
-    if (row >= valid || col >= inter) return;
-    bf16* hr = h + (first + row) * 2 * inter;
-    *reinterpret_cast<uint4*>(hr + col) = gate;
-    *reinterpret_cast<uint4*>(hr + inter + col) = up;
-    *reinterpret_cast<uint4*>(a + (first + row) * inter + col) = uint4{aw[0], aw[1], aw[2], aw[3]};
-  }
-
-  // The row's block of a (this lane's 8 values, the row's 16 lanes' all 128; the core's quantize_block):
-  // its scale exponent from the largest magnitude (a zero exponent past the valid rows, which GEMM2's
-  // token tiles read), and the codes of rows < valid.
-  __device__ void quantize_slice_row(const uint32_t (&aw)[4], int row, int col) const {
-    uint32_t amax =
-        max(max(magnitude_bits(aw[0]), magnitude_bits(aw[1])), max(magnitude_bits(aw[2]), magnitude_bits(aw[3])));
-#pragma unroll
-    for (int lanes = 1; lanes < kGateCols / kLaneChunk; lanes *= 2) amax = max(amax, __shfl_xor_sync(~0u, amax, lanes));
-    const int e = block_scale_exponent(amax);
-    const Fp8Matrix dst = aq.row(first + row, inter);
-    if (row < valid)
-      *reinterpret_cast<uint2*>(dst.values + col) =
-          uint2{e4m3x2_of(aw[0], e) | e4m3x2_of(aw[1], e) << 16, e4m3x2_of(aw[2], e) | e4m3x2_of(aw[3], e) << 16};
-    if (col == n0) dst.exps[n0 / kFp8Block] = row < valid ? e : 0;
-  }
-};
+static_assert(kGateCols == kFp8Block,
+              "a GEMM1 tile's a columns are one fp8 block of each row (quantize_block_columns)");
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
 // (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
@@ -92,7 +112,9 @@ __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& ti
         if constexpr (kFp8) return k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp});
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
-      SwigluSlices<kFp8>{pipe, p.c.swiglu_limit, I, p.h, p.a, p.aq});
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
+      });
 }
 
 // The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).

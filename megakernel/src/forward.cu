@@ -196,7 +196,6 @@ template <bool kFp8>
 __device__ void shared_up(Pipeline& pipe, const Params& p) {
   const int N = int(p.shared_tokens.rows()), Is = p.c.shared_intermediate, H = p.c.hidden;
   const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
-  SwigluSlices<kFp8> slices{pipe, p.c.swiglu_limit, Is, p.shared_h, p.shared_a, p.shared_aq};
   gemm_tiles<kNT, kFp8>(
       pipe, tiles.count(), p.barrier, kLayoutPlace,
       [&](long t, TileLoad& l) {
@@ -207,11 +206,11 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
           l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
         return true;
       },
-      Deferred{[&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-                 const long first = tiles.first_token(t);
-                 slices.stash_tile(consumer, acc, first, tiles.n0(t), int(min(long(kTileRows), N - first)));
-               },
-               slices});
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+                              p.shared_h, p.shared_a, p.shared_aq);
+      });
 }
 
 // The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over its tokens.
@@ -236,7 +235,9 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
         if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
-      SlotPush{pipe, p});
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // y of this GPU's tokens.

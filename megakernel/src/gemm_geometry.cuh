@@ -43,7 +43,7 @@ inline constexpr int kABoxes = kTileRows / kBox, kBBoxes = kTileN / kBox;
 inline constexpr int kABytes = kABoxes * kBoxBytes;  // A's boxes come first in a stage
 inline constexpr int kStageBytes = (kABoxes + kBBoxes) * kBoxBytes;
 inline constexpr int kStepsPerStage = kBox / kWgmmaK;  // K-steps per pipeline stage
-inline constexpr int kStages = 3;  // the fourth's room stages the consumers' half tiles (kStagedPitch)
+inline constexpr int kStages = 4;
 static_assert(kBox * 2 == 128, "a box row is the 128-byte swizzle span");
 static_assert(kBox == kWgmmaM, "consumer c's A rows are box c");
 static_assert(kABoxes == 2 && kBBoxes == 4 && kStageBytes == 6 * kBoxBytes,
@@ -91,16 +91,12 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");
 
-// The epilogues stage a consumer's half tile as bf16 rows in shared memory: whole (a deferred epilogue's
-// stash, tile_gemm.cuh) or in passes of 64 columns (staged_pass). bf16 rows stored as whole 128-byte
-// parts, 16 bytes per lane, take about 30% less time than the accumulator layout's scattered 4-byte
-// stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
+// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
+// accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;
-inline constexpr int kStagedPitch = kTileN + 8;  // bf16 per staged row; the pad spreads rows over banks
-inline constexpr int kStagedTables = 2;          // destination tables: GEMM1 stores h and a rows
-// A deferred epilogue finishes its stashed half tile in slices of kSliceRows rows.
-inline constexpr int kSliceRows = 8;
-inline constexpr int kEpilogueSlices = kWgmmaM / kSliceRows;
+inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
+inline constexpr int kStagedTables = 2;               // destination tables: GEMM1 stores h and a rows
 
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
@@ -122,7 +118,7 @@ struct GemmSmem {
   alignas(16) ColumnScales column_scales[kStages];                 // the fp8 weight gradients' scales, per stage
   uint64_t full[kStages];                                          // TMA bytes landed
   uint64_t empty[kStages];                                         // every consumer warp done reading
-  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's half tile, as bf16
+  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
   void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base

@@ -11,26 +11,19 @@ namespace mok::gpu {
 
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
 // operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
-// tile, or, deferred (an object with stash(it, consumer, acc) and slice(consumer, s): gemm_tiles),
-// stashes it.
+// tile.
 template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue>
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
                             Epilogue epilogue) {
   RingItem it;
-  const auto job = [&](long t, TileLoad& l) {
-    if (!tiles.lookup(t, it)) return false;
-    l = load(it);
-    return true;
-  };
-  if constexpr (requires { epilogue.slice(Warpgroup::consumer0, 0); })
-    gemm_tiles<kM, kFp8>(
-        pipe, tiles.count(), p.barrier, phase, job,
-        Deferred{[&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue.stash(it, consumer, acc); },
-                 epilogue});
-  else
-    gemm_tiles<kM, kFp8>(
-        pipe, tiles.count(), p.barrier, phase, job,
-        [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
+  gemm_tiles<kM, kFp8>(
+      pipe, tiles.count(), p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        if (!tiles.lookup(t, it)) return false;
+        l = load(it);
+        return true;
+      },
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
 // A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output

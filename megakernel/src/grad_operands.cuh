@@ -10,63 +10,12 @@
 // in 8-byte chunks (chunk ^ row / 8), so the squares' column writes spread over the banks.
 #pragma once
 
-#include "bf16_words.cuh"
 #include "mok/core/fp8_gemm.h"
 #include "mok/megakernel/ptx/wgmma.cuh"
 #include "schedule.cuh"
 #include "tile_gemm.cuh"
 
 namespace mok::gpu {
-
-// A quad's 16-bit pieces of one row, transposed: each of the quad's threads q holds piece c (columns
-// 8 c + 2 q, +1) of c = 0..3, as words c01 (pieces 0, 1) and c23; it gets the four threads' pieces c = q,
-// columns 8 q .. 8 q + 7 in order, for one 8-byte store. Two exchanges of one word each: with thread
-// q ^ 2 the pieces c of the other half (c & 2 != q & 2), then with q ^ 1 the piece it needs.
-__device__ __forceinline__ uint2 quad_transpose(uint32_t c01, uint32_t c23) {
-  const unsigned q = threadIdx.x % 4;
-  const bool odd = q & 1, upper = q & 2;
-  const auto piece = [](uint32_t w, bool high) { return high ? w >> 16 : w & 0xffffu; };
-  const uint32_t kept = upper ? c23 : c01;                                           // thread q's pieces q & 2, +1
-  const uint32_t across = __shfl_xor_sync(~0u, upper ? c01 : c23, 2);                // thread q ^ 2's same pieces
-  const uint32_t given = piece(kept, !odd) | piece(across, !odd) << 16;              // what thread q ^ 1 needs
-  const uint32_t got = __shfl_xor_sync(~0u, given, 1);                               // threads q ^ 1's, q ^ 3's piece q
-  const uint32_t mine = piece(kept, odd), far = piece(across, odd);                  // threads q's, q ^ 2's piece q
-  const uint32_t near_pair = odd ? (got & 0xffffu) | mine << 16 : mine | got << 16;  // threads q & 2, +1
-  const uint32_t far_pair = odd ? got >> 16 | far << 16 : far | (got & 0xffff0000u);  // threads q & 2 ^ 2, +1
-  return upper ? uint2{far_pair, near_pair} : uint2{near_pair, far_pair};
-}
-
-// One 1 x 128 block of each of a consumer's rows, from a tile epilogue's bf16 words (the core's
-// quantize_block): columns n0.. (of `cols`) of rows first + row of q, for rows < valid (past them: a
-// zero scale exponent). The words are one 128-column half of the tile's accumulator pairs: a thread
-// holds 32 of a row's values (its words j with j % 2 the row's, word half + 2 k at columns 8 k + 2 (t % 4)),
-// the quad of threads t % 4 the rest. The codes leave by quad_transpose, 8 bytes a store (16 stores of
-// 2 bytes a row before: kimi-k2's fp8 GEMM1 took 2% longer). The backward's shared dh, quantized for
-// shared dx (shared_down_grad_fp8).
-template <int kWords>
-__device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warpgroup consumer, int cols, int n0,
-                                              int valid, long first, const Fp8Matrix& q) {
-  static_assert(kWords == 32, "16 words of each of the thread's two rows: 4 groups of a quad's 4 x 4 pieces");
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {  // the thread's two rows: accumulators 2 half, 2 half + 1, ...
-    uint32_t amax = 0;
-#pragma unroll
-    for (int j = half; j < kWords; j += 2) amax = max(amax, magnitude_bits(aw[j]));
-    amax = max(amax, __shfl_xor_sync(~0u, amax, 1));
-    amax = max(amax, __shfl_xor_sync(~0u, amax, 2));
-    const int row = acc_row(consumer, 2 * half);  // the quad's: its shuffles run on every row, valid or not
-    const Fp8Matrix dst = q.row(first + row, cols);
-    const int e = block_scale_exponent(amax);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {  // group m: pieces k = 4 m + c, columns 32 m ..
-      const auto code = [&](int c) { return e4m3x2_of(aw[half + 2 * (4 * m + c)], e); };
-      const uint2 codes = quad_transpose(code(0) | code(1) << 16, code(2) | code(3) << 16);
-      if (row < valid) *reinterpret_cast<uint2*>(dst.values + n0 + 32 * m + 8 * (threadIdx.x % 4)) = codes;
-    }
-    // A token tile's row past the last token: GEMM2's tile reads its exponent.
-    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = row < valid ? e : 0;
-  }
-}
 
 inline constexpr int kSquare = 8;                           // a thread's 8 x 8 values
 inline constexpr int kSquares = kFp8Block / kSquare;        // 16 along a block's side

@@ -4,8 +4,7 @@
 //     64 x 64 bf16 boxes (A rows 0-127, B columns 0-255) into it;
 //   warpgroups 1 and 2: wait for the stage, run the K-steps of 16 in order on their 64 rows
 //     (wgmma m64n256k16, one accumulator chain per element: the K-step order of mok/core/kstep.h),
-//     release the stage, and at the tile's end hand the accumulators to the phase's epilogue (a
-//     deferred one stashes them in shared memory and finishes during the next tile's K-blocks).
+//     release the stage, and at the tile's end hand the accumulators to the phase's epilogue.
 // A tile of 256 columns needs a quarter fewer operand bytes per product than 128 x 128 tiles (which
 // ran at 51-71% of peak) and half the wgmma instructions; its 128 accumulators per consumer thread
 // come from the producer warpgroup's registers (setmaxnreg) for the length of a GEMM phase.
@@ -127,11 +126,6 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
   return consumer == Warpgroup::consumer0 ? ptx::bar_red_and<int(NamedBarrier::consumer0), kWarpgroupThreads>(v)
                                           : ptx::bar_red_and<int(NamedBarrier::consumer1), kWarpgroupThreads>(v);
 }
-
-// The chains' default between(): nothing.
-struct NoWork {
-  __device__ void operator()() const {}
-};
 
 // kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns).
 template <Majors kM, bool kFp8, bool kColumnScales>
@@ -280,12 +274,10 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 // tensor core busy. A stage is released once half 1's K-steps have read it (kColumnScales: once its
 // promotion has read the stage's ColumnScales). The failure rules are consume()'s.
 // kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns), from
-// the stage; the exponents loaded ahead are the weights' chain's only (none here). between() runs once a
-// K-block, after its promotions (a deferred epilogue's slice: gemm_tiles).
-template <bool kColumnScales, class Between = NoWork>
+// the stage; the exponents loaded ahead are the weights' chain's only (none here).
+template <bool kColumnScales>
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
-                                            float (&acc)[kAccumulators], const GridBarrier& b, int phase,
-                                            Between between = {}) {
+                                            float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   // The weights' chain's K-block exponents: A's two rows', then B's two halves'.
@@ -326,7 +318,6 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
       ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
       promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
     }
-    between();
     healthy = next_healthy;
   }
   return warpgroup_all(consumer, healthy);
@@ -334,12 +325,12 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
 
 // One tile's chain on this consumer warpgroup's 64 rows, continued from acc's values. One stage's wgmma group stays in
 // flight while the next is issued (the accumulators' K-steps still run in issue order); a stage is released once the
-// group reading it has completed. between() runs once a K-block while its group is in flight (gemm_tiles). After a
-// failed wait the loop runs on without waiting (its results are void: the launch reports the error), so no exit leaves
-// a group in flight, and the verdict is the warpgroup's, so no thread leaves its warpgroup behind in a wgmma.
-template <Majors kM, class Between = NoWork>
+// group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
+// launch reports the error), so no exit leaves a group in flight, and the verdict is the warpgroup's, so no thread
+// leaves its warpgroup behind in a wgmma.
+template <Majors kM>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup consumer, float (&acc)[kAccumulators],
-                               const GridBarrier& b, int phase, Between between = {}) {
+                               const GridBarrier& b, int phase) {
   uint32_t previous = 0;
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
@@ -349,7 +340,6 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence();
     stage_steps<kM>(pipe.smem->stage[pipe.stage()], consumer, acc);
     ptx::wgmma_commit();
-    between();
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
@@ -384,23 +374,6 @@ struct ZeroStart {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   }
 };
-// A deferred epilogue (DeferredEpilogue): stash(t, consumer, acc) leaves the finished half tile in the
-// consumer's staging rows and returns; slice(consumer, s) finishes rows kSliceRows s .. of it from there,
-// s < kEpilogueSlices, one slice after each of the next tile's first K-blocks (while the tensor core runs
-// its K-steps: the epilogue off the chain's critical path), the rest before the next stash and after the
-// phase's last tile. A slice waits for nothing, so a consumer leaving on a failed wait still drains.
-template <class E>
-concept DeferredEpilogue = requires(E& e, Warpgroup c, const float (&acc)[kAccumulators]) {
-  e.stash(0L, c, acc);
-  e.slice(c, 0);
-};
-// A deferred epilogue of a stash callable and the object whose slices finish what it stashed.
-template <class Stash, class Slices>
-struct Deferred {
-  Stash stash;
-  Slices& slices;
-  __device__ void slice(Warpgroup consumer, int s) const { slices.slice(consumer, s); }
-};
 template <Majors kM, bool kFp8 = false, bool kColumnScales = false, class Job, class Epilogue, class Start = ZeroStart>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
                            Start start = {}) {
@@ -426,32 +399,19 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   } else {
     block_sync();
     ptx::setmaxnreg_inc<kConsumerRegisters>();
-    const Warpgroup consumer = warpgroup_role(warpgroup);
-    constexpr bool kDeferred = DeferredEpilogue<Epilogue>;
-    int slices_left = 0;  // of the stashed half tile (kDeferred)
-    const auto next_slice = [&] {
-      if constexpr (kDeferred)
-        if (slices_left > 0) epilogue.slice(consumer, kEpilogueSlices - slices_left--);
-    };
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
       TileLoad l;
       if (!job(t, l)) continue;
+      const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
-        if (!consume_fp8<kColumnScales>(pipe, l, consumer, acc, b, phase, next_slice)) break;
+        if (!consume_fp8<kColumnScales>(pipe, l, consumer, acc, b, phase)) break;
       } else {
         start(t, consumer, acc);
-        if (!consume<kM>(pipe, l, consumer, acc, b, phase, next_slice)) break;
+        if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
       }
-      if constexpr (kDeferred) {
-        while (slices_left > 0) next_slice();
-        epilogue.stash(t, consumer, acc);
-        slices_left = kEpilogueSlices;
-      } else {
-        epilogue(t, consumer, acc);
-      }
+      epilogue(t, consumer, acc);
     }
-    while (slices_left > 0) next_slice();
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
   }
