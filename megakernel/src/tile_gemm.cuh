@@ -280,19 +280,12 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  // The weights' chain's K-block exponents: A's two rows', then B's two halves'. B's are the same in every
-  // thread: lane j holds those of K-block 32 w + j of the window w (one coalesced load a lane, when the
-  // window's first K-block is next), and a K-block's come by shuffles, so the loop loads only A's.
+  // The weights' chain's K-block exponents: A's two rows', then B's two halves'.
   const int32_t* ea = kColumnScales ? nullptr : l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 below
   const int32_t* eb0 = kColumnScales ? nullptr : l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
   const int32_t* eb1 = kColumnScales ? nullptr : l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
-  const int lane = int(threadIdx.x % 32);
-  int b0_window = 0, b1_window = 0;
   const auto exponents = [&](int kb) {
-    if constexpr (kColumnScales) return int4{};
-    if (kb % 32 == 0 && kb + lane < l.k_blocks) b0_window = eb0[kb + lane], b1_window = eb1[kb + lane];
-    return int4{ea[kb], ea[8 * l.k_blocks + kb], __shfl_sync(~0u, b0_window, kb % 32),
-                __shfl_sync(~0u, b1_window, kb % 32)};
+    return kColumnScales ? int4{} : int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]};
   };
   const auto wait_stage = [&](uint32_t ahead) {
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
