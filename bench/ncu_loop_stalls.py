@@ -1,0 +1,107 @@
+"""Where one loop of a kernel spends its cycles, from Nsight Compute's warp-stall sampling per SASS
+instruction (the source page as CSV: `ncu -i X.ncu-rep --page source --print-source sass --csv`,
+gzipped or not).
+
+A loop is the instructions from its first to its last address (offsets from the kernel's first
+instruction: the `@!P BRA` back to its top and that top, e.g. from `--top`); an iteration is one
+execution of its most executed instruction by one warp. The sampler visits each warp every P cycles,
+and a warp is "selected" one cycle per instruction it issues, so P = instructions / selected samples
+of the loop, and each stall reason's samples times P are its cycles an iteration (a warp's cycles: in
+a loop of 256 threads' K-blocks, the K-block's cycles). `--top` lists the instructions with the most.
+
+    python3 bench/ncu_loop_stalls.py SASS.csv.gz FIRST LAST [--top N]   # one loop
+    python3 bench/ncu_loop_stalls.py SASS.csv.gz --loops                 # its hottest backward branches
+"""
+import argparse
+import collections
+import csv
+import gzip
+import re
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def load(path):
+    """The kernel's instructions: dicts of the CSV's columns plus 'offset', 'samples' and 'executed'."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        rows = [r for r in csv.reader(f)]
+    header = next(r for r in rows if r and r[0] == "Address")
+    instructions = []
+    for row in rows[rows.index(header) + 1:]:
+        if len(row) != len(header) or not row[0].startswith("0x"):
+            continue
+        d = dict(zip(header, row))
+        d["address"] = int(d["Address"], 16)
+        d["samples"] = int(d[SAMPLES] or 0)
+        d["executed"] = int(d[EXECUTED] or 0)
+        instructions.append(d)
+    if not instructions:
+        raise SystemExit(f"{path}: no SASS rows (is it ncu's source page, --print-source sass --csv?)")
+    base = instructions[0]["address"]
+    for d in instructions:
+        d["offset"] = d["address"] - base
+    reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    return instructions, reasons
+
+
+def loop_cycles(instructions, reasons, first, last):
+    """(iterations, instructions an iteration, P, {reason: cycles an iteration}, the loop's rows)."""
+    rows = [d for d in instructions if first <= d["offset"] <= last and d["executed"] > 0]
+    if not rows:
+        raise SystemExit(f"no executed instruction in [{first:#x}, {last:#x}]")
+    iterations = max(d["executed"] for d in rows)
+    per_iteration = sum(d["executed"] for d in rows) / iterations
+    stalls = collections.Counter()
+    for d in rows:
+        for r in reasons:
+            stalls[r[len("stall_"):]] += int(d[r] or 0)
+    if stalls["selected"] == 0:
+        raise SystemExit("the loop has no 'selected' samples: too few to scale")
+    # Samples of reasons the CSV has no column for (a few %) count as "other".
+    stalls["other"] = sum(d["samples"] for d in rows) - sum(stalls.values())
+    period = sum(d["executed"] for d in rows) / stalls["selected"]
+    cycles = {r: v * period / iterations for r, v in stalls.items()}
+    return iterations, per_iteration, period, cycles, rows
+
+
+def backward_branches(instructions, least):
+    """(top, branch, executed) of each branch back to a lower address executed at least `least` times."""
+    found = []
+    for d in instructions:
+        m = re.search(r"BRA (0x[0-9a-f]+)", d["Source"])
+        if m and d["executed"] >= least:
+            target = int(m.group(1), 16) - (d["address"] - d["offset"])
+            if target < d["offset"]:
+                found.append((target, d["offset"], d["executed"]))
+    return sorted(found, key=lambda f: -f[2])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("first", nargs="?", type=lambda s: int(s, 0))
+    ap.add_argument("last", nargs="?", type=lambda s: int(s, 0))
+    ap.add_argument("--top", type=int, default=0, help="also the N instructions with the most cycles")
+    ap.add_argument("--loops", action="store_true", help="list the hottest backward branches")
+    a = ap.parse_args()
+    instructions, reasons = load(a.csv)
+    if a.loops or a.first is None or a.last is None:
+        for top, branch, executed in backward_branches(instructions, 1)[:12]:
+            print(f"{top:#x} .. {branch:#x}  executed {executed}")
+        return
+    iterations, per_iteration, period, cycles, rows = loop_cycles(instructions, reasons, a.first, a.last)
+    print(f"loop {a.first:#x} .. {a.last:#x}: {iterations} iterations, {per_iteration:.1f} instructions an "
+          f"iteration, a sample every {period:.0f} cycles, {sum(cycles.values()):.0f} cycles an iteration")
+    for r, c in sorted(cycles.items(), key=lambda kv: -kv[1]):
+        if c >= 0.5:
+            print(f"  {r:18s} {c:7.1f}")
+    scale = period / iterations
+    for d in sorted(rows, key=lambda d: -d["samples"])[:a.top]:
+        worst = max(reasons, key=lambda r: int(d[r] or 0))
+        print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst[len('stall_'):]:16s} {d['Source'].strip()[:64]}")
+
+
+if __name__ == "__main__":
+    main()
