@@ -115,9 +115,10 @@ __host__ __device__ constexpr int column_scale_stride(int cols) { return (cols +
 
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
-  alignas(16) ColumnScales column_scales[kStages];                 // the fp8 weight gradients' scales, per stage
-  uint64_t full[kStages];                                          // TMA bytes landed
-  uint64_t empty[kStages];                                         // every consumer warp done reading
+  alignas(16) ColumnScales column_scales[kStages];  // the fp8 weight gradients' scales, per stage
+  int2 b_exps[kStages];     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
+  uint64_t full[kStages];   // TMA bytes landed
+  uint64_t empty[kStages];  // every consumer warp done reading
   alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
   void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };

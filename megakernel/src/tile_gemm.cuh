@@ -127,14 +127,23 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
                                           : ptx::bar_red_and<int(NamedBarrier::consumer1), kWarpgroupThreads>(v);
 }
 
-// kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns).
+// kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns); else in the fp8
+// mode the scale exponents of B's two halves (GemmSmem::b_exps, stored before the stage's arrival, whose
+// release the consumers' wait acquires), loaded a K-block ahead.
 template <Majors kM, bool kFp8, bool kColumnScales>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
+  constexpr bool kBExps = kFp8 && !kColumnScales;
+  const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
+  const int32_t* eb1 = kBExps ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : nullptr;
+  int2 next = kBExps && l.k_blocks > 0 ? int2{eb0[0], eb1[0]} : int2{};
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    const int2 exps = next;
+    if (kBExps && kb + 1 < l.k_blocks) next = int2{eb0[kb + 1], eb1[kb + 1]};
     if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
       drain_copies(pipe);
       return false;
     }
+    if constexpr (kBExps) pipe.smem->b_exps[pipe.stage()] = exps;
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
     ptx::mbarrier_arrive_expect_tx(full, kStageBytes + (kColumnScales ? sizeof(ColumnScales) : 0));
@@ -280,22 +289,19 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  // The weights' chain's K-block exponents: A's two rows', then B's two halves'.
+  // The weights' chain's K-block exponents: A's two rows' (loaded a K-block ahead), B's two halves' from
+  // the stage (produce()).
   const int32_t* ea = kColumnScales ? nullptr : l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 below
-  const int32_t* eb0 = kColumnScales ? nullptr : l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks;
-  const int32_t* eb1 = kColumnScales ? nullptr : l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks;
-  const auto exponents = [&](int kb) {
-    return kColumnScales ? int4{} : int4{ea[kb], ea[8 * l.k_blocks + kb], eb0[kb], eb1[kb]};
-  };
+  const auto exponents = [&](int kb) { return kColumnScales ? int2{} : int2{ea[kb], ea[8 * l.k_blocks + kb]}; };
   const auto wait_stage = [&](uint32_t ahead) {
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
   };
-  int4 e = l.k_blocks > 0 ? exponents(0) : int4{};
+  int2 e = l.k_blocks > 0 ? exponents(0) : int2{};
   bool healthy = l.k_blocks == 0 || wait_stage(0);
   float partial[kAccumulators / 2];
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
-    const int4 now = e;
+    const int2 now = e, eb = kColumnScales ? int2{} : pipe.smem->b_exps[pipe.stage()];
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
     const ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
     const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
@@ -305,7 +311,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     if constexpr (kColumnScales)
       promote_columns<0>(acc, partial, cs, consumer);
     else
-      promote<0>(acc, partial, now.x + now.z, now.y + now.z);
+      promote<0>(acc, partial, now.x + eb.x, now.y + eb.x);
     fp8_half_block<1>(st, da, partial);
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
@@ -316,7 +322,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
       ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
     } else {
       ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
-      promote<kAccumulators / 2>(acc, partial, now.x + now.w, now.y + now.w);
+      promote<kAccumulators / 2>(acc, partial, now.x + eb.y, now.y + eb.y);
     }
     healthy = next_healthy;
   }
