@@ -3,11 +3,11 @@ instruction (the source page as CSV: `ncu -i X.ncu-rep --page source --print-sou
 gzipped or not).
 
 A loop is the instructions from its first to its last address (offsets from the kernel's first
-instruction: the `@!P BRA` back to its top and that top, e.g. from `--top`); an iteration is one
-execution of its most executed instruction by one warp. The sampler visits each warp every P cycles,
-and a warp is "selected" one cycle per instruction it issues, so P = instructions / selected samples
-of the loop, and each stall reason's samples times P are its cycles an iteration (a warp's cycles: in
-a loop of 256 threads' K-blocks, the K-block's cycles). `--top` lists the instructions with the most.
+instruction: the top and the branch back to it, as `--loops` lists them); an iteration is one execution
+of its most executed instruction by one warp (a consumer warp's K-block, in a GEMM loop). The sampler
+visits each warp every P cycles, and a warp is "selected" one cycle per instruction it issues, so
+P = instructions / selected samples of the loop, and a stall reason's samples times P / iterations are
+its cycles an iteration. `--top N` lists the N instructions with the most. The CSV must hold one kernel.
 
     python3 bench/ncu_loop_stalls.py SASS.csv.gz FIRST LAST [--top N]   # one loop
     python3 bench/ncu_loop_stalls.py SASS.csv.gz --loops                 # its hottest backward branches
@@ -27,7 +27,10 @@ def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         rows = [r for r in csv.reader(f)]
-    header = next(r for r in rows if r and r[0] == "Address")
+    header = next((r for r in rows if r and r[0] == "Address"), None)
+    if header is None or SAMPLES not in header or EXECUTED not in header:
+        raise SystemExit(f"{path}: no '{SAMPLES}' / '{EXECUTED}' columns (ncu's SourceCounters section, "
+                         "its source page as CSV)")
     instructions = []
     for row in rows[rows.index(header) + 1:]:
         if len(row) != len(header) or not row[0].startswith("0x"):
@@ -79,15 +82,17 @@ def backward_branches(instructions, least):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
-    ap.add_argument("first", nargs="?", type=lambda s: int(s, 0))
-    ap.add_argument("last", nargs="?", type=lambda s: int(s, 0))
+    ap.add_argument("first", nargs="?", type=lambda s: int(s, 0), help="the loop's first offset (0x...)")
+    ap.add_argument("last", nargs="?", type=lambda s: int(s, 0), help="its last offset (0x...)")
     ap.add_argument("--top", type=int, default=0, help="also the N instructions with the most cycles")
     ap.add_argument("--loops", action="store_true", help="list the hottest backward branches")
     a = ap.parse_args()
     instructions, reasons = load(a.csv)
-    if a.loops or a.first is None or a.last is None:
+    if (a.first is None) != (a.last is None):
+        ap.error("give both FIRST and LAST")
+    if a.loops or a.first is None:
         for top, branch, executed in backward_branches(instructions, 1)[:12]:
             print(f"{top:#x} .. {branch:#x}  executed {executed}")
         return
@@ -99,8 +104,10 @@ def main():
             print(f"  {r:18s} {c:7.1f}")
     scale = period / iterations
     for d in sorted(rows, key=lambda d: -d["samples"])[:a.top]:
-        worst = max(reasons, key=lambda r: int(d[r] or 0))
-        print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst[len('stall_'):]:16s} {d['Source'].strip()[:64]}")
+        named = {r[len("stall_"):]: int(d[r] or 0) for r in reasons}
+        named["other"] = d["samples"] - sum(named.values())
+        worst = max(named, key=named.get)
+        print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst:16s} {d['Source'].strip()[:64]}")
 
 
 if __name__ == "__main__":
