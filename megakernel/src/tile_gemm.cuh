@@ -274,11 +274,12 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 
 // One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
 // per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
-// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block (loaded a
-// K-block ahead; kColumnScales: of its rows and columns, from the stage).
+// into acc (fp32, from +0) with the scale exponents of the thread's two rows (loaded a K-block ahead)
+// and of the block (from the stage: produce(); read at the K-block's start, before the __syncwarp that
+// precedes lane 0's release; kColumnScales: of its rows and columns, from the stage).
 // A consumer has registers for one half's partials at a time (64 beside the 128 totals), so one
-// group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's exponents
-// load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
+// group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's row
+// exponents load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
 // chain is K-steps and promotions only. While one consumer promotes, the other's K-steps keep the
 // tensor core busy. A stage is released once half 1's K-steps have read it (kColumnScales: once its
 // promotion has read the stage's ColumnScales). The failure rules are consume()'s.
