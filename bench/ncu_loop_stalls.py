@@ -49,32 +49,36 @@ def load(path):
     return instructions, reasons
 
 
+def stalls_of(d, reasons):
+    """An instruction's samples by reason; those of reasons the CSV has no column for (a few %) as "other"."""
+    named = {r[len("stall_"):]: int(d[r] or 0) for r in reasons}
+    named["other"] = d["samples"] - sum(named.values())
+    return named
+
+
 def loop_cycles(instructions, reasons, first, last):
     """(iterations, instructions an iteration, P, {reason: cycles an iteration}, the loop's rows)."""
     rows = [d for d in instructions if first <= d["offset"] <= last and d["executed"] > 0]
     if not rows:
         raise SystemExit(f"no executed instruction in [{first:#x}, {last:#x}]")
     iterations = max(d["executed"] for d in rows)
-    per_iteration = sum(d["executed"] for d in rows) / iterations
+    executed = sum(d["executed"] for d in rows)
     stalls = collections.Counter()
     for d in rows:
-        for r in reasons:
-            stalls[r[len("stall_"):]] += int(d[r] or 0)
+        stalls.update(stalls_of(d, reasons))
     if stalls["selected"] == 0:
         raise SystemExit("the loop has no 'selected' samples: too few to scale")
-    # Samples of reasons the CSV has no column for (a few %) count as "other".
-    stalls["other"] = sum(d["samples"] for d in rows) - sum(stalls.values())
-    period = sum(d["executed"] for d in rows) / stalls["selected"]
+    period = executed / stalls["selected"]
     cycles = {r: v * period / iterations for r, v in stalls.items()}
-    return iterations, per_iteration, period, cycles, rows
+    return iterations, executed / iterations, period, cycles, rows
 
 
-def backward_branches(instructions, least):
-    """(top, branch, executed) of each branch back to a lower address executed at least `least` times."""
+def backward_branches(instructions):
+    """(top, branch, executed) of each executed branch back to a lower address, the most executed first."""
     found = []
     for d in instructions:
         m = re.search(r"BRA (0x[0-9a-f]+)", d["Source"])
-        if m and d["executed"] >= least:
+        if m and d["executed"] > 0:
             target = int(m.group(1), 16) - (d["address"] - d["offset"])
             if target < d["offset"]:
                 found.append((target, d["offset"], d["executed"]))
@@ -93,7 +97,7 @@ def main():
     if (a.first is None) != (a.last is None):
         ap.error("give both FIRST and LAST")
     if a.loops or a.first is None:
-        for top, branch, executed in backward_branches(instructions, 1)[:12]:
+        for top, branch, executed in backward_branches(instructions)[:12]:
             print(f"{top:#x} .. {branch:#x}  executed {executed}")
         return
     iterations, per_iteration, period, cycles, rows = loop_cycles(instructions, reasons, a.first, a.last)
@@ -104,8 +108,7 @@ def main():
             print(f"  {r:18s} {c:7.1f}")
     scale = period / iterations
     for d in sorted(rows, key=lambda d: -d["samples"])[:a.top]:
-        named = {r[len("stall_"):]: int(d[r] or 0) for r in reasons}
-        named["other"] = d["samples"] - sum(named.values())
+        named = stalls_of(d, reasons)
         worst = max(named, key=named.get)
         print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst:16s} {d['Source'].strip()[:64]}")
 
