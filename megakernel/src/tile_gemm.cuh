@@ -413,6 +413,7 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
       TileLoad l;
       if (!job(t, l)) continue;
+      l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
       const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
