@@ -17,7 +17,10 @@ inline constexpr int kWarpgroupThreads = 128;
 enum class Warpgroup : int { producer = -1, consumer0 = 0, consumer1 = 1 };
 inline constexpr int kConsumers = 2;
 inline constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-inline constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;  // arrivals that free a stage
+// Arrivals that free a stage: every consumer thread's, after its last read of it (one per warp after a
+// __syncwarp is as correct, but compute-sanitizer's racecheck does not see that ordering:
+// docs/results/2026-12-03-h200-f/mbarrier_probe.cu).
+inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
 
 __device__ __forceinline__ Warpgroup warpgroup_role(int warpgroup) { return Warpgroup(warpgroup - 1); }
 __device__ __forceinline__ int consumer_index(Warpgroup consumer) { return int(consumer); }

@@ -84,7 +84,7 @@ __device__ inline Pipeline pipeline_init() {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&pipe.smem->full[s], 1);
-      ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerWarps);
+      ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerThreads);
     }
     ptx::fence_barrier_init();
   }
@@ -275,8 +275,8 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 // One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
 // per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
 // into acc (fp32, from +0) with the scale exponents of the thread's two rows (loaded a K-block ahead)
-// and of the block (from the stage: produce(); read at the K-block's start, before the __syncwarp that
-// precedes lane 0's release; kColumnScales: of its rows and columns, from the stage).
+// and of the block (from the stage: produce(); read at the K-block's start, before the thread releases
+// the stage; kColumnScales: of its rows and columns, from the stage).
 // A consumer has registers for one half's partials at a time (64 beside the 128 totals), so one
 // group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's row
 // exponents load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
@@ -319,10 +319,9 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     fp8_half_done(partial);
     if constexpr (kColumnScales) {
       promote_columns<kAccumulators / 2>(acc, partial, cs, consumer);
-      __syncwarp();  // every lane has read the stage's scales before lane 0 releases it
-      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
     } else {
-      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy && threadIdx.x % 32 == 0);
+      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
       promote<kAccumulators / 2>(acc, partial, now.x + eb.y, now.y + eb.y);
     }
     healthy = next_healthy;
@@ -351,12 +350,12 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
     // may still be landing (it fails its own wait instead).
-    ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && kb > 0 && threadIdx.x % 32 == 0);
+    ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && kb > 0);
     previous = pipe.stage();
   }
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_operands(acc);
-  ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && l.k_blocks > 0 && threadIdx.x % 32 == 0);
+  ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && l.k_blocks > 0);
   return warpgroup_all(consumer, healthy);  // every thread of the warpgroup gets here
 }
 
