@@ -405,8 +405,9 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   } else {
     block_sync();
     ptx::setmaxnreg_inc<kConsumerRegisters>();
-    // The same in every thread, but not provably so to the compiler once an earlier phase's tile loop
-    // left on a warpgroup's verdict: broadcast, it keeps the stage index and the wgmma descriptors in
+    // The K-block counts (the pipeline's, and below a tile's) are the same in every thread, but not
+    // provably so to the compiler once an earlier tile loop left on a warpgroup's verdict, or where a
+    // tile's comes from a table: broadcast, they keep the stage index and the wgmma descriptors in
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
