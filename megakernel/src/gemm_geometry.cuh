@@ -121,7 +121,7 @@ struct GemmSmem {
   alignas(16) ColumnScales column_scales[kStages];  // the fp8 weight gradients' scales, per stage
   int2 b_exps[kStages];     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];   // TMA bytes landed
-  uint64_t empty[kStages];  // every consumer warp done reading
+  uint64_t empty[kStages];  // every consumer thread done reading (kConsumerThreads arrivals)
   alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
   void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };
