@@ -95,7 +95,7 @@ for step in "$@"; do
       for tool in $tools; do
         log "compute-sanitizer $tool (GPU tests)"
         timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 1 build/megakernel/tests/mok_megakernel_tests \
-          --gtest_filter="${MOK_SANITIZE_FILTER:-Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.Fp8ForwardMatchesReferenceBitForBit:LayerApi.*}" >"$out/sanitize.tmp" 2>&1
+          --gtest_filter="${MOK_SANITIZE_FILTER:-Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.Fp8ForwardMatchesReferenceBitForBit:Gpu.Fp8BackwardMatchesReferenceBitForBit:LayerApi.*}" >"$out/sanitize.tmp" 2>&1
         echo "$tool exit $?: $(grep 'ERROR SUMMARY' "$out/sanitize.tmp" | tail -1)" | tee -a "$out/summary.log"
         { echo "== compute-sanitizer $tool"; head -c 200000 "$out/sanitize.tmp"; } >>"$out/sanitize.log" && rm "$out/sanitize.tmp"
       done
