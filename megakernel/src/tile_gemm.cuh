@@ -317,13 +317,11 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);
-    if constexpr (kColumnScales) {
-      promote_columns<kAccumulators / 2>(acc, partial, cs, consumer);
-      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
-    } else {
-      ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
-      promote<kAccumulators / 2>(acc, partial, now.x + eb.y, now.y + eb.y);
-    }
+    // The release follows the last read of the stage: the column scales' promotion reads it, the other
+    // promotion only registers.
+    if constexpr (kColumnScales) promote_columns<kAccumulators / 2>(acc, partial, cs, consumer);
+    ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
+    if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, now.x + eb.y, now.y + eb.y);
     healthy = next_healthy;
   }
   return warpgroup_all(consumer, healthy);
@@ -405,9 +403,9 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   } else {
     block_sync();
     ptx::setmaxnreg_inc<kConsumerRegisters>();
-    // The K-block counts (the pipeline's, and below a tile's) are the same in every thread, but not
-    // provably so to the compiler once an earlier tile loop left on a warpgroup's verdict, or where a
-    // tile's comes from a table: broadcast, they keep the stage index and the wgmma descriptors in
+    // The K-block counts (the pipeline's, and below a tile's) are the same in every thread, but the
+    // compiler does not always see it (after a tile loop that left on a warpgroup's verdict; a tile's
+    // count read from a table): broadcast, they keep the stage index and the wgmma descriptors in
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
     for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
