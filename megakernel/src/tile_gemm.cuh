@@ -93,9 +93,8 @@ __device__ inline Pipeline pipeline_init() {
 }
 
 // A bounded wait: false once the watchdog stops it (checked every 256 tries: each try is a bounded
-// hardware wait already). The clock is read only once a try has failed, off the usual path.
+// hardware wait already).
 __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
-  if (ptx::mbarrier_try_wait(bar, parity)) return true;
   const long long start = ptx::global_timer_ns();
   for (uint32_t spin = 1; !ptx::mbarrier_try_wait(bar, parity); ++spin)
     if (spin % 256 == 0 && watchdog_stop(b, start, kPipelineTimeout, phase, 0, int(blockIdx.x))) return false;
@@ -252,21 +251,13 @@ __device__ __forceinline__ void promote_columns(float (&acc)[kAccumulators], con
   }
 }
 
-// The wgmma descriptors of one stage's operands for this consumer: its 64 rows of A, and B's two halves
-// (128 columns each: one weight block).
-struct Fp8StageDescriptors {
-  uint64_t a, b[2];
-};
-__device__ __forceinline__ Fp8StageDescriptors fp8_stage_descriptors(const uint8_t* st, Warpgroup consumer) {
-  return {ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes),
-          {ptx::smem_descriptor_sw128(st + kABytes), ptx::smem_descriptor_sw128(st + kABytes + 2 * kBoxBytes)}};
-}
-
-// Issues one half of B (descriptor db) over one stage's K-block: four m64n128k32 K-steps from +0 on this
-// consumer's rows (A descriptor da), into partial, as one wgmma group. Its fragment is the first half
-// of an m64n256 one.
-__device__ __forceinline__ void fp8_half_block(uint64_t da, uint64_t db, float (&partial)[kAccumulators / 2]) {
+// Issues half h of B (128 columns: one weight block) over one stage's K-block: four m64n128k32 K-steps
+// from +0 on this consumer's rows (A descriptor da), into partial, as one wgmma group. Its fragment is
+// the first half of an m64n256 one.
+template <int kHalf>
+__device__ __forceinline__ void fp8_half_block(const uint8_t* st, uint64_t da, float (&partial)[kAccumulators / 2]) {
   constexpr uint64_t kStep = kFp8StepK * sizeof(fp8_e4m3) >> 4;  // a K-step's 32 bytes, in 16-byte units
+  const uint64_t db = ptx::smem_descriptor_sw128(st + kABytes + kHalf * 2 * kBoxBytes);
   ptx::wgmma_fence_operands(partial);
   ptx::wgmma_fence();
 #pragma unroll
@@ -306,26 +297,23 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   const auto wait_stage = [&](uint32_t ahead) {
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
   };
-  // Stage s's descriptors are stage 0's plus s stages (its addresses fit the descriptors' 14 bits), so a
-  // K-block's K-steps wait on one multiply-add of its stage index, not on its address's conversion.
-  const Fp8StageDescriptors d0 = fp8_stage_descriptors(pipe.smem->stage[0], consumer);
   int2 e = l.k_blocks > 0 ? exponents(0) : int2{};
   bool healthy = l.k_blocks == 0 || wait_stage(0);
   float partial[kAccumulators / 2];
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
     const int2 now = e, eb = kColumnScales ? int2{} : pipe.smem->b_exps[pipe.stage()];
-    const uint64_t at = uint64_t(pipe.stage()) * (kStageBytes >> 4);
-    const Fp8StageDescriptors d{d0.a + at, {d0.b[0] + at, d0.b[1] + at}};
+    const uint8_t* st = pipe.smem->stage[pipe.stage()];
     const ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
-    fp8_half_block(d.a, d.b[0], partial);
+    const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
+    fp8_half_block<0>(st, da, partial);
     if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
     fp8_half_done(partial);
     if constexpr (kColumnScales)
       promote_columns<0>(acc, partial, cs, consumer);
     else
       promote<0>(acc, partial, now.x + eb.x, now.y + eb.x);
-    fp8_half_block(d.a, d.b[1], partial);
+    fp8_half_block<1>(st, da, partial);
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);

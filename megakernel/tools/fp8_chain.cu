@@ -56,9 +56,11 @@ __device__ float resident_chain(const uint8_t* st, Warpgroup consumer, int k_blo
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  const Fp8StageDescriptors d = fp8_stage_descriptors(st, consumer);
+  const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
   if constexpr (kVariant == Variant::tensor_only) {
     constexpr uint64_t kStep = kFp8StepK * sizeof(fp8_e4m3) >> 4;
+    const uint64_t db_lo = ptx::smem_descriptor_sw128(st + kABytes);
+    const uint64_t db_hi = ptx::smem_descriptor_sw128(st + kABytes + 2 * kBoxBytes);
     float lo[kAccumulators / 2], hi[kAccumulators / 2];
 #pragma unroll
     for (int i = 0; i < kAccumulators / 2; ++i) lo[i] = hi[i] = 0.0f;
@@ -68,10 +70,10 @@ __device__ float resident_chain(const uint8_t* st, Warpgroup consumer, int k_blo
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kFp8StepsPerBlock; ++kk)
-        ptx::wgmma_e4m3_m64n128k32(lo, d.a + kk * kStep, d.b[0] + kk * kStep, true);
+        ptx::wgmma_e4m3_m64n128k32(lo, da + kk * kStep, db_lo + kk * kStep, true);
 #pragma unroll
       for (int kk = 0; kk < kFp8StepsPerBlock; ++kk)
-        ptx::wgmma_e4m3_m64n128k32(hi, d.a + kk * kStep, d.b[1] + kk * kStep, true);
+        ptx::wgmma_e4m3_m64n128k32(hi, da + kk * kStep, db_hi + kk * kStep, true);
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();
       ptx::wgmma_fence_operands(lo);
@@ -86,10 +88,10 @@ __device__ float resident_chain(const uint8_t* st, Warpgroup consumer, int k_blo
     float partial[kAccumulators / 2];
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int e = s + (kb & 1);  // not a constant: the promotion's exponent check stays
-      fp8_half_block(d.a, d.b[0], partial);
+      fp8_half_block<0>(st, da, partial);
       fp8_half_done(partial);
       promote<0>(acc, partial, e, e);
-      fp8_half_block(d.a, d.b[1], partial);
+      fp8_half_block<1>(st, da, partial);
       fp8_half_done(partial);
       promote<kAccumulators / 2>(acc, partial, e, e);
     }
@@ -105,9 +107,9 @@ __device__ float resident_chain_n128(const uint8_t* st, Warpgroup consumer, int 
   float acc[kAccumulators / 2], partial[kAccumulators / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators / 2; ++i) acc[i] = 0.0f;
-  const Fp8StageDescriptors d = fp8_stage_descriptors(st, consumer);
+  const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
   for (int kb = 0; kb < k_blocks; ++kb) {
-    fp8_half_block(d.a, d.b[0], partial);
+    fp8_half_block<0>(st, da, partial);
     fp8_half_done(partial);
     promote<0>(acc, partial, s + (kb & 1), s + (kb & 1));
   }
