@@ -76,11 +76,17 @@ struct Pipeline {
   __device__ uint32_t parity(uint32_t ahead = 0) const { return (blocks + ahead) / kStages & 1u; }
 };
 
-__device__ inline Pipeline pipeline_init() {
+// The block's dynamic shared memory from its first kSwizzleAlign boundary: an offset into the shared
+// array, not an integer round trip, so the compiler keeps its address space (LDS / STS; a cast back
+// from an integer leaves every access generic).
+__device__ __forceinline__ uint8_t* aligned_dynamic_smem() {
   extern __shared__ uint8_t dynamic_smem[];
-  const uintptr_t base =
-      (reinterpret_cast<uintptr_t>(dynamic_smem) + kSwizzleAlign - 1) & ~uintptr_t(kSwizzleAlign - 1);
-  Pipeline pipe{reinterpret_cast<GemmSmem*>(base)};
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  return dynamic_smem + (kSwizzleAlign - at % kSwizzleAlign) % kSwizzleAlign;
+}
+
+__device__ inline Pipeline pipeline_init() {
+  Pipeline pipe{reinterpret_cast<GemmSmem*>(aligned_dynamic_smem())};
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&pipe.smem->full[s], 1);

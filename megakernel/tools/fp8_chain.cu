@@ -137,9 +137,7 @@ __device__ void record(ConsumerTime* times, Warpgroup consumer, const ConsumerTi
 
 template <Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s, float* sink, ConsumerTime* times) {
-  extern __shared__ uint8_t dynamic_smem[];
-  uint8_t* st = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(dynamic_smem) + kSwizzleAlign - 1) &
-                                           ~uintptr_t(kSwizzleAlign - 1));
+  uint8_t* st = aligned_dynamic_smem();
   // E4M3 codes of +-1 and +-2 (no NaN, no overflow in a partial).
   for (int i = threadIdx.x; i < kStageBytes; i += blockDim.x)
     st[i] = uint8_t(0x38 + (i % 7 == 0 ? 8 : 0)) | (i % 3 ? 0x80 : 0);
