@@ -7,9 +7,11 @@ instruction: the top and the branch back to it, as `--loops` lists them); an ite
 of its most executed instruction by one warp (a consumer warp's K-block, in a GEMM loop). The sampler
 visits each warp every P cycles, and a warp is "selected" one cycle per instruction it issues, so
 P = instructions / selected samples of the loop, and a stall reason's samples times P / iterations are
-its cycles an iteration. `--top N` lists the N instructions with the most. The CSV must hold one kernel.
+its cycles an iteration. `--top N` lists the N instructions with the most, `--opcodes` the cycles and
+instructions an iteration of each opcode, `--split A,B,..` those of the loop's parts [FIRST, A), [A, B),
+.. [.., LAST]. The CSV must hold one kernel.
 
-    python3 bench/ncu_loop_stalls.py SASS.csv.gz FIRST LAST [--top N]   # one loop
+    python3 bench/ncu_loop_stalls.py SASS.csv.gz FIRST LAST [--top N] [--opcodes] [--split A,B]  # one loop
     python3 bench/ncu_loop_stalls.py SASS.csv.gz --loops                 # its hottest backward branches
 """
 import argparse
@@ -73,6 +75,22 @@ def loop_cycles(instructions, reasons, first, last):
     return iterations, executed / iterations, period, cycles, rows
 
 
+def opcode(d):
+    """An instruction's opcode without its predicate and modifiers (QGMMA, FFMA, ...)."""
+    words = d["Source"].split()
+    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
+
+
+def grouped(rows, reasons, key, scale):
+    """{group: (cycles, instructions) an iteration} of rows grouped by key(row)."""
+    groups = collections.defaultdict(lambda: [0.0, 0.0])
+    for d in rows:
+        g = groups[key(d)]
+        g[0] += sum(stalls_of(d, reasons).values()) * scale
+        g[1] += d["executed"]
+    return groups
+
+
 def backward_branches(instructions):
     """(top, branch, executed) of each executed branch back to a lower address, the most executed first."""
     found = []
@@ -92,6 +110,8 @@ def main():
     ap.add_argument("last", nargs="?", type=lambda s: int(s, 0), help="its last offset (0x...)")
     ap.add_argument("--top", type=int, default=0, help="also the N instructions with the most cycles")
     ap.add_argument("--loops", action="store_true", help="list the hottest backward branches")
+    ap.add_argument("--opcodes", action="store_true", help="also the cycles and instructions of each opcode")
+    ap.add_argument("--split", default="", help="also those of the loop's parts, split at these offsets (0x..,0x..)")
     a = ap.parse_args()
     instructions, reasons = load(a.csv)
     if (a.first is None) != (a.last is None):
@@ -111,6 +131,14 @@ def main():
         named = stalls_of(d, reasons)
         worst = max(named, key=named.get)
         print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst:16s} {d['Source'].strip()[:64]}")
+    if a.opcodes:
+        for op, (c, n) in sorted(grouped(rows, reasons, opcode, scale).items(), key=lambda kv: -kv[1][0]):
+            print(f"  {op:12s} {c:7.1f} cycles {n / iterations:6.1f} instructions")
+    if a.split:
+        bounds = [a.first] + [int(x, 0) for x in a.split.split(",")]
+        part = lambda d: max(b for b in bounds if b <= d["offset"])
+        for b, (c, n) in sorted(grouped(rows, reasons, part, scale).items()):
+            print(f"  from {b:#x}: {c:7.1f} cycles {n / iterations:6.1f} instructions")
 
 
 if __name__ == "__main__":
