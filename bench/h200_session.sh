@@ -23,8 +23,10 @@
 #           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings,
 #           $MOK_TORCH_ARGS go to torch_baseline.py (--fp8: its FP8 rows, issue 19)
 #   ab      A/B against a baseline tree $MOK_BASELINE (a directory holding another commit's source, built
-#           here beside this one): per shape in $MOK_SHAPES, runs in the order $MOK_AB_ORDER (default
-#           "B N B N"; B the baseline, N this tree), alternating so that the clock's drift falls on both;
+#           here beside this one): per shape in $MOK_SHAPES and precision in $MOK_AB_PRECISIONS (bf16 or
+#           fp8, fp8 adding --fp8 to the tool's arguments; default: the arguments as given), runs in the
+#           order $MOK_AB_ORDER (default "B N B N"; B the baseline, N this tree), alternating so that the
+#           clock's drift falls on both;
 #           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS, ab.log) or op (bench/op_bench.py
 #           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
 #           ignored path (.snap*), so the device call must carry it
@@ -168,21 +170,29 @@ for step in "$@"; do
     ab)
       [ -n "$baseline" ] || { echo "ab needs MOK_BASELINE, built" | tee -a "$out/summary.log"; continue; }
       for s in $shapes; do
-        for tree in ${MOK_AB_ORDER:-B N B N}; do
-          case $tree in
-            B) dir=$baseline label=$(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline") ;;
-            N) dir=. label=${MOK_COMMIT:-unknown} ;;
-            *) echo "MOK_AB_ORDER: $tree is neither B nor N" | tee -a "$out/summary.log"; continue ;;
+        for precision in ${MOK_AB_PRECISIONS:-given}; do
+          case $precision in
+            given) fp8=() run=$s ;;
+            bf16) fp8=() run="$s bf16" ;;
+            fp8) fp8=(--fp8) run="$s fp8" ;;
+            *) echo "MOK_AB_PRECISIONS: $precision is neither bf16 nor fp8" | tee -a "$out/summary.log"; continue ;;
           esac
-          if [ "${MOK_AB_TOOL:-bench}" = op ]; then
-            PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} >"$out/ab.run" 2>&1
-          else
-            timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} >"$out/ab.run" 2>&1
-          fi
-          status=$?
-          { echo "#### $tree ($label) --shape $s"; cat "$out/ab.run"; } >>"$out/ab.log"
-          echo "ab $s $tree exit $status: $(awk -v s="$s" '$1 == s' "$out/ab.run" | tail -1)" | tee -a "$out/summary.log"
-          rm -f "$out/ab.run"
+          for tree in ${MOK_AB_ORDER:-B N B N}; do
+            case $tree in
+              B) dir=$baseline label=$(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline") ;;
+              N) dir=. label=${MOK_COMMIT:-unknown} ;;
+              *) echo "MOK_AB_ORDER: $tree is neither B nor N" | tee -a "$out/summary.log"; continue ;;
+            esac
+            if [ "${MOK_AB_TOOL:-bench}" = op ]; then
+              PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
+            else
+              timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
+            fi
+            status=$?
+            { echo "#### $tree ($label) --shape $s${fp8:+ ${fp8[*]}}"; cat "$out/ab.run"; } >>"$out/ab.log"
+            echo "ab $run $tree exit $status: $(awk -v s="$s" '$1 == s' "$out/ab.run" | tail -1)" | tee -a "$out/summary.log"
+            rm -f "$out/ab.run"
+          done
         done
       done
       ;;

@@ -48,6 +48,22 @@ done
 grep -q -- "--build base/build -j4 --target mok-bench$" out/build_baseline.log || fail "baseline targets"
 grep -q -- "-DMOK_TORCH=ON" out/build_baseline.log out/build.log && fail "the op is built for a mok-bench A/B"
 
+# Per precision: each shape's bf16 and fp8 runs, fp8 adding --fp8 to the arguments; an unknown one is said.
+run MOK_BASELINE=base MOK_AB_PRECISIONS="fp8 bf16 fp4" MOK_AB_ORDER="B N" MOK_BENCH_ARGS="--runs 5" ||
+  fail "the session script failed"
+got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
+want=""
+for s in kimi-k2 olmoe; do
+  want+="#### B (base-commit) --shape $s --fp8|$s uniform base/build --shape $s --runs 5 --fp8|"
+  want+="#### N (new-commit) --shape $s --fp8|$s uniform build --shape $s --runs 5 --fp8|"
+  want+="#### B (base-commit) --shape $s|$s uniform base/build --shape $s --runs 5|"
+  want+="#### N (new-commit) --shape $s|$s uniform build --shape $s --runs 5|"
+done
+[ "$got" = "$want" ] || fail "mok-bench A/B per precision: got $got"
+grep -q "^ab olmoe fp8 N exit 0: olmoe uniform build --shape olmoe --runs 5 --fp8$" out/summary.log ||
+  fail "a precision's summary line: $(grep '^ab' out/summary.log)"
+grep -q "MOK_AB_PRECISIONS: fp4 is neither bf16 nor fp8" out/summary.log || fail "an unknown precision is not said"
+
 # A baseline run that prints nothing: its summary line has no result, not the other tree's.
 printf '#!/bin/sh\nexit 3\n' >base/build/megakernel/mok-bench
 run MOK_BASELINE=base MOK_AB_ORDER="N B" || fail "the session script failed"
