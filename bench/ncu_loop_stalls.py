@@ -81,14 +81,30 @@ def opcode(d):
     return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
 
 
-def grouped(rows, reasons, key, scale):
-    """{group: (cycles, instructions) an iteration} of rows grouped by key(row)."""
-    groups = collections.defaultdict(lambda: [0.0, 0.0])
+def grouped(rows, key, scale):
+    """{group: [cycles an iteration, instructions executed]} of rows grouped by key(row)."""
+    groups = collections.defaultdict(lambda: [0.0, 0])
     for d in rows:
         g = groups[key(d)]
-        g[0] += sum(stalls_of(d, reasons).values()) * scale
+        g[0] += d["samples"] * scale
         g[1] += d["executed"]
     return groups
+
+
+def split_offsets(ap, text, first, last):
+    """--split's offsets, each inside (FIRST, LAST], in increasing order; else an error naming the bad one."""
+    offsets = []
+    for word in text.split(","):
+        try:
+            at = int(word, 0)
+        except ValueError:
+            ap.error(f"--split: {word!r} is not an offset")
+        if not first < at <= last:
+            ap.error(f"--split: {word} is outside the loop ({first:#x}, {last:#x}]")
+        offsets.append(at)
+    if offsets != sorted(set(offsets)):
+        ap.error("--split: the offsets must increase")
+    return offsets
 
 
 def backward_branches(instructions):
@@ -132,12 +148,12 @@ def main():
         worst = max(named, key=named.get)
         print(f"  {d['offset']:#8x} {d['samples'] * scale:7.1f}  {worst:16s} {d['Source'].strip()[:64]}")
     if a.opcodes:
-        for op, (c, n) in sorted(grouped(rows, reasons, opcode, scale).items(), key=lambda kv: -kv[1][0]):
+        for op, (c, n) in sorted(grouped(rows, opcode, scale).items(), key=lambda kv: -kv[1][0]):
             print(f"  {op:12s} {c:7.1f} cycles {n / iterations:6.1f} instructions")
     if a.split:
-        bounds = [a.first] + [int(x, 0) for x in a.split.split(",")]
+        bounds = [a.first] + split_offsets(ap, a.split, a.first, a.last)
         part = lambda d: max(b for b in bounds if b <= d["offset"])
-        for b, (c, n) in sorted(grouped(rows, reasons, part, scale).items()):
+        for b, (c, n) in sorted(grouped(rows, part, scale).items()):
             print(f"  from {b:#x}: {c:7.1f} cycles {n / iterations:6.1f} instructions")
 
 

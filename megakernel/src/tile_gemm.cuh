@@ -77,8 +77,8 @@ struct Pipeline {
 };
 
 // The block's dynamic shared memory from its first kSwizzleAlign boundary: an offset into the shared
-// array, not an integer round trip, so the compiler keeps its address space (LDS / STS; a cast back
-// from an integer leaves every access generic).
+// array, not an integer round trip, so the compiler keeps its address space (LDS / STS; through a
+// pointer cast back from an integer its ordinary loads and stores are generic).
 __device__ __forceinline__ uint8_t* aligned_dynamic_smem() {
   extern __shared__ uint8_t dynamic_smem[];
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_smem));

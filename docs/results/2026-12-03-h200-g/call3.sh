@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Call 3: the GEMM pipeline's shared memory addressed as shared (aligned_dynamic_smem: LDS / STS where
-# every access had been a generic LD / ST) against 383acad (.snapB, carried): every golden, every GPU
-# test, racecheck / synccheck / initcheck over the fp8 forward and backward and the bf16 match tests,
+# its ordinary loads and stores had been generic LD / ST) against 383acad (.snapB, carried): every golden, every GPU
+# test, racecheck / synccheck / initcheck over the fp8 forward and backward and the bf16 match test,
 # mok-fp8-chain 2000 of both trees, then mok-bench --runs 5, B N B N alternating: kimi-k2 --fp8,
 # kimi-k2 bf16, olmoe --fp8, olmoe bf16 (as time allows).
 # Run: MOK_COMMIT=<hash> bash docs/results/2026-12-03-h200-g/call3.sh (device tool, carry .deps, .snapB)
