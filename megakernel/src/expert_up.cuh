@@ -60,7 +60,7 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
       if (row < valid) *reinterpret_cast<uint2*>(dst.values + n0 + 32 * m + 8 * (threadIdx.x % 4)) = codes;
     }
     // A token tile's row past the last token: GEMM2's tile reads its exponent.
-    if (threadIdx.x % 4 == 0) dst.exps[n0 / kFp8Block] = row < valid ? e : 0;
+    if (threadIdx.x % 4 == 0) dst.block_exp(n0 / kFp8Block) = row < valid ? e : 0;
   }
 }
 

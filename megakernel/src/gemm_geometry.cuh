@@ -114,14 +114,20 @@ struct ColumnScales {
   int4 b_range;              // B's block row's smallest and largest e (x, y)
 };
 static_assert(sizeof(ColumnScales) % 16 == 0, "bulk copies of 16-byte multiples");
+// A stage's scales beside its boxes: the fp8 weight gradients' ColumnScales, or in the other fp8 GEMMs
+// the scale exponents of A's 128 rows for the stage's K-block (a tile's copy of its activation's).
+union StageScales {
+  ColumnScales columns;
+  int32_t a_exps[kTileRows];
+};
 __host__ __device__ constexpr int column_scale_stride(int cols) { return (cols + kTileN - 1) / kTileN * kTileN; }
 
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
-  alignas(16) ColumnScales column_scales[kStages];  // the fp8 weight gradients' scales, per stage
-  int2 b_exps[kStages];     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
-  uint64_t full[kStages];   // TMA bytes landed
-  uint64_t empty[kStages];  // every consumer thread done reading (kConsumerThreads arrivals)
+  alignas(16) StageScales scales[kStages];  // the fp8 chains' scales, per stage
+  int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
+  uint64_t full[kStages];                   // TMA bytes landed
+  uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
   alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
   void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
 };

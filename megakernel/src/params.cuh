@@ -151,15 +151,17 @@ struct TensorMaps {
 };
 
 // An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of
-// each row along K (activations: [rows, K/128]) or per 128 x 128 block (weights: [rows/128, K/128]).
+// each row along K (activations: [rows / 128, K / 128, 128], so a GEMM stage copies a tile's 128 rows of
+// one K-block whole) or per 128 x 128 block (weights: [rows / 128, K / 128]).
 struct Fp8Matrix {
   fp8_e4m3* values;
   int32_t* exps;
 
-  // Row r of an activation of `cols` columns.
+  // Row r of an activation of `cols` columns: its exponent of block b is block_exp(b).
   __host__ __device__ Fp8Matrix row(long r, int cols) const {
-    return {values + r * cols, exps + r * (cols / kFp8Block)};
+    return {values + r * cols, exps + (r / kFp8Block * (cols / kFp8Block)) * kFp8Block + r % kFp8Block};
   }
+  __host__ __device__ int32_t& block_exp(int b) const { return exps[long(b) * kFp8Block]; }
 };
 
 // An operand of the fp8 weight gradients (LaunchConfig::fp8_weight_gradients): a [P, cols] per-row

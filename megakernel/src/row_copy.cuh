@@ -86,7 +86,7 @@ __device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, con
   const uint2 codes = quantize_half_warp(v, e);
   if (!in_row) return;
   reinterpret_cast<uint2*>(row.values)[i] = codes;
-  if (i % 16 == 0) row.exps[i / 16] = e;
+  if (i % 16 == 0) row.block_exp(i / 16) = e;
 }
 
 // One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized): dst_q [h], its exponents
@@ -119,7 +119,7 @@ __device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row
   quantize_rows(q, rows, H, row);
   static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
   const long blocks = H / kFp8Block, tail = (long(ceil_div(int(rows), kTileRows)) * kTileRows - rows) * blocks;
-  for (long i = thread_id(); i < tail; i += thread_count()) q.exps[rows * blocks + i] = 0;
+  for (long i = thread_id(); i < tail; i += thread_count()) q.row(rows + i / blocks, H).block_exp(int(i % blocks)) = 0;
 }
 
 }  // namespace mok::gpu

@@ -37,9 +37,9 @@ namespace mok::gpu {
 // A chain of K-steps over zero rows leaves every accumulator unchanged (a zero-product step returns
 // C exactly, and C is never -0: docs/numerics.md), so chains are whole K-blocks of 4 K-steps.
 // E4M3 operands (the fp8 mode's tiles) are K-major; their K-blocks are kFp8Block wide, and a_exp /
-// b_exp are the scale exponents of A's rows ([rows, k_blocks] from the map's row 0) and of B's 128-row
-// blocks ([rows / 128, k_blocks]). The fp8 weight gradients' operands (Fp8Columns, consume_fp8<true>)
-// have a scale per row of A and per row of B (a column of the product) and K-block instead
+// b_exp are the scale exponents of A's rows ([rows / 128, k_blocks, 128] from the map's row 0: Fp8Matrix)
+// and of B's 128-row blocks ([rows / 128, k_blocks]). The fp8 weight gradients' operands (Fp8Columns,
+// consume_fp8<true>) have a scale per row of A and per row of B (a column of the product) and K-block instead
 // (ColumnScaleSource); their B halves are adjacent (b[1] = b[0] + 128).
 // Where the producer copies each K-block's ColumnScales from: A's exponents a_exps and B's scales
 // b_scales ([K / 128, a_stride or b_stride]), and b_range, the smallest and largest e of each of B's
@@ -134,8 +134,9 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
 }
 
 // kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns); else in the fp8
-// mode the scale exponents of B's two halves (GemmSmem::b_exps, stored before the stage's arrival, whose
-// release the consumers' wait acquires), loaded a K-block ahead.
+// mode the scale exponents of A's 128 rows (StageScales::a_exps, a bulk copy) and of B's two halves
+// (GemmSmem::b_exps, stored before the stage's arrival, whose release the consumers' wait acquires),
+// the latter loaded a K-block ahead.
 template <Majors kM, bool kFp8, bool kColumnScales>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
   constexpr bool kBExps = kFp8 && !kColumnScales;
@@ -152,7 +153,9 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     if constexpr (kBExps) pipe.smem->b_exps[pipe.stage()] = exps;
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
-    ptx::mbarrier_arrive_expect_tx(full, kStageBytes + (kColumnScales ? sizeof(ColumnScales) : 0));
+    ptx::mbarrier_arrive_expect_tx(full, kStageBytes + (kColumnScales ? sizeof(ColumnScales)
+                                                        : kBExps      ? sizeof(StageScales::a_exps)
+                                                                      : 0));
     // A box at (column, row) of its map: K runs along the rows of an MN-major operand.
     const auto load = [&](int box, const CUtensorMap* map, bool mn, int at, int k) {
       ptx::tma_load_2d(st + box * kBoxBytes, map, mn ? at : k, mn ? k : at, full);
@@ -163,8 +166,13 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
       load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
       load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
     }
+    if constexpr (kBExps) {  // the tile's 128 rows of A's K-block: whole, as the activation stores them
+      static_assert(kTileRows == kFp8Block, "an activation's exponents come in tiles of rows (Fp8Matrix)");
+      const int32_t* from = l.a_exp + (long(l.a / kTileRows) * l.k_blocks + kb) * kTileRows;
+      ptx::bulk_load(pipe.smem->scales[pipe.stage()].a_exps, from, sizeof(StageScales::a_exps), full);
+    }
     if constexpr (kColumnScales) {
-      ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
+      ColumnScales& cs = pipe.smem->scales[pipe.stage()].columns;
       const ColumnScaleSource& from = l.columns;
       const long block = (l.b_k + k) / kFp8Block;  // A's and B's K-blocks are the same rows
       ptx::bulk_load(cs.b, from.b_scales + block * from.b_stride + l.b[0], sizeof(cs.b), full);
@@ -280,54 +288,50 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 
 // One tile's FP8 chain on this consumer warpgroup's 64 rows (mok/core/fp8_gemm.h, fp8_gemm_element):
 // per K-block of kFp8Block, each half of B (one weight block) gets four K-steps from +0 and is promoted
-// into acc (fp32, from +0) with the scale exponents of the thread's two rows (loaded a K-block ahead)
-// and of the block (from the stage: produce(); read at the K-block's start, before the thread releases
-// the stage; kColumnScales: of its rows and columns, from the stage).
+// into acc (fp32, from +0) with the scale exponents of the thread's two rows and of the block, all from
+// the stage (produce(); read at the K-block's start, before the thread releases the stage;
+// kColumnScales: of its rows and columns).
 // A consumer has registers for one half's partials at a time (64 beside the 128 totals), so one
-// group is in flight; the rest of the K-block's work runs in its shadow: the next K-block's row
-// exponents load during half 0's K-steps, and the wait for the next stage during half 1's, so a consumer's
-// chain is K-steps and promotions only. While one consumer promotes, the other's K-steps keep the
-// tensor core busy. A stage is released once half 1's K-steps have read it (kColumnScales: once its
-// promotion has read the stage's ColumnScales). The failure rules are consume()'s.
-// kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns), from
-// the stage; the exponents loaded ahead are the weights' chain's only (none here).
+// group is in flight; the rest of the K-block's work runs in its shadow: the wait for the next stage
+// during half 1's K-steps, so a consumer's chain is K-steps and promotions only. While one consumer
+// promotes, the other's K-steps keep the tensor core busy. A stage is released once half 1's K-steps
+// have read it (kColumnScales: once its promotion has read the stage's ColumnScales). The failure
+// rules are consume()'s.
+// kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns).
 template <bool kColumnScales>
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  // The weights' chain's K-block exponents: A's two rows' (loaded a K-block ahead), B's two halves' from
-  // the stage (produce()).
-  const int32_t* ea = kColumnScales ? nullptr : l.a_exp + long(l.a + acc_row(consumer, 0)) * l.k_blocks;  // and 8 below
-  const auto exponents = [&](int kb) { return kColumnScales ? int2{} : int2{ea[kb], ea[8 * l.k_blocks + kb]}; };
+  const int row = acc_row(consumer, 0);  // the thread's rows of the tile: row and row + 8
   const auto wait_stage = [&](uint32_t ahead) {
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
   };
-  int2 e = l.k_blocks > 0 ? exponents(0) : int2{};
   bool healthy = l.k_blocks == 0 || wait_stage(0);
   float partial[kAccumulators / 2];
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
-    const int2 now = e, eb = kColumnScales ? int2{} : pipe.smem->b_exps[pipe.stage()];
+    const StageScales& scales = pipe.smem->scales[pipe.stage()];
+    // The weights' chain's K-block exponents: A's two rows', B's two halves'.
+    const int2 ea = kColumnScales ? int2{} : int2{scales.a_exps[row], scales.a_exps[row + 8]};
+    const int2 eb = kColumnScales ? int2{} : pipe.smem->b_exps[pipe.stage()];
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
-    const ColumnScales& cs = pipe.smem->column_scales[pipe.stage()];
     const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
     fp8_half_block<0>(st, da, partial);
-    if (kb + 1 < l.k_blocks) e = exponents(kb + 1);
     fp8_half_done(partial);
     if constexpr (kColumnScales)
-      promote_columns<0>(acc, partial, cs, consumer);
+      promote_columns<0>(acc, partial, scales.columns, consumer);
     else
-      promote<0>(acc, partial, now.x + eb.x, now.y + eb.x);
+      promote<0>(acc, partial, ea.x + eb.x, ea.y + eb.x);
     fp8_half_block<1>(st, da, partial);
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);
     // The release follows the last read of the stage: the column scales' promotion reads it, the other
     // promotion only registers.
-    if constexpr (kColumnScales) promote_columns<kAccumulators / 2>(acc, partial, cs, consumer);
+    if constexpr (kColumnScales) promote_columns<kAccumulators / 2>(acc, partial, scales.columns, consumer);
     ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
-    if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, now.x + eb.y, now.y + eb.y);
+    if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, ea.x + eb.y, ea.y + eb.y);
     healthy = next_healthy;
   }
   return warpgroup_all(consumer, healthy);
