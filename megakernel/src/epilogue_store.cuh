@@ -11,31 +11,30 @@ namespace mok::gpu {
 
 // A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
 // rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
-// warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip) in one of two tables;
-// thread t < 64 computes row t's.
+// warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip); thread t < 64 computes
+// row t's.
 template <class RowDst>
-__device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer, int table, RowDst row_dst) {
+__device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer, RowDst row_dst) {
   const int c = consumer_index(consumer), t = threadIdx.x % kWarpgroupThreads;
-  if (t < kWgmmaM) pipe.smem->staged_dst[c][table][t] = row_dst(kWgmmaM * c + t);
+  if (t < kWgmmaM) pipe.smem->staged_dst[c][t] = row_dst(kWgmmaM * c + t);
 }
 
 // One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
 // i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
-// destination in `table`, plus `offset` elements. A thread copies the same four rows in every pass.
+// destination, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
 // staged they were slower, docs/results/2026-11-29-h200-w.) kAdd: each chunk is added into what its
 // destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
 // loaded before any is written (the compiler cannot move a load past a store to the same rows).
 template <bool kAdd = false, class Word>
-__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int table, int window, long offset,
-                                            Word word) {
+__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int window, long offset, Word word) {
   constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
   constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
   constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
   const int c = consumer_index(consumer);
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
-  void* const* dst = pipe.smem->staged_dst[c][table];
+  void* const* dst = pipe.smem->staged_dst[c];
   const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
   warpgroup_sync(consumer);  // the last pass's copies are done with the rows; the destinations are published
 #pragma unroll
@@ -65,6 +64,35 @@ __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, 
     }
 }
 
+// Four of a row's bf16 words, w[c] at columns 8 c + 2 q, +1 (of some 32-column group) in quad thread
+// q, transposed within the quad: thread q gets columns 8 q .. 8 q + 7, 16 bytes in order. Two exchanges
+// of two words: with thread q ^ 2 the words of the other half (c & 2 != q & 2), then with q ^ 1 the
+// two it needs. Every lane of the warp must take part (the shuffles' full mask).
+__device__ __forceinline__ uint4 quad_transpose_words(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const unsigned q = threadIdx.x % 4;
+  const bool odd = q & 1, upper = q & 2;
+  const uint32_t kept0 = upper ? w2 : w0, kept1 = upper ? w3 : w1;  // words q & 2, +1 of thread q
+  const uint32_t got0 = __shfl_xor_sync(~0u, upper ? w0 : w2, 2);   // the same words of thread q ^ 2
+  const uint32_t got1 = __shfl_xor_sync(~0u, upper ? w1 : w3, 2);
+  const uint32_t mine = odd ? kept1 : kept0, across = odd ? got1 : got0;  // word q of threads q, q ^ 2
+  const uint32_t near = __shfl_xor_sync(~0u, odd ? kept0 : kept1, 1);     // word q of thread q ^ 1
+  const uint32_t far = __shfl_xor_sync(~0u, odd ? got0 : got1, 1);        // word q of thread q ^ 3
+  const uint2 near_pair = odd ? uint2{near, mine} : uint2{mine, near};    // threads q & 2, +1
+  const uint2 far_pair = odd ? uint2{far, across} : uint2{across, far};   // threads q & 2 ^ 2, +1
+  return upper ? uint4{far_pair.x, far_pair.y, near_pair.x, near_pair.y}
+               : uint4{near_pair.x, near_pair.y, far_pair.x, far_pair.y};
+}
+
+// Group g of this thread's row `half` from the words `w` (its words j with j % 2 == half; word half + 2 k
+// at columns 8 k + 2 q, as the accumulators lie), columns 32 g .. 32 g + 31, stored from registers: 16
+// bytes a lane at dst + 8 q (dst nullptr: not stored; the shuffles run anyway).
+template <int kWords>
+__device__ __forceinline__ void store_word_group(const uint32_t (&w)[kWords], int half, int g, bf16* dst) {
+  const auto word = [&](int c) { return w[half + 2 * (4 * g + c)]; };
+  const uint4 v = quad_transpose_words(word(0), word(1), word(2), word(3));
+  if (dst) *reinterpret_cast<uint4*>(dst + 8 * (threadIdx.x % 4)) = v;
+}
+
 // A finished half tile rounded to bf16 and stored into the rows row_dst(r) (r within the whole tile;
 // nullptr: skip), or with kAdd added into what they hold (staged_pass), columns 0 .. `columns` of the
 // tile (a multiple of 64) through the staging rows: whole 128-byte row parts, 16 bytes per lane. The
@@ -72,11 +100,11 @@ __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, 
 template <bool kAdd = false, class RowDst>
 __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
                                                 int columns, RowDst row_dst) {
-  stage_row_dst(pipe, consumer, 0, row_dst);
+  stage_row_dst(pipe, consumer, row_dst);
 #pragma unroll
   for (int w = 0; w < kTileN / kStagedCols; ++w)
     if (kStagedCols * w < columns)
-      staged_pass<kAdd>(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
+      staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its

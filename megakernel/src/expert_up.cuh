@@ -67,14 +67,14 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
 // a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
-// for GEMM2. All of a is computed in registers before the staged passes, its SwiGLUs in batches
-// (swiglu_words), so the compiler interleaves them (one by one they were most of this epilogue's time).
+// for GEMM2. All of a is computed in registers first, its SwiGLUs in batches (swiglu_words), so the
+// compiler interleaves them (one by one they were most of this epilogue's time).
 template <bool kFp8 = false>
-__device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgroup consumer,
-                                       const float (&acc)[kAccumulators], int inter, int n0, int valid, long first,
-                                       bf16* h, bf16* a, const Fp8Matrix& aq = {}) {
-  constexpr int kUp = kAccumulators / 2;                  // accumulator i's up partner: i + kUp
-  constexpr int kGateWindows = kTileN / 2 / kStagedCols;  // the up columns' windows follow the gate's
+__device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                       int inter, int n0, int valid, long first, bf16* h, bf16* a,
+                                       const Fp8Matrix& aq = {}) {
+  constexpr int kUp = kAccumulators / 2;        // accumulator i's up partner: i + kUp
+  constexpr int kGateGroups = kTileN / 2 / 32;  // 32-column groups of gate columns; the up ones follow
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
@@ -83,14 +83,20 @@ __device__ inline void swiglu_epilogue(Pipeline& pipe, const Params& p, Warpgrou
 #pragma unroll
   for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
   if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
-  stage_row_dst(pipe, consumer, 0, [&](int r) { return r < valid ? h + (first + r) * 2 * inter + n0 : nullptr; });
-  stage_row_dst(pipe, consumer, 1, [&](int r) { return r < valid ? a + (first + r) * inter + n0 : nullptr; });
+  // h and a leave from registers after a quad transpose, 16 bytes a lane: no staging rows, no barriers.
+  const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
 #pragma unroll
-  for (int w = 0; w < kGateWindows; ++w) {
-    if (n0 + kStagedCols * w >= inter) continue;
-    staged_pass(pipe, consumer, 0, w, kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass(pipe, consumer, 0, kGateWindows + w, inter + kStagedCols * w, [&](int i) { return hw[i / 2]; });
-    staged_pass(pipe, consumer, 1, w, kStagedCols * w, [&](int i) { return aw[i / 2]; });
+  for (int half = 0; half < 2; ++half) {  // the thread's two rows
+    const int row = acc_row(consumer, 2 * half);
+    bf16* const h_row = row < valid ? h + (first + row) * 2 * inter + n0 : nullptr;
+    bf16* const a_row = row < valid ? a + (first + row) * inter + n0 : nullptr;
+#pragma unroll
+    for (int g = 0; g < kGateGroups; ++g) {
+      if (n0 + 32 * g >= inter) continue;  // another matrix's columns (the whole warp's)
+      store_word_group(hw, half, g, at(h_row, 32 * g));
+      store_word_group(hw, half, kGateGroups + g, at(h_row, inter + 32 * g));
+      store_word_group(aw, half, g, at(a_row, 32 * g));
+    }
   }
 }
 
@@ -113,7 +119,7 @@ __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& ti
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
+        swiglu_epilogue<kFp8>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
       });
 }
 

@@ -208,7 +208,7 @@ __device__ void shared_up(Pipeline& pipe, const Params& p) {
       },
       [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const long first = tiles.first_token(t);
-        swiglu_epilogue<kFp8>(pipe, p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+        swiglu_epilogue<kFp8>(p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
                               p.shared_h, p.shared_a, p.shared_aq);
       });
 }

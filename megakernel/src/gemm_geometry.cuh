@@ -99,7 +99,6 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRe
 // accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
-inline constexpr int kStagedTables = 2;               // destination tables: GEMM1 stores h and a rows
 
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
@@ -129,7 +128,7 @@ struct GemmSmem {
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
   alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
-  void* staged_dst[kConsumers][kStagedTables][kWgmmaM];            // per consumer, where each staged row goes
+  void* staged_dst[kConsumers][kWgmmaM];                           // per consumer, where each staged row goes
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
 inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block
