@@ -233,7 +233,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        push_to_slots(p, it, consumer, acc);
+        push_to_slots(pipe, p, it, consumer, acc);
       });
 }
 
@@ -310,16 +310,16 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
 
 // A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer: stored,
 // or added to what it holds (Params::accumulate), in fp32 or bf16 (Params::grads_bf16).
-__device__ __forceinline__ void store_weight_grad(const Params& p, const WeightGrad& wg, int m0, int n0,
+__device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& p, const WeightGrad& wg, int m0, int n0,
                                                   Warpgroup consumer, const float (&acc)[kAccumulators]) {
   const int columns = min(kTileN, wg.n - n0);
   const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
-  if (p.grads_bf16) {  // transposed in quads (store_rows_bf16): the 4-byte pairs would fill half a sector
+  if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
     const auto row_dst = [&](int r) -> bf16* {
       return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + element(r, 0) : nullptr;
     };
-    if (p.accumulate) return store_rows_bf16<true>(consumer, acc, columns, row_dst);
-    return store_rows_bf16(consumer, acc, columns, row_dst);
+    if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
+    return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
   }
   // fp32: the pairs' addresses from the tile's first element (int offsets: fewer live registers than
   // long elements, which the accumulation's batch of 16 held pairs spilled).
@@ -410,7 +410,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end
         return true;
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        store_weight_grad(p, wg, m0, n0, consumer, acc);
+        store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       });
 }
 
@@ -449,7 +449,7 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
                       [&] { warpgroup_sync(consumer); });
           if (to.value != r.result) return;
         }
-        store_weight_grad(p, wg, m0, n0, consumer, acc);
+        store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       },
       [&](long t, Warpgroup consumer, float(&acc)[kAccumulators]) {
         const int me = p.barrier.peers.me;

@@ -1,5 +1,5 @@
 // The GEMM epilogues' bf16 stores: half tiles rounded to bf16 and moved to global memory (stored, or
-// added into what it holds) from the consumers' registers, 16 bytes a lane after a quad transpose.
+// added into what it holds) through the consumer warpgroup's staging rows in shared memory.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -8,6 +8,61 @@
 #include "tile_schedules.cuh"
 
 namespace mok::gpu {
+
+// A finished half tile goes to bf16 rows in global memory through the consumer warpgroup's staging
+// rows in shared memory, in passes of 64 columns. stage_row_dst publishes where each of the
+// warpgroup's 64 rows goes (row_dst(row within the whole tile); nullptr: skip); thread t < 64 computes
+// row t's.
+template <class RowDst>
+__device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer, RowDst row_dst) {
+  const int c = consumer_index(consumer), t = threadIdx.x % kWarpgroupThreads;
+  if (t < kWgmmaM) pipe.smem->staged_dst[c][t] = row_dst(kWgmmaM * c + t);
+}
+
+// One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
+// i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
+// destination, plus `offset` elements. A thread copies the same four rows in every pass.
+// Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
+// (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
+// staged they were slower, docs/results/2026-11-29-h200-w.) kAdd: each chunk is added into what its
+// destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
+// loaded before any is written (the compiler cannot move a load past a store to the same rows).
+template <bool kAdd = false, class Word>
+__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int window, long offset, Word word) {
+  constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
+  constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
+  constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
+  const int c = consumer_index(consumer);
+  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
+  void* const* dst = pipe.smem->staged_dst[c];
+  const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
+  warpgroup_sync(consumer);  // the last pass's copies are done with the rows; the destinations are published
+#pragma unroll
+  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
+    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
+        word(i);
+  warpgroup_sync(consumer);
+  const auto row = [&](int j) { return t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j; };
+  const auto chunk_at = [&](int j) -> uint4* {
+    bf16* d = static_cast<bf16*>(dst[row(j)]);
+    return d ? reinterpret_cast<uint4*>(d + offset + kChunk * chunk) : nullptr;
+  };
+  [[maybe_unused]] uint4 held[kRowsPerThread];
+  if constexpr (kAdd) {
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j)
+      if (const uint4* d = chunk_at(j)) held[j] = *d;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j)
+    if (uint4* d = chunk_at(j)) {
+      uint4 v = *reinterpret_cast<const uint4*>(&rows[row(j)][kChunk * chunk]);
+      if constexpr (kAdd)
+        v = {add_bf16_words(held[j].x, v.x), add_bf16_words(held[j].y, v.y), add_bf16_words(held[j].z, v.z),
+             add_bf16_words(held[j].w, v.w)};
+      *d = v;
+    }
+}
 
 // Four of a row's bf16 words, w[c] at columns 8 c + 2 q, +1 (of some 32-column group) in quad thread
 // q, transposed within the quad: thread q gets columns 8 q .. 8 q + 7, 16 bytes in order. Two exchanges
@@ -28,65 +83,36 @@ __device__ __forceinline__ uint4 quad_transpose_words(uint32_t w0, uint32_t w1, 
                : uint4{near_pair.x, near_pair.y, far_pair.x, far_pair.y};
 }
 
-// Group g (columns 32 g .. 32 g + 31) of this thread's row `half`, from its bf16 words w (word half + 2 k
-// at columns 8 k + 2 q, +1, as the accumulators lie: acc_tile_col), as this lane's 16 bytes: columns
-// 32 g + 8 q ... Every lane of the warp must call it.
+// Group g of this thread's row `half` from the words `w` (its words j with j % 2 == half; word half + 2 k
+// at columns 8 k + 2 q, as the accumulators lie), columns 32 g .. 32 g + 31, stored from registers: 16
+// bytes a lane at dst + 8 q (dst nullptr: not stored; the shuffles run anyway).
 template <int kWords>
-__device__ __forceinline__ uint4 row_group(const uint32_t (&w)[kWords], int half, int g) {
+__device__ __forceinline__ void store_word_group(const uint32_t (&w)[kWords], int half, int g, bf16* dst) {
   const auto word = [&](int c) { return w[half + 2 * (4 * g + c)]; };
-  return quad_transpose_words(word(0), word(1), word(2), word(3));
-}
-
-// Where this lane's 16 bytes of a group starting at `group` (row_group) go; nullptr where the row is.
-__device__ __forceinline__ uint4* lane_chunk(bf16* row, long group) {
-  return row ? reinterpret_cast<uint4*>(row + group + 8 * (threadIdx.x % 4)) : nullptr;
+  const uint4 v = quad_transpose_words(word(0), word(1), word(2), word(3));
+  if (dst) *reinterpret_cast<uint4*>(dst + 8 * (threadIdx.x % 4)) = v;
 }
 
 // A finished half tile rounded to bf16 and stored into the rows row_dst(r) (r within the whole tile;
-// nullptr: skip), or with kAdd added into what they hold as autograd adds bf16 gradients (core
-// add_bf16_words), columns 0 .. `columns` (a multiple of 32: H, I and Is are multiples of 64, config.h).
-// From registers, after a quad transpose (row_group): each quad's 64 bytes of a row in one 16-byte store
-// a lane, whole sectors, with neither shared memory nor a barrier (through staging rows, 128 bytes a
-// row, GEMM1 took 1-6% longer: docs/results/2026-12-03-h200-h). (fp32 tiles need no transpose: the
-// accumulator layout's 8-byte pairs already fill whole sectors.) With kAdd a row's held chunks are
-// loaded before any is written (the compiler cannot move a load past a store to the same row).
+// nullptr: skip), or with kAdd added into what they hold (staged_pass), columns 0 .. `columns` of the
+// tile (a multiple of 64) through the staging rows: whole 128-byte row parts, 16 bytes per lane. The
+// row table is free: the warpgroup met at the end of this tile's chain, after the last tile's passes.
 template <bool kAdd = false, class RowDst>
-__device__ __forceinline__ void store_rows_bf16(Warpgroup consumer, const float (&acc)[kAccumulators], int columns,
-                                                RowDst row_dst) {
-  constexpr int kGroups = kTileN / 32;
-  uint32_t w[kAccumulators / 2];
+__device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                                int columns, RowDst row_dst) {
+  stage_row_dst(pipe, consumer, row_dst);
 #pragma unroll
-  for (int i = 0; i < kAccumulators; i += 2) w[i / 2] = pack_bf16(acc[i], acc[i + 1]);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {  // the thread's two rows
-    bf16* const row = row_dst(acc_row(consumer, 2 * half));
-    const auto chunk = [&](int g) { return 32 * g < columns ? lane_chunk(row, 32 * g) : nullptr; };
-    [[maybe_unused]] uint4 held[kGroups];
-    if constexpr (kAdd) {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g)
-        if (const uint4* d = chunk(g)) held[g] = *d;
-    }
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      if (32 * g >= columns) continue;  // the whole warp's
-      uint4 v = row_group(w, half, g);
-      if (uint4* d = chunk(g)) {
-        if constexpr (kAdd)
-          v = {add_bf16_words(held[g].x, v.x), add_bf16_words(held[g].y, v.y), add_bf16_words(held[g].z, v.z),
-               add_bf16_words(held[g].w, v.w)};
-        *d = v;
-      }
-    }
-  }
+  for (int w = 0; w < kTileN / kStagedCols; ++w)
+    if (kStagedCols * w < columns)
+      staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
 // source rank (y_j in the forward, dx_j in the backward).
-__device__ inline void push_to_slots(const Params& p, const RingItem& it, Warpgroup consumer,
+__device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
                                      const float (&acc)[kAccumulators]) {
   const int H = p.c.hidden;
-  store_rows_bf16(consumer, acc, H - it.n0, [&](int r) -> bf16* {
+  store_rows_bf16(pipe, consumer, acc, H - it.n0, [&](int r) -> bf16* {
     if (r >= it.t.rows) return nullptr;
     const RankBuffers* src;
     const long slot = source_slot(p, it.t.first_row + r, src);

@@ -83,10 +83,8 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
 #pragma unroll
   for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
   if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
-  // h and a leave from registers, 16 bytes a lane (row_group).
-  const auto store = [](const uint4& v, bf16* row, long group) {
-    if (uint4* d = lane_chunk(row, group)) *d = v;
-  };
+  // h and a leave from registers after a quad transpose, 16 bytes a lane: no staging rows, no barriers.
+  const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows
     const int row = acc_row(consumer, 2 * half);
@@ -95,9 +93,9 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
 #pragma unroll
     for (int g = 0; g < kGateGroups; ++g) {
       if (n0 + 32 * g >= inter) continue;  // another matrix's columns (the whole warp's)
-      store(row_group(hw, half, g), h_row, 32 * g);
-      store(row_group(hw, half, kGateGroups + g), h_row, inter + 32 * g);
-      store(row_group(aw, half, g), a_row, 32 * g);
+      store_word_group(hw, half, g, at(h_row, 32 * g));
+      store_word_group(hw, half, kGateGroups + g, at(h_row, inter + 32 * g));
+      store_word_group(aw, half, g, at(a_row, 32 * g));
     }
   }
 }

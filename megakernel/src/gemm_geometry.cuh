@@ -12,7 +12,7 @@ namespace mok::gpu {
 
 // A block is three warpgroups of 128 threads, by role in a GEMM phase: warpgroup 0 is the TMA
 // producer, warpgroups 1 and 2 the wgmma consumers, each on its own 64 rows of the tile. A role's value
-// is its warpgroup - 1, so a consumer's value is its index (its rows).
+// is its warpgroup - 1, so a consumer's value is its index (its rows, its staging rows).
 inline constexpr int kWarpgroupThreads = 128;
 enum class Warpgroup : int { producer = -1, consumer0 = 0, consumer1 = 1 };
 inline constexpr int kConsumers = 2;
@@ -94,6 +94,12 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");
 
+// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
+// accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
+inline constexpr int kStagedCols = 64;
+inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
+
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
 
@@ -121,6 +127,8 @@ struct GemmSmem {
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
+  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
+  void* staged_dst[kConsumers][kWgmmaM];                           // per consumer, where each staged row goes
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
 inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block

@@ -98,8 +98,8 @@ __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a
       scales);
 }
 
-// out[r, :] = bf16(a[r, :] b^T) (or b, kNN) for every row r: out [rows, n] (store_rows_bf16; n is H here,
-// a multiple of 64).
+// out[r, :] = bf16(a[r, :] b^T) (or b, kNN) for every row r: out [rows, n], through the staging rows
+// (store_rows_bf16; n is H here, a multiple of 64).
 template <Majors kM, bool kFp8 = false>
 __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b,
                                        int k, int n, bf16* out, int phase, OperandScales scales = {}) {
@@ -107,7 +107,7 @@ __device__ inline void token_gemm_bf16(Pipeline& pipe, const Params& p, const CU
   token_tiles_gemm<kM, kFp8>(
       pipe, p, a, b, k, n, phase,
       [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        store_rows_bf16(consumer, acc, min(kTileN, n - n0),
+        store_rows_bf16(pipe, consumer, acc, min(kTileN, n - n0),
                         [&](int r) { return first + r < N ? out + (first + r) * n + n0 : nullptr; });
       },
       scales);
