@@ -222,8 +222,8 @@ Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_
   const size_t values = sections.take(rows * cols), exps = sections.take(exp_rows * (cols / kFp8Block) * 4);
   return Fp8Section{values, exps, sections.bytes() - exps};
 }
-// An activation's: its exponents in whole 128-row tiles (a tile reads its rows' exponents, past the
-// matrix's last row too).
+// An activation's: its exponents in whole 128-row tiles, tile-major (Fp8Matrix: a GEMM stage copies a
+// tile's 128 exponents of one K-block at once, past the matrix's last row too).
 Fp8Section activation_section(Sections& sections, size_t rows, size_t cols) {
   return fp8_section(sections, rows, cols, (rows + kFp8Block - 1) / kFp8Block * kFp8Block);
 }
