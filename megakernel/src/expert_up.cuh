@@ -112,8 +112,8 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
   for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
   if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
   // h and a leave from registers after a quad transpose, 16 bytes a lane: no staging rows, no barriers
-  // (staged, fp8 GEMM1 took up to 6% longer; the pushes' and weight gradients' rows so, they lost:
-  // docs/results/2026-12-03-h200-h).
+  // (staged, olmoe's fp8 GEMM1 took 5-7% longer; the other bf16 epilogues were slower from registers:
+  // docs/results/2026-12-03-h200-h, call 3).
   const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows

@@ -41,7 +41,9 @@ struct OperandScales {
 };
 
 // A K-major tile load: A rows a_row.. (128), B rows b0.. and b1.. (128 each),
-// K = k columns; E4M3 operands with `scales`, bf16 without.
+// K = k columns; E4M3 operands with `scales`, bf16 without. An E4M3 A tile starts at a multiple of 128
+// rows (every caller's: padded expert rows, ring rows, token tiles), where its exponents' tile starts
+// (Fp8Matrix): the producer copies that tile's 128 exponents of each K-block whole.
 __device__ __forceinline__ TileLoad k_major(const CUtensorMap& ma, const CUtensorMap& mb, int a_row, int b0, int b1,
                                             int k, OperandScales scales = {}) {
   return TileLoad{&ma, &mb, a_row, {b0, b1}, 0, 0, k / (scales.a ? kFp8Block : kBox), scales.a, scales.b};

@@ -89,9 +89,9 @@ __device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, con
   if (i % 16 == 0) row.block_exp(i / 16) = e;
 }
 
-// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized): dst_q [h], its exponents
-// [h / 128]; and copied into dst unless it is null (the pull's copy_row). A null source quantizes (and
-// copies) zeros. h % 128 == 0.
+// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized): dst_q [h], its h / 128
+// exponents (block_exp: kFp8Block apart, the activations' tile-major layout); and copied into dst
+// unless it is null (the pull's copy_row). A null source quantizes (and copies) zeros. h % 128 == 0.
 __device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(dst);
