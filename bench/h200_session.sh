@@ -30,6 +30,8 @@
 #           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS, ab.log) or op (bench/op_bench.py
 #           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
 #           ignored path (.snap*), so the device call must carry it
+# MOK_CALL_SECONDS (the call's limit, e.g. 590): a step, or an A/B run, that would not end within it is not
+# started, and summary.log says so (a step killed by the limit loses its log's end and the steps after it).
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
 #   MOK_COMMIT=<hash> MOK_BASELINE=.snapB MOK_SHAPES="kimi-k2 olmoe" bash bench/h200_session.sh tests ab
 set -uo pipefail
@@ -71,7 +73,29 @@ if [ -n "$baseline" ]; then
   fi
 fi
 
+# About how long a step (or one A/B run: ab-run) takes on the H200, in seconds; sanitize per tool.
+step_seconds() {
+  case $1 in
+    tests) echo 130 ;;
+    model) echo 240 ;;
+    sanitize) echo $((60 * $(wc -w <<<"${MOK_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}"))) ;;
+    python) echo 150 ;;
+    fuzz) echo $((${MOK_FUZZ_SECONDS:-120} + 15)) ;;
+    ab | ab-run) [ "${MOK_AB_TOOL:-bench}" = op ] && echo 60 || echo 20 ;;  # ab: its first run
+    *) echo 60 ;;
+  esac
+}
+# True when `what` (taking about $2 seconds) ends within MOK_CALL_SECONDS; else says it is left out.
+time_for() {
+  [ -z "${MOK_CALL_SECONDS:-}" ] && return 0
+  local left=$((MOK_CALL_SECONDS - SECONDS))
+  [ "$left" -ge "$2" ] && return 0
+  echo "out of time: no $1 ($left s of MOK_CALL_SECONDS left, it takes about $2)" | tee -a "$out/summary.log"
+  return 1
+}
+
 for step in "$@"; do
+  time_for "$step" "$(step_seconds "$step")" || continue
   case $step in
     tests)
       log "ctest -L gpu"
@@ -183,6 +207,7 @@ for step in "$@"; do
               N) dir=. label=${MOK_COMMIT:-unknown} ;;
               *) echo "MOK_AB_ORDER: $tree is neither B nor N" | tee -a "$out/summary.log"; continue ;;
             esac
+            time_for "ab $run $tree" "$(step_seconds ab-run)" || continue
             if [ "${MOK_AB_TOOL:-bench}" = op ]; then
               PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
             else

@@ -2,8 +2,8 @@
 # bench/h200_session.sh's `ab` step without a GPU: cmake, nvidia-smi, nvcc, python3 and both trees' mok-bench
 # stubbed, so only the script's own logic runs. The runs alternate in MOK_AB_ORDER per shape, each tree runs its own
 # build and is labelled by its own commit, a run's summary line is its own output (not an earlier run's), the
-# baseline builds only the A/B's tool (with the PyTorch op for an op A/B), and a missing, unbuildable or unbuilt
-# baseline is said.
+# baseline builds only the A/B's tool (with the PyTorch op for an op A/B), a missing, unbuildable or unbuilt
+# baseline is said, and with MOK_CALL_SECONDS neither a step nor an A/B run starts that would not end in time.
 set -uo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/h200_session.sh
 work=$(mktemp -d)
@@ -26,7 +26,7 @@ chmod +x stub/* build/megakernel/mok-bench base/build/megakernel/mok-bench
 # The session script with this run's settings only (none inherited from the caller's environment).
 run() {
   rm -rf out
-  env -u MOK_BASELINE -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS \
+  env -u MOK_BASELINE -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS -u MOK_CALL_SECONDS \
     PATH="$work/stub:$PATH" OUT="$work/out" MOK_COMMIT=new-commit MOK_SHAPES="kimi-k2 olmoe" "$@" \
     bash bench/h200_session.sh ab >/dev/null
 }
@@ -92,4 +92,14 @@ run MOK_BASELINE=no-such-tree && fail "a missing baseline tree did not stop the 
 grep -q "MOK_BASELINE=no-such-tree is not a source tree" out/summary.log || fail "a missing baseline tree is not said"
 run || fail "the session script failed"
 grep -q "ab needs MOK_BASELINE" out/summary.log || fail "a missing baseline is not said"
+
+# MOK_CALL_SECONDS: a step that would not end within it is not started, nor is an A/B run; each is said.
+run MOK_BASELINE=base MOK_CALL_SECONDS=1 || fail "the session script failed"
+grep -q "^out of time: no ab (" out/summary.log || fail "a step past the limit is not said: $(cat out/summary.log)"
+[ -e out/ab.log ] && fail "a step past the limit ran"
+printf '#!/bin/sh\nsleep 2\necho "$2 uniform"\n' >build/megakernel/mok-bench  # 2 s a run; a run wants 20 left
+run MOK_BASELINE=base MOK_CALL_SECONDS=23 || fail "the session script failed"
+ran=$(grep -c '^####' out/ab.log) said=$(grep -c '^out of time: no ab .* [BN] (' out/summary.log)
+[ "$ran" -ge 1 ] && [ "$said" -ge 1 ] && [ $((ran + said)) -eq 8 ] ||
+  fail "A/B runs past the limit: $ran ran, $said said out of time, of 8"
 echo "h200_session.sh ab: ok"
