@@ -2,7 +2,8 @@
 // the device's bf16 matrix-product rate (cuBLAS, 8192^3) as the peak to compare against. Median of
 // --runs timed launches after --warmup; CUDA events around each. Input sets (x, dy, routing) are
 // rotated between runs and the L2 cache is scrubbed before each timed launch, so no run finds its
-// inputs cached.
+// inputs cached. Per shape also the phases of block 0, the layer's memory, and the device memory its
+// first forward and backward took beyond it (the kernels' local memory and code; once per process).
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
@@ -124,6 +125,16 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
+  // The device memory the layer's first forward and backward launches take beyond its own buffers: the
+  // kernels' local memory (their stack frames, which the driver sizes for every thread the device can
+  // hold) and code. Taken once per process: 0 after the first shape.
+  const size_t free_before = free_device_bytes();
+  set_input(0);
+  mk.launch_forward();
+  mk.set_output_grad(input(0).dy);
+  mk.launch_backward();
+  MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  const double first_launches_mib = (double(free_before) - double(free_device_bytes())) / 1048576.0;
   double quantize = 0;
   if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
     std::fprintf(stderr, "%s: timing the weights' quantization...\n", s.name);
@@ -187,7 +198,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
               mk.saved_bytes() / 1048576.0, mk.workspace_bytes(mok::gpu::Pass::forward) / 1048576.0,
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
-  std::printf("\n");
+  std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
   std::fflush(stdout);
 }
 

@@ -76,6 +76,12 @@ void scrub_l2(cudaStream_t stream) {
   MOK_CUDA_CHECK(cudaMemsetAsync(buffer, 0x5a, kScrubBytes, stream));
 }
 
+size_t free_device_bytes() {
+  size_t free = 0, total = 0;
+  MOK_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 constexpr int kPeakN = 8192;
 
 std::vector<bf16> peak_matrix() {

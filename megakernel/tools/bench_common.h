@@ -67,6 +67,9 @@ std::vector<Inputs> input_sets(const ref::Problem& p, int sets);
 // Overwrites more than the L2 cache (50 MB on the H200) so the next launch starts cold.
 void scrub_l2(cudaStream_t stream);
 
+// The current device's free memory (cudaMemGetInfo), in bytes.
+size_t free_device_bytes();
+
 // The peak measurement's random 8192 x 8192 bf16 matrix (its A and B). Made with OpenMP: a forked rank
 // gets it from its parent (mok/tools/process_ranks.h: a rank must not run OpenMP after its parent did).
 std::vector<bf16> peak_matrix();
