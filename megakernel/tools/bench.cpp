@@ -125,16 +125,6 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
-  // The device memory the layer's first forward and backward launches take beyond its own buffers: the
-  // kernels' local memory (their stack frames, which the driver sizes for every thread the device can
-  // hold) and code. Taken once per process: 0 after the first shape.
-  const size_t free_before = free_device_bytes();
-  set_input(0);
-  mk.launch_forward();
-  mk.set_output_grad(input(0).dy);
-  mk.launch_backward();
-  MOK_CUDA_CHECK(cudaDeviceSynchronize());
-  const double first_launches_mib = (double(free_before) - double(free_device_bytes())) / 1048576.0;
   double quantize = 0;
   if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
     std::fprintf(stderr, "%s: timing the weights' quantization...\n", s.name);
@@ -142,6 +132,17 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                    nullptr, o.warmup, o.runs, [](int) {}, [] {}, [&] { mk.quantize_weights(); })
                    .median_ms;
   }
+  // The device memory the layer's first forward and backward launches take beyond its own buffers: the
+  // kernels' local memory (their stack frames, which the driver sizes for every thread the device can
+  // hold) and code. Taken once per process: 0 after the first shape. (In fp8 after the weights' quantization,
+  // which the forward reads.)
+  const size_t free_before = free_device_bytes();
+  set_input(0);
+  mk.launch_forward();
+  mk.set_output_grad(input(0).dy);
+  mk.launch_backward();
+  MOK_CUDA_CHECK(cudaDeviceSynchronize());
+  const double first_launches_mib = (double(free_before) - double(free_device_bytes())) / 1048576.0;
   std::fprintf(stderr, "%s: timing the forward...\n", s.name);
   PhaseRecord fwd_phases, bwd_phases;
   const double fwd = time_launches(
