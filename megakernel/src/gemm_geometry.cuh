@@ -94,7 +94,8 @@ static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per 
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");
 
-// The epilogue stages a half tile in passes of 64 columns (four stages of 48 KB leave no room for more).
+// The bf16 epilogues but GEMM1's (from registers: expert_up.cuh) stage a half tile in passes of 64
+// columns (four stages of 48 KB leave no room for more).
 // bf16 rows stored as whole 128-byte parts, 16 bytes per lane, take about 30% less time than the
 // accumulator layout's scattered 4-byte stores (GEMM2 and dx epilogues, docs/results/2026-11-29-h200-v).
 inline constexpr int kStagedCols = 64;

@@ -125,6 +125,11 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
+  const auto prepare_backward = [&](int i) {
+    set_input(i);
+    mk.launch_forward();
+    mk.set_output_grad(input(i).dy);
+  };
   double quantize = 0;
   if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
     std::fprintf(stderr, "%s: timing the weights' quantization...\n", s.name);
@@ -133,13 +138,11 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
                    .median_ms;
   }
   // The device memory the layer's first forward and backward launches take beyond its own buffers: the
-  // kernels' local memory (their stack frames, which the driver sizes for every thread the device can
-  // hold) and code. Taken once per process: 0 after the first shape. (In fp8 after the weights' quantization,
+  // kernels' local memory (their stack frames, which the driver may size for every thread the device
+  // can hold) and code. Taken once per process: 0 after the first shape. (In fp8 after the weights' quantization,
   // which the forward reads.)
   const size_t free_before = free_device_bytes();
-  set_input(0);
-  mk.launch_forward();
-  mk.set_output_grad(input(0).dy);
+  prepare_backward(0);
   mk.launch_backward();
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
   const double first_launches_mib = (double(free_before) - double(free_device_bytes())) / 1048576.0;
@@ -152,11 +155,6 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   const double flops = forward_flops(c), fwd_tf = flops / (fwd * 1e9);
   const double rate = o.fp8 ? 2 * peak : peak;  // E4M3 runs at twice the bf16 rate
   std::fprintf(stderr, "%s: timing the backward...\n", s.name);
-  const auto prepare_backward = [&](int i) {
-    set_input(i);
-    mk.launch_forward();
-    mk.set_output_grad(input(i).dy);
-  };
   const double bwd = time_launches(
                          nullptr, o.warmup, o.runs, prepare_backward, [] {}, [&] { mk.launch_backward(); })
                          .median_ms;
