@@ -335,7 +335,9 @@ Verdict topk(Backend& b, const ref::Problem& p, const CaseParams& cp) {
   // Tie-heavy score vectors straight into the shared selection (scores and bias from a few levels).
   ref::Rng rng(cp.aux_seed);
   std::vector<float> level_bias(E);
-  std::unique_ptr<bool[]> allowed(new bool[E]);
+  std::vector<float> group_key(selected_groups(c));
+  std::unique_ptr<bool[]> allowed(new bool[E]), group_allowed(new bool[selected_groups(c)]);
+  const SelectScratch scratch{key.data(), allowed.get(), group_key.data(), group_allowed.get()};
   std::vector<int32_t> got(k);
   for (int trial = 0; trial < 32; ++trial) {
     for (int e = 0; e < E; ++e) {
@@ -343,7 +345,7 @@ Verdict topk(Backend& b, const ref::Problem& p, const CaseParams& cp) {
       level_bias[e] = float(rng.below(3)) * 0.125f;
     }
     const float* trial_bias = bias ? level_bias.data() : nullptr;
-    router_select(c, scores.data(), trial_bias, key.data(), allowed.get(), got.data());
+    router_select(c, scores.data(), trial_bias, scratch, got.data());
     const std::vector<int32_t> want = brute_force_topk(c, scores.data(), trial_bias);
     if (got != want)
       return "tie-heavy scores, trial " + std::to_string(trial) + ": router_select picks " + show_ids(got.data(), k) +

@@ -21,6 +21,7 @@
 #include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
+#include "router_scratch.cuh"
 #include "row_copy.cuh"
 #include "schedule.cuh"
 #include "swiglu_words.cuh"
@@ -515,16 +516,16 @@ __device__ void shared_down_grad_fp8(Pipeline& pipe, const Params& p) {
                               {p.shared_dyq.exps, p.shared_w2t_exp});
 }
 
-// d logits of this GPU's tokens.
-__device__ void router_grad(const Params& p) {
+// d logits of this GPU's tokens, a thread's scores and d scores in the stages.
+__device__ void router_grad(Pipeline& pipe, const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
-  float scores[kMaxExperts], d_scores[kMaxExperts];
-  for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
+  for_own_tokens_with_scratch(pipe, p, 8 * E, [&](long g, uint8_t* scratch) {
+    float* const scores = reinterpret_cast<float*>(scratch);
     const RankBuffers& rb = p.rank[token_rank(p, int(g))];
     router_scores(p.c, p.logits + own_token_row(p, g) * E, scores);
-    router_backward(p.c, scores, p.topk_idx + g * k, rb.d_topk_w + long(token_local(p, int(g))) * k, d_scores,
+    router_backward(p.c, scores, p.topk_idx + g * k, rb.d_topk_w + long(token_local(p, int(g))) * k, scores + E,
                     p.d_logits + own_token_row(p, g) * E);
-  }
+  });
 }
 
 // dWr[e, h] = the chain over every token, in token order, of d logits[g, e] x[g, h], from `from` over
@@ -647,7 +648,7 @@ __device__ __forceinline__ void backward(const Params& p) {
     else
       shared_down_grad_bf16(pipe, p);
   }
-  if (has_router(p)) router_grad(p);
+  if (has_router(p)) router_grad(pipe, p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
   // Across GPUs the shared expert's weight gradients are relayed_chains_kernel's.
   const int own = own_expert_end(p) - own_expert_begin(p);

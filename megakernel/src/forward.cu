@@ -14,6 +14,7 @@
 #include "mok/core/dispatch_layout.h"
 #include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
+#include "router_scratch.cuh"
 #include "row_copy.cuh"
 #include "schedule.cuh"
 #include "tile_gemm.cuh"
@@ -37,16 +38,18 @@ __device__ void router_logits(const Params& p) {
   }
 }
 
-// Top-k (unless replayed) and weights of this GPU's tokens.
-__device__ void router_select_tokens(const Params& p) {
-  const int E = p.c.experts, k = p.c.top_k;
-  float scores[kMaxExperts], key[kMaxExperts];
-  bool allowed[kMaxExperts];
-  for (long g = own_token_begin(p) + thread_id(); g < own_token_end(p); g += thread_count()) {
+// Top-k (unless replayed) and weights of this GPU's tokens, a thread's scratch in the stages: scores, key
+// and group_key, then allowed and group_allowed (router_select).
+__device__ void router_select_tokens(Pipeline& pipe, const Params& p) {
+  const int E = p.c.experts, k = p.c.top_k, G = selected_groups(p.c);
+  for_own_tokens_with_scratch(pipe, p, 4 * (2 * E + G) + E + G, [&](long g, uint8_t* scratch) {
+    float* const scores = reinterpret_cast<float*>(scratch);
+    bool* const allowed = reinterpret_cast<bool*>(scores + 2 * E + G);
+    const SelectScratch s{scores + E, allowed, scores + 2 * E, allowed + E};
     router_scores(p.c, p.logits + own_token_row(p, g) * E, scores);
-    if (p.routing == RoutingMode::router) router_select(p.c, scores, p.expert_bias, key, allowed, p.topk_idx + g * k);
+    if (p.routing == RoutingMode::router) router_select(p.c, scores, p.expert_bias, s, p.topk_idx + g * k);
     router_weights(p.c, scores, p.topk_idx + g * k, p.topk_w + g * k);
-  }
+  });
 }
 
 // A given routing (every token's, gathered: every GPU lays out all of them), copied where the layer
@@ -285,7 +288,7 @@ __device__ __forceinline__ void forward(const Params& p) {
   if (has_router(p)) {
     router_logits(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
-    router_select_tokens(p);
+    router_select_tokens(pipe, p);
     if (!grid_sync(b, kRouterSelect, 0)) return;
     if (across_gpus(p) && p.routing == RoutingMode::router) {  // every GPU lays out every token's top-k
       if (!peer_sync(b, kRouterSelect, 0)) return;

@@ -115,14 +115,14 @@ void swiglu_mlp_down_grad(const LayerConfig& c, StepModel step, const bf16* dy, 
 }
 
 // Fault::tie_higher_index: the selection run on the experts in reverse order, so ties go to the higher id.
-void select_higher_wins(const LayerConfig& c, const float* scores, const float* bias, float* key, bool* allowed,
+void select_higher_wins(const LayerConfig& c, const float* scores, const float* bias, const SelectScratch& s,
                         int32_t* topk_idx) {
   const int E = c.experts;
   std::vector<float> rev_scores(scores, scores + E), rev_bias(E, 0.0f);
   if (bias) rev_bias.assign(bias, bias + E);
   std::reverse(rev_scores.begin(), rev_scores.end());
   std::reverse(rev_bias.begin(), rev_bias.end());
-  router_select(c, rev_scores.data(), bias ? rev_bias.data() : nullptr, key, allowed, topk_idx);
+  router_select(c, rev_scores.data(), bias ? rev_bias.data() : nullptr, s, topk_idx);
   for (int j = 0; j < c.top_k; ++j) topk_idx[j] = E - 1 - topk_idx[j];
 }
 
@@ -195,8 +195,9 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
   r.topk_idx.resize(at(N, k));
   r.topk_w.resize(at(N, k));
   std::vector<float> logits(at(N, E));
-  std::vector<float> scores(E), key(E);
-  std::unique_ptr<bool[]> allowed(new bool[E]);
+  std::vector<float> scores(E), key(E), group_key(selected_groups(c));
+  std::unique_ptr<bool[]> allowed(new bool[E]), group_allowed(new bool[selected_groups(c)]);
+  const SelectScratch scratch{key.data(), allowed.get(), group_key.data(), group_allowed.get()};
   for (int g = 0; g < N; ++g) {
     float* lg = logits.data() + at(g, E);
     const bf16* xg = x.data() + at(g, H);
@@ -211,7 +212,7 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
       std::copy_n(replay_ids->data() + at(g, k), k, r.topk_idx.data() + at(g, k));
     else
       (fault == Fault::tie_higher_index ? select_higher_wins : router_select)(
-          c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), key.data(), allowed.get(),
+          c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), scratch,
           r.topk_idx.data() + at(g, k));
     router_weights(c, scores.data(), r.topk_idx.data() + at(g, k), r.topk_w.data() + at(g, k));
   }

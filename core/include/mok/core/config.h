@@ -24,7 +24,7 @@ enum class ScoreMode : uint8_t { softmax = 0, sigmoid = 1 };
 // recipe; issue 19). Router, SwiGLU, combine and the weight gradients are the same in both.
 enum class Precision : uint8_t { bf16 = 0, fp8 = 1 };
 
-inline constexpr int kMaxExperts = 512;    // router scratch is sized by this on the device
+inline constexpr int kMaxExperts = 512;    // E's bound (the GPU router's scratch in shared memory fits it)
 inline constexpr int kShapeMultiple = 64;  // H, I and the shared expert's I are multiples of this
 inline constexpr int kFp8Block = 128;      // the FP8 mode's scale blocks: 1 x 128 activations, 128 x 128 weights
 

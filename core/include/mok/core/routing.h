@@ -1,6 +1,6 @@
 // The router's per-token math, host and device: scores, top-k selection (ties toward the lower
 // expert id), the routing weights, and the backward from d topk_w to d logits.
-// scratch arrays hold E floats (E <= kMaxExperts).
+// Every array is the caller's: E entries each (n_group for the group scratch).
 #pragma once
 
 #include "mok/core/config.h"
@@ -33,18 +33,36 @@ MOK_HD int argmax_allowed(const float* key, const bool* allowed, int begin, int 
   return best;
 }
 
+// The expert groups router_select ranks: n_group in sigmoid mode with groups, else none (n_group is
+// not read, nor checked, in softmax mode).
+MOK_HD int selected_groups(const LayerConfig& c) {
+  return c.score_mode == ScoreMode::sigmoid && c.n_group > 1 ? c.n_group : 0;
+}
+
+// router_select's scratch, the caller's memory: key and allowed of E entries, group_key and
+// group_allowed of selected_groups(c). (On the GPU a thread's lies in
+// shared memory, not in its stack frame: router_scratch.cuh.)
+struct SelectScratch {
+  float* key;
+  bool* allowed;
+  float* group_key;
+  bool* group_allowed;
+};
+
 // Selection key: the score, plus the per-expert bias in sigmoid mode (bias may be null).
 // Sigmoid mode is group-limited: a group's rank is the sum of its two best keys (its only key
 // when groups have one expert); the topk_group best groups stay eligible.
-MOK_HD void router_select(const LayerConfig& c, const float* scores, const float* bias, float* key, bool* allowed,
+MOK_HD void router_select(const LayerConfig& c, const float* scores, const float* bias, const SelectScratch& s,
                           int32_t* topk_idx) {
   const int E = c.experts;
   const bool sigmoid = c.score_mode == ScoreMode::sigmoid;
+  float* const key = s.key;
+  bool* const allowed = s.allowed;
   for (int e = 0; e < E; ++e) key[e] = sigmoid && bias ? scores[e] + bias[e] : scores[e];
-  if (sigmoid && c.n_group > 1) {
+  if (selected_groups(c) > 0) {
     const int per = E / c.n_group;
-    float group_key[kMaxExperts];
-    bool group_allowed[kMaxExperts];
+    float* const group_key = s.group_key;
+    bool* const group_allowed = s.group_allowed;
     for (int g = 0; g < c.n_group; ++g) {
       for (int e = g * per; e < (g + 1) * per; ++e) allowed[e] = true;
       const int first = argmax_allowed(key, allowed, g * per, (g + 1) * per);
