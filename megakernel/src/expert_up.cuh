@@ -5,7 +5,6 @@
 #pragma once
 
 #include "bf16_words.cuh"
-#include "epilogue_store.cuh"
 #include "gemm_phases.cuh"
 #include "schedule.cuh"
 #include "swiglu_words.cuh"
@@ -30,6 +29,35 @@ __device__ __forceinline__ uint2 quad_transpose(uint32_t c01, uint32_t c23) {
   const uint32_t near_pair = odd ? (got & 0xffffu) | mine << 16 : mine | got << 16;  // threads q & 2, +1
   const uint32_t far_pair = odd ? got >> 16 | far << 16 : far | (got & 0xffff0000u);  // threads q & 2 ^ 2, +1
   return upper ? uint2{far_pair, near_pair} : uint2{near_pair, far_pair};
+}
+
+// quad_transpose for 32-bit words: four of a row's bf16 words, w[c] at columns 8 c + 2 q, +1 (of some
+// 32-column group) in quad thread q, transposed within the quad: thread q gets columns 8 q .. 8 q + 7, 16 bytes in
+// order. Two exchanges of two words: with thread q ^ 2 the words of the other half (c & 2 != q & 2), then with q ^ 1
+// the two it needs. Every lane of the warp must take part (the shuffles' full mask).
+__device__ __forceinline__ uint4 quad_transpose_words(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const unsigned q = threadIdx.x % 4;
+  const bool odd = q & 1, upper = q & 2;
+  const uint32_t kept0 = upper ? w2 : w0, kept1 = upper ? w3 : w1;  // words q & 2, +1 of thread q
+  const uint32_t got0 = __shfl_xor_sync(~0u, upper ? w0 : w2, 2);   // the same words of thread q ^ 2
+  const uint32_t got1 = __shfl_xor_sync(~0u, upper ? w1 : w3, 2);
+  const uint32_t mine = odd ? kept1 : kept0, across = odd ? got1 : got0;  // word q of threads q, q ^ 2
+  const uint32_t near = __shfl_xor_sync(~0u, odd ? kept0 : kept1, 1);     // word q of thread q ^ 1
+  const uint32_t far = __shfl_xor_sync(~0u, odd ? got0 : got1, 1);        // word q of thread q ^ 3
+  const uint2 near_pair = odd ? uint2{near, mine} : uint2{mine, near};    // threads q & 2, +1
+  const uint2 far_pair = odd ? uint2{far, across} : uint2{across, far};   // threads q & 2 ^ 2, +1
+  return upper ? uint4{far_pair.x, far_pair.y, near_pair.x, near_pair.y}
+               : uint4{near_pair.x, near_pair.y, far_pair.x, far_pair.y};
+}
+
+// Group g of this thread's row `half` from the words `w` (its words j with j % 2 == half; word half + 2 k
+// at columns 8 k + 2 q, as the accumulators lie), columns 32 g .. 32 g + 31, stored from registers: 16
+// bytes a lane at dst + 8 q (dst nullptr: not stored; the shuffles run anyway).
+template <int kWords>
+__device__ __forceinline__ void store_word_group(const uint32_t (&w)[kWords], int half, int g, bf16* dst) {
+  const auto word = [&](int c) { return w[half + 2 * (4 * g + c)]; };
+  const uint4 v = quad_transpose_words(word(0), word(1), word(2), word(3));
+  if (dst) *reinterpret_cast<uint4*>(dst + 8 * (threadIdx.x % 4)) = v;
 }
 
 // One 1 x 128 block of each of a consumer's rows, from a tile epilogue's bf16 words (the core's
