@@ -4,9 +4,11 @@
 // rotated between runs and the L2 cache is scrubbed before each timed launch, so no run finds its
 // inputs cached. Per shape also the phases of block 0, the layer's memory, and the device memory its
 // first forward and backward took beyond it (the kernels' local memory and code; once per process).
-//   mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] [--tokens T]
+//   mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
+//   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
+//           weights (its phases timed; one GPU, where the link bytes need no routing known beforehand);
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
@@ -34,7 +36,7 @@
 //           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
 //           buffers (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
 //           which the forward's is a prefix ("of it fwd").
-// Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU for --gpus (ctest: skip).
+// Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU (ctest: skip).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -124,7 +126,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
-  const auto set_input = [&](int i) { mk.set_input(input(i).x, &input(i).routing); };
+  const auto set_input = [&](int i) { mk.set_input(input(i).x, input(i).given()); };
   const auto prepare_backward = [&](int i) {
     set_input(i);
     mk.launch_forward();
@@ -204,7 +206,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
 int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& launch) {
   if (!mok::gpu::device_available()) {
     std::fprintf(stderr, "mok-bench: no Hopper GPU\n");
-    return 2;
+    return 77;
   }
   const std::vector<Shape> shapes = selected_shapes(o.shape);
   const double peak = matmul_peak_tflops(peak_matrix(), 3, 10);
@@ -218,7 +220,7 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
 
 void usage() {
   std::fprintf(stderr,
-               "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf] [--runs N] [--warmup N] "
+               "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
                "[--fp8 [--fp8-weight-gradients]] "
                "[--experts E] [--capacity-factor F] [--plan] [--sustained S]\n");
@@ -292,6 +294,8 @@ void check(const Options& o) {
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
   if (o.fp8_weight_gradients && !o.fp8) throw mok::Error("mok-bench: --fp8-weight-gradients needs --fp8");
+  if (o.routing == "router" && o.gpus != kNoGpus)
+    throw mok::Error("mok-bench: --routing router runs on one GPU (without --gpus)");
   if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --sustained runs in one process (without --gpus, or with --one-process)");
 }
@@ -316,8 +320,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto kind = mok::ref::routing_kind_from_string(o.routing);
-    if (kind != mok::ref::RoutingKind::uniform && kind != mok::ref::RoutingKind::zipf)
-      throw mok::Error("mok-bench: --routing must be uniform or zipf");
+    using mok::ref::RoutingKind;
+    if (kind != RoutingKind::uniform && kind != RoutingKind::zipf && kind != RoutingKind::router)
+      throw mok::Error("mok-bench: --routing must be uniform, zipf or router");
     if (o.gpus != kNoGpus && !o.one_process) return bench_over_processes(o, kind, launch);
     return run_here(o, kind, launch);
   } catch (const std::exception& e) {

@@ -20,8 +20,10 @@ std::vector<T> rotate_rows(const std::vector<T>& v, long row_size, long shift) {
 
 Inputs rotated(const ref::Problem& p, long shift) {
   const long H = p.config.hidden, k = p.config.top_k;
-  return Inputs{rotate_rows(p.x, H, shift), rotate_rows(p.dy, H, shift),
-                Routing{rotate_rows(p.routing->topk_idx, k, shift), rotate_rows(p.routing->topk_w, k, shift)}};
+  Inputs in{rotate_rows(p.x, H, shift), rotate_rows(p.dy, H, shift), std::nullopt};
+  if (p.routing)
+    in.routing = Routing{rotate_rows(p.routing->topk_idx, k, shift), rotate_rows(p.routing->topk_w, k, shift)};
+  return in;
 }
 
 void check_cublas(cublasStatus_t s, const char* what) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,8 @@ double forward_flops(const LayerConfig& c);
 // One input set: the problem's tokens rotated by some rows (other bytes, the same routing statistics).
 struct Inputs {
   std::vector<bf16> x, dy;
-  Routing routing;
+  std::optional<Routing> routing;  // none where the layer's router routes (--routing router)
+  const Routing* given() const { return routing ? &*routing : nullptr; }
 };
 // `sets` sets, rotated between runs (as bench/torch_baseline.py), each by an equal share of the tokens.
 std::vector<Inputs> input_sets(const ref::Problem& p, int sets);

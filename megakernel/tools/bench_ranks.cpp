@@ -67,7 +67,7 @@ void time_calls(const Job& job, gpu::Layer& layer, tools::RankTensors& t, cudaSt
   const auto set_input = [&](int i) {
     MOK_CUDA_CHECK(cudaStreamSynchronize(stream));  // the last call has read the inputs it is given
     const Inputs& in = job.inputs[(i % sets + sets) % sets];
-    t.set_inputs(in.x, in.dy, &in.routing, RoutingMode::given);
+    t.set_inputs(in.x, in.dy, in.given(), RoutingMode::given);
   };
   b.fwd = time_launches(stream, job.warmup, job.runs, set_input, align, [&] { t.forward(layer, stream); });
   layer.check();
