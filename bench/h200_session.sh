@@ -19,7 +19,8 @@
 #           (mok-verify --gpus), mok-procs --gpus N (against the reference), mok-bench --gpus 1 on
 #           olmoe and, with N > 1, mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
-#           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf); $MOK_BENCH_ARGS go to mok-bench;
+#           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf; router, the layer's own, runs in
+#           mok-bench only); $MOK_BENCH_ARGS go to mok-bench;
 #           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings,
 #           $MOK_TORCH_ARGS go to torch_baseline.py (--fp8: its FP8 rows, issue 19)
 #   ab      A/B against a baseline tree $MOK_BASELINE (a directory holding another commit's source, built
@@ -190,7 +191,7 @@ for step in "$@"; do
           timeout 150 build/megakernel/mok-bench --shape "$s" --routing "$routing" ${MOK_BENCH_ARGS:-} 2>>"$out/bench.err" |
             tee -a "$out/bench.log" | tail -3
           [ "${MOK_TORCH:-1}" = 0 ] && continue
-          case " ${MOK_TORCH_ROUTINGS:-$routings} " in *" $routing "*) ;; *) continue ;; esac
+          case " ${MOK_TORCH_ROUTINGS:-${routings//router/}} " in *" $routing "*) ;; *) continue ;; esac
           log "torch baseline --shape $s --routing $routing"
           timeout 150 python3 bench/torch_baseline.py --shape "$s" --routing "$routing" ${MOK_TORCH_ARGS:-} 2>>"$out/bench.err" | tee -a "$out/bench.log" | tail -1
         done
