@@ -4,12 +4,13 @@ Per shape: the forward (no_grad) and forward+backward (autograd through mok.moe:
 mok::backward, the weight gradients written in bf16 by its epilogue) timed with CUDA events
 (median of --runs after --warmup, inputs rotated over --sets), the peak memory of each step
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
-bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), and with
---shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
+bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), or with
+--routing router each runs its own router (softmax top-k, renormalized: mok's chains, torch's logits one
+fp32 matmul), and with --shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
-    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf] [--runs 20] [--ring-rows R] [--fp8]
+    python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf|router] [--runs 20] [--ring-rows R] [--fp8]
                               [--accumulate [fp32|bf16]] [--recompute] [--shared]
     python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
@@ -58,10 +59,10 @@ GRADIENTS = {None: "into .grad by autograd", "fp32": "added into fp32 accumulato
              "bf16": "added into the weights' bf16 .grad by the backward (accumulate_into)"}
 
 
-def grad_accumulators(accumulate, w1, w2, shared=None):
-    """accumulate_into for an --accumulate mode (the routing given: no router gradient): fp32 zeros, or the
-    weights' own bf16 .grad (made here), as a step of gradient accumulation over micro-batches; None:
-    autograd adds the gradients into .grad."""
+def grad_accumulators(accumulate, router, w1, w2, shared=None):
+    """accumulate_into for an --accumulate mode: fp32 zeros, or the weights' own bf16 .grad (made here), as
+    a step of gradient accumulation over micro-batches, and the router's fp32 zeros where it routes (router
+    not None); None: autograd adds the gradients into .grad."""
     weights = (w1, w2, *(shared or ()))
     if accumulate == "fp32":
         acc = [torch.zeros_like(t, dtype=torch.float32) for t in weights]
@@ -71,7 +72,8 @@ def grad_accumulators(accumulate, w1, w2, shared=None):
         acc = [t.grad for t in weights]
     else:
         return None
-    return mok.GradAccumulators(None, acc[0], acc[1], tuple(acc[2:]) if shared else None)
+    router_acc = torch.zeros_like(router) if router is not None else None
+    return mok.GradAccumulators(router_acc, acc[0], acc[1], tuple(acc[2:]) if shared else None)
 
 
 def shared_expert(x, s1, s2):
@@ -94,26 +96,35 @@ def time_shape(name, args, peak):
     tw1 = (torch.randn(E, H, 2 * I, device="cuda") / H**0.5).bfloat16().requires_grad_()
     tw2 = (torch.randn(E, I, H, device="cuda") / I**0.5).bfloat16().requires_grad_()
     ts = tuple(t.detach().t().contiguous().requires_grad_() for t in shared) if Is else None
+    routes = args.routing == "router"  # each layer its own router; else both the same given routing
+    trouter = router.detach().clone().requires_grad_() if routes else None
     sets = []
     for _ in range(args.sets):
         x = torch.randn(T, H, device="cuda").bfloat16().requires_grad_()
-        idx, w = draw_routing(T, E, k, args.routing, gen)
-        sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx.contiguous(), w.float().contiguous()))
+        idx, w = None, None
+        if not routes:
+            idx, w = draw_routing(T, E, k, args.routing, gen)
+            idx, w = idx.contiguous(), w.float().contiguous()
+        sets.append((x, torch.randn(T, H, device="cuda").bfloat16(), idx, w))
 
-    accumulators = grad_accumulators(args.accumulate, w1, w2, shared)
+    accumulators = grad_accumulators(args.accumulate, router if routes else None, w1, w2, shared)
 
     def mok_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
+        routing = {} if routes else {"routing": (idx, w), "replay": "full"}
         if not backward:
             with torch.no_grad():
-                mok.moe(x, router, w1, w2, config=config, shared=shared, routing=(idx, w), replay="full",
+                mok.moe(x, router, w1, w2, config=config, shared=shared, **routing,
                         ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights)
             return
-        mok.moe(x, router, w1, w2, config=config, shared=shared, routing=(idx, w), replay="full",
+        mok.moe(x, router, w1, w2, config=config, shared=shared, **routing,
                 ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights,
                 accumulate_into=accumulators).backward(dy)
 
     def torch_layer(x, idx, w):
+        if routes:  # softmax over the fp32 logits, top-k, renormalized: mok's default router
+            w, idx = torch.softmax(x.float() @ trouter.t(), dim=-1).topk(k, dim=-1)
+            w, idx = w / w.sum(-1, keepdim=True), idx.int()
         y = torch_moe(x, tw1, tw2, idx, w)
         return y + shared_expert(x, *ts) if Is else y
 
@@ -148,11 +159,12 @@ def time_shape(name, args, peak):
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
         # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
         # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
-        # The routing is given (replay="full"): the router gets no gradient.
+        # A given routing (replay="full") gives the router no gradient; with its own, its fp32 one.
         gradients = T * H * 2 + (0 if args.accumulate else 2 * sum(t.numel() for t in (w1, w2, *(shared or ()))))
+        gradients += 4 * router.numel() if routes and not args.accumulate else 0
         print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace, dx and the weight "
               f"gradients: {mmb - (outputs + ws_backward + gradients) / 2**20:.0f} MiB", flush=True)
-    del router, w1, w2, shared, tw1, tw2, ts, sets, fp8_weights, accumulators
+    del router, trouter, w1, w2, shared, tw1, tw2, ts, sets, fp8_weights, accumulators
     torch.cuda.empty_cache()
 
 
@@ -273,7 +285,8 @@ def kernel_times(args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="all")
-    p.add_argument("--routing", default="uniform", choices=["uniform", "zipf"])
+    p.add_argument("--routing", default="uniform", choices=["uniform", "zipf", "router"],
+                   help="a given routing for both layers (uniform, Zipf-skewed), or router: each its own")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sets", type=int, default=3)
