@@ -122,7 +122,7 @@ for step in "$@"; do
       for tool in $tools; do
         log "compute-sanitizer $tool (GPU tests)"
         filter=${MOK_SANITIZE_FILTER:-Gpu.MatchesReference*:Gpu.BatchInvariance:Gpu.Fp8ForwardMatchesReferenceBitForBit:Gpu.Fp8BackwardMatchesReferenceBitForBit:LayerApi.*}
-        # Under initcheck two shares of one GPU never meet at their barrier (each waits out its watchdog).
+        # Under initcheck two shares of one GPU never meet at their barrier (one waits out its watchdog).
         if [ "$tool" = initcheck ]; then [[ $filter == *-* ]] && filter+=":LayerApi.Colocated*" || filter+="-LayerApi.Colocated*"; fi
         # API errors off: mok checks each CUDA call it makes; those counted otherwise are NCCL's own probes
         # at ncclCommInitRank (cudaFuncGetAttributes, cuMemCreate), which NCCL handles.

@@ -1,8 +1,8 @@
 // The router phases' per-token scratch (scores, the selection's keys and flags, d scores: E entries each)
 // in the GEMM stages, idle in those phases, instead of arrays in each thread's stack frame: the driver
-// may reserve a kernel's local memory for every thread the device can hold, so a frame of
-// kMaxExperts-sized arrays (7 KB a thread) could cost about 1.8 GB of device memory (docs/benchmarks.md,
-// session 30).
+// reserves a kernel's frame beyond 1 KiB for every thread the device can hold, so a frame of
+// kMaxExperts-sized arrays (7 KB a thread) cost 1,604 MiB of device memory a process (docs/benchmarks.md,
+// session 31).
 #pragma once
 
 #include "mok/core/config.h"

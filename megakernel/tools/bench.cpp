@@ -8,7 +8,8 @@
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
 //   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
-//           weights (its phases timed; one GPU, where the link bytes need no routing known beforehand);
+//           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
+//           beforehand);
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
