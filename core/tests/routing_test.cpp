@@ -26,10 +26,9 @@ std::vector<float> scores_of(const LayerConfig& c, const std::vector<float>& log
 }
 
 std::vector<int32_t> select(const LayerConfig& c, const std::vector<float>& scores, const float* bias = nullptr) {
-  std::vector<float> key(c.experts), group_key(selected_groups(c));
-  std::unique_ptr<bool[]> allowed(new bool[c.experts]), group_allowed(new bool[selected_groups(c)]);
+  HostSelectScratch scratch(c);
   std::vector<int32_t> idx(c.top_k);
-  router_select(c, scores.data(), bias, {key.data(), allowed.get(), group_key.data(), group_allowed.get()}, idx.data());
+  router_select(c, scores.data(), bias, scratch.view(), idx.data());
   return idx;
 }
 

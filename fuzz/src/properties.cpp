@@ -320,7 +320,7 @@ Verdict topk(Backend& b, const ref::Problem& p, const CaseParams& cp) {
   const float* bias = p.weights.expert_bias.empty() ? nullptr : p.weights.expert_bias.data();
   const ref::Forward f = b.forward(c, p.x, p.weights, nullptr, cp.options);  // the router, whatever the routing kind
   if (f.logits.size() != at(N, E)) return std::string("the forward returned no router logits");
-  std::vector<float> scores(E), weights(k), key(E);
+  std::vector<float> scores(E), weights(k);
   for (int t = 0; t < N; ++t) {
     router_scores(c, f.logits.data() + at(t, E), scores.data());
     const std::vector<int32_t> want = brute_force_topk(c, scores.data(), bias);
@@ -335,9 +335,7 @@ Verdict topk(Backend& b, const ref::Problem& p, const CaseParams& cp) {
   // Tie-heavy score vectors straight into the shared selection (scores and bias from a few levels).
   ref::Rng rng(cp.aux_seed);
   std::vector<float> level_bias(E);
-  std::vector<float> group_key(selected_groups(c));
-  std::unique_ptr<bool[]> allowed(new bool[E]), group_allowed(new bool[selected_groups(c)]);
-  const SelectScratch scratch{key.data(), allowed.get(), group_key.data(), group_allowed.get()};
+  HostSelectScratch scratch(c);
   std::vector<int32_t> got(k);
   for (int trial = 0; trial < 32; ++trial) {
     for (int e = 0; e < E; ++e) {
@@ -345,7 +343,7 @@ Verdict topk(Backend& b, const ref::Problem& p, const CaseParams& cp) {
       level_bias[e] = float(rng.below(3)) * 0.125f;
     }
     const float* trial_bias = bias ? level_bias.data() : nullptr;
-    router_select(c, scores.data(), trial_bias, scratch, got.data());
+    router_select(c, scores.data(), trial_bias, scratch.view(), got.data());
     const std::vector<int32_t> want = brute_force_topk(c, scores.data(), trial_bias);
     if (got != want)
       return "tie-heavy scores, trial " + std::to_string(trial) + ": router_select picks " + show_ids(got.data(), k) +

@@ -195,9 +195,8 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
   r.topk_idx.resize(at(N, k));
   r.topk_w.resize(at(N, k));
   std::vector<float> logits(at(N, E));
-  std::vector<float> scores(E), key(E), group_key(selected_groups(c));
-  std::unique_ptr<bool[]> allowed(new bool[E]), group_allowed(new bool[selected_groups(c)]);
-  const SelectScratch scratch{key.data(), allowed.get(), group_key.data(), group_allowed.get()};
+  std::vector<float> scores(E);
+  HostSelectScratch scratch(c);
   for (int g = 0; g < N; ++g) {
     float* lg = logits.data() + at(g, E);
     const bf16* xg = x.data() + at(g, H);
@@ -212,7 +211,7 @@ Routing route(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeigh
       std::copy_n(replay_ids->data() + at(g, k), k, r.topk_idx.data() + at(g, k));
     else
       (fault == Fault::tie_higher_index ? select_higher_wins : router_select)(
-          c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), scratch,
+          c, scores.data(), w.expert_bias.empty() ? nullptr : w.expert_bias.data(), scratch.view(),
           r.topk_idx.data() + at(g, k));
     router_weights(c, scores.data(), r.topk_idx.data() + at(g, k), r.topk_w.data() + at(g, k));
   }

@@ -3,6 +3,9 @@
 // Every array is the caller's: E entries each (n_group for the group scratch).
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "mok/core/config.h"
 #include "mok/core/scalar.h"
 
@@ -47,6 +50,19 @@ struct SelectScratch {
   bool* allowed;
   float* group_key;
   bool* group_allowed;
+};
+
+// router_select's scratch in host memory (the reference, the fuzzer, the tests): the arrays, and their view.
+struct HostSelectScratch {
+  explicit HostSelectScratch(const LayerConfig& c)
+      : key(c.experts),
+        group_key(selected_groups(c)),
+        allowed(std::make_unique<bool[]>(c.experts)),
+        group_allowed(std::make_unique<bool[]>(selected_groups(c))) {}
+  SelectScratch view() { return {key.data(), allowed.get(), group_key.data(), group_allowed.get()}; }
+
+  std::vector<float> key, group_key;
+  std::unique_ptr<bool[]> allowed, group_allowed;
 };
 
 // Selection key: the score, plus the per-expert bias in sigmoid mode (bias may be null).
