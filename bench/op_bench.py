@@ -6,7 +6,7 @@ mok::backward, the weight gradients written in bf16 by its epilogue) timed with 
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
 bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), or with
 --routing router each runs its own router (softmax top-k, renormalized: mok's chains, torch's logits one
-fp32 matmul), and with --shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
+fp32 matmul that saves the bf16 x, RouterLogits), and with --shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
@@ -76,6 +76,21 @@ def grad_accumulators(accumulate, router, w1, w2, shared=None):
     return mok.GradAccumulators(router_acc, acc[0], acc[1], tuple(acc[2:]) if shared else None)
 
 
+class RouterLogits(torch.autograd.Function):
+    """torch's router logits in fp32, x [T, H] bf16 saved rather than its fp32 copy (as Megatron-Core's
+    RouterGatingLinearFunction), so that torch's peaks hold no more for the router than mok's."""
+
+    @staticmethod
+    def forward(ctx, x, router):
+        ctx.save_for_backward(x, router)
+        return x.float() @ router.t()
+
+    @staticmethod
+    def backward(ctx, d_logits):
+        x, router = ctx.saved_tensors
+        return (d_logits @ router).to(x.dtype), d_logits.t() @ x.float()
+
+
 def shared_expert(x, s1, s2):
     """torch's shared expert beside its routed layer: SwiGLU(x s1) s2, s1 [H, 2Is], s2 [Is, H]."""
     gate, up = (x @ s1).chunk(2, dim=-1)
@@ -123,7 +138,7 @@ def time_shape(name, args, peak):
 
     def torch_layer(x, idx, w):
         if routes:  # softmax over the fp32 logits, top-k, renormalized: mok's default router
-            w, idx = torch.softmax(x.float() @ trouter.t(), dim=-1).topk(k, dim=-1)
+            w, idx = torch.softmax(RouterLogits.apply(x, trouter), dim=-1).topk(k, dim=-1)
             w, idx = w / w.sum(-1, keepdim=True), idx.int()
         y = torch_moe(x, tw1, tw2, idx, w)
         return y + shared_expert(x, *ts) if Is else y
@@ -153,16 +168,18 @@ def time_shape(name, args, peak):
         ints, floats = config.pack(tokens_per_rank=T)
         launch = mok.config.pack_launch(args.ring_rows, recompute=args.recompute)
         ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, launch)
-        outputs = mok._C.saved_bytes(ints, floats, args.recompute) + T * H * 2 + 2 * T * k * 4
+        logits = T * E * 4 if routes else 0  # [T, E] fp32: an output, saved for the backward; d logits as large
+        outputs = mok._C.saved_bytes(ints, floats, args.recompute) + T * H * 2 + 2 * T * k * 4 + logits
         print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
               f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
               f"{ws_backward / 2**20:.0f} MiB", flush=True)
         # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
         # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
         # A given routing (replay="full") gives the router no gradient; with its own, its fp32 one.
-        gradients = T * H * 2 + (0 if args.accumulate else 2 * sum(t.numel() for t in (w1, w2, *(shared or ()))))
+        gradients = T * H * 2 + T * k * 4 + logits  # dx, d topk_w, d logits
+        gradients += 0 if args.accumulate else 2 * sum(t.numel() for t in (w1, w2, *(shared or ())))
         gradients += 4 * router.numel() if routes and not args.accumulate else 0
-        print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace, dx and the weight "
+        print(f"  {name}: f+b peak beyond saved and outputs, the backward workspace and the input and weight "
               f"gradients: {mmb - (outputs + ws_backward + gradients) / 2**20:.0f} MiB", flush=True)
     del router, trouter, w1, w2, shared, tw1, tw2, ts, sets, fp8_weights, accumulators
     torch.cuda.empty_cache()
@@ -278,7 +295,7 @@ def kernel_times(args):
 
     for accumulate in GRADIENTS:
         w1.grad = w2.grad = None
-        acc = grad_accumulators(accumulate, w1, w2)
+        acc = grad_accumulators(accumulate, None, w1, w2)
         profile(lambda: forward_backward(acc), f"forward+backward, weight gradients {GRADIENTS[accumulate]}")
 
 
@@ -309,6 +326,8 @@ def main():
     args = p.parse_args()
     if args.values != "normal" and not args.kernel_times:
         p.error("--values applies to --kernel-times")
+    if args.kernel_times and args.routing != "uniform":
+        p.error("--kernel-times profiles a uniform given routing")
     if args.kernel_times and (args.fp8 or args.accumulate or args.recompute or args.shared):
         p.error("--kernel-times profiles the bf16 op without recompute or a shared expert, in every --accumulate mode")
     torch.use_deterministic_algorithms(True)
