@@ -6,7 +6,8 @@ mok::backward, the weight gradients written in bf16 by its epilogue) timed with 
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
 bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), or with
 --routing router each runs its own router (softmax top-k, renormalized: mok's chains, torch's logits one
-fp32 matmul that saves the bf16 x, RouterLogits), and with --shared the same shared expert. % of peak: against the bf16 8192^3 peak, fp8 against twice it.
+fp32 matmul that saves the bf16 x, RouterLogits), and with --shared the same shared expert. % of peak:
+against the bf16 8192^3 peak, fp8 against twice it.
 Then the op's own cost: per call on a small problem, eager op against the same op replayed from a
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
