@@ -9,6 +9,7 @@
 // transposed copies as B (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the
 // routed experts' weight gradients, after a phase that quantizes their operands (grad_operands.cuh);
 // the rest is the bf16 mode's.
+#include "chain_gemm.cuh"
 #include "chain_relay.cuh"
 #include "combine_tokens.cuh"
 #include "expert_up.cuh"
@@ -540,6 +541,15 @@ __device__ __forceinline__ void store_router_grad(const Params& p, long i, float
   p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
 }
 
+// dWr on one GPU: the chains above, tiled (chain_gemm).
+__device__ void router_weight_grad(Pipeline& pipe, const Params& p) {
+  const long H = p.c.hidden, E = p.c.experts;
+  chain_gemm<Contiguous::along_mn, Contiguous::along_mn>(
+      pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits[t * E + e]; },
+      [&](long t, long h) { return to_float(p.x[t * H + h]); },
+      store_each_output(E, H, [&](long e, long h, float d) { store_router_grad(p, e * H + h, d); }));
+}
+
 // Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chunk of kRouterChunk elements per
 // block at a time. kResults false: the previous GPU's partials continued over this GPU's tokens and
 // handed on; the last GPU's are the gradient, which it stores and hands to every other GPU. kResults
@@ -569,27 +579,39 @@ __device__ void relay_router_weight_grad(const Params& p) {
 }
 
 // dx = slots + shared + router share for this GPU's tokens.
-__device__ void combine_dx(const Params& p) {
-  const int E = p.c.experts, H = p.c.hidden;
-  combine_tokens(
-      p, [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); },
-      [&](const RankBuffers&, long, int j, bf16 v, float acc) {
-        return combine_dx_chain(
-            j, 1, [&](int) { return v; }, acc);
-      },
-      [&](long i, int g, const float(&acc)[8]) {
-        Bf16x8 dx;
-        const float* d_logits = p.d_logits + own_token_row(p, g) * E;
+__device__ void combine_dx(Pipeline& pipe, const Params& p) {
+  const auto start = [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); };
+  const auto step = [&](const RankBuffers&, long, int j, bf16 v, float acc) {
+    return combine_dx_chain(
+        j, 1, [&](int) { return v; }, acc);
+  };
+  // Vector i's dx from its slots' sums and the router's share (8 floats; none without the router).
+  const auto store = [&](long i, const float(&sums)[8], const float* router) {
+    Bf16x8 dx;
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const long col = i % (H / 8) * 8 + c;
-          const float router =
-              has_router(p) ? fma_chain(
-                                  E, [&](int e) { return d_logits[e]; }, [&](int e) { return p.router_w[e * H + col]; })
-                            : 0.0f;
-          dx.e[c] = combine_dx_round(acc[c], router);
+    for (int c = 0; c < 8; ++c) dx.e[c] = combine_dx_round(sums[c], router ? router[c] : 0.0f);
+    reinterpret_cast<Bf16x8*>(p.dx)[own_vector(p, i)] = dx;
+  };
+  if (!has_router(p)) {
+    combine_tokens(p, start, step, [&](long i, int, const float(&sums)[8]) { store(i, sums, nullptr); });
+    return;
+  }
+  // The router's share, a chain over E an output, by tiles (chain_gemm); each tile's vectors are combined
+  // by the block from its shares, left in the stages.
+  const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p), M = own_token_end(p) - first;
+  chain_gemm<Contiguous::along_k, Contiguous::along_mn>(
+      pipe, M, H, E, [&](long t, long e) { return p.d_logits[t * E + e]; },
+      [&](long e, long h) { return p.router_w[e * H + h]; },
+      [&](long m0, long n0, const ChainAcc& acc) {
+        const float* const shares = stash_chain_tile(pipe, acc);
+        for (int v = threadIdx.x; v < kChainM * kChainN / 8; v += kThreads) {
+          const int row = v / (kChainN / 8), col = v % (kChainN / 8) * 8;
+          if (m0 + row < M && n0 + col < H)
+            combine_token_vector(
+                p, (first + m0 + row) * (H / 8) + (n0 + col) / 8, start, step,
+                [&](long i, int, const float(&sums)[8]) { store(i, sums, shares + row * kChainRowB + col); });
         }
-        reinterpret_cast<Bf16x8*>(p.dx)[own_vector(p, i)] = dx;
+        __syncthreads();  // the shares are read before the next tile's
       });
 }
 
@@ -674,11 +696,9 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   if (!grid_sync(b, kWeightGrad, 0)) return;
   // The router-weight gradient (and across GPUs the results of the relayed chains, waited for last).
-  if (has_router(p) && !across_gpus(p))
-    for (long i = thread_id(); i < long(p.c.experts) * H; i += thread_count())
-      store_router_grad(p, i, router_weight_chain(p, i, 0.0f));
+  if (has_router(p) && !across_gpus(p)) router_weight_grad(pipe, p);
   if (has_router(p) && across_gpus(p)) relay_router_weight_grad<false>(p);
-  combine_dx(p);
+  combine_dx(pipe, p);
   if (!across_gpus(p) || p.barrier.peers.me == p.barrier.peers.gpus - 1) return;
   if (has_router(p)) relay_router_weight_grad<true>(p);
 }

@@ -7,35 +7,41 @@
 
 namespace mok::gpu {
 
-// For each of this GPU's tokens and 8 columns (one thread), start(i, acc) sets the 8 columns' sums
-// (i: the vector index in [N, H/8]), step(slot, value, acc) continues one column's sum over one slot,
-// in slot order, and finish(i, token, acc) writes the vector. Eight slots' 16-byte vectors are loaded
-// before they are summed: the loads are what the combine waits for.
+// The combine of 8 columns of an own token (vector i of [N, H/8]): start(i, acc) sets the 8 columns'
+// sums, step(slot, value, acc) continues one column's sum over one slot, in slot order, and finish(i,
+// token, acc) writes the vector. Eight slots' 16-byte vectors are loaded before they are summed: the
+// loads are what the combine waits for.
 template <class Start, class Step, class Finish>
-__device__ void combine_tokens(const Params& p, Start start, Step step, Finish finish) {
+__device__ __forceinline__ void combine_token_vector(const Params& p, long i, Start start, Step step, Finish finish) {
   constexpr int kBatch = 8;
   const int H = p.c.hidden, k = p.c.top_k, chunks = H / 8;
-  for (long i = own_token_begin(p) * chunks + thread_id(); i < own_token_end(p) * chunks; i += thread_count()) {
-    const int g = int(i / chunks);
-    const RankBuffers& rb = p.rank[token_rank(p, g)];
-    const long t = token_local(p, g);
-    const Bf16x8* slots = reinterpret_cast<const Bf16x8*>(rb.slots + t * k * H) + i % chunks;
-    float acc[8];
-    start(i, acc);
-    for (int j0 = 0; j0 < k; j0 += kBatch) {
-      Bf16x8 v[kBatch];
+  const int g = int(i / chunks);
+  const RankBuffers& rb = p.rank[token_rank(p, g)];
+  const long t = token_local(p, g);
+  const Bf16x8* slots = reinterpret_cast<const Bf16x8*>(rb.slots + t * k * H) + i % chunks;
+  float acc[8];
+  start(i, acc);
+  for (int j0 = 0; j0 < k; j0 += kBatch) {
+    Bf16x8 v[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (j0 + j < k) v[j] = slots[long(j0 + j) * chunks];
+    for (int j = 0; j < kBatch; ++j)
+      if (j0 + j < k) v[j] = slots[long(j0 + j) * chunks];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (j0 + j < k) {
+    for (int j = 0; j < kBatch; ++j)
+      if (j0 + j < k) {
 #pragma unroll
-          for (int col = 0; col < 8; ++col) acc[col] = step(rb, t, j0 + j, v[j].e[col], acc[col]);
-        }
-    }
-    finish(i, g, acc);
+        for (int col = 0; col < 8; ++col) acc[col] = step(rb, t, j0 + j, v[j].e[col], acc[col]);
+      }
   }
+  finish(i, g, acc);
+}
+
+// combine_token_vector for each of this GPU's tokens and 8 columns, a thread each.
+template <class Start, class Step, class Finish>
+__device__ void combine_tokens(const Params& p, Start start, Step step, Finish finish) {
+  const int chunks = p.c.hidden / 8;
+  for (long i = own_token_begin(p) * chunks + thread_id(); i < own_token_end(p) * chunks; i += thread_count())
+    combine_token_vector(p, i, start, step, finish);
 }
 
 // Vector i of [N, H/8] (an own token's) in the caller's per-token [N/G, H] tensors (y, dx), which

@@ -3,6 +3,7 @@
 // the source ranks.
 // Phases are separated by the watchdog grid barrier; every reduction is in the order of the shared
 // core code, so the bits equal the CPU reference's (docs/architecture.md, docs/numerics.md).
+#include "chain_gemm.cuh"
 #include "combine_tokens.cuh"
 #include "epilogue_store.cuh"
 #include "expert_up.cuh"
@@ -12,7 +13,6 @@
 #include "kernels.cuh"
 #include "mok/core/combine.h"
 #include "mok/core/dispatch_layout.h"
-#include "mok/core/fma_chain.h"
 #include "mok/core/routing.h"
 #include "router_scratch.cuh"
 #include "row_copy.cuh"
@@ -23,19 +23,16 @@
 namespace mok::gpu {
 namespace {
 
-// Logits of this GPU's tokens (thread per token x expert), into the caller's rows of them.
-__device__ void router_logits(const Params& p) {
-  const int E = p.c.experts, H = p.c.hidden;
-  for (long i = own_token_begin(p) * E + thread_id(); i < own_token_end(p) * E; i += thread_count()) {
-    const long g = i / E;
-    const int e = int(i % E);
-    const bf16* x = p.x + own_token_row(p, g) * H;
-    const float* w = p.router_w + long(e) * H;
-    const float logit = fma_chain(
-        H, [&](int h) { return to_float(x[h]); }, [&](int h) { return w[h]; });
-    p.logits[own_token_row(p, g) * E + e] = logit;
-    if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(g));
-  }
+// Logits of this GPU's tokens (a chain over H each), into the caller's rows of them.
+__device__ void router_logits(Pipeline& pipe, const Params& p) {
+  const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p);
+  const long M = own_token_end(p) - first;
+  chain_gemm<Contiguous::along_k, Contiguous::along_k>(
+      pipe, M, E, H, [&](long t, long h) { return to_float(p.x[t * H + h]); },
+      [&](long h, long e) { return p.router_w[e * H + h]; }, store_each_output(M, E, [&](long t, long e, float logit) {
+        p.logits[t * E + e] = logit;
+        if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(first + t));
+      }));
 }
 
 // Top-k (unless replayed) and weights of this GPU's tokens, a thread's scratch in the stages: scores, key
@@ -286,7 +283,7 @@ __device__ __forceinline__ void forward(const Params& p) {
     if (!grid_sync(b, kRoutingCheck, 0)) return;
   }
   if (has_router(p)) {
-    router_logits(p);
+    router_logits(pipe, p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
     router_select_tokens(pipe, p);
     if (!grid_sync(b, kRouterSelect, 0)) return;

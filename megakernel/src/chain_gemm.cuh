@@ -1,0 +1,139 @@
+// Products of which every output is one fma chain (core/fma_chain.h: an fp32 fma per term, in index order
+// from +0): the router's logits, its weight gradient and its share of dx. Each output's chain still runs
+// in one thread, term after term, so its bits are fma_chain's; the tiling changes only where the terms
+// come from. A block stages K-chunks of a 96 x 64 output tile's A and B in the GEMM stages (idle in the
+// router phases), each value loaded once feeding 4 fmas of a thread and 16 to 24 threads, where a thread
+// per output loaded both terms of every fma (a GEMM's fmas at a load's rate: 8.8 ms for kimi-k2's logits).
+#pragma once
+
+#include "mok/core/host_device.h"
+#include "tile_gemm.cuh"
+
+namespace mok::gpu {
+
+inline constexpr int kChainM = 96, kChainN = 64, kChainK = 32;  // the output tile; the K-chunk staged
+inline constexpr int kChainMicro = 4;                           // a thread's outputs: 4 x 4
+// Floats after each staged row: a warp staging along k writes one float to each of 32 rows, 4-way bank
+// conflicts with the pad (32-way without it), and rows stay whole float4s.
+inline constexpr int kChainPad = 4;
+static_assert((kChainM / kChainMicro) * (kChainN / kChainMicro) == kThreads, "a thread per 4 x 4 outputs");
+inline constexpr int kChainRowA = kChainM + kChainPad, kChainRowB = kChainN + kChainPad;  // staged rows' floats
+static_assert(4 * (kChainK * (kChainRowA + kChainRowB) + kChainM * kChainRowB) <= sizeof(GemmSmem::stage),
+              "the stages hold a chunk and a tile");
+using ChainAcc = float[kChainMicro][kChainMicro];  // a thread's outputs of a tile
+
+// This thread's first output row and column within a tile.
+__device__ __forceinline__ int chain_m() { return threadIdx.x / (kChainN / kChainMicro) * kChainMicro; }
+__device__ __forceinline__ int chain_n() { return threadIdx.x % (kChainN / kChainMicro) * kChainMicro; }
+
+// A finish's first step where the block reads the tile's outputs: each thread's put in the tile's rows
+// ([kChainM] of kChainRowB floats in the stages after the chunks: the output at m0 + r, n0 + c at
+// r * kChainRowB + c), then the block meets. It must meet again before the next tile's (its reads done).
+__device__ __forceinline__ const float* stash_chain_tile(Pipeline& pipe, const ChainAcc& acc) {
+  float* const rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]) + kChainK * (kChainRowA + kChainRowB);
+#pragma unroll
+  for (int i = 0; i < kChainMicro; ++i)
+    *reinterpret_cast<float4*>(rows + (chain_m() + i) * kChainRowB + chain_n()) =
+        float4{acc[i][0], acc[i][1], acc[i][2], acc[i][3]};
+  __syncthreads();
+  return rows;
+}
+
+// Which index an operand's consecutive elements follow in memory, so that a warp's loads are whole lines.
+enum class Contiguous { along_k, along_mn };
+
+// One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
+// A thread's elements lie kThreads apart in the chunk's memory order: along that order's inner index
+// its place stays, along the outer it steps by kStep.
+template <int kWidth, Contiguous kOrder>
+struct ChainOperand {
+  static constexpr int kInner = kOrder == Contiguous::along_k ? kChainK : kWidth;
+  static constexpr int kOuter = kOrder == Contiguous::along_k ? kWidth : kChainK;
+  static constexpr int kStep = kThreads / kInner, kCount = (kOuter + kStep - 1) / kStep;
+  static_assert(kThreads % kInner == 0, "a thread's inner index is the same for each of its elements");
+  float next[kCount];
+
+  // The k and the index along M (or N) of this thread's element j.
+  static __device__ __forceinline__ int2 element(int j) {
+    const int inner = threadIdx.x % kInner, outer = threadIdx.x / kInner + j * kStep;
+    return kOrder == Contiguous::along_k ? int2{inner, outer} : int2{outer, inner};
+  }
+  static __device__ __forceinline__ bool inside(int j) { return threadIdx.x / kInner + j * kStep < kOuter; }
+  // value(mn, k) of the chunk from k0, +0 outside [0, mn_end) x [0, k_end).
+  template <class Value>
+  __device__ __forceinline__ void load(Value value, long mn0, long mn_end, long k0, long k_end) {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) {
+      const int2 at = element(j);
+      const long k = k0 + at.x, mn = mn0 + at.y;
+      next[j] = inside(j) && k < k_end && mn < mn_end ? value(mn, k) : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void stage(float* rows) const {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j)
+      if (inside(j)) rows[element(j).x * (kWidth + kChainPad) + element(j).y] = next[j];
+  }
+};
+
+// For every tile of [0, M) x [0, N), over the grid's blocks: each thread's outputs there, the chain over
+// k in [0, K) of a(m, k) b(k, n), handed to finish(m0, n0, acc) (the tile at m0, n0; acc[i][j] the output
+// at m0 + chain_m() + i, n0 + chain_n() + j, if inside). Every thread of the block calls it and each
+// finish (they may meet the block); the stages must be free (no GEMM's TMA in flight), and are again on
+// return.
+template <Contiguous kAOrder, Contiguous kBOrder, class A, class B, class Finish>
+__device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Finish finish) {
+  float* const a_rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]);
+  float* const b_rows = a_rows + kChainK * kChainRowA;
+  const int tm = chain_m(), tn = chain_n();
+  const auto b_by_n = [&](long n, long k) { return b(k, n); };
+  const long n_tiles = (N + kChainN - 1) / kChainN, tiles = (M + kChainM - 1) / kChainM * n_tiles;
+  ChainOperand<kChainM, kAOrder> as;
+  ChainOperand<kChainN, kBOrder> bs;
+  for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const long m0 = tile / n_tiles * kChainM, n0 = tile % n_tiles * kChainN;
+    ChainAcc acc = {};
+    as.load(a, m0, M, 0, K);
+    bs.load(b_by_n, n0, N, 0, K);
+    for (long k0 = 0; k0 < K; k0 += kChainK) {
+      __syncthreads();  // the last chunk's reads are done
+      as.stage(a_rows);
+      bs.stage(b_rows);
+      __syncthreads();
+      if (k0 + kChainK < K) {  // the next chunk's loads in flight during this one's fmas
+        as.load(a, m0, M, k0 + kChainK, K);
+        bs.load(b_by_n, n0, N, k0 + kChainK, K);
+      }
+      const int terms = int(K - k0 < kChainK ? K - k0 : kChainK);  // no fma(0, 0, acc): it would turn -0 to +0
+#pragma unroll 8
+      for (int k = 0; k < terms; ++k) {
+        const float4 av = *reinterpret_cast<const float4*>(a_rows + k * kChainRowA + tm);
+        const float4 bv = *reinterpret_cast<const float4*>(b_rows + k * kChainRowB + tn);
+        const float ar[kChainMicro] = {av.x, av.y, av.z, av.w}, br[kChainMicro] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int i = 0; i < kChainMicro; ++i)
+#pragma unroll
+          for (int j = 0; j < kChainMicro; ++j) acc[i][j] = fma32(ar[i], br[j], acc[i][j]);
+      }
+    }
+    finish(m0, n0, acc);
+  }
+  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
+  __syncthreads();            // and every thread's reads of them are done
+}
+
+// A finish for chain_gemm that hands each output inside [0, M) x [0, N) to store(m, n, value).
+template <class Store>
+__device__ __forceinline__ auto store_each_output(long M, long N, Store store) {
+  return [=](long m0, long n0, const ChainAcc& acc) {
+#pragma unroll
+    for (int i = 0; i < kChainMicro; ++i)
+#pragma unroll
+      for (int j = 0; j < kChainMicro; ++j) {
+        const long m = m0 + chain_m() + i, n = n0 + chain_n() + j;
+        if (m < M && n < N) store(m, n, acc[i][j]);
+      }
+  };
+}
+
+}  // namespace mok::gpu

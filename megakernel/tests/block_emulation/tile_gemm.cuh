@@ -1,0 +1,46 @@
+// A stand-in for megakernel/src/tile_gemm.cuh with which a block-level device header runs on the host
+// (chain_gemm_emulation_test.cpp): CUDA's builtins for one block's threads as std::threads,
+// __syncthreads as a std::barrier, the GEMM stages as host memory. The build copies the header under
+// test beside this file, so that its #include "tile_gemm.cuh" finds this one.
+#pragma once
+
+#include <barrier>
+#include <cstdint>
+
+#define __host__
+#define __device__
+#define __forceinline__ inline
+
+struct Dim3 {
+  unsigned x = 0;
+};
+inline thread_local Dim3 threadIdx;
+inline Dim3 blockIdx, gridDim;
+struct float4 {
+  float x, y, z, w;
+};
+struct int2 {
+  int x, y;
+};
+struct int4 {
+  int x, y, z, w;
+};
+
+namespace mok::gpu::emulation {
+inline std::barrier<>* block_barrier = nullptr;  // the running block's
+}  // namespace mok::gpu::emulation
+inline void __syncthreads() { mok::gpu::emulation::block_barrier->arrive_and_wait(); }
+
+#include "gemm_geometry.cuh"
+
+namespace mok::gpu {
+
+struct Pipeline {
+  GemmSmem* smem;
+};
+
+namespace ptx {
+inline void fence_async_shared() {}  // one block's threads on the host share one memory model
+}  // namespace ptx
+
+}  // namespace mok::gpu

@@ -1,0 +1,129 @@
+// chain_gemm.cuh run on the host, a block's threads as std::threads (block_emulation/tile_gemm.cuh): every
+// output is fma_chain's bits for its terms and is written once, over partial tiles and chunks, ±0 terms,
+// no terms, each operand order, both finishes (an output at a time, and the tile stashed in the stages for
+// the block to read, as combine_dx does), and blocks taking several tiles each. No GPU needed; the GPU's
+// memory model and the TMA around the phases are the GPU tests' to check.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "chain_gemm.cuh"  // the build's copy, beside the stand-in for tile_gemm.cuh
+#include "mok/core/fma_chain.h"
+
+namespace mok::gpu {
+namespace {
+
+// body() on each thread of each of `blocks` blocks, one block after another.
+template <class Body>
+void run_blocks(int blocks, Body body) {
+  gridDim.x = unsigned(blocks);
+  for (int b = 0; b < blocks; ++b) {
+    blockIdx.x = unsigned(b);
+    std::barrier<> barrier(kThreads);
+    emulation::block_barrier = &barrier;
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&body, t] {
+        threadIdx.x = unsigned(t);
+        body();
+      });
+  }
+}
+
+struct Shape {
+  long M, N, K;
+  int blocks;
+};
+
+enum class Finish { each_output, stashed_tile };
+
+// A term of the chain over [0, K): random, a seventh of them ±0; or +0 but for the last, ±1e-30, whose
+// product with the other operand's underflows: the chain ends at -0 for half the outputs, which an fma
+// of the zero padding after it (a partial chunk's) would turn to +0.
+using Term = float (*)(long k, long K, std::mt19937& rng);
+float random_term(long, long, std::mt19937& rng) {
+  if (rng() % 7 == 0) return rng() % 2 ? -0.0f : 0.0f;
+  return std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+}
+float underflowing_last_term(long k, long K, std::mt19937& rng) {
+  return k + 1 < K ? 0.0f : rng() % 2 ? -1e-30f : 1e-30f;
+}
+
+// An operand's terms in its order: value(mn, k) at mn * K + k along k, at k * width + mn along M (or N).
+template <Contiguous kOrder>
+std::vector<float> operand(long width, long K, Term term, std::mt19937& rng) {
+  std::vector<float> v(width * K);
+  for (long mn = 0; mn < width; ++mn)
+    for (long k = 0; k < K; ++k) v[kOrder == Contiguous::along_k ? mn * K + k : k * width + mn] = term(k, K, rng);
+  return v;
+}
+
+template <Contiguous kA, Contiguous kB>
+void expect_chains(const Shape& s, Finish how, Term term = random_term) {
+  SCOPED_TRACE(testing::Message() << "M " << s.M << " N " << s.N << " K " << s.K << " blocks " << s.blocks);
+  std::mt19937 rng(unsigned(s.M * 1000003 + s.N * 1009 + s.K));
+  const std::vector<float> a_terms = operand<kA>(s.M, s.K, term, rng), b_terms = operand<kB>(s.N, s.K, term, rng);
+  const auto a = [&](long m, long k) { return a_terms[kA == Contiguous::along_k ? m * s.K + k : k * s.M + m]; };
+  const auto b = [&](long k, long n) { return b_terms[kB == Contiguous::along_k ? n * s.K + k : k * s.N + n]; };
+  std::vector<float> out(s.M * s.N, std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::atomic<int>> writes(s.M * s.N);
+  const auto store = [&](long m, long n, float v) {
+    out[m * s.N + n] = v;
+    ++writes[m * s.N + n];
+  };
+  auto smem = std::make_unique<GemmSmem>();
+  std::memset(smem.get(), 0xff, sizeof(GemmSmem));  // NaN: a read of what no thread staged shows
+  run_blocks(s.blocks, [&] {
+    Pipeline pipe{smem.get()};
+    if (how == Finish::each_output) {
+      chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, store_each_output(s.M, s.N, store));
+      return;
+    }
+    chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, [&](long m0, long n0, const ChainAcc& acc) {
+      const float* const rows = stash_chain_tile(pipe, acc);
+      for (int i = int(threadIdx.x); i < kChainM * kChainN; i += kThreads)
+        if (m0 + i / kChainN < s.M && n0 + i % kChainN < s.N)
+          store(m0 + i / kChainN, n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
+      __syncthreads();
+    });
+  });
+  for (long m = 0; m < s.M; ++m)
+    for (long n = 0; n < s.N; ++n) {
+      const float chain = fma_chain(
+          int(s.K), [&](int k) { return a(m, k); }, [&](int k) { return b(k, n); });
+      ASSERT_EQ(writes[m * s.N + n], 1) << "output " << m << ", " << n;
+      ASSERT_EQ(bits_of(out[m * s.N + n]), bits_of(chain)) << "output " << m << ", " << n;
+    }
+}
+
+// Partial tiles along M (96) and N (64), partial K-chunks (32), no terms, no rows, a tile per block and
+// several.
+const Shape kShapes[] = {{37, 8, 64, 2},   {200, 70, 100, 3}, {1, 6, 33, 1},    {0, 6, 64, 2}, {96, 64, 1, 1},
+                         {97, 384, 31, 5}, {8, 64, 37, 2},    {100, 136, 1, 3}, {6, 64, 0, 2}, {191, 128, 65, 2}};
+
+TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {  // both operands along k (x rows, router rows)
+  for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_k>(s, Finish::each_output);
+}
+
+TEST(ChainGemm, WeightGradientOrderGivesEachOutputItsChain) {  // both along M / N (d logits, x by token)
+  for (const Shape& s : kShapes) expect_chains<Contiguous::along_mn, Contiguous::along_mn>(s, Finish::each_output);
+}
+
+TEST(ChainGemm, AChainEndingAtMinusZeroKeepsItsSignInAPartialChunk) {
+  for (const Shape& s : {Shape{5, 9, 33, 1}, Shape{97, 65, 1, 2}}) {
+    expect_chains<Contiguous::along_k, Contiguous::along_k>(s, Finish::each_output, underflowing_last_term);
+    expect_chains<Contiguous::along_mn, Contiguous::along_mn>(s, Finish::each_output, underflowing_last_term);
+  }
+}
+
+TEST(ChainGemm, StashedTilesGiveEachOutputItsChain) {  // combine_dx's: d logits along k, router rows along N
+  for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_mn>(s, Finish::stashed_tile);
+}
+
+}  // namespace
+}  // namespace mok::gpu
