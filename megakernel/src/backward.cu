@@ -529,53 +529,55 @@ __device__ void router_grad(Pipeline& pipe, const Params& p) {
   });
 }
 
-// dWr[e, h] = the chain over every token, in token order, of d logits[g, e] x[g, h], from `from` over
-// this GPU's tokens (one GPU: all of them).
-__device__ __forceinline__ float router_weight_chain(const Params& p, long i, float from) {
-  const int E = p.c.experts, H = p.c.hidden, e = int(i / H), col = int(i % H);
-  return fma_chain(
-      int(own_token_end(p) - own_token_begin(p)), [&](int t) { return p.d_logits[long(t) * E + e]; },
-      [&](int t) { return to_float(p.x[long(t) * H + col]); }, from);
+// dWr[e, h] = the chain over every token, in token order, of d logits[g, e] x[g, h]: over this GPU's
+// tokens (chain_gemm) from the value start(tile, acc) puts there (one GPU: +0), each tile handed to finish.
+template <class Start, class Finish>
+__device__ void router_weight_chains(Pipeline& pipe, const Params& p, Start start, Finish finish) {
+  const long H = p.c.hidden, E = p.c.experts;
+  chain_gemm<Contiguous::along_mn, Contiguous::along_mn>(
+      pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits[t * E + e]; },
+      [&](long t, long h) { return to_float(p.x[t * H + h]); }, start, finish);
 }
 __device__ __forceinline__ void store_router_grad(const Params& p, long i, float d) {
   p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
 }
 
-// dWr on one GPU: the chains above, tiled (chain_gemm).
-__device__ void router_weight_grad(Pipeline& pipe, const Params& p) {
-  const long H = p.c.hidden, E = p.c.experts;
-  chain_gemm<Contiguous::along_mn, Contiguous::along_mn>(
-      pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits[t * E + e]; },
-      [&](long t, long h) { return to_float(p.x[t * H + h]); },
-      store_each_output(E, H, [&](long e, long h, float d) { store_router_grad(p, e * H + h, d); }));
-}
-
-// Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chunk of kRouterChunk elements per
-// block at a time. kResults false: the previous GPU's partials continued over this GPU's tokens and
-// handed on; the last GPU's are the gradient, which it stores and hands to every other GPU. kResults
-// true (every GPU but the last): the last GPU's results, stored (as relayed_shared_weight_grads').
+// Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chain tile per unit. kResults false: the
+// previous GPU's partials continued over this GPU's tokens and handed on; the last GPU's are the
+// gradient, which it stores and hands to every other GPU. kResults true (every GPU but the last): the
+// last GPU's results, stored (as relayed_shared_weight_grads').
 template <bool kResults>
-__device__ void relay_router_weight_grad(const Params& p) {
+__device__ void relay_router_weight_grad(Pipeline& pipe, const Params& p) {
   const ChainRelay& r = p.relay;
   const int me = p.barrier.peers.me, last = p.barrier.peers.gpus - 1;
-  const long n = long(p.c.experts) * p.c.hidden, chunks = relay_sizes(p.c).router_chunks;
-  const RelayTargets to = relay_targets(p.barrier, r);
-  for (long chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const long unit = router_unit(p.c, chunk), i = chunk * kRouterChunk + threadIdx.x;
-    const float* in = router_relay(r.in, p.c) + i;
-    if constexpr (kResults) {
-      if (relay_wait(p.barrier, r, unit, r.result, last, kWeightGrad) && i < n) store_router_grad(p, i, __ldcg(in));
-      continue;
-    }
-    const bool waited = me == 0 || relay_wait(p.barrier, r, unit, r.partial, me - 1, kWeightGrad);
-    // After an error no sums go on (as relayed_shared_weight_grads'); the verdict is the block's.
-    if (!__syncthreads_and(waited && !error_recorded(p.barrier))) return;
-    const float d = i < n ? router_weight_chain(p, i, me > 0 ? __ldcg(in) : 0.0f) : 0.0f;
-    if (i < n)
-      for (int j = to.first; j < to.end; ++j) router_relay(r.out[j], p.c)[i] = d;
-    relay_raise(r, to, unit, threadIdx.x == 0, [] { __syncthreads(); });
-    if (to.value == r.result && i < n) store_router_grad(p, i, d);
+  const long E = p.c.experts, H = p.c.hidden;
+  const float* const in = router_relay(r.in, p.c);
+  if constexpr (kResults) {
+    for (long index = blockIdx.x; index < chain_tile_count(E, H); index += gridDim.x)
+      if (relay_wait(p.barrier, r, router_unit(p.c, index), r.result, last, kWeightGrad))
+        for_each_chain_output(E, H, chain_tile(index, H), [&](long e, long h, int, int) {
+          store_router_grad(p, e * H + h, __ldcg(in + e * H + h));
+        });
+    return;
   }
+  const RelayTargets to = relay_targets(p.barrier, r);
+  const auto start = [&](const ChainTile& tile, ChainAcc& acc) {
+    const bool waited =
+        me == 0 || relay_wait(p.barrier, r, router_unit(p.c, tile.index), r.partial, me - 1, kWeightGrad);
+    // After an error no sums go on (as relayed_shared_weight_grads'); the verdict is the block's.
+    if (!__syncthreads_and(waited && !error_recorded(p.barrier))) return false;
+    if (me > 0)
+      for_each_chain_output(E, H, tile, [&](long e, long h, int i, int j) { acc[i][j] = __ldcg(in + e * H + h); });
+    return true;
+  };
+  const auto finish = [&](const ChainTile& tile, const ChainAcc& acc) {
+    for_each_chain_output(E, H, tile, [&](long e, long h, int i, int j) {
+      for (int g = to.first; g < to.end; ++g) router_relay(r.out[g], p.c)[e * H + h] = acc[i][j];
+      if (to.value == r.result) store_router_grad(p, e * H + h, acc[i][j]);
+    });
+    relay_raise(r, to, router_unit(p.c, tile.index), threadIdx.x == 0, [] { __syncthreads(); });
+  };
+  router_weight_chains(pipe, p, start, finish);
 }
 
 // dx = slots + shared + router share for this GPU's tokens.
@@ -601,14 +603,14 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p), M = own_token_end(p) - first;
   chain_gemm<Contiguous::along_k, Contiguous::along_mn>(
       pipe, M, H, E, [&](long t, long e) { return p.d_logits[t * E + e]; },
-      [&](long e, long h) { return p.router_w[e * H + h]; },
-      [&](long m0, long n0, const ChainAcc& acc) {
+      [&](long e, long h) { return p.router_w[e * H + h]; }, FromZero{},
+      [&](const ChainTile& tile, const ChainAcc& acc) {
         const float* const shares = stash_chain_tile(pipe, acc);
         for (int v = threadIdx.x; v < kChainM * kChainN / 8; v += kThreads) {
           const int row = v / (kChainN / 8), col = v % (kChainN / 8) * 8;
-          if (m0 + row < M && n0 + col < H)
+          if (tile.m0 + row < M && tile.n0 + col < H)
             combine_token_vector(
-                p, (first + m0 + row) * (H / 8) + (n0 + col) / 8, start, step,
+                p, (first + tile.m0 + row) * (H / 8) + (tile.n0 + col) / 8, start, step,
                 [&](long i, int, const float(&sums)[8]) { store(i, sums, shares + row * kChainRowB + col); });
         }
         __syncthreads();  // the shares are read before the next tile's
@@ -696,11 +698,14 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   if (!grid_sync(b, kWeightGrad, 0)) return;
   // The router-weight gradient (and across GPUs the results of the relayed chains, waited for last).
-  if (has_router(p) && !across_gpus(p)) router_weight_grad(pipe, p);
-  if (has_router(p) && across_gpus(p)) relay_router_weight_grad<false>(p);
+  if (has_router(p) && !across_gpus(p))
+    router_weight_chains(pipe, p, FromZero{}, store_each_output(p.c.experts, p.c.hidden, [&](long e, long h, float d) {
+                           store_router_grad(p, e * p.c.hidden + h, d);
+                         }));
+  if (has_router(p) && across_gpus(p)) relay_router_weight_grad<false>(pipe, p);
   combine_dx(pipe, p);
   if (!across_gpus(p) || p.barrier.peers.me == p.barrier.peers.gpus - 1) return;
-  if (has_router(p)) relay_router_weight_grad<true>(p);
+  if (has_router(p)) relay_router_weight_grad<true>(pipe, p);
 }
 
 }  // namespace

@@ -22,6 +22,18 @@ static_assert(4 * (kChainK * (kChainRowA + kChainRowB) + kChainM * kChainRowB) <
               "the stages hold a chunk and a tile");
 using ChainAcc = float[kChainMicro][kChainMicro];  // a thread's outputs of a tile
 
+// The output tiles of an M x N product, row-major: tile `index` starts at row m0, column n0.
+struct ChainTile {
+  long index, m0, n0;
+};
+__host__ __device__ inline long chain_n_tiles(long N) { return (N + kChainN - 1) / kChainN; }
+__host__ __device__ inline long chain_tile_count(long M, long N) {
+  return (M + kChainM - 1) / kChainM * chain_n_tiles(N);
+}
+__device__ __forceinline__ ChainTile chain_tile(long index, long N) {
+  return {index, index / chain_n_tiles(N) * kChainM, index % chain_n_tiles(N) * kChainN};
+}
+
 // This thread's first output row and column within a tile.
 __device__ __forceinline__ int chain_m() { return threadIdx.x / (kChainN / kChainMicro) * kChainMicro; }
 __device__ __forceinline__ int chain_n() { return threadIdx.x % (kChainN / kChainMicro) * kChainMicro; }
@@ -76,33 +88,46 @@ struct ChainOperand {
   }
 };
 
+// f(m, n, i, j) for each of this thread's outputs of `tile` inside [0, M) x [0, N) (acc[i][j]'s).
+template <class F>
+__device__ __forceinline__ void for_each_chain_output(long M, long N, const ChainTile& tile, F f) {
+#pragma unroll
+  for (int i = 0; i < kChainMicro; ++i)
+#pragma unroll
+    for (int j = 0; j < kChainMicro; ++j) {
+      const long m = tile.m0 + chain_m() + i, n = tile.n0 + chain_n() + j;
+      if (m < M && n < N) f(m, n, i, j);
+    }
+}
+
 // For every tile of [0, M) x [0, N), over the grid's blocks: each thread's outputs there, the chain over
-// k in [0, K) of a(m, k) b(k, n), handed to finish(m0, n0, acc) (the tile at m0, n0; acc[i][j] the output
-// at m0 + chain_m() + i, n0 + chain_n() + j, if inside). Every thread of the block calls it and each
-// finish (they may meet the block); the stages must be free (no GEMM's TMA in flight), and are again on
-// return.
-template <Contiguous kAOrder, Contiguous kBOrder, class A, class B, class Finish>
-__device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Finish finish) {
+// k in [0, K) of a(m, k) b(k, n) from the value start(tile, acc) puts in acc[i][j] (the output at
+// tile.m0 + chain_m() + i, tile.n0 + chain_n() + j), handed to finish(tile, acc). A start returns
+// whether the block goes on, the same for every thread (false: the block takes no more tiles). Every
+// thread of the block calls it and each hook (they may meet the block); the stages must be free (no
+// GEMM's TMA in flight), and are again on return.
+template <Contiguous kAOrder, Contiguous kBOrder, class A, class B, class Start, class Finish>
+__device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Start start, Finish finish) {
   float* const a_rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]);
   float* const b_rows = a_rows + kChainK * kChainRowA;
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  const long n_tiles = (N + kChainN - 1) / kChainN, tiles = (M + kChainM - 1) / kChainM * n_tiles;
   ChainOperand<kChainM, kAOrder> as;
   ChainOperand<kChainN, kBOrder> bs;
-  for (long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const long m0 = tile / n_tiles * kChainM, n0 = tile % n_tiles * kChainN;
+  for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
+    const ChainTile tile = chain_tile(index, N);
+    as.load(a, tile.m0, M, 0, K);  // in flight during the start
+    bs.load(b_by_n, tile.n0, N, 0, K);
     ChainAcc acc = {};
-    as.load(a, m0, M, 0, K);
-    bs.load(b_by_n, n0, N, 0, K);
+    if (!start(tile, acc)) break;
     for (long k0 = 0; k0 < K; k0 += kChainK) {
       __syncthreads();  // the last chunk's reads are done
       as.stage(a_rows);
       bs.stage(b_rows);
       __syncthreads();
       if (k0 + kChainK < K) {  // the next chunk's loads in flight during this one's fmas
-        as.load(a, m0, M, k0 + kChainK, K);
-        bs.load(b_by_n, n0, N, k0 + kChainK, K);
+        as.load(a, tile.m0, M, k0 + kChainK, K);
+        bs.load(b_by_n, tile.n0, N, k0 + kChainK, K);
       }
       const int terms = int(K - k0 < kChainK ? K - k0 : kChainK);  // no fma(0, 0, acc): it would turn -0 to +0
 #pragma unroll 8
@@ -116,23 +141,22 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Fin
           for (int j = 0; j < kChainMicro; ++j) acc[i][j] = fma32(ar[i], br[j], acc[i][j]);
       }
     }
-    finish(m0, n0, acc);
+    finish(tile, acc);
   }
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
   __syncthreads();            // and every thread's reads of them are done
 }
 
+// A start for chain_gemm: every chain from +0.
+struct FromZero {
+  __device__ bool operator()(const ChainTile&, ChainAcc&) const { return true; }
+};
+
 // A finish for chain_gemm that hands each output inside [0, M) x [0, N) to store(m, n, value).
 template <class Store>
 __device__ __forceinline__ auto store_each_output(long M, long N, Store store) {
-  return [=](long m0, long n0, const ChainAcc& acc) {
-#pragma unroll
-    for (int i = 0; i < kChainMicro; ++i)
-#pragma unroll
-      for (int j = 0; j < kChainMicro; ++j) {
-        const long m = m0 + chain_m() + i, n = n0 + chain_n() + j;
-        if (m < M && n < N) store(m, n, acc[i][j]);
-      }
+  return [=](const ChainTile& tile, const ChainAcc& acc) {
+    for_each_chain_output(M, N, tile, [&](long m, long n, int i, int j) { store(m, n, acc[i][j]); });
   };
 }
 

@@ -4,6 +4,7 @@
 // hand-over of one unit: wait for its flag, read it; write it, raise the flag.
 #pragma once
 
+#include "chain_gemm.cuh"
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
 
@@ -16,25 +17,24 @@ __host__ __device__ inline long shared_grad_tiles(const LayerConfig& c, int grad
 }
 
 // The relay's units and floats: each shared-gradient tile's two consumer halves, then the router
-// gradient's chunks (ChainRelay).
+// gradient's chain tiles (ChainRelay; its floats in d_router's order).
 struct RelaySizes {
-  long tile_units, router_chunks, floats;
-  __host__ __device__ long units() const { return tile_units + router_chunks; }
+  long tile_units, router_tiles, floats;
+  __host__ __device__ long units() const { return tile_units + router_tiles; }
 };
 inline constexpr long kHalfTileFloats = long(kWgmmaM) * kTileN;
-static_assert(kRouterChunk == kThreads, "a router chunk is an element per thread of a block");
 __host__ __device__ inline RelaySizes relay_sizes(const LayerConfig& c) {
   const long tiles = shared_grad_tiles(c, 0) + shared_grad_tiles(c, 1), router = long(c.experts) * c.hidden;
-  return RelaySizes{kConsumers * tiles, (router + kRouterChunk - 1) / kRouterChunk,
+  return RelaySizes{kConsumers * tiles, chain_tile_count(c.experts, c.hidden),
                     tiles * kConsumers * kHalfTileFloats + router};
 }
 
-// The router gradient's partial sums after the tiles' (element i of d_router, and its chunk's unit).
+// The router gradient's partial sums after the tiles' (element i of d_router, and its chain tile's unit).
 __device__ __forceinline__ float* router_relay(float* in, const LayerConfig& c) {
   return in + relay_sizes(c).tile_units * kHalfTileFloats;
 }
-__device__ __forceinline__ long router_unit(const LayerConfig& c, long chunk) {
-  return relay_sizes(c).tile_units + chunk;
+__device__ __forceinline__ long router_unit(const LayerConfig& c, long tile) {
+  return relay_sizes(c).tile_units + tile;
 }
 
 // Waits until this GPU's flag of `unit` reaches `value` (every waiting thread acquires it itself). A

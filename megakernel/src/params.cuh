@@ -45,7 +45,7 @@ struct PeerSync {
 // gradients, the router's): GPU g continues GPU g-1's partial sums over its own tokens and hands them to
 // GPU g+1; the last GPU's sums are the gradients, which it hands to every GPU (docs/multi-gpu.md, "The
 // shared expert and the router across GPUs"). A unit of work (a shared-gradient tile's consumer half,
-// a chunk of the router gradient's elements) is handed over with a flag: this launch's `partial` or
+// a chain tile of the router gradient) is handed over with a flag: this launch's `partial` or
 // `result` value (epoch-based, so flags only grow and are never reset).
 struct ChainRelay {
   float* in;               // this GPU's window: the partials it continues, then the results
@@ -56,9 +56,8 @@ struct ChainRelay {
   unsigned int partial, result;  // this launch's flag values
 };
 // The relay's units: each shared-gradient tile's two consumer halves of fp32 accumulators (in the
-// fragment layout: each thread's own, 16 bytes at a time), then the router gradient's chunks of
-// kRouterChunk elements.
-inline constexpr int kRouterChunk = 384;
+// fragment layout: each thread's own, 16 bytes at a time), then the router gradient's chain tiles
+// (chain_gemm.cuh).
 
 // Where the watchdog or an input check stopped a kernel.
 struct KernelError {

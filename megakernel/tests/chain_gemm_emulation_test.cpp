@@ -81,14 +81,14 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   run_blocks(s.blocks, [&] {
     Pipeline pipe{smem.get()};
     if (how == Finish::each_output) {
-      chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, store_each_output(s.M, s.N, store));
+      chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
       return;
     }
-    chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, [&](long m0, long n0, const ChainAcc& acc) {
+    chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, FromZero{}, [&](const ChainTile& tile, const ChainAcc& acc) {
       const float* const rows = stash_chain_tile(pipe, acc);
       for (int i = int(threadIdx.x); i < kChainM * kChainN; i += kThreads)
-        if (m0 + i / kChainN < s.M && n0 + i % kChainN < s.N)
-          store(m0 + i / kChainN, n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
+        if (tile.m0 + i / kChainN < s.M && tile.n0 + i % kChainN < s.N)
+          store(tile.m0 + i / kChainN, tile.n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
       __syncthreads();
     });
   });
@@ -119,6 +119,52 @@ TEST(ChainGemm, AChainEndingAtMinusZeroKeepsItsSignInAPartialChunk) {
     expect_chains<Contiguous::along_k, Contiguous::along_k>(s, Finish::each_output, underflowing_last_term);
     expect_chains<Contiguous::along_mn, Contiguous::along_mn>(s, Finish::each_output, underflowing_last_term);
   }
+}
+
+// The relay's use across GPUs: a second product continues the first's outputs (start) over the next
+// terms, as GPU 1 continues GPU 0's partial sums over its tokens: fma_chain's bits over all the terms;
+// a block whose start says stop takes no more tiles.
+TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
+  constexpr Contiguous kMn = Contiguous::along_mn;
+  const long M = 100, N = 70, K0 = 40, K1 = 33, K = K0 + K1;
+  std::mt19937 rng(7);
+  const std::vector<float> a_terms = operand<kMn>(M, K, random_term, rng),
+                           b_terms = operand<kMn>(N, K, random_term, rng);
+  std::vector<float> partial(M * N), out(M * N, std::numeric_limits<float>::quiet_NaN());
+  std::atomic<int> stops = 0, finishes_after_a_stop = 0;
+  auto smem = std::make_unique<GemmSmem>();
+  run_blocks(3, [&] {
+    Pipeline pipe{smem.get()};
+    const auto product = [&](long k_begin, long k_end, auto start, std::vector<float>& to) {
+      chain_gemm<kMn, kMn>(
+          pipe, M, N, k_end - k_begin, [&](long m, long k) { return a_terms[(k_begin + k) * M + m]; },
+          [&](long k, long n) { return b_terms[(k_begin + k) * N + n]; }, start,
+          store_each_output(M, N, [&](long m, long n, float v) { to[m * N + n] = v; }));
+    };
+    product(0, K0, FromZero{}, partial);
+    product(
+        K0, K,
+        [&](const ChainTile& tile, ChainAcc& acc) {
+          for_each_chain_output(M, N, tile, [&](long m, long n, int i, int j) { acc[i][j] = partial[m * N + n]; });
+          return true;
+        },
+        out);
+    chain_gemm<kMn, kMn>(
+        pipe, M, N, K, [](long, long) { return 1.0f; }, [](long, long) { return 1.0f; },
+        [&](const ChainTile&, ChainAcc&) {
+          if (threadIdx.x == 0) ++stops;
+          return false;
+        },
+        [&](const ChainTile&, const ChainAcc&) { ++finishes_after_a_stop; });
+  });
+  EXPECT_EQ(stops, 3) << "a block went on after its start said stop";
+  EXPECT_EQ(finishes_after_a_stop, 0);
+  for (long m = 0; m < M; ++m)
+    for (long n = 0; n < N; ++n)
+      ASSERT_EQ(bits_of(out[m * N + n]),
+                bits_of(fma_chain(
+                    int(K), [&](int k) { return a_terms[k * M + m]; }, [&](int k) { return b_terms[k * N + n]; })))
+          << "output " << m << ", " << n;
 }
 
 TEST(ChainGemm, StashedTilesGiveEachOutputItsChain) {  // combine_dx's: d logits along k, router rows along N
