@@ -535,8 +535,8 @@ template <class Start, class Finish>
 __device__ void router_weight_chains(Pipeline& pipe, const Params& p, Start start, Finish finish) {
   const long H = p.c.hidden, E = p.c.experts;
   chain_gemm<Contiguous::along_mn, Contiguous::along_mn>(
-      pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits[t * E + e]; },
-      [&](long t, long h) { return to_float(p.x[t * H + h]); }, start, finish);
+      pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits + t * E + e; },
+      [&](long t, long h) { return p.x + t * H + h; }, start, finish);
 }
 __device__ __forceinline__ void store_router_grad(const Params& p, long i, float d) {
   p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
@@ -602,8 +602,8 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
   // by the block from its shares, left in the stages.
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p), M = own_token_end(p) - first;
   chain_gemm<Contiguous::along_k, Contiguous::along_mn>(
-      pipe, M, H, E, [&](long t, long e) { return p.d_logits[t * E + e]; },
-      [&](long e, long h) { return p.router_w[e * H + h]; }, FromZero{},
+      pipe, M, H, E, [&](long t, long e) { return p.d_logits + t * E + e; },
+      [&](long e, long h) { return p.router_w + e * H + h; }, FromZero{},
       [&](const ChainTile& tile, const ChainAcc& acc) {
         const float* const shares = stash_chain_tile(pipe, acc);
         for (int v = threadIdx.x; v < kChainM * kChainN / 8; v += kThreads) {

@@ -6,7 +6,9 @@
 // per output loaded both terms of every fma (a GEMM's fmas at a load's rate: 8.8 ms for kimi-k2's logits).
 #pragma once
 
+#include "mok/core/bf16.h"
 #include "mok/core/host_device.h"
+#include "mok/megakernel/ptx/prefetch.cuh"
 #include "tile_gemm.cuh"
 
 namespace mok::gpu {
@@ -54,6 +56,14 @@ __device__ __forceinline__ const float* stash_chain_tile(Pipeline& pipe, const C
 // Which index an operand's consecutive elements follow in memory, so that a warp's loads are whole lines.
 enum class Contiguous { along_k, along_mn };
 
+// A term of a chain from the operand's element type.
+__device__ __forceinline__ float chain_term(float v) { return v; }
+__device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
+
+// How far ahead of the chunk it loads a thread asks L2 for its elements: the load then waits for L2, not
+// memory (with a chunk's fmas between them, a chunk's load from memory kept the block waiting for it).
+inline constexpr int kChainPrefetchAhead = 2 * kChainK;
+
 // One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
 // A thread's elements lie kThreads apart in the chunk's memory order: along that order's inner index
 // its place stays, along the outer it steps by kStep.
@@ -71,14 +81,16 @@ struct ChainOperand {
     return kOrder == Contiguous::along_k ? int2{inner, outer} : int2{outer, inner};
   }
   static __device__ __forceinline__ bool inside(int j) { return threadIdx.x / kInner + j * kStep < kOuter; }
-  // value(mn, k) of the chunk from k0, +0 outside [0, mn_end) x [0, k_end).
-  template <class Value>
-  __device__ __forceinline__ void load(Value value, long mn0, long mn_end, long k0, long k_end) {
+  // The chunk from k0 (*at(mn, k), +0 outside [0, mn_end) x [0, k_end)); L2 asked for the one
+  // kChainPrefetchAhead further.
+  template <class At>
+  __device__ __forceinline__ void load(At at, long mn0, long mn_end, long k0, long k_end) {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) {
-      const int2 at = element(j);
-      const long k = k0 + at.x, mn = mn0 + at.y;
-      next[j] = inside(j) && k < k_end && mn < mn_end ? value(mn, k) : 0.0f;
+      const long k = k0 + element(j).x, mn = mn0 + element(j).y;
+      const bool row = inside(j) && mn < mn_end;
+      next[j] = row && k < k_end ? chain_term(*at(mn, k)) : 0.0f;
+      if (row && k + kChainPrefetchAhead < k_end) ptx::prefetch_l2(at(mn, k + kChainPrefetchAhead));
     }
   }
   __device__ __forceinline__ void stage(float* rows) const {
@@ -101,9 +113,9 @@ __device__ __forceinline__ void for_each_chain_output(long M, long N, const Chai
 }
 
 // For every tile of [0, M) x [0, N), over the grid's blocks: each thread's outputs there, the chain over
-// k in [0, K) of a(m, k) b(k, n) from the value start(tile, acc) puts in acc[i][j] (the output at
-// tile.m0 + chain_m() + i, tile.n0 + chain_n() + j), handed to finish(tile, acc). A start returns
-// whether the block goes on, the same for every thread (false: the block takes no more tiles). Every
+// k in [0, K) of *a(m, k) times *b(k, n) (a and b give the terms' addresses; float or bf16) from the value start(tile,
+// acc) puts in acc[i][j] (the output at tile.m0 + chain_m() + i, tile.n0 + chain_n() + j), handed to finish(tile, acc).
+// A start returns whether the block goes on, the same for every thread (false: the block takes no more tiles). Every
 // thread of the block calls it and each hook (they may meet the block); the stages must be free (no
 // GEMM's TMA in flight), and are again on return.
 template <Contiguous kAOrder, Contiguous kBOrder, class A, class B, class Start, class Finish>

@@ -28,8 +28,8 @@ __device__ void router_logits(Pipeline& pipe, const Params& p) {
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p);
   const long M = own_token_end(p) - first;
   chain_gemm<Contiguous::along_k, Contiguous::along_k>(
-      pipe, M, E, H, [&](long t, long h) { return to_float(p.x[t * H + h]); },
-      [&](long h, long e) { return p.router_w[e * H + h]; }, FromZero{},
+      pipe, M, E, H, [&](long t, long h) { return p.x + t * H + h; },
+      [&](long h, long e) { return p.router_w + e * H + h; }, FromZero{},
       store_each_output(M, E, [&](long t, long e, float logit) {
         p.logits[t * E + e] = logit;
         if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(first + t));

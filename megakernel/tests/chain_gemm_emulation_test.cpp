@@ -68,8 +68,8 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   SCOPED_TRACE(testing::Message() << "M " << s.M << " N " << s.N << " K " << s.K << " blocks " << s.blocks);
   std::mt19937 rng(unsigned(s.M * 1000003 + s.N * 1009 + s.K));
   const std::vector<float> a_terms = operand<kA>(s.M, s.K, term, rng), b_terms = operand<kB>(s.N, s.K, term, rng);
-  const auto a = [&](long m, long k) { return a_terms[kA == Contiguous::along_k ? m * s.K + k : k * s.M + m]; };
-  const auto b = [&](long k, long n) { return b_terms[kB == Contiguous::along_k ? n * s.K + k : k * s.N + n]; };
+  const auto a = [&](long m, long k) { return &a_terms[kA == Contiguous::along_k ? m * s.K + k : k * s.M + m]; };
+  const auto b = [&](long k, long n) { return &b_terms[kB == Contiguous::along_k ? n * s.K + k : k * s.N + n]; };
   std::vector<float> out(s.M * s.N, std::numeric_limits<float>::quiet_NaN());
   std::vector<std::atomic<int>> writes(s.M * s.N);
   const auto store = [&](long m, long n, float v) {
@@ -95,7 +95,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   for (long m = 0; m < s.M; ++m)
     for (long n = 0; n < s.N; ++n) {
       const float chain = fma_chain(
-          int(s.K), [&](int k) { return a(m, k); }, [&](int k) { return b(k, n); });
+          int(s.K), [&](int k) { return *a(m, k); }, [&](int k) { return *b(k, n); });
       ASSERT_EQ(writes[m * s.N + n], 1) << "output " << m << ", " << n;
       ASSERT_EQ(bits_of(out[m * s.N + n]), bits_of(chain)) << "output " << m << ", " << n;
     }
@@ -132,13 +132,14 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
                            b_terms = operand<kMn>(N, K, random_term, rng);
   std::vector<float> partial(M * N), out(M * N, std::numeric_limits<float>::quiet_NaN());
   std::atomic<int> stops = 0, finishes_after_a_stop = 0;
+  const float one = 1.0f;
   auto smem = std::make_unique<GemmSmem>();
   run_blocks(3, [&] {
     Pipeline pipe{smem.get()};
     const auto product = [&](long k_begin, long k_end, auto start, std::vector<float>& to) {
       chain_gemm<kMn, kMn>(
-          pipe, M, N, k_end - k_begin, [&](long m, long k) { return a_terms[(k_begin + k) * M + m]; },
-          [&](long k, long n) { return b_terms[(k_begin + k) * N + n]; }, start,
+          pipe, M, N, k_end - k_begin, [&](long m, long k) { return &a_terms[(k_begin + k) * M + m]; },
+          [&](long k, long n) { return &b_terms[(k_begin + k) * N + n]; }, start,
           store_each_output(M, N, [&](long m, long n, float v) { to[m * N + n] = v; }));
     };
     product(0, K0, FromZero{}, partial);
@@ -150,7 +151,7 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
         },
         out);
     chain_gemm<kMn, kMn>(
-        pipe, M, N, K, [](long, long) { return 1.0f; }, [](long, long) { return 1.0f; },
+        pipe, M, N, K, [&](long, long) { return &one; }, [&](long, long) { return &one; },
         [&](const ChainTile&, ChainAcc&) {
           if (threadIdx.x == 0) ++stops;
           return false;

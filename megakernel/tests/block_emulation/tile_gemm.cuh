@@ -1,15 +1,12 @@
 // A stand-in for megakernel/src/tile_gemm.cuh with which a block-level device header runs on the host
 // (chain_gemm_emulation_test.cpp): CUDA's builtins for one block's threads as std::threads,
-// __syncthreads as a std::barrier, the GEMM stages as host memory. The build copies the header under
+// __syncthreads as a std::barrier, the GEMM stages as host memory (the build defines __host__, __device__
+// and __forceinline__ away, for every header the one under test includes). The build copies the header under
 // test beside this file, so that its #include "tile_gemm.cuh" finds this one.
 #pragma once
 
 #include <barrier>
 #include <cstdint>
-
-#define __host__
-#define __device__
-#define __forceinline__ inline
 
 struct Dim3 {
   unsigned x = 0;
