@@ -534,7 +534,7 @@ __device__ void router_grad(Pipeline& pipe, const Params& p) {
 template <class Start, class Finish>
 __device__ void router_weight_chains(Pipeline& pipe, const Params& p, Start start, Finish finish) {
   const long H = p.c.hidden, E = p.c.experts;
-  chain_gemm<Contiguous::along_mn, Contiguous::along_mn>(
+  chain_gemm<Contiguous::along_mn, Contiguous::along_mn, Streamed::none>(
       pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits + t * E + e; },
       [&](long t, long h) { return p.x + t * H + h; }, start, finish);
 }
@@ -601,7 +601,7 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
   // The router's share, a chain over E an output, by tiles (chain_gemm); each tile's vectors are combined
   // by the block from its shares, left in the stages.
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p), M = own_token_end(p) - first;
-  chain_gemm<Contiguous::along_k, Contiguous::along_mn>(
+  chain_gemm<Contiguous::along_k, Contiguous::along_mn, Streamed::none>(
       pipe, M, H, E, [&](long t, long e) { return p.d_logits + t * E + e; },
       [&](long e, long h) { return p.router_w + e * H + h; }, FromZero{},
       [&](const ChainTile& tile, const ChainAcc& acc) {

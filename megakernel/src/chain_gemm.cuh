@@ -60,14 +60,17 @@ enum class Contiguous { along_k, along_mn };
 __device__ __forceinline__ float chain_term(float v) { return v; }
 __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 
-// How far ahead of the chunk it loads a thread asks L2 for its elements: the load then waits for L2, not
-// memory (with a chunk's fmas between them, a chunk's load from memory kept the block waiting for it).
+// Which operand is streamed from memory, each of its elements read by one block once (the logits' x):
+// a thread asks L2 for its elements of the chunk kChainPrefetchAhead beyond the one it loads, so that the
+// load waits for L2, not memory (with a chunk's fmas between them, the block waited for memory). On
+// the other operands, and on the backward's x, it cost time (results/2026-12-04-h200-b).
+enum class Streamed { none, a };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
 // One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
 // A thread's elements lie kThreads apart in the chunk's memory order: along that order's inner index
 // its place stays, along the outer it steps by kStep.
-template <int kWidth, Contiguous kOrder>
+template <int kWidth, Contiguous kOrder, bool kStreamed>
 struct ChainOperand {
   static constexpr int kInner = kOrder == Contiguous::along_k ? kChainK : kWidth;
   static constexpr int kOuter = kOrder == Contiguous::along_k ? kWidth : kChainK;
@@ -81,8 +84,8 @@ struct ChainOperand {
     return kOrder == Contiguous::along_k ? int2{inner, outer} : int2{outer, inner};
   }
   static __device__ __forceinline__ bool inside(int j) { return threadIdx.x / kInner + j * kStep < kOuter; }
-  // The chunk from k0 (*at(mn, k), +0 outside [0, mn_end) x [0, k_end)); L2 asked for the one
-  // kChainPrefetchAhead further.
+  // The chunk from k0 (*at(mn, k), +0 outside [0, mn_end) x [0, k_end)); streamed, L2 asked for the
+  // one kChainPrefetchAhead further.
   template <class At>
   __device__ __forceinline__ void load(At at, long mn0, long mn_end, long k0, long k_end) {
 #pragma unroll
@@ -90,7 +93,8 @@ struct ChainOperand {
       const long k = k0 + element(j).x, mn = mn0 + element(j).y;
       const bool row = inside(j) && mn < mn_end;
       next[j] = row && k < k_end ? chain_term(*at(mn, k)) : 0.0f;
-      if (row && k + kChainPrefetchAhead < k_end) ptx::prefetch_l2(at(mn, k + kChainPrefetchAhead));
+      if constexpr (kStreamed)
+        if (row && k + kChainPrefetchAhead < k_end) ptx::prefetch_l2(at(mn, k + kChainPrefetchAhead));
     }
   }
   __device__ __forceinline__ void stage(float* rows) const {
@@ -118,14 +122,14 @@ __device__ __forceinline__ void for_each_chain_output(long M, long N, const Chai
 // A start returns whether the block goes on, the same for every thread (false: the block takes no more tiles). Every
 // thread of the block calls it and each hook (they may meet the block); the stages must be free (no
 // GEMM's TMA in flight), and are again on return.
-template <Contiguous kAOrder, Contiguous kBOrder, class A, class B, class Start, class Finish>
+template <Contiguous kAOrder, Contiguous kBOrder, Streamed kStreamed, class A, class B, class Start, class Finish>
 __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Start start, Finish finish) {
   float* const a_rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]);
   float* const b_rows = a_rows + kChainK * kChainRowA;
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  ChainOperand<kChainM, kAOrder> as;
-  ChainOperand<kChainN, kBOrder> bs;
+  ChainOperand<kChainM, kAOrder, kStreamed == Streamed::a> as;
+  ChainOperand<kChainN, kBOrder, false> bs;
   for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
     const ChainTile tile = chain_tile(index, N);
     as.load(a, tile.m0, M, 0, K);  // in flight during the start

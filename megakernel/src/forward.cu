@@ -27,7 +27,7 @@ namespace {
 __device__ void router_logits(Pipeline& pipe, const Params& p) {
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p);
   const long M = own_token_end(p) - first;
-  chain_gemm<Contiguous::along_k, Contiguous::along_k>(
+  chain_gemm<Contiguous::along_k, Contiguous::along_k, Streamed::a>(
       pipe, M, E, H, [&](long t, long h) { return p.x + t * H + h; },
       [&](long h, long e) { return p.router_w + e * H + h; }, FromZero{},
       store_each_output(M, E, [&](long t, long e, float logit) {

@@ -81,16 +81,17 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   run_blocks(s.blocks, [&] {
     Pipeline pipe{smem.get()};
     if (how == Finish::each_output) {
-      chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
+      chain_gemm<kA, kB, Streamed::a>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
       return;
     }
-    chain_gemm<kA, kB>(pipe, s.M, s.N, s.K, a, b, FromZero{}, [&](const ChainTile& tile, const ChainAcc& acc) {
-      const float* const rows = stash_chain_tile(pipe, acc);
-      for (int i = int(threadIdx.x); i < kChainM * kChainN; i += kThreads)
-        if (tile.m0 + i / kChainN < s.M && tile.n0 + i % kChainN < s.N)
-          store(tile.m0 + i / kChainN, tile.n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
-      __syncthreads();
-    });
+    chain_gemm<kA, kB, Streamed::none>(
+        pipe, s.M, s.N, s.K, a, b, FromZero{}, [&](const ChainTile& tile, const ChainAcc& acc) {
+          const float* const rows = stash_chain_tile(pipe, acc);
+          for (int i = int(threadIdx.x); i < kChainM * kChainN; i += kThreads)
+            if (tile.m0 + i / kChainN < s.M && tile.n0 + i % kChainN < s.N)
+              store(tile.m0 + i / kChainN, tile.n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
+          __syncthreads();
+        });
   });
   for (long m = 0; m < s.M; ++m)
     for (long n = 0; n < s.N; ++n) {
@@ -137,7 +138,7 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
   run_blocks(3, [&] {
     Pipeline pipe{smem.get()};
     const auto product = [&](long k_begin, long k_end, auto start, std::vector<float>& to) {
-      chain_gemm<kMn, kMn>(
+      chain_gemm<kMn, kMn, Streamed::none>(
           pipe, M, N, k_end - k_begin, [&](long m, long k) { return &a_terms[(k_begin + k) * M + m]; },
           [&](long k, long n) { return &b_terms[(k_begin + k) * N + n]; }, start,
           store_each_output(M, N, [&](long m, long n, float v) { to[m * N + n] = v; }));
@@ -150,7 +151,7 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
           return true;
         },
         out);
-    chain_gemm<kMn, kMn>(
+    chain_gemm<kMn, kMn, Streamed::none>(
         pipe, M, N, K, [&](long, long) { return &one; }, [&](long, long) { return &one; },
         [&](const ChainTile&, ChainAcc&) {
           if (threadIdx.x == 0) ++stops;
