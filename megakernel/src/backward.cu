@@ -582,7 +582,7 @@ __device__ void relay_router_weight_grad(Pipeline& pipe, const Params& p) {
 
 // dx = slots + shared + router share for this GPU's tokens.
 __device__ void combine_dx(Pipeline& pipe, const Params& p) {
-  const auto start = [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); };
+  const auto from_shared = [&](long i, float(&acc)[8]) { start_from_shared(p, p.shared_y, i, acc); };
   const auto step = [&](const RankBuffers&, long, int j, bf16 v, float acc) {
     return combine_dx_chain(
         j, 1, [&](int) { return v; }, acc);
@@ -595,7 +595,7 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
     reinterpret_cast<Bf16x8*>(p.dx)[own_vector(p, i)] = dx;
   };
   if (!has_router(p)) {
-    combine_tokens(p, start, step, [&](long i, int, const float(&sums)[8]) { store(i, sums, nullptr); });
+    combine_tokens(p, from_shared, step, [&](long i, int, const float(&sums)[8]) { store(i, sums, nullptr); });
     return;
   }
   // The router's share, a chain over E an output, by tiles (chain_gemm); each tile's vectors are combined
@@ -610,7 +610,7 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
           const int row = v / (kChainN / 8), col = v % (kChainN / 8) * 8;
           if (tile.m0 + row < M && tile.n0 + col < H)
             combine_token_vector(
-                p, (first + tile.m0 + row) * (H / 8) + (tile.n0 + col) / 8, start, step,
+                p, (first + tile.m0 + row) * (H / 8) + (tile.n0 + col) / 8, from_shared, step,
                 [&](long i, int, const float(&sums)[8]) { store(i, sums, shares + row * kChainRowB + col); });
         }
         __syncthreads();  // the shares are read before the next tile's

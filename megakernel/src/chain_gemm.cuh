@@ -6,6 +6,7 @@
 // per output loaded both terms of every fma (a GEMM's fmas at a load's rate: 8.8 ms for kimi-k2's logits).
 #pragma once
 
+#include "chain_tiles.cuh"
 #include "mok/core/bf16.h"
 #include "mok/core/host_device.h"
 #include "mok/megakernel/ptx/prefetch.cuh"
@@ -13,8 +14,8 @@
 
 namespace mok::gpu {
 
-inline constexpr int kChainM = 96, kChainN = 64, kChainK = 32;  // the output tile; the K-chunk staged
-inline constexpr int kChainMicro = 4;                           // a thread's outputs: 4 x 4
+inline constexpr int kChainK = 32;     // the K-chunk staged
+inline constexpr int kChainMicro = 4;  // a thread's outputs: 4 x 4
 // Floats after each staged row: a warp staging along k writes one float to each of 32 rows, 4-way bank
 // conflicts with the pad (32-way without it), and rows stay whole float4s.
 inline constexpr int kChainPad = 4;
@@ -23,18 +24,6 @@ inline constexpr int kChainRowA = kChainM + kChainPad, kChainRowB = kChainN + kC
 static_assert(4 * (kChainK * (kChainRowA + kChainRowB) + kChainM * kChainRowB) <= sizeof(GemmSmem::stage),
               "the stages hold a chunk and a tile");
 using ChainAcc = float[kChainMicro][kChainMicro];  // a thread's outputs of a tile
-
-// The output tiles of an M x N product, row-major: tile `index` starts at row m0, column n0.
-struct ChainTile {
-  long index, m0, n0;
-};
-__host__ __device__ inline long chain_n_tiles(long N) { return (N + kChainN - 1) / kChainN; }
-__host__ __device__ inline long chain_tile_count(long M, long N) {
-  return (M + kChainM - 1) / kChainM * chain_n_tiles(N);
-}
-__device__ __forceinline__ ChainTile chain_tile(long index, long N) {
-  return {index, index / chain_n_tiles(N) * kChainM, index % chain_n_tiles(N) * kChainN};
-}
 
 // This thread's first output row and column within a tile.
 __device__ __forceinline__ int chain_m() { return threadIdx.x / (kChainN / kChainMicro) * kChainMicro; }
@@ -60,7 +49,8 @@ enum class Contiguous { along_k, along_mn };
 __device__ __forceinline__ float chain_term(float v) { return v; }
 __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 
-// Which operand is streamed from memory, each of its elements read by one block once (the logits' x):
+// Which operand is streamed from memory, each of its elements read once by each column tile's block (the
+// logits' x: by one block where E <= kChainN):
 // a thread asks L2 for its elements of the chunk kChainPrefetchAhead beyond the one it loads, so that the
 // load waits for L2, not memory (with a chunk's fmas between them, the block waited for memory). On
 // the other operands, and on the backward's x, it cost time (results/2026-12-04-h200-b).

@@ -4,7 +4,7 @@
 // hand-over of one unit: wait for its flag, read it; write it, raise the flag.
 #pragma once
 
-#include "chain_gemm.cuh"
+#include "chain_tiles.cuh"
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
 

@@ -55,10 +55,6 @@ struct ChainRelay {
   unsigned int* out_flags[kMaxGpus];
   unsigned int partial, result;  // this launch's flag values
 };
-// The relay's units: each shared-gradient tile's two consumer halves of fp32 accumulators (in the
-// fragment layout: each thread's own, 16 bytes at a time), then the router gradient's chain tiles
-// (chain_gemm.cuh).
-
 // Where the watchdog or an input check stopped a kernel.
 struct KernelError {
   int code;  // 0: none; see ErrorCode

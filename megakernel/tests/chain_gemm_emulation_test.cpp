@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "chain_gemm.cuh"  // the build's copy, beside the stand-in for tile_gemm.cuh
@@ -63,13 +64,29 @@ std::vector<float> operand(long width, long K, Term term, std::mt19937& rng) {
   return v;
 }
 
-template <Contiguous kA, Contiguous kB>
+// An operand's terms as its element type (x is bf16, the rest float).
+template <class T>
+std::vector<T> as(const std::vector<float>& terms) {
+  std::vector<T> v(terms.size());
+  for (size_t i = 0; i < terms.size(); ++i) {
+    if constexpr (std::is_same_v<T, bf16>)
+      v[i] = to_bf16(terms[i]);
+    else
+      v[i] = terms[i];
+  }
+  return v;
+}
+
+// Each product's terms of types TA and TB, read through addresses that are checked: an index outside an
+// operand (a load's or a prefetch's) throws, which ends the test.
+template <Contiguous kA, Contiguous kB, class TA = float, class TB = float>
 void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   SCOPED_TRACE(testing::Message() << "M " << s.M << " N " << s.N << " K " << s.K << " blocks " << s.blocks);
   std::mt19937 rng(unsigned(s.M * 1000003 + s.N * 1009 + s.K));
-  const std::vector<float> a_terms = operand<kA>(s.M, s.K, term, rng), b_terms = operand<kB>(s.N, s.K, term, rng);
-  const auto a = [&](long m, long k) { return &a_terms[kA == Contiguous::along_k ? m * s.K + k : k * s.M + m]; };
-  const auto b = [&](long k, long n) { return &b_terms[kB == Contiguous::along_k ? n * s.K + k : k * s.N + n]; };
+  const std::vector<TA> a_terms = as<TA>(operand<kA>(s.M, s.K, term, rng));
+  const std::vector<TB> b_terms = as<TB>(operand<kB>(s.N, s.K, term, rng));
+  const auto a = [&](long m, long k) { return &a_terms.at(kA == Contiguous::along_k ? m * s.K + k : k * s.M + m); };
+  const auto b = [&](long k, long n) { return &b_terms.at(kB == Contiguous::along_k ? n * s.K + k : k * s.N + n); };
   std::vector<float> out(s.M * s.N, std::numeric_limits<float>::quiet_NaN());
   std::vector<std::atomic<int>> writes(s.M * s.N);
   const auto store = [&](long m, long n, float v) {
@@ -96,7 +113,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   for (long m = 0; m < s.M; ++m)
     for (long n = 0; n < s.N; ++n) {
       const float chain = fma_chain(
-          int(s.K), [&](int k) { return *a(m, k); }, [&](int k) { return *b(k, n); });
+          int(s.K), [&](int k) { return chain_term(*a(m, k)); }, [&](int k) { return chain_term(*b(k, n)); });
       ASSERT_EQ(writes[m * s.N + n], 1) << "output " << m << ", " << n;
       ASSERT_EQ(bits_of(out[m * s.N + n]), bits_of(chain)) << "output " << m << ", " << n;
     }
@@ -107,12 +124,13 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
 const Shape kShapes[] = {{37, 8, 64, 2},   {200, 70, 100, 3}, {1, 6, 33, 1},    {0, 6, 64, 2}, {96, 64, 1, 1},
                          {97, 384, 31, 5}, {8, 64, 37, 2},    {100, 136, 1, 3}, {6, 64, 0, 2}, {191, 128, 65, 2}};
 
-TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {  // both operands along k (x rows, router rows)
-  for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_k>(s, Finish::each_output);
+TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {  // both operands along k (x rows, bf16; router rows)
+  for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_k, bf16>(s, Finish::each_output);
 }
 
-TEST(ChainGemm, WeightGradientOrderGivesEachOutputItsChain) {  // both along M / N (d logits, x by token)
-  for (const Shape& s : kShapes) expect_chains<Contiguous::along_mn, Contiguous::along_mn>(s, Finish::each_output);
+TEST(ChainGemm, WeightGradientOrderGivesEachOutputItsChain) {  // both along M / N (d logits, x by token, bf16)
+  for (const Shape& s : kShapes)
+    expect_chains<Contiguous::along_mn, Contiguous::along_mn, float, bf16>(s, Finish::each_output);
 }
 
 TEST(ChainGemm, AChainEndingAtMinusZeroKeepsItsSignInAPartialChunk) {
@@ -139,8 +157,8 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
     Pipeline pipe{smem.get()};
     const auto product = [&](long k_begin, long k_end, auto start, std::vector<float>& to) {
       chain_gemm<kMn, kMn, Streamed::none>(
-          pipe, M, N, k_end - k_begin, [&](long m, long k) { return &a_terms[(k_begin + k) * M + m]; },
-          [&](long k, long n) { return &b_terms[(k_begin + k) * N + n]; }, start,
+          pipe, M, N, k_end - k_begin, [&](long m, long k) { return &a_terms.at((k_begin + k) * M + m); },
+          [&](long k, long n) { return &b_terms.at((k_begin + k) * N + n); }, start,
           store_each_output(M, N, [&](long m, long n, float v) { to[m * N + n] = v; }));
     };
     product(0, K0, FromZero{}, partial);
