@@ -29,11 +29,22 @@ using ChainAcc = float[kChainMicro][kChainMicro];  // a thread's outputs of a ti
 __device__ __forceinline__ int chain_m() { return threadIdx.x / (kChainN / kChainMicro) * kChainMicro; }
 __device__ __forceinline__ int chain_n() { return threadIdx.x % (kChainN / kChainMicro) * kChainMicro; }
 
+// The GEMM stages' floats in a chain phase: a chunk's A rows ([kChainK] of kChainRowA), its B rows
+// ([kChainK] of kChainRowB), then a stashed tile's rows ([kChainM] of kChainRowB).
+struct ChainStages {
+  float *a, *b, *tile;
+};
+__device__ __forceinline__ ChainStages chain_stages(Pipeline& pipe) {
+  float* const a = reinterpret_cast<float*>(&pipe.smem->stage[0][0]);
+  float* const b = a + kChainK * kChainRowA;
+  return {a, b, b + kChainK * kChainRowB};
+}
+
 // A finish's first step where the block reads the tile's outputs: each thread's put in the tile's rows
-// ([kChainM] of kChainRowB floats in the stages after the chunks: the output at m0 + r, n0 + c at
-// r * kChainRowB + c), then the block meets. It must meet again before the next tile's (its reads done).
+// (the output at m0 + r, n0 + c at r * kChainRowB + c), then the block meets. It must meet again before
+// the next tile's (its reads done).
 __device__ __forceinline__ const float* stash_chain_tile(Pipeline& pipe, const ChainAcc& acc) {
-  float* const rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]) + kChainK * (kChainRowA + kChainRowB);
+  float* const rows = chain_stages(pipe).tile;
 #pragma unroll
   for (int i = 0; i < kChainMicro; ++i)
     *reinterpret_cast<float4*>(rows + (chain_m() + i) * kChainRowB + chain_n()) =
@@ -50,10 +61,10 @@ __device__ __forceinline__ float chain_term(float v) { return v; }
 __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 
 // Which operand is streamed from memory, each of its elements read once by each column tile's block (the
-// logits' x: by one block where E <= kChainN):
-// a thread asks L2 for its elements of the chunk kChainPrefetchAhead beyond the one it loads, so that the
-// load waits for L2, not memory (with a chunk's fmas between them, the block waited for memory). On
-// the other operands, and on the backward's x, it cost time (results/2026-12-04-h200-b).
+// logits' x: by one block where E <= kChainN): a thread asks L2 for its elements of the chunk
+// kChainPrefetchAhead beyond the one it loads, so that the load waits for L2, not memory (with a chunk's
+// fmas between them, the block waited for memory). On the other operands, and on the backward's x, it
+// cost time (results/2026-12-04-h200-b).
 enum class Streamed { none, a };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
@@ -107,15 +118,14 @@ __device__ __forceinline__ void for_each_chain_output(long M, long N, const Chai
 }
 
 // For every tile of [0, M) x [0, N), over the grid's blocks: each thread's outputs there, the chain over
-// k in [0, K) of *a(m, k) times *b(k, n) (a and b give the terms' addresses; float or bf16) from the value start(tile,
-// acc) puts in acc[i][j] (the output at tile.m0 + chain_m() + i, tile.n0 + chain_n() + j), handed to finish(tile, acc).
-// A start returns whether the block goes on, the same for every thread (false: the block takes no more tiles). Every
-// thread of the block calls it and each hook (they may meet the block); the stages must be free (no
-// GEMM's TMA in flight), and are again on return.
+// k in [0, K) of *a(m, k) times *b(k, n) (a and b give the terms' addresses; float or bf16) from the value
+// start(tile, acc) puts in acc[i][j] (the output at tile.m0 + chain_m() + i, tile.n0 + chain_n() + j),
+// handed to finish(tile, acc). A start returns whether the block goes on, the same for every thread
+// (false: the block takes no more tiles). Every thread of the block calls it and each hook (they may
+// meet the block); the stages must be free (no GEMM's TMA in flight), and are again on return.
 template <Contiguous kAOrder, Contiguous kBOrder, Streamed kStreamed, class A, class B, class Start, class Finish>
 __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Start start, Finish finish) {
-  float* const a_rows = reinterpret_cast<float*>(&pipe.smem->stage[0][0]);
-  float* const b_rows = a_rows + kChainK * kChainRowA;
+  const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
   ChainOperand<kChainM, kAOrder, kStreamed == Streamed::a> as;
@@ -128,8 +138,8 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
     if (!start(tile, acc)) break;
     for (long k0 = 0; k0 < K; k0 += kChainK) {
       __syncthreads();  // the last chunk's reads are done
-      as.stage(a_rows);
-      bs.stage(b_rows);
+      as.stage(stages.a);
+      bs.stage(stages.b);
       __syncthreads();
       if (k0 + kChainK < K) {  // the next chunk's loads in flight during this one's fmas
         as.load(a, tile.m0, M, k0 + kChainK, K);
@@ -138,8 +148,8 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
       const int terms = int(K - k0 < kChainK ? K - k0 : kChainK);  // no fma(0, 0, acc): it would turn -0 to +0
 #pragma unroll 8
       for (int k = 0; k < terms; ++k) {
-        const float4 av = *reinterpret_cast<const float4*>(a_rows + k * kChainRowA + tm);
-        const float4 bv = *reinterpret_cast<const float4*>(b_rows + k * kChainRowB + tn);
+        const float4 av = *reinterpret_cast<const float4*>(stages.a + k * kChainRowA + tm);
+        const float4 bv = *reinterpret_cast<const float4*>(stages.b + k * kChainRowB + tn);
         const float ar[kChainMicro] = {av.x, av.y, av.z, av.w}, br[kChainMicro] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
         for (int i = 0; i < kChainMicro; ++i)
