@@ -32,7 +32,7 @@ __device__ void router_logits(Pipeline& pipe, const Params& p) {
       [&](long h, long e) { return p.router_w + e * H + h; }, FromZero{},
       store_each_output(M, E, [&](long t, long e, float logit) {
         p.logits[t * E + e] = logit;
-        if (logit - logit != 0.0f) record_error(p.barrier, kLogitOverflow, kRouterLogits, 0, int(first + t));
+        if (logit - logit != 0.0f) record_bad_token(p.barrier, kLogitOverflow, kRouterLogits, first + t);
       }));
 }
 
@@ -52,7 +52,7 @@ __device__ void router_select_tokens(Pipeline& pipe, const Params& p) {
 
 // A given routing (every token's, gathered: every GPU lays out all of them), copied where the layer
 // reads it and checked before anything else does: an expert id outside [0, E) or twice in one token
-// would send rows out of bounds, a non-finite given weight poisons y. The first bad token is recorded
+// would send rows out of bounds, a non-finite given weight poisons y. The smallest bad token is recorded
 // (kBadRouting) and the launch ends at the next barrier.
 __device__ void take_given_routing(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k;
@@ -69,7 +69,7 @@ __device__ void take_given_routing(const Params& p) {
       if (weights) p.topk_w[g * k + j] = w;
       ok = ok && fresh && w - w == 0.0f;
     }
-    if (!ok) record_error(p.barrier, kBadRouting, kRoutingCheck, 0, int(g));
+    if (!ok) record_bad_token(p.barrier, kBadRouting, kRoutingCheck, g);
   }
 }
 

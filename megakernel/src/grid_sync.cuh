@@ -33,6 +33,14 @@ __device__ __forceinline__ void record_error(const GridBarrier& b, int code, int
   }
 }
 
+// An input error found at a token (kLogitOverflow, kBadRouting). Where several tokens are bad, the
+// smallest is named, whichever thread finds its own first: the message is the same run to run, and the
+// reference's.
+__device__ __forceinline__ void record_bad_token(const GridBarrier& b, int code, int phase, long token) {
+  record_error(b, code, phase, 0, 0);
+  if (*reinterpret_cast<volatile int*>(&b.error->code) == code) atomicMax(&b.error->inverted_token, ~unsigned(token));
+}
+
 __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
   return *reinterpret_cast<volatile int*>(&b.error->code) != kNoError;
 }

@@ -60,7 +60,10 @@ struct KernelError {
   int code;  // 0: none; see ErrorCode
   int phase;
   int cycle;
-  int detail;  // the block that waited (timeout), the token (logit overflow)
+  int detail;  // the block that waited (timeout), the GPU (peer errors), the tiles (capacity)
+  // kLogitOverflow, kBadRouting: ~token of the smallest bad token (record_bad_token: an atomicMax from the
+  // zeroed word).
+  unsigned int inverted_token;
 };
 
 enum ErrorCode : int {
@@ -69,7 +72,7 @@ enum ErrorCode : int {
   kLogitOverflow = 2,
   kPipelineTimeout = 3,
   kPeerTimeout = 4,   // detail: the GPU that did not arrive
-  kBadRouting = 5,    // detail: the token whose given routing is out of range, repeated or not finite
+  kBadRouting = 5,    // the token whose given routing is out of range, repeated or not finite
   kPeerAborted = 6,   // detail: the GPU whose launch stopped on an error (its abort mark)
   kCapacity = 7,      // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
   kRingCycles = 8,    // detail: the ring cycles the backward needs where its workspace allows one

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "hopper_options.h"
@@ -354,6 +355,47 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
   b.run(layer, stream_);
   layer.check();
   expect_same(read(b), reference(p, RoutingMode::given));
+}
+
+// Bad tokens found by threads of many blocks at once: the error names the smallest, launch after launch,
+// as the reference does. Finite inputs whose logits overflow (the largest bf16 in a token's row, router
+// weights 1), and a given routing with an expert id out of range.
+TEST_F(LayerApi, DeviceErrorsNameTheSmallestBadToken) {
+  ref::Problem p = ref::make_problem(make_config(1, 4096, 128, 64, 8, 2), 50, ref::RoutingKind::uniform);
+  const int H = p.config.hidden, k = p.config.top_k;
+  const int bad[] = {3001, 270, 4095, 271, 1234};
+  ref::Problem overflowing = p, misrouted = p;
+  std::fill(overflowing.weights.router.begin(), overflowing.weights.router.end(), 1.0f);
+  for (int t : bad) {
+    std::fill_n(overflowing.x.begin() + long(t) * H, H, bf16{0x7f7f});
+    misrouted.routing->topk_idx[size_t(t) * k + 1] = p.config.experts;
+  }
+  const auto reference_error = [](const ref::Problem& q, const Routing* given) -> std::string {
+    try {
+      ref::forward(q.config, q.x, q.weights, given, hopper_options());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(reference_error(overflowing, nullptr).find("router logit of token 270 overflows"), std::string::npos);
+  EXPECT_NE(reference_error(misrouted, &*misrouted.routing).find("topk_idx[270, 1]"), std::string::npos);
+  for (const auto& [q, mode, want] :
+       {std::tuple{&overflowing, RoutingMode::router, "router logit of token 270 overflows"},
+        std::tuple{&misrouted, RoutingMode::given, "given routing of token 270 "}}) {
+    Layer layer(q->config, {});
+    Bound b(layer, *q, mode);
+    for (int run = 0; run < 8; ++run) {
+      b.poison();
+      layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+      try {
+        layer.check();
+        ADD_FAILURE() << "the bad tokens were not reported";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << "run " << run << ": " << e.what();
+      }
+    }
+  }
 }
 
 TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
