@@ -60,12 +60,12 @@ enum class Contiguous { along_k, along_mn };
 __device__ __forceinline__ float chain_term(float v) { return v; }
 __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 
-// Which operand is streamed from memory, each of its elements read once by each column tile's block (the
-// logits' x: by one block where E <= kChainN): a thread asks L2 for its elements of the chunk
+// Which operand is streamed from memory, each of its elements read once by each row tile's block (the
+// logits' x: by one block where E <= kChainM): a thread asks L2 for its elements of the chunk
 // kChainPrefetchAhead beyond the one it loads, so that the load waits for L2, not memory (with a chunk's
 // fmas between them, the block waited for memory). On the other operands, and on the backward's x, it
 // cost time (results/2026-12-04-h200-b).
-enum class Streamed { none, a };
+enum class Streamed { none, b };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
 // One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
@@ -128,14 +128,17 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
   const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  ChainOperand<kChainM, kAOrder, kStreamed == Streamed::a> as;
-  ChainOperand<kChainN, kBOrder, false> bs;
+  ChainOperand<kChainM, kAOrder, false> as;
+  ChainOperand<kChainN, kBOrder, kStreamed == Streamed::b> bs;
   for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
     const ChainTile tile = chain_tile(index, N);
     as.load(a, tile.m0, M, 0, K);  // in flight during the start
     bs.load(b_by_n, tile.n0, N, 0, K);
     ChainAcc acc = {};
     if (!start(tile, acc)) break;
+    // A thread whose outputs all lie outside skips the fmas: whole warps do where M < kChainM (rows run
+    // along the warps; columns along the lanes, where idle lanes would save nothing).
+    const bool live = tile.m0 + tm < M && tile.n0 + tn < N;
     for (long k0 = 0; k0 < K; k0 += kChainK) {
       __syncthreads();  // the last chunk's reads are done
       as.stage(stages.a);
@@ -145,7 +148,8 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
         as.load(a, tile.m0, M, k0 + kChainK, K);
         bs.load(b_by_n, tile.n0, N, k0 + kChainK, K);
       }
-      const int terms = int(K - k0 < kChainK ? K - k0 : kChainK);  // no fma(0, 0, acc): it would turn -0 to +0
+      // No fma(0, 0, acc) past K: it would turn -0 to +0.
+      const int terms = !live ? 0 : int(K - k0 < kChainK ? K - k0 : kChainK);
 #pragma unroll 8
       for (int k = 0; k < terms; ++k) {
         const float4 av = *reinterpret_cast<const float4*>(stages.a + k * kChainRowA + tm);

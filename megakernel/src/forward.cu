@@ -23,14 +23,15 @@
 namespace mok::gpu {
 namespace {
 
-// Logits of this GPU's tokens (a chain over H each), into the caller's rows of them.
+// Logits of this GPU's tokens (a chain over H each), into the caller's rows of them. Experts by tokens:
+// with E < kChainM a tile's rows past E are whole idle warps (chain_gemm), and the tokens fill the SMs.
 __device__ void router_logits(Pipeline& pipe, const Params& p) {
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p);
-  const long M = own_token_end(p) - first;
-  chain_gemm<Contiguous::along_k, Contiguous::along_k, Streamed::a>(
-      pipe, M, E, H, [&](long t, long h) { return p.x + t * H + h; },
-      [&](long h, long e) { return p.router_w + e * H + h; }, FromZero{},
-      store_each_output(M, E, [&](long t, long e, float logit) {
+  const long tokens = own_token_end(p) - first;
+  chain_gemm<Contiguous::along_k, Contiguous::along_k, Streamed::b>(
+      pipe, E, tokens, H, [&](long e, long h) { return p.router_w + e * H + h; },
+      [&](long h, long t) { return p.x + t * H + h; }, FromZero{},
+      store_each_output(E, tokens, [&](long e, long t, float logit) {
         p.logits[t * E + e] = logit;
         if (logit - logit != 0.0f) record_bad_token(p.barrier, kLogitOverflow, kRouterLogits, first + t);
       }));

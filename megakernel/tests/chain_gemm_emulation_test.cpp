@@ -79,7 +79,7 @@ std::vector<T> as(const std::vector<float>& terms) {
 
 // Each product's terms of types TA and TB, read through addresses that are checked: an index outside an
 // operand (a load's or a prefetch's) throws, which ends the test.
-template <Contiguous kA, Contiguous kB, class TA = float, class TB = float>
+template <Contiguous kA, Contiguous kB, class TA = float, class TB = float, Streamed kStreamed = Streamed::none>
 void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   SCOPED_TRACE(testing::Message() << "M " << s.M << " N " << s.N << " K " << s.K << " blocks " << s.blocks);
   std::mt19937 rng(unsigned(s.M * 1000003 + s.N * 1009 + s.K));
@@ -98,7 +98,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   run_blocks(s.blocks, [&] {
     Pipeline pipe{smem.get()};
     if (how == Finish::each_output) {
-      chain_gemm<kA, kB, Streamed::a>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
+      chain_gemm<kA, kB, kStreamed>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
       return;
     }
     chain_gemm<kA, kB, Streamed::none>(
@@ -120,12 +120,15 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
 }
 
 // Partial tiles along M (96) and N (64), partial K-chunks (32), no terms, no rows, a tile per block and
-// several.
-const Shape kShapes[] = {{37, 8, 64, 2},   {200, 70, 100, 3}, {1, 6, 33, 1},    {0, 6, 64, 2}, {96, 64, 1, 1},
-                         {97, 384, 31, 5}, {8, 64, 37, 2},    {100, 136, 1, 3}, {6, 64, 0, 2}, {191, 128, 65, 2}};
+// several, and the logits' E = 32 rows by tokens.
+const Shape kShapes[] = {{37, 8, 64, 2}, {200, 70, 100, 3}, {1, 6, 33, 1},   {0, 6, 64, 2},
+                         {96, 64, 1, 1}, {97, 384, 31, 5},  {8, 64, 37, 2},  {100, 136, 1, 3},
+                         {6, 64, 0, 2},  {191, 128, 65, 2}, {32, 130, 70, 2}};
 
-TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {  // both operands along k (x rows, bf16; router rows)
-  for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_k, bf16>(s, Finish::each_output);
+// Both operands along k (router rows; x rows, bf16, streamed); rows past M are idle warps'.
+TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {
+  for (const Shape& s : kShapes)
+    expect_chains<Contiguous::along_k, Contiguous::along_k, float, bf16, Streamed::b>(s, Finish::each_output);
 }
 
 TEST(ChainGemm, WeightGradientOrderGivesEachOutputItsChain) {  // both along M / N (d logits, x by token, bf16)
