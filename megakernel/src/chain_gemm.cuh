@@ -60,12 +60,12 @@ enum class Contiguous { along_k, along_mn };
 __device__ __forceinline__ float chain_term(float v) { return v; }
 __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 
-// Which operand is streamed from memory, each of its elements read once by each row tile's block (the
+// Which operand is streamed from memory, each of its elements read once by each tile across it (the
 // logits' x: by one block where E <= kChainM): a thread asks L2 for its elements of the chunk
 // kChainPrefetchAhead beyond the one it loads, so that the load waits for L2, not memory (with a chunk's
 // fmas between them, the block waited for memory). On the other operands, and on the backward's x, it
 // cost time (results/2026-12-04-h200-b).
-enum class Streamed { none, b };
+enum class Streamed { none, a, b };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
 // One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
@@ -128,7 +128,7 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
   const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  ChainOperand<kChainM, kAOrder, false> as;
+  ChainOperand<kChainM, kAOrder, kStreamed == Streamed::a> as;
   ChainOperand<kChainN, kBOrder, kStreamed == Streamed::b> bs;
   for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
     const ChainTile tile = chain_tile(index, N);

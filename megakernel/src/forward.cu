@@ -23,18 +23,28 @@
 namespace mok::gpu {
 namespace {
 
-// Logits of this GPU's tokens (a chain over H each), into the caller's rows of them. Experts by tokens:
-// with E < kChainM a tile's rows past E are whole idle warps (chain_gemm), and the tokens fill the SMs.
+// Logits of this GPU's tokens (a chain over H each), into the caller's rows of them. Where E fits a
+// tile's rows, experts by tokens: the rows past E are whole idle warps (chain_gemm) and the tokens fill
+// the SMs (kimi-k2, E = 32: 0.55 -> 0.46 ms); beyond, tokens by experts, whose tiles are whole where E
+// is a multiple of kChainN (qwen3-30b-a3b, E = 128: 0.48 against 0.64 ms; results/2026-12-04-h200-c).
 __device__ void router_logits(Pipeline& pipe, const Params& p) {
   const long H = p.c.hidden, E = p.c.experts, first = own_token_begin(p);
   const long tokens = own_token_end(p) - first;
-  chain_gemm<Contiguous::along_k, Contiguous::along_k, Streamed::b>(
-      pipe, E, tokens, H, [&](long e, long h) { return p.router_w + e * H + h; },
-      [&](long h, long t) { return p.x + t * H + h; }, FromZero{},
-      store_each_output(E, tokens, [&](long e, long t, float logit) {
-        p.logits[t * E + e] = logit;
-        if (logit - logit != 0.0f) record_bad_token(p.barrier, kLogitOverflow, kRouterLogits, first + t);
-      }));
+  const auto x = [&](long t, long h) { return p.x + t * H + h; };
+  const auto w = [&](long e, long h) { return p.router_w + e * H + h; };
+  const auto store = [&](long t, long e, float logit) {
+    p.logits[t * E + e] = logit;
+    if (logit - logit != 0.0f) record_bad_token(p.barrier, kLogitOverflow, kRouterLogits, first + t);
+  };
+  constexpr Contiguous kK = Contiguous::along_k;
+  if (E <= kChainM)
+    chain_gemm<kK, kK, Streamed::b>(
+        pipe, E, tokens, H, w, [&](long h, long t) { return x(t, h); }, FromZero{},
+        store_each_output(E, tokens, [&](long e, long t, float logit) { store(t, e, logit); }));
+  else
+    chain_gemm<kK, kK, Streamed::a>(
+        pipe, tokens, E, H, x, [&](long h, long e) { return w(e, h); }, FromZero{},
+        store_each_output(tokens, E, store));
 }
 
 // Top-k (unless replayed) and weights of this GPU's tokens, a thread's scratch in the stages: scores, key

@@ -125,10 +125,13 @@ const Shape kShapes[] = {{37, 8, 64, 2}, {200, 70, 100, 3}, {1, 6, 33, 1},   {0,
                          {96, 64, 1, 1}, {97, 384, 31, 5},  {8, 64, 37, 2},  {100, 136, 1, 3},
                          {6, 64, 0, 2},  {191, 128, 65, 2}, {32, 130, 70, 2}};
 
-// Both operands along k (router rows; x rows, bf16, streamed); rows past M are idle warps'.
+// Both operands along k, x (bf16) streamed: experts by tokens (rows past M are idle warps'), and tokens by
+// experts (E > 96).
 TEST(ChainGemm, LogitsOrderGivesEachOutputItsChain) {
-  for (const Shape& s : kShapes)
+  for (const Shape& s : kShapes) {
     expect_chains<Contiguous::along_k, Contiguous::along_k, float, bf16, Streamed::b>(s, Finish::each_output);
+    expect_chains<Contiguous::along_k, Contiguous::along_k, bf16, float, Streamed::a>(s, Finish::each_output);
+  }
 }
 
 TEST(ChainGemm, WeightGradientOrderGivesEachOutputItsChain) {  // both along M / N (d logits, x by token, bf16)
