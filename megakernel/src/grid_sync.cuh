@@ -35,10 +35,13 @@ __device__ __forceinline__ void record_error(const GridBarrier& b, int code, int
 
 // An input error found at a token (kLogitOverflow, kBadRouting). Where several tokens are bad, the
 // smallest is named, whichever thread finds its own first: the message is the same run to run, and the
-// reference's.
+// reference's. A launch queued behind a failed one not raised yet still checks its inputs before its
+// first barrier: the key puts the earlier launch first, so the error stays that launch's.
 __device__ __forceinline__ void record_bad_token(const GridBarrier& b, int code, int phase, long token) {
   record_error(b, code, phase, 0, 0);
-  if (*reinterpret_cast<volatile int*>(&b.error->code) == code) atomicMax(&b.error->inverted_token, ~unsigned(token));
+  if (*reinterpret_cast<volatile int*>(&b.error->code) != code) return;
+  const unsigned int launch = unsigned(b.peers.epoch / 16);  // wraps after 2^32 launches with an error pending
+  atomicMax(&b.error->bad_token_key, (static_cast<unsigned long long>(~launch) << 32) | ~unsigned(token));
 }
 
 __device__ __forceinline__ bool error_recorded(const GridBarrier& b) {

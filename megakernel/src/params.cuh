@@ -61,9 +61,9 @@ struct KernelError {
   int phase;
   int cycle;
   int detail;  // the block that waited (timeout), the GPU (peer errors), the tiles (capacity)
-  // kLogitOverflow, kBadRouting: ~token of the smallest bad token (record_bad_token: an atomicMax from the
-  // zeroed word).
-  unsigned int inverted_token;
+  // kLogitOverflow, kBadRouting: the earliest launch's smallest bad token, as (~launch << 32 | ~token), an
+  // atomicMax from the zeroed word (record_bad_token); the low 32 bits are ~token.
+  unsigned long long bad_token_key;
 };
 
 enum ErrorCode : int {

@@ -396,6 +396,21 @@ TEST_F(LayerApi, DeviceErrorsNameTheSmallestBadToken) {
       }
     }
   }
+  // A launch queued behind the failed one before its error is raised checks its own inputs (token 5
+  // bad) before its first barrier: the error stays the first launch's.
+  ref::Problem later = p;
+  later.routing->topk_idx[5 * size_t(k)] = p.config.experts;
+  Layer layer(p.config, {});
+  Bound first(layer, misrouted, RoutingMode::given), second(layer, later, RoutingMode::given);
+  std::string raised = "nothing raised";
+  try {
+    layer.forward(stream_, first.workspace.view().data, first.inputs(), first.outputs());
+    layer.forward(stream_, second.workspace.view().data, second.inputs(), second.outputs());
+    layer.check();
+  } catch (const Error& e) {
+    raised = e.what();
+  }
+  EXPECT_NE(raised.find("given routing of token 270 "), std::string::npos) << raised;
 }
 
 TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
