@@ -33,20 +33,23 @@ __device__ __forceinline__ void record_error(const GridBarrier& b, int code, int
   }
 }
 
+// The launch's recorded error code, as another block may have just written it.
+__device__ __forceinline__ int recorded_code(const GridBarrier& b) {
+  return *reinterpret_cast<volatile int*>(&b.error->code);
+}
+
 // An input error found at a token (kLogitOverflow, kBadRouting). Where several tokens are bad, the
 // smallest is named, whichever thread finds its own first: the message is the same run to run, and the
 // reference's. A launch queued behind a failed one not raised yet still checks its inputs before its
 // first barrier: the key puts the earlier launch first, so the error stays that launch's.
 __device__ __forceinline__ void record_bad_token(const GridBarrier& b, int code, int phase, long token) {
   record_error(b, code, phase, 0, 0);
-  if (*reinterpret_cast<volatile int*>(&b.error->code) != code) return;
+  if (recorded_code(b) != code) return;
   const unsigned int launch = unsigned(b.peers.epoch / 16);  // wraps after 2^32 launches with an error pending
   atomicMax(&b.error->bad_token_key, (static_cast<unsigned long long>(~launch) << 32) | ~unsigned(token));
 }
 
-__device__ __forceinline__ bool error_recorded(const GridBarrier& b) {
-  return *reinterpret_cast<volatile int*>(&b.error->code) != kNoError;
-}
+__device__ __forceinline__ bool error_recorded(const GridBarrier& b) { return recorded_code(b) != kNoError; }
 
 // One check of a spin-wait's watchdog: true (stop waiting) once any block has recorded an error, or
 // once the wait, begun at `start`, has passed the timeout (then it records code, phase, cycle and

@@ -646,9 +646,9 @@ struct Layer::Impl {
     const std::string secs = std::to_string(launch.watchdog_seconds);
     std::string m;
     if (e.code == kLogitOverflow)
-      m = "mok: invalid input: router logit of token " + std::to_string(~unsigned(e.bad_token_key)) + " overflows";
+      m = "mok: invalid input: router logit of token " + std::to_string(e.bad_token()) + " overflows";
     else if (e.code == kBadRouting)
-      m = "mok: invalid input: the given routing of token " + std::to_string(~unsigned(e.bad_token_key)) +
+      m = "mok: invalid input: the given routing of token " + std::to_string(e.bad_token()) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
     else if (e.code == kRingCycles)

@@ -64,6 +64,7 @@ struct KernelError {
   // kLogitOverflow, kBadRouting: the earliest launch's smallest bad token, as (~launch << 32 | ~token), an
   // atomicMax from the zeroed word (record_bad_token); the low 32 bits are ~token.
   unsigned long long bad_token_key;
+  unsigned int bad_token() const { return ~unsigned(bad_token_key); }
 };
 
 enum ErrorCode : int {
