@@ -327,6 +327,7 @@ __device__ __forceinline__ void forward(const Params& p) {
   }
   if (!peer_sync(b, kExpertDown, cycles)) return;  // every GPU's pushes have landed
   combine(p);
+  stamp_phase(b, kEnd);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) { forward<false>(p); }

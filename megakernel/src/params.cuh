@@ -80,7 +80,8 @@ enum ErrorCode : int {
   kRelayTimeout = 9,  // detail: the GPU whose partial sums did not come (ChainRelay)
 };
 
-// The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports).
+// The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports);
+// the last two name block 0's stamps where no barrier follows.
 enum Phase : int {
   kStart,
   kRoutingCheck,
@@ -99,6 +100,8 @@ enum Phase : int {
   kWeightGrad,
   kTileTable,
   kGradOperands,
+  kRouterWeightChains,
+  kEnd,
   kPhaseCount
 };
 inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
@@ -117,7 +120,9 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "router backward (+ dye pull, shared expert dy W2)",
                                                          "weight gradients (+ shared expert dx)",
                                                          "tile table",
-                                                         "fp8 weight gradients' operands"};
+                                                         "fp8 weight gradients' operands",
+                                                         "router-weight gradient (block 0's tiles)",
+                                                         "after the last barrier (block 0's share)"};
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1) and as it
 // leaves each grid barrier (the phase the barrier closes), up to kClockEntries stamps.
