@@ -113,86 +113,112 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// One valid ring row's next kCols columns from i0 (a lane's, so no lane waits on another): dh =
-// bf16(swiglu_grad(w g)) stored, and d_w continued over them as fma_chain's terms g a, where a =
-// bf16(swiglu(h)) is recomputed from h with the forward's roundings (swiglu_words), not read.
-template <int kCols>
-__device__ __forceinline__ void row_grad_columns(const float* g, const bf16* h, bf16* dh, int I, int i0, float w,
-                                                 float limit, float& d_w) {
-  constexpr int kVectors = kCols / 8;  // 8 columns: a vector of h's gate, one of its up, two of g
-  uint4 gate[kVectors], up[kVectors];
-  float4 gv[2 * kVectors];
-  const uint4* h_vec = reinterpret_cast<const uint4*>(h);
-  const float4* g_vec = reinterpret_cast<const float4*>(g);
+// d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
+// (the core's fma_chain order), so rows run side by side. A warp stages 32 rows x 32 columns of g
+// and a in shared memory at a time (the GEMM stages, idle in this phase), so every load is a run of
+// whole lines rather than one word per row.
+__device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cycle) {
+  constexpr int kRows = 32, kCols = 32, kPitch = kCols + 1;  // the pad makes the lane-per-row reads conflict-free
+  using Panel = float[kRows][kPitch];
+  static_assert(sizeof(Panel) * 2 * (kThreads / 32) <= sizeof(pipe.smem->stage));
+  Panel* panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0]) + 2 * (threadIdx.x / 32);
+  Panel &gs = panel[0], &as = panel[1];
+  const int I = p.c.intermediate, lane = lane_id();
+  const long rows = cycle_ring_rows(p);
+  for (long first = warp_id() * kRows; first < rows; first += warp_count() * kRows) {
+    const RingRow mine = ring_row(p, cycle, first + lane);
+    const unsigned valid = __ballot_sync(~0u, mine.valid);
+    if (valid == 0) continue;
+    float acc = 0.0f;
+    for (int i0 = 0; i0 < I; i0 += kCols) {
+      const int n = min(kCols, I - i0);
+      // Every load of the panel is issued before the first store: the compiler cannot tell the panels
+      // (generic pointers) from g and a, and interleaved it ran the 32 rows' loads one after another.
+      float gv[kRows], av[kRows];
+      const float* g_row = p.g + first * I + i0 + lane;  // g per ring row: the warp's 32 rows follow
 #pragma unroll
-  for (int v = 0; v < kVectors; ++v) {  // every load issued before the first use
-    gate[v] = h_vec[i0 / 8 + v];
-    up[v] = h_vec[(I + i0) / 8 + v];
-    gv[2 * v] = g_vec[i0 / 4 + 2 * v];
-    gv[2 * v + 1] = g_vec[i0 / 4 + 2 * v + 1];
-  }
-  uint4* dh_vec = reinterpret_cast<uint4*>(dh);
+      for (int r = 0; r < kRows; ++r, g_row += I) {
+        const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;  // a per padded row
+        const bool load = (valid >> r & 1u) && lane < n;
+        gv[r] = load ? *g_row : 0.0f;
+        av[r] = load ? to_float(p.a[at]) : 0.0f;
+      }
 #pragma unroll
-  for (int v = 0; v < kVectors; ++v) {
-    const uint32_t gw[4] = {gate[v].x, gate[v].y, gate[v].z, gate[v].w}, uw[4] = {up[v].x, up[v].y, up[v].z, up[v].w};
-    const float gs[8] = {gv[2 * v].x,     gv[2 * v].y,     gv[2 * v].z,     gv[2 * v].w,
-                         gv[2 * v + 1].x, gv[2 * v + 1].y, gv[2 * v + 1].z, gv[2 * v + 1].w};
-    float s[8];
-    gate_sigmoids<4>(gw, limit, s);
-    uint32_t d_gate[4], d_up[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float gate_lo = low_float(gw[j]), gate_hi = high_float(gw[j]), up_lo = low_float(uw[j]),
-                  up_hi = high_float(uw[j]);
-      const SwigluGrad lo = swiglu_grad_given_sigmoid(gate_lo, up_lo, w * gs[2 * j], limit, s[2 * j]);
-      const SwigluGrad hi = swiglu_grad_given_sigmoid(gate_hi, up_hi, w * gs[2 * j + 1], limit, s[2 * j + 1]);
-      d_gate[j] = pack_bf16(lo.gate, hi.gate);
-      d_up[j] = pack_bf16(lo.up, hi.up);
-      const uint32_t a = pack_bf16(swiglu_given_sigmoid(gate_lo, up_lo, limit, s[2 * j]),
-                                   swiglu_given_sigmoid(gate_hi, up_hi, limit, s[2 * j + 1]));
-      d_w = fma32(gs[2 * j], low_float(a), d_w);
-      d_w = fma32(gs[2 * j + 1], high_float(a), d_w);
+      for (int r = 0; r < kRows; ++r) gs[r][lane] = gv[r], as[r][lane] = av[r];
+      __syncwarp();
+      acc = fma_chain(
+          n, [&](int i) { return gs[lane][i]; }, [&](int i) { return as[lane][i]; }, acc);
+      __syncwarp();
     }
-    dh_vec[i0 / 8 + v] = uint4{d_gate[0], d_gate[1], d_gate[2], d_gate[3]};
-    dh_vec[(I + i0) / 8 + v] = uint4{d_up[0], d_up[1], d_up[2], d_up[3]};
+    if (mine.valid) {
+      const RankBuffers* src;
+      const long slot = source_slot(p, mine, src);
+      src->d_topk_w[slot] = acc;
+    }
   }
+  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
-// Per ring row of this cycle, one pass over g and h: dh = bf16(swiglu_grad(w g)) (zeros in the padding
-// rows), and d topk_w = <g, a> pushed to the source rank, a chain over I in fma_chain's order. A lane
-// takes a row, so the chains run side by side with no exchange between lanes; a warp's 32 rows load
-// 32 columns each at a time. In the fp8 mode the warp then quantizes its rows' dh into dhq per ring
-// row (dx_j's A; dW1 reads the bf16 dh): a 1 x 128 block spans lanes' loads, so from dh as stored.
+// Per ring row (one warp): dh = bf16(swiglu_grad(w g)); zeros in the padding rows. Rows are 16-byte
+// vectors per lane (I is a multiple of 64). In the fp8 mode (kFp8) dh is also quantized per ring row
+// into dhq (dx_j's A; dW1 reads the bf16 dh): a half warp's 16 vectors are one 1 x 128 block of the
+// gate or the up half (I is a multiple of 128), quantized as the pull quantizes a row (store_quantized).
 template <bool kFp8>
 __device__ void expert_row_grad(const Params& p, int cycle) {
-  constexpr int kRowGradCols = 16;
   const int I = p.c.intermediate;
-  const long rows = cycle_ring_rows(p);
-  for (long first = warp_id() * 32; first < rows; first += warp_count() * 32) {
-    const RingRow row = ring_row(p, cycle, first + lane_id());
-    const unsigned in_tile = __ballot_sync(~0u, row.in_tile);
-    if (in_tile == 0) continue;
-    bf16* const dh = p.dh + row.pad * 2 * I;
-    if (row.valid) {
-      const RankBuffers* src;
-      const long slot = source_slot(p, row, src);
-      const float* const g = p.g + (first + lane_id()) * I;
-      const bf16* const h = p.h + row.pad * 2 * I;
-      float d_w = 0.0f;
-      for (int i0 = 0; i0 < I; i0 += kRowGradCols)  // I % 64 == 0
-        row_grad_columns<kRowGradCols>(g, h, dh, I, i0, src->topk_w[slot], p.c.swiglu_limit, d_w);
-      src->d_topk_w[slot] = d_w;
-    } else if (row.in_tile) {
-      for (int i = 0; i < 2 * I / 8; ++i) reinterpret_cast<uint4*>(dh)[i] = uint4{};
+  for_each_tile_row(p, cycle, [&](const RingRow& row) {
+    bf16* dh = p.dh + row.pad * 2 * I;
+    const long ring = ring_base(p, row.r) + row.q;
+    if (!row.valid) {
+      if constexpr (kFp8)
+        quantize_row(p.dhq.row(ring, 2 * I), dh, nullptr, 2 * I);
+      else
+        copy_row(dh, nullptr, 2 * I);
+      return;
     }
-    if constexpr (kFp8) {
-      __syncwarp();  // the lanes' dh stores are seen by the whole warp
-      for (int r = 0; r < 32; ++r) {
-        const long pad = __shfl_sync(~0u, row.pad, r);
-        if (in_tile >> r & 1u) quantize_row(p.dhq.row(first + r, 2 * I), nullptr, p.dh + pad * 2 * I, 2 * I);
-      }
-    }
-  }
+    const RankBuffers* src;
+    const long slot = source_slot(p, row, src);
+    const float w = src->topk_w[slot];
+    // h's gate and up vectors (4 words each) and g's matching 8 floats, per 8 columns.
+    struct Operands {
+      uint4 gate, up;
+      float4 g0, g1;
+    };
+    const float4* g = reinterpret_cast<const float4*>(p.g + ring * I);
+    const uint4* h = reinterpret_cast<const uint4*>(p.h + row.pad * 2 * I);
+    uint4* dh_vec = reinterpret_cast<uint4*>(dh);
+    const float limit = p.c.swiglu_limit;
+    warp_row_pass<4>(
+        I / 8,
+        [&](int c) {
+          return Operands{h[c], h[I / 8 + c], g[2 * c], g[2 * c + 1]};
+        },
+        [&](int c, const Operands& o, bool in_row) {
+          const uint32_t gate[4] = {o.gate.x, o.gate.y, o.gate.z, o.gate.w}, up[4] = {o.up.x, o.up.y, o.up.z, o.up.w};
+          const float gv[8] = {o.g0.x, o.g0.y, o.g0.z, o.g0.w, o.g1.x, o.g1.y, o.g1.z, o.g1.w};
+          uint32_t d_gate[4], d_up[4];
+          float s[8];
+          gate_sigmoids<4>(gate, limit, s);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const SwigluGrad lo =
+                swiglu_grad_given_sigmoid(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit, s[2 * j]);
+            const SwigluGrad hi = swiglu_grad_given_sigmoid(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1],
+                                                            limit, s[2 * j + 1]);
+            d_gate[j] = pack_bf16(lo.gate, hi.gate);
+            d_up[j] = pack_bf16(lo.up, hi.up);
+          }
+          const uint4 gate_vec{d_gate[0], d_gate[1], d_gate[2], d_gate[3]}, up_vec{d_up[0], d_up[1], d_up[2], d_up[3]};
+          if (in_row) {
+            dh_vec[c] = gate_vec;
+            dh_vec[I / 8 + c] = up_vec;
+          }
+          if constexpr (kFp8) {  // every lane: the quantization shuffles across the warp
+            store_quantized(p.dhq.row(ring, 2 * I), c, gate_vec, in_row);
+            store_quantized(p.dhq.row(ring, 2 * I), I / 8 + c, up_vec, in_row);
+          }
+        });
+  });
 }
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored (in
@@ -632,6 +658,7 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (!grid_sync(b, kPull, cycle)) return;
     expert_down_grad<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
+    expert_topk_weight_grad(pipe, p, cycle);
     expert_row_grad<kFp8>(p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
     expert_dx_push<kFp8>(pipe, p, cycle);

@@ -6,6 +6,8 @@
 // per output loaded both terms of every fma (a GEMM's fmas at a load's rate: 8.8 ms for kimi-k2's logits).
 #pragma once
 
+#include <type_traits>
+
 #include "chain_tiles.cuh"
 #include "mok/core/bf16.h"
 #include "mok/core/host_device.h"
@@ -56,9 +58,19 @@ __device__ __forceinline__ const float* stash_chain_tile(Pipeline& pipe, const C
 // Which index an operand's consecutive elements follow in memory, so that a warp's loads are whole lines.
 enum class Contiguous { along_k, along_mn };
 
-// A term of a chain from the operand's element type.
-__device__ __forceinline__ float chain_term(float v) { return v; }
-__device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
+// A term's bits as loaded (a bf16's in the low half) and the term from them. A chunk's loads keep their
+// bits until the chunk is staged: converted beside its load, a bf16 term made the thread wait for the
+// load there (ptxas put each shift right after its load: a chunk's loads ran as three round trips, and
+// the fmas after them).
+__device__ __forceinline__ uint32_t term_bits(const float* p) { return bits_of(*p); }
+__device__ __forceinline__ uint32_t term_bits(const bf16* p) { return p->bits; }
+template <class Element>
+__device__ __forceinline__ float chain_term(uint32_t bits) {
+  if constexpr (std::is_same_v<Element, bf16>)
+    return to_float(bf16{uint16_t(bits)});
+  else
+    return float_of(bits);
+}
 
 // Which operand is streamed from memory, each of its elements read once by each tile across it (the
 // logits' x: by one block where E <= kChainM): a thread asks L2 for its elements of the chunk
@@ -68,16 +80,16 @@ __device__ __forceinline__ float chain_term(bf16 v) { return to_float(v); }
 enum class Streamed { none, a, b };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
-// One staged operand: rows [kChainK] of kWidth values (+ kChainPad), and the chunk a thread brings next.
-// A thread's elements lie kThreads apart in the chunk's memory order: along that order's inner index
-// its place stays, along the outer it steps by kStep.
-template <int kWidth, Contiguous kOrder, bool kStreamed>
+// One staged operand of Element (float or bf16): rows [kChainK] of kWidth values (+ kChainPad), and the
+// chunk a thread brings next, as bits. A thread's elements lie kThreads apart in the chunk's memory
+// order: along that order's inner index its place stays, along the outer it steps by kStep.
+template <class Element, int kWidth, Contiguous kOrder, bool kStreamed>
 struct ChainOperand {
   static constexpr int kInner = kOrder == Contiguous::along_k ? kChainK : kWidth;
   static constexpr int kOuter = kOrder == Contiguous::along_k ? kWidth : kChainK;
   static constexpr int kStep = kThreads / kInner, kCount = (kOuter + kStep - 1) / kStep;
   static_assert(kThreads % kInner == 0, "a thread's inner index is the same for each of its elements");
-  float next[kCount];
+  uint32_t next[kCount];
 
   // The k and the index along M (or N) of this thread's element j.
   static __device__ __forceinline__ int2 element(int j) {
@@ -93,7 +105,7 @@ struct ChainOperand {
     for (int j = 0; j < kCount; ++j) {
       const long k = k0 + element(j).x, mn = mn0 + element(j).y;
       const bool row = inside(j) && mn < mn_end;
-      next[j] = row && k < k_end ? chain_term(*at(mn, k)) : 0.0f;
+      next[j] = row && k < k_end ? term_bits(at(mn, k)) : 0u;  // +0 outside
       if constexpr (kStreamed)
         if (row && k + kChainPrefetchAhead < k_end) ptx::prefetch_l2(at(mn, k + kChainPrefetchAhead));
     }
@@ -101,7 +113,7 @@ struct ChainOperand {
   __device__ __forceinline__ void stage(float* rows) const {
 #pragma unroll
     for (int j = 0; j < kCount; ++j)
-      if (inside(j)) rows[element(j).x * (kWidth + kChainPad) + element(j).y] = next[j];
+      if (inside(j)) rows[element(j).x * (kWidth + kChainPad) + element(j).y] = chain_term<Element>(next[j]);
   }
 };
 
@@ -128,8 +140,8 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
   const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  ChainOperand<kChainM, kAOrder, kStreamed == Streamed::a> as;
-  ChainOperand<kChainN, kBOrder, kStreamed == Streamed::b> bs;
+  ChainOperand<std::remove_cvref_t<decltype(*a(0L, 0L))>, kChainM, kAOrder, kStreamed == Streamed::a> as;
+  ChainOperand<std::remove_cvref_t<decltype(*b(0L, 0L))>, kChainN, kBOrder, kStreamed == Streamed::b> bs;
   for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
     const ChainTile tile = chain_tile(index, N);
     as.load(a, tile.m0, M, 0, K);  // in flight during the start

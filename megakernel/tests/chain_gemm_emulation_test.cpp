@@ -36,6 +36,10 @@ void run_blocks(int blocks, Body body) {
   }
 }
 
+// A term as fma_chain takes it, from an operand's element.
+float term_value(float v) { return v; }
+float term_value(bf16 v) { return to_float(v); }
+
 struct Shape {
   long M, N, K;
   int blocks;
@@ -113,7 +117,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   for (long m = 0; m < s.M; ++m)
     for (long n = 0; n < s.N; ++n) {
       const float chain = fma_chain(
-          int(s.K), [&](int k) { return chain_term(*a(m, k)); }, [&](int k) { return chain_term(*b(k, n)); });
+          int(s.K), [&](int k) { return term_value(*a(m, k)); }, [&](int k) { return term_value(*b(k, n)); });
       ASSERT_EQ(writes[m * s.N + n], 1) << "output " << m << ", " << n;
       ASSERT_EQ(bits_of(out[m * s.N + n]), bits_of(chain)) << "output " << m << ", " << n;
     }
