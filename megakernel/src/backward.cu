@@ -534,7 +534,7 @@ __device__ void router_grad(Pipeline& pipe, const Params& p) {
 template <class Start, class Finish>
 __device__ void router_weight_chains(Pipeline& pipe, const Params& p, Start start, Finish finish) {
   const long H = p.c.hidden, E = p.c.experts;
-  chain_gemm<Contiguous::along_mn, Contiguous::along_mn, Streamed::b>(
+  chain_gemm<Contiguous::along_mn, Contiguous::along_mn, Streamed::none>(
       pipe, E, H, own_token_end(p) - own_token_begin(p), [&](long e, long t) { return p.d_logits + t * E + e; },
       [&](long t, long h) { return p.x + t * H + h; }, start, finish);
 }

@@ -11,6 +11,7 @@
 #include "chain_tiles.cuh"
 #include "mok/core/bf16.h"
 #include "mok/core/host_device.h"
+#include "mok/megakernel/ptx/prefetch.cuh"
 #include "tile_gemm.cuh"
 
 namespace mok::gpu {
@@ -72,16 +73,17 @@ __device__ __forceinline__ float chain_term(uint32_t bits) {
 }
 
 // Which operand is streamed from memory, each of its elements read once by each tile across it (the
-// logits' x, the router-weight gradient's x): its chunks are loaded two ahead, so that a load has two
-// chunks' fmas to land (one ahead, the block waited for memory); the other operand's, read from L2, one
-// ahead. (An L2 prefetch two chunks ahead instead cost time on the weight gradient's x: results
-// 2026-12-04-h200-b and -d.)
+// logits' x: by one block where E <= kChainM): a thread asks L2 for its elements of the chunk
+// kChainPrefetchAhead beyond the one it loads, so that the load waits for L2, not memory (with a chunk's
+// fmas between them, the block waited for memory). On the other operands, and on the backward's x, it
+// cost time (results/2026-12-04-h200-b).
 enum class Streamed { none, a, b };
+inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
-// One staged operand of Element (float or bf16): rows [kChainK] of kWidth values (+ kChainPad), and a
-// chunk a thread brings, as bits. A thread's elements lie kThreads apart in the chunk's memory order:
-// along that order's inner index its place stays, along the outer it steps by kStep.
-template <class Element, int kWidth, Contiguous kOrder>
+// One staged operand of Element (float or bf16): rows [kChainK] of kWidth values (+ kChainPad), and the
+// chunk a thread brings next, as bits. A thread's elements lie kThreads apart in the chunk's memory
+// order: along that order's inner index its place stays, along the outer it steps by kStep.
+template <class Element, int kWidth, Contiguous kOrder, bool kStreamed>
 struct ChainOperand {
   static constexpr int kInner = kOrder == Contiguous::along_k ? kChainK : kWidth;
   static constexpr int kOuter = kOrder == Contiguous::along_k ? kWidth : kChainK;
@@ -95,31 +97,23 @@ struct ChainOperand {
     return kOrder == Contiguous::along_k ? int2{inner, outer} : int2{outer, inner};
   }
   static __device__ __forceinline__ bool inside(int j) { return threadIdx.x / kInner + j * kStep < kOuter; }
-  // The chunk from k0: *at(mn, k), +0 outside [0, mn_end) x [0, k_end).
+  // The chunk from k0 (*at(mn, k), +0 outside [0, mn_end) x [0, k_end)); streamed, L2 asked for the
+  // one kChainPrefetchAhead further.
   template <class At>
   __device__ __forceinline__ void load(At at, long mn0, long mn_end, long k0, long k_end) {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) {
       const long k = k0 + element(j).x, mn = mn0 + element(j).y;
-      next[j] = inside(j) && mn < mn_end && k < k_end ? term_bits(at(mn, k)) : 0u;
+      const bool row = inside(j) && mn < mn_end;
+      next[j] = row && k < k_end ? term_bits(at(mn, k)) : 0u;  // +0 outside
+      if constexpr (kStreamed)
+        if (row && k + kChainPrefetchAhead < k_end) ptx::prefetch_l2(at(mn, k + kChainPrefetchAhead));
     }
   }
   __device__ __forceinline__ void stage(float* rows) const {
 #pragma unroll
     for (int j = 0; j < kCount; ++j)
       if (inside(j)) rows[element(j).x * (kWidth + kChainPad) + element(j).y] = chain_term<Element>(next[j]);
-  }
-};
-
-// An operand's chunks in flight, kDepth of them: chunk c is brought by slot c % kDepth, whose loads are
-// issued kDepth chunks before it is staged.
-template <class Operand, int kDepth>
-struct ChainChunks {
-  static constexpr int kAhead = kDepth * kChainK;
-  Operand slot[kDepth];
-  template <int kChunk>
-  __device__ __forceinline__ Operand& of() {
-    return slot[kChunk % kDepth];
   }
 };
 
@@ -146,30 +140,26 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
   const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
-  using AElement = std::remove_cvref_t<decltype(*a(0L, 0L))>;
-  using BElement = std::remove_cvref_t<decltype(*b(0L, 0L))>;
-  ChainChunks<ChainOperand<AElement, kChainM, kAOrder>, kStreamed == Streamed::a ? 2 : 1> as;
-  ChainChunks<ChainOperand<BElement, kChainN, kBOrder>, kStreamed == Streamed::b ? 2 : 1> bs;
+  ChainOperand<std::remove_cvref_t<decltype(*a(0L, 0L))>, kChainM, kAOrder, kStreamed == Streamed::a> as;
+  ChainOperand<std::remove_cvref_t<decltype(*b(0L, 0L))>, kChainN, kBOrder, kStreamed == Streamed::b> bs;
   for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
     const ChainTile tile = chain_tile(index, N);
-    // The first chunks in flight during the start.
-    as.template of<0>().load(a, tile.m0, M, 0, K);
-    bs.template of<0>().load(b_by_n, tile.n0, N, 0, K);
-    if constexpr (kStreamed == Streamed::a) as.template of<1>().load(a, tile.m0, M, kChainK, K);
-    if constexpr (kStreamed == Streamed::b) bs.template of<1>().load(b_by_n, tile.n0, N, kChainK, K);
+    as.load(a, tile.m0, M, 0, K);  // in flight during the start
+    bs.load(b_by_n, tile.n0, N, 0, K);
     ChainAcc acc = {};
     if (!start(tile, acc)) break;
     // A thread whose outputs all lie outside skips the fmas: whole warps do where M < kChainM (rows run
     // along the warps; columns along the lanes, where idle lanes would save nothing).
     const bool live = tile.m0 + tm < M && tile.n0 + tn < N;
-    // Chunk k0 / kChainK, kChunk its parity (chunks run in pairs, so that each slot is named statically).
-    const auto chunk = [&]<int kChunk>(long k0) {
+    for (long k0 = 0; k0 < K; k0 += kChainK) {
       __syncthreads();  // the last chunk's reads are done
-      as.template of<kChunk>().stage(stages.a);
-      bs.template of<kChunk>().stage(stages.b);
+      as.stage(stages.a);
+      bs.stage(stages.b);
       __syncthreads();
-      if (k0 + as.kAhead < K) as.template of<kChunk>().load(a, tile.m0, M, k0 + as.kAhead, K);
-      if (k0 + bs.kAhead < K) bs.template of<kChunk>().load(b_by_n, tile.n0, N, k0 + bs.kAhead, K);
+      if (k0 + kChainK < K) {  // the next chunk's loads in flight during this one's fmas
+        as.load(a, tile.m0, M, k0 + kChainK, K);
+        bs.load(b_by_n, tile.n0, N, k0 + kChainK, K);
+      }
       // No fma(0, 0, acc) past K: it would turn -0 to +0.
       const int terms = !live ? 0 : int(K - k0 < kChainK ? K - k0 : kChainK);
 #pragma unroll 8
@@ -182,10 +172,6 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
 #pragma unroll
           for (int j = 0; j < kChainMicro; ++j) acc[i][j] = fma32(ar[i], br[j], acc[i][j]);
       }
-    };
-    for (long k0 = 0; k0 < K; k0 += 2 * kChainK) {
-      chunk.template operator()<0>(k0);
-      if (k0 + kChainK < K) chunk.template operator()<1>(k0 + kChainK);
     }
     finish(tile, acc);
   }
