@@ -614,7 +614,8 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
                 [&](long i, int, const float(&sums)[8]) { store(i, sums, shares + row * kChainRowB + col); });
         }
         __syncthreads();  // the shares are read before the next tile's
-      });
+      },
+      ClaimedTiles{p.claimed_tiles});  // the router-weight gradient's blocks come late
 }
 
 // The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code

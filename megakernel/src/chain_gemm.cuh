@@ -129,20 +129,44 @@ __device__ __forceinline__ void for_each_chain_output(long M, long N, const Chai
     }
 }
 
-// For every tile of [0, M) x [0, N), over the grid's blocks: each thread's outputs there, the chain over
-// k in [0, K) of *a(m, k) times *b(k, n) (a and b give the terms' addresses; float or bf16) from the value
-// start(tile, acc) puts in acc[i][j] (the output at tile.m0 + chain_m() + i, tile.n0 + chain_n() + j),
-// handed to finish(tile, acc). A start returns whether the block goes on, the same for every thread
-// (false: the block takes no more tiles). Every thread of the block calls it and each hook (they may
-// meet the block); the stages must be free (no GEMM's TMA in flight), and are again on return.
-template <Contiguous kAOrder, Contiguous kBOrder, Streamed kStreamed, class A, class B, class Start, class Finish>
-__device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Start start, Finish finish) {
+// Which tiles of a product a block takes. StaticTiles: every gridDim.x-th from its own. ClaimedTiles: the
+// next that no block has taken, from a counter zeroed before the launch, so that blocks busy elsewhere
+// first (combine_dx's, after the router-weight gradient's tiles) take fewer. Either way each tile is one
+// block's, and its outputs do not depend on which.
+struct StaticTiles {
+  __device__ long first() const { return blockIdx.x; }
+  __device__ long next(long index) const { return index + gridDim.x; }
+};
+struct ClaimedTiles {
+  unsigned int* counter;
+  __device__ long first() const { return claim(); }
+  __device__ long next(long) const { return claim(); }
+  __device__ long claim() const {
+    __shared__ unsigned int claimed;
+    __syncthreads();  // every thread has read the last claim
+    if (threadIdx.x == 0) claimed = atomicAdd(counter, 1u);
+    __syncthreads();
+    return claimed;
+  }
+};
+
+// For every tile of [0, M) x [0, N), over the grid's blocks (as `tiles` hands them out): each thread's
+// outputs there, the chain over k in [0, K) of *a(m, k) times *b(k, n) (a and b give the terms'
+// addresses; float or bf16) from the value start(tile, acc) puts in acc[i][j] (the output at tile.m0 +
+// chain_m() + i, tile.n0 + chain_n() + j), handed to finish(tile, acc). A start returns whether the
+// block goes on, the same for every thread (false: the block takes no more tiles). Every thread of the
+// block calls it and each hook (they may meet the block); the stages must be free (no GEMM's TMA in
+// flight), and are again on return.
+template <Contiguous kAOrder, Contiguous kBOrder, Streamed kStreamed, class A, class B, class Start, class Finish,
+          class Tiles = StaticTiles>
+__device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Start start, Finish finish,
+                           Tiles tiles = {}) {
   const ChainStages stages = chain_stages(pipe);
   const int tm = chain_m(), tn = chain_n();
   const auto b_by_n = [&](long n, long k) { return b(k, n); };
   ChainOperand<std::remove_cvref_t<decltype(*a(0L, 0L))>, kChainM, kAOrder, kStreamed == Streamed::a> as;
   ChainOperand<std::remove_cvref_t<decltype(*b(0L, 0L))>, kChainN, kBOrder, kStreamed == Streamed::b> bs;
-  for (long index = blockIdx.x; index < chain_tile_count(M, N); index += gridDim.x) {
+  for (long index = tiles.first(); index < chain_tile_count(M, N); index = tiles.next(index)) {
     const ChainTile tile = chain_tile(index, N);
     as.load(a, tile.m0, M, 0, K);  // in flight during the start
     bs.load(b_by_n, tile.n0, N, 0, K);

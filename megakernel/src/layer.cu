@@ -275,7 +275,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t dh = P * 2 * I * 2;  // h and dh: [P, 2I] bf16
   WorkspaceLayout l{};
   Sections sections(kSectionAlign);
-  l.barrier = sections.take(4 * sizeof(unsigned int));  // grid barrier (2), barriers across GPUs (1)
+  // The grid barrier (2), the barriers across GPUs (1), combine_dx's claimed tiles (1).
+  l.barrier = sections.take(4 * sizeof(unsigned int));
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
@@ -490,6 +491,7 @@ struct Layer::Impl {
                             (long long)(launch.watchdog_seconds * 1e9),
                             PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
                             exchange.peer_sync(launches, words + 2)};
+    p.claimed_tiles = words + 3;
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);
     p.expert_bias = ptr<float>(w.expert_bias);
@@ -631,7 +633,7 @@ struct Layer::Impl {
   }
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
-    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 3 * sizeof(unsigned int), stream));
+    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 4 * sizeof(unsigned int), stream));  // the 4 words
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));

@@ -202,6 +202,7 @@ struct Params {
   long padded_rows;           // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
+  unsigned int* claimed_tiles;  // combine_dx's tiles taken (ClaimedTiles), zeroed before each launch
   TensorMaps maps;
 
   // Weights. The router's are every expert's; w1 and w2 (read through the maps) this GPU's experts'

@@ -99,6 +99,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   };
   auto smem = std::make_unique<GemmSmem>();
   std::memset(smem.get(), 0xff, sizeof(GemmSmem));  // NaN: a read of what no thread staged shows
+  unsigned int claimed = 0;                         // the stashed tiles are claimed, as combine_dx's
   run_blocks(s.blocks, [&] {
     Pipeline pipe{smem.get()};
     if (how == Finish::each_output) {
@@ -106,13 +107,15 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
       return;
     }
     chain_gemm<kA, kB, Streamed::none>(
-        pipe, s.M, s.N, s.K, a, b, FromZero{}, [&](const ChainTile& tile, const ChainAcc& acc) {
+        pipe, s.M, s.N, s.K, a, b, FromZero{},
+        [&](const ChainTile& tile, const ChainAcc& acc) {
           const float* const rows = stash_chain_tile(pipe, acc);
           for (int i = int(threadIdx.x); i < kChainM * kChainN; i += kThreads)
             if (tile.m0 + i / kChainN < s.M && tile.n0 + i % kChainN < s.N)
               store(tile.m0 + i / kChainN, tile.n0 + i % kChainN, rows[i / kChainN * kChainRowB + i % kChainN]);
           __syncthreads();
-        });
+        },
+        ClaimedTiles{&claimed});
   });
   for (long m = 0; m < s.M; ++m)
     for (long n = 0; n < s.N; ++n) {
@@ -197,7 +200,9 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
           << "output " << m << ", " << n;
 }
 
-TEST(ChainGemm, StashedTilesGiveEachOutputItsChain) {  // combine_dx's: d logits along k, router rows along N
+// combine_dx's: d logits along k, router rows along N, the tiles claimed (here block 0 claims them all:
+// the blocks run one after another).
+TEST(ChainGemm, StashedTilesGiveEachOutputItsChain) {
   for (const Shape& s : kShapes) expect_chains<Contiguous::along_k, Contiguous::along_mn>(s, Finish::stashed_tile);
 }
 

@@ -1,10 +1,12 @@
 // A stand-in for megakernel/src/tile_gemm.cuh with which a block-level device header runs on the host
 // (chain_gemm_emulation_test.cpp): CUDA's builtins for one block's threads as std::threads,
 // __syncthreads as a std::barrier, the GEMM stages as host memory (the build defines __host__, __device__
-// and __forceinline__ away, for every header the one under test includes). The build copies the header under
+// and __forceinline__ away, for every header the one under test includes, and __shared__ as static: one
+// variable for the block's threads, as blocks run one after another). The build copies the header under
 // test beside this file, so that its #include "tile_gemm.cuh" finds this one.
 #pragma once
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 
@@ -27,6 +29,7 @@ namespace mok::gpu::emulation {
 inline std::barrier<>* block_barrier = nullptr;  // the running block's
 }  // namespace mok::gpu::emulation
 inline void __syncthreads() { mok::gpu::emulation::block_barrier->arrive_and_wait(); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 
 #include "gemm_geometry.cuh"
 
