@@ -375,8 +375,8 @@ struct WeightGradTables {
 __device__ __forceinline__ WeightGradTables weight_grad_tables() {
   constexpr int kMostGrads = 2 * kMaxExperts + 2;  // two gradients per expert and the shared expert's
   __shared__ int first_tile[kMostGrads + 1], order[kMostGrads];
-  static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) <= kMaxSmemPerBlock,
-                "the block's dynamic and static shared memory");
+  static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) + sizeof(unsigned int) <= kMaxSmemPerBlock,
+                "the block's dynamic and static shared memory (with ClaimedTiles' word)");
   return {first_tile, order};
 }
 // Gradients [begin, end) of weight_grad's list. Each tile finds its gradient by binary search over the

@@ -76,7 +76,7 @@ __device__ __forceinline__ float chain_term(uint32_t bits) {
 // logits' x: by one block where E <= kChainM): a thread asks L2 for its elements of the chunk
 // kChainPrefetchAhead beyond the one it loads, so that the load waits for L2, not memory (with a chunk's
 // fmas between them, the block waited for memory). On the other operands, and on the backward's x, it
-// cost time (results/2026-12-04-h200-b).
+// cost time (results/2026-12-04-h200-b, and -d with the loads kept as bits).
 enum class Streamed { none, a, b };
 inline constexpr int kChainPrefetchAhead = 2 * kChainK;
 
@@ -132,7 +132,8 @@ __device__ __forceinline__ void for_each_chain_output(long M, long N, const Chai
 // Which tiles of a product a block takes. StaticTiles: every gridDim.x-th from its own. ClaimedTiles: the
 // next that no block has taken, from a counter zeroed before the launch, so that blocks busy elsewhere
 // first (combine_dx's, after the router-weight gradient's tiles) take fewer. Either way each tile is one
-// block's, and its outputs do not depend on which.
+// block's, and its outputs do not depend on which. A counter serves one product a launch, whose start
+// never stops a block (a stopped block would drop the tile it claimed).
 struct StaticTiles {
   __device__ long first() const { return blockIdx.x; }
   __device__ long next(long index) const { return index + gridDim.x; }

@@ -633,7 +633,8 @@ struct Layer::Impl {
   }
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
-    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 4 * sizeof(unsigned int), stream));  // the 4 words
+    // The barrier section's words (workspace_layout), the claimed tiles' counter among them.
+    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 4 * sizeof(unsigned int), stream));
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));

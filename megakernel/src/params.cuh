@@ -124,8 +124,9 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "router-weight gradient (block 0's tiles)",
                                                          "after the last barrier (block 0's share)"};
 
-// Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1) and as it
-// leaves each grid barrier (the phase the barrier closes), up to kClockEntries stamps.
+// Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1), as it leaves
+// each grid barrier (the phase the barrier closes) and at kRouterWeightChains and kEnd, up to
+// kClockEntries stamps.
 inline constexpr int kClockEntries = 1024;
 struct PhaseClock {
   long long* ns;  // [kClockEntries]

@@ -300,16 +300,20 @@ TEST_F(Gpu, RefusesACapacityBeyondTheMostRowsAGpuCanReceive) {
   EXPECT_THROW(Megakernel(p.config, p.weights, launch), Error);
 }
 
-// D3 and the ring: any block count, any ring size (here many cycles) give the same bits.
+// D3 and the ring: any block count, any ring size (here many cycles) give the same bits. With the router,
+// few blocks each claim several of the dx combine's router tiles (ClaimedTiles), the rest none.
 TEST_F(Gpu, LaunchAndRingInvariance) {
-  const Problem p = make_problem(small(4, 40, 8, 4), 5, RoutingKind::one_hot);
-  const GpuRun base = run_gpu(p);
-  for (int blocks : {1, 3, 17, 132}) {
-    for (int ring : {128, 384, 4096}) {
-      SCOPED_TRACE("blocks " + std::to_string(blocks) + ", ring " + std::to_string(ring));
-      const GpuRun got = run_gpu(p, LaunchConfig{blocks, ring, 10.0});
-      expect_forward_bits(got.fwd, base.fwd);
-      expect_gradient_bits(got.grad, base.grad);
+  for (const RoutingKind routing : {RoutingKind::one_hot, RoutingKind::router}) {
+    const Problem p = make_problem(small(4, 40, 8, 4), 5, routing);
+    const GpuRun base = run_gpu(p);
+    for (int blocks : {1, 3, 17, 132}) {
+      for (int ring : {128, 384, 4096}) {
+        SCOPED_TRACE(std::string(routing == RoutingKind::router ? "router" : "one-hot") + ", blocks " +
+                     std::to_string(blocks) + ", ring " + std::to_string(ring));
+        const GpuRun got = run_gpu(p, LaunchConfig{blocks, ring, 10.0});
+        expect_forward_bits(got.fwd, base.fwd);
+        expect_gradient_bits(got.grad, base.grad);
+      }
     }
   }
 }

@@ -158,7 +158,8 @@ struct GradOutputs {
 };
 
 // Where the last launch spent its time: from the previous grid barrier (or the kernel's start) to the
-// barrier that closes the phase, summed over ring cycles, as block 0 saw it.
+// barrier that closes the phase, summed over ring cycles, as block 0 saw it; the last entries, where no
+// barrier follows, to the end of block 0's router-weight gradient tiles and to block 0's own end.
 struct PhaseTime {
   std::string phase;
   double ms;
