@@ -51,10 +51,7 @@ PeerSync Exchange::peer_sync(unsigned long long launches, unsigned int* count) c
     s.flags[j] = at_offset<unsigned int>(windows_[j], at_.flags);
     s.abort[j] = at_offset<unsigned long long>(windows_[j], at_.abort);
   }
-  // A launch passes fewer than 16 barriers across GPUs, and its abort marks (epoch + GPU + 1) stay
-  // below the next launch's epoch.
-  static_assert(kMaxGpus < 16);
-  s.epoch = launches * 16;
+  s.epoch = launches * kEpochStride;
   s.count = count;
   return s;
 }

@@ -45,7 +45,7 @@ __device__ __forceinline__ int recorded_code(const GridBarrier& b) {
 __device__ __forceinline__ void record_bad_token(const GridBarrier& b, int code, int phase, long token) {
   record_error(b, code, phase, 0, 0);
   if (recorded_code(b) != code) return;
-  const unsigned int launch = unsigned(b.peers.epoch / 16);  // wraps after 2^32 launches with an error pending
+  const unsigned int launch = unsigned(b.peers.epoch / kEpochStride);  // wraps after 2^32 launches, error pending
   atomicMax(&b.error->bad_token_key, (static_cast<unsigned long long>(~launch) << 32) | ~unsigned(token));
 }
 

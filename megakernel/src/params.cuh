@@ -30,14 +30,16 @@ struct RankBuffers {
 // compared by difference), so flags only grow and are never reset.
 // The abort word: a GPU whose launch stops on an error writes its mark, epoch + its index + 1, into
 // every peer's abort word, and a peer waiting at a barrier across GPUs ends its launch on seeing a mark
-// of this launch. The epoch is 64 bits and a multiple of 16, so a mark of an earlier launch never
-// reads as one of this launch and the words need no reset (a reset would race with a faster peer's
-// mark for the next launch).
+// of this launch. The epoch is 64 bits and a multiple of kEpochStride, so a mark of an earlier launch
+// never reads as one of this launch and the words need no reset (a reset would race with a faster
+// peer's mark for the next launch).
+inline constexpr int kEpochStride = 16;  // above the barriers across GPUs a launch passes
+static_assert(kMaxGpus < kEpochStride, "a launch's abort marks stay below the next launch's epoch");
 struct PeerSync {
   int gpus, me;                         // gpus = 1: no peers (simulated ranks)
   unsigned int* flags[kMaxGpus];        // each GPU's flag words, as this GPU reaches them
   unsigned long long* abort[kMaxGpus];  // each GPU's abort word, as this GPU reaches it
-  unsigned long long epoch;  // 16 x the Layer's launches before this one (relayed_chains_kernel: its backward's)
+  unsigned long long epoch;  // kEpochStride x the Layer's earlier launches (relayed_chains_kernel: its backward's)
   unsigned int* count;       // barriers passed in this launch (block 0's counter)
 };
 
