@@ -268,6 +268,10 @@ Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
   return {reinterpret_cast<fp8_e4m3*>(buffer + at.values), reinterpret_cast<int32_t*>(buffer + at.exps)};
 }
 
+// The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
+// tiles (1); zeroed before each launch.
+constexpr int kBarrierWords = 4;
+
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
@@ -275,8 +279,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t dh = P * 2 * I * 2;  // h and dh: [P, 2I] bf16
   WorkspaceLayout l{};
   Sections sections(kSectionAlign);
-  // The grid barrier (2), the barriers across GPUs (1), combine_dx's claimed tiles (1).
-  l.barrier = sections.take(4 * sizeof(unsigned int));
+  l.barrier = sections.take(kBarrierWords * sizeof(unsigned int));
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
@@ -633,8 +636,7 @@ struct Layer::Impl {
   }
   // ---- launches and device errors ----
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
-    // The barrier section's words (workspace_layout), the claimed tiles' counter among them.
-    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, 4 * sizeof(unsigned int), stream));
+    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, kBarrierWords * sizeof(unsigned int), stream));
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));
