@@ -134,17 +134,20 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
       const int n = min(kCols, I - i0);
       // Every load of the panel is issued before the first store: the compiler cannot tell the panels
       // (generic pointers) from g and a, and interleaved it ran the 32 rows' loads one after another.
-      float gv[kRows], av[kRows];
+      // a stays as loaded bits until stored: converted beside its load, each a made the thread wait for
+      // its load there, and the panel's loads ran as several round trips.
+      float gv[kRows];
+      uint32_t a_bits[kRows];
       const float* g_row = p.g + first * I + i0 + lane;  // g per ring row: the warp's 32 rows follow
 #pragma unroll
       for (int r = 0; r < kRows; ++r, g_row += I) {
         const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;  // a per padded row
         const bool load = (valid >> r & 1u) && lane < n;
         gv[r] = load ? *g_row : 0.0f;
-        av[r] = load ? to_float(p.a[at]) : 0.0f;
+        a_bits[r] = load ? p.a[at].bits : 0u;
       }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) gs[r][lane] = gv[r], as[r][lane] = av[r];
+      for (int r = 0; r < kRows; ++r) gs[r][lane] = gv[r], as[r][lane] = to_float(bf16{uint16_t(a_bits[r])});
       __syncwarp();
       acc = fma_chain(
           n, [&](int i) { return gs[lane][i]; }, [&](int i) { return as[lane][i]; }, acc);
