@@ -33,23 +33,40 @@ namespace mok::gpu {
 namespace {
 
 // The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
-// buffers into the ring (g = dy W2 reads it); padding rows zero. In the fp8 mode (kFp8) the ring holds
-// dy quantized (ringq: 1 x 128 blocks along H, quantize_row; a padding row a zero block's).
+// buffers into the ring (g = dy W2 reads it), a warp per token (for_each_token_slots, as the forward's
+// pull); padding rows zero. In the fp8 mode (kFp8) the ring holds dy quantized (ringq: 1 x 128 blocks
+// along H, quantize_row; a padding row a zero block's).
 template <bool kFp8>
 __device__ void pull_dy(const Params& p, int cycle) {
   const int H = p.c.hidden;
-  for_each_tile_row(p, cycle, [&](const RingRow& row) {
-    const bf16* dy = nullptr;  // a padding row: zeros
-    if (row.valid) {
-      const RankBuffers* src;
-      const long slot = source_slot(p, row, src);
-      dy = src->dy + slot / p.c.top_k * H;
+  const auto ring = [&](long item) { return p.ring + item * H; };
+  const auto ringq = [&](long item) { return p.ringq.row(item, H); };
+  const auto no_copy = [](long) -> bf16* { return nullptr; };
+  const auto ring_item = [&](TileRow row) -> long {  // the row's index in the executed ranks' rings, or -1
+    const RingRow r = tile_ring_row(p, cycle, row);
+    return r.in_tile ? ring_base(p, r.r) + r.q : -1;
+  };
+  for_each_padding_row(p, [&](TileRow row) {
+    if (const long item = ring_item(row); item >= 0) {
+      if constexpr (kFp8)
+        quantize_row(ringq(item), nullptr, nullptr, H);
+      else
+        copy_row(ring(item), nullptr, H);
     }
-    if constexpr (kFp8)
-      quantize_row(p.ringq.row(ring_base(p, row.r) + row.q, H), nullptr, dy, H);
-    else
-      copy_row(ring_row_data(p, row.r, row.q), dy, H);
   });
+  for_each_token_slots(
+      p,
+      [&](long s) -> long {
+        const TileRow row = slot_tile_row(p, s);
+        return row.tile >= 0 ? ring_item(row) : -1;
+      },
+      [&](int g, int, uint32_t lanes, long item) {
+        const bf16* dy = p.rank[token_rank(p, g)].dy + long(token_local(p, g)) * H;
+        if constexpr (kFp8)
+          quantize_row_to_rows(dy, H, lanes, item, ringq, no_copy);
+        else
+          copy_row_to_rows(dy, H, lanes, item, ring, [](int, long, int, const uint4& v) { return v; });
+      });
 }
 
 // The fp8 recompute's A (xq): xe of every row of this GPU's tiles quantized again, padding rows (zero
@@ -60,33 +77,28 @@ __device__ void quantize_own_xe(const Params& p) {
 }
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
-// as the cycles' pull reads it; padding rows zero. After the ring cycles, so that dye can lie over the
-// ring and g, dead by then (workspace_layout).
+// as the cycles' pull reads it, a warp per token (for_each_token_slots); padding rows zero. After the
+// ring cycles, so that dye can lie over the ring and g, dead by then (workspace_layout).
 __device__ void pull_weighted_dy(const Params& p) {
-  const int H = p.c.hidden, first = own_tile_begin(p);
-  const long rows = own_tile_rows(p);
-  for (long pad = warp_id(); pad < rows; pad += warp_count()) {
-    const ExpertTile t = expert_tile(p, first + int(pad / kTileRows));
-    const int i = int(pad % kTileRows);
-    bf16* dye = p.dye + pad * H;
-    if (i >= t.rows) {
-      copy_row(dye, nullptr, H);
-      continue;
-    }
-    const RankBuffers* src;
-    const long slot = source_slot(p, t.first_row + i, src);
-    const float w = src->topk_w[slot];
-    const Bf16x8* dy = reinterpret_cast<const Bf16x8*>(src->dy + slot / p.c.top_k * H);
-    Bf16x8* out = reinterpret_cast<Bf16x8*>(dye);
-    row_pass(
-        H / 8, [&](int c) { return dy[c]; },
-        [&](int c, const Bf16x8& v) {
-          Bf16x8 weighted;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) weighted.e[j] = weighted_dy(w, v.e[j]);
-          out[c] = weighted;
+  const int H = p.c.hidden, k = p.c.top_k;
+  const auto dye = [&](long pad) { return p.dye + pad * H; };
+  for_each_padding_row(p, [&](TileRow row) { copy_row(dye(pad_row(p, row)), nullptr, H); });
+  for_each_token_slots(
+      p,
+      [&](long s) -> long {
+        const TileRow row = slot_tile_row(p, s);
+        return row.tile >= 0 ? pad_row(p, row) : -1;
+      },
+      [&](int g, int j0, uint32_t lanes, long pad) {
+        const RankBuffers& src = p.rank[token_rank(p, g)];
+        const long token = token_local(p, g);
+        const float mine = lanes >> lane_id() & 1u ? src.topk_w[token * k + j0 + lane_id()] : 0.0f;
+        copy_row_to_rows(src.dy + token * H, H, lanes, pad, dye, [&](int lane, long, int, const uint4& v) {
+          const float w = __shfl_sync(~0u, mine, lane);
+          return uint4{weighted_dy_words(w, v.x), weighted_dy_words(w, v.y), weighted_dy_words(w, v.z),
+                       weighted_dy_words(w, v.w)};
         });
-  }
+      });
 }
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per ring row (it

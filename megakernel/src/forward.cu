@@ -181,20 +181,34 @@ __device__ void zero_unused_rows(const Params& p) {
 }
 
 // The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
-// straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward); padding rows zero.
-// In the fp8 mode (kFp8) each row is also quantized into xq (GEMM1's A).
+// straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward), a warp per token, which
+// reads its x once for all of its rows (for_each_token_slots); the padding rows zero, once (xe holds every
+// cycle's rows). In the fp8 mode (kFp8) each row is also quantized into xq (GEMM1's A).
 template <bool kFp8>
 __device__ void pull_x(const Params& p, int cycle) {
   const int H = p.c.hidden;
-  for_each_tile_row(p, cycle, [&](const RingRow& row) {
-    const RankBuffers* src = nullptr;
-    const long slot = row.valid ? source_slot(p, row, src) : 0;
-    const bf16* x = row.valid ? src->x + slot / p.c.top_k * H : nullptr;
-    if constexpr (kFp8)
-      quantize_row(p.xq.row(row.pad, H), p.xe + row.pad * H, x, H);
-    else
-      copy_row(p.xe + row.pad * H, x, H);
-  });
+  const auto xe = [&](long pad) { return p.xe + pad * H; };
+  const auto xq = [&](long pad) { return p.xq.row(pad, H); };
+  if (cycle == 0)
+    for_each_padding_row(p, [&](TileRow row) {
+      if constexpr (kFp8)
+        quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
+      else
+        copy_row(xe(pad_row(p, row)), nullptr, H);
+    });
+  for_each_token_slots(
+      p,
+      [&](long s) -> long {
+        const TileRow row = slot_tile_row(p, s);
+        return row.tile >= 0 && tile_ring_row(p, cycle, row).in_tile ? pad_row(p, row) : -1;
+      },
+      [&](int g, int, uint32_t lanes, long pad) {
+        const bf16* x = p.rank[token_rank(p, g)].x + long(token_local(p, g)) * H;
+        if constexpr (kFp8)
+          quantize_row_to_rows(x, H, lanes, pad, xq, xe);
+        else
+          copy_row_to_rows(x, H, lanes, pad, xe, [](int, long, int, const uint4& v) { return v; });
+      });
 }
 
 // The fp8 mode's A of the shared expert's GEMM1: x of its tokens, quantized.

@@ -58,6 +58,34 @@ __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
       [&](int i, int4 v) { d[i] = v; });
 }
 
+// each(lane, row) for the lanes set in `lanes` (the same in every lane), in lane order, with that lane's
+// `row`. The whole warp calls it: rows go round by shuffles.
+template <class Each>
+__device__ __forceinline__ void for_each_lane_row(uint32_t lanes, long row, Each each) {
+  for (uint32_t left = lanes; left; left &= left - 1) {
+    const int lane = __ffs(left) - 1;
+    each(lane, __shfl_sync(~0u, row, lane));
+  }
+}
+
+// Warp-wide copy of one H-row into several: src (16-byte vectors, read once) into dst(row) for the rows
+// of `lanes` (for_each_lane_row), as copy_row copies into one; step(lane, row, i, v) may change vector i
+// (8 bf16 as 4 words)
+// on its way into that row (returning it). Every lane runs each step (it may shuffle), a lane past the
+// row's end on a zero vector.
+template <class Dst, class Step>
+__device__ __forceinline__ void copy_row_to_rows(const bf16* src, int h, uint32_t lanes, long row, Dst dst, Step step) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  warp_row_pass<8>(
+      h / 8, [&](int i) { return s[i]; },
+      [&](int i, const uint4& v, bool in_row) {
+        for_each_lane_row(lanes, row, [&](int lane, long r) {
+          const uint4 out = step(lane, r, i, v);
+          if (in_row) reinterpret_cast<uint4*>(dst(r))[i] = out;
+        });
+      });
+}
+
 // The quantization of one 1 x 128 block (the core's quantize_block) held by a half warp, 8 values per
 // lane as 4 words (v: this lane's): the block's largest magnitude by shuffles within the half warp,
 // then this lane's 8 E4M3 codes, packed (converted two at a time, to_e4m3x2_scaled); e: the block's
@@ -81,26 +109,42 @@ __device__ __forceinline__ uint2 quantize_half_warp(const uint4& v, int& e) {
 // Vector i (8 values as 4 words) of a row quantized into that row of an Fp8Matrix by a step of a
 // warp_row_pass (quantize_half_warp): its half warp holds the vector's whole block; a lane past the
 // row's end (in_row false: its whole half warp, as rows are whole blocks) stores nothing.
-__device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const uint4& v, bool in_row) {
-  int e;
-  const uint2 codes = quantize_half_warp(v, e);
-  if (!in_row) return;
+// (A quantized vector's codes and its block's exponent, stored.)
+__device__ __forceinline__ void store_codes(const Fp8Matrix& row, int i, uint2 codes, int e) {
   reinterpret_cast<uint2*>(row.values)[i] = codes;
   if (i % 16 == 0) row.block_exp(i / 16) = e;
 }
+__device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const uint4& v, bool in_row) {
+  int e;
+  const uint2 codes = quantize_half_warp(v, e);
+  if (in_row) store_codes(row, i, codes, e);
+}
 
-// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized): dst_q [h], its h / 128
-// exponents (block_exp: kFp8Block apart, the activations' tile-major layout); and copied into dst
-// unless it is null (the pull's copy_row). A null source quantizes (and copies) zeros. h % 128 == 0.
-__device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
+// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized), once, into the rows of
+// `lanes` (for_each_lane_row): dst_q(row) [h], its h / 128 exponents (block_exp: kFp8Block apart, the
+// activations' tile-major layout); and copied into dst(row) unless that is null (the pull's copy). A null
+// source quantizes (and copies) zeros. h % 128 == 0.
+template <class DstQ, class Dst>
+__device__ __forceinline__ void quantize_row_to_rows(const bf16* src, int h, uint32_t lanes, long row, DstQ dst_q,
+                                                     Dst dst) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
-  uint4* d = reinterpret_cast<uint4*>(dst);
   warp_row_pass<8>(
       h / 8, [&](int i) { return src ? s[i] : uint4{}; },
       [&](int i, const uint4& v, bool in_row) {
-        if (dst && in_row) d[i] = v;
-        store_quantized(dst_q, i, v, in_row);
+        int e;
+        const uint2 codes = quantize_half_warp(v, e);
+        for_each_lane_row(lanes, row, [&](int, long r) {
+          if (!in_row) return;
+          if (bf16* d = dst(r)) reinterpret_cast<uint4*>(d)[i] = v;
+          store_codes(dst_q(r), i, codes, e);
+        });
       });
+}
+
+// quantize_row_to_rows into one row.
+__device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
+  quantize_row_to_rows(
+      src, h, 1u, 0, [&](long) { return dst_q; }, [&](long) { return dst; });
 }
 
 // Rows [0, rows) of q quantized from h bf16 each, a warp per row: row(r) is row r's source.

@@ -154,15 +154,73 @@ struct RingRow {
   ExpertTile t;
   long pad;
 };
-__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
-  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
-  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
+// Row q of rank r's ring, holding `tile` (-1: none).
+__device__ inline RingRow ring_row_of(const Params& p, int r, int q, int tile) {
+  RingRow row{r, q, false, false, {}, 0};
   if (tile < 0) return row;
   row.in_tile = true;
   row.t = expert_tile(p, tile);
-  row.valid = row.q % kTileRows < row.t.rows;
-  row.pad = row.t.pad_row + row.q % kTileRows;
+  row.valid = q % kTileRows < row.t.rows;
+  row.pad = row.t.pad_row + q % kTileRows;
   return row;
+}
+__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
+  const int r = p.rank_begin + int(item / p.ring_rows), q = int(item % p.ring_rows);
+  return ring_row_of(p, r, q, ring_tile(p, r, cycle, q / kTileRows));
+}
+
+// Row i of expert tile `tile`.
+struct TileRow {
+  int tile, i;
+};
+
+// The row of (token, slot) s = g k + j in this GPU's tiles; tile -1 where its expert is not this GPU's.
+__device__ inline TileRow slot_tile_row(const Params& p, long s) {
+  const int e = p.topk_idx[s];
+  if (e < own_expert_begin(p) || e >= own_expert_end(p)) return {-1, 0};
+  const int row = p.slot_row[s] - p.offsets[e];
+  return {p.tile_offsets[e] + row / kTileRows, row % kTileRows};
+}
+
+// A tile row's padded row (one of this GPU's tiles).
+__device__ __forceinline__ long pad_row(const Params& p, TileRow row) {
+  return long(kTileRows) * (row.tile - own_tile_begin(p)) + row.i;
+}
+
+// A tile row's ring row in `cycle` (one of this GPU's tiles): in_tile false where the cycle's ring does
+// not hold its tile.
+__device__ inline RingRow tile_ring_row(const Params& p, int cycle, TileRow row) {
+  const int r = p.c.expert_rank(p.tile_expert[row.tile]);
+  const int slot = row.tile - rank_tile_begin(p, r) - cycle * ring_tiles(p);
+  if (slot < 0 || slot >= ring_tiles(p)) return ring_row_of(p, r, 0, -1);
+  return ring_row_of(p, r, kTileRows * slot + row.i, row.tile);
+}
+
+// A warp's share of this GPU's padding rows (each expert's last tile's rows past its last layout row,
+// which hold zeros), one per call of row(TileRow).
+template <class Row>
+__device__ __forceinline__ void for_each_padding_row(const Params& p, Row row) {
+  const int first = own_expert_begin(p);
+  for (long item = warp_id(); item < long(own_expert_end(p) - first) * kTileRows; item += warp_count()) {
+    const int e = first + int(item / kTileRows), i = int(item % kTileRows);
+    const int tiles = p.tile_offsets[e + 1] - p.tile_offsets[e], rows = p.offsets[e + 1] - p.offsets[e];
+    if (tiles > 0 && i >= rows - kTileRows * (tiles - 1)) row(TileRow{p.tile_offsets[e + 1] - 1, i});
+  }
+}
+
+// A warp per global token with a slot on this GPU, its slots 32 at a time: lane l holds slot j0 + l's
+// destination row dst(s) (s = g k + j; -1: none); visit(g, j0, lanes, row) with `lanes` the lanes that
+// hold one (the same in every lane).
+template <class Dst, class Visit>
+__device__ __forceinline__ void for_each_token_slots(const Params& p, Dst dst, Visit visit) {
+  const int k = p.c.top_k;
+  for (long g = warp_id(); g < p.c.tokens(); g += warp_count())
+    for (int j0 = 0; j0 < k; j0 += 32) {
+      const int j = j0 + lane_id();
+      const long row = j < k ? dst(g * k + j) : -1;
+      const uint32_t lanes = __ballot_sync(~0u, row >= 0);
+      if (lanes) visit(int(g), j0, lanes, row);
+    }
 }
 
 // source_slot of a valid ring row.

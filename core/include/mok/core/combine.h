@@ -35,7 +35,10 @@ MOK_HD bf16 combine_dx(int k, float shared, Slot slot, float router) {
   return combine_dx_round(combine_dx_chain(0, k, slot, shared), router);
 }
 
-// The gradient reaching expert e's output for (token, slot): w * dy, rounded to bf16 (dW2's operand).
-MOK_HD bf16 weighted_dy(float w, bf16 dy) { return to_bf16(w * to_float(dy)); }
+// The gradient reaching expert e's output for (token, slot): w * dy, rounded to bf16 (dW2's operand),
+// for two adjacent elements as one word (as the GPU's pull moves them; to_bf16x2) ...
+MOK_HD uint32_t weighted_dy_words(float w, uint32_t dy) { return to_bf16x2(w * low_float(dy), w * high_float(dy)); }
+// ... and for one element (the CPU's): its low half.
+MOK_HD bf16 weighted_dy(float w, bf16 dy) { return bf16{uint16_t(weighted_dy_words(w, dy.bits) & 0xffffu)}; }
 
 }  // namespace mok
