@@ -291,10 +291,10 @@ struct WeightGrad {
   int m, n, k_first, k_rows;
   void* out;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
-  // Tile t's first row and column.
+  // Tile t's first row and column (banded_tile).
   __device__ void origin(long t, int& m0, int& n0) const {
-    const int col_tiles = ceil_div(n, kTileN);
-    m0 = int(t / col_tiles) * kTileRows, n0 = int(t % col_tiles) * kTileN;
+    const GridTile at = banded_tile(int(t), ceil_div(m, kTileRows), ceil_div(n, kTileN));
+    m0 = at.row * kTileRows, n0 = at.col * kTileN;
   }
   // The operands of the tile at (m0, n0), the first k_blocks K-blocks of its chain.
   __device__ TileLoad load(const TensorMaps& maps, int m0, int n0, int k_blocks) const {

@@ -6,6 +6,20 @@
 
 namespace mok::gpu {
 
+// The tiles of a grid of `rows` x `cols` output tiles in bands of kBandRows tile rows, column by column
+// within a band: the 132 tiles in flight at once span about kBandRows row tiles by 132 / kBandRows
+// column tiles, so that L2 serves each A and B panel to many of them (row by row, a few row tiles by
+// every column tile read each B panel of the expert again for every few row tiles).
+inline constexpr int kBandRows = 16;
+struct GridTile {
+  int row, col;
+};
+__device__ __forceinline__ GridTile banded_tile(int item, int rows, int cols) {
+  const int band_items = kBandRows * cols, band = item / band_items, in_band = item % band_items;
+  const int band_rows = min(kBandRows, rows - band * kBandRows);
+  return {band * kBandRows + in_band % band_rows, in_band / band_rows};
+}
+
 // One output tile of a ring phase: rank r's ring slot (its rows start at ring_row of the ring map)
 // and the first output column n0.
 struct RingItem {
@@ -14,7 +28,7 @@ struct RingItem {
 };
 
 // The output tiles of one ring phase in this cycle: (executed rank, ring slot, column tile of
-// `width` columns), column tile fastest.
+// `width` columns), the slots and column tiles of a rank banded (banded_tile).
 struct RingTiles {
   const Params& p;
   int cycle, col_tiles, width;
@@ -24,17 +38,18 @@ struct RingTiles {
   // Tile `item`, or false when its ring slot is empty.
   __device__ bool lookup(long item, RingItem& out) const {
     const int per_rank = ring_tiles(p) * col_tiles;
-    const int r = p.rank_begin + int(item / per_rank), slot = int(item % per_rank) / col_tiles;
-    const int tile = ring_tile(p, r, cycle, slot);
+    const int r = p.rank_begin + int(item / per_rank);
+    const GridTile at = banded_tile(int(item % per_rank), ring_tiles(p), col_tiles);
+    const int tile = ring_tile(p, r, cycle, at.row);
     if (tile < 0) return false;
-    out = RingItem{r, int(ring_base(p, r)) + slot * kTileRows, int(item % col_tiles) * width, expert_tile(p, tile)};
+    out = RingItem{r, int(ring_base(p, r)) + at.row * kTileRows, at.col * width, expert_tile(p, tile)};
     return true;
   }
 };
 
 // The output tiles of one pass over every expert tile of this GPU's experts, whatever the ring holds
 // (the backward's recompute of h and a, which reads xe per padded row, not the ring): (tile, column
-// tile of `width` columns), column tile fastest. Its items have no ring row.
+// tile of `width` columns), banded (banded_tile). Its items have no ring row.
 struct OwnTiles {
   const Params& p;
   int col_tiles, width;
@@ -42,8 +57,9 @@ struct OwnTiles {
   __device__ int first_tile() const { return own_tile_begin(p); }
   __device__ long count() const { return long(own_tile_end(p) - first_tile()) * col_tiles; }
   __device__ bool lookup(long item, RingItem& out) const {
-    const ExpertTile t = expert_tile(p, first_tile() + int(item / col_tiles));
-    out = RingItem{p.c.expert_rank(t.expert), -1, int(item % col_tiles) * width, t};
+    const GridTile at = banded_tile(int(item), own_tile_end(p) - first_tile(), col_tiles);
+    const ExpertTile t = expert_tile(p, first_tile() + at.row);
+    out = RingItem{p.c.expert_rank(t.expert), -1, at.col * width, t};
     return true;
   }
 };
