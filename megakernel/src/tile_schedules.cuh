@@ -2,23 +2,10 @@
 // from a tile's number (gemm_tiles hands the numbers round-robin to the persistent blocks).
 #pragma once
 
+#include "banded_tile.h"
 #include "schedule.cuh"
 
 namespace mok::gpu {
-
-// The tiles of a grid of `rows` x `cols` output tiles in bands of kBandRows tile rows, column by column
-// within a band: the 132 tiles in flight at once span about kBandRows row tiles by 132 / kBandRows
-// column tiles, so that L2 serves each A and B panel to many of them (row by row, a few row tiles by
-// every column tile read each B panel of the expert again for every few row tiles).
-inline constexpr int kBandRows = 16;
-struct GridTile {
-  int row, col;
-};
-__device__ __forceinline__ GridTile banded_tile(int item, int rows, int cols) {
-  const int band_items = kBandRows * cols, band = item / band_items, in_band = item % band_items;
-  const int band_rows = min(kBandRows, rows - band * kBandRows);
-  return {band * kBandRows + in_band % band_rows, in_band / band_rows};
-}
 
 // One output tile of a ring phase: rank r's ring slot (its rows start at ring_row of the ring map)
 // and the first output column n0.

@@ -1,17 +1,39 @@
 // The megakernel's host arithmetic (no GPU needed, so these run in CI): the workspace's quantized weights'
 // bytes and the backward's sections over one another, computed here from their rules; the ring rows the
-// GPU backends take.
+// GPU backends take; the order of a GEMM phase's tiles.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
+#include "banded_tile.h"
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/megakernel.h"
 #include "test_configs.h"
 
 namespace mok::gpu {
 namespace {
+
+// A GEMM phase's tile order visits every tile of its grid once, and the tiles of one band (kBandRows row
+// tiles, the last band what is left) before the next, column by column: kBandRows consecutive tiles share
+// a column while the band is whole.
+TEST(BandedTiles, VisitEachTileOnceBandByBandColumnByColumn) {
+  for (const int rows : {1, 2, 15, 16, 17, 33, 64, 1024})
+    for (const int cols : {1, 2, 7, 8, 28}) {
+      SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + " tiles");
+      std::vector<int> visits(size_t(rows) * cols, 0);
+      for (int item = 0; item < rows * cols; ++item) {
+        const GridTile t = banded_tile(item, rows, cols);
+        ASSERT_TRUE(t.row >= 0 && t.row < rows && t.col >= 0 && t.col < cols) << "item " << item;
+        ++visits[size_t(t.row) * cols + t.col];
+        const int band = item / (kBandRows * cols), band_rows = std::min(kBandRows, rows - band * kBandRows);
+        EXPECT_EQ(t.row / kBandRows, band) << "item " << item;
+        EXPECT_EQ(t.col, item % (kBandRows * cols) / band_rows) << "item " << item;
+      }
+      EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
+    }
+}
 
 // The verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
 // the reference rejects stays rejected.
