@@ -35,19 +35,15 @@ namespace {
 // The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
 // buffers into the ring (g = dy W2 reads it), a warp per token (for_each_token_slots, as the forward's
 // pull); padding rows zero. In the fp8 mode (kFp8) the ring holds dy quantized (ringq: 1 x 128 blocks
-// along H, quantize_row; a padding row a zero block's).
+// along H, quantize_row_to_rows; a padding row a zero block's).
 template <bool kFp8>
 __device__ void pull_dy(const Params& p, int cycle) {
   const int H = p.c.hidden;
   const auto ring = [&](long item) { return p.ring + item * H; };
   const auto ringq = [&](long item) { return p.ringq.row(item, H); };
   const auto no_copy = [](long) -> bf16* { return nullptr; };
-  const auto ring_item = [&](TileRow row) -> long {  // the row's index in the executed ranks' rings, or -1
-    const RingRow r = tile_ring_row(p, cycle, row);
-    return r.in_tile ? ring_base(p, r.r) + r.q : -1;
-  };
-  for_each_padding_row(p, [&](TileRow row) {
-    if (const long item = ring_item(row); item >= 0) {
+  for_each_padding_row(p, [&](ExpertTileRow row) {
+    if (const long item = ring_item(p, cycle, row); item >= 0) {
       if constexpr (kFp8)
         quantize_row(ringq(item), nullptr, nullptr, H);
       else
@@ -55,17 +51,13 @@ __device__ void pull_dy(const Params& p, int cycle) {
     }
   });
   for_each_token_slots(
-      p,
-      [&](long s) -> long {
-        const TileRow row = slot_tile_row(p, s);
-        return row.tile >= 0 ? ring_item(row) : -1;
-      },
+      p, [&](ExpertTileRow row) { return ring_item(p, cycle, row); },
       [&](int g, int, uint32_t lanes, long item) {
-        const bf16* dy = p.rank[token_rank(p, g)].dy + long(token_local(p, g)) * H;
+        const bf16* dy = token_row(p, g, &RankBuffers::dy);
         if constexpr (kFp8)
           quantize_row_to_rows(dy, H, lanes, item, ringq, no_copy);
         else
-          copy_row_to_rows(dy, H, lanes, item, ring, [](int, long, int, const uint4& v) { return v; });
+          copy_row_to_rows(dy, H, lanes, item, ring);
       });
 }
 
@@ -82,13 +74,9 @@ __device__ void quantize_own_xe(const Params& p) {
 __device__ void pull_weighted_dy(const Params& p) {
   const int H = p.c.hidden, k = p.c.top_k;
   const auto dye = [&](long pad) { return p.dye + pad * H; };
-  for_each_padding_row(p, [&](TileRow row) { copy_row(dye(pad_row(p, row)), nullptr, H); });
+  for_each_padding_row(p, [&](ExpertTileRow row) { copy_row(dye(pad_row(p, row)), nullptr, H); });
   for_each_token_slots(
-      p,
-      [&](long s) -> long {
-        const TileRow row = slot_tile_row(p, s);
-        return row.tile >= 0 ? pad_row(p, row) : -1;
-      },
+      p, [&](ExpertTileRow row) { return pad_row(p, row); },
       [&](int g, int j0, uint32_t lanes, long pad) {
         const RankBuffers& src = p.rank[token_rank(p, g)];
         const long token = token_local(p, g);
@@ -177,7 +165,7 @@ __device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cyc
 // Per ring row (one warp): dh = bf16(swiglu_grad(w g)); zeros in the padding rows. Rows are 16-byte
 // vectors per lane (I is a multiple of 64). In the fp8 mode (kFp8) dh is also quantized per ring row
 // into dhq (dx_j's A; dW1 reads the bf16 dh): a half warp's 16 vectors are one 1 x 128 block of the
-// gate or the up half (I is a multiple of 128), quantized as the pull quantizes a row (store_quantized).
+// gate or the up half (I is a multiple of 128), quantized as the pull quantizes a row (quantize_half_warp).
 template <bool kFp8>
 __device__ void expert_row_grad(const Params& p, int cycle) {
   const int I = p.c.intermediate;
@@ -661,7 +649,7 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (p.c.has_shared())
       quantize_token_rows(p, p.shared_dyq, [&](long r) {
         const int g = int(p.shared_tokens.begin + r);
-        return p.rank[token_rank(p, g)].dy + long(token_local(p, g)) * p.c.hidden;
+        return token_row(p, g, &RankBuffers::dy);
       });
   }
   if (!grid_sync(b, kTileTable, 0)) return;

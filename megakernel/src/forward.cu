@@ -190,24 +190,20 @@ __device__ void pull_x(const Params& p, int cycle) {
   const auto xe = [&](long pad) { return p.xe + pad * H; };
   const auto xq = [&](long pad) { return p.xq.row(pad, H); };
   if (cycle == 0)
-    for_each_padding_row(p, [&](TileRow row) {
+    for_each_padding_row(p, [&](ExpertTileRow row) {
       if constexpr (kFp8)
         quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
       else
         copy_row(xe(pad_row(p, row)), nullptr, H);
     });
   for_each_token_slots(
-      p,
-      [&](long s) -> long {
-        const TileRow row = slot_tile_row(p, s);
-        return row.tile >= 0 && tile_ring_row(p, cycle, row).in_tile ? pad_row(p, row) : -1;
-      },
+      p, [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; },
       [&](int g, int, uint32_t lanes, long pad) {
-        const bf16* x = p.rank[token_rank(p, g)].x + long(token_local(p, g)) * H;
+        const bf16* x = token_row(p, g, &RankBuffers::x);
         if constexpr (kFp8)
           quantize_row_to_rows(x, H, lanes, pad, xq, xe);
         else
-          copy_row_to_rows(x, H, lanes, pad, xe, [](int, long, int, const uint4& v) { return v; });
+          copy_row_to_rows(x, H, lanes, pad, xe);
       });
 }
 

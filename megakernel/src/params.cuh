@@ -19,7 +19,7 @@ inline constexpr int kMaxGpus = 8;
 struct RankBuffers {
   const bf16* x;            // [T, H]  pulled by expert ranks (dispatch), a few rows by the previous GPU
   const bf16* dy;           // [T, H]  pulled by expert ranks (reverse combine), the same few rows
-  const int32_t* topk_idx;  // [T, k]  gathered by every GPU (the dispatch layout is global)
+  const int32_t* topk_idx;  // [T, k]  gathered by every GPU's forward (the dispatch layout is global)
   const float* topk_w;      // [T, k]
   bf16* slots;              // [T, k, H] expert ranks push y_j (forward) or dx_j (backward) here
   float* d_topk_w;          // [T, k]    expert ranks push d topk_w here
@@ -224,7 +224,7 @@ struct Params {
 
   // Routing and dispatch layout. logits is the caller's: this GPU's tokens only (own_token_row).
   float* logits;      // [N/G, E]
-  int32_t* topk_idx;  // [N, k] global view
+  int32_t* topk_idx;  // [N, k] global view (across GPUs the backward's holds only its own tokens current)
   float* topk_w;      // [N, k] global view
   // The mode's given routing, checked and copied into topk_idx, topk_w: the caller's tensors (one GPU),
   // or topk_idx, topk_w themselves (across GPUs, where each GPU's share was copied into its window).

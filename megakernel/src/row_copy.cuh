@@ -70,9 +70,8 @@ __device__ __forceinline__ void for_each_lane_row(uint32_t lanes, long row, Each
 
 // Warp-wide copy of one H-row into several: src (16-byte vectors, read once) into dst(row) for the rows
 // of `lanes` (for_each_lane_row), as copy_row copies into one; step(lane, row, i, v) may change vector i
-// (8 bf16 as 4 words)
-// on its way into that row (returning it). Every lane runs each step (it may shuffle), a lane past the
-// row's end on a zero vector.
+// (8 bf16 as 4 words) on its way into that row (returning it). Every lane runs each step (it may
+// shuffle), a lane past the row's end on a zero vector.
 template <class Dst, class Step>
 __device__ __forceinline__ void copy_row_to_rows(const bf16* src, int h, uint32_t lanes, long row, Dst dst, Step step) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
@@ -84,6 +83,12 @@ __device__ __forceinline__ void copy_row_to_rows(const bf16* src, int h, uint32_
           if (in_row) reinterpret_cast<uint4*>(dst(r))[i] = out;
         });
       });
+}
+
+// ... each vector unchanged.
+template <class Dst>
+__device__ __forceinline__ void copy_row_to_rows(const bf16* src, int h, uint32_t lanes, long row, Dst dst) {
+  copy_row_to_rows(src, h, lanes, row, dst, [](int, long, int, const uint4& v) { return v; });
 }
 
 // The quantization of one 1 x 128 block (the core's quantize_block) held by a half warp, 8 values per
@@ -106,21 +111,23 @@ __device__ __forceinline__ uint2 quantize_half_warp(const uint4& v, int& e) {
   return uint2{codes[0], codes[1]};
 }
 
-// Vector i (8 values as 4 words) of a row quantized into that row of an Fp8Matrix by a step of a
-// warp_row_pass (quantize_half_warp): its half warp holds the vector's whole block; a lane past the
-// row's end (in_row false: its whole half warp, as rows are whole blocks) stores nothing.
-// (A quantized vector's codes and its block's exponent, stored.)
+// Vector i's E4M3 codes (quantize_half_warp's) into that row of an Fp8Matrix, and its block's exponent
+// by the block's first lane.
 __device__ __forceinline__ void store_codes(const Fp8Matrix& row, int i, uint2 codes, int e) {
   reinterpret_cast<uint2*>(row.values)[i] = codes;
   if (i % 16 == 0) row.block_exp(i / 16) = e;
 }
+
+// Vector i (8 values as 4 words) of a row quantized into that row of an Fp8Matrix by a step of a
+// warp_row_pass (quantize_half_warp): its half warp holds the vector's whole block; a lane past the
+// row's end (in_row false: its whole half warp, as rows are whole blocks) stores nothing.
 __device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, const uint4& v, bool in_row) {
   int e;
   const uint2 codes = quantize_half_warp(v, e);
   if (in_row) store_codes(row, i, codes, e);
 }
 
-// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (store_quantized), once, into the rows of
+// One row of h bf16 quantized into E4M3 in 1 x 128 blocks (quantize_half_warp), once, into the rows of
 // `lanes` (for_each_lane_row): dst_q(row) [h], its h / 128 exponents (block_exp: kFp8Block apart, the
 // activations' tile-major layout); and copied into dst(row) unless that is null (the pull's copy). A null
 // source quantizes (and copies) zeros. h % 128 == 0.

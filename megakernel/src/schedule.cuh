@@ -4,15 +4,18 @@
 //                (the caller's y, dx, logits hold this GPU's tokens: own_token_row)
 //   rank r, t    the rank holding token g, and g's row in that rank's buffers    token_rank, token_local
 //   slot j       g's j-th expert; t k + j indexes rank r's slots and topk_w      slot_source, source_slot
-//   layout row   one (token, slot), by expert, then by token: row_source         layout_place (place_token)
+//   layout row   one (token, slot), by expert, then by token: row_source         layout_place (place_token),
+//                                                                                row_expert
 //   expert tile  kTileRows layout rows of one expert, numbered expert by expert  layout_scan, expert_tile
-//   padded row   kTileRows tile + row in the tile: per-row h, a, dh, dye, xe     expert_tile, ring_row
-//   ring row     row q of rank r's ring; ring slot q / kTileRows holds a tile    ring_tile, ring_row
-//                (the cycle's dy and g)
+//   padded row   kTileRows tile + row in the tile: per-row h, a, dh, dye, xe     expert_tile, ring_row,
+//                                                                                slot_tile_row, pad_row
+//   ring row     row q of rank r's ring; ring slot q / kTileRows holds a tile    ring_tile, ring_row,
+//                (the cycle's dy and g)                                          ring_item
 // Padding rows (past an expert's last layout row, up to its tiles' end) hold zeros, so a tile's rows
 // are contiguous and a weight gradient's last K-block reads zeros past the expert's rows.
 #pragma once
 
+#include "mok/core/dispatch_layout.h"
 #include "mok/core/saved_layout.h"
 #include "params.cuh"
 
@@ -48,6 +51,11 @@ __device__ __forceinline__ int own_expert(const Params& p, int e) { return e - o
 __device__ __forceinline__ int token_rank(const Params& p, int g) { return g / p.c.tokens_per_rank; }
 __device__ __forceinline__ int token_local(const Params& p, int g) { return g % p.c.tokens_per_rank; }
 
+// Global token g's row of one of its rank's [T, H] inputs (RankBuffers::x or ::dy).
+__device__ __forceinline__ const bf16* token_row(const Params& p, int g, const bf16* RankBuffers::*input) {
+  return p.rank[token_rank(p, g)].*input + long(token_local(p, g)) * p.c.hidden;
+}
+
 // Source of a layout row: global token g and slot j.
 struct SlotSource {
   int token, slot;
@@ -63,21 +71,6 @@ __device__ inline long source_slot(const Params& p, int row, const RankBuffers*&
   const SlotSource s = slot_source(p, row);
   src = &p.rank[token_rank(p, s.token)];
   return long(token_local(p, s.token)) * p.c.top_k + s.slot;
-}
-
-// The last index i in [0, n) with table[i] <= value, by binary search: table is non-decreasing and
-// table[0] <= value. (Runs of equal entries are empty ranges: the last of them owns the value.)
-template <class Value>
-__device__ __forceinline__ int last_at_or_below(const int32_t* table, int n, Value value) {
-  int i = 0, last = n - 1;
-  while (i < last) {
-    const int mid = (i + last + 1) / 2;
-    if (table[mid] <= value)
-      i = mid;
-    else
-      last = mid - 1;
-  }
-  return i;
 }
 
 // A tile of one expert's layout rows: tiles are numbered expert by expert (tile_offsets).
@@ -128,11 +121,6 @@ __device__ __forceinline__ int ring_tiles(const Params& p) { return p.ring_rows 
 // The first row of executed rank r's ring: a GPU holds the rings of its own ranks only.
 __device__ __forceinline__ long ring_base(const Params& p, int r) { return long(r - p.rank_begin) * p.ring_rows; }
 
-// Row q of rank r's ring.
-__device__ __forceinline__ bf16* ring_row_data(const Params& p, int r, int q) {
-  return p.ring + (ring_base(p, r) + q) * p.c.hidden;
-}
-
 // Ring cycles needed by the busiest rank (the same value in every block).
 __device__ __forceinline__ int ring_cycles(const Params& p) {
   int most = 0;
@@ -154,72 +142,71 @@ struct RingRow {
   ExpertTile t;
   long pad;
 };
-// Row q of rank r's ring, holding `tile` (-1: none).
-__device__ inline RingRow ring_row_of(const Params& p, int r, int q, int tile) {
-  RingRow row{r, q, false, false, {}, 0};
+__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
+  RingRow row{p.rank_begin + int(item / p.ring_rows), int(item % p.ring_rows), false, false, {}, 0};
+  const int tile = ring_tile(p, row.r, cycle, row.q / kTileRows);
   if (tile < 0) return row;
   row.in_tile = true;
   row.t = expert_tile(p, tile);
-  row.valid = q % kTileRows < row.t.rows;
-  row.pad = row.t.pad_row + q % kTileRows;
+  row.valid = row.q % kTileRows < row.t.rows;
+  row.pad = row.t.pad_row + row.q % kTileRows;
   return row;
 }
-__device__ inline RingRow ring_row(const Params& p, int cycle, long item) {
-  const int r = p.rank_begin + int(item / p.ring_rows), q = int(item % p.ring_rows);
-  return ring_row_of(p, r, q, ring_tile(p, r, cycle, q / kTileRows));
-}
 
-// Row i of expert tile `tile`.
-struct TileRow {
-  int tile, i;
+// Row i of expert e's tile `tile` (numbered as tile_offsets numbers them), one of this GPU's.
+struct ExpertTileRow {
+  int e, tile, i;
 };
 
-// The row of (token, slot) s = g k + j in this GPU's tiles; tile -1 where its expert is not this GPU's.
-__device__ inline TileRow slot_tile_row(const Params& p, long s) {
-  const int e = p.topk_idx[s];
-  if (e < own_expert_begin(p) || e >= own_expert_end(p)) return {-1, 0};
-  const int row = p.slot_row[s] - p.offsets[e];
-  return {p.tile_offsets[e] + row / kTileRows, row % kTileRows};
+// The row of (token, slot) s = g k + j in this GPU's tiles, if its expert is this GPU's. From the saved
+// layout alone (slot_row, offsets): across GPUs the backward's topk_idx holds only this GPU's tokens of
+// its batch (the rest of its window is whatever the last forward gathered).
+__device__ inline bool slot_tile_row(const Params& p, long s, ExpertTileRow& out) {
+  const int32_t row = p.slot_row[s];
+  const int e = row_expert(p.offsets, own_expert_begin(p), own_expert_end(p), row);
+  if (e < 0) return false;
+  const int i = row - p.offsets[e];
+  out = {e, p.tile_offsets[e] + i / kTileRows, i % kTileRows};
+  return true;
 }
 
-// A tile row's padded row (one of this GPU's tiles).
-__device__ __forceinline__ long pad_row(const Params& p, TileRow row) {
+// A tile row's padded row.
+__device__ __forceinline__ long pad_row(const Params& p, ExpertTileRow row) {
   return long(kTileRows) * (row.tile - own_tile_begin(p)) + row.i;
 }
 
-// A tile row's ring row in `cycle` (one of this GPU's tiles): in_tile false where the cycle's ring does
-// not hold its tile.
-__device__ inline RingRow tile_ring_row(const Params& p, int cycle, TileRow row) {
-  const int r = p.c.expert_rank(p.tile_expert[row.tile]);
-  const int slot = row.tile - rank_tile_begin(p, r) - cycle * ring_tiles(p);
-  if (slot < 0 || slot >= ring_tiles(p)) return ring_row_of(p, r, 0, -1);
-  return ring_row_of(p, r, kTileRows * slot + row.i, row.tile);
+// A tile row's index in the executed ranks' rings in `cycle` (ring_base + its ring row), or -1 where the
+// cycle's ring does not hold its tile.
+__device__ inline long ring_item(const Params& p, int cycle, ExpertTileRow row) {
+  const int r = p.c.expert_rank(row.e), slot = row.tile - rank_tile_begin(p, r) - cycle * ring_tiles(p);
+  return slot >= 0 && slot < ring_tiles(p) ? ring_base(p, r) + kTileRows * slot + row.i : -1;
 }
 
 // A warp's share of this GPU's padding rows (each expert's last tile's rows past its last layout row,
-// which hold zeros), one per call of row(TileRow).
+// which hold zeros), one per call of row(ExpertTileRow).
 template <class Row>
 __device__ __forceinline__ void for_each_padding_row(const Params& p, Row row) {
   const int first = own_expert_begin(p);
   for (long item = warp_id(); item < long(own_expert_end(p) - first) * kTileRows; item += warp_count()) {
     const int e = first + int(item / kTileRows), i = int(item % kTileRows);
     const int tiles = p.tile_offsets[e + 1] - p.tile_offsets[e], rows = p.offsets[e + 1] - p.offsets[e];
-    if (tiles > 0 && i >= rows - kTileRows * (tiles - 1)) row(TileRow{p.tile_offsets[e + 1] - 1, i});
+    if (tiles > 0 && i >= rows - kTileRows * (tiles - 1)) row(ExpertTileRow{e, p.tile_offsets[e + 1] - 1, i});
   }
 }
 
 // A warp per global token with a slot on this GPU, its slots 32 at a time: lane l holds slot j0 + l's
-// destination row dst(s) (s = g k + j; -1: none); visit(g, j0, lanes, row) with `lanes` the lanes that
-// hold one (the same in every lane).
+// destination row dst(row) for its tile row (slot_tile_row; -1, or a slot of another GPU's expert:
+// none); visit(g, j0, lanes, destination) with `lanes` the lanes that hold one (the same in every lane).
 template <class Dst, class Visit>
 __device__ __forceinline__ void for_each_token_slots(const Params& p, Dst dst, Visit visit) {
   const int k = p.c.top_k;
   for (long g = warp_id(); g < p.c.tokens(); g += warp_count())
     for (int j0 = 0; j0 < k; j0 += 32) {
       const int j = j0 + lane_id();
-      const long row = j < k ? dst(g * k + j) : -1;
-      const uint32_t lanes = __ballot_sync(~0u, row >= 0);
-      if (lanes) visit(int(g), j0, lanes, row);
+      ExpertTileRow row;
+      const long to = j < k && slot_tile_row(p, g * k + j, row) ? dst(row) : -1;
+      const uint32_t lanes = __ballot_sync(~0u, to >= 0);
+      if (lanes) visit(int(g), j0, lanes, to);
     }
 }
 

@@ -15,21 +15,29 @@
 namespace mok::gpu {
 namespace {
 
-// A GEMM phase's tile order visits every tile of its grid once, and the tiles of one band (kBandRows row
-// tiles, the last band what is left) before the next, column by column: kBandRows consecutive tiles share
-// a column while the band is whole.
+// A GEMM phase's tile order visits every tile of its grid once, band by band (kBandRows row tiles, the
+// last band what is left), and within a band column by column, each column's rows in order.
 TEST(BandedTiles, VisitEachTileOnceBandByBandColumnByColumn) {
   for (const int rows : {1, 2, 15, 16, 17, 33, 64, 1024})
     for (const int cols : {1, 2, 7, 8, 28}) {
       SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + " tiles");
       std::vector<int> visits(size_t(rows) * cols, 0);
+      GridTile last{};
       for (int item = 0; item < rows * cols; ++item) {
         const GridTile t = banded_tile(item, rows, cols);
         ASSERT_TRUE(t.row >= 0 && t.row < rows && t.col >= 0 && t.col < cols) << "item " << item;
         ++visits[size_t(t.row) * cols + t.col];
-        const int band = item / (kBandRows * cols), band_rows = std::min(kBandRows, rows - band * kBandRows);
-        EXPECT_EQ(t.row / kBandRows, band) << "item " << item;
-        EXPECT_EQ(t.col, item % (kBandRows * cols) / band_rows) << "item " << item;
+        const int band = t.row / kBandRows, band_end = std::min(rows, (band + 1) * kBandRows);
+        if (item > 0 && last.row / kBandRows == band) {  // within a band: down a column, then the next one's top
+          const bool down = t.col == last.col && t.row == last.row + 1;
+          const bool next = t.col == last.col + 1 && t.row == band * kBandRows && last.row == band_end - 1;
+          EXPECT_TRUE(down || next) << "item " << item;
+        } else {  // a band starts at its first tile, after the whole band before it
+          EXPECT_EQ(t.col, 0) << "item " << item;
+          EXPECT_EQ(t.row, band * kBandRows) << "item " << item;
+          EXPECT_EQ(item, band * kBandRows * cols) << "item " << item;
+        }
+        last = t;
       }
       EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
     }

@@ -1,5 +1,7 @@
 // The reference's dispatch layout (build_dispatch_layout over core's chunk steps), on a hand-computed
-// routing and on a skewed one that spans several 32-token chunks.
+// routing and on a skewed one that spans several 32-token chunks; and core's row_expert over it.
+#include "mok/core/dispatch_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -37,6 +39,29 @@ TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
   EXPECT_EQ(l.row_source, want_source);
   for (size_t row = 0; row < l.row_source.size(); ++row) ASSERT_EQ(l.slot_row[l.row_source[row]], int32_t(row));
   EXPECT_EQ(l.offsets.back(), c.routed_rows());
+}
+
+// row_expert names each layout row's expert (the one its (token, slot) routes to) within every range of
+// experts, and -1 outside it: an empty expert between busy ones or first (two hand routings), runs of
+// empty experts between busy ones and after the last (a sparse routing), a skewed one.
+TEST(DispatchLayout, RowExpertFindsEachRowsExpertWithinEveryRange) {
+  const LayerConfig hand = make_config(1, 5, 64, 64, 4, 2), many = make_config(2, 150, 64, 64, 16, 4);
+  const std::vector<int32_t> middle_empty = {1, 3, /**/ 3, 0, /**/ 1, 0, /**/ 0, 3, /**/ 3, 1};
+  const std::vector<int32_t> first_empty = {1, 3, /**/ 3, 2, /**/ 1, 2, /**/ 2, 3, /**/ 3, 1};
+  const Problem sparse = make_problem(many, 5, RoutingKind::sparse),
+                zipf = make_problem(many, 5, RoutingKind::zipf, 2.0);
+  for (const auto& [c, topk_idx] :
+       {std::pair{hand, middle_empty}, std::pair{hand, first_empty}, std::pair{many, sparse.routing->topk_idx},
+        std::pair{many, zipf.routing->topk_idx}}) {
+    const DispatchLayout l = build_dispatch_layout(c, topk_idx);
+    for (int first = 0; first <= c.experts; ++first)
+      for (int end = first; end <= c.experts; ++end)
+        for (int32_t row = 0; row < c.routed_rows(); ++row) {
+          const int e = topk_idx[l.row_source[row]];
+          ASSERT_EQ(row_expert(l.offsets.data(), first, end, row), e >= first && e < end ? e : -1)
+              << "row " << row << ", experts [" << first << ", " << end << ")";
+        }
+  }
 }
 
 }  // namespace

@@ -68,6 +68,28 @@ MOK_HD void scan_chunks(const int32_t* counts_by_chunk, int chunks, int experts,
   for (int e = 0; e < experts; ++e) scan_expert(counts_by_chunk, chunks, experts, e, offsets[e], chunk_base);
 }
 
+// The last index i in [0, n) with table[i] <= value, by binary search: table is non-decreasing and
+// table[0] <= value. (Runs of equal entries are empty ranges: the last of them owns the value.)
+template <class Value>
+MOK_HD int last_at_or_below(const int32_t* table, int n, Value value) {
+  int i = 0, last = n - 1;
+  while (i < last) {
+    const int mid = (i + last + 1) / 2;
+    if (table[mid] <= value)
+      i = mid;
+    else
+      last = mid - 1;
+  }
+  return i;
+}
+
+// The expert of layout row `row` among experts [first, end), or -1 where the row is none of theirs: a
+// function of the layout alone (offsets), so the GPU's backward finds a slot's expert without topk_idx.
+MOK_HD int row_expert(const int32_t* offsets, int first, int end, int32_t row) {
+  if (first >= end || row < offsets[first] || row >= offsets[end]) return -1;
+  return first + last_at_or_below(offsets + first, end - first, row);
+}
+
 // Places token g's k rows: masks and base are its chunk's route masks and row of chunk_base.
 MOK_HD void place_token(const int32_t* topk_idx, int k, int g, const uint32_t* masks, const int32_t* base,
                         int32_t* row_source, int32_t* slot_row) {
