@@ -54,11 +54,17 @@ long capacity_rows(const LayerConfig& c, int gpus, double factor) {
 }
 
 LinkBytes link_bytes(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
-  long rows = 0;
-  for (long i = 0; i < long(topk_idx.size()); ++i)
-    rows += i / c.top_k / c.tokens_per_rank != topk_idx[i] / c.experts_per_rank();
-  const double row_bytes = 2.0 * c.hidden * double(rows);
-  return {2 * row_bytes, 3 * row_bytes};
+  long pushed = 0, pulled = 0;  // rows across GPUs: (token, slot) pairs, (token, GPU) pairs
+  std::vector<int> last_token(c.ranks, -1);
+  for (int g = 0; g < c.tokens(); ++g)
+    for (int j = 0; j < c.top_k; ++j) {
+      const int r = c.expert_rank(topk_idx[long(g) * c.top_k + j]);
+      if (r == g / c.tokens_per_rank) continue;
+      ++pushed;
+      if (last_token[r] != g) last_token[r] = g, ++pulled;
+    }
+  const double row_bytes = 2.0 * c.hidden;
+  return {row_bytes * double(pulled + pushed), row_bytes * double(2 * pulled + pushed)};
 }
 
 double forward_flops(const LayerConfig& c) { return 6.0 * c.tokens() * c.top_k * double(c.hidden) * c.intermediate; }

@@ -46,9 +46,11 @@ LayerConfig config_of(const Shape& s, int ranks, const Options& o);
 // F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
 long capacity_rows(const LayerConfig& c, int gpus, double factor);
 
-// Bytes crossing between GPUs per step (one rank per GPU): the (token, slot) rows whose token and expert
-// sit on different GPUs, H bf16 each, x pulled and y pushed by the forward, dy pulled, x gathered and
-// dx pushed by the backward.
+// Bytes crossing between GPUs per step (one rank per GPU), H bf16 a row: the pulls read a token's row
+// once per other GPU holding some of its experts (x by the forward; dy twice by the backward, for the
+// ring and for dye: counted for one ring cycle, where the ring's pull reads a token again in each cycle
+// holding its rows), the pushes write one row per (token, slot) whose expert sits on another GPU (y by
+// the forward, dx by the backward).
 struct LinkBytes {
   double forward = 0, backward = 0;
 };
