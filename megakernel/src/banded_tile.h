@@ -8,8 +8,8 @@ namespace mok::gpu {
 
 // The tiles of a grid of `rows` x `cols` output tiles in bands of kBandRows tile rows, column by column
 // within a band: the tiles in flight at once (one per block: 132 on an H200) span about kBandRows row
-// tiles by 132 / kBandRows column tiles, so that L2 serves each A and B panel to many of them (row by row, a few row
-// tiles by every column tile read each B panel of the expert again for every few row tiles).
+// tiles by 132 / kBandRows column tiles, so that L2 serves each A and B panel to many of them (row by
+// row, a few row tiles by every column tile read each B panel of the expert again every few row tiles).
 inline constexpr int kBandRows = 16;
 struct GridTile {
   int row, col;
