@@ -638,8 +638,8 @@ __device__ __forceinline__ void backward(const Params& p) {
     return;
   }
   if (p.c.has_shared()) {  // the shared expert's last K-step may reach the next GPU's first tokens
-    gather_next_rows(p, p.dy, [&](int r) { return p.rank[r].dy; });
-    gather_next_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+    gather_next_rows(p, p.dy, &RankBuffers::dy);
+    gather_next_rows(p, p.x, &RankBuffers::x);
   }
   index_tiles(p);
   if constexpr (kFp8) {

@@ -293,7 +293,7 @@ __device__ __forceinline__ void forward(const Params& p) {
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;
   // Across GPUs the shared expert's last K-step may reach the next GPU's first tokens.
-  if (p.c.has_shared()) gather_next_rows(p, p.x, [&](int r) { return p.rank[r].x; });
+  if (p.c.has_shared()) gather_next_rows(p, p.x, &RankBuffers::x);
   if (p.routing != RoutingMode::router) {
     if (across_gpus(p)) {  // each GPU copied in its tokens' routing; every GPU checks and lays out all
       gather_token_values(p, p.topk_idx, p.c.top_k, [&](int r) { return p.rank[r].topk_idx; });

@@ -8,14 +8,12 @@
 namespace mok::gpu {
 
 // The following GPUs' first tokens that this GPU's shared expert computes too (its last K-step reaches
-// them: Params::shared_tokens), copied from their ranks' buffers (`source(rank)`) into this GPU's view of a
-// per-token [S, H] buffer (row 0: its first token). One GPU: none.
-template <class Source>
-__device__ void gather_next_rows(const Params& p, bf16* view, Source source) {
+// them: Params::shared_tokens), copied from their ranks' buffers (token_row of `input`) into this GPU's view
+// of a per-token [S, H] buffer (row 0: its first token). One GPU: none.
+__device__ inline void gather_next_rows(const Params& p, bf16* view, const bf16* RankBuffers::*input) {
   const int H = p.c.hidden;
   for (long g = own_token_end(p) + warp_id(); g < p.shared_tokens.end; g += warp_count())
-    copy_row(view + (g - p.shared_tokens.begin) * H, source(token_rank(p, int(g))) + long(token_local(p, int(g))) * H,
-             H);
+    copy_row(view + (g - p.shared_tokens.begin) * H, token_row(p, int(g), input), H);
 }
 
 // The other GPUs' tokens' values of a small per-token [N, width] buffer, element by element, into this
