@@ -278,6 +278,8 @@ struct WeightGrad {
   MapMember a, b;
   int m, n, k_first, k_rows;
   void* out;
+  MapMember out_map;  // out as an fp32 map (store_rows_fp32), from row out_row
+  long out_row;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
   // Tile t's first row and column (banded_tile).
   __device__ void origin(long t, int& m0, int& n0) const {
@@ -304,13 +306,18 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
     const long local = own_expert(p, e);
     if (w % 2 == 0)
       return WeightGrad{
-          &TensorMaps::dh, &TensorMaps::xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H)};
-    return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I)};
+          &TensorMaps::dh,   &TensorMaps::xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H),
+          &TensorMaps::d_w1, local * 2 * I};
+    return WeightGrad{&TensorMaps::dye,  &TensorMaps::a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I),
+                      &TensorMaps::d_w2, local * H};
   }
   const TokenRows& s = p.shared_tokens;
   const int first = int(s.chain_begin - s.begin), rows = int(s.end - s.chain_begin);
-  if (w == 2 * own) return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, first, rows, p.d_shared_w1};
-  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, first, rows, p.d_shared_w2};
+  if (w == 2 * own)
+    return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x,           2 * Is, H, first, rows,
+                      p.d_shared_w1,          &TensorMaps::d_shared_w1, 0};
+  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a,    H, Is, first, rows,
+                    p.d_shared_w2,   &TensorMaps::d_shared_w2, 0};
 }
 
 // A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer: stored,
@@ -326,20 +333,19 @@ __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& 
     if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
     return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
   }
-  // fp32: the pairs' addresses from the tile's first element (int offsets: fewer live registers than
-  // long elements, which the accumulation's batch of 16 held pairs spilled).
+  if (!p.accumulate) {  // by the TMA (the map's rows past wg.m are the next gradient's: a consumer past it skips)
+    if (kWgmmaM * consumer_index(consumer) < wg.m - m0)
+      store_rows_fp32(pipe, consumer, acc, &(p.maps.*wg.out_map), n0,
+                      int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns);
+    return;
+  }
+  // fp32 accumulation: the pairs' addresses from the tile's first element (int offsets: fewer live
+  // registers than long elements, which the accumulation's batch of 16 held pairs spilled).
   float* tile = static_cast<float*>(wg.out) + element(0, 0);
   const int rows = wg.m - m0, n = wg.n;
-  if (p.accumulate)
-    return accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
-      return row < rows && col < columns ? reinterpret_cast<float2*>(tile + row * n + col) : nullptr;
-    });
-  for_each_pair(
-      consumer, acc,
-      [&](int row, int col, float v0, float v1) {
-        if (row < rows) *reinterpret_cast<float2*>(tile + row * n + col) = {v0, v1};
-      },
-      columns);
+  accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
+    return row < rows && col < columns ? reinterpret_cast<float2*>(tile + row * n + col) : nullptr;
+  });
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take
@@ -417,6 +423,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       });
+  finish_fp32_stores();
 }
 
 // Across GPUs, the shared expert's weight gradients (ChainRelay), dW1_s's tiles then dW2_s's (tile t's
@@ -465,6 +472,7 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
         __syncwarp();  // the warp's lanes meet again after their waits, before the aligned wgmma
         load_half_tile(r, unit(t, consumer), !kResults && me == 0, acc);
       });
+  finish_fp32_stores();
 }
 
 // dh_s's two words at element `at` of its rows (a gate-half column pair; the up half Is further) from

@@ -1,5 +1,6 @@
-// The GEMM epilogues' bf16 stores: half tiles rounded to bf16 and moved to global memory (stored, or
-// added into what it holds) through the consumer warpgroup's staging rows in shared memory.
+// The GEMM epilogues' stores through shared memory: half tiles rounded to bf16 and moved to global
+// memory (stored, or added into what it holds) through the consumer warpgroup's staging rows, or fp32
+// half tiles stored by the TMA from the consumer's chunk buffers.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -76,6 +77,49 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
   for (int w = 0; w < kTileN / kStagedCols; ++w)
     if (kStagedCols * w < columns)
       staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
+}
+
+// A finished half tile stored as fp32 into rows row0.. of `map` (an fp32 output, MapElement::f32),
+// columns col0 .. col0 + `columns` (a multiple of kOutChunkCols), by TMA stores of 16-column chunks:
+// the epilogue issues no global store (the accumulator layout's 8-byte pairs, a quarter of a row's line
+// each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
+// drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
+// swizzle (its 16-byte units XORed with bits 1-2 of the row: conflict-free 8-byte writes). Bulk
+// async-groups belong to a thread, so thread 0 of the warpgroup issues every chunk; before each
+// barrier it waits until the previous chunk has been read, so after it the other buffer is free.
+// finish_fp32_stores() must follow the phase's last tile.
+__device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                                const CUtensorMap* map, int col0, int row0, int columns) {
+  const int c = consumer_index(consumer);
+  const bool issuer = threadIdx.x % kWarpgroupThreads == 0;
+  if (issuer) ptx::bulk_wait_group_read<0>();  // the last tile's final chunk has left its buffer
+  warpgroup_sync(consumer);
+  constexpr int kPerChunk = kOutChunkCols / 2;  // accumulators per thread and chunk (acc_col: 8 columns per 4)
+#pragma unroll
+  for (int chunk = 0; chunk < kTileN / kOutChunkCols; ++chunk) {
+    if (kOutChunkCols * chunk >= columns) break;
+    float(*rows)[kOutChunkCols] = pipe.smem->out_chunks[c][chunk % kOutChunkBuffers];
+#pragma unroll
+    for (int i = kPerChunk * chunk; i < kPerChunk * (chunk + 1); i += 2) {
+      const int row = acc_row(consumer, i) - kWgmmaM * c, col = acc_col(i) - kOutChunkCols * chunk;
+      const int unit = (col / 4) ^ (row / 2 % 4);  // the 64-byte swizzle of the chunk's 16-byte units
+      *reinterpret_cast<float2*>(&rows[row][4 * unit + col % 4]) = float2{acc[i], acc[i + 1]};
+    }
+    ptx::fence_async_shared();                   // the writes come before the TMA's reads of the buffer
+    if (issuer) ptx::bulk_wait_group_read<0>();  // the previous chunk has left the other buffer
+    warpgroup_sync(consumer);
+    if (issuer) {
+      ptx::tma_store_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
+      ptx::bulk_commit_group();
+    }
+  }
+}
+
+// After a phase's last store_rows_fp32: its copies have completed, so the buffers (the staging rows)
+// are free for the next phase's epilogues and the outputs are written before the phase's barrier.
+__device__ __forceinline__ void finish_fp32_stores() {
+  if (threadIdx.x % kWarpgroupThreads == 0) ptx::bulk_wait_all();
+  __syncthreads();
 }
 
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its

@@ -104,6 +104,12 @@ inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; th
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
 inline constexpr int kSwizzleAlign = 1024;
 
+// The fp32 epilogue's TMA stores (store_rows_fp32): a consumer's 64 rows go out 16 columns at a time,
+// each chunk a box of 64 rows x 64 bytes in the 64-byte swizzle (tensor_map.h, MapElement::f32), from
+// two buffers in turn.
+inline constexpr int kOutChunkCols = 16, kOutChunkBuffers = 2;
+static_assert(kOutChunkCols * sizeof(float) == 64, "a chunk row is the 64-byte swizzle's span");
+
 // The fp8 weight gradients' operands have a scale per row and K-block (Fp8Columns): a stage holds, beside
 // the boxes, the K-block's scales of B's 256 rows (the product's columns), the scale exponents of A's 128
 // rows and B's smallest and largest exponent. Their rows in memory are padded to whole tiles, so a
@@ -128,8 +134,12 @@ struct GemmSmem {
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
-  alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];  // each consumer's rows, as bf16
-  void* staged_dst[kConsumers][kWgmmaM];                           // per consumer, where each staged row goes
+  // Each consumer's epilogue rows: the bf16 staging rows, or the fp32 chunks of its TMA stores.
+  union {
+    alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];
+    alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols];
+  };
+  void* staged_dst[kConsumers][kWgmmaM];  // per consumer, where each staged row goes
 };
 inline constexpr size_t kSmemBytes = sizeof(GemmSmem) + kSwizzleAlign;  // + room to align the dynamic base
 inline constexpr size_t kMaxSmemPerBlock = 227 * 1024;  // Hopper's most (opt-in) shared memory per block

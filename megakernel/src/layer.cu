@@ -573,6 +573,16 @@ struct Layer::Impl {
     encode(maps.shared_w2, w.shared_w2.data, H, Is);
     encode(maps.shared_a, p.shared_a, S, Is);
     encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
+    // The weight gradients stored as they are in fp32 (null in the forward; bf16 or accumulated ones
+    // go out through registers: empty maps).
+    const bool tma_grads = !p.grads_bf16 && !p.accumulate;
+    const auto f32 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
+      map_cache[int(pass)].encode(slot++, out, base, base && tma_grads ? rows : 0, cols, MapElement::f32);
+    };
+    f32(maps.d_w1, p.d_w1, E * 2 * I, H);
+    f32(maps.d_w2, p.d_w2, E * H, I);
+    f32(maps.d_shared_w1, p.d_shared_w1, 2 * Is, H);
+    f32(maps.d_shared_w2, p.d_shared_w2, H, Is);
     if (c.precision != Precision::fp8) return;
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);

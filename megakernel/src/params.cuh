@@ -154,7 +154,8 @@ struct TensorMaps {
   CUtensorMap shared_w1, shared_w2, shared_a, shared_dh;
   CUtensorMap xq, w1q, aq, w2q, shared_xq, shared_w1q, shared_aq, shared_w2q;
   CUtensorMap ringq, w2tq, dhq, w1tq, shared_dyq, shared_w2tq, shared_dhq, shared_w1tq;
-  CUtensorMap dhtq, xetq, dyetq, atq;  // the fp8 weight gradients' (Fp8Columns)
+  CUtensorMap dhtq, xetq, dyetq, atq;                // the fp8 weight gradients' (Fp8Columns)
+  CUtensorMap d_w1, d_w2, d_shared_w1, d_shared_w2;  // fp32 weight gradients stored by TMA (store_weight_grad)
 };
 
 // An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of

@@ -81,6 +81,28 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32
                : "memory");
 }
 
+// Box {c0 (inner, elements), c1 (rows)} of a 2-D tensor map from shared memory to global memory, a
+// bulk copy of this thread's open bulk async-group (bulk_commit_group closes it). Elements outside the
+// map's bounds are not written.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_address(smem)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+// Closes this thread's bulk async-group of the copies issued since the last one.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until at most kPending of this thread's bulk async-groups are still reading their shared memory.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Waits until every bulk async-group of this thread has completed (its writes done).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // Ordinary global stores before this fence are ordered before later TMA reads (async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
