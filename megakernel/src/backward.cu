@@ -333,7 +333,9 @@ __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& 
     if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
     return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
   }
-  if (!p.accumulate) {  // by the TMA (the map's rows past wg.m are the next gradient's: a consumer past it skips)
+  // By the TMA: the map's rows past wg.m are the next gradient's, so a consumer past it skips. wg.m is a
+  // multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all in or all past it.
+  if (!p.accumulate) {
     if (kWgmmaM * consumer_index(consumer) < wg.m - m0)
       store_rows_fp32(pipe, consumer, acc, &(p.maps.*wg.out_map), n0,
                       int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns);

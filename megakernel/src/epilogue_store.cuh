@@ -24,8 +24,9 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
 // i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
 // destination, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
-// (fp32 tiles skip the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and
-// staged they were slower, docs/results/2026-11-29-h200-w.) kAdd: each chunk is added into what its
+// (g and accumulated fp32 gradients skip the staging: the accumulator layout's 8-byte pairs already
+// fill whole sectors, and staged they were slower, docs/results/2026-11-29-h200-w; fp32 gradients
+// stored as they are leave by TMA, store_rows_fp32.) kAdd: each chunk is added into what its
 // destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
 // loaded before any is written (the compiler cannot move a load past a store to the same rows).
 template <bool kAdd = false, class Word>

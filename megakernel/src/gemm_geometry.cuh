@@ -101,7 +101,8 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRe
 inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 
-// The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it.
+// The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it (and
+// the fp32 chunk buffers, whose 64-byte swizzle repeats every 512).
 inline constexpr int kSwizzleAlign = 1024;
 
 // The fp32 epilogue's TMA stores (store_rows_fp32): a consumer's 64 rows go out 16 columns at a time,

@@ -145,7 +145,8 @@ struct GridBarrier {
   PeerSync peers;  // here, not beside: an error recorded anywhere is announced to the peers
 };
 
-// TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle).
+// TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle),
+// and of the fp32 weight gradients they store (64 x 16 boxes, 64-byte swizzle: store_rows_fp32).
 // The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
 // The fp8 mode's GEMMs read E4M3 operands instead (64 rows x 128 boxes): the *q maps, K-major both, so
 // its input gradients read the weights' transposed copies (w1tq, w2tq, ...).
