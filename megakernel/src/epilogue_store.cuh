@@ -85,7 +85,7 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 // the epilogue issues no global store (the accumulator layout's 8-byte pairs, a quarter of a row's line
 // each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
 // drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
-// swizzle (its 16-byte units XORed with bits 1-2 of the row: conflict-free 8-byte writes). Bulk
+// swizzle (out_chunk_col: conflict-free 8-byte writes). Bulk
 // async-groups belong to a thread, so thread 0 of the warpgroup issues every chunk; before each
 // barrier it waits until the previous chunk has been read, so after it the other buffer is free.
 // finish_fp32_stores() must follow the phase's last tile.
@@ -103,8 +103,7 @@ __device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consum
 #pragma unroll
     for (int i = kPerChunk * chunk; i < kPerChunk * (chunk + 1); i += 2) {
       const int row = acc_row(consumer, i) - kWgmmaM * c, col = acc_col(i) - kOutChunkCols * chunk;
-      const int unit = (col / 4) ^ (row / 2 % 4);  // the 64-byte swizzle of the chunk's 16-byte units
-      *reinterpret_cast<float2*>(&rows[row][4 * unit + col % 4]) = float2{acc[i], acc[i + 1]};
+      *reinterpret_cast<float2*>(&rows[row][out_chunk_col(row, col)]) = float2{acc[i], acc[i + 1]};
     }
     ptx::fence_async_shared();                   // the writes come before the TMA's reads of the buffer
     if (issuer) ptx::bulk_wait_group_read<0>();  // the previous chunk has left the other buffer

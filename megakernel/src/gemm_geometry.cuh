@@ -111,6 +111,37 @@ inline constexpr int kSwizzleAlign = 1024;
 inline constexpr int kOutChunkCols = 16, kOutChunkBuffers = 2;
 static_assert(kOutChunkCols * sizeof(float) == 64, "a chunk row is the 64-byte swizzle's span");
 
+// Where element (row, col) of an fp32 chunk lies in its row of the buffer: the 64-byte swizzle XORs a
+// byte address's 16-byte unit (bits 4-5) with its bits 7-8, which in 64-byte rows are the row's bits 1-2.
+__host__ __device__ constexpr int out_chunk_col(int row, int col) { return 4 * ((col / 4) ^ (row / 2 % 4)) + col % 4; }
+
+// Each element of a chunk has its own place, and a warp's 8-byte write of one accumulator pair (8 rows,
+// 4 lanes a row) touches each of the 32 banks twice: two wavefronts, the least for 256 bytes (unswizzled,
+// rows 2 apart share banks: four).
+constexpr bool out_chunk_writes_spread() {
+  bool seen[kWgmmaM * kOutChunkCols] = {};
+  for (int row = 0; row < kWgmmaM; ++row)
+    for (int col = 0; col < kOutChunkCols; ++col) {
+      const int at = kOutChunkCols * row + out_chunk_col(row, col);
+      if (at < 0 || at >= kWgmmaM * kOutChunkCols || seen[at]) return false;
+      seen[at] = true;
+    }
+  for (int warp = 0; warp < kWarpgroupThreads / 32; ++warp)
+    for (int i = 0; i < kAccumulators; i += 2) {
+      int hits[32] = {};
+      for (int lane = 0; lane < 32; ++lane) {
+        const int t = 32 * warp + lane, col = acc_tile_col(unsigned(t), i) % kOutChunkCols;
+        const int row = acc_tile_row(0, t, i), at = kOutChunkCols * row + out_chunk_col(row, col);
+        if (col % 2 != 0 || at % 2 != 0) return false;  // the pair is one aligned 8-byte write
+        ++hits[at % 32], ++hits[(at + 1) % 32];
+      }
+      for (int bank = 0; bank < 32; ++bank)
+        if (hits[bank] != 2) return false;
+    }
+  return true;
+}
+static_assert(out_chunk_writes_spread(), "the chunk's swizzle is a bijection and its pair writes are conflict-free");
+
 // The fp8 weight gradients' operands have a scale per row and K-block (Fp8Columns): a stage holds, beside
 // the boxes, the K-block's scales of B's 256 rows (the product's columns), the scale exponents of A's 128
 // rows and B's smallest and largest exponent. Their rows in memory are padded to whole tiles, so a
