@@ -85,10 +85,9 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 // the epilogue issues no global store (the accumulator layout's 8-byte pairs, a quarter of a row's line
 // each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
 // drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
-// swizzle (out_chunk_col: conflict-free 8-byte writes). Bulk
-// async-groups belong to a thread, so thread 0 of the warpgroup issues every chunk; before each
-// barrier it waits until the previous chunk has been read, so after it the other buffer is free.
-// finish_fp32_stores() must follow the phase's last tile.
+// swizzle (out_chunk_col: conflict-free 8-byte writes). Bulk async-groups belong to a thread, so thread
+// 0 of the warpgroup issues every chunk; before each barrier it waits until the previous chunk has been
+// read, so after it the other buffer is free. finish_fp32_stores() must follow the phase's last tile.
 __device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
                                                 const CUtensorMap* map, int col0, int row0, int columns) {
   const int c = consumer_index(consumer);
