@@ -7,6 +7,7 @@
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
+//             [--accumulate]
 //   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
 //           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
 //           beforehand);
@@ -29,6 +30,9 @@
 //          (Layer::quantize_weights, once per optimizer step) is timed apart, in its own loop;
 //   --fp8-weight-gradients: with --fp8, the routed experts' weight gradients on E4M3 operands too
 //          (LaunchConfig::fp8_weight_gradients);
+//   --accumulate: each backward adds its weight gradients into the fp32 ones it holds, as training adds
+//          a micro-batch's into its accumulators (GradOutputs::accumulate; the PyTorch op's
+//          accumulate_into), rather than storing them (one process);
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
@@ -131,7 +135,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   const auto prepare_backward = [&](int i) {
     set_input(i);
     mk.launch_forward();
-    mk.set_output_grad(input(i).dy);
+    mk.set_output_grad(input(i).dy, o.accumulate);
   };
   double quantize = 0;
   if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
@@ -224,7 +228,7 @@ void usage() {
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
                "[--fp8 [--fp8-weight-gradients]] "
-               "[--experts E] [--capacity-factor F] [--plan] [--sustained S]\n");
+               "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate]\n");
 }
 
 // A whole decimal integer (no trailing text): atoi would read "2x" as 2 and "x" as 0.
@@ -250,6 +254,7 @@ bool parse(int argc, char** argv, Options& o) {
                  : arg == "--fp8-weight-gradients" ? &o.fp8_weight_gradients
                  : arg == "--plan"                 ? &o.plan
                  : arg == "--one-process"          ? &o.one_process
+                 : arg == "--accumulate"           ? &o.accumulate
                                                    : nullptr;
     if (flag) {
       *flag = true;
@@ -295,6 +300,8 @@ void check(const Options& o) {
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
   if (o.fp8_weight_gradients && !o.fp8) throw mok::Error("mok-bench: --fp8-weight-gradients needs --fp8");
+  if (o.accumulate && o.gpus != kNoGpus && !o.one_process)
+    throw mok::Error("mok-bench: --accumulate runs in one process (without --gpus, or with --one-process)");
   if (o.routing == "router" && o.gpus != kNoGpus)
     throw mok::Error("mok-bench: --routing router runs on one GPU (without --gpus)");
   if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
