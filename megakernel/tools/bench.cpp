@@ -132,11 +132,12 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, input(i).given()); };
-  const auto prepare_backward = [&](int i) {
+  const auto backward_of = [&](int i, bool accumulate) {
     set_input(i);
     mk.launch_forward();
-    mk.set_output_grad(input(i).dy, o.accumulate);
+    mk.set_output_grad(input(i).dy, accumulate);
   };
+  const auto prepare_backward = [&](int i) { backward_of(i, o.accumulate); };
   double quantize = 0;
   if (o.fp8) {  // the weights' quantization, once per optimizer step in training: not in the forward's time
     std::fprintf(stderr, "%s: timing the weights' quantization...\n", s.name);
@@ -149,7 +150,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
   // can hold) and code. Taken once per process: 0 after the first shape. (In fp8 after the weights' quantization,
   // which the forward reads.)
   const size_t free_before = free_device_bytes();
-  prepare_backward(0);
+  backward_of(0, false);  // stored: --accumulate's backwards then add into defined sums
   mk.launch_backward();
   MOK_CUDA_CHECK(cudaDeviceSynchronize());
   const double first_launches_mib = (double(free_before) - double(free_device_bytes())) / 1048576.0;
