@@ -78,10 +78,10 @@ __device__ void pull_weighted_dy(const Params& p) {
   for_each_token_slots(
       p, [&](ExpertTileRow row) { return pad_row(p, row); },
       [&](int g, int j0, uint32_t lanes, long pad) {
-        const RankBuffers& src = p.rank[token_rank(p, g)];
-        const long token = token_local(p, g);
-        const float mine = lanes >> lane_id() & 1u ? src.topk_w[token * k + j0 + lane_id()] : 0.0f;
-        copy_row_to_rows(src.dy + token * H, H, lanes, pad, dye, [&](int lane, long, int, const uint4& v) {
+        const float* topk_w = p.rank[token_rank(p, g)].topk_w + long(token_local(p, g)) * k;
+        const float mine = lanes >> lane_id() & 1u ? topk_w[j0 + lane_id()] : 0.0f;
+        const bf16* dy = token_row(p, g, &RankBuffers::dy);
+        copy_row_to_rows(dy, H, lanes, pad, dye, [&](int lane, long, int, const uint4& v) {
           const float w = __shfl_sync(~0u, mine, lane);
           return uint4{weighted_dy_words(w, v.x), weighted_dy_words(w, v.y), weighted_dy_words(w, v.z),
                        weighted_dy_words(w, v.w)};
