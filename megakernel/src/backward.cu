@@ -247,27 +247,6 @@ __device__ __forceinline__ void* gradient_at(const Params& p, void* base, long i
   return static_cast<uint8_t*>(base) + i * (p.grads_bf16 ? sizeof(bf16) : sizeof(float));
 }
 
-// fp32 gradient accumulation: a finished half tile added into what the caller's buffer holds, one fp32
-// add (the reference's), at(row, col) the pair's place (nullptr: none). The held pairs are loaded a
-// batch at a time before any is written back: the compiler cannot move a load past a store to the same
-// buffer, and pair by pair the epilogue waited on memory 64 times a tile.
-template <class At>
-__device__ __forceinline__ void accumulate_pairs(Warpgroup consumer, const float (&acc)[kAccumulators], At at) {
-  constexpr int kBatch = 16;  // pairs
-  static_assert(kAccumulators % (2 * kBatch) == 0, "whole batches of pairs");
-#pragma unroll
-  for (int i0 = 0; i0 < kAccumulators; i0 += 2 * kBatch) {
-    float2 held[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (const float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j))) held[j] = *o;
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (float2* o = at(acc_row(consumer, i0 + 2 * j), acc_col(i0 + 2 * j)))
-        *o = float2{held[j].x + acc[i0 + 2 * j], held[j].y + acc[i0 + 2 * j + 1]};
-  }
-}
-
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
 // MN-major in the bf16 tile loads; the fp8 weight gradients read their transposed copies,
 // fp8_weight_grad_load), rows k_first.. of the maps, k_rows of them. The maps are members of
@@ -325,29 +304,19 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
 __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& p, const WeightGrad& wg, int m0, int n0,
                                                   Warpgroup consumer, const float (&acc)[kAccumulators]) {
   const int columns = min(kTileN, wg.n - n0);
-  const auto element = [&](int row, int col) { return long(m0 + row) * wg.n + n0 + col; };  // of wg.out
   if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
     const auto row_dst = [&](int r) -> bf16* {
-      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + element(r, 0) : nullptr;
+      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + long(m0 + r) * wg.n + n0 : nullptr;
     };
     if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
     return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
   }
-  // By the TMA: the map's rows past wg.m are the next gradient's, so a consumer past it skips. wg.m is a
-  // multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all in or all past it.
-  if (!p.accumulate) {
-    if (kWgmmaM * consumer_index(consumer) < wg.m - m0)
-      store_rows_fp32(pipe, consumer, acc, &(p.maps.*wg.out_map), n0,
-                      int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns);
-    return;
-  }
-  // fp32 accumulation: the pairs' addresses from the tile's first element (int offsets: fewer live
-  // registers than long elements, which the accumulation's batch of 16 held pairs spilled).
-  float* tile = static_cast<float*>(wg.out) + element(0, 0);
-  const int rows = wg.m - m0, n = wg.n;
-  accumulate_pairs(consumer, acc, [&](int row, int col) -> float2* {
-    return row < rows && col < columns ? reinterpret_cast<float2*>(tile + row * n + col) : nullptr;
-  });
+  // By the TMA, stored or added: the map's rows past wg.m are the next gradient's, so a consumer past it
+  // skips. wg.m is a multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all in or
+  // all past it.
+  if (kWgmmaM * consumer_index(consumer) < wg.m - m0)
+    store_rows_fp32(pipe, consumer, acc, &(p.maps.*wg.out_map), n0,
+                    int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns, p.accumulate);
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take

@@ -80,8 +80,9 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
       staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
-// A finished half tile stored as fp32 into rows row0.. of `map` (an fp32 output, MapElement::f32),
-// columns col0 .. col0 + `columns` (a multiple of kOutChunkCols), by TMA stores of 16-column chunks:
+// A finished half tile stored as fp32 into rows row0.. of `map` (an fp32 output, MapElement::f32), or
+// with `add` added into what they hold (the TMA's reduce-add: the reference's one fp32 add, subnormals
+// kept), columns col0 .. col0 + `columns` (a multiple of kOutChunkCols), by TMA copies of 16-column chunks:
 // the epilogue issues no global store (the accumulator layout's 8-byte pairs, a quarter of a row's line
 // each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
 // drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
@@ -89,7 +90,7 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 // 0 of the warpgroup issues every chunk; before each barrier it waits until the previous chunk has been
 // read, so after it the other buffer is free. finish_fp32_stores() must follow the phase's last tile.
 __device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
-                                                const CUtensorMap* map, int col0, int row0, int columns) {
+                                                const CUtensorMap* map, int col0, int row0, int columns, bool add) {
   const int c = consumer_index(consumer);
   const bool issuer = threadIdx.x % kWarpgroupThreads == 0;
   if (issuer) ptx::bulk_wait_group_read<0>();  // the last tile's final chunk has left its buffer
@@ -108,7 +109,10 @@ __device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consum
     if (issuer) ptx::bulk_wait_group_read<0>();  // the previous chunk has left the other buffer
     warpgroup_sync(consumer);
     if (issuer) {
-      ptx::tma_store_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
+      if (add)
+        ptx::tma_reduce_add_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
+      else
+        ptx::tma_store_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
       ptx::bulk_commit_group();
     }
   }

@@ -1,0 +1,119 @@
+// The TMA's reduce-add (ptx::tma_reduce_add_2d under an fp32 map, MapElement::f32), by which the
+// backward adds fp32 weight gradients into the caller's buffers (store_rows_fp32 with `add`), is the
+// reference's add: one IEEE fp32 add, round to nearest even, subnormal inputs and results kept (the
+// reference adds with x86 SSE, flushing nothing). Each box of 64 x 16 is written into shared memory in
+// the epilogue's swizzle (out_chunk_col), so each element meets its own global element; the sums are
+// compared with the host's a + b, and the data must hold sums where a flushing add would differ
+// (the test could not fail otherwise). ctest label gpu; skips without a Hopper GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gemm_geometry.cuh"
+#include "mok/core/bf16.h"
+#include "mok/megakernel/check.h"
+#include "mok/megakernel/layer.h"
+#include "mok/megakernel/ptx/tma.cuh"
+#include "mok/megakernel/ptx/wgmma.cuh"  // fence_async_shared
+#include "tensor_map.h"
+
+namespace mok::gpu {
+namespace {
+
+constexpr int kBox = kWgmmaM * kOutChunkCols;
+
+// Block i adds the box of rows [64 i, 64 i + 64) of b into the same rows of the map's matrix.
+__global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const float* b) {
+  __shared__ alignas(kSwizzleAlign) float rows[kWgmmaM][kOutChunkCols];
+  const long first = long(blockIdx.x) * kBox;
+  for (int i = threadIdx.x; i < kBox; i += blockDim.x)
+    rows[i / kOutChunkCols][out_chunk_col(i / kOutChunkCols, i % kOutChunkCols)] = b[first + i];
+  ptx::fence_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::tma_reduce_add_2d(&map, rows, 0, int(blockIdx.x) * kWgmmaM);
+    ptx::bulk_commit_group();
+    ptx::bulk_wait_all();
+  }
+}
+
+bool subnormal(uint32_t u) { return (u & 0x7f800000u) == 0 && (u & 0x7fffffu) != 0; }
+bool nan(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+uint32_t flushed(uint32_t u) { return subnormal(u) ? u & 0x80000000u : u; }
+uint32_t ieee_add(uint32_t a, uint32_t b) { return bits_of(float_of(a) + float_of(b)); }
+uint32_t flushing_add(uint32_t a, uint32_t b) { return flushed(bits_of(float_of(flushed(a)) + float_of(flushed(b)))); }
+
+// Operand pairs of eight kinds, in turn: any bits (Inf and NaN among them), both subnormal, a subnormal
+// and a small normal, small normals of opposite signs (results subnormal or zero), ordinary normals
+// (ties to even), signed zeros, x + -x, a subnormal and a signed zero.
+void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
+  std::mt19937_64 rng(20261204);
+  const auto any_subnormal = [&] { return uint32_t(rng() & 0x807fffffu) | 1u; };
+  const auto normal = [&](int biased_exponent) {
+    return uint32_t(rng() & 0x807fffffu) | uint32_t(biased_exponent) << 23;
+  };
+  const auto sign = [&] { return uint32_t(rng() % 2) << 31; };
+  for (size_t i = 0; i < a.size(); ++i) switch (i % 8) {
+      case 0:
+        a[i] = uint32_t(rng()), b[i] = uint32_t(rng());
+        break;
+      case 1:
+        a[i] = any_subnormal(), b[i] = any_subnormal();
+        break;
+      case 2:
+        a[i] = any_subnormal(), b[i] = normal(1 + int(rng() % 30));
+        break;
+      case 3:
+        a[i] = normal(1 + int(rng() % 3)), b[i] = normal(1 + int(rng() % 3)) ^ 0x80000000u;
+        break;
+      case 4:
+        a[i] = normal(100 + int(rng() % 50)), b[i] = normal(100 + int(rng() % 50));
+        break;
+      case 5:
+        a[i] = sign(), b[i] = sign();
+        break;
+      case 6:
+        a[i] = normal(1 + int(rng() % 254)), b[i] = a[i] ^ 0x80000000u;
+        break;
+      default:
+        a[i] = any_subnormal(), b[i] = sign();
+        break;
+    }
+}
+
+TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
+  if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
+  constexpr int kBoxes = 2048;
+  std::vector<uint32_t> a(size_t(kBoxes) * kBox), b(a.size());
+  fill_pairs(a, b);
+  const size_t bytes = a.size() * sizeof(float);
+  float *d_sums = nullptr, *d_b = nullptr;
+  MOK_CUDA_CHECK(cudaMalloc(&d_sums, bytes));
+  MOK_CUDA_CHECK(cudaMalloc(&d_b, bytes));
+  MOK_CUDA_CHECK(cudaMemcpy(d_sums, a.data(), bytes, cudaMemcpyHostToDevice));
+  MOK_CUDA_CHECK(cudaMemcpy(d_b, b.data(), bytes, cudaMemcpyHostToDevice));
+  alignas(64) CUtensorMap map;
+  encode_tensor_map(map, d_sums, long(kBoxes) * kWgmmaM, kOutChunkCols, MapElement::f32);
+  reduce_add_boxes<<<kBoxes, 128>>>(map, d_b);
+  MOK_CUDA_CHECK(cudaGetLastError());
+  std::vector<uint32_t> sums(a.size());
+  MOK_CUDA_CHECK(cudaMemcpy(sums.data(), d_sums, bytes, cudaMemcpyDeviceToHost));
+  MOK_CUDA_CHECK(cudaFree(d_sums));
+  MOK_CUDA_CHECK(cudaFree(d_b));
+  long flushing_differs = 0, wrong = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const uint32_t want = ieee_add(a[i], b[i]);
+    flushing_differs += want != flushing_add(a[i], b[i]);
+    // NaN payloads differ by design (the GPU's canonical NaN against x86's kept payload).
+    if (sums[i] != want && !(nan(sums[i]) && nan(want)) && wrong++ < 5)
+      ADD_FAILURE() << std::hex << "a " << a[i] << " + b " << b[i] << ": the TMA gave " << sums[i] << ", IEEE " << want;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << a.size() << " sums";
+  EXPECT_GT(flushing_differs, long(a.size()) / 4) << "sums where a flushing add differs (the data's point)";
+}
+
+}  // namespace
+}  // namespace mok::gpu
