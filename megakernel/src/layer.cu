@@ -573,9 +573,9 @@ struct Layer::Impl {
     encode(maps.shared_w2, w.shared_w2.data, H, Is);
     encode(maps.shared_a, p.shared_a, S, Is);
     encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
-    // The weight gradients stored as they are in fp32 (null in the forward; bf16 or accumulated ones
-    // go out without the TMA: empty maps).
-    const bool tma_grads = !p.grads_bf16 && !p.accumulate;
+    // The fp32 weight gradients, stored or added by the TMA (null in the forward; bf16 ones go out
+    // without it: empty maps).
+    const bool tma_grads = !p.grads_bf16;
     const auto f32 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, base && tma_grads ? rows : 0, cols, MapElement::f32);
     };
