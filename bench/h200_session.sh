@@ -6,7 +6,9 @@
 #           scalar functions GPU against CPU on every input (mok-scalar-check); both in model.log
 #   sanitize compute-sanitizer memcheck, racecheck, initcheck and synccheck ($MOK_SANITIZE_TOOLS) over
 #           the GPU tests in $MOK_SANITIZE_FILTER (sanitize.log; each tool's error summary in summary.log;
-#           initcheck on the FP8 forward is the check that its padding exponents are written)
+#           initcheck on the FP8 forward is the check that its padding exponents are written; racecheck's
+#           hazards across a __syncthreads() after the GEMM phases are its named-barrier artefact:
+#           docs/fuzzing.md)
 #   python  the PyTorch extension built against the machine's torch (-DMOK_TORCH=ON) and its tests
 #           (pytest python/tests; python.log)
 #   op      (after python) bench/op_bench.py: mok through its PyTorch op beside the torch layer, per
