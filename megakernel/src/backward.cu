@@ -256,7 +256,7 @@ struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
   int m, n, k_first, k_rows;
-  void* out;
+  void* out;          // read by the bf16 path only (store_rows_bf16)
   MapMember out_map;  // out as an fp32 map (store_rows_fp32), from row out_row
   long out_row;
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }

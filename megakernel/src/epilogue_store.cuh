@@ -1,6 +1,6 @@
 // The GEMM epilogues' stores through shared memory: half tiles rounded to bf16 and moved to global
 // memory (stored, or added into what it holds) through the consumer warpgroup's staging rows, or fp32
-// half tiles stored by the TMA from the consumer's chunk buffers.
+// half tiles stored or added by the TMA from the consumer's chunk buffers.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -24,9 +24,9 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
 // i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
 // destination, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
-// (g and accumulated fp32 gradients skip the staging: the accumulator layout's 8-byte pairs already
-// fill whole sectors, and staged they were slower, docs/results/2026-11-29-h200-w; fp32 gradients
-// stored as they are leave by TMA, store_rows_fp32.) kAdd: each chunk is added into what its
+// (g skips the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and staged
+// they were slower, docs/results/2026-11-29-h200-w; fp32 weight gradients, stored or added, leave by
+// TMA, store_rows_fp32.) kAdd: each chunk is added into what its
 // destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
 // loaded before any is written (the compiler cannot move a load past a store to the same rows).
 template <bool kAdd = false, class Word>
@@ -83,7 +83,7 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 // A finished half tile stored as fp32 into rows row0.. of `map` (an fp32 output, MapElement::f32), or
 // with `add` added into what they hold (the TMA's reduce-add: the reference's one fp32 add, subnormals
 // kept), columns col0 .. col0 + `columns` (a multiple of kOutChunkCols), by TMA copies of 16-column chunks:
-// the epilogue issues no global store (the accumulator layout's 8-byte pairs, a quarter of a row's line
+// the epilogue issues no global load or store (the accumulator layout's 8-byte pairs, a quarter of a row's line
 // each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
 // drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
 // swizzle (out_chunk_col: conflict-free 8-byte writes). Bulk async-groups belong to a thread, so thread

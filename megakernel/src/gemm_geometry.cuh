@@ -105,7 +105,7 @@ inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; th
 // the fp32 chunk buffers, whose 64-byte swizzle repeats every 512).
 inline constexpr int kSwizzleAlign = 1024;
 
-// The fp32 epilogue's TMA stores (store_rows_fp32): a consumer's 64 rows go out 16 columns at a time,
+// The fp32 epilogue's TMA stores and adds (store_rows_fp32): a consumer's 64 rows go out 16 columns at a time,
 // each chunk a box of 64 rows x 64 bytes in the 64-byte swizzle (tensor_map.h, MapElement::f32), from
 // two buffers in turn.
 inline constexpr int kOutChunkCols = 16, kOutChunkBuffers = 2;
@@ -166,7 +166,7 @@ struct GemmSmem {
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
-  // Each consumer's epilogue rows: the bf16 staging rows, or the fp32 chunks of its TMA stores.
+  // Each consumer's epilogue rows: the bf16 staging rows, or the fp32 chunks of its TMA copies.
   union {
     alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];
     alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols];

@@ -41,14 +41,15 @@ __global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const 
 }
 
 bool subnormal(uint32_t u) { return (u & 0x7f800000u) == 0 && (u & 0x7fffffu) != 0; }
-bool nan(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+bool is_nan_bits(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 uint32_t flushed(uint32_t u) { return subnormal(u) ? u & 0x80000000u : u; }
 uint32_t ieee_add(uint32_t a, uint32_t b) { return bits_of(float_of(a) + float_of(b)); }
 uint32_t flushing_add(uint32_t a, uint32_t b) { return flushed(bits_of(float_of(flushed(a)) + float_of(flushed(b)))); }
 
-// Operand pairs of eight kinds, in turn: any bits (Inf and NaN among them), both subnormal, a subnormal
-// and a small normal, small normals of opposite signs (results subnormal or zero), ordinary normals
-// (ties to even), signed zeros, x + -x, a subnormal and a signed zero.
+// Operand pairs of eight kinds, in turn: any bits (NaNs among them; Inf operands and overflowing sums
+// are rare), both subnormal, a subnormal and a small normal, small normals of random signs (a sixth of
+// their sums subnormal), ordinary normals (ties to even), signed zeros, x + -x, a subnormal and a
+// signed zero.
 void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
   std::mt19937_64 rng(20261204);
   const auto any_subnormal = [&] { return uint32_t(rng() & 0x807fffffu) | 1u; };
@@ -95,7 +96,7 @@ TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
   MOK_CUDA_CHECK(cudaMalloc(&d_b, bytes));
   MOK_CUDA_CHECK(cudaMemcpy(d_sums, a.data(), bytes, cudaMemcpyHostToDevice));
   MOK_CUDA_CHECK(cudaMemcpy(d_b, b.data(), bytes, cudaMemcpyHostToDevice));
-  alignas(64) CUtensorMap map;
+  CUtensorMap map;  // cuda.h declares it 128-byte aligned
   encode_tensor_map(map, d_sums, long(kBoxes) * kWgmmaM, kOutChunkCols, MapElement::f32);
   reduce_add_boxes<<<kBoxes, 128>>>(map, d_b);
   MOK_CUDA_CHECK(cudaGetLastError());
@@ -108,7 +109,7 @@ TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
     const uint32_t want = ieee_add(a[i], b[i]);
     flushing_differs += want != flushing_add(a[i], b[i]);
     // NaN payloads differ by design (the GPU's canonical NaN against x86's kept payload).
-    if (sums[i] != want && !(nan(sums[i]) && nan(want)) && wrong++ < 5)
+    if (sums[i] != want && !(is_nan_bits(sums[i]) && is_nan_bits(want)) && wrong++ < 5)
       ADD_FAILURE() << std::hex << "a " << a[i] << " + b " << b[i] << ": the TMA gave " << sums[i] << ", IEEE " << want;
   }
   EXPECT_EQ(wrong, 0) << "of " << a.size() << " sums";
