@@ -46,10 +46,10 @@ uint32_t flushed(uint32_t u) { return subnormal(u) ? u & 0x80000000u : u; }
 uint32_t ieee_add(uint32_t a, uint32_t b) { return bits_of(float_of(a) + float_of(b)); }
 uint32_t flushing_add(uint32_t a, uint32_t b) { return flushed(bits_of(float_of(flushed(a)) + float_of(flushed(b)))); }
 
-// Operand pairs of eight kinds, in turn: any bits (NaNs among them; Inf operands and overflowing sums
-// are rare), both subnormal, a subnormal and a small normal, small normals of random signs (a sixth of
-// their sums subnormal), ordinary normals (ties to even), signed zeros, x + -x, a subnormal and a
-// signed zero.
+// Operand pairs of nine kinds, in turn: any bits (NaNs among them), both subnormal, a subnormal and a
+// small normal, small normals of opposite signs (sums subnormal or zero), ordinary normals (ties to
+// even), signed zeros, x + -x, a subnormal and a signed zero, and normals near the largest finite
+// magnitude, a quarter of them against an infinity (sums overflowing to Inf, or Inf).
 void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
   std::mt19937_64 rng(20261204);
   const auto any_subnormal = [&] { return uint32_t(rng() & 0x807fffffu) | 1u; };
@@ -57,7 +57,7 @@ void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
     return uint32_t(rng() & 0x807fffffu) | uint32_t(biased_exponent) << 23;
   };
   const auto sign = [&] { return uint32_t(rng() % 2) << 31; };
-  for (size_t i = 0; i < a.size(); ++i) switch (i % 8) {
+  for (size_t i = 0; i < a.size(); ++i) switch (i % 9) {
       case 0:
         a[i] = uint32_t(rng()), b[i] = uint32_t(rng());
         break;
@@ -68,7 +68,7 @@ void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
         a[i] = any_subnormal(), b[i] = normal(1 + int(rng() % 30));
         break;
       case 3:
-        a[i] = normal(1 + int(rng() % 3)), b[i] = normal(1 + int(rng() % 3)) ^ 0x80000000u;
+        a[i] = normal(1 + int(rng() % 3)) & 0x7fffffffu, b[i] = normal(1 + int(rng() % 3)) | 0x80000000u;
         break;
       case 4:
         a[i] = normal(100 + int(rng() % 50)), b[i] = normal(100 + int(rng() % 50));
@@ -79,8 +79,11 @@ void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
       case 6:
         a[i] = normal(1 + int(rng() % 254)), b[i] = a[i] ^ 0x80000000u;
         break;
-      default:
+      case 7:
         a[i] = any_subnormal(), b[i] = sign();
+        break;
+      default:
+        a[i] = normal(252 + int(rng() % 3)), b[i] = rng() % 4 ? normal(252 + int(rng() % 3)) : sign() | 0x7f800000u;
         break;
     }
 }
