@@ -242,11 +242,6 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// Element `i` of a weight gradient's buffer (fp32, or bf16: Params::grads_bf16).
-__device__ __forceinline__ void* gradient_at(const Params& p, void* base, long i) {
-  return static_cast<uint8_t*>(base) + i * (p.grads_bf16 ? sizeof(bf16) : sizeof(float));
-}
-
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
 // MN-major in the bf16 tile loads; the fp8 weight gradients read their transposed copies,
 // fp8_weight_grad_load), rows k_first.. of the maps, k_rows of them. The maps are members of
@@ -256,9 +251,9 @@ struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
   int m, n, k_first, k_rows;
-  void* out;          // read by the bf16 path only (store_rows_bf16)
-  MapMember out_map;  // out as an fp32 map (store_rows_fp32), from row out_row
-  long out_row;
+  void* out;          // the caller's whole gradient buffer (d_w1, ...), written through by the bf16 path
+  MapMember out_map;  // out as an fp32 map (store_rows_fp32)
+  long out_row;       // this gradient's first row of out
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
   // Tile t's first row and column (banded_tile).
   __device__ void origin(long t, int& m0, int& n0) const {
@@ -284,11 +279,9 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
               rows = p.offsets[e + 1] - p.offsets[e];
     const long local = own_expert(p, e);
     if (w % 2 == 0)
-      return WeightGrad{
-          &TensorMaps::dh,   &TensorMaps::xe, 2 * I, H, first, rows, gradient_at(p, p.d_w1, local * 2 * I * H),
-          &TensorMaps::d_w1, local * 2 * I};
-    return WeightGrad{&TensorMaps::dye,  &TensorMaps::a, H, I, first, rows, gradient_at(p, p.d_w2, local * H * I),
-                      &TensorMaps::d_w2, local * H};
+      return WeightGrad{&TensorMaps::dh, &TensorMaps::xe,   2 * I,        H, first, rows,
+                        p.d_w1,          &TensorMaps::d_w1, local * 2 * I};
+    return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, p.d_w2, &TensorMaps::d_w2, local * H};
   }
   const TokenRows& s = p.shared_tokens;
   const int first = int(s.chain_begin - s.begin), rows = int(s.end - s.chain_begin);
@@ -306,7 +299,7 @@ __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& 
   const int columns = min(kTileN, wg.n - n0);
   if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
     const auto row_dst = [&](int r) -> bf16* {
-      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + long(m0 + r) * wg.n + n0 : nullptr;
+      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + (wg.out_row + m0 + r) * wg.n + n0 : nullptr;
     };
     if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
     return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
