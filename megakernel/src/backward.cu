@@ -252,7 +252,7 @@ struct WeightGrad {
   MapMember a, b;
   int m, n, k_first, k_rows;
   void* out;          // the caller's whole gradient buffer (d_w1, ...), written through by the bf16 path
-  MapMember out_map;  // out as an fp32 map (store_rows_fp32)
+  MapMember out_map;  // out as a map (store_rows_by_tma)
   long out_row;       // this gradient's first row of out
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
   // Tile t's first row and column (banded_tile).
@@ -297,19 +297,21 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
 __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& p, const WeightGrad& wg, int m0, int n0,
                                                   Warpgroup consumer, const float (&acc)[kAccumulators]) {
   const int columns = min(kTileN, wg.n - n0);
-  if (p.grads_bf16) {  // through the staging rows: the 4-byte pairs would fill half a sector
-    const auto row_dst = [&](int r) -> bf16* {
+  if (p.grads_bf16 && p.accumulate) {  // loaded, added as autograd adds (add_bf16_words) and stored back
+    return store_rows_bf16<true>(pipe, consumer, acc, columns, [&](int r) -> bf16* {
       return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + (wg.out_row + m0 + r) * wg.n + n0 : nullptr;
-    };
-    if (p.accumulate) return store_rows_bf16<true>(pipe, consumer, acc, columns, row_dst);
-    return store_rows_bf16(pipe, consumer, acc, columns, row_dst);
+    });
   }
-  // By the TMA, stored or added: the map's rows past wg.m are the next gradient's, so a consumer past it
-  // skips. wg.m is a multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all in or
-  // all past it.
-  if (kWgmmaM * consumer_index(consumer) < wg.m - m0)
-    store_rows_fp32(pipe, consumer, acc, &(p.maps.*wg.out_map), n0,
-                    int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns, p.accumulate);
+  // By the TMA, stored, or fp32 added: the map's rows past wg.m are the next gradient's, so a consumer
+  // past it skips. wg.m is a multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all
+  // in or all past it.
+  if (kWgmmaM * consumer_index(consumer) >= wg.m - m0) return;
+  const CUtensorMap* map = &(p.maps.*wg.out_map);
+  const int row0 = int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer);
+  if (p.grads_bf16)
+    store_rows_by_tma<bf16>(pipe, consumer, acc, map, n0, row0, columns, false);
+  else
+    store_rows_by_tma<float>(pipe, consumer, acc, map, n0, row0, columns, p.accumulate);
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take
@@ -387,7 +389,7 @@ __device__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       });
-  finish_fp32_stores();
+  finish_chunk_copies();
 }
 
 // Across GPUs, the shared expert's weight gradients (ChainRelay), dW1_s's tiles then dW2_s's (tile t's
@@ -436,7 +438,7 @@ __device__ void relayed_shared_weight_grads(Pipeline& pipe, const Params& p) {
         __syncwarp();  // the warp's lanes meet again after their waits, before the aligned wgmma
         load_half_tile(r, unit(t, consumer), !kResults && me == 0, acc);
       });
-  finish_fp32_stores();
+  finish_chunk_copies();
 }
 
 // dh_s's two words at element `at` of its rows (a gate-half column pair; the up half Is further) from

@@ -1,7 +1,9 @@
 // The GEMM epilogues' stores through shared memory: half tiles rounded to bf16 and moved to global
-// memory (stored, or added into what it holds) through the consumer warpgroup's staging rows, or fp32
-// half tiles stored or added by the TMA from the consumer's chunk buffers.
+// memory (stored, or added into what it holds) through the consumer warpgroup's staging rows, or the
+// weight gradients' half tiles copied by the TMA from the consumer's chunk buffers.
 #pragma once
+
+#include <type_traits>
 
 #include "bf16_words.cuh"
 #include "schedule.cuh"
@@ -25,8 +27,8 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
 // destination, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (g skips the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and staged
-// they were slower, docs/results/2026-11-29-h200-w; fp32 weight gradients, stored or added, leave by
-// TMA, store_rows_fp32.) kAdd: each chunk is added into what its
+// they were slower, docs/results/2026-11-29-h200-w; weight gradients leave by TMA, store_rows_by_tma,
+// but bf16 ones added into the caller's.) kAdd: each chunk is added into what its
 // destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
 // loaded before any is written (the compiler cannot move a load past a store to the same rows).
 template <bool kAdd = false, class Word>
@@ -80,47 +82,55 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
       staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
-// A finished half tile stored as fp32 into rows row0.. of `map` (an fp32 output, MapElement::f32), or
-// with `add` added into what they hold (the TMA's reduce-add: the reference's one fp32 add, subnormals
-// kept), columns col0 .. col0 + `columns` (a multiple of kOutChunkCols), by TMA copies of 16-column chunks:
-// the epilogue issues no global load or store (the accumulator layout's 8-byte pairs, a quarter of a row's line
-// each, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md) and the copies
-// drain while the next tile's chain runs. A chunk is written into one of two buffers in the 64-byte
-// swizzle (out_chunk_col: conflict-free 8-byte writes). Bulk async-groups belong to a thread, so thread
-// 0 of the warpgroup issues every chunk; before each barrier it waits until the previous chunk has been
-// read, so after it the other buffer is free. finish_fp32_stores() must follow the phase's last tile.
-__device__ __forceinline__ void store_rows_fp32(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
-                                                const CUtensorMap* map, int col0, int row0, int columns, bool add) {
+// A finished half tile into rows row0.. of `map` (an output of Out: MapElement::f32, or bf16_out with
+// the accumulators rounded to bf16 as pack_bf16 rounds them), stored, or with `add` added into what the
+// rows hold (the TMA's reduce-add: in fp32 the reference's one add, subnormals kept; fp32 only), columns
+// col0 .. col0 + `columns` (a multiple of 64), by TMA copies of 64-byte chunks (16 fp32 or 32 bf16
+// columns): the epilogue issues no global load or store (the accumulator layout's pairs, a quarter of a
+// row's line each in fp32, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md)
+// and the copies drain while the next tile's chain runs. A chunk is written into one of two buffers in
+// the 64-byte swizzle (out_chunk_col: conflict-free pair writes). Bulk async-groups belong to a thread,
+// so thread 0 of the warpgroup issues every chunk; before each barrier it waits until the previous
+// chunk has been read, so after it the other buffer is free. finish_chunk_copies() must follow the
+// phase's last tile.
+template <class Out>
+__device__ __forceinline__ void store_rows_by_tma(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
+                                                  const CUtensorMap* map, int col0, int row0, int columns, bool add) {
+  constexpr int kCols = kOutChunkCols<Out>, kPerChunk = kCols / 2;  // accumulators per thread and chunk
+  static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, bf16>, "fp32 or bf16 outputs");
   const int c = consumer_index(consumer);
   const bool issuer = threadIdx.x % kWarpgroupThreads == 0;
   if (issuer) ptx::bulk_wait_group_read<0>();  // the last tile's final chunk has left its buffer
   warpgroup_sync(consumer);
-  constexpr int kPerChunk = kOutChunkCols / 2;  // accumulators per thread and chunk (acc_col: 8 columns per 4)
 #pragma unroll
-  for (int chunk = 0; chunk < kTileN / kOutChunkCols; ++chunk) {
-    if (kOutChunkCols * chunk >= columns) break;
-    float(*rows)[kOutChunkCols] = pipe.smem->out_chunks[c][chunk % kOutChunkBuffers];
+  for (int chunk = 0; chunk < kTileN / kCols; ++chunk) {
+    if (kCols * chunk >= columns) break;
+    Out(*rows)[kCols] = reinterpret_cast<Out(*)[kCols]>(pipe.smem->out_chunks[c][chunk % kOutChunkBuffers]);
 #pragma unroll
     for (int i = kPerChunk * chunk; i < kPerChunk * (chunk + 1); i += 2) {
-      const int row = acc_row(consumer, i) - kWgmmaM * c, col = acc_col(i) - kOutChunkCols * chunk;
-      *reinterpret_cast<float2*>(&rows[row][out_chunk_col(row, col)]) = float2{acc[i], acc[i + 1]};
+      const int row = acc_row(consumer, i) - kWgmmaM * c, col = acc_col(i) - kCols * chunk;
+      Out* const at = &rows[row][out_chunk_col<Out>(row, col)];
+      if constexpr (std::is_same_v<Out, float>)
+        *reinterpret_cast<float2*>(at) = float2{acc[i], acc[i + 1]};
+      else
+        *reinterpret_cast<uint32_t*>(at) = pack_bf16(acc[i], acc[i + 1]);
     }
     ptx::fence_async_shared();                   // the writes come before the TMA's reads of the buffer
     if (issuer) ptx::bulk_wait_group_read<0>();  // the previous chunk has left the other buffer
     warpgroup_sync(consumer);
     if (issuer) {
       if (add)
-        ptx::tma_reduce_add_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
+        ptx::tma_reduce_add_2d(map, rows, col0 + kCols * chunk, row0);
       else
-        ptx::tma_store_2d(map, rows, col0 + kOutChunkCols * chunk, row0);
+        ptx::tma_store_2d(map, rows, col0 + kCols * chunk, row0);
       ptx::bulk_commit_group();
     }
   }
 }
 
-// After a phase's last store_rows_fp32: its copies have completed, so the buffers (the staging rows)
+// After a phase's last store_rows_by_tma: its copies have completed, so the buffers (the staging rows)
 // are free for the next phase's epilogues and the outputs are written before the phase's barrier.
-__device__ __forceinline__ void finish_fp32_stores() {
+__device__ __forceinline__ void finish_chunk_copies() {
   if (threadIdx.x % kWarpgroupThreads == 0) ptx::bulk_wait_all();
   __syncthreads();
 }

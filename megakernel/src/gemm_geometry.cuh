@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mok/core/bf16.h"
 #include "mok/core/saved_layout.h"
 
 namespace mok::gpu {
@@ -102,45 +103,53 @@ inline constexpr int kStagedCols = 64;
 inline constexpr int kStagedPitch = kStagedCols + 8;  // bf16 per staged row; the pad spreads rows over banks
 
 // The 128-byte swizzle repeats every 8 rows (1024 bytes): a stage's boxes start at multiples of it (and
-// the fp32 chunk buffers, whose 64-byte swizzle repeats every 512).
+// the epilogue's chunk buffers, whose 64-byte swizzle repeats every 512).
 inline constexpr int kSwizzleAlign = 1024;
 
-// The fp32 epilogue's TMA stores and adds (store_rows_fp32): a consumer's 64 rows go out 16 columns at a time,
-// each chunk a box of 64 rows x 64 bytes in the 64-byte swizzle (tensor_map.h, MapElement::f32), from
-// two buffers in turn.
-inline constexpr int kOutChunkCols = 16, kOutChunkBuffers = 2;
-static_assert(kOutChunkCols * sizeof(float) == 64, "a chunk row is the 64-byte swizzle's span");
+// The weight gradients' TMA copies (store_rows_by_tma): a consumer's 64 rows go out 64 bytes of a row at
+// a time (16 fp32 or 32 bf16 columns), each chunk a box of 64 rows x 64 bytes in the 64-byte swizzle
+// (tensor_map.h, MapElement::f32 and bf16_out), from two buffers in turn.
+inline constexpr int kOutChunkBytes = 64, kOutChunkBuffers = 2;
+template <class Out>
+inline constexpr int kOutChunkCols = kOutChunkBytes / int(sizeof(Out));
 
-// Where element (row, col) of an fp32 chunk lies in its row of the buffer: the 64-byte swizzle XORs a
+// Where element (row, col) of a chunk of Out lies in its row of the buffer: the 64-byte swizzle XORs a
 // byte address's 16-byte unit (bits 4-5) with its bits 7-8, which in 64-byte rows are the row's bits 1-2.
-__host__ __device__ constexpr int out_chunk_col(int row, int col) { return 4 * ((col / 4) ^ (row / 2 % 4)) + col % 4; }
+template <class Out>
+__host__ __device__ constexpr int out_chunk_col(int row, int col) {
+  constexpr int kUnit = 16 / int(sizeof(Out));  // elements of a 16-byte unit
+  return kUnit * ((col / kUnit) ^ (row / 2 % 4)) + col % kUnit;
+}
 
-// Each element of a chunk has its own place, and a warp's 8-byte write of one accumulator pair (8 rows,
-// 4 lanes a row) touches each of the 32 banks twice: two wavefronts, the least for 256 bytes (unswizzled,
-// rows 2 apart share banks: four).
+// Each element of a chunk has its own place, and a warp's write of one accumulator pair (8 rows, 4 lanes
+// a row: 8 bytes each in fp32, 4 in bf16) touches each of the 32 banks as often as a pair has 4-byte
+// words: the fewest wavefronts, two in fp32 (unswizzled, rows 2 apart share banks: four), one in bf16.
+template <class Out>
 constexpr bool out_chunk_writes_spread() {
-  bool seen[kWgmmaM * kOutChunkCols] = {};
+  constexpr int kCols = kOutChunkCols<Out>, kWords = 2 * int(sizeof(Out)) / 4;  // a pair's 4-byte words
+  bool seen[kWgmmaM * kCols] = {};
   for (int row = 0; row < kWgmmaM; ++row)
-    for (int col = 0; col < kOutChunkCols; ++col) {
-      const int at = kOutChunkCols * row + out_chunk_col(row, col);
-      if (at < 0 || at >= kWgmmaM * kOutChunkCols || seen[at]) return false;
+    for (int col = 0; col < kCols; ++col) {
+      const int at = kCols * row + out_chunk_col<Out>(row, col);
+      if (at < 0 || at >= kWgmmaM * kCols || seen[at]) return false;
       seen[at] = true;
     }
   for (int warp = 0; warp < kWarpgroupThreads / 32; ++warp)
     for (int i = 0; i < kAccumulators; i += 2) {
       int hits[32] = {};
       for (int lane = 0; lane < 32; ++lane) {
-        const int t = 32 * warp + lane, col = acc_tile_col(unsigned(t), i) % kOutChunkCols;
-        const int row = acc_tile_row(0, t, i), at = kOutChunkCols * row + out_chunk_col(row, col);
-        if (col % 2 != 0 || at % 2 != 0) return false;  // the pair is one aligned 8-byte write
-        ++hits[at % 32], ++hits[(at + 1) % 32];
+        const int t = 32 * warp + lane, col = acc_tile_col(unsigned(t), i) % kCols;
+        const int row = acc_tile_row(0, t, i), at = kCols * row + out_chunk_col<Out>(row, col);
+        if (col % 2 != 0 || at % 2 != 0) return false;  // the pair is one aligned write
+        for (int w = 0; w < kWords; ++w) ++hits[(at * int(sizeof(Out)) / 4 + w) % 32];
       }
       for (int bank = 0; bank < 32; ++bank)
-        if (hits[bank] != 2) return false;
+        if (hits[bank] != kWords) return false;
     }
   return true;
 }
-static_assert(out_chunk_writes_spread(), "the chunk's swizzle is a bijection and its pair writes are conflict-free");
+static_assert(out_chunk_writes_spread<float>() && out_chunk_writes_spread<bf16>(),
+              "the chunk's swizzle is a bijection and its pair writes are conflict-free");
 
 // The fp8 weight gradients' operands have a scale per row and K-block (Fp8Columns): a stage holds, beside
 // the boxes, the K-block's scales of B's 256 rows (the product's columns), the scale exponents of A's 128
@@ -166,10 +175,11 @@ struct GemmSmem {
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
-  // Each consumer's epilogue rows: the bf16 staging rows, or the fp32 chunks of its TMA copies.
+  // Each consumer's epilogue rows: the bf16 staging rows, or the chunks of its TMA copies (fp32, or bf16
+  // read through the same bytes).
   union {
     alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];
-    alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols];
+    alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols<float>];
   };
   void* staged_dst[kConsumers][kWgmmaM];  // per consumer, where each staged row goes
 };

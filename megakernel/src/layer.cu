@@ -573,16 +573,17 @@ struct Layer::Impl {
     encode(maps.shared_w2, w.shared_w2.data, H, Is);
     encode(maps.shared_a, p.shared_a, S, Is);
     encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
-    // The fp32 weight gradients, stored or added by the TMA (null in the forward; bf16 ones go out
-    // without it: empty maps).
-    const bool tma_grads = !p.grads_bf16;
-    const auto f32 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
-      map_cache[int(pass)].encode(slot++, out, base, base && tma_grads ? rows : 0, cols, MapElement::f32);
+    // The weight gradients, stored or (fp32) added by the TMA (null in the forward; bf16 ones added into
+    // the caller's go out without it: empty maps).
+    const bool tma_grads = !(p.grads_bf16 && p.accumulate);
+    const MapElement grad = p.grads_bf16 ? MapElement::bf16_out : MapElement::f32;
+    const auto gradient = [&](CUtensorMap& out, const void* base, long rows, long cols) {
+      map_cache[int(pass)].encode(slot++, out, base, base && tma_grads ? rows : 0, cols, grad);
     };
-    f32(maps.d_w1, p.d_w1, E * 2 * I, H);
-    f32(maps.d_w2, p.d_w2, E * H, I);
-    f32(maps.d_shared_w1, p.d_shared_w1, 2 * Is, H);
-    f32(maps.d_shared_w2, p.d_shared_w2, H, Is);
+    gradient(maps.d_w1, p.d_w1, E * 2 * I, H);
+    gradient(maps.d_w2, p.d_w2, E * H, I);
+    gradient(maps.d_shared_w1, p.d_shared_w1, 2 * Is, H);
+    gradient(maps.d_shared_w2, p.d_shared_w2, H, Is);
     if (c.precision != Precision::fp8) return;
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);

@@ -146,8 +146,7 @@ struct GridBarrier {
 };
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle),
-// and of the fp32 weight gradients they store or add into (64 x 16 boxes, 64-byte swizzle:
-// store_rows_fp32).
+// and of the weight gradients they store (64 rows x 64 bytes, 64-byte swizzle: store_rows_by_tma).
 // The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
 // The fp8 mode's GEMMs read E4M3 operands instead (64 rows x 128 boxes): the *q maps, K-major both, so
 // its input gradients read the weights' transposed copies (w1tq, w2tq, ...).
@@ -157,7 +156,7 @@ struct TensorMaps {
   CUtensorMap xq, w1q, aq, w2q, shared_xq, shared_w1q, shared_aq, shared_w2q;
   CUtensorMap ringq, w2tq, dhq, w1tq, shared_dyq, shared_w2tq, shared_dhq, shared_w1tq;
   CUtensorMap dhtq, xetq, dyetq, atq;                // the fp8 weight gradients' (Fp8Columns)
-  CUtensorMap d_w1, d_w2, d_shared_w1, d_shared_w2;  // fp32 weight gradients, stored or added by TMA
+  CUtensorMap d_w1, d_w2, d_shared_w1, d_shared_w2;  // weight gradients copied by TMA (store_weight_grad)
 };
 
 // An E4M3 matrix of the fp8 mode and its scale exponents (mok/core/fp8_gemm.h): per 1 x 128 block of

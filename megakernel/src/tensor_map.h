@@ -7,15 +7,15 @@
 
 namespace mok::gpu {
 
-// A matrix's elements: bf16, or the fp8 mode's E4M3 (one byte), both read as GEMM operands; or fp32,
-// an output the epilogue stores or adds into by TMA (the weight gradients').
-enum class MapElement { bf16, e4m3, f32 };
+// A matrix's elements: bf16, or the fp8 mode's E4M3 (one byte), both read as GEMM operands; or fp32 or
+// bf16 (bf16_out), an output the epilogue copies out (the weight gradients').
+enum class MapElement { bf16, e4m3, f32, bf16_out };
 
 // Writes the descriptor of a row-major [rows, cols] matrix into `out`; all zeros for an empty matrix.
 // An operand (bf16, E4M3) is read in boxes of 64 rows x 128 bytes (64 bf16 or 128 E4M3) with the
-// 128-byte swizzle (the layout the wgmma descriptors of tile_gemm.cuh expect); an fp32 output is
-// written (or added into) in boxes of 64 rows x 16 columns with the 64-byte swizzle (the epilogue's chunks,
-// store_rows_fp32). Throws mok::Error if the driver rejects it. `out` is written in place, never
+// 128-byte swizzle (the layout the wgmma descriptors of tile_gemm.cuh expect); an output is written in
+// boxes of 64 rows x 64 bytes (16 fp32 or 32 bf16) with the 64-byte swizzle (the epilogue's chunks,
+// store_rows_by_tma). Throws mok::Error if the driver rejects it. `out` is written in place, never
 // returned by value: nvcc's host pass does not give stack temporaries CUtensorMap's 128-byte
 // alignment, which g++ code writing them may assume.
 void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element = MapElement::bf16);

@@ -1,5 +1,5 @@
 // The TMA's reduce-add (ptx::tma_reduce_add_2d under an fp32 map, MapElement::f32), by which the
-// backward adds fp32 weight gradients into the caller's buffers (store_rows_fp32 with `add`), is the
+// backward adds fp32 weight gradients into the caller's buffers (store_rows_by_tma with `add`), is the
 // reference's add: one IEEE fp32 add, round to nearest even, subnormal inputs and results kept (the
 // reference adds with x86 SSE, flushing nothing). Each box of 64 x 16 is written into shared memory in
 // the epilogue's swizzle (out_chunk_col), so each element meets its own global element; the sums are
@@ -23,14 +23,15 @@
 namespace mok::gpu {
 namespace {
 
-constexpr int kBox = kWgmmaM * kOutChunkCols;
+constexpr int kBox = kWgmmaM * kOutChunkCols<float>;
 
 // Block i adds the box of rows [64 i, 64 i + 64) of b into the same rows of the map's matrix.
 __global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const float* b) {
-  __shared__ alignas(kSwizzleAlign) float rows[kWgmmaM][kOutChunkCols];
+  __shared__ alignas(kSwizzleAlign) float rows[kWgmmaM][kOutChunkCols<float>];
   const long first = long(blockIdx.x) * kBox;
   for (int i = threadIdx.x; i < kBox; i += blockDim.x)
-    rows[i / kOutChunkCols][out_chunk_col(i / kOutChunkCols, i % kOutChunkCols)] = b[first + i];
+    rows[i / kOutChunkCols<float>][out_chunk_col<float>(i / kOutChunkCols<float>, i % kOutChunkCols<float>)] =
+        b[first + i];
   ptx::fence_async_shared();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -100,7 +101,7 @@ TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
   MOK_CUDA_CHECK(cudaMemcpy(d_sums, a.data(), bytes, cudaMemcpyHostToDevice));
   MOK_CUDA_CHECK(cudaMemcpy(d_b, b.data(), bytes, cudaMemcpyHostToDevice));
   CUtensorMap map;  // cuda.h declares it 128-byte aligned
-  encode_tensor_map(map, d_sums, long(kBoxes) * kWgmmaM, kOutChunkCols, MapElement::f32);
+  encode_tensor_map(map, d_sums, long(kBoxes) * kWgmmaM, kOutChunkCols<float>, MapElement::f32);
   reduce_add_boxes<<<kBoxes, 128>>>(map, d_b);
   MOK_CUDA_CHECK(cudaGetLastError());
   std::vector<uint32_t> sums(a.size());
