@@ -251,9 +251,8 @@ struct WeightGrad {
   using MapMember = CUtensorMap TensorMaps::*;
   MapMember a, b;
   int m, n, k_first, k_rows;
-  void* out;          // the caller's whole gradient buffer (d_w1, ...), written through by the bf16 path
-  MapMember out_map;  // out as a map (store_rows_by_tma)
-  long out_row;       // this gradient's first row of out
+  MapMember out_map;  // the caller's whole gradient buffer (d_w1, ...) as a map (store_rows_by_tma)
+  long out_row;       // this gradient's first row of it
   __device__ int tiles() const { return ceil_div(m, kTileRows) * ceil_div(n, kTileN); }
   // Tile t's first row and column (banded_tile).
   __device__ void origin(long t, int& m0, int& n0) const {
@@ -279,37 +278,27 @@ __device__ WeightGrad weight_grad(const Params& p, int w) {
               rows = p.offsets[e + 1] - p.offsets[e];
     const long local = own_expert(p, e);
     if (w % 2 == 0)
-      return WeightGrad{&TensorMaps::dh, &TensorMaps::xe,   2 * I,        H, first, rows,
-                        p.d_w1,          &TensorMaps::d_w1, local * 2 * I};
-    return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, p.d_w2, &TensorMaps::d_w2, local * H};
+      return WeightGrad{&TensorMaps::dh, &TensorMaps::xe, 2 * I, H, first, rows, &TensorMaps::d_w1, local * 2 * I};
+    return WeightGrad{&TensorMaps::dye, &TensorMaps::a, H, I, first, rows, &TensorMaps::d_w2, local * H};
   }
   const TokenRows& s = p.shared_tokens;
   const int first = int(s.chain_begin - s.begin), rows = int(s.end - s.chain_begin);
   if (w == 2 * own)
-    return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x,           2 * Is, H, first, rows,
-                      p.d_shared_w1,          &TensorMaps::d_shared_w1, 0};
-  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a,    H, Is, first, rows,
-                    p.d_shared_w2,   &TensorMaps::d_shared_w2, 0};
+    return WeightGrad{&TensorMaps::shared_dh, &TensorMaps::x, 2 * Is, H, first, rows, &TensorMaps::d_shared_w1, 0};
+  return WeightGrad{&TensorMaps::dy, &TensorMaps::shared_a, H, Is, first, rows, &TensorMaps::d_shared_w2, 0};
 }
 
-// A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer: stored,
-// or added to what it holds (Params::accumulate), in fp32 or bf16 (Params::grads_bf16).
+// A finished half tile of weight gradient wg, tile origin (m0, n0), into the caller's buffer by the TMA:
+// stored, or added to what it holds (Params::accumulate), in fp32 or bf16 (Params::grads_bf16). The
+// map's rows past wg.m are the next gradient's, so a consumer past it skips. wg.m is a multiple of 64
+// (H, I and Is are: config.h), so a consumer's 64 rows are all in or all past it.
 __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& p, const WeightGrad& wg, int m0, int n0,
                                                   Warpgroup consumer, const float (&acc)[kAccumulators]) {
-  const int columns = min(kTileN, wg.n - n0);
-  if (p.grads_bf16 && p.accumulate) {  // loaded, added as autograd adds (add_bf16_words) and stored back
-    return store_rows_bf16<true>(pipe, consumer, acc, columns, [&](int r) -> bf16* {
-      return m0 + r < wg.m ? static_cast<bf16*>(wg.out) + (wg.out_row + m0 + r) * wg.n + n0 : nullptr;
-    });
-  }
-  // By the TMA, stored, or fp32 added: the map's rows past wg.m are the next gradient's, so a consumer
-  // past it skips. wg.m is a multiple of 64 (H, I and Is are: config.h), so a consumer's 64 rows are all
-  // in or all past it.
   if (kWgmmaM * consumer_index(consumer) >= wg.m - m0) return;
   const CUtensorMap* map = &(p.maps.*wg.out_map);
-  const int row0 = int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer);
+  const int row0 = int(wg.out_row) + m0 + kWgmmaM * consumer_index(consumer), columns = min(kTileN, wg.n - n0);
   if (p.grads_bf16)
-    store_rows_by_tma<bf16>(pipe, consumer, acc, map, n0, row0, columns, false);
+    store_rows_by_tma<bf16>(pipe, consumer, acc, map, n0, row0, columns, p.accumulate);
   else
     store_rows_by_tma<float>(pipe, consumer, acc, map, n0, row0, columns, p.accumulate);
 }

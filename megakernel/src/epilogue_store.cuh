@@ -1,6 +1,6 @@
-// The GEMM epilogues' stores through shared memory: half tiles rounded to bf16 and moved to global
-// memory (stored, or added into what it holds) through the consumer warpgroup's staging rows, or the
-// weight gradients' half tiles copied by the TMA from the consumer's chunk buffers.
+// The GEMM epilogues' stores through shared memory: half tiles rounded to bf16 and stored into global
+// memory through the consumer warpgroup's staging rows, or the weight gradients' half tiles stored or
+// added by the TMA from the consumer's chunk buffers.
 #pragma once
 
 #include <type_traits>
@@ -27,11 +27,8 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
 // destination, plus `offset` elements. A thread copies the same four rows in every pass.
 // Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
 // (g skips the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and staged
-// they were slower, docs/results/2026-11-29-h200-w; weight gradients leave by TMA, store_rows_by_tma,
-// but bf16 ones added into the caller's.) kAdd: each chunk is added into what its
-// destination holds as autograd adds bf16 gradients (core add_bf16_words), the thread's held chunks
-// loaded before any is written (the compiler cannot move a load past a store to the same rows).
-template <bool kAdd = false, class Word>
+// they were slower, docs/results/2026-11-29-h200-w; weight gradients leave by TMA, store_rows_by_tma.)
+template <class Word>
 __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int window, long offset, Word word) {
   constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
   constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
@@ -51,40 +48,29 @@ __device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, 
     bf16* d = static_cast<bf16*>(dst[row(j)]);
     return d ? reinterpret_cast<uint4*>(d + offset + kChunk * chunk) : nullptr;
   };
-  [[maybe_unused]] uint4 held[kRowsPerThread];
-  if constexpr (kAdd) {
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j)
-      if (const uint4* d = chunk_at(j)) held[j] = *d;
-  }
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j)
-    if (uint4* d = chunk_at(j)) {
-      uint4 v = *reinterpret_cast<const uint4*>(&rows[row(j)][kChunk * chunk]);
-      if constexpr (kAdd)
-        v = {add_bf16_words(held[j].x, v.x), add_bf16_words(held[j].y, v.y), add_bf16_words(held[j].z, v.z),
-             add_bf16_words(held[j].w, v.w)};
-      *d = v;
-    }
+    if (uint4* d = chunk_at(j)) *d = *reinterpret_cast<const uint4*>(&rows[row(j)][kChunk * chunk]);
 }
 
 // A finished half tile rounded to bf16 and stored into the rows row_dst(r) (r within the whole tile;
-// nullptr: skip), or with kAdd added into what they hold (staged_pass), columns 0 .. `columns` of the
-// tile (a multiple of 64) through the staging rows: whole 128-byte row parts, 16 bytes per lane. The
-// row table is free: the warpgroup met at the end of this tile's chain, after the last tile's passes.
-template <bool kAdd = false, class RowDst>
+// nullptr: skip), columns 0 .. `columns` of the tile (a multiple of 64), through the staging rows:
+// whole 128-byte row parts, 16 bytes per lane. The row table is free: the warpgroup met at the end of
+// this tile's chain, after the last tile's passes.
+template <class RowDst>
 __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],
                                                 int columns, RowDst row_dst) {
   stage_row_dst(pipe, consumer, row_dst);
 #pragma unroll
   for (int w = 0; w < kTileN / kStagedCols; ++w)
     if (kStagedCols * w < columns)
-      staged_pass<kAdd>(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
+      staged_pass(pipe, consumer, w, kStagedCols * w, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
 }
 
 // A finished half tile into rows row0.. of `map` (an output of Out: MapElement::f32, or bf16_out with
 // the accumulators rounded to bf16 as pack_bf16 rounds them), stored, or with `add` added into what the
-// rows hold (the TMA's reduce-add: in fp32 the reference's one add, subnormals kept; fp32 only), columns
+// rows hold (the TMA's reduce-add: the reference's one fp32 add, or autograd's add of the rounded
+// gradient into a bf16 one, core add_bf16_words; subnormals kept in both: TmaReduceAdd), columns
 // col0 .. col0 + `columns` (a multiple of 64), by TMA copies of 64-byte chunks (16 fp32 or 32 bf16
 // columns): the epilogue issues no global load or store (the accumulator layout's pairs, a quarter of a
 // row's line each in fp32, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md)

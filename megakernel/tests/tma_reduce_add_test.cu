@@ -1,10 +1,11 @@
-// The TMA's reduce-add (ptx::tma_reduce_add_2d under an fp32 map, MapElement::f32), by which the
-// backward adds fp32 weight gradients into the caller's buffers (store_rows_by_tma with `add`), is the
-// reference's add: one IEEE fp32 add, round to nearest even, subnormal inputs and results kept (the
-// reference adds with x86 SSE, flushing nothing). Each box of 64 x 16 is written into shared memory in
-// the epilogue's swizzle (out_chunk_col), so each element meets its own global element; the sums are
-// compared with the host's a + b, and the data must hold sums where a flushing add would differ
-// (the test could not fail otherwise). ctest label gpu; skips without a Hopper GPU.
+// The TMA's reduce-add (ptx::tma_reduce_add_2d), by which the backward adds weight gradients into the
+// caller's buffers (store_rows_by_tma with `add`), is the add the reference models: under an fp32 map
+// (MapElement::f32) one IEEE fp32 add, round to nearest even, subnormal inputs and results kept (the
+// reference adds with x86 SSE, flushing nothing); under a bf16 map (MapElement::bf16_out) autograd's add
+// of a rounded gradient into a bf16 .grad (core add_bf16_words). Each box of 64 rows x 64 bytes is
+// written into shared memory in the epilogue's swizzle (out_chunk_col), so each element meets its own
+// global element; the sums are compared with the host's, and the data must hold sums where a flushing
+// add would differ (the test could not fail otherwise). ctest label gpu; skips without a Hopper GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -23,15 +24,17 @@
 namespace mok::gpu {
 namespace {
 
-constexpr int kBox = kWgmmaM * kOutChunkCols<float>;
+template <class Out>
+constexpr int kBox = kWgmmaM* kOutChunkCols<Out>;
 
 // Block i adds the box of rows [64 i, 64 i + 64) of b into the same rows of the map's matrix.
-__global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const float* b) {
-  __shared__ alignas(kSwizzleAlign) float rows[kWgmmaM][kOutChunkCols<float>];
-  const long first = long(blockIdx.x) * kBox;
-  for (int i = threadIdx.x; i < kBox; i += blockDim.x)
-    rows[i / kOutChunkCols<float>][out_chunk_col<float>(i / kOutChunkCols<float>, i % kOutChunkCols<float>)] =
-        b[first + i];
+template <class Out>
+__global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const Out* b) {
+  constexpr int kCols = kOutChunkCols<Out>;
+  __shared__ alignas(kSwizzleAlign) Out rows[kWgmmaM][kCols];
+  const long first = long(blockIdx.x) * kBox<Out>;
+  for (int i = threadIdx.x; i < kBox<Out>; i += blockDim.x)
+    rows[i / kCols][out_chunk_col<Out>(i / kCols, i % kCols)] = b[first + i];
   ptx::fence_async_shared();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -89,35 +92,69 @@ void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
     }
 }
 
-TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
-  if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
-  constexpr int kBoxes = 2048;
-  std::vector<uint32_t> a(size_t(kBoxes) * kBox), b(a.size());
-  fill_pairs(a, b);
-  const size_t bytes = a.size() * sizeof(float);
-  float *d_sums = nullptr, *d_b = nullptr;
+// The GPU's sums of a + b, elementwise, by reduce_add_boxes under a map of Out (Word: Out's bits).
+template <class Out, class Word>
+std::vector<Word> tma_sums(const std::vector<Word>& a, const std::vector<Word>& b) {
+  const long boxes = long(a.size()) / kBox<Out>;
+  const size_t bytes = a.size() * sizeof(Word);
+  Word *d_sums = nullptr, *d_b = nullptr;
   MOK_CUDA_CHECK(cudaMalloc(&d_sums, bytes));
   MOK_CUDA_CHECK(cudaMalloc(&d_b, bytes));
   MOK_CUDA_CHECK(cudaMemcpy(d_sums, a.data(), bytes, cudaMemcpyHostToDevice));
   MOK_CUDA_CHECK(cudaMemcpy(d_b, b.data(), bytes, cudaMemcpyHostToDevice));
   CUtensorMap map;  // cuda.h declares it 128-byte aligned
-  encode_tensor_map(map, d_sums, long(kBoxes) * kWgmmaM, kOutChunkCols<float>, MapElement::f32);
-  reduce_add_boxes<<<kBoxes, 128>>>(map, d_b);
+  encode_tensor_map(map, d_sums, boxes * kWgmmaM, kOutChunkCols<Out>,
+                    sizeof(Out) == 4 ? MapElement::f32 : MapElement::bf16_out);
+  reduce_add_boxes<Out><<<boxes, 128>>>(map, reinterpret_cast<const Out*>(d_b));
   MOK_CUDA_CHECK(cudaGetLastError());
-  std::vector<uint32_t> sums(a.size());
+  std::vector<Word> sums(a.size());
   MOK_CUDA_CHECK(cudaMemcpy(sums.data(), d_sums, bytes, cudaMemcpyDeviceToHost));
   MOK_CUDA_CHECK(cudaFree(d_sums));
   MOK_CUDA_CHECK(cudaFree(d_b));
+  return sums;
+}
+
+// The GPU's sums against want(a, b), NaNs matching any NaN (the GPU's canonical NaN differs from the
+// host's by design), and the data's point: more than a quarter of the sums are ones flushing(a, b)
+// would change.
+template <class Out, class Word, class Want, class Flushing, class IsNan>
+void expect_sums(const std::vector<Word>& a, const std::vector<Word>& b, Want want, Flushing flushing, IsNan is_nan) {
+  const std::vector<Word> sums = tma_sums<Out>(a, b);
   long flushing_differs = 0, wrong = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const uint32_t want = ieee_add(a[i], b[i]);
-    flushing_differs += want != flushing_add(a[i], b[i]);
-    // NaN payloads differ by design (the GPU's canonical NaN against x86's kept payload).
-    if (sums[i] != want && !(is_nan_bits(sums[i]) && is_nan_bits(want)) && wrong++ < 5)
-      ADD_FAILURE() << std::hex << "a " << a[i] << " + b " << b[i] << ": the TMA gave " << sums[i] << ", IEEE " << want;
+    const Word w = want(a[i], b[i]);
+    flushing_differs += w != flushing(a[i], b[i]);
+    if (sums[i] != w && !(is_nan(sums[i]) && is_nan(w)) && wrong++ < 5)
+      ADD_FAILURE() << std::hex << "a " << a[i] << " + b " << b[i] << ": the TMA gave " << sums[i] << ", want " << w;
   }
   EXPECT_EQ(wrong, 0) << "of " << a.size() << " sums";
   EXPECT_GT(flushing_differs, long(a.size()) / 4) << "sums where a flushing add differs (the data's point)";
+}
+
+constexpr long kPairs = 2048L * kBox<float>;
+
+TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
+  if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
+  std::vector<uint32_t> a(kPairs), b(kPairs);
+  fill_pairs(a, b);
+  expect_sums<float>(a, b, ieee_add, flushing_add, is_nan_bits);
+}
+
+// bf16 pairs: the upper halves of the fp32 kinds (subnormal, small, near-largest and infinite values
+// alike: bf16 has fp32's exponent).
+uint16_t subnormal_flushed(uint16_t u) { return (u & 0x7f80u) == 0 ? u & 0x8000u : u; }
+uint16_t autograd_add(uint16_t a, uint16_t b) { return uint16_t(add_bf16_words(a, b) & 0xffffu); }
+uint16_t flushing_bf16_add(uint16_t a, uint16_t b) {
+  return subnormal_flushed(autograd_add(subnormal_flushed(a), subnormal_flushed(b)));
+}
+
+TEST(TmaReduceAdd, Bf16IsAutogradsAdd) {
+  if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
+  std::vector<uint32_t> a32(kPairs), b32(kPairs);
+  fill_pairs(a32, b32);
+  std::vector<uint16_t> a(kPairs), b(kPairs);
+  for (long i = 0; i < kPairs; ++i) a[i] = uint16_t(a32[i] >> 16), b[i] = uint16_t(b32[i] >> 16);
+  expect_sums<bf16>(a, b, autograd_add, flushing_bf16_add, [](uint16_t u) { return (u & 0x7fffu) > 0x7f80u; });
 }
 
 }  // namespace
