@@ -68,16 +68,14 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 }
 
 // A finished half tile into rows row0.. of `map` (an output of Out: MapElement::f32, or bf16_out with
-// the accumulators rounded to bf16 as pack_bf16 rounds them), stored, or with `add` added into what the
-// rows hold (the TMA's reduce-add: the reference's one fp32 add, or autograd's add of the rounded
-// gradient into a bf16 one, core add_bf16_words; subnormals kept in both: TmaReduceAdd), columns
-// col0 .. col0 + `columns` (a multiple of 64), by TMA copies of 64-byte chunks (16 fp32 or 32 bf16
-// columns): the epilogue issues no global load or store (the accumulator layout's pairs, a quarter of a
-// row's line each in fp32, kept it busy for about a tenth of a weight-gradient tile, docs/benchmarks.md)
-// and the copies drain while the next tile's chain runs. A chunk is written into one of two buffers in
-// the 64-byte swizzle (out_chunk_col: conflict-free pair writes). Bulk async-groups belong to a thread,
-// so thread 0 of the warpgroup issues every chunk; before each barrier it waits until the previous
-// chunk has been read, so after it the other buffer is free. finish_chunk_copies() must follow the
+// the accumulators rounded as pack_bf16 rounds them), columns col0 .. col0 + `columns` (a multiple of
+// 64): stored, or with `add` added into what the rows hold by the TMA's reduce-add (the reference's
+// fp32 add, or autograd's bf16 add, add_bf16_words; subnormals kept: TmaReduceAdd). The epilogue issues
+// no global load or store, and the copies drain while the next tile's chain runs.
+// The chunks: 64 bytes of each row (16 fp32 or 32 bf16 columns), written into one of two buffers in the
+// 64-byte swizzle (out_chunk_col: conflict-free pair writes). Bulk async-groups belong to a thread, so
+// thread 0 of the warpgroup issues every chunk, and before each barrier waits until the previous chunk
+// has been read: after the barrier the other buffer is free. finish_chunk_copies() must follow the
 // phase's last tile.
 template <class Out>
 __device__ __forceinline__ void store_rows_by_tma(Pipeline& pipe, Warpgroup consumer, const float (&acc)[kAccumulators],

@@ -175,8 +175,8 @@ struct GemmSmem {
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
-  // Each consumer's epilogue rows: the bf16 staging rows, or the chunks of its TMA copies (fp32, or bf16
-  // read through the same bytes).
+  // Each consumer's epilogue rows: the bf16 staging rows, or the 64-byte-row chunks of its TMA copies
+  // (declared fp32; bf16 chunks are the same bytes, store_rows_by_tma).
   union {
     alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];
     alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols<float>];

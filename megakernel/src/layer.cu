@@ -574,9 +574,9 @@ struct Layer::Impl {
     encode(maps.shared_a, p.shared_a, S, Is);
     encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
     // The weight gradients, stored or added by the TMA (null in the forward: empty maps).
-    const MapElement grad = p.grads_bf16 ? MapElement::bf16_out : MapElement::f32;
+    const MapElement grad_element = p.grads_bf16 ? MapElement::bf16_out : MapElement::f32;
     const auto gradient = [&](CUtensorMap& out, const void* base, long rows, long cols) {
-      map_cache[int(pass)].encode(slot++, out, base, base ? rows : 0, cols, grad);
+      map_cache[int(pass)].encode(slot++, out, base, base ? rows : 0, cols, grad_element);
     };
     gradient(maps.d_w1, p.d_w1, E * 2 * I, H);
     gradient(maps.d_w2, p.d_w2, E * H, I);

@@ -146,7 +146,8 @@ struct GridBarrier {
 };
 
 // TMA descriptors of every matrix the GEMM phases read (row-major, 64 x 64 boxes, 128-byte swizzle),
-// and of the weight gradients they store (64 rows x 64 bytes, 64-byte swizzle: store_rows_by_tma).
+// and of the weight gradients they store or add into (64 rows x 64 bytes, 64-byte swizzle:
+// store_rows_by_tma).
 // The weights are read as the caller stores them: K-major in the forward, MN-major in the backward.
 // The fp8 mode's GEMMs read E4M3 operands instead (64 rows x 128 boxes): the *q maps, K-major both, so
 // its input gradients read the weights' transposed copies (w1tq, w2tq, ...).
@@ -279,11 +280,13 @@ struct Params {
 
   // Outputs: the caller's tensors, this GPU's tokens and experts (own_token_row, own_expert), but
   // d_router and the shared expert's (whole, the same bits on every GPU).
-  bf16* y;            // [N/G, H]
-  bf16* dx;           // [N/G, H]
-  float* d_logits;    // [N/G, E]
-  float* d_router;    // [E, H]
-  void* d_w1;         // [E/G, 2I, H] fp32 or bf16 (grads_bf16)
+  bf16* y;          // [N/G, H]
+  bf16* dx;         // [N/G, H]
+  float* d_logits;  // [N/G, E]
+  float* d_router;  // [E, H]
+  // The weight gradients, fp32 or bf16 (grads_bf16): the kernels reach them through their maps
+  // (TensorMaps::d_w1, ...), encoded on the host from these.
+  void* d_w1;         // [E/G, 2I, H]
   void* d_w2;         // [E/G, H, I]
   void* d_shared_w1;  // [2Is, H]
   void* d_shared_w2;  // [H, Is]

@@ -452,9 +452,9 @@ TEST_F(LayerApi, DefaultRingHoldsAnAverageRank) {
 
 // bf16 weight gradients are the fp32 gradients rounded once; accumulated into bf16 tensors, each
 // element is add_bf16_gradient of what the tensor held (autograd's add of the rounded gradient). The
-// second config's gradients have tiles of 64 valid rows and of 64 and 192 columns (the staged epilogue's
-// row table and windows). The third runs the fp8 weight gradients' chain (E4M3 operands), whose
-// epilogue is the same.
+// second config's gradients have tiles of 64 valid rows and of 64 and 192 columns (store_rows_by_tma's
+// consumer past the gradient's rows, and partial chunk counts). The third runs the fp8 weight gradients' chain (E4M3
+// operands), whose epilogue is the same.
 TEST_F(LayerApi, Bf16WeightGradientsAreTheFp32OnesRoundedOrAddedAsAutogradAdds) {
   const std::pair<LayerConfig, LaunchConfig> runs[] = {{shared_sigmoid(), {}},
                                                        {with_every_branch(make_config(2, 40, 192, 128, 8, 3)), {}},

@@ -25,15 +25,15 @@ namespace mok::gpu {
 namespace {
 
 template <class Out>
-constexpr int kBox = kWgmmaM* kOutChunkCols<Out>;
+constexpr int kBoxElements = kWgmmaM* kOutChunkCols<Out>;  // one box of 64 rows x 64 bytes
 
 // Block i adds the box of rows [64 i, 64 i + 64) of b into the same rows of the map's matrix.
 template <class Out>
 __global__ void reduce_add_boxes(const __grid_constant__ CUtensorMap map, const Out* b) {
   constexpr int kCols = kOutChunkCols<Out>;
   __shared__ alignas(kSwizzleAlign) Out rows[kWgmmaM][kCols];
-  const long first = long(blockIdx.x) * kBox<Out>;
-  for (int i = threadIdx.x; i < kBox<Out>; i += blockDim.x)
+  const long first = long(blockIdx.x) * kBoxElements<Out>;
+  for (int i = threadIdx.x; i < kBoxElements<Out>; i += blockDim.x)
     rows[i / kCols][out_chunk_col<Out>(i / kCols, i % kCols)] = b[first + i];
   ptx::fence_async_shared();
   __syncthreads();
@@ -95,7 +95,7 @@ void fill_pairs(std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
 // The GPU's sums of a + b, elementwise, by reduce_add_boxes under a map of Out (Word: Out's bits).
 template <class Out, class Word>
 std::vector<Word> tma_sums(const std::vector<Word>& a, const std::vector<Word>& b) {
-  const long boxes = long(a.size()) / kBox<Out>;
+  const long boxes = long(a.size()) / kBoxElements<Out>;
   const size_t bytes = a.size() * sizeof(Word);
   Word *d_sums = nullptr, *d_b = nullptr;
   MOK_CUDA_CHECK(cudaMalloc(&d_sums, bytes));
@@ -131,7 +131,7 @@ void expect_sums(const std::vector<Word>& a, const std::vector<Word>& b, Want wa
   EXPECT_GT(flushing_differs, long(a.size()) / 4) << "sums where a flushing add differs (the data's point)";
 }
 
-constexpr long kPairs = 2048L * kBox<float>;
+constexpr long kPairs = 2048L * kBoxElements<float>;
 
 TEST(TmaReduceAdd, IsTheIeeeAddWithSubnormalsKept) {
   if (!device_available()) GTEST_SKIP() << "no Hopper GPU";
