@@ -30,20 +30,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element) {
   out = CUtensorMap{};
   if (rows == 0 || cols == 0) return;
-  const bool f32 = element == MapElement::f32, output = f32 || element == MapElement::bf16_out;
-  const cuuint32_t bytes = element == MapElement::e4m3 ? 1 : f32 ? 4 : 2;
+  const bool e4m3 = element == MapElement::e4m3, f32 = element == MapElement::f32;
+  const bool output = f32 || element == MapElement::bf16_out;
+  const cuuint32_t bytes = e4m3 ? 1 : f32 ? 4 : 2;
   const cuuint32_t box_cols = (output ? 64 : 128) / bytes;  // a box row: the swizzle's span
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t row_stride[1] = {cuuint64_t(cols) * bytes};
   const cuuint32_t box[2] = {box_cols, 64}, element_strides[2] = {1, 1};
-  const CUtensorMapDataType type = element == MapElement::e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                   : f32                       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUtensorMapDataType type = e4m3  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const CUresult r =
       encoder()(&out, type, 2, const_cast<void*>(base), dims, row_stride, box, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, output ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  const char* name = element == MapElement::e4m3 ? "E4M3" : f32 ? "fp32" : output ? "bf16 output" : "bf16";
+  const char* name = e4m3 ? "E4M3" : f32 ? "fp32" : output ? "bf16 output" : "bf16";
   require(r == CUDA_SUCCESS, "mok: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a [" +
                                  std::to_string(rows) + ", " + std::to_string(cols) + "] " + name + " matrix");
 }
