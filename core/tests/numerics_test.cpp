@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core_test_support.h"
@@ -13,6 +14,7 @@
 #include "mok/core/combine.h"
 #include "mok/core/fields.h"
 #include "mok/core/fma_chain.h"
+#include "mok/core/gradient_add.h"
 #include "mok/core/kstep.h"
 #include "mok/core/scalar.h"
 #include "mok/core/swiglu.h"
@@ -83,6 +85,18 @@ TEST(Bf16, GradientAddRoundsTheGradientFirst) {
   EXPECT_EQ(add_bf16_gradient(bf16{0xbf80}, 1.0f).bits, 0x0000);      // -1 + 1 is +0
   EXPECT_EQ(add_bf16_gradient(bf16{0x0000}, -0.0f).bits, 0x0000);     // a zeroed accumulator keeps +0
   EXPECT_EQ(add_bf16_gradient(bf16{0x7f7f}, 0x1p127f).bits, 0x7f80);  // overflows to +Inf
+}
+
+// A NaN sum is the GPU's canonical NaN, whichever NaN (payload, sign) or Inf - Inf made it; x86's add
+// keeps the first NaN's payload, and to_bf16 writes 0x7fc0.
+TEST(GradientAdd, NanSumsAreTheGpusCanonicalNan) {
+  const float payload = float_of(0xffc01234u), inf = std::numeric_limits<float>::infinity();
+  for (const auto& [held, gradient] : {std::pair{payload, 1.0f}, {1.0f, payload}, {inf, -inf}}) {
+    EXPECT_EQ(bits_of(add_f32_gradient(held, gradient)), 0x7fffffffu) << held << " + " << gradient;
+    EXPECT_EQ(add_bf16_gradient(to_bf16(held), gradient).bits, 0x7fffu) << held << " + " << gradient;
+  }
+  EXPECT_EQ(bits_of(add_f32_gradient(0x1p-149f, -0x1p-148f)), 0x80000001u);  // a subnormal sum is kept
+  EXPECT_EQ(add_bf16_gradient(bf16{0x0001}, 0x1p-133f).bits, 0x0002);        // in bf16 too
 }
 
 // ---- scalar functions against fp64 ----

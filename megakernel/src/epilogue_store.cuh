@@ -69,8 +69,8 @@ __device__ __forceinline__ void store_rows_bf16(Pipeline& pipe, Warpgroup consum
 
 // A finished half tile into rows row0.. of `map` (an output of Out: MapElement::f32, or bf16_out with
 // the accumulators rounded as pack_bf16 rounds them), columns col0 .. col0 + `columns` (a multiple of
-// 64): stored, or with `add` added into what the rows hold by the TMA's reduce-add (the reference's
-// fp32 add, or autograd's bf16 add, add_bf16_words; subnormals kept: TmaReduceAdd). The epilogue issues
+// 64): stored, or with `add` added into what the rows hold by the TMA's reduce-add (core gradient_add.h:
+// the fp32 add, or autograd's bf16 add; subnormals kept, NaN canonical: TmaReduceAdd). The epilogue issues
 // no global load or store, and the copies drain while the next tile's chain runs.
 // The chunks: 64 bytes of each row (16 fp32 or 32 bf16 columns), written into one of two buffers in the
 // 64-byte swizzle (out_chunk_col: conflict-free pair writes). Bulk async-groups belong to a thread, so

@@ -21,6 +21,7 @@
 
 #include "hopper_options.h"
 #include "mok/core/fields.h"
+#include "mok/core/gradient_add.h"
 #include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -295,7 +296,8 @@ TEST_F(LayerApi, AccumulatesWeightGradientsAsTheReferenceAdds) {
   Results want = reference(p1, RoutingMode::router);
   const Results two = reference(second, RoutingMode::router);
   for (auto field : {&Results::d_router, &Results::d_w1, &Results::d_w2, &Results::d_sw1, &Results::d_sw2})
-    for (size_t i = 0; i < (want.*field).size(); ++i) (want.*field)[i] = (want.*field)[i] + (two.*field)[i];
+    for (size_t i = 0; i < (want.*field).size(); ++i)
+      (want.*field)[i] = add_f32_gradient((want.*field)[i], (two.*field)[i]);
   const Results got = read(b);
   MOK_EXPECT_SAME(d_router);
   MOK_EXPECT_SAME(d_w1);

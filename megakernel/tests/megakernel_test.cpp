@@ -11,6 +11,7 @@
 
 #include "hopper_options.h"
 #include "mok/core/fields.h"
+#include "mok/core/gradient_add.h"
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -205,7 +206,7 @@ TEST_F(Gpu, ColocatedSameBitsAsSimulatedRanks) {
 Gradients accumulated_twice(Gradients g) {
   for (auto field :
        {&Gradients::d_router, &Gradients::d_w1, &Gradients::d_w2, &Gradients::d_shared_w1, &Gradients::d_shared_w2})
-    for (float& v : g.*field) v = v + v;
+    for (float& v : g.*field) v = add_f32_gradient(v, v);
   return g;
 }
 

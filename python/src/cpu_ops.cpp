@@ -3,6 +3,7 @@
 // saved buffer has the GPU's layout (mok/core/saved_layout.h), so either device's backward reads it.
 #include <torch/library.h>
 
+#include "mok/core/gradient_add.h"
 #include "mok/reference/layer.h"
 #include "op_tensors.h"
 #include "reference_options.h"
@@ -101,8 +102,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
   });
 }
 
-// acc += g as the GPU's GradOutputs::accumulate adds: in fp32 one rounding per element, in bf16
-// autograd's two (add_bf16_gradient).
+// acc += g as the GPU's GradOutputs::accumulate adds (core gradient_add.h): in fp32 one rounding per
+// element, in bf16 autograd's two.
 void add_into(const OptTensor& acc, const std::vector<float>& g) {
   if (!acc) return;
   if (acc->scalar_type() == at::kBFloat16) {
@@ -111,7 +112,7 @@ void add_into(const OptTensor& acc, const std::vector<float>& g) {
     return;
   }
   float* out = acc->data_ptr<float>();
-  for (size_t i = 0; i < g.size(); ++i) out[i] = out[i] + g[i];
+  for (size_t i = 0; i < g.size(); ++i) out[i] = add_f32_gradient(out[i], g[i]);
 }
 
 std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(

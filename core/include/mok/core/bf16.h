@@ -42,18 +42,4 @@ MOK_HD uint32_t to_bf16x2(float lo, float hi) {
 MOK_HD float low_float(uint32_t w) { return to_float(bf16{uint16_t(w & 0xffffu)}); }
 MOK_HD float high_float(uint32_t w) { return to_float(bf16{uint16_t(w >> 16)}); }
 
-// A bf16 gradient accumulator's step as autograd takes it for bf16 parameters: the gradient rounded to
-// bf16 (the op's output), then added to what is held in fp32 and rounded again (torch's bf16 add; a
-// NaN is to_bf16's 0x7fc0, where torch on the GPU writes 0x7fff). Here for two adjacent elements, a
-// word of held values and a word of rounded gradients. On the GPU the TMA's bf16 reduce-add performs
-// this step, NaNs aside (its own NaN: docs/numerics.md, backward step 10; TmaReduceAdd.Bf16IsAutogradsAdd).
-MOK_HD uint32_t add_bf16_words(uint32_t held, uint32_t gradients) {
-  return to_bf16x2(low_float(held) + low_float(gradients), high_float(held) + high_float(gradients));
-}
-
-// The same step for one element (the CPU's accumulators): add_bf16_words' low half.
-MOK_HD bf16 add_bf16_gradient(bf16 held, float gradient) {
-  return bf16{uint16_t(add_bf16_words(held.bits, to_bf16(gradient).bits) & 0xffffu)};
-}
-
 }  // namespace mok

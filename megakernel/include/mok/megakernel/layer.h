@@ -147,9 +147,9 @@ struct ForwardOutputs {
 
 // Gradients. d_logits and d_router are absent in mode given. d_w1, d_w2 and d_shared_* are fp32 or bf16
 // (all four alike; d_router is fp32). accumulate: the weight gradients are added into what the tensors
-// hold (gradient accumulation over micro-batches): in fp32 one rounding per element (held + this call's
-// gradient, as the reference adds its gradients); in bf16 autograd's two (the gradient rounded to bf16,
-// then held + it rounded: add_bf16_gradient of the reference's fp32 gradient, core/bf16.h). Otherwise they are
+// hold (gradient accumulation over micro-batches), as core/gradient_add.h adds: in fp32 one rounding per
+// element (held + this call's gradient); in bf16 autograd's two (the gradient rounded to bf16, then
+// held + it rounded); a NaN sum is the canonical NaN. Otherwise they are
 // overwritten; in bf16 each element is the fp32 gradient rounded once to nearest even, the bits of
 // rounding the fp32 result afterwards, without its memory and its pass (bf16 parameters' gradients).
 struct GradOutputs {

@@ -93,8 +93,9 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 
 // The same box added into global memory by the TMA (its reduce-add, of the map's element type): under an
 // fp32 map the IEEE add, round to nearest with subnormals kept (red.global.add.f32 flushes them); under
-// a bf16 map one correctly rounded bf16 add, autograd's (core add_bf16_words); each element one add
-// (measured on the H200; TmaReduceAdd.IsTheIeeeAddWithSubnormalsKept and .Bf16IsAutogradsAdd keep it so).
+// a bf16 map one correctly rounded bf16 add, autograd's; a NaN sum the canonical NaN (core gradient_add.h); each
+// element one add (measured on the H200; TmaReduceAdd.IsTheIeeeAddWithSubnormalsKept and .Bf16IsAutogradsAdd keep it
+// so).
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* smem, int c0, int c1) {
   asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
