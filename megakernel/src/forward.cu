@@ -123,23 +123,53 @@ __device__ void check_capacity(const Params& p) {
   }
 }
 
-// In block 0: the experts' row totals (one expert per thread), their prefix sum and tile counts (one
-// thread), then each expert's column of chunk_base (one expert per thread).
-__device__ void layout_scan(const Params& p) {
+// Block 0 scans the chunks' counts while the grid waits at the scan's barrier, so its time is the
+// phase's. The chunks are cut into runs, a warp a run of 32 experts (a lane an expert): each run's rows
+// (expert_rows), then in shared memory the experts' totals, offsets and tile counts, then each run's
+// column of chunk_base from its first row (scan_expert). A thread per expert over all chunks took
+// 0.05 ms of olmoe's 1.75 (E 64, 256 chunks) and 0.10 of qwen3-30b-a3b's (docs/benchmarks.md, session 39).
+__device__ void layout_scan(Pipeline& pipe, const Params& p) {
   if (blockIdx.x != 0) return;
+  constexpr int kWarps = kThreads / 32;
   const int E = p.c.experts, chunks = layout_chunks(p.c.tokens());
-  for (int e = threadIdx.x; e < E; e += blockDim.x) p.offsets[e + 1] = expert_rows(p.chunk_counts, chunks, E, e);
+  const int groups = ceil_div(E, 32), runs = max(1, kWarps / groups);
+  // Free: the count's route masks are read, the place's not yet written (after this phase's barrier).
+  int32_t* const run_rows = reinterpret_cast<int32_t*>(&pipe.smem->stage[0][0]);  // [runs][E]
+  int32_t* const offsets = run_rows + runs * E;                                   // [E + 1]
+  int32_t* const tile_offsets = offsets + E + 1;                                  // [E + 1]
+  // runs E <= 32 max(kWarps, groups) <= 32 kWarps + kMaxExperts
+  static_assert(sizeof(int32_t) * (32 * kWarps + kMaxExperts + 2 * (kMaxExperts + 1)) <= sizeof(pipe.smem->stage));
+  const auto for_each_run = [&](auto body) {  // body(run, expert, first chunk, end chunk)
+    for (int job = threadIdx.x / 32; job < runs * groups; job += kWarps) {
+      const int run = job / groups, e = 32 * (job % groups) + lane_id();
+      if (e < E) body(run, e, chunks * run / runs, chunks * (run + 1) / runs);
+    }
+  };
+  for_each_run([&](int run, int e, int begin, int end) {
+    run_rows[run * E + e] = expert_rows(p.chunk_counts, begin, end, E, e);
+  });
   __syncthreads();
-  if (threadIdx.x == 0) {
-    prefix_offsets(E, p.offsets);
-    p.tile_offsets[0] = 0;
-    for (int e = 0; e < E; ++e)
-      p.tile_offsets[e + 1] = p.tile_offsets[e] + (p.offsets[e + 1] - p.offsets[e] + kTileRows - 1) / kTileRows;
-    check_capacity(p);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t rows = 0;
+    for (int run = 0; run < runs; ++run) rows += run_rows[run * E + e];
+    offsets[e + 1] = rows;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x)
-    scan_expert(p.chunk_counts, chunks, E, e, p.offsets[e], p.chunk_base);
+  if (threadIdx.x == 0) {
+    prefix_offsets(E, offsets);
+    tile_offsets[0] = 0;
+    for (int e = 0; e < E; ++e)
+      tile_offsets[e + 1] = tile_offsets[e] + (offsets[e + 1] - offsets[e] + kTileRows - 1) / kTileRows;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) p.offsets[e] = offsets[e], p.tile_offsets[e] = tile_offsets[e];
+  for_each_run([&](int run, int e, int begin, int end) {
+    int32_t first = offsets[e];
+    for (int earlier = 0; earlier < run; ++earlier) first += run_rows[earlier * E + e];
+    scan_expert(p.chunk_counts, begin, end, E, e, first, p.chunk_base);
+  });
+  __syncthreads();  // tile_offsets written
+  if (threadIdx.x == 0) check_capacity(p);
 }
 
 __device__ void layout_place(Pipeline& pipe, const Params& p) {
@@ -318,7 +348,7 @@ __device__ __forceinline__ void forward(const Params& p) {
   layout_count(pipe, p);
   if (kFp8 && p.c.has_shared()) quantize_shared_x(p);
   if (!grid_sync(b, kLayoutCount, 0)) return;
-  layout_scan(p);
+  layout_scan(pipe, p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(pipe, p);
   index_tiles(p);

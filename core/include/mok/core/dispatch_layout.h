@@ -35,19 +35,20 @@ MOK_HD void route_masks(const int32_t* topk_idx, int k, int chunk, int tokens, i
 // Rows of an expert among a chunk's tokens.
 MOK_HD int32_t chunk_rows(uint32_t mask) { return popcount32(mask); }
 
-// Rows of expert e over all chunks (counts_by_chunk: [chunks, E]).
-MOK_HD int32_t expert_rows(const int32_t* counts_by_chunk, int chunks, int experts, int e) {
+// Rows of expert e from chunks [begin, end) (counts_by_chunk: [chunks, E]).
+MOK_HD int32_t expert_rows(const int32_t* counts_by_chunk, int begin, int end, int experts, int e) {
   int32_t rows = 0;
-  for (int c = 0; c < chunks; ++c) rows += counts_by_chunk[c * experts + e];
+  for (int c = begin; c < end; ++c) rows += counts_by_chunk[c * experts + e];
   return rows;
 }
 
-// Column e of chunk_base: the first layout row of expert e's rows from each chunk, the expert's rows
-// starting at layout row `first` (its offset). Experts are independent given their offsets, so the
-// GPU runs one expert per thread.
-MOK_HD void scan_expert(const int32_t* counts_by_chunk, int chunks, int experts, int e, int32_t first,
+// Column e of chunk_base over chunks [begin, end): the first layout row of expert e's rows from each
+// chunk, its rows from chunk `begin` starting at layout row `first`. Experts are independent given their
+// offsets, and a run of chunks given its first row, so the GPU scans runs of chunks of 32 experts a warp
+// (forward.cu, layout_scan).
+MOK_HD void scan_expert(const int32_t* counts_by_chunk, int begin, int end, int experts, int e, int32_t first,
                         int32_t* chunk_base) {
-  for (int c = 0; c < chunks; ++c) {
+  for (int c = begin; c < end; ++c) {
     chunk_base[c * experts + e] = first;
     first += counts_by_chunk[c * experts + e];
   }
@@ -63,9 +64,9 @@ MOK_HD void prefix_offsets(int experts, int32_t* offsets) {
 // expert-major, then chunk: a pure scan.
 MOK_HD void scan_chunks(const int32_t* counts_by_chunk, int chunks, int experts, int32_t* chunk_base,
                         int32_t* offsets) {
-  for (int e = 0; e < experts; ++e) offsets[e + 1] = expert_rows(counts_by_chunk, chunks, experts, e);
+  for (int e = 0; e < experts; ++e) offsets[e + 1] = expert_rows(counts_by_chunk, 0, chunks, experts, e);
   prefix_offsets(experts, offsets);
-  for (int e = 0; e < experts; ++e) scan_expert(counts_by_chunk, chunks, experts, e, offsets[e], chunk_base);
+  for (int e = 0; e < experts; ++e) scan_expert(counts_by_chunk, 0, chunks, experts, e, offsets[e], chunk_base);
 }
 
 // The last index i in [0, n) with table[i] <= value, by binary search: table is non-decreasing and
