@@ -176,10 +176,10 @@ struct GemmSmem {
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
   // Each consumer's epilogue rows: the bf16 staging rows, or the 64-byte-row chunks of its TMA copies
-  // (declared fp32; bf16 chunks are the same bytes, store_rows_by_tma).
+  // (fp32 or bf16: store_rows_by_tma).
   union {
     alignas(16) uint16_t staged[kConsumers][kWgmmaM][kStagedPitch];
-    alignas(kSwizzleAlign) float out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM][kOutChunkCols<float>];
+    alignas(kSwizzleAlign) uint8_t out_chunks[kConsumers][kOutChunkBuffers][kWgmmaM * kOutChunkBytes];
   };
   void* staged_dst[kConsumers][kWgmmaM];  // per consumer, where each staged row goes
 };

@@ -549,8 +549,9 @@ struct Layer::Impl {
     return p;
   }
 
-  // quantized: the fp8 mode's quantized weights (quantized_weights), unused in bf16.
-  void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* quantized) {
+  // quantized: the fp8 mode's quantized weights (quantized_weights), unused in bf16; grads: the
+  // backward's outputs (none in the forward).
+  void encode_maps(Pass pass, Params& p, const WeightViews& w, uint8_t* quantized, const GradOutputs& grads = {}) {
     const long H = c.hidden, I = c.intermediate, E = own_experts(), Is = c.shared_intermediate;
     const long P = own_padded(), S = p.shared_tokens.rows();  // the shared expert's maps end at its last token
     TensorMaps& maps = p.maps;
@@ -573,15 +574,15 @@ struct Layer::Impl {
     encode(maps.shared_w2, w.shared_w2.data, H, Is);
     encode(maps.shared_a, p.shared_a, S, Is);
     encode(maps.shared_dh, p.shared_dh, p.shared_dh ? S : 0, 2 * Is);
-    // The weight gradients, stored or added by the TMA (null in the forward: empty maps).
+    // The weight gradients, stored or added by the TMA (none in the forward: empty maps).
     const MapElement grad_element = p.grads_bf16 ? MapElement::bf16_out : MapElement::f32;
-    const auto gradient = [&](CUtensorMap& out, const void* base, long rows, long cols) {
-      map_cache[int(pass)].encode(slot++, out, base, base ? rows : 0, cols, grad_element);
+    const auto gradient = [&](CUtensorMap& out, const TensorView& g, long rows, long cols) {
+      map_cache[int(pass)].encode(slot++, out, g.data, g.data ? rows : 0, cols, grad_element);
     };
-    gradient(maps.d_w1, p.d_w1, E * 2 * I, H);
-    gradient(maps.d_w2, p.d_w2, E * H, I);
-    gradient(maps.d_shared_w1, p.d_shared_w1, 2 * Is, H);
-    gradient(maps.d_shared_w2, p.d_shared_w2, H, Is);
+    gradient(maps.d_w1, grads.d_w1, E * 2 * I, H);
+    gradient(maps.d_w2, grads.d_w2, E * H, I);
+    gradient(maps.d_shared_w1, grads.d_shared_w1, 2 * Is, H);
+    gradient(maps.d_shared_w2, grads.d_shared_w2, H, Is);
     if (c.precision != Precision::fp8) return;
     const auto e4m3 = [&](CUtensorMap& out, const void* base, long rows, long cols) {
       map_cache[int(pass)].encode(slot++, out, base, rows, cols, MapElement::e4m3);
@@ -825,11 +826,9 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
   p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
-  p.d_w1 = grads.d_w1.data, p.d_w2 = grads.d_w2.data;
-  p.d_shared_w1 = grads.d_shared_w1.data, p.d_shared_w2 = grads.d_shared_w2.data;
   m.exchange.bind_backward(p, stream, in, fwd, dy, grads, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
-  m.encode_maps(Pass::backward, p, in.weights, quantized);
+  m.encode_maps(Pass::backward, p, in.weights, quantized, grads);
   const bool fp8 = m.c.precision == Precision::fp8;
   // Both copies: recompute mode's GEMM1 reads W1 as the forward does.
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, true);

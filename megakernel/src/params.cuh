@@ -284,12 +284,7 @@ struct Params {
   bf16* dx;         // [N/G, H]
   float* d_logits;  // [N/G, E]
   float* d_router;  // [E, H]
-  // The weight gradients, fp32 or bf16 (grads_bf16): the kernels reach them through their maps
-  // (TensorMaps::d_w1, ...), encoded on the host from these.
-  void* d_w1;         // [E/G, 2I, H]
-  void* d_w2;         // [E/G, H, I]
-  void* d_shared_w1;  // [2Is, H]
-  void* d_shared_w2;  // [H, Is]
+  // The weight gradients (fp32 or bf16: grads_bf16) only through their maps, TensorMaps::d_w1, ...
 };
 
 // Ranks over several GPUs (or colocated shares of one): the phases gather what peers own.
