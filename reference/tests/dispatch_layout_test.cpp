@@ -41,6 +41,36 @@ TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
   EXPECT_EQ(l.offsets.back(), c.routed_rows());
 }
 
+// The GPU's scan (forward.cu, layout_scan) cuts the chunks into runs: each run's rows by expert_rows over
+// its range, then scan_expert over it from the expert's offset plus the earlier runs' rows. Any cut
+// gives scan_chunks' chunk_base, runs longer than, as long as and shorter than one chunk among them.
+TEST(DispatchLayout, RunsOfChunksGiveTheWholeScan) {
+  const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);  // ten chunks
+  const Problem p = make_problem(c, 5, RoutingKind::zipf, 2.0);
+  const int E = c.experts, chunks = layout_chunks(c.tokens());
+  std::vector<int32_t> counts(size_t(chunks) * E);
+  std::vector<uint32_t> masks(E);
+  for (int ch = 0; ch < chunks; ++ch) {
+    route_masks(p.routing->topk_idx.data(), c.top_k, ch, c.tokens(), E, masks.data());
+    for (int e = 0; e < E; ++e) counts[size_t(ch) * E + e] = chunk_rows(masks[e]);
+  }
+  std::vector<int32_t> want_base(counts.size()), offsets(E + 1);
+  scan_chunks(counts.data(), chunks, E, want_base.data(), offsets.data());
+  for (int runs : {1, 3, 10, 12}) {
+    std::vector<int32_t> base(counts.size(), -1);
+    for (int e = 0; e < E; ++e) {
+      int32_t first = offsets[e];
+      for (int run = 0; run < runs; ++run) {
+        const int begin = chunks * run / runs, end = chunks * (run + 1) / runs;
+        scan_expert(counts.data(), begin, end, E, e, first, base.data());
+        first += expert_rows(counts.data(), begin, end, E, e);
+      }
+      EXPECT_EQ(first, offsets[e + 1]) << "expert " << e << ", " << runs << " runs";
+    }
+    EXPECT_EQ(base, want_base) << runs << " runs";
+  }
+}
+
 // row_expert names each layout row's expert (the one its (token, slot) routes to) within every range of
 // experts, and -1 outside it: an empty expert between busy ones or first (two hand routings), runs of
 // empty experts between busy ones and after the last (a sparse routing), a skewed one.
