@@ -78,7 +78,7 @@ TEST(Bf16, PairPutsLoInTheLowHalf) {
 
 // autograd's bf16 accumulation rounds twice: 2^-8 (1 + 2^-12) becomes 2^-8, and 1 + 2^-8 is a tie that
 // goes to the even 1; held + gradient rounded once would go up to 1 + 2^-7.
-TEST(Bf16, GradientAddRoundsTheGradientFirst) {
+TEST(GradientAdd, Bf16RoundsTheGradientFirst) {
   const float gradient = 0x1.001p-8f;
   EXPECT_EQ(add_bf16_gradient(bf16{0x3f80}, gradient).bits, 0x3f80);
   EXPECT_EQ(to_bf16(1.0f + gradient).bits, 0x3f81);

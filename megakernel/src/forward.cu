@@ -126,8 +126,8 @@ __device__ void check_capacity(const Params& p) {
 // Block 0 scans the chunks' counts while the grid waits at the scan's barrier, so its time is the
 // phase's. The chunks are cut into runs, a warp a run of 32 experts (a lane an expert): each run's rows
 // (expert_rows), then in shared memory the experts' totals, offsets and tile counts, then each run's
-// column of chunk_base from its first row (scan_expert). A thread per expert over all chunks took
-// 0.05 ms of olmoe's 1.75 (E 64, 256 chunks) and 0.10 of qwen3-30b-a3b's (docs/benchmarks.md, session 39).
+// column of chunk_base from its first row (scan_expert). A thread per expert over all chunks took 2-4%
+// of the small shapes' forward (docs/benchmarks.md, session 39).
 __device__ void layout_scan(Pipeline& pipe, const Params& p) {
   if (blockIdx.x != 0) return;
   constexpr int kWarps = kThreads / 32;

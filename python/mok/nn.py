@@ -37,11 +37,13 @@ class MoE(torch.nn.Module):
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
     router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(); with
-    replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold, for every
-    value but NaN, without autograd's gradient tensors and additions (gradient accumulation over
-    micro-batches at less memory). torch.optim reads these .grad as usual. Every parameter must require
-    grad (a frozen one is refused: the backward would add into it). Autograd itself gives the parameters
-    no gradient: a hook on one (register_hook) sees None, while the gradient accumulators' post hooks run,
+    replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold (but where
+    autograd's .grad starts as None and takes a NaN gradient as it is: 0x7fc0 there, 0x7fff in the
+    accumulator; docs/numerics.md, backward step 10), without autograd's gradient tensors and
+    additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad
+    as usual. Every parameter must require grad (a frozen one is refused: the backward would add into
+    it). Autograd itself gives the parameters no gradient: a hook on one (register_hook) sees None,
+    while the gradient accumulators' post hooks run,
     and with them DistributedDataParallel's reduction of these .grad (tested with default DDP options,
     one backward, gloo on the CPU; not NCCL, no_sync() or FSDP). Under torch.compile(fullgraph=True) the
     .grad tensors must exist before the compiled call (without fullgraph the call breaks the graph there
