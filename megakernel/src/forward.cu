@@ -11,6 +11,7 @@
 #include "gemm_phases.cuh"
 #include "grid_sync.cuh"
 #include "kernels.cuh"
+#include "layout_scan.cuh"
 #include "mok/core/combine.h"
 #include "mok/core/dispatch_layout.h"
 #include "mok/core/routing.h"
@@ -123,52 +124,11 @@ __device__ void check_capacity(const Params& p) {
   }
 }
 
-// Block 0 scans the chunks' counts while the grid waits at the scan's barrier, so its time is the
-// phase's. The chunks are cut into runs, a warp a run of 32 experts (a lane an expert): each run's rows
-// (expert_rows), then in shared memory the experts' totals, offsets and tile counts, then each run's
-// column of chunk_base from its first row (scan_expert). A thread per expert over all chunks took 2-4%
-// of the small shapes' forward (docs/benchmarks.md, session 39).
+// Block 0's scan (layout_scan.cuh), then its capacity check on the tile offsets.
 __device__ void layout_scan(Pipeline& pipe, const Params& p) {
   if (blockIdx.x != 0) return;
-  constexpr int kWarps = kThreads / 32;
-  const int E = p.c.experts, chunks = layout_chunks(p.c.tokens());
-  const int groups = ceil_div(E, 32), runs = max(1, kWarps / groups);
-  // Free: the count's route masks are read, the place's not yet written (after this phase's barrier).
-  int32_t* const run_rows = reinterpret_cast<int32_t*>(&pipe.smem->stage[0][0]);  // [runs][E]
-  int32_t* const offsets = run_rows + runs * E;                                   // [E + 1]
-  int32_t* const tile_offsets = offsets + E + 1;                                  // [E + 1]
-  // runs E <= 32 max(kWarps, groups) <= 32 kWarps + kMaxExperts
-  static_assert(sizeof(int32_t) * (32 * kWarps + kMaxExperts + 2 * (kMaxExperts + 1)) <= sizeof(pipe.smem->stage));
-  const auto for_each_run = [&](auto body) {  // body(run, expert, first chunk, end chunk)
-    for (int job = threadIdx.x / 32; job < runs * groups; job += kWarps) {
-      const int run = job / groups, e = 32 * (job % groups) + lane_id();
-      if (e < E) body(run, e, chunks * run / runs, chunks * (run + 1) / runs);
-    }
-  };
-  for_each_run([&](int run, int e, int begin, int end) {
-    run_rows[run * E + e] = expert_rows(p.chunk_counts, begin, end, E, e);
-  });
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    int32_t rows = 0;
-    for (int run = 0; run < runs; ++run) rows += run_rows[run * E + e];
-    offsets[e + 1] = rows;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    prefix_offsets(E, offsets);
-    tile_offsets[0] = 0;
-    for (int e = 0; e < E; ++e)
-      tile_offsets[e + 1] = tile_offsets[e] + (offsets[e + 1] - offsets[e] + kTileRows - 1) / kTileRows;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e <= E; e += blockDim.x) p.offsets[e] = offsets[e], p.tile_offsets[e] = tile_offsets[e];
-  for_each_run([&](int run, int e, int begin, int end) {
-    int32_t first = offsets[e];
-    for (int earlier = 0; earlier < run; ++earlier) first += run_rows[earlier * E + e];
-    scan_expert(p.chunk_counts, begin, end, E, e, first, p.chunk_base);
-  });
-  __syncthreads();  // tile_offsets written
+  scan_layout_block(pipe, p.c.experts, layout_chunks(p.c.tokens()), p.chunk_counts, p.offsets, p.tile_offsets,
+                    p.chunk_base);
   if (threadIdx.x == 0) check_capacity(p);
 }
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -18,23 +17,6 @@
 
 namespace mok::gpu {
 namespace {
-
-// body() on each thread of each of `blocks` blocks, one block after another.
-template <class Body>
-void run_blocks(int blocks, Body body) {
-  gridDim.x = unsigned(blocks);
-  for (int b = 0; b < blocks; ++b) {
-    blockIdx.x = unsigned(b);
-    std::barrier<> barrier(kThreads);
-    emulation::block_barrier = &barrier;
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < kThreads; ++t)
-      threads.emplace_back([&body, t] {
-        threadIdx.x = unsigned(t);
-        body();
-      });
-  }
-}
 
 // A term as fma_chain takes it, from an operand's element.
 float term_value(float v) { return v; }
@@ -100,7 +82,7 @@ void expect_chains(const Shape& s, Finish how, Term term = random_term) {
   auto smem = std::make_unique<GemmSmem>();
   std::memset(smem.get(), 0xff, sizeof(GemmSmem));  // NaN: a read of what no thread staged shows
   unsigned int claimed = 0;                         // the stashed tiles are claimed, as combine_dx's
-  run_blocks(s.blocks, [&] {
+  emulation::run_blocks(s.blocks, [&] {
     Pipeline pipe{smem.get()};
     if (how == Finish::each_output) {
       chain_gemm<kA, kB, kStreamed>(pipe, s.M, s.N, s.K, a, b, FromZero{}, store_each_output(s.M, s.N, store));
@@ -166,7 +148,7 @@ TEST(ChainGemm, AStartContinuesChainsAndCanStopTheBlock) {
   std::atomic<int> stops = 0, finishes_after_a_stop = 0;
   const float one = 1.0f;
   auto smem = std::make_unique<GemmSmem>();
-  run_blocks(3, [&] {
+  emulation::run_blocks(3, [&] {
     Pipeline pipe{smem.get()};
     const auto product = [&](long k_begin, long k_end, auto start, std::vector<float>& to) {
       chain_gemm<kMn, kMn, Streamed::none>(
