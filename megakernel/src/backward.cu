@@ -20,6 +20,7 @@
 #include "kernels.cuh"
 #include "mok/core/combine.h"
 #include "mok/core/fma_chain.h"
+#include "mok/core/gradient_add.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
 #include "router_scratch.cuh"
@@ -505,7 +506,7 @@ __device__ void router_weight_chains(Pipeline& pipe, const Params& p, Start star
       [&](long t, long h) { return p.x + t * H + h; }, start, finish);
 }
 __device__ __forceinline__ void store_router_grad(const Params& p, long i, float d) {
-  p.d_router[i] = p.accumulate ? p.d_router[i] + d : d;
+  p.d_router[i] = p.accumulate ? add_f32_gradient(p.d_router[i], d) : d;
 }
 
 // Across GPUs, dWr's chains run GPU after GPU (ChainRelay), a chain tile per unit. kResults false: the

@@ -6,6 +6,7 @@
 
 #include "mok/core/config.h"
 #include "mok/core/dispatch_layout.h"
+#include "mok/core/saved_layout.h"
 #include "tile_gemm.cuh"
 
 namespace mok::gpu {
@@ -41,9 +42,7 @@ __device__ inline void scan_layout_block(Pipeline& pipe, int E, int chunks, cons
   __syncthreads();
   if (threadIdx.x == 0) {
     prefix_offsets(E, offsets);
-    tile_offsets[0] = 0;
-    for (int e = 0; e < E; ++e)
-      tile_offsets[e + 1] = tile_offsets[e] + (offsets[e + 1] - offsets[e] + kTileRows - 1) / kTileRows;
+    prefix_tile_offsets(E, offsets, tile_offsets);
   }
   __syncthreads();
   for (int e = int(threadIdx.x); e <= E; e += kThreads)

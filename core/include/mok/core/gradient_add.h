@@ -1,9 +1,8 @@
 // Weight gradients added into what the caller's tensors hold (GradOutputs::accumulate: a training
-// step's micro-batches, autograd's .grad), element by element, as the GPU adds them: by the TMA's
-// reduce-add (store_rows_by_tma; TmaReduceAdd checks it against these), d_router by a plain fp32 add
-// (store_router_grad). A NaN sum is the GPU's canonical NaN, whatever NaN came in (x86's add would
-// keep an input's payload): the bits autograd's CUDA adds write too. (The TMA's NaN is tested; the
-// plain add's, the hardware's canonical NaN too, is not yet.)
+// step's micro-batches, autograd's .grad), element by element, as the GPU adds them: d_w1, d_w2 and the
+// shared expert's by the TMA's reduce-add (store_rows_by_tma; TmaReduceAdd checks it against these),
+// d_router by add_f32_gradient itself (store_router_grad). A NaN sum is the GPU's canonical NaN,
+// whatever NaN came in (x86's add would keep an input's payload): the bits autograd's CUDA adds write too.
 #pragma once
 
 #include "mok/core/bf16.h"

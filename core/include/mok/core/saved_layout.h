@@ -39,6 +39,15 @@ MOK_HD long own_padded_rows(const LayerConfig& c, int gpus, long capacity_rows) 
   return kTileRows * ((rows + kTileRows - 1) / kTileRows + c.experts / gpus);
 }
 
+// tile_offsets [E + 1] from offsets [E + 1]: each expert's rows in whole tiles, experts one after
+// another, so expert e's tiles start at padded row 128 tile_offsets[e] (the GPU's layout scan, and
+// saved_detail::tile_offsets for the CPU).
+MOK_HD void prefix_tile_offsets(int experts, const int32_t* offsets, int32_t* tile_offsets) {
+  tile_offsets[0] = 0;
+  for (int e = 0; e < experts; ++e)
+    tile_offsets[e + 1] = tile_offsets[e] + (offsets[e + 1] - offsets[e] + kTileRows - 1) / kTileRows;
+}
+
 // Rows of one GPU's padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
 MOK_HD long padded_rows(const LayerConfig& c) { return own_padded_rows(c, 1, 0); }
 
@@ -141,9 +150,8 @@ std::vector<T> get(const std::vector<uint8_t>& in, size_t offset, size_t n) {
 
 // Expert e's tiles start at padded row 128 tile_offsets[e].
 inline std::vector<int32_t> tile_offsets(const DispatchLayout& l) {
-  std::vector<int32_t> t(l.offsets.size(), 0);
-  for (size_t e = 0; e + 1 < l.offsets.size(); ++e)
-    t[e + 1] = t[e] + (l.offsets[e + 1] - l.offsets[e] + kTileRows - 1) / kTileRows;
+  std::vector<int32_t> t(l.offsets.size());
+  if (!t.empty()) prefix_tile_offsets(int(t.size()) - 1, l.offsets.data(), t.data());
   return t;
 }
 
