@@ -317,7 +317,7 @@ def main():
     p.add_argument("--shared", action="store_true",
                    help="one shared expert as wide as a routed one (as DeepSeek-V3's and Kimi-K2's), in both layers")
     p.add_argument("--recompute", action="store_true",
-                   help="mok's backward recomputes h and a (saved holds neither: less memory between the passes)")
+                   help="mok's backward pulls xe and recomputes h and a (saved holds none: less memory between the passes)")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
@@ -342,7 +342,7 @@ def main():
         peak *= 2
     print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}"
           f"{', a shared expert of width I in both layers' if args.shared else ''}"
-          f"{', recompute (the backward recomputes h and a)' if args.recompute else ''}")
+          f"{', recompute (the backward pulls xe and recomputes h and a)' if args.recompute else ''}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
     for name in SHAPES:

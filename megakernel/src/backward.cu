@@ -1,9 +1,9 @@
-// The persistent backward kernel: in recompute mode first h and a from the saved xe (the forward's
-// GEMM1 + SwiGLU, expert_up.cuh); ring cycles of pull reverse-combine (dy), g = dy W2, the fused
-// router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1 pushed back to
-// the source ranks; then dye = bf16(w dy) (pulled after the cycles: it lies over the ring and g,
-// workspace_layout), the shared expert, the router backward, the weight gradients as K-step chains
-// over each expert's rows in global token order, and the slot-ordered dx combine.
+// The persistent backward kernel: in recompute mode first xe pulled from x again and h and a from it
+// (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh); ring cycles of pull reverse-combine (dy),
+// g = dy W2, the fused router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1
+// pushed back to the source ranks; then dye = bf16(w dy) (pulled after the cycles: it lies over the
+// ring and g, workspace_layout), the shared expert, the router backward, the weight gradients as K-step
+// chains over each expert's rows in global token order, and the slot-ordered dx combine.
 // The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
 // shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
 // transposed copies as B (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the
@@ -60,13 +60,6 @@ __device__ void pull_dy(const Params& p, int cycle) {
         else
           copy_row_to_rows(dy, H, lanes, item, ring);
       });
-}
-
-// The fp8 recompute's A (xq): xe of every row of this GPU's tiles quantized again, padding rows (zero
-// in xe) included: the forward pull's rows and function, so its bits.
-__device__ void quantize_own_xe(const Params& p) {
-  const int H = p.c.hidden;
-  quantize_rows(p.xq, own_tile_rows(p), H, [&](long row) { return p.xe + row * H; });
 }
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
@@ -606,8 +599,8 @@ __device__ __forceinline__ void backward(const Params& p) {
     gather_next_rows(p, p.x, &RankBuffers::x);
   }
   index_tiles(p);
+  if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile table needed
   if constexpr (kFp8) {
-    if (p.recompute) quantize_own_xe(p);
     // dy of the shared expert's tokens for its g_s (after the cycles), read from their ranks' buffers:
     // p.dy's gathered rows land in this phase.
     if (p.c.has_shared())

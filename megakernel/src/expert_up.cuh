@@ -1,17 +1,59 @@
-// GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h)) per padded row) and its
-// epilogue, shared by the forward (this cycle's tiles) and, in recompute mode, the backward (every
-// tile of this GPU's experts, before its ring cycles): one code, so the recomputed h and a are the
-// forward's bits.
+// The pull of x into xe and GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h))
+// per padded row) with its epilogue, shared by the forward (this cycle's tiles) and, in recompute mode,
+// the backward (every tile of this GPU's experts, before its ring cycles): one code, so the pulled xe
+// and the recomputed h and a are the forward's bits.
 #pragma once
 
 #include "bf16_words.cuh"
 #include "gemm_phases.cuh"
+#include "row_copy.cuh"
 #include "schedule.cuh"
 #include "swiglu_words.cuh"
 #include "tile_gemm.cuh"
 #include "tile_schedules.cuh"
 
 namespace mok::gpu {
+
+// The dispatch: x of the tile rows to_row selects (their padded rows; -1: not this pull's), pulled from
+// the source ranks' buffers straight into xe (per padded row: GEMM1's A, and dW1's operand in the
+// backward), a warp per token, which reads its x once for all of its rows (for_each_token_slots); with
+// `padding` the padding rows zero as well. In the fp8 mode (kFp8) each row is also quantized into xq
+// (GEMM1's A).
+template <bool kFp8, class ToRow>
+__device__ void pull_x_rows(const Params& p, bool padding, ToRow to_row) {
+  const int H = p.c.hidden;
+  const auto xe = [&](long pad) { return p.xe + pad * H; };
+  const auto xq = [&](long pad) { return p.xq.row(pad, H); };
+  if (padding)
+    for_each_padding_row(p, [&](ExpertTileRow row) {
+      if constexpr (kFp8)
+        quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
+      else
+        copy_row(xe(pad_row(p, row)), nullptr, H);
+    });
+  for_each_token_slots(p, to_row, [&](int g, int, uint32_t lanes, long pad) {
+    const bf16* x = token_row(p, g, &RankBuffers::x);
+    if constexpr (kFp8)
+      quantize_row_to_rows(x, H, lanes, pad, xq, xe);
+    else
+      copy_row_to_rows(x, H, lanes, pad, xe);
+  });
+}
+
+// The forward's pull of this cycle's tile rows; the padding rows once, in the first (xe holds every
+// cycle's rows).
+template <bool kFp8>
+__device__ void pull_x(const Params& p, int cycle) {
+  pull_x_rows<kFp8>(p, cycle == 0,
+                    [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; });
+}
+
+// The recompute backward's pull (Params::recompute: the saved buffer holds no xe): every tile row of
+// this GPU's experts, padding rows included.
+template <bool kFp8>
+__device__ void pull_own_x(const Params& p) {
+  pull_x_rows<kFp8>(p, true, [&](ExpertTileRow row) { return pad_row(p, row); });
+}
 
 // A quad's 16-bit pieces of one row, transposed: each of the quad's threads q holds piece c (columns
 // 8 c + 2 q, +1) of c = 0..3, as words c01 (pieces 0, 1) and c23; it gets the four threads' pieces c = q,
@@ -160,7 +202,7 @@ __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
 }
 
 // The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass
-// (in the fp8 mode from xq, which quantize_own_xe fills first; its aq, the forward's GEMM2 operand, is
+// (from xe, or in the fp8 mode xq, which pull_own_x fills first; its aq, the forward's GEMM2 operand, is
 // written too and not read).
 template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {

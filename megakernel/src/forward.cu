@@ -170,33 +170,6 @@ __device__ void zero_unused_rows(const Params& p) {
   }
 }
 
-// The forward's dispatch: x of every row of this cycle's tiles, pulled from the source ranks' buffers
-// straight into xe (per padded row: GEMM1's A, and dW1's operand in the backward), a warp per token, which
-// reads its x once for all of its rows (for_each_token_slots); the padding rows zero, once (xe holds every
-// cycle's rows). In the fp8 mode (kFp8) each row is also quantized into xq (GEMM1's A).
-template <bool kFp8>
-__device__ void pull_x(const Params& p, int cycle) {
-  const int H = p.c.hidden;
-  const auto xe = [&](long pad) { return p.xe + pad * H; };
-  const auto xq = [&](long pad) { return p.xq.row(pad, H); };
-  if (cycle == 0)
-    for_each_padding_row(p, [&](ExpertTileRow row) {
-      if constexpr (kFp8)
-        quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
-      else
-        copy_row(xe(pad_row(p, row)), nullptr, H);
-    });
-  for_each_token_slots(
-      p, [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; },
-      [&](int g, int, uint32_t lanes, long pad) {
-        const bf16* x = token_row(p, g, &RankBuffers::x);
-        if constexpr (kFp8)
-          quantize_row_to_rows(x, H, lanes, pad, xq, xe);
-        else
-          copy_row_to_rows(x, H, lanes, pad, xe);
-      });
-}
-
 // The fp8 mode's A of the shared expert's GEMM1: x of its tokens, quantized.
 __device__ void quantize_shared_x(const Params& p) {
   quantize_token_rows(p, p.shared_xq, [&](long r) { return p.x + r * p.c.hidden; });

@@ -142,9 +142,10 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
 }
 
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
-// the forward's workspace is a prefix of the backward's. In recompute mode h and a are the forward's
-// sections (its GEMM2 reads a), which the backward overwrites with the same bits before reading them;
-// otherwise they take no bytes (they are saved).
+// the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a are the forward's
+// sections (its GEMM1 reads xe, its GEMM2 a), which the backward overwrites with the same bits before
+// reading them (xe pulled from x again, h and a recomputed), xe first: the backward reads it to its last
+// phase (dW1), while its own sections may start at h; otherwise they take no bytes (they are saved).
 // The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
 // "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
 // dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, dye and shared_dh
@@ -204,7 +205,7 @@ Fp8Columns in_buffer(uint8_t* buffer, const ColumnsSection& at) {
 }
 
 struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, h, a;
+  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, xe, a, h;
   Fp8Sections fp8;
   size_t fp8_weights;  // the quantized weights (Fp8WeightLayout) unless the caller's
   size_t forward_bytes;
@@ -285,6 +286,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  l.xe = sections.take(launch.recompute ? P * H * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
   const size_t h_end = sections.bytes();
@@ -506,11 +508,12 @@ struct Layer::Impl {
     p.tile_offsets = reinterpret_cast<int32_t*>(s + saved.tile_offsets);
     p.row_source = reinterpret_cast<int32_t*>(s + saved.row_source);
     p.slot_row = reinterpret_cast<int32_t*>(s + saved.slot_row);
-    p.xe = reinterpret_cast<bf16*>(s + saved.xe);
     p.recompute = launch.recompute;
     p.one_ring_cycle = ws.one_cycle;
     p.fp8_weight_gradients = launch.fp8_weight_gradients;
-    // In recompute mode h and a are the workspace's (the saved buffer holds none); the maps of a read p.a.
+    // In recompute mode xe, h and a are the workspace's (the saved buffer holds none); the maps read p.xe
+    // and p.a.
+    p.xe = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.xe : s + saved.xe);
     p.h = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.h : s + saved.h);
     p.a = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.a : s + saved.a);
     p.shared_h = reinterpret_cast<bf16*>(s + saved.shared_h);

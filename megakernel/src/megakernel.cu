@@ -1,8 +1,8 @@
 // The host-vector API over the device API: device copies of the weights and of every result in the
 // three tables of mok/megakernel/layer_tensors.h (weights, forward, gradients); outputs poisoned before
-// each launch; one Layer per GPU (or colocated share of one GPU), each holding its share of the tokens and
-// experts, launched on its own stream on every GPU before any is waited for (they meet at the barriers
-// across GPUs); the global results assembled from the shares.
+// each launch, the workspace before each backward; one Layer per GPU (or colocated share of one GPU),
+// each holding its share of the tokens and experts, launched on its own stream on every GPU before any
+// is waited for (they meet at the barriers across GPUs); the global results assembled from the shares.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -297,6 +297,10 @@ void Megakernel::set_output_grad(const std::vector<bf16>& dy, bool accumulate) {
     s.use();
     s.grad.dy.upload(share_of(dy, s.index, m.shares()));
     s.grad.poison(accumulate);
+    // What the forward left there is not the backward's to read. Waited for, as the poisons above: no
+    // timed backward (mok-bench) includes it.
+    s.layer->poison_workspace(nullptr, s.workspace.get());
+    MOK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
 

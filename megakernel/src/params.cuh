@@ -200,7 +200,7 @@ struct Params {
   RoutingMode routing;        // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
   bool accumulate;            // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
   bool grads_bf16;            // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
-  bool recompute;             // h and a are the workspace's: the backward recomputes them before its ring cycles
+  bool recompute;             // xe, h and a are the workspace's: the backward pulls and recomputes them first
   bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
   int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts
@@ -249,7 +249,8 @@ struct Params {
   float* g;              // [R/G ring_rows, I]  dy W2 (backward): per ring row, not padded row
   bf16* dh;              // [P, 2I]  (backward)
   bf16* dye;             // [P, H]   bf16(w dy) (backward, after the ring cycles)
-  bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand)
+  bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand), in
+                         //          recompute mode a workspace section the backward pulls again
   SavedGaps saved_gaps;  // zeroed by the forward
 
   // The fp8 mode (c.precision, forward_fp8_kernel): the forward's GEMMs read these E4M3 copies (maps xq, w1q, ...). The

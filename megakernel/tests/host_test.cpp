@@ -126,6 +126,34 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
   }
 }
 
+// Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) from
+// the saved buffer into the forward's workspace sections: the saved buffer keeps the layout and the
+// shared expert's rows, in bf16 and fp8, on one GPU and on each of two, with a capacity too.
+TEST(LayerMemory, RecomputeMovesXeHAndAFromSavedToTheWorkspace) {
+  const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  LaunchConfig capacity = colocated;
+  capacity.capacity_rows = 128;
+  for (const LayerConfig& c : {bf16_config, fp8_every_branch()})
+    for (const LaunchConfig& saving : {LaunchConfig{}, LaunchConfig{.ring_rows = 128}, colocated, capacity}) {
+      SCOPED_TRACE(std::string(c.precision == Precision::fp8 ? "fp8" : "bf16") + ", " + std::to_string(saving.gpus) +
+                   " GPU(s), capacity " + std::to_string(saving.capacity_rows));
+      LaunchConfig recomputing = saving;
+      recomputing.recompute = true;
+      const LayerMemory with = layer_memory(c, saving), without = layer_memory(c, recomputing);
+      const size_t P = own_padded_rows(c, saving.gpus, saving.capacity_rows);
+      const size_t rows_bytes = P * (2 * size_t(c.hidden) + 6 * size_t(c.intermediate));
+      EXPECT_EQ(with.saved - without.saved, rows_bytes);
+      EXPECT_EQ(without.workspace_forward - with.workspace_forward, rows_bytes);
+      // What stays: offsets and tile offsets [E + 1], row_source and slot_row [N k] (int32), the shared
+      // expert's h and a [S, 2 Is], [S, Is] (bf16).
+      const size_t E = c.experts, Nk = size_t(c.tokens()) * c.top_k, Is = c.shared_intermediate;
+      const size_t S = shared_rows_capacity(c, saving.gpus);
+      EXPECT_EQ(without.saved, 2 * aligned_section((E + 1) * 4) + 2 * aligned_section(Nk * 4) +
+                                   aligned_section(S * 2 * Is * 2) + aligned_section(S * Is * 2));
+    }
+}
+
 // A case of the backward's section tests: a config and launch, its ring rows per rank, and whether one
 // ring cycle holds every rank's tiles whatever the routing.
 struct SectionCase {

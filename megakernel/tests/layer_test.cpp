@@ -223,25 +223,26 @@ TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
   }
 }
 
-// Recompute mode: the saved buffer holds no h and a (exactly their sections fewer, that many more
-// workspace bytes), the backward recomputes them with the forward's code into a workspace poisoned
-// after the forward, and every output and gradient is the reference's in recompute mode.
+// Recompute mode: the saved buffer holds no xe, h and a (exactly their sections fewer, that many more
+// workspace bytes), the backward pulls xe and recomputes h and a with the forward's code into a
+// workspace poisoned after the forward, and every output and gradient is the reference's in recompute
+// mode.
 TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
     SCOPED_TRACE("mode " + std::to_string(int(mode)));
     ref::Problem p = ref::make_problem(shared_sigmoid(), 37, ref::RoutingKind::uniform);
-    const size_t h_and_a = 6 * size_t(padded_rows(p.config)) * p.config.intermediate;
+    const size_t xe_h_and_a = size_t(padded_rows(p.config)) * (2 * p.config.hidden + 6 * p.config.intermediate);
     const Layer saving(p.config, {});
     Layer layer(p.config, LaunchConfig{.recompute = true});
-    EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), h_and_a);
-    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), h_and_a);
-    EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), h_and_a);
+    EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), xe_h_and_a);
+    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), xe_h_and_a);
+    EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), xe_h_and_a);
     Bound b(layer, p, mode);
     b.poison();
     void* ws = b.workspace.view().data;
     layer.poison_workspace(stream_, ws);
     layer.forward(stream_, ws, b.inputs(), b.outputs());
-    layer.poison_workspace(stream_, ws);  // the backward's h and a are its own, not the forward's left over
+    layer.poison_workspace(stream_, ws);  // the backward's xe, h and a are its own, not the forward's left over
     layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     layer.check();
     expect_same(read(b), reference(p, mode, {.recompute = true}));
@@ -773,7 +774,7 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
 
 // The fp8 backward's sections over one another (LayerMemory.Fp8BackwardSectionsShareBytesByLifetime):
 // one cycle (one rank's default ring; two ranks' ring of a rank's most tiles: dh and its quantized copy
-// over the ring) and several (a one-tile ring), h and a saved or recomputed (xe quantized again), a
+// over the ring) and several (a one-tile ring), h and a saved or recomputed (xe pulled and quantized again), a
 // shared expert over N = 80 tokens, skewed routing; the workspace poisoned before the forward and again
 // before the backward, so the backward reads only what it writes (its quantized weights, dy, dh and
 // their scales, the padding rows' zero blocks): the reference's bits. Also with the weights given
@@ -815,9 +816,12 @@ struct Colocated {
   std::vector<cudaStream_t> streams;
 
   Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0,
-            GivenRouting given = GivenRouting::in_place, int ring_rows = 0) {
-    const LaunchConfig launch{
-        .ring_rows = ring_rows, .watchdog_seconds = watchdog_seconds, .gpus = gpus, .transport = Transport::colocated};
+            GivenRouting given = GivenRouting::in_place, int ring_rows = 0, bool recompute = false) {
+    const LaunchConfig launch{.ring_rows = ring_rows,
+                              .watchdog_seconds = watchdog_seconds,
+                              .gpus = gpus,
+                              .transport = Transport::colocated,
+                              .recompute = recompute};
     group = make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
@@ -911,19 +915,23 @@ TEST_F(LayerApi, ColocatedInterleavedMicroBatchesMatchTheReference) {
 
 // One ring cycle on each of 2 colocated shares (a ring of a rank's most tiles: each share's dh lies over
 // its ring, workspace_layout), skewed routing, every workspace poisoned before each launch: the
-// reference's bits.
+// reference's bits. Also in recompute mode, where each share's backward pulls its rows' x again, some
+// of them from the other share's window, into its poisoned workspace.
 TEST_F(LayerApi, ColocatedSharesWithOneRingCycleMatchTheReference) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 47, ref::RoutingKind::zipf);
-  Colocated shares(p, RoutingMode::given, 2, 5.0, GivenRouting::in_place, 640);
-  const auto poison = [&] {
-    for (size_t g = 0; g < shares.layers.size(); ++g)
-      shares.layers[g]->poison_workspace(shares.streams[g], shares.bound[g]->workspace.view().data);
-  };
-  poison();
-  shares.forward();
-  poison();
-  shares.backward();
-  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+  for (const bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "h and a saved");
+    Colocated shares(p, RoutingMode::given, 2, 5.0, GivenRouting::in_place, 640, recompute);
+    const auto poison = [&] {
+      for (size_t g = 0; g < shares.layers.size(); ++g)
+        shares.layers[g]->poison_workspace(shares.streams[g], shares.bound[g]->workspace.view().data);
+    };
+    poison();
+    shares.forward();
+    poison();
+    shares.backward();
+    expect_same(shares.check_and_read(), reference(p, RoutingMode::given, LaunchConfig{.recompute = recompute}));
+  }
 }
 
 // A bad given routing in the last share's tokens: every share gathers every token's routing and checks

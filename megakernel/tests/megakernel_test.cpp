@@ -472,7 +472,7 @@ void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
 
 // The fp8 backward in every launch mode: one rank (the default ring then holds every tile: one cycle,
 // dh and its quantized copy over the ring), a one-tile ring (a cycle per tile), recompute mode (xe
-// quantized again for GEMM1) with one rank and with a one-tile ring, 2 colocated shares (each pulls and
+// pulled and quantized again for GEMM1) with one rank and with a one-tile ring, 2 colocated shares (each pulls and
 // quantizes its experts' dy from the other's window), and the weights quantized once
 // (fp8_weights_given: the backward reads the wrapper's transposed copies) alone and with the shares,
 // with and without recompute (without it the backward's sections lie over the forward's E4M3

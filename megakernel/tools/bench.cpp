@@ -12,7 +12,7 @@
 //           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
 //           beforehand);
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
-//   --recompute: the backward recomputes h and a (LaunchConfig::recompute; saved holds neither);
+//   --recompute: the backward pulls xe and recomputes h and a (LaunchConfig::recompute; saved holds none);
 //   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
 //   --gpus: G processes, one rank per GPU on an NCCL communicator, T tokens each (the global batch grows
 //           with G; bench_ranks.cpp): each rank's forward and backward times, the slowest rank's, the

@@ -91,20 +91,24 @@ TEST(SavedBuffer, RoundTripsTheForward) {
   EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
 }
 
-// The GPU's recompute mode (LaunchConfig::recompute) saves the same buffer without its h and a
-// sections (6 P I bytes): the layout, xe and the shared expert's activations unpack as saved, h and a
-// as none (the reference's Forward in recompute mode).
-TEST(SavedBuffer, RecomputeLayoutLeavesOutHAndA) {
+// The GPU's recompute mode (LaunchConfig::recompute) saves the same buffer without its xe, h and a
+// sections (P (2 H + 6 I) bytes): the layout and the shared expert's activations unpack as saved, h and
+// a as none (the reference's Forward in recompute mode); a recompute-mode forward packs into it.
+TEST(SavedBuffer, RecomputeLayoutLeavesOutXeHAndA) {
   const LayerConfig c = sigmoid_shared();
   const Problem p = make_problem(c, 8);
   const Forward f = forward(c, p.x, p.weights, nullptr, {});
   const SavedLayout saving = saved_layout(c), recompute = saved_layout(c, true);
-  EXPECT_EQ(saving.bytes - recompute.bytes, 6 * size_t(padded_rows(c)) * c.intermediate);
+  EXPECT_EQ(saving.bytes - recompute.bytes, size_t(padded_rows(c)) * (2 * c.hidden + 6 * c.intermediate));
   EXPECT_EQ(recompute.xe, saving.xe);
-  EXPECT_EQ(recompute.shared_h, saving.h);
+  EXPECT_EQ(recompute.shared_h, saving.xe);
   const std::vector<uint8_t> whole = pack_saved(c, f, p.x);
-  std::vector<uint8_t> saved(whole.begin(), whole.begin() + long(saving.h));
+  std::vector<uint8_t> saved(whole.begin(), whole.begin() + long(saving.xe));
   saved.insert(saved.end(), whole.begin() + long(saving.shared_h), whole.end());
+  Options recomputing;
+  recomputing.recompute = true;
+  EXPECT_EQ(pack_saved(c, forward(c, p.x, p.weights, nullptr, recomputing), p.x, true), saved);
+  EXPECT_THROW(pack_saved(c, forward(c, p.x, p.weights, nullptr, recomputing), p.x), Error);
   const Forward back = unpack_saved(c, saved, true);
   EXPECT_EQ(back.layout.row_source, f.layout.row_source);
   EXPECT_TRUE(back.h.empty() && back.a.empty());

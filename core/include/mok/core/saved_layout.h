@@ -1,11 +1,12 @@
 // What the forward saves for the backward, as one byte buffer whose size depends only on the config
 // and the recompute choice: the dispatch layout, each padded row's x (xe), h and a, and the shared
-// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) the h and a sections are
-// empty: the backward recomputes them from xe and W1 (the forward's own code, the same bits). The GPU
+// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) the xe, h and a sections are
+// empty: the backward pulls x into xe again and recomputes h and a from it and W1 (the forward's own
+// code, the same bits), so that between the passes the routed rows keep nothing but their layout. The GPU
 // layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
 // so a saved buffer is one thing to a caller (the PyTorch op saves it for autograd) whichever device
-// made it, and unpack_saved turns either back into the reference's Forward. pack_saved and the
-// PyTorch op use the saving layout (recompute off).
+// made it, and unpack_saved turns either back into the reference's Forward (the PyTorch op's CPU
+// path packs in the call's recompute choice).
 // Padded rows: every expert's layout rows rounded up to whole 128-row tiles (padded row of layout row
 // offsets[e] + i = 128 tile_offsets[e] + i); padding rows hold zeros.
 #pragma once
@@ -111,9 +112,9 @@ struct SavedLayout {
   size_t bytes;
 };
 
-// recompute: h and a take no bytes (their offsets are where they would start). P, the per-row
+// recompute: xe, h and a take no bytes (their offsets are where they would start). P, the per-row
 // sections' rows (own_padded_rows of the GPU's share), is a multiple of 128, so their sections are
-// whole 256-byte units and the buffer is exactly 6 P I bytes smaller. S, the shared expert's rows:
+// whole 256-byte units and the buffer is exactly P (2 H + 6 I) bytes smaller. S, the shared expert's rows:
 // shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's shared_token_rows are
 // zero).
 inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
@@ -126,7 +127,7 @@ inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, Ro
   l.tile_offsets = sections.take((E + 1) * 4);
   l.row_source = sections.take(N * k * 4);
   l.slot_row = sections.take(N * k * 4);
-  l.xe = sections.take(P * H * 2);
+  l.xe = sections.take(recompute ? 0 : P * H * 2);
   l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
   l.a = sections.take(recompute ? 0 : P * I * 2);
   l.shared_h = sections.take(S * 2 * Is * 2);
@@ -182,7 +183,7 @@ inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const
 }  // namespace saved_detail
 
 // The reference's Forward (with its saved h and a, or in recompute mode without) and the tokens x, as
-// the GPU would have saved them.
+// the GPU would have saved them (xe from x, or in recompute mode nothing).
 inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x,
                                        bool recompute = false) {
   using namespace saved_detail;
@@ -194,18 +195,24 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
   put(out, s.tile_offsets, tiles.data(), tiles.size());
   put(out, s.row_source, f.layout.row_source.data(), f.layout.row_source.size());
   put(out, s.slot_row, f.layout.slot_row.data(), f.layout.slot_row.size());
-  for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
-    put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
-    if (!f.h.empty()) put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
-    if (!f.a.empty()) put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
-  });
+  if (!recompute) {
+    const size_t rows = f.layout.row_source.size();
+    require(f.h.size() == rows * 2 * I && f.a.size() == rows * I,
+            "pack_saved: the forward holds no h and a (a recompute-mode forward packs with recompute)");
+    for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
+      put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
+      put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
+      put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
+    });
+  }
   put(out, s.shared_h, f.shared_h.data(), f.shared_h.size());
   put(out, s.shared_a, f.shared_a.data(), f.shared_a.size());
   return out;
 }
 
 // The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
-// one of recompute mode holds no h and a, and its Forward has none (as the reference's in that mode).
+// one of recompute mode holds no xe, h and a, and its Forward has no h and a (as the reference's in
+// that mode).
 // A GPU's share over several holds h and a of its own experts' rows only, and the shared expert's h and
 // a of its shared_token_rows only (the others' stay zero).
 inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false,

@@ -1,7 +1,8 @@
 // mok megakernel, host-vector API: the deterministic MoE layer on NVIDIA Hopper GPUs (sm_90a) for
 // tests, tools and benchmarks, on host std::vectors. A thin wrapper over the device API
 // (mok/megakernel/layer.h, what a training framework calls): it owns device copies of the weights,
-// every output and the workspace, poisons the outputs before each launch, waits, and reads back.
+// every output and the workspace, poisons the outputs before each launch and the workspace before
+// each backward (which so reads only what it writes or the forward saved), waits, and reads back.
 // One persistent kernel per direction runs every step of the layer for R expert-parallel ranks:
 // simulated ranks (all R ranks' buffers on one GPU), R ranks spread over the GPUs of this process
 // through NCCL symmetric windows, or over colocated shares of one GPU (tests; docs/multi-gpu.md),
