@@ -270,10 +270,11 @@ Verdict check_direct(const ref::Problem& p, const ref::Options& o, const ref::Fo
   return in_context("layer vs direct per-(token, slot) evaluation", v);
 }
 
+// The layout is checked before the backward runs, which refuses a layout that is not its routing's.
 Verdict conservation(Backend& b, const ref::Problem& p, const CaseParams& cp) {
-  const Run r = run_layer(b, p, cp.options);
-  if (auto v = check_layout(p.config, r.fwd.routing.topk_idx, r.fwd.layout)) return v;
-  return check_direct(p, cp.options, r.fwd, r.grad);
+  const ref::Forward fwd = b.forward(p.config, p.x, p.weights, given_of(p), cp.options);
+  if (auto v = check_layout(p.config, fwd.routing.topk_idx, fwd.layout)) return v;
+  return check_direct(p, cp.options, fwd, b.backward(p.config, p.x, p.weights, fwd, p.dy, cp.options));
 }
 
 // ---- router backward ----
@@ -476,6 +477,18 @@ const MutationDef kMutations[] = {
     {"backward_w2_inf", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.backward_weights.w2, rng, kInf); }},
     {"backward_forward_layout_short", Stage::backward,
      [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.layout.row_source.pop_back(); }; }},
+    {"backward_forward_layout_of_another_routing", Stage::backward,
+     [](Attempt& a, ref::Rng&) {
+       // The first and last layout rows trade slots: each then serves a slot of another expert, or within
+       // one expert the token order breaks.
+       a.tamper = [](ref::Forward& f) {
+         std::vector<int32_t>& source = f.layout.row_source;
+         std::swap(source.front(), source.back());
+         f.layout.slot_row[source.front()] = 0;
+         f.layout.slot_row[source.back()] = int32_t(source.size()) - 1;
+       };
+     },
+     [](const Attempt& a) { return a.config.routed_rows() >= 2; }},
     {"backward_forward_routing_short", Stage::backward,
      [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.routing.topk_w.pop_back(); }; }},
     {"backward_without_saved_activations", Stage::backward,

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "mok/core/config.h"
+#include "mok/golden/file_kind.h"
 
 namespace mok::golden {
 namespace {
@@ -84,6 +85,15 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw Error("mok: cannot write " + target_.string() + ": directory " + dir.string() + " does not exist");
+  // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
+  // device, or a link, which would become a file while what it points to stays as it was).
+  const std::filesystem::file_type there = std::filesystem::symlink_status(target_, ec).type();
+  if (there == std::filesystem::file_type::symlink)
+    throw Error("mok: cannot write " + target_.string() +
+                ": it is a symbolic link, not a regular file (name the file it points to)");
+  if (there != std::filesystem::file_type::not_found)
+    if (const std::string kind = not_a_regular_file(target_); !kind.empty())
+      throw Error("mok: cannot write " + target_.string() + ": it " + kind);
   // ".<name>.tmp.<pid>.<n>", appended piecewise (GCC 12 warns falsely on "." + std::string temporaries).
   std::string name = ".";
   name += target_.filename().string();

@@ -259,8 +259,8 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
   const std::string stored = read_string(ds.get(), path, "sha256");
   const std::string computed = sha256_hex(t.bytes.data(), t.bytes.size());
   if (stored != computed)
-    throw Error("dataset " + path + ": SHA-256 mismatch, stored " + stored + ", data hashes to " + computed +
-                ": the file is corrupt or was edited");
+    throw Error("dataset " + path + ": SHA-256 mismatch, stored " + quote_input(stored) + ", data hashes to " +
+                computed + ": the file is corrupt or was edited");
   return t;
 }
 

@@ -235,6 +235,32 @@ TEST_F(GoldenFile, NotARegularFile) {
   EXPECT_NE(read_error("/dev/zero").find("/dev/zero: is a character device, not a regular file"), std::string::npos);
 }
 
+// A write replaces a regular file only: a FIFO or a symbolic link at the name is refused (as a device
+// would be; not tried here: a regression would replace it) and left as it was, a link's target too;
+// nothing is written beside it.
+TEST_F(GoldenFile, WriteRefusesToReplaceWhatIsNotARegularFile) {
+  ASSERT_EQ(mkfifo((dir_ / "fifo.h5").c_str(), 0600), 0);
+  write_golden(dir_ / "real.h5", *smoke_);
+  const std::vector<char> real = testing::read_bytes(dir_ / "real.h5");
+  std::filesystem::create_symlink(dir_ / "real.h5", dir_ / "link.h5");
+  const auto write_error = [&](const std::filesystem::path& p) {
+    try {
+      write_golden(p, *smoke_);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(write_error(dir_ / "fifo.h5").find("fifo.h5: it is a FIFO, not a regular file"), std::string::npos);
+  EXPECT_NE(write_error(dir_ / "link.h5").find("link.h5: it is a symbolic link"), std::string::npos);
+  EXPECT_EQ(std::filesystem::symlink_status(dir_ / "fifo.h5").type(), std::filesystem::file_type::fifo);
+  EXPECT_EQ(std::filesystem::symlink_status(dir_ / "link.h5").type(), std::filesystem::file_type::symlink);
+  EXPECT_EQ(testing::read_bytes(dir_ / "real.h5"), real);
+  std::vector<std::string> names = dir_.entries();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"fifo.h5", "link.h5", "real.h5"}));
+}
+
 // Killed by SIGTERM or SIGINT in the middle of a write (here: right after the temporary is written),
 // the process removes the hidden temporary before it dies, and the target is left as it was.
 TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
@@ -304,6 +330,16 @@ TEST_F(GoldenFile, EditedDataFailsItsHash) {
   RawGolden(dir_ / "e.h5").flip_bit("/outputs/y", 10, 0);
   const std::string error = read_error(dir_ / "e.h5");
   EXPECT_NE(error.find("dataset /outputs/y: SHA-256 mismatch"), std::string::npos) << error;
+}
+
+// The stored digest is quoted with its bytes escaped: a message of raw bytes is no valid UTF-8 for a
+// caller (Python's decoding of it hid the error behind a UnicodeDecodeError).
+TEST_F(GoldenFile, ABadStoredDigestIsQuotedEscaped) {
+  write_golden(dir_ / "q.h5", *smoke_);
+  RawGolden(dir_ / "q.h5").set_string("/outputs/y", "sha256", "\xc9\x01 not hex");
+  const std::string error = read_error(dir_ / "q.h5");
+  EXPECT_NE(error.find("dataset /outputs/y: SHA-256 mismatch, stored '\\xc9\\x01 not hex'"), std::string::npos)
+      << error;
 }
 
 TEST_F(GoldenFile, EditedAttributeFailsTheContentHash) {

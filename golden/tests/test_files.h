@@ -97,13 +97,17 @@ class RawGolden {
     H5Sclose(space);
   }
 
-  void set_root_string(const char* name, const std::string& value) {
-    if (H5Adelete(file_, name) < 0) throw std::runtime_error(std::string("no root attribute ") + name);
+  void set_root_string(const char* name, const std::string& value) { set_string("/", name, value); }
+
+  // A string attribute of `object` (a group or dataset path) replaced; any bytes, as an editor might write.
+  void set_string(const char* object, const char* name, const std::string& value) {
+    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0)
+      throw std::runtime_error(std::string("no attribute ") + object + "@" + name);
     const hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, H5T_VARIABLE);
     H5Tset_cset(type, H5T_CSET_UTF8);
     const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attr = H5Acreate2(file_, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t attr = H5Acreate_by_name(file_, object, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     const char* p = value.c_str();
     H5Awrite(attr, type, &p);
     H5Aclose(attr);

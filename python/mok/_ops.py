@@ -11,6 +11,16 @@ from mok.config import ROUTING_MODES, MoEConfig, launch_field
 GIVEN = ROUTING_MODES.index("given")
 
 
+def _check_devices(first_name, first, **tensors):
+    """The kernels' first check, here too: every tensor on the first's device. A call that mixes a meta
+    tensor with real ones dispatches to these fake kernels, not to the CPU or CUDA kernel, which would
+    refuse it."""
+    for name, t in tensors.items():
+        if t is not None and t.device != first.device:
+            raise ValueError(f"mok: invalid input: {name} is on {t.device} but {first_name} is on {first.device} "
+                             "(all tensors of a call must be on one device)")
+
+
 def _shapes(config_ints, config_floats, routing_mode, launch):
     """The config, this call's tokens and experts (with a communicator of G GPUs, this GPU's share: N / G
     and E / G) and the rows of logits (absent tensors have first dimension 0)."""
@@ -23,6 +33,8 @@ def _shapes(config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::forward")
 def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
                   routing_mode, launch, fp8_weights=None):
+    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
+                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, fp8_weights=fp8_weights)
     c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
     k = c.top_k
     # Over G GPUs each GPU's saved holds its own experts' rows, for its capacity (mok/core/saved_layout.h).
@@ -41,6 +53,7 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
 def _quantize_weights_fake(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch):
     # The kernel's own checks, so that tracing raises its ValueError: the CPU op refuses every call, the
     # CUDA op checks the config's precision and the weights.
+    _check_devices("w1", w1, w2=w2, shared_w1=shared_w1, shared_w2=shared_w2)
     _C.check_quantize_weights(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)
     return w1.new_empty((_C.fp8_weights_bytes(config_ints, config_floats, launch),), dtype=torch.uint8)
 
@@ -67,6 +80,9 @@ def _gradient_fakes(x, config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::backward")
 def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
                    config_ints, config_floats, routing_mode, launch, fp8_weights=None):
+    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
+                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
+                   fp8_weights=fp8_weights)
     return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
 
 
@@ -74,6 +90,10 @@ def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_id
 def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,
                               routing_mode, launch, fp8_weights=None):
+    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
+                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
+                   d_router=d_router, d_w1=d_w1, d_w2=d_w2, d_shared_w1=d_shared_w1, d_shared_w2=d_shared_w2,
+                   fp8_weights=fp8_weights)
     return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
 
 

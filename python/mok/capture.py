@@ -41,7 +41,11 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     shared_w1, shared_w2 = args.get("shared") or (None, None)
     launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False),
                          fp8_weight_gradients=args.get("fp8_weight_gradients", False))
+    if x.dim() == 0 or x.shape[-1] != config.hidden:
+        raise ValueError(f"x must be [..., H] with H = hidden = {config.hidden}, got shape {list(x.shape)}")
     x = x.reshape(-1, config.hidden)
+    if x.shape[0] % config.ranks:
+        raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
     config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     if ROUTING_MODES[mode] == "replay_ids":

@@ -7,6 +7,7 @@ one place that lists them; MoEConfig must name the same fields, checked at impor
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 
 from mok import _C
@@ -50,6 +51,12 @@ class MoEConfig:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
+        for name in INT_FIELDS:  # pack() would truncate 4.9 to 4 without a word
+            value = getattr(self, name)
+            if name not in ("score_mode", "precision") and not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
+            raise ValueError(f"ranks = {self.ranks} (need >= 1)")
         if self.score_mode not in SCORE_MODES:
             raise ValueError(f"score_mode must be one of {SCORE_MODES}, got {self.score_mode!r}")
         if self.precision not in PRECISIONS:

@@ -127,6 +127,8 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
+    if x.dim() == 0:
+        raise ValueError("x must be [..., H] (tokens by hidden), got a 0-d tensor")
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
         if not x.is_contiguous():

@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig
 from mok.functional import GradAccumulators, Routing, RoutingArg, moe, quantize_weights, routing_mode
 
@@ -58,6 +59,7 @@ class MoE(torch.nn.Module):
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")
+        _C.check_config(*config.pack())  # before the parameters take memory for a config no call accepts
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
         self.accumulate_grad, self.fp8_weight_gradients = accumulate_grad, fp8_weight_gradients

@@ -124,12 +124,17 @@ PYBIND11_MODULE(_C, m) {
       "default_config", [] { return pack_config(mok::LayerConfig{}); },
       "LayerConfig's defaults as (config_ints, config_floats).");
   m.def(
+      "check_config",
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats) { parse_config(ints, floats); },
+      pybind11::arg("config_ints"), pybind11::arg("config_floats"),
+      "Raises the ValueError a call would raise for this config (mok.MoE checks before it allocates).");
+  m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int gpus,
-         long capacity_rows) {
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int64_t gpus,
+         int64_t capacity_rows) {
         const mok::LayerConfig c = parse_config(ints, floats);
-        mok::require(gpus >= 1 && c.experts % gpus == 0, "gpus = " + std::to_string(gpus) + " does not divide E");
-        return mok::saved_layout(c, recompute, mok::RowShare{gpus, 0, capacity_rows}).bytes;
+        validate_share(c, gpus, capacity_rows);
+        return mok::saved_layout(c, recompute, mok::RowShare{int(gpus), 0, long(capacity_rows)}).bytes;
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
       pybind11::arg("gpus") = 1, pybind11::arg("capacity_rows") = 0,

@@ -149,6 +149,23 @@ inline LayerConfig parse_config(c10::IntArrayRef ints, c10::ArrayRef<double> flo
   return c;
 }
 
+// One GPU's share over `gpus` GPUs: R / G ranks each, and its experts' capacity_rows (0, or over G > 1 at
+// most the rows any routing gives them).
+inline void validate_share(const LayerConfig& c, int64_t gpus, int64_t capacity_rows) {
+  require(gpus >= 1 && gpus <= kInt32Max,
+          [&] { return "gpus = " + std::to_string(gpus) + " (need 1 <= gpus < 2^31)"; });
+  require(c.ranks % gpus == 0, [&] {
+    return "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus G = " + std::to_string(gpus) +
+           " (each GPU executes R / G ranks)";
+  });
+  // On one device every routed row is its own (N k of them): a capacity only helps over G > 1 GPUs.
+  const long most = most_own_rows(c, int(gpus));
+  require(capacity_rows == 0 || (gpus > 1 && capacity_rows > 0 && capacity_rows <= most), [&] {
+    return "capacity_rows = " + std::to_string(capacity_rows) + " (need 0, or over gpus G > 1 a value in [1, " +
+           std::to_string(most) + "], the most rows any routing gives one GPU's experts)";
+  });
+}
+
 inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int64_t routing_mode,
                        c10::IntArrayRef launch) {
   Call call;
@@ -160,35 +177,24 @@ inline Call parse_call(c10::IntArrayRef ints, c10::ArrayRef<double> floats, int6
   require(launch.size() == std::size(kLaunchFields),
           [&] { return list_size_error("launch", launch.size(), std::size(kLaunchFields)); });
   require(launch[kRingRows] >= 0 && launch[kRingRows] <= kInt32Max,
-          [&] { return "ring_rows = " + std::to_string(launch[kRingRows]) + " (need >= 0)"; });
+          [&] { return "ring_rows = " + std::to_string(launch[kRingRows]) + " (need 0 <= ring_rows < 2^31)"; });
   call.ring_rows = int(launch[kRingRows]);
   // The GPU's unit, so a call valid on the CPU is valid on the GPU.
   if (call.ring_rows) validate_ring_rows(call.ring_rows, kTileRows);
   require(launch[kBlocks] >= 0 && launch[kBlocks] <= kInt32Max,
-          [&] { return "blocks = " + std::to_string(launch[kBlocks]) + " (need >= 0)"; });
+          [&] { return "blocks = " + std::to_string(launch[kBlocks]) + " (need 0 <= blocks < 2^31)"; });
   call.blocks = int(launch[kBlocks]);
   require(launch[kRecompute] == 0 || launch[kRecompute] == 1,
           [&] { return "recompute = " + std::to_string(launch[kRecompute]) + " (need 0 or 1)"; });
   call.recompute = launch[kRecompute] == 1;
   call.comm = static_cast<uintptr_t>(launch[kComm]);
   require(launch[kGpus] >= 1 && launch[kGpus] <= kInt32Max,
-          [&] { return "gpus = " + std::to_string(launch[kGpus]) + " (need >= 1)"; });
+          [&] { return "gpus = " + std::to_string(launch[kGpus]) + " (need 1 <= gpus < 2^31)"; });
   call.gpus = int(launch[kGpus]);
   require(call.comm != 0 || call.gpus == 1, [&] {
     return "gpus = " + std::to_string(call.gpus) + " needs a communicator (comm = 0: the whole layer on one device)";
   });
-  require(call.config.ranks % call.gpus == 0, [&] {
-    return "ranks R = " + std::to_string(call.config.ranks) +
-           " is not a multiple of gpus G = " + std::to_string(call.gpus) + " (each GPU executes R / G ranks)";
-  });
-  // On one device every routed row is its own (N k of them): a capacity only helps over G > 1 GPUs.
-  const long most = most_own_rows(call.config, call.gpus);
-  require(launch[kCapacityRows] == 0 || (call.gpus > 1 && launch[kCapacityRows] > 0 && launch[kCapacityRows] <= most),
-          [&] {
-            return "capacity_rows = " + std::to_string(launch[kCapacityRows]) +
-                   " (need 0, or over gpus G > 1 a value in [1, " + std::to_string(most) +
-                   "], the most rows any routing gives one GPU's experts)";
-          });
+  validate_share(call.config, call.gpus, launch[kCapacityRows]);
   call.capacity_rows = long(launch[kCapacityRows]);
   require(launch[kFp8WeightGradients] == 0 || launch[kFp8WeightGradients] == 1,
           [&] { return "fp8_weight_gradients = " + std::to_string(launch[kFp8WeightGradients]) + " (need 0 or 1)"; });

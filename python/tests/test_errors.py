@@ -126,6 +126,69 @@ def test_backward_rejects_a_foreign_saved_buffer():
         layer.backward((y, idx, w, logits[:0], saved))
 
 
+def test_backward_rejects_another_forwards_saved_buffer():
+    """saved of one forward beside the routing of another: its dispatch layout is not that routing's,
+    and the backward says so instead of returning gradients of neither."""
+    layer = make_layer("softmax_shared")
+    y, idx, w, logits, saved = layer.forward()
+    other = make_layer("softmax_shared", seed=5).forward()
+    assert not torch.equal(other[1], idx)
+    with pytest.raises(ValueError, match="dispatch layout .saved. is not its routing's"):
+        layer.backward((y, other[1], other[2], other[3], saved))
+
+
+@pytest.mark.parametrize("op", ["forward", "backward", "backward_accumulate"])
+def test_a_meta_tensor_beside_cpu_ones_is_refused(op):
+    """One tensor on the meta device sends the call to the fake kernel, which refuses it as the CPU
+    kernel refuses a tensor on another device (it returned uninitialised tensors)."""
+    layer = make_layer("softmax_shared")
+    y, idx, w, logits, saved = layer.forward()
+    meta_router = layer.router.to("meta")
+    weights = (layer.x, meta_router, *layer.weights()[2:])
+    with pytest.raises(ValueError, match="router is on meta but x is on cpu"):
+        if op == "forward":
+            torch.ops.mok.forward(*weights, None, None, *layer.op_args())
+        elif op == "backward":
+            torch.ops.mok.backward(*weights, idx, w, logits, saved, layer.dy, *layer.op_args())
+        else:
+            grads = [torch.zeros_like(t, dtype=torch.float32) for t in (layer.router, layer.w1, layer.w2,
+                                                                        layer.shared_w1, layer.shared_w2)]
+            torch.ops.mok.backward_accumulate(*weights, idx, w, logits, saved, layer.dy, *grads, *layer.op_args())
+    with pytest.raises(ValueError, match="dy is on meta but x is on cpu"):
+        torch.ops.mok.backward(*layer.weights(), idx, w, logits, saved, layer.dy.to("meta"), *layer.op_args())
+
+
+def test_saved_bytes_checks_the_share():
+    """mok._C.saved_bytes checks gpus and capacity_rows as a call's launch list does (it sized a
+    fake kernel's saved from a negative capacity: 2^64 - 50 MB)."""
+    ints, floats = make_layer("softmax_shared").config.pack()
+    with pytest.raises(ValueError, match="capacity_rows = -100000"):
+        mok._C.saved_bytes(ints, floats, False, 1, -100000)
+    with pytest.raises(ValueError, match="ranks R = 1 is not a multiple of gpus G = 2"):
+        mok._C.saved_bytes(ints, floats, False, 2)
+    with pytest.raises(ValueError, match="gpus = 0"):
+        mok._C.saved_bytes(ints, floats, False, 0)
+
+
+def test_python_entry_points_check_before_they_work(tmp_path):
+    """MoEConfig's fields are integers where the ops take integers (4.9 was packed as 4); mok.MoE checks
+    the config before it allocates parameters; mok.moe and mok.capture refuse an x they would misread
+    (a 0-d x raised IndexError; capture reshaped [8, 128] into 16 tokens of hidden 64)."""
+    with pytest.raises(ValueError, match="experts must be an integer, got 4.9"):
+        mok.MoEConfig(experts=4.9, hidden=64, intermediate=64, top_k=2)
+    with pytest.raises(ValueError, match=r"ranks = 0 \(need >= 1\)"):
+        mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, ranks=0)
+    with pytest.raises(ValueError, match="experts E = 100000"):
+        mok.MoE(mok.MoEConfig(experts=100000, hidden=64, intermediate=64, top_k=2))
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match="got a 0-d tensor"):
+        mok.moe(layer.x[0, 0], layer.router, layer.w1, layer.w2, config=layer.config)
+    model = mok.MoE(layer.config, generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=r"H = hidden = 64, got shape \[16, 128\]"):
+        mok.capture(str(tmp_path / "call.h5"), model, layer.x.reshape(16, 128))
+    assert not (tmp_path / "call.h5").exists()
+
+
 def test_fp8_weights_are_the_cuda_ops():
     """Quantized weights (mok.quantize_weights, a forward's fp8_weights) are the CUDA op's: the CPU op
     quantizes the weights in its forward and refuses them, naming why; the bf16 mode refuses them (on the

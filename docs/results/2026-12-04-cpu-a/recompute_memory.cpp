@@ -20,13 +20,7 @@ int main() {
       "| shape | saved: no recompute | recompute before | recompute now | workspace fwd / bwd, recompute before | now "
       "|\n|---|---|---|---|---|---|\n");
   for (auto s : shapes) {
-    LayerConfig c;
-    c.hidden = s.H;
-    c.intermediate = s.I;
-    c.experts = s.E;
-    c.top_k = s.k;
-    c.tokens_per_rank = s.T;
-    c.ranks = 1;
+    const LayerConfig c = make_config(1, s.T, s.H, s.I, s.E, s.k);
     gpu::LaunchConfig l;
     auto m0 = gpu::layer_memory(c, l);
     l.recompute = true;

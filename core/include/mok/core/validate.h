@@ -133,6 +133,26 @@ inline void require_fits_in_memory(const LayerConfig& c, double limit = physical
 
 // The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved
 // activations unless the backward recomputes them), and dy.
+// The layout is the routing's, the one a forward makes of it: each expert's rows (counts, offsets)
+// serve the slots routed to it in rising (token, slot) order, so each slot once, and slot_row inverts
+// row_source. A layout of another forward, beside this forward's routing, would give gradients of neither.
+inline bool layout_is_the_routings(const DispatchLayout& l, const std::vector<int32_t>& topk_idx) {
+  const size_t rows = topk_idx.size(), E = l.counts.size();
+  if (l.row_source.size() != rows || l.slot_row.size() != rows || l.offsets.size() != E + 1 || l.offsets[0] != 0 ||
+      size_t(l.offsets[E]) != rows)
+    return false;
+  for (size_t e = 0; e < E; ++e) {
+    if (l.counts[e] != l.offsets[e + 1] - l.offsets[e] || l.counts[e] < 0) return false;
+    int32_t last = -1;
+    for (int32_t r = l.offsets[e]; r < l.offsets[e + 1]; ++r) {
+      const int32_t s = l.row_source[r];
+      if (s <= last || size_t(s) >= rows || size_t(topk_idx[s]) != e || l.slot_row[s] != r) return false;
+      last = s;
+    }
+  }
+  return true;
+}
+
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                                      const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
   validate_inputs(c, x, w, &fwd.routing);
@@ -141,6 +161,8 @@ inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf1
               fwd.layout.row_source.size() == N * k && (fwd.logits.empty() || fwd.logits.size() == N * E) &&
               fwd.shared_h.size() == N * 2 * Is,
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
+  require(layout_is_the_routings(fwd.layout, fwd.routing.topk_idx),
+          "the forward's dispatch layout (saved) is not its routing's (topk_idx): pass the outputs of one forward");
   validate_tokens(c, dy, "dy [N, H]");
   require(recompute || fwd.h.size() == N * k * 2 * size_t(c.intermediate),
           "forward saved no activations: use recompute");

@@ -9,8 +9,9 @@ namespace mok::golden {
 // The temporary file's name is reserved on construction; the caller writes it (any API), then
 // commit() syncs it to disk and renames it over the target. Destroyed uncommitted, the temporary is
 // removed and the target is left as it was; killed by SIGINT or SIGTERM meanwhile (where the program
-// left those at their default action), the process unlinks it before it dies. Errors are mok::Error
-// naming the file.
+// left those at their default action), the process unlinks it before it dies. A target that exists
+// must be a regular file (a FIFO, a device or a symbolic link is refused on construction). Errors are
+// mok::Error naming the file.
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path target);
