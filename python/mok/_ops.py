@@ -12,9 +12,9 @@ GIVEN = ROUTING_MODES.index("given")
 
 
 def _check_devices(first_name, first, **tensors):
-    """The kernels' first check, here too: every tensor on the first's device. A call that mixes a meta
-    tensor with real ones dispatches to these fake kernels, not to the CPU or CUDA kernel, which would
-    refuse it."""
+    """The kernels' device check, here too, after the config's (as the kernels order them): every tensor on
+    the first's device. A call that mixes a meta tensor with real ones dispatches to these fake kernels,
+    not to the CPU or CUDA kernel, which would refuse it."""
     for name, t in tensors.items():
         if t is not None and t.device != first.device:
             raise ValueError(f"mok: invalid input: {name} is on {t.device} but {first_name} is on {first.device} "
@@ -33,13 +33,13 @@ def _shapes(config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::forward")
 def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
                   routing_mode, launch, fp8_weights=None):
-    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
-                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, fp8_weights=fp8_weights)
     c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
     k = c.top_k
     # Over G GPUs each GPU's saved holds its own experts' rows, for its capacity (mok/core/saved_layout.h).
     saved_bytes = _C.saved_bytes(config_ints, config_floats, bool(launch_field(launch, "recompute")),
                                  launch_field(launch, "gpus"), launch_field(launch, "capacity_rows"))
+    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
+                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, fp8_weights=fp8_weights)
     return (
         x.new_empty((n, c.hidden), dtype=torch.bfloat16),
         x.new_empty((n, k), dtype=torch.int32),
@@ -53,8 +53,8 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
 def _quantize_weights_fake(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch):
     # The kernel's own checks, so that tracing raises its ValueError: the CPU op refuses every call, the
     # CUDA op checks the config's precision and the weights.
-    _check_devices("w1", w1, w2=w2, shared_w1=shared_w1, shared_w2=shared_w2)
     _C.check_quantize_weights(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)
+    _check_devices("w1", w1, w2=w2, shared_w1=shared_w1, shared_w2=shared_w2)  # a meta tensor, which it skips
     return w1.new_empty((_C.fp8_weights_bytes(config_ints, config_floats, launch),), dtype=torch.uint8)
 
 
@@ -80,21 +80,23 @@ def _gradient_fakes(x, config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::backward")
 def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
                    config_ints, config_floats, routing_mode, launch, fp8_weights=None):
+    grads = _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
     _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
                    shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
                    fp8_weights=fp8_weights)
-    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
+    return grads
 
 
 @torch.library.register_fake("mok::backward_accumulate")
 def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,
                               routing_mode, launch, fp8_weights=None):
+    grads = _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
     _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
                    shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
                    d_router=d_router, d_w1=d_w1, d_w2=d_w2, d_shared_w1=d_shared_w1, d_shared_w2=d_shared_w2,
                    fp8_weights=fp8_weights)
-    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
+    return grads
 
 
 def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,

@@ -53,7 +53,7 @@ class MoEConfig:
     def __post_init__(self) -> None:
         for name in INT_FIELDS:  # pack() would truncate 4.9 to 4 without a word
             value = getattr(self, name)
-            if name not in ("score_mode", "precision") and not isinstance(value, numbers.Integral):
+            if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
             raise ValueError(f"ranks = {self.ranks} (need >= 1)")

@@ -59,7 +59,9 @@ class MoE(torch.nn.Module):
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")
-        _C.check_config(*config.pack())  # before the parameters take memory for a config no call accepts
+        # Before the parameters take memory for a config no call accepts (the batch is the call's: one token
+        # per rank here).
+        _C.check_config(*config.pack(tokens_per_rank=1))
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
         self.accumulate_grad, self.fp8_weight_gradients = accumulate_grad, fp8_weight_gradients

@@ -72,7 +72,8 @@ pybind11::dict golden_dict(const GoldenRead& g) {
 // mok::quantize_weights' checks on its tensors' metadata (device, dtype, shape, contiguity: all a fake
 // tensor has), those of the kernel the dispatcher would pick: all on the CPU, the CPU kernel's (it
 // refuses every call); some on CUDA, the rest on the CPU, the CUDA kernel's (where the module has it),
-// less the data's alignment; on another device (meta) none, as no kernel runs there. With symbolic sizes
+// less the data's alignment; on another device (meta) none, as no kernel runs there (the fake kernel then
+// refuses a meta tensor beside others, mok/_ops.py). With symbolic sizes
 // (torch.compile's dynamic shapes) not the shapes and contiguity either: the kernel checks them when it
 // runs.
 void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
@@ -138,7 +139,7 @@ PYBIND11_MODULE(_C, m) {
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
       pybind11::arg("gpus") = 1, pybind11::arg("capacity_rows") = 0,
-      "Bytes of the forward's saved output for this config, with or without h and a, on each of `gpus` GPUs of "
+      "Bytes of the forward's saved output for this config, with or without xe, h and a, on each of `gpus` GPUs of "
       "a communicator whose experts hold `capacity_rows` routed rows (0: the most) (mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",

@@ -166,7 +166,7 @@ def test_saved_bytes_checks_the_share():
         mok._C.saved_bytes(ints, floats, False, 1, -100000)
     with pytest.raises(ValueError, match="ranks R = 1 is not a multiple of gpus G = 2"):
         mok._C.saved_bytes(ints, floats, False, 2)
-    with pytest.raises(ValueError, match="gpus = 0"):
+    with pytest.raises(ValueError, match=r"gpus = 0 \(need 1 <= gpus < 2\^31\)"):
         mok._C.saved_bytes(ints, floats, False, 0)
 
 
@@ -186,6 +186,9 @@ def test_python_entry_points_check_before_they_work(tmp_path):
     model = mok.MoE(layer.config, generator=torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match=r"H = hidden = 64, got shape \[16, 128\]"):
         mok.capture(str(tmp_path / "call.h5"), model, layer.x.reshape(16, 128))
+    two_ranks = mok.MoE(dataclasses.replace(layer.config, ranks=2), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="31 tokens do not split over ranks = 2"):
+        mok.capture(str(tmp_path / "call.h5"), two_ranks, layer.x[:31])
     assert not (tmp_path / "call.h5").exists()
 
 
