@@ -93,8 +93,8 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     """The ops' launch list: ring rows per rank (0: the layer's default, else a multiple of 128; no bit
     depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it), recompute (saved
     holds no xe, h and a, the backward pulls and recomputes them: less memory between the passes, the
-    same bits), and the communicator of an expert-parallel call: comm, an ncclComm_t as an integer (0: none), gpus,
-    its size G (mok.distributed: the call is then this GPU's share of the layer), and capacity_rows,
+    same bits), and the communicator of an expert-parallel call: comm, an ncclComm_t as an integer (0:
+    none), gpus, its size G (mok.distributed: the call is then this GPU's share of the layer), and capacity_rows,
     the routed rows each GPU's experts can hold (0: the most any routing gives them; only over G > 1);
     fp8_weight_gradients: the fp8 mode's routed-expert weight gradients on E4M3 operands too (other bits
     than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""

@@ -131,8 +131,6 @@ inline void require_fits_in_memory(const LayerConfig& c, double limit = physical
               " of host memory for its tensors, more than the " + gib_text(limit) + " this machine has");
 }
 
-// The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved
-// activations unless the backward recomputes them), and dy.
 // The layout is the routing's, the one a forward makes of it: each expert's rows (counts, offsets)
 // serve the slots routed to it in rising (token, slot) order, so each slot once, and slot_row inverts
 // row_source. A layout of another forward, beside this forward's routing, would give gradients of neither.
@@ -153,6 +151,8 @@ inline bool layout_is_the_routings(const DispatchLayout& l, const std::vector<in
   return true;
 }
 
+// The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved
+// activations unless the backward recomputes them), and dy.
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                                      const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
   validate_inputs(c, x, w, &fwd.routing);
