@@ -44,9 +44,7 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     if x.dim() == 0 or x.shape[-1] != config.hidden:
         raise ValueError(f"x must be [..., H] with H = hidden = {config.hidden}, got shape {list(x.shape)}")
     x = x.reshape(-1, config.hidden)
-    if x.shape[0] % config.ranks:
-        raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
-    config_ints, config_floats = config.pack(tokens_per_rank=x.shape[0] // config.ranks)
+    config_ints, config_floats = config.pack(tokens_per_rank=config.tokens_per_rank_of(x.shape[0]))
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     if ROUTING_MODES[mode] == "replay_ids":
         raise ValueError("golden format v1 holds a router's routing or a given one, not replayed ids")

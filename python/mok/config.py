@@ -87,6 +87,12 @@ class MoEConfig:
     def tokens(self) -> int:
         return self.ranks * self.tokens_per_rank
 
+    def tokens_per_rank_of(self, tokens: int) -> int:
+        """T for a call of `tokens` tokens, which must split evenly over the ranks."""
+        if tokens % self.ranks:
+            raise ValueError(f"{tokens} tokens do not split over ranks = {self.ranks}")
+        return tokens // self.ranks
+
 
 def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: bool = False, comm: int = 0,
                 gpus: int = 1, capacity_rows: int = 0, fp8_weight_gradients: bool = False) -> list[int]:

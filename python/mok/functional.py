@@ -134,14 +134,13 @@ def moe(
         if not x.is_contiguous():
             raise ValueError("x is not contiguous (mok does not copy its inputs: pass .contiguous())")
         x = x.view(-1, hidden)
-    if x.shape[0] % config.ranks:
-        raise ValueError(f"{x.shape[0]} tokens do not split over ranks = {config.ranks}")
+    tokens_per_rank = config.tokens_per_rank_of(x.shape[0])
     comm, gpus = 0, 1
     if group is not None:
         from mok import distributed
 
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
-    config_ints, config_floats, launch = _op_lists(config, x.shape[0] // config.ranks, ring_rows, blocks,
+    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks,
                                                    recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
