@@ -45,6 +45,9 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--seconds 99999999999 --list", "--seconds is at most 1000000000"},
       {"--backend '' --list", "'--backend' needs a value"},
       {"--bogus 1", "unknown flag '--bogus'"},
+      {"--cases 5 --seconds 5 --list", "--cases and --seconds exclude each other"},
+      {"--replay x.h5 --seed 3", "--seed, --cases, --seconds and --property do not apply"},
+      {"--replay x.h5 --property repeat", "--seed, --cases, --seconds and --property do not apply"},
       {"\"$(printf -- '--\\001')\" 1", "unknown flag '--\\x01'"},
   };
   for (const auto& c : cases) {

@@ -61,6 +61,7 @@ T to_number(const std::string& flag, const std::string& v, const char* want) {
 Args parse(int argc, char** argv) {
   Args a;
   a.fuzz.program = argv[0];
+  bool cases_given = false, seconds_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--list" || flag == "--help" || flag == "-h") {
@@ -76,10 +77,12 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--cases") {
       a.fuzz.cases = to_number<long>(flag, v, "a non-negative integer");
       a.fuzz.seconds = 0;
+      cases_given = true;
     } else if (flag == "--seconds") {
       a.fuzz.seconds = double(to_number<long>(flag, v, "a non-negative integer"));
       if (a.fuzz.seconds > kMaxSeconds) throw Usage("--seconds is at most " + std::to_string(long(kMaxSeconds)));
       a.fuzz.cases = 0;
+      seconds_given = true;
     } else if (flag == "--backend") {
       a.backend = v;
     } else if (flag == "--property") {
@@ -96,6 +99,10 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
+  if (cases_given && seconds_given) throw Usage("--cases and --seconds exclude each other: give one");
+  if (!a.replay.empty() && (a.seed_given || cases_given || seconds_given || !a.fuzz.properties.empty()))
+    throw Usage(
+        "--replay runs the file's own case and property: --seed, --cases, --seconds and --property do not apply");
   return a;
 }
 
@@ -111,7 +118,8 @@ void list() {
 int replay_file(Backend& backend, const Args& a) {
   Repro r = read_repro(a.replay);
   if (!a.inject.empty()) r.params.options.fault = a.fuzz.fault;
-  std::cerr << "mok-fuzz: replaying " << a.replay << " on " << backend.name() << "\n" << r.description << "\n";
+  std::cerr << "mok-fuzz: replaying " << a.replay << " on " << backend.name() << "\n"
+            << escape_bytes(r.description, true) << "\n";
   if (!a.inject.empty()) std::cerr << "fault overridden: " << to_string(r.params.options.fault) << "\n";
   const Verdict v = replay(backend, r);
   if (v) {

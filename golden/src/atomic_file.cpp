@@ -21,7 +21,7 @@ std::atomic<unsigned> temp_counter{0};
 
 std::string os_error() { return std::strerror(errno); }
 
-// The temporaries being written, for the SIGINT/SIGTERM handler to unlink: an interrupted write must
+// The temporaries being written, for the handler of kTerminatingSignals to unlink: an interrupted write must
 // leave no hidden ".NAME.tmp.PID.N" behind. Fixed slots of plain chars, since a handler may only read
 // memory and call async-signal-safe functions (unlink, signal, raise). A slot is free, being filled, or
 // live; the handler unlinks the live ones.
@@ -42,12 +42,12 @@ extern "C" void unlink_temporaries(int sig) {
   std::raise(sig);
 }
 
-// Installs the handler for SIGINT and SIGTERM, where they still have the default action (a program
+// Installs the handler for kTerminatingSignals, where they still have the default action (a program
 // that handles or ignores them keeps its choice).
 void install_handler_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const int sig : {SIGINT, SIGTERM}) {
+    for (const int sig : kTerminatingSignals) {
       struct sigaction old {};
       if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
       struct sigaction now {};

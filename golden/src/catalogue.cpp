@@ -252,6 +252,8 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
   }
   if (spec.name.empty()) throw Error("mok: " + source + ": the case has no name");
   try {
+    validate_case_name(spec.name, "name");
+    validate_ring_rows(spec.options.ring_rows);
     validate(spec.config);
     require_fits_in_memory(spec.config);
   } catch (const Error& e) {

@@ -172,6 +172,12 @@ std::vector<TensorSpec> tensor_specs(const LayerConfig& c, bool routing_given) {
   return specs;
 }
 
+void validate_case_name(const std::string& name, const std::string& where) {
+  const bool printable = std::all_of(name.begin(), name.end(), [](char ch) { return ch > ' ' && ch < 0x7f; });
+  if (name.empty() || !printable)
+    throw Error(where + " " + quote_input(name) + " is no case name: printable ASCII without spaces");
+}
+
 bool GoldenCase::routing_given() const { return find("given_topk_idx") != nullptr; }
 
 const Tensor* GoldenCase::find(const std::string& tensor_name) const {

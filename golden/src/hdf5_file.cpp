@@ -323,6 +323,9 @@ ref::Options read_options(hid_t root) {
   ref::Options o;
   o.step = step_model_from_string(read_string(g.get(), "/options", "step"));
   o.ring_rows = read_i32(g.get(), "/options", "ring_rows");
+  if (o.ring_rows <= 0 || o.ring_rows % kStepK != 0)
+    throw Error("attribute /options@ring_rows = " + std::to_string(o.ring_rows) + " is not a positive multiple of " +
+                std::to_string(kStepK));
   o.recompute = read_flag(g.get(), "/options", "recompute");
   o.fp8_weight_gradients = has_attribute(g.get(), "/options", "fp8_weight_gradients") &&
                            read_flag(g.get(), "/options", "fp8_weight_gradients");
@@ -488,6 +491,7 @@ GoldenCase read_file(const std::string& file) {
                 ": its bits are stale, regenerate it with mok-golden generate");
   g.generator = read_string(root, "/", "generator_revision");
   g.name = read_string(root, "/", "name");
+  validate_case_name(g.name, "attribute /@name");
   g.description = read_string(root, "/", "description");
   const std::string source = read_string(root, "/", "routing_source");
   if (source != "router" && source != "given")
@@ -519,6 +523,8 @@ GoldenCase read_file(const std::string& file) {
 
 void write_golden(const std::filesystem::path& path, const GoldenCase& golden) {
   try {
+    validate_case_name(golden.name, "name");  // before any file is made: the reader would refuse these
+    validate_ring_rows(golden.options.ring_rows);
     silence_hdf5();
     AtomicFile file(path);
     write_file(file.temp_path().string(), golden);

@@ -151,6 +151,33 @@ TEST(MokGoldenCli, SizesPastMemoryAreRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("tokens N = R * T = 2147483648 is more than 2^31 - 1"), std::string::npos) << r.output;
 }
 
+// A name past the report's 20-character column pushes the rest along (check aborted on it: the padding's
+// length wrapped below zero); a case file's name or ring_rows that no golden may hold is refused, naming
+// the file.
+TEST(MokGoldenCli, CaseNamesAreCheckedAndLongOnesReported) {
+  TempDir dir("golden-cli-names");
+  std::filesystem::create_directory(dir / "data");
+  std::ofstream(dir / "long.txt") << "name = a_case_name_of_21_chr\nranks = 1\ntokens_per_rank = 4\n";
+  const testing::ToolRun made = run_tool(
+      dir, "generate --config " + (dir / "long.txt").string() + " --out " + (dir / "data" / "long.h5").string());
+  ASSERT_EQ(made.status, 0) << made.output;
+  const testing::ToolRun checked = run_tool(dir, "check --name long --dir " + (dir / "data").string());
+  EXPECT_EQ(checked.status, 0) << checked.output;
+  EXPECT_NE(checked.output.find("ok    a_case_name_of_21_chr"), std::string::npos) << checked.output;
+  std::ofstream(dir / "escape.txt") << "name = x\x1b[2Jy\n";
+  std::ofstream(dir / "ring.txt") << "name = ring\nring_rows = 0\n";
+  for (const auto& [file, message] :
+       {std::pair{"escape.txt", "name 'x\\x1b[2Jy' is no case name: printable ASCII without spaces"},
+        std::pair{"ring.txt", "ring_rows = 0 is not a positive multiple of 16"}}) {
+    const testing::ToolRun r =
+        run_tool(dir, "generate --config " + (dir / file).string() + " --out " + (dir / "refused.h5").string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(std::string(file) + ": "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "refused.h5"));
+  }
+}
+
 TEST(MokGoldenCli, JunkArgumentsAreEchoedEscaped) {
   TempDir dir("golden-cli-junk");
   const testing::ToolRun r = run_tool(dir, "\"$(printf 'fr\\033[2Job')\" --out x");

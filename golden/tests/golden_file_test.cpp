@@ -1,9 +1,11 @@
 // Golden files: bitwise round trip, atomic writes, and a clear mok::Error for every kind of bad file.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <optional>
 
 #include "mok/golden/atomic_file.h"
@@ -261,15 +263,49 @@ TEST_F(GoldenFile, WriteRefusesToReplaceWhatIsNotARegularFile) {
   EXPECT_EQ(names, (std::vector<std::string>{"fifo.h5", "link.h5", "real.h5"}));
 }
 
-// Killed by SIGTERM or SIGINT in the middle of a write (here: right after the temporary is written),
-// the process removes the hidden temporary before it dies, and the target is left as it was.
+// A name that could write escape codes or fake report lines to a terminal, or a ring_rows the layer
+// refuses, is refused on writing (no file is made) and on reading (a file edited and sealed again).
+TEST_F(GoldenFile, NamesAndRingRowsNoLayerCallHasAreRefused) {
+  const auto write_error = [&](const GoldenCase& g) {
+    try {
+      write_golden(dir_ / "w.h5", g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  GoldenCase named = *smoke_, ringless = *smoke_;
+  named.name = "smoke\nEQUAL  all bitwise equal";
+  ringless.options.ring_rows = 0;
+  EXPECT_NE(write_error(named).find("name 'smoke\\x0aEQUAL  all bitwise equal' is no case name"), std::string::npos)
+      << write_error(named);
+  EXPECT_NE(write_error(ringless).find("ring_rows = 0 is not a positive multiple of 16"), std::string::npos)
+      << write_error(ringless);
+  EXPECT_TRUE(dir_.entries().empty());
+  write_golden(dir_ / "n.h5", *smoke_);
+  write_golden(dir_ / "r.h5", *smoke_);
+  RawGolden(dir_ / "n.h5").set_root_string("name", "smoke\x1b[2J");
+  RawGolden(dir_ / "r.h5").set_i32("/options", "ring_rows", 0);
+  EXPECT_NE(read_error(dir_ / "n.h5").find("attribute /@name 'smoke\\x1b[2J' is no case name"), std::string::npos)
+      << read_error(dir_ / "n.h5");
+  EXPECT_NE(read_error(dir_ / "r.h5").find("attribute /options@ring_rows = 0 is not a positive multiple of 16"),
+            std::string::npos)
+      << read_error(dir_ / "r.h5");
+}
+
+// Killed by any signal that ends a process by default (SIGHUP of a closed terminal, SIGTERM, SIGINT,
+// ...) in the middle of a write (here: right after the temporary is written), the process removes the
+// hidden temporary before it dies, and the target is left as it was.
 TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
-  for (const int sig : {SIGTERM, SIGINT}) {
+  for (const int sig : kTerminatingSignals) {
+    SCOPED_TRACE(strsignal(sig));
     write_golden(dir_ / "target.h5", *smoke_);
     const std::vector<char> old = testing::read_bytes(dir_ / "target.h5");
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
+      const rlimit no_core{0, 0};  // SIGQUIT's default action dumps core
+      setrlimit(RLIMIT_CORE, &no_core);
       AtomicFile file(dir_ / "target.h5");
       testing::write_bytes(file.temp_path(), {'p', 'a', 'r', 't'});
       raise(sig);

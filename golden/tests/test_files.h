@@ -88,10 +88,15 @@ class RawGolden {
   RawGolden(const RawGolden&) = delete;
   RawGolden& operator=(const RawGolden&) = delete;
 
-  void set_root_i32(const char* name, int32_t value) {
-    if (H5Adelete(file_, name) < 0) throw std::runtime_error(std::string("no root attribute ") + name);
+  void set_root_i32(const char* name, int32_t value) { set_i32("/", name, value); }
+
+  // An int32 attribute of `object` (a group or dataset path) replaced.
+  void set_i32(const char* object, const char* name, int32_t value) {
+    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0)
+      throw std::runtime_error(std::string("no attribute ") + object + "@" + name);
     const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attr = H5Acreate2(file_, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t attr =
+        H5Acreate_by_name(file_, object, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Awrite(attr, H5T_NATIVE_INT32, &value);
     H5Aclose(attr);
     H5Sclose(space);

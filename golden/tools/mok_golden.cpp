@@ -86,10 +86,15 @@ std::string shape_text(const LayerConfig& c) {
          " I=" + std::to_string(c.intermediate);
 }
 
+// A name and the spaces to column 20 after it (one at least: a longer name pushes the rest along).
+std::string in_column(const std::string& name) {
+  return name + std::string(name.size() < 20 ? 20 - name.size() : 1, ' ');
+}
+
 int list_catalogue() {
   for (const CaseSpec& s : catalogue())
-    std::cout << s.name << std::string(std::max<size_t>(1, 20 - s.name.size()), ' ') << shape_text(s.config) << "  "
-              << ref::to_string(s.recipe.routing) << "  " << s.description << "\n";
+    std::cout << in_column(s.name) << shape_text(s.config) << "  " << ref::to_string(s.recipe.routing) << "  "
+              << s.description << "\n";
   return kEqual;
 }
 
@@ -204,8 +209,7 @@ int check_file(const fs::path& file) {
   const double read_s = seconds_since(start);
   const GoldenCase fresh = regenerate(golden);
   const double total_s = seconds_since(start);
-  std::cout << golden.name << std::string(std::max<size_t>(1, 20 - golden.name.size()), ' ')
-            << shape_text(golden.config) << "  read " << fixed(read_s, 2) << " s, regenerate "
+  std::cout << in_column(golden.name) << shape_text(golden.config) << "  read " << fixed(read_s, 2) << " s, regenerate "
             << fixed(total_s - read_s, 2) << " s" << std::endl;
   const int differing = compare_cases(golden, fresh, "golden", "reference");
   std::cout << (differing ? "FAIL  " : "ok    ") << golden.name

@@ -54,10 +54,12 @@
 #include "bench_ranks.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/reference/problem.h"
+#include "mok/tools/cli_numbers.h"
 
 namespace {
 
 using namespace mok::bench;
+using mok::tools::parse_double, mok::tools::parse_int;
 
 // The --plan table of one shape (GB = 1e9 bytes).
 void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& base) {
@@ -230,21 +232,6 @@ void usage() {
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
                "[--fp8 [--fp8-weight-gradients]] "
                "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate]\n");
-}
-
-// A whole decimal integer (no trailing text): atoi would read "2x" as 2 and "x" as 0.
-bool parse_int(const char* text, int& out) {
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end || v < -1000000000L || v > 1000000000L) return false;
-  out = int(v);
-  return true;
-}
-
-bool parse_double(const char* text, double& out) {
-  char* end = nullptr;
-  out = std::strtod(text, &end);
-  return end != text && !*end;
 }
 
 bool parse(int argc, char** argv, Options& o) {

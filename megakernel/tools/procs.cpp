@@ -25,6 +25,7 @@
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
+#include "mok/tools/cli_numbers.h"
 #include "mok/tools/process_ranks.h"
 #include "mok/tools/rank_layer.h"
 
@@ -223,24 +224,27 @@ void usage() {
 }
 
 bool parse(int argc, char** argv, Options& o) {
+  using mok::tools::parse_double, mok::tools::parse_int;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return false;
     const char* value = argv[++i];
+    bool ok = true;
     if (arg == "--gpus")
-      o.gpus = std::atoi(value);
+      ok = parse_int(value, o.gpus);
     else if (arg == "--shape")
       o.shape = value;
     else if (arg == "--tokens")
-      o.tokens = std::atoi(value);
+      ok = parse_int(value, o.tokens);
     else if (arg == "--routing")
       o.routing = value;
     else if (arg == "--runs")
-      o.runs = std::atoi(value);
+      ok = parse_int(value, o.runs);
     else if (arg == "--timeout")
-      o.timeout_s = std::atof(value);
+      ok = parse_double(value, o.timeout_s);
     else
-      return false;
+      ok = false;
+    if (!ok) return false;
   }
   return true;
 }

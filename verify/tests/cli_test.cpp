@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -105,6 +106,23 @@ TEST_F(MokVerifyCli, BadFilesExitTwoNamingTheProblem) {
   }
 }
 
+// An input the backend refuses (a given expert id out of range) is named with the golden file it came
+// from: a directory's goldens run one after another.
+TEST_F(MokVerifyCli, AnInputTheBackendRefusesIsNamedWithItsFile) {
+  golden::GoldenCase g = golden::make_case(*golden::find_case("zipf"));
+  golden::Tensor* given = nullptr;
+  for (golden::Tensor& t : g.inputs)
+    if (t.name == "given_topk_idx") given = &t;
+  ASSERT_NE(given, nullptr);
+  const int32_t out_of_range = 99;
+  std::memcpy(given->bytes.data(), &out_of_range, sizeof out_of_range);
+  std::filesystem::create_directory(dir_ / "goldens");
+  golden::write_golden(dir_ / "goldens" / "misrouted.h5", g);
+  const ToolRun r = verify((dir_ / "goldens").string() + " --backend reference");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("misrouted.h5: mok: invalid input: topk_idx[0, 0] = 99"), std::string::npos) << r.output;
+}
+
 TEST_F(MokVerifyCli, JsonReportIsWrittenAtomically) {
   ToolRun r = verify(golden_path() + " --backend reference --quiet --json " + (dir_ / "report.json").string());
   EXPECT_EQ(r.status, 0) << r.output;
@@ -166,6 +184,17 @@ TEST_F(MokVerifyCli, JunkArgumentsAreEchoedEscaped) {
   EXPECT_NE(r.output.find("--step takes hopper_tc or fp32 (fp32_fma), got 'fp\\x01\\xff'"), std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find('\x01'), std::string::npos) << r.output;
+}
+
+// An option mok-verify does not know is named as such wherever it stands (last, it was said to need a
+// value; -q was taken for a golden file's name, after the goldens before it had run).
+TEST_F(MokVerifyCli, UnknownOptionsAreNamedBeforeAnyRun) {
+  for (const std::string& option : {"--bogus", "-q"}) {
+    const ToolRun r = verify(golden_path() + " --backend reference " + option);
+    EXPECT_EQ(r.status, 2) << option << "\n" << r.output;
+    EXPECT_NE(r.output.find("unknown option '" + option + "'"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("EQUAL"), std::string::npos) << r.output;
+  }
 }
 
 TEST_F(MokVerifyCli, UsageErrorsExitTwo) {

@@ -86,33 +86,37 @@ Args parse_args(int argc, char** argv) {
       a.flags.one_process = true;
       continue;
     }
-    if (arg.rfind("--", 0) != 0) {
+    if (arg.rfind("-", 0) != 0 || arg == "-") {
       a.goldens.push_back(arg);
       continue;
     }
-    if (i + 1 >= argc || !*argv[i + 1]) throw UsageError(quote_input(arg) + " needs a value");
-    const std::string value = argv[++i];
+    const auto value = [&]() -> std::string {  // the option's, so that an unknown option is named as such
+      if (i + 1 >= argc || !*argv[i + 1]) throw UsageError(quote_input(arg) + " needs a value");
+      return argv[++i];
+    };
     if (arg == "--candidate")
-      a.candidate = value;
+      a.candidate = value();
     else if (arg == "--backend")
-      a.backend = value;
+      a.backend = value();
     else if (arg == "--json")
-      a.json = value;
+      a.json = value();
     else if (arg == "--step") {
-      if (value != "fp32" && value != "fp32_fma" && value != "hopper_tc")
-        throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got " + quote_input(value));
-      a.flags.step = golden::step_model_from_string(value == "fp32" ? "fp32_fma" : value);
+      const std::string step = value();
+      if (step != "fp32" && step != "fp32_fma" && step != "hopper_tc")
+        throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got " + quote_input(step));
+      a.flags.step = golden::step_model_from_string(step == "fp32" ? "fp32_fma" : step);
     } else if (arg == "--ring-rows")
-      a.flags.ring_rows = positive_int(arg, value);
+      a.flags.ring_rows = positive_int(arg, value());
     else if (arg == "--recompute") {
-      if (value != "on" && value != "off") throw UsageError("--recompute takes on or off");
-      a.flags.recompute = value == "on";
+      const std::string on = value();
+      if (on != "on" && on != "off") throw UsageError("--recompute takes on or off");
+      a.flags.recompute = on == "on";
     } else if (arg == "--gpus")
-      a.flags.gpus = positive_int(arg, value);
+      a.flags.gpus = positive_int(arg, value());
     else if (arg == "--timeout")
-      a.flags.timeout_s = positive_int(arg, value);
+      a.flags.timeout_s = positive_int(arg, value());
     else if (arg == "--runs") {
-      a.runs = positive_int(arg, value);
+      a.runs = positive_int(arg, value());
       runs_given = true;
     } else
       throw UsageError("unknown option " + quote_input(arg));
@@ -234,7 +238,7 @@ class Verifier {
       progress(golden.name + ": running " + backend_->name() + " (run " + std::to_string(run) + "/" +
                std::to_string(args_.runs) + ")");
       const auto start = std::chrono::steady_clock::now();
-      const RunResults results = backend_->run(golden);
+      const RunResults results = run_backend(file, golden);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::string name = backend_->name();
       if (args_.runs > 1) name += " (run " + std::to_string(run) + "/" + std::to_string(args_.runs) + ")";
@@ -244,6 +248,20 @@ class Verifier {
       r.candidate = name;
       r.seconds = seconds;
       finish(std::move(r));
+    }
+  }
+
+  // The backend's run; an input it refuses is named with the golden file it came from (a directory's
+  // goldens run one after another).
+  RunResults run_backend(const fs::path& file, const golden::GoldenCase& golden) const {
+    try {
+      return backend_->run(golden);
+    } catch (const NoGpu&) {
+      throw;
+    } catch (const Unsupported&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(file.string() + ": " + e.what());
     }
   }
 

@@ -1,15 +1,20 @@
 // Atomic file replacement: write under a temporary name in the target's directory, then rename.
 #pragma once
 
+#include <csignal>
 #include <filesystem>
 #include <string>
 
 namespace mok::golden {
 
+// The signals whose default action ends a process without a core dump or with one (a closed terminal's
+// SIGHUP, Ctrl-C, Ctrl-\, kill, a closed pipe, timers and the user signals).
+inline constexpr int kTerminatingSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2};
+
 // The temporary file's name is reserved on construction; the caller writes it (any API), then
 // commit() syncs it to disk and renames it over the target. Destroyed uncommitted, the temporary is
-// removed and the target is left as it was; killed by SIGINT or SIGTERM meanwhile (where the program
-// left those at their default action), the process unlinks it before it dies. A target that exists
+// removed and the target is left as it was; killed meanwhile by one of kTerminatingSignals (where the
+// program left it at its default action), the process unlinks it before it dies. A target that exists
 // must be a regular file (a FIFO, a device or a symbolic link is refused on construction). Errors are
 // mok::Error naming the file.
 class AtomicFile {

@@ -84,6 +84,11 @@ struct OracleAccuracy {
   double bound = 0.0;
 };
 
+// A case's name is printed in every report and names its file: printable ASCII, no spaces (mok::Error
+// naming `where` otherwise: a name read from a file could otherwise write escape codes or fake report
+// lines to a terminal).
+void validate_case_name(const std::string& name, const std::string& where);
+
 struct GoldenCase {
   std::string name;
   std::string description;  // free text: what the case covers, or why a fuzz repro was written
