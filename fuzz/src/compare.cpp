@@ -86,9 +86,10 @@ template Verdict compare_bits(const std::string&, const std::vector<float>&, con
 template Verdict compare_bits(const std::string&, const std::vector<int32_t>&, const std::vector<int32_t>&, int);
 
 Verdict compare_forward(const LayerConfig& c, const ref::Forward& a, const ref::Forward& b, bool activations) {
-  // h and a are saved activations: a run that recomputes them has none to compare.
-  return first_differing_field(
-      c, a, b, [activations](std::string_view name) { return !activations && (name == "h" || name == "a"); });
+  // h and a, and the shared expert's, are saved activations: a run that recomputes them has none to compare.
+  return first_differing_field(c, a, b, [activations](std::string_view name) {
+    return !activations && (name == "h" || name == "a" || name == "shared_h" || name == "shared_a");
+  });
 }
 
 Verdict compare_gradients(const LayerConfig& c, const ref::Gradients& a, const ref::Gradients& b) {

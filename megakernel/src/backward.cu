@@ -1,9 +1,10 @@
-// The persistent backward kernel: in recompute mode first xe pulled from x again and h and a from it
-// (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh); ring cycles of pull reverse-combine (dy),
-// g = dy W2, the fused router-weight gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1
-// pushed back to the source ranks; then dye = bf16(w dy) (pulled after the cycles: it lies over the
-// ring and g, workspace_layout), the shared expert, the router backward, the weight gradients as K-step
-// chains over each expert's rows in global token order, and the slot-ordered dx combine.
+// The persistent backward kernel: in recompute mode first xe pulled from x again and h and a from it,
+// and the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh); ring
+// cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g, a>
+// with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w dy) (pulled
+// after the cycles: it lies over the ring and g, workspace_layout), the shared expert, the router
+// backward, the weight gradients as K-step chains over each expert's rows in global token order, and
+// the slot-ordered dx combine.
 // The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
 // shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
 // transposed copies as B (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the
@@ -578,6 +579,26 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
       ClaimedTiles{p.claimed_tiles});  // the router-weight gradient's blocks come late
 }
 
+// The saved layout is the routing's (topk_idx, the caller's): another forward's saved buffer beside it
+// would give gradients of neither. The host's checks (validate.h, layout_is_the_routings' parts): each
+// warp checks the offset tables, an expert a lane, and where they hold (false: every warp finds it, and
+// nothing may index by them) each thread checks slots of this GPU's tokens (across GPUs each GPU its
+// own, the tokens whose topk_idx it holds). The smallest bad token is named (kSavedLayout); the launch
+// ends at the next barrier.
+__device__ bool saved_layout_is_the_routings(const Params& p) {
+  const int E = p.c.experts, k = p.c.top_k;
+  bool tables = saved_offsets_span(E, p.c.routed_rows(), p.offsets, p.tile_offsets);
+  for (int e = lane_id(); e < E; e += 32) tables &= saved_offsets_hold_at(e, p.offsets, p.tile_offsets);
+  if (!__all_sync(~0u, tables)) {
+    if (lane_id() == 0) record_error(p.barrier, kSavedLayout, kTileTable, 0, -1);
+    return false;
+  }
+  for (long s = own_token_begin(p) * k + thread_id(); s < own_token_end(p) * k; s += thread_count())
+    if (!slot_is_laid_out(int32_t(s), p.topk_idx[s], E, p.offsets, p.row_source, p.slot_row))
+      record_bad_token(p.barrier, kSavedLayout, kTileTable, s / k);
+  return true;
+}
+
 // The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
 // and registers are those of the bf16 path alone).
 template <bool kFp8>
@@ -587,6 +608,7 @@ __device__ __forceinline__ void backward(const Params& p) {
   Pipeline pipe = pipeline_init();
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;
+  const bool layout_holds = saved_layout_is_the_routings(p);  // before anything reads the layout
   // The workspace's one-cycle bound (from the saved tile table, the same on every GPU): where dh lies
   // over the ring, a second cycle would overwrite it. Every block of every GPU leaves here alike.
   const int cycles = ring_cycles(p);
@@ -598,21 +620,22 @@ __device__ __forceinline__ void backward(const Params& p) {
     gather_next_rows(p, p.dy, &RankBuffers::dy);
     gather_next_rows(p, p.x, &RankBuffers::x);
   }
-  index_tiles(p);
-  if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile table needed
-  if constexpr (kFp8) {
-    // dy of the shared expert's tokens for its g_s (after the cycles), read from their ranks' buffers:
-    // p.dy's gathered rows land in this phase.
-    if (p.c.has_shared())
-      quantize_token_rows(p, p.shared_dyq, [&](long r) {
-        const int g = int(p.shared_tokens.begin + r);
-        return token_row(p, g, &RankBuffers::dy);
-      });
+  if (layout_holds) {
+    index_tiles(p);
+    if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile table needed
   }
+  // The fp8 mode's shared-expert A operands, read from their ranks' buffers (the gathers into p.x and
+  // p.dy land in this phase). dy's, for g_s after the cycles, lies in x's section (shared_dyq over
+  // shared_xq): in recompute mode, whose shared GEMM1 reads x's first, it follows that GEMM.
+  const bool shared_fp8 = kFp8 && p.c.has_shared();
+  if (shared_fp8)
+    quantize_shared_rows(p, p.recompute ? p.shared_xq : p.shared_dyq, p.recompute ? &RankBuffers::x : &RankBuffers::dy);
   if (!grid_sync(b, kTileTable, 0)) return;
-  if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles
+  if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles, the shared phase its own
     recompute_up<kFp8>(pipe, p);
+    if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp);
     if (!grid_sync(b, kExpertUp, 0)) return;
+    if (shared_fp8) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);  // beside the first cycle's pull
   }
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy<kFp8>(p, cycle);

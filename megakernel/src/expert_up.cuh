@@ -1,7 +1,8 @@
 // The pull of x into xe and GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h))
-// per padded row) with its epilogue, shared by the forward (this cycle's tiles) and, in recompute mode,
-// the backward (every tile of this GPU's experts, before its ring cycles): one code, so the pulled xe
-// and the recomputed h and a are the forward's bits.
+// per padded row) with its epilogue, and the shared expert's GEMM1 + SwiGLU, shared by the forward
+// (this cycle's tiles) and, in recompute mode, the backward (every tile of this GPU's experts, and the
+// shared expert's tokens, before its ring cycles): one code, so the pulled xe and the recomputed h and
+// a are the forward's bits.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -207,6 +208,31 @@ __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
 template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
   expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+}
+
+// The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; in the fp8 mode, kFp8, on
+// x quantized into shared_xq by quantize_shared_rows) into shared_h, shared_a (and shared_aq): tiles of
+// 128 tokens x 128 intermediate columns. The forward's, and in recompute mode the backward's (whose
+// shared_aq, the forward's GEMM2 operand, is written too and not read); `phase`: the one it runs in.
+template <bool kFp8>
+__device__ void shared_up(Pipeline& pipe, const Params& p, int phase) {
+  const int N = int(p.shared_tokens.rows()), Is = p.c.shared_intermediate, H = p.c.hidden;
+  const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
+  gemm_tiles<kNT, kFp8>(
+      pipe, tiles.count(), p.barrier, phase,
+      [&](long t, TileLoad& l) {
+        const int n0 = tiles.n0(t), first = int(tiles.first_token(t));
+        if constexpr (kFp8)
+          l = k_major(p.maps.shared_xq, p.maps.shared_w1q, first, n0, Is + n0, H, {p.shared_xq.exps, p.shared_w1_exp});
+        else
+          l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
+        return true;
+      },
+      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        const long first = tiles.first_token(t);
+        swiglu_epilogue<kFp8>(p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
+                              p.shared_h, p.shared_a, p.shared_aq);
+      });
 }
 
 }  // namespace mok::gpu

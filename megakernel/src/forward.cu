@@ -170,34 +170,6 @@ __device__ void zero_unused_rows(const Params& p) {
   }
 }
 
-// The fp8 mode's A of the shared expert's GEMM1: x of its tokens, quantized.
-__device__ void quantize_shared_x(const Params& p) {
-  quantize_token_rows(p, p.shared_xq, [&](long r) { return p.x + r * p.c.hidden; });
-}
-
-// The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; E4M3 operands in the fp8
-// mode, kFp8): tiles of 128 tokens x 128 intermediate columns.
-template <bool kFp8>
-__device__ void shared_up(Pipeline& pipe, const Params& p) {
-  const int N = int(p.shared_tokens.rows()), Is = p.c.shared_intermediate, H = p.c.hidden;
-  const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
-  gemm_tiles<kNT, kFp8>(
-      pipe, tiles.count(), p.barrier, kLayoutPlace,
-      [&](long t, TileLoad& l) {
-        const int n0 = tiles.n0(t), first = int(tiles.first_token(t));
-        if constexpr (kFp8)
-          l = k_major(p.maps.shared_xq, p.maps.shared_w1q, first, n0, Is + n0, H, {p.shared_xq.exps, p.shared_w1_exp});
-        else
-          l = k_major(p.maps.x, p.maps.shared_w1, first, n0, Is + n0, H);
-        return true;
-      },
-      [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        const long first = tiles.first_token(t);
-        swiglu_epilogue<kFp8>(p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
-                              p.shared_h, p.shared_a, p.shared_aq);
-      });
-}
-
 // The shared expert's GEMM2: shared_y = bf16(shared_a W2s^T) over its tokens.
 template <bool kFp8>
 __device__ void shared_down(Pipeline& pipe, const Params& p) {
@@ -279,14 +251,14 @@ __device__ __forceinline__ void forward(const Params& p) {
     }
   }
   layout_count(pipe, p);
-  if (kFp8 && p.c.has_shared()) quantize_shared_x(p);
+  if (kFp8 && p.c.has_shared()) quantize_shared_rows(p, p.shared_xq, &RankBuffers::x);
   if (!grid_sync(b, kLayoutCount, 0)) return;
   layout_scan(pipe, p);
   if (!grid_sync(b, kLayoutScan, 0)) return;
   layout_place(pipe, p);
   index_tiles(p);
   zero_unused_rows(p);
-  if (p.c.has_shared()) shared_up<kFp8>(pipe, p);
+  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kLayoutPlace);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared()) shared_down<kFp8>(pipe, p);
   const int cycles = ring_cycles(p);

@@ -38,7 +38,7 @@ __device__ __forceinline__ int recorded_code(const GridBarrier& b) {
   return *reinterpret_cast<volatile int*>(&b.error->code);
 }
 
-// An input error found at a token (kLogitOverflow, kBadRouting). Where several tokens are bad, the
+// An input error found at a token (kLogitOverflow, kBadRouting, kSavedLayout). Where several tokens are bad, the
 // smallest is named, whichever thread finds its own first: the message is the same run to run, and the
 // reference's. A launch queued behind a failed one not raised yet still checks its inputs before its
 // first barrier: the key puts the earlier launch first, so the error stays that launch's.

@@ -205,7 +205,7 @@ Fp8Columns in_buffer(uint8_t* buffer, const ColumnsSection& at) {
 }
 
 struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, xe, a, h;
+  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, shared_h, shared_a, xe, a, h;
   Fp8Sections fp8;
   size_t fp8_weights;  // the quantized weights (Fp8WeightLayout) unless the caller's
   size_t forward_bytes;
@@ -286,6 +286,10 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  // Recompute mode: the saved buffer's activations (saved_layout) are the workspace's, no later section
+  // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase).
+  l.shared_h = sections.take(launch.recompute ? S * 2 * Is * 2 : 0);
+  l.shared_a = sections.take(launch.recompute ? S * Is * 2 : 0);
   l.xe = sections.take(launch.recompute ? P * H * 2 : 0);
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
@@ -502,7 +506,8 @@ struct Layer::Impl {
     p.expert_bias = ptr<float>(w.expert_bias);
     p.logits = ptr<float>(out.logits);
     uint8_t* s = ptr<uint8_t>(out.saved);
-    const long end = long(saved.shared_a) + shared_capacity() * c.shared_intermediate * long(sizeof(bf16));
+    const long shared_a_bytes = launch.recompute ? 0 : shared_capacity() * c.shared_intermediate * long(sizeof(bf16));
+    const long end = long(saved.shared_a) + shared_a_bytes;
     p.saved_gaps = SavedGaps{s, long(saved.xe), end, long(saved.bytes)};
     p.offsets = reinterpret_cast<int32_t*>(s + saved.offsets);
     p.tile_offsets = reinterpret_cast<int32_t*>(s + saved.tile_offsets);
@@ -511,13 +516,16 @@ struct Layer::Impl {
     p.recompute = launch.recompute;
     p.one_ring_cycle = ws.one_cycle;
     p.fp8_weight_gradients = launch.fp8_weight_gradients;
-    // In recompute mode xe, h and a are the workspace's (the saved buffer holds none); the maps read p.xe
-    // and p.a.
-    p.xe = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.xe : s + saved.xe);
-    p.h = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.h : s + saved.h);
-    p.a = reinterpret_cast<bf16*>(launch.recompute ? workspace + ws.a : s + saved.a);
-    p.shared_h = reinterpret_cast<bf16*>(s + saved.shared_h);
-    p.shared_a = reinterpret_cast<bf16*>(s + saved.shared_a);
+    // In recompute mode xe, h, a and the shared expert's h and a are the workspace's (the saved buffer
+    // holds none); the maps read p.xe, p.a and p.shared_a.
+    const auto activation = [&](size_t in_workspace, size_t in_saved) {
+      return reinterpret_cast<bf16*>(launch.recompute ? workspace + in_workspace : s + in_saved);
+    };
+    p.xe = activation(ws.xe, saved.xe);
+    p.h = activation(ws.h, saved.h);
+    p.a = activation(ws.a, saved.a);
+    p.shared_h = activation(ws.shared_h, saved.shared_h);
+    p.shared_a = activation(ws.shared_a, saved.shared_a);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
     p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
     p.tile_expert = reinterpret_cast<int32_t*>(workspace + ws.tile_expert);
@@ -669,6 +677,9 @@ struct Layer::Impl {
       m = "mok: invalid input: the given routing of token " + std::to_string(e.bad_token()) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
+    else if (e.code == kSavedLayout)
+      m = "mok: invalid input: " +
+          (e.detail < 0 ? saved_holds_no_layout(where) : saved_of_another_routing(e.bad_token(), where));
     else if (e.code == kRingCycles)
       m = "mok: internal: the backward" + where + " needs " + std::to_string(e.detail) +
           " ring cycles, but its workspace lays dh over the ring, which allows one (LaunchConfig::ring_rows = " +

@@ -21,7 +21,7 @@ namespace {
 
 // Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
 // GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).
-constexpr int kErrorPriority[] = {kLogitOverflow,   kBadRouting,     kCapacity,    kRingCycles,
+constexpr int kErrorPriority[] = {kLogitOverflow,   kBadRouting,     kSavedLayout, kCapacity,   kRingCycles,
                                   kPipelineTimeout, kBarrierTimeout, kPeerTimeout, kPeerAborted};
 
 // A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
@@ -268,10 +268,9 @@ Forward Megakernel::read_forward() const {
   }
   const Forward& gpu0 = per_gpu_saved.front();
   f.layout = gpu0.layout;
-  if (!m.launch.recompute) {  // in recompute mode no h and a are saved: none, as the reference's
-    f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
-    f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
-  }
+  if (m.launch.recompute) return f;  // no activations are saved: none, as the reference's
+  f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
+  f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
   // The shared expert's rows of each GPU's own tokens (it computed a few of the next GPU's too).
   const size_t T = m.c.tokens() / m.launch.gpus, Is = m.c.shared_intermediate;
   const auto own_token_rows = [&](std::vector<bf16> Forward::*field, size_t width) {

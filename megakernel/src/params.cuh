@@ -63,8 +63,8 @@ struct KernelError {
   int phase;
   int cycle;
   int detail;  // the block that waited (timeout), the GPU (peer errors), the tiles (capacity)
-  // kLogitOverflow, kBadRouting: the earliest launch's smallest bad token, as (~launch << 32 | ~token), an
-  // atomicMax from the zeroed word (record_bad_token); the low 32 bits are ~token.
+  // kLogitOverflow, kBadRouting, kSavedLayout: the earliest launch's smallest bad token, as (~launch << 32 | ~token),
+  // an atomicMax from the zeroed word (record_bad_token); the low 32 bits are ~token.
   unsigned long long bad_token_key;
   unsigned int bad_token() const { return ~unsigned(bad_token_key); }
 };
@@ -80,6 +80,7 @@ enum ErrorCode : int {
   kCapacity = 7,      // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
   kRingCycles = 8,    // detail: the ring cycles the backward needs where its workspace allows one
   kRelayTimeout = 9,  // detail: the GPU whose partial sums did not come (ChainRelay)
+  kSavedLayout = 10,  // the saved dispatch layout is not the routing's: at a token, or (detail -1) its tables
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports);

@@ -173,4 +173,10 @@ __device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row
   for (long i = thread_id(); i < tail; i += thread_count()) q.row(rows + i / blocks, H).block_exp(int(i % blocks)) = 0;
 }
 
+// quantize_token_rows of a per-token input (x or dy) read from its tokens' ranks' buffers (token_row):
+// across GPUs the next GPU's first tokens too, with no gather of them before.
+__device__ inline void quantize_shared_rows(const Params& p, const Fp8Matrix& q, const bf16* RankBuffers::*input) {
+  quantize_token_rows(p, q, [&](long r) { return token_row(p, int(p.shared_tokens.begin + r), input); });
+}
+
 }  // namespace mok::gpu

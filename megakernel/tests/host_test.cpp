@@ -126,10 +126,10 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
   }
 }
 
-// Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) from
-// the saved buffer into the forward's workspace sections: the saved buffer keeps the layout and the
-// shared expert's rows, in bf16 and fp8, on one GPU and on each of two, with a capacity too.
-TEST(LayerMemory, RecomputeMovesXeHAndAFromSavedToTheWorkspace) {
+// Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) and
+// the shared expert's h and a from the saved buffer into the forward's workspace sections: the saved
+// buffer keeps the layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too.
+TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
   const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
   LaunchConfig capacity = colocated;
@@ -141,16 +141,17 @@ TEST(LayerMemory, RecomputeMovesXeHAndAFromSavedToTheWorkspace) {
       LaunchConfig recomputing = saving;
       recomputing.recompute = true;
       const LayerMemory with = layer_memory(c, saving), without = layer_memory(c, recomputing);
-      const size_t P = own_padded_rows(c, saving.gpus, saving.capacity_rows);
-      const size_t rows_bytes = P * (2 * size_t(c.hidden) + 6 * size_t(c.intermediate));
-      EXPECT_EQ(with.saved - without.saved, rows_bytes);
-      EXPECT_EQ(without.workspace_forward - with.workspace_forward, rows_bytes);
-      // What stays: offsets and tile offsets [E + 1], row_source and slot_row [N k] (int32), the shared
-      // expert's h and a [S, 2 Is], [S, Is] (bf16).
-      const size_t E = c.experts, Nk = size_t(c.tokens()) * c.top_k, Is = c.shared_intermediate;
+      // xe, h and a [P, H], [P, 2I], [P, I] and the shared expert's h and a [S, 2 Is], [S, Is] (bf16).
+      const size_t P = own_padded_rows(c, saving.gpus, saving.capacity_rows), Is = c.shared_intermediate;
       const size_t S = shared_rows_capacity(c, saving.gpus);
-      EXPECT_EQ(without.saved, 2 * aligned_section((E + 1) * 4) + 2 * aligned_section(Nk * 4) +
-                                   aligned_section(S * 2 * Is * 2) + aligned_section(S * Is * 2));
+      const size_t moved = P * (2 * size_t(c.hidden) + 6 * size_t(c.intermediate)) + aligned_section(S * 2 * Is * 2) +
+                           aligned_section(S * Is * 2);
+      ASSERT_GT(Is, 0u);
+      EXPECT_EQ(with.saved - without.saved, moved);
+      EXPECT_EQ(without.workspace_forward - with.workspace_forward, moved);
+      // What stays: the layout, offsets and tile offsets [E + 1], row_source and slot_row [N k] (int32).
+      const size_t E = c.experts, Nk = size_t(c.tokens()) * c.top_k;
+      EXPECT_EQ(without.saved, 2 * aligned_section((E + 1) * 4) + 2 * aligned_section(Nk * 4));
     }
 }
 

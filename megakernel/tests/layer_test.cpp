@@ -223,26 +223,30 @@ TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
   }
 }
 
-// Recompute mode: the saved buffer holds no xe, h and a (exactly their sections fewer, that many more
-// workspace bytes), the backward pulls xe and recomputes h and a with the forward's code into a
-// workspace poisoned after the forward, and every output and gradient is the reference's in recompute
-// mode.
+// Recompute mode: the saved buffer holds no xe, h and a, nor the shared expert's h and a (exactly their
+// sections fewer, that many more workspace bytes), the backward pulls xe and recomputes h and a, and
+// the shared expert's, with the forward's code into a workspace poisoned after the forward, and every
+// output and gradient is the reference's in recompute mode.
 TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
     SCOPED_TRACE("mode " + std::to_string(int(mode)));
     ref::Problem p = ref::make_problem(shared_sigmoid(), 37, ref::RoutingKind::uniform);
-    const size_t xe_h_and_a = size_t(padded_rows(p.config)) * (2 * p.config.hidden + 6 * p.config.intermediate);
-    const Layer saving(p.config, {});
-    Layer layer(p.config, LaunchConfig{.recompute = true});
-    EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), xe_h_and_a);
-    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), xe_h_and_a);
-    EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), xe_h_and_a);
+    const LayerConfig& c = p.config;
+    const auto section = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    const size_t N = c.tokens(), Is = c.shared_intermediate;
+    const size_t moved =
+        size_t(padded_rows(c)) * (2 * c.hidden + 6 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
+    const Layer saving(c, {});
+    Layer layer(c, LaunchConfig{.recompute = true});
+    EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), moved);
+    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), moved);
+    EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), moved);
     Bound b(layer, p, mode);
     b.poison();
     void* ws = b.workspace.view().data;
     layer.poison_workspace(stream_, ws);
     layer.forward(stream_, ws, b.inputs(), b.outputs());
-    layer.poison_workspace(stream_, ws);  // the backward's xe, h and a are its own, not the forward's left over
+    layer.poison_workspace(stream_, ws);  // the backward's activations are its own, not the forward's left over
     layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     layer.check();
     expect_same(read(b), reference(p, mode, {.recompute = true}));
@@ -414,6 +418,58 @@ TEST_F(LayerApi, DeviceErrorsNameTheSmallestBadToken) {
     raised = e.what();
   }
   EXPECT_NE(raised.find("given routing of token 270 "), std::string::npos) << raised;
+}
+
+// p with token g's slot j routed to the first expert the token does not route to: a routing that
+// differs from p's at token g alone.
+ref::Problem rerouted(const ref::Problem& p, int g, int j) {
+  ref::Problem q = p;
+  const int k = p.config.top_k;
+  int32_t* token = q.routing->topk_idx.data() + size_t(g) * k;
+  for (int e = 0; e < p.config.experts; ++e)
+    if (std::find(token, token + k, e) == token + k) {
+      token[j] = e;
+      return q;
+    }
+  ADD_FAILURE() << "token " << g << " routes to every expert";
+  return q;
+}
+
+// The backward refuses the saved buffer of a forward of another routing (it would give gradients of
+// neither), naming the first token the routings differ at, and one that holds no layout (zeros), with
+// or without recompute, before anything is read by the layout; then the layer works again.
+TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 52, ref::RoutingKind::uniform);
+  const ref::Problem q = rerouted(p, 57, 1);
+  for (const bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "saved h and a");
+    Layer layer(p.config, LaunchConfig{.recompute = recompute});
+    Bound b(layer, p, RoutingMode::given), other(layer, q, RoutingMode::given);
+    b.poison();
+    other.poison();
+    void* ws = b.workspace.view().data;
+    layer.forward(stream_, ws, b.inputs(), b.outputs());
+    layer.forward(stream_, other.workspace.view().data, other.inputs(), other.outputs());
+    layer.check();
+    DeviceTensor zeros(DType::u8, {int64_t(layer.saved_bytes())});
+    cuda(cudaMemset(zeros.view().data, 0, layer.saved_bytes()));
+    for (const auto& [saved, what] :
+         {std::pair{other.fwd.saved.view(), "its dispatch layout routes token 57 otherwise"},
+          std::pair{zeros.view(), "saved holds no dispatch layout of this config"}}) {
+      ForwardOutputs mixed = b.outputs();
+      mixed.saved = saved;
+      expect_refused(
+          [&] {
+            layer.backward(stream_, ws, b.inputs(), mixed, b.grad.dy.view(), b.grads());
+            layer.check();
+          },
+          what);
+    }
+    b.poison();
+    b.run(layer, stream_);
+    layer.check();
+    expect_same(read(b), reference(p, RoutingMode::given, {.recompute = recompute}));
+  }
 }
 
 TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
@@ -993,6 +1049,36 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   shares.forward();
   shares.backward();
   expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
+}
+
+// Across GPUs each share checks the slots of its own tokens (whose topk_idx it holds): share 1 given the
+// saved buffer of a forward whose routing differs at token 61, one of share 1's, stops on the error, and
+// share 0's launch ends at its next barrier across shares, naming GPU 1. Then both work again.
+TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByTheShareOfTheToken) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 53, ref::RoutingKind::uniform);
+  Colocated shares(p, RoutingMode::given, 2, 30.0), others(rerouted(p, 61, 0), RoutingMode::given, 2, 30.0);
+  shares.forward();
+  others.forward();
+  for (int g = 0; g < 2; ++g) shares.layers[g]->check(), others.layers[g]->check();
+  shares.bound[1]->fwd.saved.upload(others.bound[1]->fwd.saved.download<uint8_t>());
+  shares.backward();
+  std::vector<std::string> raised;
+  for (const auto& layer : shares.layers) {
+    try {
+      layer->check();
+      raised.emplace_back("nothing raised");
+    } catch (const Error& e) {
+      raised.emplace_back(e.what());
+    }
+  }
+  EXPECT_NE(raised[1].find("saved on GPU 1 is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
+            std::string::npos)
+      << raised[1];
+  EXPECT_NE(raised[0].find("GPU 1 stopped on an error"), std::string::npos) << raised[0];
+  for (const auto& b : shares.bound) b->poison();
+  shares.forward();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
 }
 
 // A sharded Layer (GPU 1 of 2 colocated) refuses whole-size tensors, naming the share's shape, and a

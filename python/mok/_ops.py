@@ -1,5 +1,6 @@
 """Python registrations of the C++ ops (schemas, kernels and the autograd formula: python/src): fake
-(meta) kernels for torch.compile and opcheck, and backward_float32."""
+(meta) kernels for torch.compile and opcheck, which first make the checks the kernel would make (mok._C's
+check_*: tracing raises its ValueError), and backward_float32."""
 
 from __future__ import annotations
 
@@ -9,16 +10,6 @@ from mok import _C
 from mok.config import ROUTING_MODES, MoEConfig, launch_field
 
 GIVEN = ROUTING_MODES.index("given")
-
-
-def _check_devices(first_name, first, **tensors):
-    """The kernels' device check, here too, after the config's (as the kernels order them): every tensor on
-    the first's device. A call that mixes a meta tensor with real ones dispatches to these fake kernels,
-    not to the CPU or CUDA kernel, which would refuse it."""
-    for name, t in tensors.items():
-        if t is not None and t.device != first.device:
-            raise ValueError(f"mok: invalid input: {name} is on {t.device} but {first_name} is on {first.device} "
-                             "(all tensors of a call must be on one device)")
 
 
 def _shapes(config_ints, config_floats, routing_mode, launch):
@@ -33,13 +24,13 @@ def _shapes(config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::forward")
 def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints, config_floats,
                   routing_mode, launch, fp8_weights=None):
+    _C.check_forward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
+                     config_floats, routing_mode, launch, fp8_weights)
     c, n, _, logit_rows = _shapes(config_ints, config_floats, routing_mode, launch)
     k = c.top_k
     # Over G GPUs each GPU's saved holds its own experts' rows, for its capacity (mok/core/saved_layout.h).
     saved_bytes = _C.saved_bytes(config_ints, config_floats, bool(launch_field(launch, "recompute")),
                                  launch_field(launch, "gpus"), launch_field(launch, "capacity_rows"))
-    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
-                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, fp8_weights=fp8_weights)
     return (
         x.new_empty((n, c.hidden), dtype=torch.bfloat16),
         x.new_empty((n, k), dtype=torch.int32),
@@ -51,10 +42,7 @@ def _forward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx
 
 @torch.library.register_fake("mok::quantize_weights")
 def _quantize_weights_fake(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch):
-    # The kernel's own checks, so that tracing raises its ValueError: the CPU op refuses every call, the
-    # CUDA op checks the config's precision and the weights.
     _C.check_quantize_weights(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)
-    _check_devices("w1", w1, w2=w2, shared_w1=shared_w1, shared_w2=shared_w2)  # a meta tensor, which it skips
     return w1.new_empty((_C.fp8_weights_bytes(config_ints, config_floats, launch),), dtype=torch.uint8)
 
 
@@ -80,23 +68,19 @@ def _gradient_fakes(x, config_ints, config_floats, routing_mode, launch):
 @torch.library.register_fake("mok::backward")
 def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
                    config_ints, config_floats, routing_mode, launch, fp8_weights=None):
-    grads = _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
-    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
-                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
-                   fp8_weights=fp8_weights)
-    return grads
+    _C.check_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+                      None, None, None, None, None, config_ints, config_floats, routing_mode, launch, fp8_weights)
+    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
 
 
 @torch.library.register_fake("mok::backward_accumulate")
 def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,
                               routing_mode, launch, fp8_weights=None):
-    grads = _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
-    _check_devices("x", x, router=router, expert_bias=expert_bias, w1=w1, w2=w2, shared_w1=shared_w1,
-                   shared_w2=shared_w2, topk_idx=topk_idx, topk_w=topk_w, logits=logits, saved=saved, dy=dy,
-                   d_router=d_router, d_w1=d_w1, d_w2=d_w2, d_shared_w1=d_shared_w1, d_shared_w2=d_shared_w2,
-                   fp8_weights=fp8_weights)
-    return grads
+    _C.check_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+                      d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats, routing_mode, launch,
+                      fp8_weights)
+    return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)[:3]
 
 
 def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,

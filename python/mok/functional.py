@@ -99,8 +99,8 @@ def moe(
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
     (sigmoid mode's selection bias). Tensors must be contiguous, on one device (CPU: the reference;
     CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
-    recompute: autograd saves no xe, h and a (P (2 H + 6 I) bytes less between the passes); the
-    backward pulls x and recomputes them, with the same bits.
+    recompute: autograd saves the dispatch layout alone (no xe, h and a, nor the shared expert's h and
+    a); the backward pulls x and recomputes them, with the same bits.
 
     group: a torch.distributed process group with an NCCL backend, one process per GPU (expert
     parallelism on the group's communicator; mok.distributed). Rank g of G holds its own tokens x

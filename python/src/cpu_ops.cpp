@@ -14,23 +14,6 @@ namespace {
 using Tensor = at::Tensor;
 using OptTensor = std::optional<at::Tensor>;
 
-// The CPU reference runs the whole layer in one process: it takes no communicator.
-Call cpu_call(at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode,
-              at::IntArrayRef launch) {
-  Call call = parse_call(config_ints, config_floats, routing_mode, launch);
-  require(call.comm == 0,
-          "a call on a communicator (comm != 0: a torch.distributed process group's share of the layer) runs on "
-          "the GPU only; the CPU op computes the whole layer in one process (pass group=None and every token "
-          "and expert)");
-  return call;
-}
-
-// fp8_weights refused (kCpuQuantizes), after the checks the CUDA op makes (the bf16 reason first).
-void refuse_fp8_weights(const Call& call, const Tensor& x, const OptTensor& fp8_weights) {
-  check_fp8_weights(call, x, fp8_weights);
-  require(!fp8_weights, kCpuQuantizes);
-}
-
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(const Tensor& x, const Tensor& router,
                                                                const OptTensor& expert_bias, const Tensor& w1,
                                                                const Tensor& w2, const OptTensor& shared_w1,
@@ -39,10 +22,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cpu(const Tensor& x, 
                                                                at::ArrayRef<double> config_floats, int64_t routing_mode,
                                                                at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
-    check_forward_args(call, args, topk_idx, topk_w, false);
-    refuse_fp8_weights(call, x, fp8_weights);
+    const Call call = checked_forward(OpKernel::cpu, config_ints, config_floats, routing_mode, launch, args, topk_idx,
+                                      topk_w, fp8_weights, {});
     const LayerConfig& c = call.config;
     const int64_t N = c.tokens(), k = c.top_k;
     const std::vector<bf16> xs = values<bf16>(x);
@@ -86,11 +68,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
-    check_backward_args(call, args, s, dy, false);
-    refuse_fp8_weights(call, x, fp8_weights);
+    const Call call = checked_backward(OpKernel::cpu, config_ints, config_floats, routing_mode, launch, args, s, dy,
+                                       nullptr, fp8_weights, {});
     const Gradients g = reference_backward(call, args, s, dy);
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
@@ -122,12 +103,11 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = cpu_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
-    check_backward_args(call, args, s, dy, false);
-    check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, false);
-    refuse_fp8_weights(call, x, fp8_weights);
+    const Accumulators acc{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2};
+    const Call call = checked_backward(OpKernel::cpu, config_ints, config_floats, routing_mode, launch, args, s, dy,
+                                       &acc, fp8_weights, {});
     const Gradients g = reference_backward(call, args, s, dy);
     add_into(d_router, g.d_router);
     add_into(d_w1, g.d_w1);
@@ -138,11 +118,11 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
   });
 }
 
-Tensor quantize_weights_cpu(const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
+Tensor quantize_weights_cpu(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                             at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
   return value_errors([&]() -> Tensor {
-    refuse_quantize_on_cpu(parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch));
-    return Tensor();
+    checked_quantize(OpKernel::cpu, config_ints, config_floats, launch, w1, w2, shared_w1, shared_w2, {});
+    fail_internal("the CPU op's quantize_weights checks passed a call (they refuse every one)");
   });
 }
 

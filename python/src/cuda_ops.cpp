@@ -158,10 +158,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
     const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
-    check_forward_args(call, args, topk_idx, topk_w, true);
-    check_fp8_weights(call, x, fp8_weights);
+    const Call call = checked_forward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, topk_idx,
+                                      topk_w, fp8_weights, {.aligned = true});
     const c10::cuda::CUDAGuard guard(x.device());
     // Given quantized weights, the Layer whose workspace holds none.
     CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());
@@ -189,8 +188,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
 Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                              at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
-    check_quantize_args(call, w1, w2, shared_w1, shared_w2, true);
+    const Call call = checked_quantize(OpKernel::cuda, config_ints, config_floats, launch, w1, w2, shared_w1, shared_w2,
+                                       {.aligned = true});
     const c10::cuda::CUDAGuard guard(w1.device());
     CachedLayer& cached = layer_for(call, w1.device().index(), true);
     const std::lock_guard lock(cached.mutex);
@@ -219,11 +218,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
-    check_backward_args(call, args, s, dy, true);
-    check_fp8_weights(call, x, fp8_weights);
+    const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
+                                       nullptr, fp8_weights, {.aligned = true});
     const c10::cuda::CUDAGuard guard(x.device());
     // Given the forward's quantized weights, the forward's Layer: its workspace holds no W and W^T, which
     // the backward reads from fp8_weights instead of quantizing them again.
@@ -254,12 +252,11 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
   return value_errors([&] {
-    const Call call = parse_call(config_ints, config_floats, routing_mode, launch);
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
-    check_backward_args(call, args, s, dy, true);
-    check_accumulators(call, x, Accumulators{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2}, true);
-    check_fp8_weights(call, x, fp8_weights);
+    const Accumulators acc{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2};
+    const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
+                                       &acc, fp8_weights, {.aligned = true});
     const c10::cuda::CUDAGuard guard(x.device());
     CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());  // as backward_cuda's
     auto [dx, d_topk_w, d_logits] = input_gradients(call, x);

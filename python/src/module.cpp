@@ -69,29 +69,66 @@ pybind11::dict golden_dict(const GoldenRead& g) {
   return d;
 }
 
-// mok::quantize_weights' checks on its tensors' metadata (device, dtype, shape, contiguity: all a fake
-// tensor has), those of the kernel the dispatcher would pick: all on the CPU, the CPU kernel's (it
-// refuses every call); some on CUDA, the rest on the CPU, the CUDA kernel's (where the module has it),
-// less the data's alignment; on another device (meta) none, as no kernel runs there (the fake kernel then
-// refuses a meta tensor beside others, mok/_ops.py). With symbolic sizes
-// (torch.compile's dynamic shapes) not the shapes and contiguity either: the kernel checks them when it
-// runs.
-void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
-                            const std::optional<at::Tensor>& shared_w2, const std::vector<int64_t>& ints,
-                            const std::vector<double>& floats, const std::vector<int64_t>& launch) {
-  const Call call = parse_call(ints, floats, int64_t(RoutingMode::router), launch);
+// The fake kernels' checks (mok/_ops.py): those of the kernel the dispatcher would pick for the
+// tensors, on their metadata (device, dtype, shape, contiguity: all a fake tensor has): all on the CPU,
+// the CPU kernel's; some on CUDA and the rest on the CPU, the CUDA kernel's (CUDA's dispatch key outranks
+// the CPU's) where the module has it; otherwise (meta) the checks every kernel makes. Never the data's
+// alignment; with symbolic sizes (torch.compile's dynamic shapes) not the shapes and contiguity either:
+// the kernel checks them when it runs.
+struct FakeCheck {
+  OpKernel kernel;
+  Checkable checkable;
+};
+
+const at::Tensor* present(const at::Tensor& t) { return &t; }
+const at::Tensor* present(const std::optional<at::Tensor>& t) { return t ? &*t : nullptr; }
+
+template <class... Tensors>
+FakeCheck fake_check(const Tensors&... tensors) {
   bool all_cpu = true, cpu_or_cuda = true, symbolic = false;
-  for (const at::Tensor* t : {&w1, &w2, shared_w1 ? &*shared_w1 : nullptr, shared_w2 ? &*shared_w2 : nullptr}) {
+  for (const at::Tensor* t : {present(tensors)...}) {
     if (!t) continue;
     all_cpu = all_cpu && t->is_cpu();
     cpu_or_cuda = cpu_or_cuda && (t->is_cpu() || t->is_cuda());
     symbolic = symbolic || t->unsafeGetTensorImpl()->has_symbolic_sizes_strides();
   }
-  if (all_cpu) {
-    refuse_quantize_on_cpu(call);
-  } else if (cpu_or_cuda && kHaveCudaLayers) {
-    check_quantize_args(call, w1, w2, shared_w1, shared_w2, false, !symbolic);
-  }
+  const OpKernel kernel = all_cpu ? OpKernel::cpu : cpu_or_cuda && kHaveCudaLayers ? OpKernel::cuda : OpKernel::none;
+  return {kernel, Checkable{.aligned = false, .sizes_known = !symbolic}};
+}
+
+using Ints = std::vector<int64_t>;
+using Floats = std::vector<double>;
+using OptTensor = std::optional<at::Tensor>;
+
+void check_forward(const at::Tensor& x, const at::Tensor& router, const OptTensor& expert_bias, const at::Tensor& w1,
+                   const at::Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                   const OptTensor& topk_idx, const OptTensor& topk_w, const Ints& ints, const Floats& floats,
+                   int64_t routing_mode, const Ints& launch, const OptTensor& fp8_weights) {
+  const FakeCheck f = fake_check(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, fp8_weights);
+  checked_forward(f.kernel, ints, floats, routing_mode, launch, {x, router, expert_bias, w1, w2, shared_w1, shared_w2},
+                  topk_idx, topk_w, fp8_weights, f.checkable);
+}
+
+// mok::backward's (accumulators absent) and mok::backward_accumulate's.
+void check_backward(const at::Tensor& x, const at::Tensor& router, const OptTensor& expert_bias, const at::Tensor& w1,
+                    const at::Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                    const at::Tensor& topk_idx, const at::Tensor& topk_w, const at::Tensor& logits,
+                    const at::Tensor& saved, const at::Tensor& dy, const OptTensor& d_router, const OptTensor& d_w1,
+                    const OptTensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, const Ints& ints,
+                    const Floats& floats, int64_t routing_mode, const Ints& launch, const OptTensor& fp8_weights) {
+  const FakeCheck f = fake_check(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
+                                 dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, fp8_weights);
+  if (d_w1.has_value() != d_w2.has_value()) fail_internal("check_backward takes d_w1 and d_w2 together");
+  std::optional<Accumulators> acc;
+  if (d_w1) acc.emplace(Accumulators{d_router, *d_w1, *d_w2, d_shared_w1, d_shared_w2});
+  checked_backward(f.kernel, ints, floats, routing_mode, launch, {x, router, expert_bias, w1, w2, shared_w1, shared_w2},
+                   {topk_idx, topk_w, logits, saved}, dy, acc ? &*acc : nullptr, fp8_weights, f.checkable);
+}
+
+void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const OptTensor& shared_w1,
+                            const OptTensor& shared_w2, const Ints& ints, const Floats& floats, const Ints& launch) {
+  const FakeCheck f = fake_check(w1, w2, shared_w1, shared_w2);
+  checked_quantize(f.kernel, ints, floats, launch, w1, w2, shared_w1, shared_w2, f.checkable);
 }
 
 }  // namespace
@@ -154,11 +191,15 @@ PYBIND11_MODULE(_C, m) {
         return cuda_fp8_weights_bytes(ints, floats, launch);
       },
       "Bytes of mok::quantize_weights' result for this config and launch list (0 in bf16; no GPU needed).");
-  m.def("check_quantize_weights", &check_quantize_weights, py::arg("w1"), py::arg("w2"), py::arg("shared_w1"),
-        py::arg("shared_w2"), py::arg("config_ints"), py::arg("config_floats"), py::arg("launch"),
+  m.def("check_forward", &check_forward,
+        "Raises the ValueError mok::forward's kernel would raise for these arguments (the fake kernel's check), "
+        "from their metadata alone (fake tensors too: all but the data's alignment; see module.cpp, fake_check).");
+  m.def("check_backward", &check_backward,
+        "Raises the ValueError mok::backward's kernel (accumulators None) or mok::backward_accumulate's would raise "
+        "for these arguments, from their metadata alone (the fake kernels' check).");
+  m.def("check_quantize_weights", &check_quantize_weights,
         "Raises the ValueError mok::quantize_weights' kernel would raise for these arguments, from their "
-        "metadata alone (fake tensors too: the fake kernel's check): on the CPU always (the CPU op quantizes "
-        "in its forward), on CUDA the CUDA op's argument checks but the data's alignment.");
+        "metadata alone (the fake kernel's check): on the CPU always (the CPU op quantizes in its forward).");
   m.def(
       "nccl_version",
       []() -> py::object {

@@ -9,10 +9,8 @@ std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.da
 class Checker {
  public:
   // `first`: the tensor whose device the others must have (x; w1 for mok::quantize_weights).
-  // `sizes_known`: false for symbolic sizes (torch.compile's dynamic shapes), whose shape and
-  // contiguity are left to the kernel, which sees them when it runs.
-  Checker(const at::Tensor& first, bool aligned, const char* first_name = "x", bool sizes_known = true)
-      : device_(first.device()), aligned_(aligned), sizes_known_(sizes_known), first_(first_name) {}
+  Checker(const at::Tensor& first, Checkable checkable, const char* first_name = "x")
+      : device_(first.device()), checkable_(checkable), first_(first_name) {}
 
   // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
   // The messages are built only on failure: this runs for every tensor of every call.
@@ -24,11 +22,11 @@ class Checker {
              " (all tensors of a call must be on one device)");
     if (t.scalar_type() != dtype)
       refuse(std::string(" must be ") + c10::toString(dtype) + ", got " + c10::toString(t.scalar_type()));
-    if (!sizes_known_) return;
+    if (!checkable_.sizes_known) return;
     if (t.sizes() != shape)
       refuse(" must have shape " + shape_text(shape) + " = " + dims + " for this config, got " + shape_text(t.sizes()));
     if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
-    if (aligned_ && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
+    if (checkable_.aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
       refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
   }
 
@@ -42,7 +40,7 @@ class Checker {
 
  private:
   at::Device device_;
-  bool aligned_, sizes_known_;
+  Checkable checkable_;
   const char* first_;
 };
 
@@ -74,19 +72,8 @@ void check_experts(const Checker& check, const Call& call, const LayerArgs& a) {
   check.optional(a.shared_w2, c.has_shared(), shared_rule, "shared_w2", at::kBFloat16, {H, Is}, "[H, Is]");
 }
 
-}  // namespace
-
-std::vector<int64_t> logits_shape(const Call& call) {
-  return {call.mode == RoutingMode::given ? 0 : call.own_tokens(), call.config.experts};
-}
-
-std::vector<int64_t> d_router_shape(const Call& call) {
-  return {call.mode == RoutingMode::given ? 0 : int64_t(call.config.experts), call.config.hidden};
-}
-
-void check_forward_args(const Call& call, const LayerArgs& a, const std::optional<at::Tensor>& topk_idx,
-                        const std::optional<at::Tensor>& topk_w, bool aligned) {
-  const Checker check(a.x, aligned);
+void check_forward_args(const Checker& check, const Call& call, const LayerArgs& a,
+                        const std::optional<at::Tensor>& topk_idx, const std::optional<at::Tensor>& topk_w) {
   check_layer(check, call, a);
   const int64_t N = call.own_tokens(), k = call.config.top_k;
   const auto rule = [&] { return std::string("routing mode ") + mode_name(call.mode); };
@@ -95,8 +82,8 @@ void check_forward_args(const Call& call, const LayerArgs& a, const std::optiona
   check.optional(topk_w, call.mode == RoutingMode::given, rule, "topk_w", at::kFloat, {N, k}, nk);
 }
 
-void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned) {
-  const Checker check(a.x, aligned);
+void check_backward_args(const Checker& check, const Call& call, const LayerArgs& a, const SavedArgs& s,
+                         const at::Tensor& dy) {
   check_layer(check, call, a);
   const LayerConfig& c = call.config;
   const int64_t N = call.own_tokens(), k = c.top_k;
@@ -109,8 +96,7 @@ void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& 
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
-void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned) {
-  const Checker check(x, aligned);
+void check_accumulators(const Checker& check, const Call& call, const Accumulators& acc) {
   const LayerConfig& c = call.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts(), Is = c.shared_intermediate;
   check.optional(
@@ -125,42 +111,84 @@ void check_accumulators(const Call& call, const at::Tensor& x, const Accumulator
   check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", wd, {H, Is}, "[H, Is]");
 }
 
-LayerWeights weights_of(const LayerArgs& a) {
-  return LayerWeights{values<float>(a.router), values<float>(a.expert_bias), values<bf16>(a.w1),
-                      values<bf16>(a.w2),      values<bf16>(a.shared_w1),    values<bf16>(a.shared_w2)};
-}
-
-void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights) {
+// The fp8 mode's quantized weights (their size the layer checks); the CPU op takes none.
+void check_fp8_weights(OpKernel kernel, const Call& call, const at::Tensor& x,
+                       const std::optional<at::Tensor>& fp8_weights) {
   if (!fp8_weights) return;
   require(call.config.precision == Precision::fp8,
           "fp8_weights is given, but the config's precision is bf16 (only the fp8 mode reads quantized weights)");
   const at::Tensor& q = *fp8_weights;
-  require(q.device() == x.device(), "fp8_weights is on " + q.device().str() + " but x is on " + x.device().str());
+  require(q.device() == x.device(),
+          [&] { return "fp8_weights is on " + q.device().str() + " but x is on " + x.device().str(); });
   require(q.scalar_type() == at::kByte && q.dim() == 1 && q.is_contiguous(),
           "fp8_weights must be a contiguous one-dimensional uint8 tensor (mok.quantize_weights' result)");
+  require(kernel != OpKernel::cpu, kCpuQuantizes);
+}
+
+// parse_call, and the CPU op's refusal of a communicator.
+Call parse_op_call(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                   int64_t routing_mode, c10::IntArrayRef launch) {
+  Call call = parse_call(config_ints, config_floats, routing_mode, launch);
+  require(kernel != OpKernel::cpu || call.comm == 0,
+          "a call on a communicator (comm != 0: a torch.distributed process group's share of the layer) runs on "
+          "the GPU only; the CPU op computes the whole layer in one process (pass group=None and every token "
+          "and expert)");
+  return call;
+}
+
+}  // namespace
+
+std::vector<int64_t> logits_shape(const Call& call) {
+  return {call.mode == RoutingMode::given ? 0 : call.own_tokens(), call.config.experts};
+}
+
+std::vector<int64_t> d_router_shape(const Call& call) {
+  return {call.mode == RoutingMode::given ? 0 : int64_t(call.config.experts), call.config.hidden};
+}
+
+Call checked_forward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                     int64_t routing_mode, c10::IntArrayRef launch, const LayerArgs& a,
+                     const std::optional<at::Tensor>& topk_idx, const std::optional<at::Tensor>& topk_w,
+                     const std::optional<at::Tensor>& fp8_weights, Checkable checkable) {
+  const Call call = parse_op_call(kernel, config_ints, config_floats, routing_mode, launch);
+  check_forward_args(Checker(a.x, checkable), call, a, topk_idx, topk_w);
+  check_fp8_weights(kernel, call, a.x, fp8_weights);
+  return call;
+}
+
+Call checked_backward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                      int64_t routing_mode, c10::IntArrayRef launch, const LayerArgs& a, const SavedArgs& s,
+                      const at::Tensor& dy, const Accumulators* acc, const std::optional<at::Tensor>& fp8_weights,
+                      Checkable checkable) {
+  const Call call = parse_op_call(kernel, config_ints, config_floats, routing_mode, launch);
+  const Checker check(a.x, checkable);
+  check_backward_args(check, call, a, s, dy);
+  if (acc) check_accumulators(check, call, *acc);
+  check_fp8_weights(kernel, call, a.x, fp8_weights);
+  return call;
+}
+
+Call checked_quantize(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                      c10::IntArrayRef launch, const at::Tensor& w1, const at::Tensor& w2,
+                      const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
+                      Checkable checkable) {
+  const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
+  require(call.config.precision == Precision::fp8,
+          "quantize_weights: the config's precision is bf16 (only the fp8 mode quantizes its weights)");
+  require(kernel != OpKernel::cpu, kCpuQuantizes);
+  check_experts(Checker(w1, checkable, "w1"), call, expert_args(w1, w2, shared_w1, shared_w2));
+  return call;
+}
+
+LayerWeights weights_of(const LayerArgs& a) {
+  return LayerWeights{values<float>(a.router), values<float>(a.expert_bias), values<bf16>(a.w1),
+                      values<bf16>(a.w2),      values<bf16>(a.shared_w1),    values<bf16>(a.shared_w2)};
 }
 
 LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::optional<at::Tensor>& shared_w1,
                       const std::optional<at::Tensor>& shared_w2) {
   static const std::optional<at::Tensor> none;  // referenced by the result
   return LayerArgs{w1, w1, none, w1, w2, shared_w1, shared_w2};
-}
-
-void check_quantize_precision(const Call& call) {
-  require(call.config.precision == Precision::fp8,
-          "quantize_weights: the config's precision is bf16 (only the fp8 mode quantizes its weights)");
-}
-
-void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
-                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
-                         bool aligned, bool sizes_known) {
-  check_quantize_precision(call);
-  check_experts(Checker(w1, aligned, "w1", sizes_known), call, expert_args(w1, w2, shared_w1, shared_w2));
-}
-
-void refuse_quantize_on_cpu(const Call& call) {
-  check_quantize_precision(call);
-  require(false, kCpuQuantizes);
 }
 
 }  // namespace mok::py

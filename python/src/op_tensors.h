@@ -1,5 +1,5 @@
-// The ops' tensor arguments: checks shared by the CPU and CUDA kernels (before any work, each a
-// mok::Error naming the tensor), and copies between tensors and the layer's host vectors.
+// The ops' tensor arguments: the checks of the CPU and CUDA kernels and of the fake kernels (before any
+// work, each a mok::Error naming the tensor), and copies between tensors and the layer's host vectors.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -54,32 +54,44 @@ struct Accumulators {
 std::vector<int64_t> logits_shape(const Call& call);
 std::vector<int64_t> d_router_shape(const Call& call);
 
-// All on x's device, dtype, shape for the config, contiguous; `aligned`: data 16-byte aligned (the GPU
-// kernels' requirement). Optional tensors must be present exactly where the config and mode use them.
-void check_forward_args(const Call& call, const LayerArgs& a, const std::optional<at::Tensor>& topk_idx,
-                        const std::optional<at::Tensor>& topk_w, bool aligned);
-void check_backward_args(const Call& call, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy, bool aligned);
-void check_accumulators(const Call& call, const at::Tensor& x, const Accumulators& acc, bool aligned);
-// The fp8 mode's quantized weights given to mok::forward or mok::backward (on x's device, uint8, one
-// dimension, contiguous; its size the layer checks): refused in bf16.
-void check_fp8_weights(const Call& call, const at::Tensor& x, const std::optional<at::Tensor>& fp8_weights);
-// mok::quantize_weights' config: the fp8 mode's (refused in bf16: both devices' first check).
-void check_quantize_precision(const Call& call);
-// mok::quantize_weights' arguments (the CUDA op's checks): check_quantize_precision, then the weights on
-// w1's device, of the config's dtypes and shapes, contiguous; `aligned`: data 16-byte aligned (false for
-// the fake kernel's fake tensors, which have no data); `sizes_known`: false skips the shapes and the
-// contiguity (symbolic sizes: the fake kernel under torch.compile's dynamic shapes).
-void check_quantize_args(const Call& call, const at::Tensor& w1, const at::Tensor& w2,
-                         const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
-                         bool aligned, bool sizes_known = true);
+// The kernel whose checks a call gets: the CPU op's (the whole layer in one process: no communicator,
+// no quantized weights given), the CUDA op's, or none's (tensors on another device, e.g. meta, which no
+// kernel of mok's runs on: the checks every kernel makes, so that such a tensor beside others is refused).
+enum class OpKernel { cpu, cuda, none };
+
+// What of a call's tensors can be checked: their data's 16-byte alignment (the CUDA kernels read
+// 16-byte units; fake tensors have no data), and their shapes and contiguity (symbolic sizes, under
+// torch.compile's dynamic shapes, are left to the kernel, which sees them when it runs).
+struct Checkable {
+  bool aligned = false, sizes_known = true;
+};
+
+// Each op's checks, before any work, each a mok::Error naming what is wrong: the config and launch
+// list (parse_call), then every tensor on x's device, of its dtype and the config's shape, contiguous;
+// optional tensors present exactly where the config and mode use them; fp8_weights only in the fp8
+// mode (on x's device, uint8, one dimension, contiguous; its size the layer checks). The kernels and the
+// fake kernels (mok/_ops.py, through mok._C) run these, so tracing raises what the kernel would.
+// Returns the call.
+Call checked_forward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                     int64_t routing_mode, c10::IntArrayRef launch, const LayerArgs& a,
+                     const std::optional<at::Tensor>& topk_idx, const std::optional<at::Tensor>& topk_w,
+                     const std::optional<at::Tensor>& fp8_weights, Checkable checkable);
+// acc: mok::backward_accumulate's accumulators (null for mok::backward).
+Call checked_backward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                      int64_t routing_mode, c10::IntArrayRef launch, const LayerArgs& a, const SavedArgs& s,
+                      const at::Tensor& dy, const Accumulators* acc, const std::optional<at::Tensor>& fp8_weights,
+                      Checkable checkable);
+// mok::quantize_weights' (w1's device for all): the CPU op refuses every call (kCpuQuantizes), after the
+// fp8 precision check that both make first (the bf16 reason, as the CUDA op gives it).
+Call checked_quantize(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
+                      c10::IntArrayRef launch, const at::Tensor& w1, const at::Tensor& w2,
+                      const std::optional<at::Tensor>& shared_w1, const std::optional<at::Tensor>& shared_w2,
+                      Checkable checkable);
 // The CPU op takes no quantized weights (mok::forward's and mok::backward's fp8_weights): the reference
 // quantizes them in each forward and backward.
 inline constexpr const char* kCpuQuantizes =
     "the CPU op quantizes the fp8 mode's weights in each forward and backward: fp8_weights (mok.quantize_weights) "
     "is for the CUDA op only";
-// mok::quantize_weights on the CPU: always refused (throws), after check_quantize_precision (the bf16
-// reason first, as the CUDA op gives it), with kCpuQuantizes.
-void refuse_quantize_on_cpu(const Call& call);
 
 template <class T>
 constexpr at::ScalarType scalar_type_of();

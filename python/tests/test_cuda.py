@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 import mok  # noqa: E402
 import test_autograd  # noqa: E402
 import test_capture  # noqa: E402
+import test_errors  # noqa: E402
 import test_training  # noqa: E402
 from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, ROUTER,  # noqa: E402
                      assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
@@ -364,6 +365,27 @@ def test_errors():
         torch.ops.mok.forward(misaligned, *layer.weights()[1:], None, None, *layer.op_args())
 
 
+def test_fake_kernels_make_the_cuda_kernels_checks():
+    """The fakes of CUDA calls (torch.compile's tracing) raise what the CUDA kernels would: a dtype, a
+    shape, a CPU tensor beside CUDA ones, an accumulator's dtype; not the data's alignment."""
+    layer = make_layer("softmax_shared").to("cuda")
+    forward, backward = torch.ops.mok.forward, torch.ops.mok.backward
+    check = test_errors.assert_fake_raises_the_kernels_error
+    check(forward, test_errors.forward_args(layer, w1=layer.w1.float()), "w1 must be BFloat16")
+    check(forward, test_errors.forward_args(layer, x=layer.x[:16]), r"x must have shape \[32, 64\]")
+    check(forward, test_errors.forward_args(layer, router=layer.router.cpu()), "router is on cpu but x is on cuda")
+    check(backward, test_errors.backward_args(layer, saved=lambda t: t.to(torch.int8)), "saved must be Byte")
+    check(torch.ops.mok.backward_accumulate, test_errors.backward_args(layer, True, d_w2=lambda t: t.to(torch.bfloat16)),
+          "d_w2 must be Float, got BFloat16")
+    misaligned = torch.zeros(layer.x.numel() + 1, dtype=torch.bfloat16, device="cuda")[1:].view(layer.x.shape)
+    with pytest.raises(ValueError, match="x's data is not 16-byte aligned"):
+        forward(*test_errors.forward_args(layer, x=misaligned))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:  # a fake tensor has no data: the kernel checks the alignment when it runs
+        forward(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                  for a in test_errors.forward_args(layer, x=misaligned)))
+
+
 def test_kernel_errors_raise_at_check_then_clear():
     """Errors only the kernels see are raised by mok.check() (or the layer's next call), then cleared."""
     layer = make_layer("softmax_shared").to("cuda")
@@ -380,6 +402,20 @@ def test_kernel_errors_raise_at_check_then_clear():
     fwd = layer.forward()  # works again
     mok.check()
     assert_same_bits(fwd[0].cpu(), make_layer("softmax_shared").forward()[0])
+
+
+def test_backward_refuses_another_forwards_saved_buffer_on_the_gpu():
+    """The kernel checks the saved layout against topk_idx (the host could not without a copy) and names
+    the first token the routings differ at, as the CPU op does (test_errors)."""
+    layer = make_layer("softmax_shared").to("cuda")
+    y, idx, w, logits, saved = layer.forward()
+    other = make_layer("softmax_shared", seed=5).to("cuda").forward()
+    first = int((other[1] != idx).any(dim=1).nonzero()[0])
+    layer.backward((y, other[1], other[2], other[3], saved))
+    with pytest.raises(ValueError, match=f"its dispatch layout routes token {first} otherwise"):
+        mok.check()
+    layer.backward((y, idx, w, logits, saved))  # works again
+    mok.check()
 
 
 def test_capture_from_gpu(tmp_path):

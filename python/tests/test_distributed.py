@@ -100,11 +100,11 @@ def test_fake_kernels_give_the_shares_shapes():
     n, e, h, i, s, k = c.tokens, c.experts, c.hidden, c.intermediate, c.shared_intermediate, c.top_k
     ints, floats = c.pack()
     launch = pack_launch(128, comm=1, gpus=2)
-    with FakeTensorMode():
+    with FakeTensorMode():  # CUDA tensors, as a process group's (the CPU op refuses a communicator)
         def bf16(*shape):
-            return torch.empty(shape, dtype=torch.bfloat16)
+            return torch.empty(shape, dtype=torch.bfloat16, device="cuda")
 
-        x, router = bf16(n // 2, h), torch.empty(e, h)
+        x, router = bf16(n // 2, h), torch.empty(e, h, device="cuda")
         w1, w2, sw1, sw2 = bf16(e // 2, 2 * i, h), bf16(e // 2, h, i), bf16(2 * s, h), bf16(h, s)
         y, idx, w, logits, saved = torch.ops.mok.forward(x, router, None, w1, w2, sw1, sw2, None, None, ints, floats,
                                                          ROUTER, launch)

@@ -13,13 +13,40 @@ from mok.config import pack_launch  # noqa: E402
 CPU_QUANTIZES = "the CPU op quantizes the fp8 mode's weights in each forward and backward"
 
 
-def forward_with(layer, mode=ROUTER, topk_idx=None, topk_w=None, launch=None, **replace):
-    """mok::forward with some of the layer's tensors replaced."""
+def forward_args(layer, mode=ROUTER, topk_idx=None, topk_w=None, launch=None, **replace):
+    """mok::forward's arguments with some of the layer's tensors replaced."""
     t = dict(x=layer.x, router=layer.router, expert_bias=layer.expert_bias, w1=layer.w1, w2=layer.w2,
              shared_w1=layer.shared_w1, shared_w2=layer.shared_w2)
     t.update(replace)
     ints, floats = layer.config.pack()
-    return torch.ops.mok.forward(*t.values(), topk_idx, topk_w, ints, floats, mode, launch or pack_launch(RING_ROWS))
+    return (*t.values(), topk_idx, topk_w, ints, floats, mode, launch or pack_launch(RING_ROWS))
+
+
+def forward_with(layer, *args, **replace):
+    return torch.ops.mok.forward(*forward_args(layer, *args, **replace))
+
+
+def assert_fake_raises_the_kernels_error(op, args, message, symbolic=False):
+    """op's kernel raises a ValueError matching message for args, and so does its fake kernel
+    (FakeTensorMode's: torch.compile's tracing), with the kernel's first line; symbolic: the fakes'
+    sizes symbolic (dynamic shapes)."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def fake(mode, i, a):
+        if not isinstance(a, torch.Tensor):
+            return a
+        return mode.from_tensor(a, static_shapes=False, source=ConstantSource(f"t{i}")) if symbolic \
+            else mode.from_tensor(a)
+
+    with pytest.raises(ValueError, match=message) as real:
+        op(*args)
+    with FakeTensorMode(shape_env=ShapeEnv() if symbolic else None) as mode:
+        fakes = [fake(mode, i, a) for i, a in enumerate(args)]
+        with pytest.raises(ValueError, match=message) as traced:
+            op(*fakes)
+    assert str(traced.value).splitlines()[0] == str(real.value).splitlines()[0]
 
 
 @pytest.mark.parametrize("name,bad,message", [
@@ -33,9 +60,110 @@ def forward_with(layer, mode=ROUTER, topk_idx=None, topk_w=None, launch=None, **
     ("expert_bias", lambda t: torch.zeros(3), r"expert_bias must have shape \[4\]"),
 ])
 def test_bad_tensor(name, bad, message):
+    """The kernel refuses it, and so does the fake kernel (tracing raises the kernel's error)."""
     layer = make_layer("softmax_shared")
-    with pytest.raises(ValueError, match=message):
-        forward_with(layer, **{name: bad(getattr(layer, name))})
+    assert_fake_raises_the_kernels_error(torch.ops.mok.forward, forward_args(layer, **{name: bad(getattr(layer, name))}),
+                                         message)
+
+
+GRADIENT_ACCUMULATORS = ("d_router", "d_w1", "d_w2", "d_shared_w1", "d_shared_w2")
+
+
+def backward_args(layer, accumulate=False, launch=None, **replace):
+    """mok::backward's (accumulate: mok::backward_accumulate's, fp32 accumulators) arguments after a
+    forward, some replaced by functions of them."""
+    _, idx, w, logits, saved = layer.forward()
+    names = ("x", "router", "expert_bias", "w1", "w2", "shared_w1", "shared_w2")
+    t = dict(zip(names, layer.weights()), topk_idx=idx, topk_w=w, logits=logits, saved=saved, dy=layer.dy)
+    if accumulate:
+        t.update((f"d_{n}", torch.zeros_like(t[n], dtype=torch.float32)) for n in names[1:] if n != "expert_bias")
+    t.update((name, bad(t[name])) for name, bad in replace.items())
+    ints, floats, mode, default_launch = layer.op_args()
+    return (*t.values(), ints, floats, mode, launch or default_launch)
+
+
+@pytest.mark.parametrize("accumulate,name,bad,message", [
+    (False, "saved", lambda t: t.to(torch.int8), "saved must be Byte, got Char"),
+    (False, "dy", lambda t: t[:16], r"dy must have shape \[32, 64\] = \[N, H\]"),
+    (False, "logits", lambda t: t.double(), "logits must be Float"),
+    (False, "topk_idx", lambda t: t.long(), "topk_idx must be Int, got Long"),
+    (True, "d_w2", lambda t: t.to(torch.bfloat16), "d_w2 must be Float, got BFloat16"),
+    (True, "d_router", lambda t: None, "d_router is missing: routing mode router"),
+    (True, "d_shared_w1", lambda t: t[:, :8], r"d_shared_w1 must have shape"),
+])
+def test_bad_backward_tensor(accumulate, name, bad, message):
+    """mok::backward and mok::backward_accumulate refuse it, and so do their fake kernels."""
+    op = torch.ops.mok.backward_accumulate if accumulate else torch.ops.mok.backward
+    layer = make_layer("softmax_shared")
+    assert_fake_raises_the_kernels_error(op, backward_args(layer, accumulate, **{name: bad}), message)
+
+
+def test_fake_kernels_make_the_cpu_kernels_call_checks():
+    """Checks of the call beside its tensors, in the fakes too: a communicator (the CPU op computes the
+    whole layer), quantized weights (the CPU op quantizes its own), a routing mode out of range."""
+    layer = make_layer("softmax_shared")
+    assert_fake_raises_the_kernels_error(torch.ops.mok.forward, forward_args(layer, launch=pack_launch(RING_ROWS, comm=1)),
+                                         "runs on the GPU only")
+    assert_fake_raises_the_kernels_error(torch.ops.mok.backward, backward_args(layer, launch=pack_launch(RING_ROWS, comm=1)),
+                                         "runs on the GPU only")
+    assert_fake_raises_the_kernels_error(torch.ops.mok.forward, forward_args(layer, 3), "routing_mode")
+    assert_fake_raises_the_kernels_error(torch.ops.mok.forward, (*forward_args(layer), torch.zeros(8, dtype=torch.uint8)),
+                                         "fp8_weights is given, but the config's precision is bf16")
+
+
+def test_fake_kernels_with_symbolic_sizes_check_what_they_can():
+    """With symbolic sizes (torch.compile's dynamic shapes) the fakes refuse a dtype or a missing tensor
+    as the kernel does, and leave a shape, which they cannot compare, to the kernel."""
+    layer = make_layer("softmax_shared")
+    assert_fake_raises_the_kernels_error(torch.ops.mok.forward, forward_args(layer, w1=layer.w1.float()),
+                                         "w1 must be BFloat16", symbolic=True)
+    assert_fake_raises_the_kernels_error(torch.ops.mok.backward, backward_args(layer, saved=lambda t: t.to(torch.int8)),
+                                         "saved must be Byte", symbolic=True)
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    narrow = forward_args(layer, x=layer.x[:16])
+    with pytest.raises(ValueError, match=r"x must have shape \[32, 64\]"):
+        torch.ops.mok.forward(*narrow)
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        torch.ops.mok.forward(*(mode.from_tensor(a, static_shapes=False, source=ConstantSource(f"t{i}"))
+                                if isinstance(a, torch.Tensor) else a for i, a in enumerate(narrow)))
+
+
+def test_fake_kernels_on_meta_make_the_checks_every_kernel_makes():
+    """On meta tensors alone (no kernel of mok's runs there) the fakes still refuse a dtype or shape the
+    kernels would refuse, and give the right ones their outputs' shapes."""
+    layer = make_layer("softmax_shared").to("meta")
+    with pytest.raises(ValueError, match="w1 must be BFloat16, got Float"):
+        forward_with(layer, w1=layer.w1.float())
+    with pytest.raises(ValueError, match=r"x must have shape \[32, 64\]"):
+        forward_with(layer, x=layer.x[:16])
+    y, idx, w, logits, saved = forward_with(layer)
+    assert y.device.type == "meta" and y.shape == layer.x.shape and idx.dtype == torch.int32
+    assert saved.shape == (mok._C.saved_bytes(*layer.config.pack()),)
+
+
+def test_fake_kernels_of_cuda_calls_check_without_a_gpu():
+    """Tracing a CUDA call needs no GPU (fake CUDA tensors): the fakes refuse what the CUDA kernel would
+    (a dtype, a CPU tensor beside CUDA ones) and give the right call its outputs on CUDA."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer = make_layer("softmax_shared")
+    right, float_w1 = forward_args(layer), forward_args(layer, w1=layer.w1.float())
+    with FakeTensorMode() as mode:
+        def on_cuda(args):
+            return [mode.from_tensor(a).to("cuda") if isinstance(a, torch.Tensor) else a for a in args]
+
+        with pytest.raises(ValueError, match="w1 must be BFloat16, got Float"):
+            torch.ops.mok.forward(*on_cuda(float_w1))
+        beside = on_cuda(right)
+        beside[1] = mode.from_tensor(layer.router)
+        with pytest.raises(ValueError, match="router is on cpu but x is on cuda:0"):
+            torch.ops.mok.forward(*beside)
+        y, idx, w, logits, saved = torch.ops.mok.forward(*on_cuda(right))
+        assert y.device.type == "cuda" and y.shape == layer.x.shape
+        assert saved.shape == (mok._C.saved_bytes(*layer.config.pack()),)
 
 
 def test_non_contiguous_x_through_functional():
@@ -118,7 +246,7 @@ def test_bad_config_and_launch():
 def test_backward_rejects_a_foreign_saved_buffer():
     layer = make_layer("softmax_shared")
     y, idx, w, logits, saved = layer.forward()
-    with pytest.raises(ValueError, match="saved buffer holds no dispatch layout"):
+    with pytest.raises(ValueError, match="saved holds no dispatch layout"):
         layer.backward((y, idx, w, logits, torch.full_like(saved, 0x7f)))
     with pytest.raises(ValueError, match=r"saved must have shape"):
         layer.backward((y, idx, w, logits, saved[:-1]))
@@ -132,8 +260,8 @@ def test_backward_rejects_another_forwards_saved_buffer():
     layer = make_layer("softmax_shared")
     y, idx, w, logits, saved = layer.forward()
     other = make_layer("softmax_shared", seed=5).forward()
-    assert not torch.equal(other[1], idx)
-    with pytest.raises(ValueError, match="dispatch layout .saved. is not its routing's"):
+    first = int((other[1] != idx).any(dim=1).nonzero()[0])  # the first token the routings differ at
+    with pytest.raises(ValueError, match=f"saved is not this topk_idx's: its dispatch layout routes token {first} "):
         layer.backward((y, other[1], other[2], other[3], saved))
 
 

@@ -258,17 +258,16 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
     }
   });
   const int Is = c.shared_intermediate;
-  f.shared_h.resize(at(N, 2 * Is));
-  f.shared_a.resize(at(N, Is));
+  std::vector<bf16> shared_h(at(N, 2 * Is)), shared_a(at(N, Is));  // kept unless the backward recomputes them
   f.y.resize(at(N, H));
   std::vector<float> reversed_w(k);  // Fault::combine_order
   for (int r = 0; r < c.ranks; ++r) {
     std::vector<bf16> shared_y;
     const size_t base = at(r, T);
     if (c.has_shared()) {
-      swiglu_mlp_up(c, opt.step, ranks[r].x, T, w.shared_w1.data(), Is, f.shared_h.data() + at(base, 2 * Is),
-                    f.shared_a.data() + at(base, Is));
-      shared_y = matmul_bf16(c, opt.step, f.shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
+      swiglu_mlp_up(c, opt.step, ranks[r].x, T, w.shared_w1.data(), Is, shared_h.data() + at(base, 2 * Is),
+                    shared_a.data() + at(base, Is));
+      shared_y = matmul_bf16(c, opt.step, shared_a.data() + at(base, Is), T, w.shared_w2.data(), H, Is);
     }
     for (int t = 0; t < T; ++t) {
       const float* wt = ranks[r].topk_w + at(t, k);
@@ -282,6 +281,10 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
                 : combine_y(k, shared, wt, [&](int j) { return slots[at(j, H)]; });
       }
     }
+  }
+  if (!opt.recompute) {
+    f.shared_h = std::move(shared_h);
+    f.shared_a = std::move(shared_a);
   }
   return f;
 }
@@ -360,16 +363,22 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
   // Shared expert: on each token's own rank; its weight gradients chain over global token order.
   std::vector<bf16> shared_dh(at(N, 2 * Is)), shared_dx;
   if (c.has_shared()) {
+    std::vector<bf16> shared_h = fwd.shared_h, shared_a = fwd.shared_a;
+    if (opt.recompute) {  // row by row the forward's bits, whatever rows one call takes
+      shared_h.resize(at(N, 2 * Is));
+      shared_a.resize(at(N, Is));
+      swiglu_mlp_up(c, opt.step, x.data(), N, w.shared_w1.data(), Is, shared_h.data(), shared_a.data());
+    }
     const std::vector<bf16> w2st = transposed(w.shared_w2, H, Is);
-    swiglu_mlp_down_grad(c, opt.step, dy.data(), N, w2st.data(), Is, fwd.shared_h.data(), fwd.shared_a.data(), nullptr,
-                         nullptr, shared_dh.data());
+    swiglu_mlp_down_grad(c, opt.step, dy.data(), N, w2st.data(), Is, shared_h.data(), shared_a.data(), nullptr, nullptr,
+                         shared_dh.data());
     shared_dx = matmul_bf16(c, opt.step, shared_dh.data(), N, transposed(w.shared_w1, 2 * Is, H).data(), H, 2 * Is);
     gr.d_shared_w1.assign(at(2 * Is, H), 0.0f);
     gr.d_shared_w2.assign(at(H, Is), 0.0f);
     matmul(opt.step, transpose_padded(shared_dh.data(), N, 2 * Is).data(), 2 * Is,
            transpose_padded(x.data(), N, H).data(), H, round_up16(N), gr.d_shared_w1.data());
-    matmul(opt.step, transpose_padded(dy.data(), N, H).data(), H, transpose_padded(fwd.shared_a.data(), N, Is).data(),
-           Is, round_up16(N), gr.d_shared_w2.data());
+    matmul(opt.step, transpose_padded(dy.data(), N, H).data(), H, transpose_padded(shared_a.data(), N, Is).data(), Is,
+           round_up16(N), gr.d_shared_w2.data());
   }
 
   // Router backward (not for a replayed routing): per token, then dWr over global token order.

@@ -1,12 +1,15 @@
 // The reference's dispatch layout (build_dispatch_layout over core's chunk steps), on a hand-computed
-// routing and on a skewed one that spans several 32-token chunks; and core's row_expert over it.
+// routing and on a skewed one that spans several 32-token chunks; core's row_expert over it, and the
+// checks a layout read back gets against its routing.
 #include "mok/core/dispatch_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "mok/core/validate.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 
@@ -92,6 +95,53 @@ TEST(DispatchLayout, RowExpertFindsEachRowsExpertWithinEveryRange) {
               << "row " << row << ", experts [" << first << ", " << end << ")";
         }
   }
+}
+
+// The checks a layout read back gets against the routing it is to serve (validate.h; the GPU's backward
+// makes them with the same functions): a routing's own layout passes; a layout of another routing is
+// refused at the first token the two differ at (two slots of one token swapping experts keeps every
+// count; a slot moved to another expert changes them); rows of one expert out of token order, a
+// slot_row that row_source does not undo, and tables that are no layout's are refused.
+TEST(DispatchLayout, ChecksNameTheFirstTokenAnotherRoutingLaysOutOtherwise) {
+  const LayerConfig c = make_config(2, 150, 64, 64, 16, 4);
+  const int k = c.top_k;
+  const std::vector<int32_t> idx = make_problem(c, 5, RoutingKind::zipf, 2.0).routing->topk_idx;
+  const DispatchLayout own = build_dispatch_layout(c, idx);
+  ASSERT_TRUE(layout_tables_hold(own, idx.size()));
+  EXPECT_EQ(first_token_laid_out_otherwise(own, idx, k), -1);
+
+  std::vector<int32_t> swapped = idx, moved = idx;
+  std::swap(swapped[97 * k + 1], swapped[97 * k + 3]);
+  int32_t* token = moved.data() + 200 * k;
+  int32_t unrouted = 0;
+  while (std::find(token, token + k, unrouted) != token + k) ++unrouted;
+  token[2] = unrouted;
+  ASSERT_NE(moved, idx);
+  for (const auto& [other, token_at] : {std::pair{swapped, 97L}, std::pair{moved, 200L}}) {
+    const DispatchLayout theirs = build_dispatch_layout(c, other);
+    ASSERT_TRUE(layout_tables_hold(theirs, idx.size()));
+    EXPECT_EQ(first_token_laid_out_otherwise(theirs, idx, k), token_at);
+    EXPECT_EQ(first_token_laid_out_otherwise(own, other, k), token_at);
+  }
+
+  DispatchLayout disordered = own;  // the first expert's first two rows swapped, still inverse
+  ASSERT_GE(own.counts[0], 2);
+  const int32_t r = own.offsets[0], s0 = own.row_source[r], s1 = own.row_source[r + 1];
+  std::swap(disordered.row_source[r], disordered.row_source[r + 1]);
+  std::swap(disordered.slot_row[s0], disordered.slot_row[s1]);
+  EXPECT_EQ(first_token_laid_out_otherwise(disordered, idx, k), s0 / k);
+
+  DispatchLayout not_inverse = own;
+  not_inverse.slot_row[4 * k + 1] = not_inverse.slot_row[4 * k + 2];
+  EXPECT_EQ(first_token_laid_out_otherwise(not_inverse, idx, k), 4);
+
+  ASSERT_NE(own.offsets[3], own.offsets[4]);
+  DispatchLayout falling = own, short_end = own, miscounted = own;
+  std::swap(falling.offsets[3], falling.offsets[4]);
+  short_end.offsets.back() -= 1;
+  miscounted.counts[5] += 1;
+  for (const DispatchLayout* bad : {&falling, &short_end, &miscounted})
+    EXPECT_FALSE(layout_tables_hold(*bad, idx.size()));
 }
 
 }  // namespace

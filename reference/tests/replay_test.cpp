@@ -2,6 +2,10 @@
 // reference: the contracts the device API and the PyTorch op rest on.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "mok/core/saved_layout.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -91,37 +95,65 @@ TEST(SavedBuffer, RoundTripsTheForward) {
   EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
 }
 
-// The GPU's recompute mode (LaunchConfig::recompute) saves the same buffer without its xe, h and a
-// sections (P (2 H + 6 I) bytes): the layout and the shared expert's activations unpack as saved, h and
-// a as none (the reference's Forward in recompute mode); a recompute-mode forward packs into it.
-TEST(SavedBuffer, RecomputeLayoutLeavesOutXeHAndA) {
+// The GPU's recompute mode (LaunchConfig::recompute) saves the layout alone: the same buffer without its
+// xe, h and a sections (P (2 H + 6 I) bytes) nor the shared expert's. It unpacks as the reference's
+// Forward in recompute mode (no h, a, shared_h or shared_a); a recompute-mode forward packs into it,
+// and the backward from it equals the saving backward's.
+TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   const LayerConfig c = sigmoid_shared();
   const Problem p = make_problem(c, 8);
   const Forward f = forward(c, p.x, p.weights, nullptr, {});
   const SavedLayout saving = saved_layout(c), recompute = saved_layout(c, true);
-  EXPECT_EQ(saving.bytes - recompute.bytes, size_t(padded_rows(c)) * (2 * c.hidden + 6 * c.intermediate));
-  EXPECT_EQ(recompute.xe, saving.xe);
-  EXPECT_EQ(recompute.shared_h, saving.xe);
+  EXPECT_EQ(recompute.bytes, saving.xe);
+  EXPECT_EQ(recompute.shared_a, saving.xe);
+  ASSERT_GT(saving.bytes - saving.shared_h, 0u);
   const std::vector<uint8_t> whole = pack_saved(c, f, p.x);
-  std::vector<uint8_t> saved(whole.begin(), whole.begin() + long(saving.xe));
-  saved.insert(saved.end(), whole.begin() + long(saving.shared_h), whole.end());
+  const std::vector<uint8_t> saved(whole.begin(), whole.begin() + long(saving.xe));
   Options recomputing;
   recomputing.recompute = true;
-  EXPECT_EQ(pack_saved(c, forward(c, p.x, p.weights, nullptr, recomputing), p.x, true), saved);
-  EXPECT_THROW(pack_saved(c, forward(c, p.x, p.weights, nullptr, recomputing), p.x), Error);
-  const Forward back = unpack_saved(c, saved, true);
+  const Forward recomputed = forward(c, p.x, p.weights, nullptr, recomputing);
+  EXPECT_TRUE(recomputed.h.empty() && recomputed.a.empty() && recomputed.shared_h.empty() &&
+              recomputed.shared_a.empty());
+  EXPECT_EQ(pack_saved(c, recomputed, p.x, true), saved);
+  EXPECT_THROW(pack_saved(c, recomputed, p.x), Error);
+  Forward back = unpack_saved(c, saved, true);
   EXPECT_EQ(back.layout.row_source, f.layout.row_source);
-  EXPECT_TRUE(back.h.empty() && back.a.empty());
-  EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
-  EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
+  EXPECT_TRUE(back.h.empty() && back.a.empty() && back.shared_h.empty() && back.shared_a.empty());
   EXPECT_THROW(unpack_saved(c, whole, true), Error);
+  back.routing = f.routing;
+  back.logits = f.logits;
+  const Gradients want = backward(c, p.x, p.weights, f, p.dy, {});
+  const Gradients got = backward(c, p.x, p.weights, back, p.dy, recomputing);
+  EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w1, want.d_shared_w1);
+  EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w2, want.d_shared_w2);
+  EXPECT_PRED_FORMAT2(same_bits, got.dx, want.dx);
+  EXPECT_THROW(backward(c, p.x, p.weights, back, p.dy, {}), Error);  // no activations to read
 }
 
+// A buffer of another size, or whose tables hold no layout: offsets of -1, a forward's with one tile
+// count off or two rows' sources swapped without their slots' rows (no longer inverse).
 TEST(SavedBuffer, RejectsAForeignBuffer) {
   const LayerConfig c = sigmoid_shared();
-  EXPECT_THROW(unpack_saved(c, std::vector<uint8_t>(saved_layout(c).bytes - 256)), Error);
-  std::vector<uint8_t> corrupt(saved_layout(c).bytes, 0xff);  // offsets of -1
+  const SavedLayout s = saved_layout(c);
+  EXPECT_THROW(unpack_saved(c, std::vector<uint8_t>(s.bytes - 256)), Error);
+  std::vector<uint8_t> corrupt(s.bytes, 0xff);  // offsets of -1
   EXPECT_THROW(unpack_saved(c, corrupt), Error);
+  const Problem p = make_problem(c, 8);
+  const std::vector<uint8_t> saved = pack_saved(c, forward(c, p.x, p.weights, nullptr, {}), p.x);
+  ASSERT_NO_THROW(unpack_saved(c, saved));
+  std::vector<uint8_t> tiles_off = saved, rows_swapped = saved;
+  reinterpret_cast<int32_t*>(tiles_off.data() + s.tile_offsets)[2] += 1;
+  int32_t* row_source = reinterpret_cast<int32_t*>(rows_swapped.data() + s.row_source);
+  std::swap(row_source[3], row_source[9]);
+  for (const std::vector<uint8_t>* bad : {&tiles_off, &rows_swapped}) {
+    try {
+      unpack_saved(c, *bad);
+      ADD_FAILURE() << "a saved buffer whose tables hold no layout was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("saved holds no dispatch layout of this config"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -91,6 +91,27 @@ MOK_HD int row_expert(const int32_t* offsets, int first, int end, int32_t row) {
   return first + last_at_or_below(offsets + first, end - first, row);
 }
 
+// A layout read back from memory (the saved buffer) is checked against the routing it is to serve by
+// the host (layout_is_the_routings) and by the GPU's backward with these functions: offsets from 0
+// (offsets_span) rising (offsets_rise_at every expert) to N k, then slot_is_laid_out for every slot.
+// Together they hold exactly where the layout is the one place_token makes of the routing: slot_row is
+// then one-to-one (row_source undoes it), so a permutation that row_source inverts, each row lies in its
+// slot's expert's rows, and each expert's rows serve rising slots.
+MOK_HD bool offsets_span(int experts, int32_t rows, const int32_t* offsets) {
+  return offsets[0] == 0 && offsets[experts] == rows;
+}
+MOK_HD bool offsets_rise_at(int e, const int32_t* offsets) { return offsets[e] <= offsets[e + 1]; }
+
+// Slot g k + j of token g, routed to `expert` (topk_idx[g k + j]): its row is among the expert's rows,
+// serves it back, and follows the row of an earlier slot (or is the expert's first).
+MOK_HD bool slot_is_laid_out(int32_t slot, int32_t expert, int experts, const int32_t* offsets,
+                             const int32_t* row_source, const int32_t* slot_row) {
+  if (expert < 0 || expert >= experts) return false;
+  const int32_t row = slot_row[slot];
+  if (row < offsets[expert] || row >= offsets[expert + 1] || row_source[row] != slot) return false;
+  return row == offsets[expert] || row_source[row - 1] < slot;
+}
+
 // Places token g's k rows: masks and base are its chunk's route masks and row of chunk_base.
 MOK_HD void place_token(const int32_t* topk_idx, int k, int g, const uint32_t* masks, const int32_t* base,
                         int32_t* row_source, int32_t* slot_row) {

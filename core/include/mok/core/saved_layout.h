@@ -1,8 +1,9 @@
 // What the forward saves for the backward, as one byte buffer whose size depends only on the config
 // and the recompute choice: the dispatch layout, each padded row's x (xe), h and a, and the shared
-// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) the xe, h and a sections are
-// empty: the backward pulls x into xe again and recomputes h and a from it and W1 (the forward's own
-// code, the same bits), so that between the passes the routed rows keep nothing but their layout. The GPU
+// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) all but the layout are
+// empty: the backward pulls x into xe again and recomputes h and a from it and W1, and the shared
+// expert's from x and W1s (the forward's own code, the same bits), so that between the passes the layer
+// keeps nothing but the layout. The GPU
 // layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
 // so a saved buffer is one thing to a caller (the PyTorch op saves it for autograd) whichever device
 // made it, and unpack_saved turns either back into the reference's Forward (the PyTorch op's CPU
@@ -15,9 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "mok/core/config.h"
+#include "mok/core/dispatch_layout.h"
 #include "mok/core/kstep.h"
 #include "mok/core/layer_io.h"
 
@@ -43,10 +46,28 @@ MOK_HD long own_padded_rows(const LayerConfig& c, int gpus, long capacity_rows) 
 // tile_offsets [E + 1] from offsets [E + 1]: each expert's rows in whole tiles, experts one after
 // another, so expert e's tiles start at padded row 128 tile_offsets[e] (the GPU's layout scan, and
 // saved_detail::tile_offsets for the CPU).
+MOK_HD int64_t expert_tiles(int e, const int32_t* offsets) {  // 64-bit: offsets read back may be any bits
+  return (int64_t(offsets[e + 1]) - offsets[e] + kTileRows - 1) / kTileRows;
+}
 MOK_HD void prefix_tile_offsets(int experts, const int32_t* offsets, int32_t* tile_offsets) {
   tile_offsets[0] = 0;
-  for (int e = 0; e < experts; ++e)
-    tile_offsets[e + 1] = tile_offsets[e] + (offsets[e + 1] - offsets[e] + kTileRows - 1) / kTileRows;
+  for (int e = 0; e < experts; ++e) tile_offsets[e + 1] = tile_offsets[e] + int32_t(expert_tiles(e, offsets));
+}
+
+// A saved layout's offsets and tile_offsets read back from memory hold together (the host's
+// saved_detail::validate_layout and the GPU's backward): both from 0, offsets rising to N k, and each
+// expert's tiles its rows' (a check an expert at a time, as a warp's lanes take them).
+MOK_HD bool saved_offsets_span(int experts, int32_t rows, const int32_t* offsets, const int32_t* tile_offsets) {
+  return offsets_span(experts, rows, offsets) && tile_offsets[0] == 0;
+}
+MOK_HD bool saved_offsets_hold_at(int e, const int32_t* offsets, const int32_t* tile_offsets) {
+  return offsets_rise_at(e, offsets) && int64_t(tile_offsets[e + 1]) - tile_offsets[e] == expert_tiles(e, offsets);
+}
+
+// What is wrong with a saved buffer whose layout's tables hold no layout (the host's error, and the GPU
+// backward's; `where`: " on GPU g" across GPUs).
+inline std::string saved_holds_no_layout(const std::string& where = "") {
+  return "saved" + where + " holds no dispatch layout of this config: pass the saved output of a forward";
 }
 
 // Rows of one GPU's padded per-row buffers: the layout's rows plus each expert's last partial tile, at most.
@@ -112,11 +133,10 @@ struct SavedLayout {
   size_t bytes;
 };
 
-// recompute: xe, h and a take no bytes (their offsets are where they would start). P, the per-row
-// sections' rows (own_padded_rows of the GPU's share), is a multiple of 128, so their sections are
-// whole 256-byte units and the buffer is exactly P (2 H + 6 I) bytes smaller. S, the shared expert's rows:
-// shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's shared_token_rows are
-// zero).
+// recompute: xe, h, a, shared_h and shared_a take no bytes (their offsets are where they would start),
+// so the buffer is the layout's alone. P, the per-row sections' rows: own_padded_rows of the GPU's share;
+// S, the shared expert's rows: shared_rows_capacity of the share's GPUs (N on one GPU; rows past the
+// GPU's shared_token_rows are zero).
 inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = own_padded_rows(c, share.gpus, share.capacity_rows);
@@ -130,8 +150,8 @@ inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, Ro
   l.xe = sections.take(recompute ? 0 : P * H * 2);
   l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
   l.a = sections.take(recompute ? 0 : P * I * 2);
-  l.shared_h = sections.take(S * 2 * Is * 2);
-  l.shared_a = sections.take(S * Is * 2);
+  l.shared_h = sections.take(recompute ? 0 : S * 2 * Is * 2);
+  l.shared_a = sections.take(recompute ? 0 : S * Is * 2);
   l.bytes = sections.bytes();
   return l;
 }
@@ -172,18 +192,18 @@ void for_each_padded_row(const LayerConfig& c, const DispatchLayout& l, const st
 // inverse permutations.
 inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const std::vector<int32_t>& tiles) {
   const int32_t rows = c.tokens() * c.top_k;
-  bool ok = l.offsets.front() == 0 && l.offsets.back() == rows;
-  for (size_t e = 0; ok && e + 1 < l.offsets.size(); ++e) ok = l.offsets[e] <= l.offsets[e + 1];
-  ok = ok && tiles == tile_offsets(l);
+  bool ok = saved_offsets_span(c.experts, rows, l.offsets.data(), tiles.data());
+  for (int e = 0; ok && e < c.experts; ++e) ok = saved_offsets_hold_at(e, l.offsets.data(), tiles.data());
   for (int32_t r = 0; ok && r < rows; ++r)
     ok = l.row_source[r] >= 0 && l.row_source[r] < rows && l.slot_row[l.row_source[r]] == r;
-  require(ok, "saved buffer holds no dispatch layout of this config: pass the saved output of a forward");
+  require(ok, [] { return saved_holds_no_layout(); });
 }
 
 }  // namespace saved_detail
 
-// The reference's Forward (with its saved h and a, or in recompute mode without) and the tokens x, as
-// the GPU would have saved them (xe from x, or in recompute mode nothing).
+// The reference's Forward (with its saved h and a and the shared expert's, or in recompute mode
+// without) and the tokens x, as the GPU would have saved them (xe from x, or in recompute mode the
+// layout alone).
 inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x,
                                        bool recompute = false) {
   using namespace saved_detail;
@@ -195,24 +215,24 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
   put(out, s.tile_offsets, tiles.data(), tiles.size());
   put(out, s.row_source, f.layout.row_source.data(), f.layout.row_source.size());
   put(out, s.slot_row, f.layout.slot_row.data(), f.layout.slot_row.size());
-  if (!recompute) {
-    const size_t rows = f.layout.row_source.size();
-    require(f.h.size() == rows * 2 * I && f.a.size() == rows * I,
-            "pack_saved: the forward holds no h and a (a recompute-mode forward packs with recompute)");
-    for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
-      put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
-      put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
-      put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
-    });
-  }
+  if (recompute) return out;
+  const size_t rows = f.layout.row_source.size(), N = c.tokens(), Is = c.shared_intermediate;
+  require(f.h.size() == rows * 2 * I && f.a.size() == rows * I && f.shared_h.size() == N * 2 * Is &&
+              f.shared_a.size() == N * Is,
+          "pack_saved: the forward holds no h and a (a recompute-mode forward packs with recompute)");
+  for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
+    put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
+    put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
+    put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
+  });
   put(out, s.shared_h, f.shared_h.data(), f.shared_h.size());
   put(out, s.shared_a, f.shared_a.data(), f.shared_a.size());
   return out;
 }
 
 // The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
-// one of recompute mode holds no xe, h and a, and its Forward has no h and a (as the reference's in
-// that mode).
+// one of recompute mode holds the layout alone, and its Forward has no h and a, nor the shared
+// expert's (as the reference's in that mode).
 // A GPU's share over several holds h and a of its own experts' rows only, and the shared expert's h and
 // a of its shared_token_rows only (the others' stay zero).
 inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false,
@@ -230,14 +250,13 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   validate_layout(c, f.layout, tiles);
   f.layout.counts.resize(E);
   for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
-  if (!recompute) {
-    f.h.resize(N * k * 2 * I);
-    f.a.resize(N * k * I);
-    for_each_padded_row<bf16>(c, f.layout, tiles, share, [&](size_t row, size_t pad) {
-      std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
-      std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
-    });
-  }
+  if (recompute) return f;
+  f.h.resize(N * k * 2 * I);
+  f.a.resize(N * k * I);
+  for_each_padded_row<bf16>(c, f.layout, tiles, share, [&](size_t row, size_t pad) {
+    std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
+    std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
+  });
   const TokenRows shared = shared_token_rows(c, share.gpus, share.gpu);
   f.shared_h.resize(N * 2 * Is);
   f.shared_a.resize(N * Is);

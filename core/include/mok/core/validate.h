@@ -10,6 +10,7 @@
 #include <string>
 
 #include "mok/core/config.h"
+#include "mok/core/dispatch_layout.h"
 #include "mok/core/kstep.h"
 #include "mok/core/layer_io.h"
 
@@ -131,40 +132,51 @@ inline void require_fits_in_memory(const LayerConfig& c, double limit = physical
               " of host memory for its tensors, more than the " + gib_text(limit) + " this machine has");
 }
 
-// The layout is the routing's, the one a forward makes of it: each expert's rows (counts, offsets)
-// serve the slots routed to it in rising (token, slot) order, so each slot once, and slot_row inverts
-// row_source. A layout of another forward, beside this forward's routing, would give gradients of neither.
-inline bool layout_is_the_routings(const DispatchLayout& l, const std::vector<int32_t>& topk_idx) {
-  const size_t rows = topk_idx.size(), E = l.counts.size();
-  if (l.row_source.size() != rows || l.slot_row.size() != rows || l.offsets.size() != E + 1 || l.offsets[0] != 0 ||
-      size_t(l.offsets[E]) != rows)
+// The layout's tables: sizes, offsets from 0 rising to N k (dispatch_layout.h), counts their steps.
+inline bool layout_tables_hold(const DispatchLayout& l, size_t rows) {
+  const size_t E = l.counts.size();
+  if (l.row_source.size() != rows || l.slot_row.size() != rows || l.offsets.size() != E + 1 ||
+      !offsets_span(int(E), int32_t(rows), l.offsets.data()))
     return false;
-  for (size_t e = 0; e < E; ++e) {
-    if (l.counts[e] != l.offsets[e + 1] - l.offsets[e] || l.counts[e] < 0) return false;
-    int32_t last = -1;
-    for (int32_t r = l.offsets[e]; r < l.offsets[e + 1]; ++r) {
-      const int32_t s = l.row_source[r];
-      if (s <= last || size_t(s) >= rows || size_t(topk_idx[s]) != e || l.slot_row[s] != r) return false;
-      last = s;
-    }
-  }
+  for (size_t e = 0; e < E; ++e)
+    if (!offsets_rise_at(int(e), l.offsets.data()) || l.counts[e] != l.offsets[e + 1] - l.offsets[e]) return false;
   return true;
 }
 
+// The first token whose slots a layout (its tables holding) places otherwise than the routing does, by
+// the checks the GPU's backward makes too (slot_is_laid_out); -1 where the layout is the routing's, the
+// one a forward makes of it. A layout of another forward, beside this forward's routing, would give
+// gradients of neither: its first such token is the first the two routings differ at.
+inline long first_token_laid_out_otherwise(const DispatchLayout& l, const std::vector<int32_t>& topk_idx, int k) {
+  const int E = int(l.counts.size());
+  for (size_t s = 0; s < topk_idx.size(); ++s)
+    if (!slot_is_laid_out(int32_t(s), topk_idx[s], E, l.offsets.data(), l.row_source.data(), l.slot_row.data()))
+      return long(s) / k;
+  return -1;
+}
+
+// What is wrong with a saved buffer whose layout is not the routing's (the host's error, and the GPU
+// backward's; `where`: " on GPU g" across GPUs).
+inline std::string saved_of_another_routing(long token, const std::string& where = "") {
+  return "saved" + where + " is not this topk_idx's: its dispatch layout routes token " + std::to_string(token) +
+         " otherwise (pass the saved output of the forward that returned topk_idx)";
+}
+
 // The backward's inputs: the forward's inputs again, a Forward made for this config (with its saved
-// activations unless the backward recomputes them), and dy.
+// activations, the shared expert's too, unless the backward recomputes them), and dy.
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                                      const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
   validate_inputs(c, x, w, &fwd.routing);
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
-  require(fwd.layout.counts.size() == E && fwd.layout.offsets.size() == E + 1 &&
-              fwd.layout.row_source.size() == N * k && (fwd.logits.empty() || fwd.logits.size() == N * E) &&
-              fwd.shared_h.size() == N * 2 * Is,
+  require(fwd.layout.counts.size() == E && (fwd.logits.empty() || fwd.logits.size() == N * E),
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
-  require(layout_is_the_routings(fwd.layout, fwd.routing.topk_idx),
-          "the forward's dispatch layout (saved) is not its routing's (topk_idx): pass the outputs of one forward");
+  require(layout_tables_hold(fwd.layout, N * k),
+          "the forward's dispatch layout is no layout of this config: pass the Forward made for these inputs");
+  const long token = first_token_laid_out_otherwise(fwd.layout, fwd.routing.topk_idx, int(k));
+  require(token < 0, [&] { return saved_of_another_routing(token); });
   validate_tokens(c, dy, "dy [N, H]");
-  require(recompute || fwd.h.size() == N * k * 2 * size_t(c.intermediate),
+  require(recompute || (fwd.h.size() == N * k * 2 * size_t(c.intermediate) && fwd.shared_h.size() == N * 2 * Is &&
+                        fwd.shared_a.size() == N * Is),
           "forward saved no activations: use recompute");
 }
 

@@ -85,13 +85,13 @@ struct LaunchConfig {
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
-  // The backward pulls x into xe again and recomputes the routed experts' h and a from it and W1 (the
-  // forward's pull and GEMM1 + SwiGLU code, the same bits) instead of reading them from `saved`:
-  // saved_bytes() is P (2 H + 6 I) bytes smaller (mok/core/saved_layout.h: the routed rows keep only
-  // their layout), the forward's workspace that much larger (the backward's as much, or less where its
-  // sections after the cycles lie over h: docs/architecture.md), and the backward runs the pull and
-  // GEMM1 again. The shared expert's h and a stay saved (S rows, not P: saved_layout). The forward and
-  // the backward of one step must both run on Layers of the same recompute choice.
+  // The backward pulls x into xe again and recomputes the routed experts' h and a from it and W1, and
+  // the shared expert's from x and W1s (the forward's pull and GEMM1 + SwiGLU code, the same bits),
+  // instead of reading them from `saved`: saved_bytes() is the dispatch layout's alone, P (2 H + 6 I)
+  // + S 6 Is bytes smaller (mok/core/saved_layout.h), the forward's workspace that much larger (the
+  // backward's as much, or less where its sections after the cycles lie over h:
+  // docs/architecture.md), and the backward runs the pull and both GEMM1s again. The forward and the
+  // backward of one step must both run on Layers of the same recompute choice.
   bool recompute = false;
   // Routed rows this GPU's experts can hold: the per-row buffers (xe, h, a and the backward's
   // scratch) are sized for it (mok::own_padded_rows). 0: the most any routing can give them,
