@@ -323,9 +323,8 @@ ref::Options read_options(hid_t root) {
   ref::Options o;
   o.step = step_model_from_string(read_string(g.get(), "/options", "step"));
   o.ring_rows = read_i32(g.get(), "/options", "ring_rows");
-  if (o.ring_rows <= 0 || o.ring_rows % kStepK != 0)
-    throw Error("attribute /options@ring_rows = " + std::to_string(o.ring_rows) + " is not a positive multiple of " +
-                std::to_string(kStepK));
+  if (const std::string problem = ring_rows_problem(o.ring_rows); !problem.empty())
+    throw Error("attribute /options@" + problem);
   o.recompute = read_flag(g.get(), "/options", "recompute");
   o.fp8_weight_gradients = has_attribute(g.get(), "/options", "fp8_weight_gradients") &&
                            read_flag(g.get(), "/options", "fp8_weight_gradients");

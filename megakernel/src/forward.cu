@@ -117,11 +117,8 @@ __device__ void layout_count(Pipeline& pipe, const Params& p) {
 // Every GPU checks every GPU's tiles against the capacity (each holds the whole layout), so all stop at
 // the scan's barrier together, before any row is placed, and none waits for another.
 __device__ void check_capacity(const Params& p) {
-  const int per_gpu = p.c.experts / p.gpus;
-  for (int g = 0; g < p.gpus; ++g) {
-    const int tiles = p.tile_offsets[(g + 1) * per_gpu] - p.tile_offsets[g * per_gpu];
-    if (long(tiles) * kTileRows > p.padded_rows) return record_error(p.barrier, kCapacity, kLayoutScan, g, tiles);
-  }
+  int tiles = 0;
+  if (const int g = gpu_over_capacity(p, tiles); g >= 0) record_error(p.barrier, kCapacity, kLayoutScan, g, tiles);
 }
 
 // Block 0's scan (layout_scan.cuh), then its capacity check on the tile offsets.

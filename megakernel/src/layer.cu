@@ -142,10 +142,12 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
 }
 
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
-// the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a are the forward's
-// sections (its GEMM1 reads xe, its GEMM2 a), which the backward overwrites with the same bits before
-// reading them (xe pulled from x again, h and a recomputed), xe first: the backward reads it to its last
-// phase (dW1), while its own sections may start at h; otherwise they take no bytes (they are saved).
+// the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a, and the shared
+// expert's h and a, are the forward's sections (its GEMM1s read xe and x, its GEMM2s a and shared a),
+// which the backward overwrites with the same bits before reading them (xe pulled from x again, the h
+// and a recomputed), the shared expert's and xe first: the backward reads them past its ring cycles (xe
+// to its last phase, dW1), while its own sections may start at h; otherwise they take no bytes (they
+// are saved).
 // The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
 // "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
 // dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, dye and shared_dh
@@ -677,9 +679,10 @@ struct Layer::Impl {
       m = "mok: invalid input: the given routing of token " + std::to_string(e.bad_token()) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
-    else if (e.code == kSavedLayout)
-      m = "mok: invalid input: " +
-          (e.detail < 0 ? saved_holds_no_layout(where) : saved_of_another_routing(e.bad_token(), where));
+    else if (e.code == kSavedLayout)  // a bad row, or tables of no layout: no token (past the last)
+      m = "mok: invalid input: " + (e.bad_token() < unsigned(c.tokens())
+                                        ? saved_of_another_routing(e.bad_token(), where)
+                                        : saved_holds_no_layout(where));
     else if (e.code == kRingCycles)
       m = "mok: internal: the backward" + where + " needs " + std::to_string(e.detail) +
           " ring cycles, but its workspace lays dh over the ring, which allows one (LaunchConfig::ring_rows = " +

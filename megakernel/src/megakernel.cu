@@ -21,8 +21,8 @@ namespace {
 
 // Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
 // GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).
-constexpr int kErrorPriority[] = {kLogitOverflow,   kBadRouting,     kSavedLayout, kCapacity,   kRingCycles,
-                                  kPipelineTimeout, kBarrierTimeout, kPeerTimeout, kPeerAborted};
+constexpr int kErrorPriority[] = {kLogitOverflow,   kBadRouting,     kSavedLayout,  kCapacity,    kRingCycles,
+                                  kPipelineTimeout, kBarrierTimeout, kRelayTimeout, kPeerTimeout, kPeerAborted};
 
 // A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
 // waits for all work before it), colocated shares' kernels would run one after another and never meet
@@ -145,6 +145,9 @@ struct Megakernel::Impl {
             }
           throw Error(e.message);
         }
+    for (const Layer::DeviceError& e : errors)  // a code the list lacks would be dropped: a bug of mok's
+      if (e.code != kNoError)
+        fail_internal("device error code " + std::to_string(e.code) + " is not ranked: " + e.message);
   }
 
   // The [N k, width] layout-row view of h or a: expert e's rows from the GPU that owns it.

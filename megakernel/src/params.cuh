@@ -80,7 +80,7 @@ enum ErrorCode : int {
   kCapacity = 7,      // cycle: the first GPU whose experts got more tiles than its buffers hold; detail: those tiles
   kRingCycles = 8,    // detail: the ring cycles the backward needs where its workspace allows one
   kRelayTimeout = 9,  // detail: the GPU whose partial sums did not come (ChainRelay)
-  kSavedLayout = 10,  // the saved dispatch layout is not the routing's: at a token, or (detail -1) its tables
+  kSavedLayout = 10,  // the saved dispatch layout is not the routing's: at a token, or (no token) no layout
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports);
@@ -201,7 +201,7 @@ struct Params {
   RoutingMode routing;        // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
   bool accumulate;            // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
   bool grads_bf16;            // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
-  bool recompute;             // xe, h and a are the workspace's: the backward pulls and recomputes them first
+  bool recompute;             // xe, h, a, shared h and a are the workspace's: the backward makes them again first
   bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
   int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts

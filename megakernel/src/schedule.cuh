@@ -90,6 +90,17 @@ __device__ __forceinline__ long own_tile_rows(const Params& p) {
   return long(own_tile_end(p) - own_tile_begin(p)) * kTileRows;
 }
 
+// The first GPU whose experts' tiles the per-row buffers (padded_rows, the same on every GPU) cannot
+// hold, or -1: the forward's capacity check, and the backward's of the layout it reads.
+__device__ __forceinline__ int gpu_over_capacity(const Params& p, int& tiles) {
+  const int per_gpu = p.c.experts / p.gpus;
+  for (int g = 0; g < p.gpus; ++g) {
+    tiles = p.tile_offsets[(g + 1) * per_gpu] - p.tile_offsets[g * per_gpu];
+    if (long(tiles) * kTileRows > p.padded_rows) return g;
+  }
+  return -1;
+}
+
 // Every expert tile's expert, into tile_expert: the last e with tile_offsets[e] <= tile (an expert
 // without tiles shares its offset with the next one, so the last is the one with tiles). Once per
 // launch, so that a tile's lookup is one load instead of a binary search over E (a chain of dependent

@@ -176,7 +176,8 @@ PYBIND11_MODULE(_C, m) {
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
       pybind11::arg("gpus") = 1, pybind11::arg("capacity_rows") = 0,
-      "Bytes of the forward's saved output for this config, with or without xe, h and a, on each of `gpus` GPUs of "
+      "Bytes of the forward's saved output for this config, with or without recompute (the layout alone), on each of "
+      "`gpus` GPUs of "
       "a communicator whose experts hold `capacity_rows` routed rows (0: the most) (mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",

@@ -71,7 +71,8 @@ static_assert(int(Precision::bf16) == 0 && int(Precision::fp8) == 1);
 
 // The launch list: rows of each rank's receive ring (0: the layer's default; else a multiple of the
 // GPU's 128-row tile; no bit depends on it), persistent blocks per GPU (0: all co-resident; the CPU
-// ignores it), recompute (1: saved holds no xe, h and a, the backward pulls and recomputes them; the same bits), and
+// ignores it), recompute (1: saved holds the dispatch layout alone, the backward pulls and recomputes the rest; the
+// same bits), and
 // the expert-parallel communicator: comm, an ncclComm_t as an integer (0: none; a torch.distributed
 // process group's, mok.distributed), and gpus G, its size (1 without one). With a communicator the
 // call is this GPU's share of the layer (docs/multi-gpu.md, "Device API"): the per-token tensors hold

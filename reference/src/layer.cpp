@@ -363,12 +363,14 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
   // Shared expert: on each token's own rank; its weight gradients chain over global token order.
   std::vector<bf16> shared_dh(at(N, 2 * Is)), shared_dx;
   if (c.has_shared()) {
-    std::vector<bf16> shared_h = fwd.shared_h, shared_a = fwd.shared_a;
+    std::vector<bf16> recomputed_h, recomputed_a;
     if (opt.recompute) {  // row by row the forward's bits, whatever rows one call takes
-      shared_h.resize(at(N, 2 * Is));
-      shared_a.resize(at(N, Is));
-      swiglu_mlp_up(c, opt.step, x.data(), N, w.shared_w1.data(), Is, shared_h.data(), shared_a.data());
+      recomputed_h.resize(at(N, 2 * Is));
+      recomputed_a.resize(at(N, Is));
+      swiglu_mlp_up(c, opt.step, x.data(), N, w.shared_w1.data(), Is, recomputed_h.data(), recomputed_a.data());
     }
+    const std::vector<bf16>& shared_h = opt.recompute ? recomputed_h : fwd.shared_h;
+    const std::vector<bf16>& shared_a = opt.recompute ? recomputed_a : fwd.shared_a;
     const std::vector<bf16> w2st = transposed(w.shared_w2, H, Is);
     swiglu_mlp_down_grad(c, opt.step, dy.data(), N, w2st.data(), Is, shared_h.data(), shared_a.data(), nullptr, nullptr,
                          shared_dh.data());

@@ -107,7 +107,7 @@ TEST(DispatchLayout, ChecksNameTheFirstTokenAnotherRoutingLaysOutOtherwise) {
   const int k = c.top_k;
   const std::vector<int32_t> idx = make_problem(c, 5, RoutingKind::zipf, 2.0).routing->topk_idx;
   const DispatchLayout own = build_dispatch_layout(c, idx);
-  ASSERT_TRUE(layout_tables_hold(own, idx.size()));
+  ASSERT_TRUE(layout_tables_hold(own, size_t(c.tokens()), k));
   EXPECT_EQ(first_token_laid_out_otherwise(own, idx, k), -1);
 
   std::vector<int32_t> swapped = idx, moved = idx;
@@ -119,7 +119,7 @@ TEST(DispatchLayout, ChecksNameTheFirstTokenAnotherRoutingLaysOutOtherwise) {
   ASSERT_NE(moved, idx);
   for (const auto& [other, token_at] : {std::pair{swapped, 97L}, std::pair{moved, 200L}}) {
     const DispatchLayout theirs = build_dispatch_layout(c, other);
-    ASSERT_TRUE(layout_tables_hold(theirs, idx.size()));
+    ASSERT_TRUE(layout_tables_hold(theirs, size_t(c.tokens()), k));
     EXPECT_EQ(first_token_laid_out_otherwise(theirs, idx, k), token_at);
     EXPECT_EQ(first_token_laid_out_otherwise(own, other, k), token_at);
   }
@@ -136,12 +136,18 @@ TEST(DispatchLayout, ChecksNameTheFirstTokenAnotherRoutingLaysOutOtherwise) {
   EXPECT_EQ(first_token_laid_out_otherwise(not_inverse, idx, k), 4);
 
   ASSERT_NE(own.offsets[3], own.offsets[4]);
-  DispatchLayout falling = own, short_end = own, miscounted = own;
+  DispatchLayout falling = own, short_end = own, miscounted = own, crowded = own;
   std::swap(falling.offsets[3], falling.offsets[4]);
   short_end.offsets.back() -= 1;
   miscounted.counts[5] += 1;
-  for (const DispatchLayout* bad : {&falling, &short_end, &miscounted})
-    EXPECT_FALSE(layout_tables_hold(*bad, idx.size()));
+  // Expert 0 given N + 1 rows (one token twice), expert 1 one fewer: the counts still sum to N k.
+  const int32_t over = c.tokens() + 1 - own.counts[0];
+  ASSERT_LE(over, own.counts[1]);
+  crowded.counts[0] += over, crowded.counts[1] -= over;
+  for (size_t e = 1; e < crowded.offsets.size() - 1; ++e)
+    crowded.offsets[e] = crowded.offsets[e - 1] + crowded.counts[e - 1];
+  for (const DispatchLayout* bad : {&falling, &short_end, &miscounted, &crowded})
+    EXPECT_FALSE(layout_tables_hold(*bad, size_t(c.tokens()), k));
 }
 
 }  // namespace

@@ -184,17 +184,17 @@ class Verifier {
         break;
       } catch (const Unsupported& e) {  // a config the backend does not implement: shown, not an error
         skipped_.push_back(e.what());
-        std::cout << "SKIPPED  " << file.string() << ": " << e.what() << std::endl;
+        std::cout << "SKIPPED  " << escape_bytes(file.string()) << ": " << e.what() << std::endl;
       } catch (const Error& e) {
         errors_.push_back(e.what());
-        std::cerr << "mok-verify: " << e.what() << std::endl;
+        std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
       }
     }
     if (!args_.json.empty()) {
       try {
         golden::write_text_atomically(args_.json, format_json(cases_, errors_, skipped_));
       } catch (const Error& e) {
-        std::cerr << "mok-verify: " << e.what() << std::endl;
+        std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
         return kError;
       }
     }
@@ -261,7 +261,7 @@ class Verifier {
     } catch (const Unsupported&) {
       throw;
     } catch (const Error& e) {
-      throw Error(file.string() + ": " + e.what());
+      throw Error(escape_bytes(file.string()) + ": " + e.what());
     }
   }
 

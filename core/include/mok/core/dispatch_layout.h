@@ -92,15 +92,26 @@ MOK_HD int row_expert(const int32_t* offsets, int first, int end, int32_t row) {
 }
 
 // A layout read back from memory (the saved buffer) is checked against the routing it is to serve by
-// the host (layout_is_the_routings) and by the GPU's backward with these functions: offsets from 0
-// (offsets_span) rising (offsets_rise_at every expert) to N k, then slot_is_laid_out for every slot.
-// Together they hold exactly where the layout is the one place_token makes of the routing: slot_row is
-// then one-to-one (row_source undoes it), so a permutation that row_source inverts, each row lies in its
-// slot's expert's rows, and each expert's rows serve rising slots.
+// the host (validate.h: layout_tables_hold, first_token_laid_out_otherwise) and by the GPU's backward
+// with these functions: offsets from 0 (offsets_span) to N k, rising by at most N at every expert
+// (offsets_step_at), then slot_is_laid_out for every slot. Together they hold exactly where the layout
+// is the one place_token makes of the routing: slot_row is then one-to-one (row_source undoes it), so a
+// permutation that row_source inverts, each row lies in its slot's expert's rows, and each expert's rows
+// serve rising slots. Where only some slots are checked (a GPU's own tokens), row_is_laid_out for the
+// rows a GPU reads keeps them in bounds.
 MOK_HD bool offsets_span(int experts, int32_t rows, const int32_t* offsets) {
   return offsets[0] == 0 && offsets[experts] == rows;
 }
-MOK_HD bool offsets_rise_at(int e, const int32_t* offsets) { return offsets[e] <= offsets[e + 1]; }
+// Expert e's rows: from offsets[e], at most one a token (a token meets an expert once).
+MOK_HD bool offsets_step_at(int e, int32_t tokens, const int32_t* offsets) {
+  return offsets[e] <= offsets[e + 1] && int64_t(offsets[e + 1]) - offsets[e] <= tokens;
+}
+
+// Row `row` of `rows` serves a slot in range whose row it is.
+MOK_HD bool row_is_laid_out(int32_t row, int32_t rows, const int32_t* row_source, const int32_t* slot_row) {
+  const int32_t slot = row_source[row];
+  return slot >= 0 && slot < rows && slot_row[slot] == row;
+}
 
 // Slot g k + j of token g, routed to `expert` (topk_idx[g k + j]): its row is among the expert's rows,
 // serves it back, and follows the row of an earlier slot (or is the expert's first).

@@ -44,8 +44,8 @@ struct Forward {
   std::vector<bf16> y;         // [N, H]
   std::vector<bf16> h;         // [N * k, 2I] layout order, bf16(x W1^T); empty in recompute mode
   std::vector<bf16> a;         // [N * k, I]  layout order, bf16(swiglu(h)); empty in recompute mode
-  std::vector<bf16> shared_h;  // [N, 2Is]
-  std::vector<bf16> shared_a;  // [N, Is]
+  std::vector<bf16> shared_h;  // [N, 2Is]; empty in recompute mode
+  std::vector<bf16> shared_a;  // [N, Is];  empty in recompute mode
 };
 
 struct Gradients {

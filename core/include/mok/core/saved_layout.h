@@ -55,13 +55,15 @@ MOK_HD void prefix_tile_offsets(int experts, const int32_t* offsets, int32_t* ti
 }
 
 // A saved layout's offsets and tile_offsets read back from memory hold together (the host's
-// saved_detail::validate_layout and the GPU's backward): both from 0, offsets rising to N k, and each
-// expert's tiles its rows' (a check an expert at a time, as a warp's lanes take them).
+// saved_detail::validate_layout and the GPU's backward): both from 0, offsets rising to N k by at most
+// N an expert, and each expert's tiles its rows' (a check an expert at a time, as a warp's lanes take
+// them).
 MOK_HD bool saved_offsets_span(int experts, int32_t rows, const int32_t* offsets, const int32_t* tile_offsets) {
   return offsets_span(experts, rows, offsets) && tile_offsets[0] == 0;
 }
-MOK_HD bool saved_offsets_hold_at(int e, const int32_t* offsets, const int32_t* tile_offsets) {
-  return offsets_rise_at(e, offsets) && int64_t(tile_offsets[e + 1]) - tile_offsets[e] == expert_tiles(e, offsets);
+MOK_HD bool saved_offsets_hold_at(int e, int32_t tokens, const int32_t* offsets, const int32_t* tile_offsets) {
+  return offsets_step_at(e, tokens, offsets) &&
+         int64_t(tile_offsets[e + 1]) - tile_offsets[e] == expert_tiles(e, offsets);
 }
 
 // What is wrong with a saved buffer whose layout's tables hold no layout (the host's error, and the GPU
@@ -193,9 +195,8 @@ void for_each_padded_row(const LayerConfig& c, const DispatchLayout& l, const st
 inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const std::vector<int32_t>& tiles) {
   const int32_t rows = c.tokens() * c.top_k;
   bool ok = saved_offsets_span(c.experts, rows, l.offsets.data(), tiles.data());
-  for (int e = 0; ok && e < c.experts; ++e) ok = saved_offsets_hold_at(e, l.offsets.data(), tiles.data());
-  for (int32_t r = 0; ok && r < rows; ++r)
-    ok = l.row_source[r] >= 0 && l.row_source[r] < rows && l.slot_row[l.row_source[r]] == r;
+  for (int e = 0; ok && e < c.experts; ++e) ok = saved_offsets_hold_at(e, c.tokens(), l.offsets.data(), tiles.data());
+  for (int32_t r = 0; ok && r < rows; ++r) ok = row_is_laid_out(r, rows, l.row_source.data(), l.slot_row.data());
   require(ok, [] { return saved_holds_no_layout(); });
 }
 

@@ -32,10 +32,15 @@ inline bool all_finite(const std::vector<float>& v) {
 }
 
 // A receive ring of `rows` rows per rank, in whole units of `granularity` rows: K-steps for the
-// reference (its chains run per ring chunk), 128-row tiles for the GPU.
+// reference (its chains run per ring chunk), 128-row tiles for the GPU. The problem's text ("" for
+// none), for a caller that names where the number came from.
+inline std::string ring_rows_problem(int rows, int granularity = kStepK) {
+  if (rows > 0 && rows % granularity == 0) return "";
+  return "ring_rows = " + std::to_string(rows) + " is not a positive multiple of " + std::to_string(granularity);
+}
 inline void validate_ring_rows(int rows, int granularity = kStepK) {
-  require(rows > 0 && rows % granularity == 0,
-          "ring_rows = " + std::to_string(rows) + " is not a positive multiple of " + std::to_string(granularity));
+  const std::string problem = ring_rows_problem(rows, granularity);
+  require(problem.empty(), problem);
 }
 
 template <class V>
@@ -132,14 +137,16 @@ inline void require_fits_in_memory(const LayerConfig& c, double limit = physical
               " of host memory for its tensors, more than the " + gib_text(limit) + " this machine has");
 }
 
-// The layout's tables: sizes, offsets from 0 rising to N k (dispatch_layout.h), counts their steps.
-inline bool layout_tables_hold(const DispatchLayout& l, size_t rows) {
-  const size_t E = l.counts.size();
+// The layout's tables for N tokens of k slots: sizes, offsets from 0 rising to N k by at most N an
+// expert (dispatch_layout.h), counts their steps.
+inline bool layout_tables_hold(const DispatchLayout& l, size_t tokens, int k) {
+  const size_t E = l.counts.size(), rows = tokens * size_t(k);
   if (l.row_source.size() != rows || l.slot_row.size() != rows || l.offsets.size() != E + 1 ||
       !offsets_span(int(E), int32_t(rows), l.offsets.data()))
     return false;
   for (size_t e = 0; e < E; ++e)
-    if (!offsets_rise_at(int(e), l.offsets.data()) || l.counts[e] != l.offsets[e + 1] - l.offsets[e]) return false;
+    if (!offsets_step_at(int(e), int32_t(tokens), l.offsets.data()) || l.counts[e] != l.offsets[e + 1] - l.offsets[e])
+      return false;
   return true;
 }
 
@@ -170,7 +177,7 @@ inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf1
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
   require(fwd.layout.counts.size() == E && (fwd.logits.empty() || fwd.logits.size() == N * E),
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
-  require(layout_tables_hold(fwd.layout, N * k),
+  require(layout_tables_hold(fwd.layout, N, int(k)),
           "the forward's dispatch layout is no layout of this config: pass the Forward made for these inputs");
   const long token = first_token_laid_out_otherwise(fwd.layout, fwd.routing.topk_idx, int(k));
   require(token < 0, [&] { return saved_of_another_routing(token); });

@@ -39,9 +39,9 @@ struct OracleInputs {
 };
 
 // The reference's inputs, its forward's routing (fwd.logits empty means the routing was given) and,
-// with a clamp, its clamp branches from fwd.h and fwd.shared_h. A recompute-mode forward saves no
-// expert h: pass the forward of the same run with saved activations (the same bits), or the expert
-// branches are the oracle's own.
+// with a clamp, its clamp branches from fwd.h and fwd.shared_h. A recompute-mode forward saves neither:
+// pass the forward of the same run with saved activations (the same bits), or the branches are the
+// oracle's own.
 OracleInputs oracle_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                            const std::vector<bf16>& dy, const Forward& fwd);
 
