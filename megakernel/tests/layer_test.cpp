@@ -872,12 +872,14 @@ struct Colocated {
   std::vector<cudaStream_t> streams;
 
   Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0,
-            GivenRouting given = GivenRouting::in_place, int ring_rows = 0, bool recompute = false) {
+            GivenRouting given = GivenRouting::in_place, int ring_rows = 0, bool recompute = false,
+            long capacity_rows = 0) {
     const LaunchConfig launch{.ring_rows = ring_rows,
                               .watchdog_seconds = watchdog_seconds,
                               .gpus = gpus,
                               .transport = Transport::colocated,
-                              .recompute = recompute};
+                              .recompute = recompute,
+                              .capacity_rows = capacity_rows};
     group = make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
@@ -1079,6 +1081,39 @@ TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByTheShareOfTheToken) {
   shares.forward();
   shares.backward();
   expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+}
+
+// Recompute mode's saved holds the layout alone, of one size whatever the capacity, so Layers of a
+// smaller capacity_rows take the saved buffers of Layers of a larger one: their backward's check refuses
+// the tiles their per-row buffers cannot hold (they would be written past them), with the forward's
+// capacity error, on every share (each checks every GPU's tiles), before anything is written.
+TEST_F(LayerApi, ColocatedSavedOfALargerCapacityIsRefused) {
+  const ref::Problem p =
+      ref::make_problem(with_every_branch(make_config(2, 200, 128, 64, 8, 4)), 54, ref::RoutingKind::zipf);
+  const int E = p.config.experts, per_gpu = E / 2;
+  const DispatchLayout layout = ref::build_dispatch_layout(p.config, p.routing->topk_idx);
+  std::vector<int32_t> tiles(size_t(E) + 1);
+  prefix_tile_offsets(E, layout.offsets.data(), tiles.data());
+  const long small_capacity = kTileRows;  // own_padded_rows: 1 + E/G tiles
+  const int held = int(own_padded_rows(p.config, 2, small_capacity) / kTileRows);
+  int over = -1, over_tiles = 0;
+  for (int g = 0; g < 2 && over < 0; ++g)
+    if (tiles[(g + 1) * per_gpu] - tiles[g * per_gpu] > held)
+      over = g, over_tiles = tiles[(g + 1) * per_gpu] - tiles[g * per_gpu];
+  ASSERT_GE(over, 0) << "the routing fits the small capacity: the test needs another seed";
+  Colocated large(p, RoutingMode::given, 2, 30.0, GivenRouting::in_place, 0, true),
+      small(p, RoutingMode::given, 2, 30.0, GivenRouting::in_place, 0, true, small_capacity);
+  large.forward();
+  for (int g = 0; g < 2; ++g) {
+    large.layers[g]->check();
+    small.bound[g]->fwd.saved.upload(large.bound[g]->fwd.saved.download<uint8_t>());
+  }
+  small.backward();
+  const std::string want = "the routing gives GPU " + std::to_string(over) + "'s experts " +
+                           std::to_string(over_tiles) + " tiles of 128 rows, more than its buffers hold";
+  for (const auto& layer : small.layers) expect_refused([&] { layer->check(); }, want);
+  large.backward();
+  expect_same(large.check_and_read(), reference(p, RoutingMode::given, {.recompute = true}));
 }
 
 // A sharded Layer (GPU 1 of 2 colocated) refuses whole-size tensors, naming the share's shape, and a
