@@ -382,8 +382,7 @@ def test_fake_kernels_make_the_cuda_kernels_checks():
         forward(*test_errors.forward_args(layer, x=misaligned))
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:  # a fake tensor has no data: the kernel checks the alignment when it runs
-        forward(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
-                  for a in test_errors.forward_args(layer, x=misaligned)))
+        forward(*test_errors.fake_args(mode, test_errors.forward_args(layer, x=misaligned)))
 
 
 def test_kernel_errors_raise_at_check_then_clear():

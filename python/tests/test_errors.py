@@ -26,24 +26,30 @@ def forward_with(layer, *args, **replace):
     return torch.ops.mok.forward(*forward_args(layer, *args, **replace))
 
 
-def assert_fake_raises_the_kernels_error(op, args, message, symbolic=False):
-    """op's kernel raises a ValueError matching message for args, and so does its fake kernel
-    (FakeTensorMode's: torch.compile's tracing), with the kernel's first line; symbolic: the fakes'
-    sizes symbolic (dynamic shapes)."""
+def fake_args(mode, args, symbolic=False):
+    """args with each tensor a fake of mode (FakeTensorMode's: torch.compile's tracing); symbolic: with
+    symbolic sizes (dynamic shapes)."""
     from torch._dynamo.source import ConstantSource
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    def fake(mode, i, a):
+    def fake(i, a):
         if not isinstance(a, torch.Tensor):
             return a
         return mode.from_tensor(a, static_shapes=False, source=ConstantSource(f"t{i}")) if symbolic \
             else mode.from_tensor(a)
 
+    return [fake(i, a) for i, a in enumerate(args)]
+
+
+def assert_fake_raises_the_kernels_error(op, args, message, symbolic=False):
+    """op's kernel raises a ValueError matching message for args, and so does its fake kernel, with the
+    kernel's first line; symbolic: the fakes' sizes symbolic (dynamic shapes)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     with pytest.raises(ValueError, match=message) as real:
         op(*args)
     with FakeTensorMode(shape_env=ShapeEnv() if symbolic else None) as mode:
-        fakes = [fake(mode, i, a) for i, a in enumerate(args)]
+        fakes = fake_args(mode, args, symbolic)
         with pytest.raises(ValueError, match=message) as traced:
             op(*fakes)
     assert str(traced.value).splitlines()[0] == str(real.value).splitlines()[0]
@@ -119,7 +125,6 @@ def test_fake_kernels_with_symbolic_sizes_check_what_they_can():
                                          "w1 must be BFloat16", symbolic=True)
     assert_fake_raises_the_kernels_error(torch.ops.mok.backward, backward_args(layer, saved=lambda t: t.to(torch.int8)),
                                          "saved must be Byte", symbolic=True)
-    from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -127,8 +132,7 @@ def test_fake_kernels_with_symbolic_sizes_check_what_they_can():
     with pytest.raises(ValueError, match=r"x must have shape \[32, 64\]"):
         torch.ops.mok.forward(*narrow)
     with FakeTensorMode(shape_env=ShapeEnv()) as mode:
-        torch.ops.mok.forward(*(mode.from_tensor(a, static_shapes=False, source=ConstantSource(f"t{i}"))
-                                if isinstance(a, torch.Tensor) else a for i, a in enumerate(narrow)))
+        torch.ops.mok.forward(*fake_args(mode, narrow, symbolic=True))
 
 
 def test_fake_kernels_on_meta_make_the_checks_every_kernel_makes():
@@ -153,7 +157,7 @@ def test_fake_kernels_of_cuda_calls_check_without_a_gpu():
     right, float_w1 = forward_args(layer), forward_args(layer, w1=layer.w1.float())
     with FakeTensorMode() as mode:
         def on_cuda(args):
-            return [mode.from_tensor(a).to("cuda") if isinstance(a, torch.Tensor) else a for a in args]
+            return [a.to("cuda") if isinstance(a, torch.Tensor) else a for a in fake_args(mode, args)]
 
         with pytest.raises(ValueError, match="w1 must be BFloat16, got Float"):
             torch.ops.mok.forward(*on_cuda(float_w1))
