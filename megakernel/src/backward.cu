@@ -583,10 +583,10 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
 // would give gradients of neither. The host's checks (validate.h, dispatch_layout.h): each warp checks
 // the offset tables, an expert a lane, and the capacity (a saved buffer of the same routing from a Layer
 // of a larger capacity_rows would place rows past the per-row buffers); where they hold (false: every
-// warp finds it, and nothing may index by them) each thread checks slots of this GPU's tokens, and
-// across GPUs, whose slots are checked by their own GPUs, the rows of this GPU's experts. The smallest
-// bad token is named (kSavedLayout; a bad row as token N: tables of no layout); the launch ends at the
-// next barrier.
+// warp finds it, and nothing may index by them) each thread checks slots, every token's: across GPUs a
+// peer's tokens' topk_idx from its window (copied in before kStart), so a GPU whose saved buffer is of a
+// routing that differs only at a peer's tokens is refused too, and every GPU finds the same first bad
+// token (kSavedLayout; tables of no layout: no token). The launch ends at the next barrier.
 __device__ bool saved_layout_is_the_routings(const Params& p) {
   const int E = p.c.experts, k = p.c.top_k, N = p.c.tokens(), rows = p.c.routed_rows();
   bool tables = saved_offsets_span(E, rows, p.offsets, p.tile_offsets);
@@ -600,13 +600,9 @@ __device__ bool saved_layout_is_the_routings(const Params& p) {
     if (lane_id() == 0) record_error(p.barrier, kCapacity, kTileTable, g, tiles);
     return false;
   }
-  for (long s = own_token_begin(p) * k + thread_id(); s < own_token_end(p) * k; s += thread_count())
-    if (!slot_is_laid_out(int32_t(s), p.topk_idx[s], E, p.offsets, p.row_source, p.slot_row))
+  for (long s = thread_id(); s < rows; s += thread_count())
+    if (!slot_is_laid_out(int32_t(s), slot_expert(p, s), E, p.offsets, p.row_source, p.slot_row))
       record_bad_token(p.barrier, kSavedLayout, kTileTable, s / k);
-  if (p.gpus > 1)
-    for (long r = p.offsets[own_expert_begin(p)] + thread_id(); r < p.offsets[own_expert_end(p)]; r += thread_count())
-      if (!row_is_laid_out(int32_t(r), rows, p.row_source, p.slot_row))
-        record_bad_token(p.barrier, kSavedLayout, kTileTable, N);
   return true;
 }
 

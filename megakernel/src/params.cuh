@@ -228,7 +228,7 @@ struct Params {
 
   // Routing and dispatch layout. logits is the caller's: this GPU's tokens only (own_token_row).
   float* logits;      // [N/G, E]
-  int32_t* topk_idx;  // [N, k] global view (across GPUs the backward's holds only its own tokens current)
+  int32_t* topk_idx;  // [N, k] global view (across GPUs the backward's holds only its own tokens current: slot_expert)
   float* topk_w;      // [N, k] global view
   // The mode's given routing, checked and copied into topk_idx, topk_w: the caller's tensors (one GPU),
   // or topk_idx, topk_w themselves (across GPUs, where each GPU's share was copied into its window).

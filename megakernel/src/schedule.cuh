@@ -65,6 +65,12 @@ __device__ __forceinline__ SlotSource slot_source(const Params& p, int row) {
   return SlotSource{s / p.c.top_k, s % p.c.top_k};
 }
 
+// The expert of (token, slot) s = g k + j, from g's rank's topk_idx (across GPUs a peer's window).
+__device__ __forceinline__ int32_t slot_expert(const Params& p, long s) {
+  const int k = p.c.top_k, g = int(s / k);
+  return p.rank[token_rank(p, g)].topk_idx[long(token_local(p, g)) * k + s % k];
+}
+
 // The (token, slot) layout row `row` came from: its source rank's buffers (src) and the slot's index
 // in them.
 __device__ inline long source_slot(const Params& p, int row, const RankBuffers*& src) {

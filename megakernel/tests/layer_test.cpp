@@ -1053,30 +1053,38 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
 }
 
-// Across GPUs each share checks the slots of its own tokens (whose topk_idx it holds): share 1 given the
-// saved buffer of a forward whose routing differs at token 61, one of share 1's, stops on the error, and
-// share 0's launch ends at its next barrier across shares, naming GPU 1. Then both work again.
-TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByTheShareOfTheToken) {
+// Across GPUs each share checks every token's slots (a peer's topk_idx read from its window): a share
+// given the saved buffer of a forward whose routing differs at token 61, one of share 1's, stops on the
+// error naming the token, whether the token is its own (share 1) or its peer's (share 0, whose own
+// tokens' slots agree), and the other share's launch ends at its next barrier across shares, naming the
+// first. Then both work again.
+TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByEitherShare) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 53, ref::RoutingKind::uniform);
   Colocated shares(p, RoutingMode::given, 2, 30.0), others(rerouted(p, 61, 0), RoutingMode::given, 2, 30.0);
-  shares.forward();
   others.forward();
-  for (int g = 0; g < 2; ++g) shares.layers[g]->check(), others.layers[g]->check();
-  shares.bound[1]->fwd.saved.upload(others.bound[1]->fwd.saved.download<uint8_t>());
-  shares.backward();
-  std::vector<std::string> raised;
-  for (const auto& layer : shares.layers) {
-    try {
-      layer->check();
-      raised.emplace_back("nothing raised");
-    } catch (const Error& e) {
-      raised.emplace_back(e.what());
+  for (const auto& layer : others.layers) layer->check();
+  for (int given = 0; given < 2; ++given) {
+    SCOPED_TRACE("the other routing's saved given to share " + std::to_string(given));
+    shares.forward();
+    for (const auto& layer : shares.layers) layer->check();
+    shares.bound[given]->fwd.saved.upload(others.bound[given]->fwd.saved.download<uint8_t>());
+    shares.backward();
+    std::vector<std::string> raised;
+    for (const auto& layer : shares.layers) {
+      try {
+        layer->check();
+        raised.emplace_back("nothing raised");
+      } catch (const Error& e) {
+        raised.emplace_back(e.what());
+      }
     }
+    const std::string gpu = "GPU " + std::to_string(given);
+    EXPECT_NE(raised[given].find("saved on " + gpu +
+                                 " is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
+              std::string::npos)
+        << raised[given];
+    EXPECT_NE(raised[1 - given].find(gpu + " stopped on an error"), std::string::npos) << raised[1 - given];
   }
-  EXPECT_NE(raised[1].find("saved on GPU 1 is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
-            std::string::npos)
-      << raised[1];
-  EXPECT_NE(raised[0].find("GPU 1 stopped on an error"), std::string::npos) << raised[0];
   for (const auto& b : shares.bound) b->poison();
   shares.forward();
   shares.backward();

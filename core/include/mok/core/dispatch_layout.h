@@ -97,8 +97,8 @@ MOK_HD int row_expert(const int32_t* offsets, int first, int end, int32_t row) {
 // (offsets_step_at), then slot_is_laid_out for every slot. Together they hold exactly where the layout
 // is the one place_token makes of the routing: slot_row is then one-to-one (row_source undoes it), so a
 // permutation that row_source inverts, each row lies in its slot's expert's rows, and each expert's rows
-// serve rising slots. Where only some slots are checked (a GPU's own tokens), row_is_laid_out for the
-// rows a GPU reads keeps them in bounds.
+// serve rising slots. row_is_laid_out checks a layout alone, without its routing (the host's unpacking
+// of a saved buffer).
 MOK_HD bool offsets_span(int experts, int32_t rows, const int32_t* offsets) {
   return offsets[0] == 0 && offsets[experts] == rows;
 }
