@@ -189,7 +189,7 @@ TEST_F(MokVerifyCli, JunkArgumentsAreEchoedEscaped) {
 // An option mok-verify does not know is named as such wherever it stands (last, it was said to need a
 // value; -q was taken for a golden file's name, after the goldens before it had run).
 TEST_F(MokVerifyCli, UnknownOptionsAreNamedBeforeAnyRun) {
-  for (const std::string& option : {"--bogus", "-q"}) {
+  for (const std::string option : {"--bogus", "-q"}) {
     const ToolRun r = verify(golden_path() + " --backend reference " + option);
     EXPECT_EQ(r.status, 2) << option << "\n" << r.output;
     EXPECT_NE(r.output.find("unknown option '" + option + "'"), std::string::npos) << r.output;
