@@ -1,15 +1,14 @@
-// The persistent backward kernel: in recompute mode first xe pulled from x again and h and a from it,
-// and the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh); ring
-// cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g, a>
-// with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w dy) (pulled
-// after the cycles: it lies over the ring and g, workspace_layout), the shared expert, the router
-// backward, the weight gradients as K-step chains over each expert's rows in global token order, and
-// the slot-ordered dx combine.
-// The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the
-// shared expert's) on E4M3 operands: dy quantized by its pull, dh where it is made, the weights'
-// transposed copies as B (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the
-// routed experts' weight gradients, after a phase that quantizes their operands (grad_operands.cuh);
-// the rest is the bf16 mode's.
+// The persistent backward kernels. First backward_prologue_kernel: the check that the saved layout is
+// the routing's, the tile index, and in recompute mode xe pulled from x again and h and a from it, and
+// the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh). Then
+// backward_kernel: ring cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g,
+// a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w dy) (pulled after the
+// cycles: it lies over the ring and g, workspace_layout), the shared expert, the router backward, the weight gradients
+// as K-step chains over each expert's rows in global token order, and the slot-ordered dx combine. The fp8 mode
+// (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the shared expert's) on E4M3
+// operands: dy quantized by its pull, dh where it is made, the weights' transposed copies as B (docs/numerics.md, "The
+// FP8 layer mode"); with fp8_weight_gradients also the routed experts' weight gradients, after a phase that quantizes
+// their operands (grad_operands.cuh); the rest is the bf16 mode's.
 #include "chain_gemm.cuh"
 #include "chain_relay.cuh"
 #include "combine_tokens.cuh"
@@ -606,16 +605,45 @@ __device__ bool saved_layout_is_the_routings(const Params& p) {
   return true;
 }
 
+// The backward's first phases, a kernel of their own: in the backward kernel, their code (the check, the
+// pulls, recompute mode's GEMM1s) raised its register pressure and spilled in the ring phases'
+// epilogues (docs/benchmarks.md, session 42). The saved layout is checked before anything reads it; an
+// error stops the backward kernel at its start. Across GPUs the peers' copies of this call's inputs into
+// their windows land before any peer reads them (kStart), and the gathers of the next GPU's first rows
+// (the shared expert's last K-step reaches them) before the backward reads them.
+template <bool kFp8>
+__device__ __forceinline__ void backward_prologue(const Params& p) {
+  const GridBarrier& b = p.barrier;
+  start_clock(b);  // the backward kernel's stamps follow
+  if (!peer_sync(b, kStart, 0)) return;
+  if (saved_layout_is_the_routings(p)) {
+    index_tiles(p);
+    if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile index needed
+  }
+  if (p.c.has_shared()) {
+    gather_next_rows(p, p.dy, &RankBuffers::dy);
+    gather_next_rows(p, p.x, &RankBuffers::x);
+  }
+  if (!p.recompute) return stamp_phase(b, kTileTable);
+  // The fp8 mode's shared-expert A operand, x of its tokens, read from their ranks' buffers.
+  if (kFp8 && p.c.has_shared()) quantize_shared_rows(p, p.shared_xq, &RankBuffers::x);
+  if (!grid_sync(b, kTileTable, 0)) return;
+  // The ring phases read h and a of any of this GPU's tiles, the shared phase its own.
+  Pipeline pipe = pipeline_init();
+  recompute_up<kFp8>(pipe, p);
+  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp);
+  stamp_phase(b, kExpertUp);
+}
+
 // The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
 // and registers are those of the bf16 path alone).
 template <bool kFp8>
 __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
-  start_clock(b);
   Pipeline pipe = pipeline_init();
-  // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
-  if (!peer_sync(b, kStart, 0)) return;
-  const bool layout_holds = saved_layout_is_the_routings(p);  // before anything reads the layout
+  // The prologue's error (or an earlier launch's not raised yet) stops it before anything reads the
+  // layout; across GPUs peer_sync announces it, so the peers do not wait for this GPU.
+  if (!peer_sync(b, kStart, 0) || __syncthreads_or(error_recorded(b))) return;
   // The workspace's one-cycle bound (from the saved tile table, the same on every GPU): where dh lies
   // over the ring, a second cycle would overwrite it. Every block of every GPU leaves here alike.
   const int cycles = ring_cycles(p);
@@ -623,27 +651,10 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (blockIdx.x == 0 && threadIdx.x == 0) record_error(b, kRingCycles, kStart, 0, cycles);
     return;
   }
-  if (p.c.has_shared()) {  // the shared expert's last K-step may reach the next GPU's first tokens
-    gather_next_rows(p, p.dy, &RankBuffers::dy);
-    gather_next_rows(p, p.x, &RankBuffers::x);
-  }
-  if (layout_holds) {
-    index_tiles(p);
-    if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile table needed
-  }
-  // The fp8 mode's shared-expert A operands, read from their ranks' buffers (the gathers into p.x and
-  // p.dy land in this phase). dy's, for g_s after the cycles, lies in x's section (shared_dyq over
-  // shared_xq): in recompute mode, whose shared GEMM1 reads x's first, it follows that GEMM.
+  // The fp8 mode's shared-expert dy, for g_s after the cycles (A of its GEMM), beside the first cycle's
+  // pull: it lies over the prologue's shared_xq.
   const bool shared_fp8 = kFp8 && p.c.has_shared();
-  if (shared_fp8)
-    quantize_shared_rows(p, p.recompute ? p.shared_xq : p.shared_dyq, p.recompute ? &RankBuffers::x : &RankBuffers::dy);
-  if (!grid_sync(b, kTileTable, 0)) return;
-  if (p.recompute) {  // the ring phases read h and a of any of this GPU's tiles, the shared phase its own
-    recompute_up<kFp8>(pipe, p);
-    if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp);
-    if (!grid_sync(b, kExpertUp, 0)) return;
-    if (shared_fp8) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);  // beside the first cycle's pull
-  }
+  if (shared_fp8) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy<kFp8>(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;
@@ -703,6 +714,12 @@ __device__ __forceinline__ void backward(const Params& p) {
 
 }  // namespace
 
+__global__ void __launch_bounds__(kThreads, 1) backward_prologue_kernel(const __grid_constant__ Params p) {
+  backward_prologue<false>(p);
+}
+__global__ void __launch_bounds__(kThreads, 1) backward_prologue_fp8_kernel(const __grid_constant__ Params p) {
+  backward_prologue<true>(p);
+}
 __global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) { backward<false>(p); }
 __global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_constant__ Params p) {
   backward<true>(p);

@@ -12,6 +12,9 @@ namespace mok::gpu {
 
 __global__ void forward_kernel(const __grid_constant__ Params p);
 __global__ void forward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's forward
+// The backward's first phases (the saved layout's check; recompute mode's GEMM1s), then the backward.
+__global__ void backward_prologue_kernel(const __grid_constant__ Params p);
+__global__ void backward_prologue_fp8_kernel(const __grid_constant__ Params p);
 __global__ void backward_kernel(const __grid_constant__ Params p);
 __global__ void backward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's backward
 // Across GPUs with a shared expert, after the backward: its weight gradients' relayed chains.

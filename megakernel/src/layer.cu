@@ -52,8 +52,10 @@ int resident_blocks(int asked, int shares) {
   int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  for (const void* kernel : {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_kernel,
-                             (const void*)backward_fp8_kernel, (const void*)relayed_chains_kernel}) {
+  for (const void* kernel :
+       {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_prologue_kernel,
+        (const void*)backward_prologue_fp8_kernel, (const void*)backward_kernel, (const void*)backward_fp8_kernel,
+        (const void*)relayed_chains_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -494,15 +496,15 @@ struct Layer::Impl {
     p.padded_rows = own_padded();
     p.shared_tokens = shared_token_rows(c, launch.gpus, gpu);
     p.shared_capacity = shared_capacity();
-    p.relay = exchange.relay(launches);
     auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
     p.barrier = GridBarrier{words,
                             words + 1,
                             error.get(),
                             (long long)(launch.watchdog_seconds * 1e9),
                             PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
-                            exchange.peer_sync(launches, words + 2)};
+                            {}};
     p.claimed_tiles = words + 3;
+    stamp_launch(p);
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);
     p.expert_bias = ptr<float>(w.expert_bias);
@@ -658,6 +660,12 @@ struct Layer::Impl {
     weight(w.shared_w2, 1, H, Is, fp8w.shared_w2, fp8w.shared_w2t);
   }
   // ---- launches and device errors ----
+  // The next launch's numbers in p: its epoch across GPUs and its relay values (each launch's are above
+  // every earlier launch's).
+  void stamp_launch(Params& p) const {
+    p.relay = exchange.relay(launches);
+    p.barrier.peers = exchange.peer_sync(launches, p.barrier.arrived + 2);
+  }
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
     MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, kBarrierWords * sizeof(unsigned int), stream));
     void* args[] = {&p};
@@ -849,6 +857,9 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   const bool fp8 = m.c.precision == Precision::fp8;
   // Both copies: recompute mode's GEMM1 reads W1 as the forward does.
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, true);
+  m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_prologue_fp8_kernel : backward_prologue_kernel), stream,
+                  p);
+  m.stamp_launch(p);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_fp8_kernel : backward_kernel), stream, p);
   // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
   // own (backward.cu, relayed_chains_kernel).

@@ -354,7 +354,7 @@ def test_compile_on_gpu_is_eager_and_cpu(mode):
             assert_same_bits(grads[k], v, k)
 
 
-def test_errors():
+def test_a_cpu_tensor_or_misaligned_data_is_named():
     layer = make_layer("softmax_shared").to("cuda")
     with pytest.raises(ValueError, match="w1 is on cpu but x is on cuda"):
         torch.ops.mok.forward(layer.x, layer.router, None, layer.w1.cpu(), layer.w2, layer.shared_w1,
