@@ -129,7 +129,9 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1), as it leaves
 // each grid barrier (the phase the barrier closes) and at kRouterWeightChains and kEnd, up to
-// kClockEntries stamps.
+// kClockEntries stamps. The backward's first kernel (backward_prologue) starts the clock and stamps its
+// last phase as block 0 ends it; the backward kernel's stamps follow, its first phase holding the
+// other blocks' ends of the prologue and the gap between the launches.
 inline constexpr int kClockEntries = 1024;
 struct PhaseClock {
   long long* ns;  // [kClockEntries]

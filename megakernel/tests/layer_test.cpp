@@ -1091,6 +1091,48 @@ TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByEitherShare) {
   expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
 }
 
+// A peer's tokens' expert ids are read from the peer's window, which it fills with its backward's
+// topk_idx, not from this share's view of them (its last forward's gather): after a forward of another
+// routing (differing at token 61, share 1's), share 0 keeps that forward's saved buffer while both
+// shares' topk_idx are the first routing's again, and share 1 has the first forward's saved buffer back.
+// Share 0's view of token 61 agrees with its saved buffer; its peer's topk_idx does not, and share 0
+// names the token.
+TEST_F(LayerApi, ColocatedSavedIsCheckedAgainstThePeersTopkIdx) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 53, ref::RoutingKind::uniform);
+  const ref::Problem other = rerouted(p, 61, 0);
+  Colocated shares(p, RoutingMode::given, 2, 30.0);
+  const auto route = [&](const ref::Problem& q) {
+    for (int g = 0; g < 2; ++g) shares.bound[g]->fwd.topk_idx.upload(share_of(q.routing->topk_idx, g, 2));
+  };
+  shares.forward();
+  for (const auto& layer : shares.layers) layer->check();
+  const std::vector<uint8_t> first_saved = shares.bound[1]->fwd.saved.download<uint8_t>();
+  route(other);
+  shares.forward();
+  for (const auto& layer : shares.layers) layer->check();
+  route(p);
+  shares.bound[1]->fwd.saved.upload(first_saved);
+  shares.backward();
+  std::vector<std::string> raised;
+  for (const auto& layer : shares.layers) {
+    try {
+      layer->check();
+      raised.emplace_back("nothing raised");
+    } catch (const Error& e) {
+      raised.emplace_back(e.what());
+    }
+  }
+  EXPECT_NE(raised[0].find("saved on GPU 0 is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
+            std::string::npos)
+      << raised[0];
+  EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << raised[1];
+  for (const auto& b : shares.bound) b->poison();
+  route(p);
+  shares.forward();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+}
+
 // Recompute mode's saved holds the layout alone, of one size whatever the capacity, so Layers of a
 // smaller capacity_rows take the saved buffers of Layers of a larger one: their backward's check refuses
 // the tiles their per-row buffers cannot hold (they would be written past them), with the forward's

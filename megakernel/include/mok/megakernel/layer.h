@@ -222,7 +222,8 @@ class Layer {
   size_t fp8_weights_bytes() const;
   void quantize_weights(cudaStream_t stream, const WeightViews& weights, const TensorView& fp8_weights) const;
 
-  // Enqueue one launch on `stream` (and copies only where the NCCL transport stages its window; in the
+  // Enqueue the call's kernels on `stream` (the forward one; the backward two, its first phases then the rest,
+  // and across GPUs with a shared expert a third) (and copies only where the NCCL transport stages its window; in the
   // fp8 mode without ForwardInputs::fp8_weights each call first enqueues the weights' quantization
   // into the workspace). `workspace`: workspace_bytes(pass) of device memory, 16-byte aligned, not used by
   // anything else until the call's work on the stream is done.
@@ -246,7 +247,8 @@ class Layer {
   // without writing shows up).
   void poison_workspace(cudaStream_t stream, void* workspace) const;
 
-  // Where the last completed launch spent its time, phase by phase (waits for the stream).
+  // Where the last completed call spent its time, phase by phase (waits for the stream); a backward's are
+  // those of its first kernel and the backward kernel, one clock.
   std::vector<PhaseTime> phase_times() const;
 
  private:
