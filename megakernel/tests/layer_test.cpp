@@ -903,6 +903,19 @@ struct Colocated {
       layers[g]->backward(streams[g], b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     }
   }
+  // What each share's check() raises ("nothing raised" where it raises nothing).
+  std::vector<std::string> raised() {
+    std::vector<std::string> out;
+    for (const auto& layer : layers) {
+      try {
+        layer->check();
+        out.emplace_back("nothing raised");
+      } catch (const Error& e) {
+        out.emplace_back(e.what());
+      }
+    }
+    return out;
+  }
   Results check_and_read() {
     std::vector<Results> parts;
     for (size_t g = 0; g < layers.size(); ++g) {
@@ -1031,15 +1044,7 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   shares.bound[0]->fwd.x.upload(x);
   const auto start = std::chrono::steady_clock::now();
   shares.forward();
-  std::vector<std::string> raised;
-  for (const auto& layer : shares.layers) {
-    try {
-      layer->check();
-      raised.emplace_back();
-    } catch (const Error& e) {
-      raised.emplace_back(e.what());
-    }
-  }
+  const std::vector<std::string> raised = shares.raised();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 5.0) << "share 1 waited for its watchdog instead of seeing share 0's abort mark";
   EXPECT_NE(raised[0].find("router logit of token " + std::to_string(token) + " overflows"), std::string::npos)
@@ -1069,15 +1074,7 @@ TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByEitherShare) {
     for (const auto& layer : shares.layers) layer->check();
     shares.bound[given]->fwd.saved.upload(others.bound[given]->fwd.saved.download<uint8_t>());
     shares.backward();
-    std::vector<std::string> raised;
-    for (const auto& layer : shares.layers) {
-      try {
-        layer->check();
-        raised.emplace_back("nothing raised");
-      } catch (const Error& e) {
-        raised.emplace_back(e.what());
-      }
-    }
+    const std::vector<std::string> raised = shares.raised();
     const std::string gpu = "GPU " + std::to_string(given);
     EXPECT_NE(raised[given].find("saved on " + gpu +
                                  " is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
@@ -1113,15 +1110,7 @@ TEST_F(LayerApi, ColocatedSavedIsCheckedAgainstThePeersTopkIdx) {
   route(p);
   shares.bound[1]->fwd.saved.upload(first_saved);
   shares.backward();
-  std::vector<std::string> raised;
-  for (const auto& layer : shares.layers) {
-    try {
-      layer->check();
-      raised.emplace_back("nothing raised");
-    } catch (const Error& e) {
-      raised.emplace_back(e.what());
-    }
-  }
+  const std::vector<std::string> raised = shares.raised();
   EXPECT_NE(raised[0].find("saved on GPU 0 is not this topk_idx's: its dispatch layout routes token 61 otherwise"),
             std::string::npos)
       << raised[0];
