@@ -653,8 +653,7 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   // The fp8 mode's shared-expert dy, for g_s after the cycles (A of its GEMM), beside the first cycle's
   // pull: it lies over the prologue's shared_xq.
-  const bool shared_fp8 = kFp8 && p.c.has_shared();
-  if (shared_fp8) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);
+  if (kFp8 && p.c.has_shared()) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     pull_dy<kFp8>(p, cycle);
     if (!grid_sync(b, kPull, cycle)) return;

@@ -916,6 +916,14 @@ struct Colocated {
     }
     return out;
   }
+  // Every share's outputs poisoned, then a forward and a backward, checked and read: after an error,
+  // both work again.
+  Results poisoned_step() {
+    for (const auto& b : bound) b->poison();
+    forward();
+    backward();
+    return check_and_read();
+  }
   Results check_and_read() {
     std::vector<Results> parts;
     for (size_t g = 0; g < layers.size(); ++g) {
@@ -1024,10 +1032,7 @@ TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
     }
   }
   shares.bound[1]->fwd.topk_idx.upload(share_of(p.routing->topk_idx, 1, 2));
-  for (const auto& b : shares.bound) b->poison();
-  shares.forward();
-  shares.backward();
-  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::given));
 }
 
 // Issue 17, faults: a NaN in one of share 0's x rows makes its router logits overflow, which only
@@ -1052,10 +1057,7 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << "share 1 raised: '" << raised[1] << "'";
   EXPECT_NE(raised[1].find("after phase 'router top-k'"), std::string::npos) << raised[1];
   shares.bound[0]->fwd.x.upload(share_of(p.x, 0, 2));
-  for (const auto& b : shares.bound) b->poison();
-  shares.forward();
-  shares.backward();
-  expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::router));
 }
 
 // Across GPUs each share checks every token's slots (a peer's topk_idx read from its window): a share
@@ -1082,10 +1084,7 @@ TEST_F(LayerApi, ColocatedSavedOfAnotherRoutingIsRefusedByEitherShare) {
         << raised[given];
     EXPECT_NE(raised[1 - given].find(gpu + " stopped on an error"), std::string::npos) << raised[1 - given];
   }
-  for (const auto& b : shares.bound) b->poison();
-  shares.forward();
-  shares.backward();
-  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::given));
 }
 
 // A peer's tokens' expert ids are read from the peer's window, which it fills with its backward's
@@ -1115,11 +1114,7 @@ TEST_F(LayerApi, ColocatedSavedIsCheckedAgainstThePeersTopkIdx) {
             std::string::npos)
       << raised[0];
   EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << raised[1];
-  for (const auto& b : shares.bound) b->poison();
-  route(p);
-  shares.forward();
-  shares.backward();
-  expect_same(shares.check_and_read(), reference(p, RoutingMode::given));
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::given));
 }
 
 // Recompute mode's saved holds the layout alone, of one size whatever the capacity, so Layers of a
