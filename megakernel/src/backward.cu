@@ -1,14 +1,14 @@
 // The persistent backward kernels. First backward_prologue_kernel: the check that the saved layout is
 // the routing's, the tile index, and in recompute mode xe pulled from x again and h and a from it, and
-// the shared expert's h and a from x (the forward's GEMM1 + SwiGLU, expert_up.cuh). Then
-// backward_kernel: ring cycles of g = dy W2 with the reverse combine's pull of dy beside it, the fused router-weight
-// gradient d topk_w = <g, a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w
-// dy) (pulled after the cycles: it lies over the ring and g, workspace_layout), the shared expert, the router backward,
-// the weight gradients as K-step chains over each expert's rows in global token order, and the slot-ordered dx combine.
-// The fp8 mode (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the shared expert's)
-// on E4M3 operands: dy quantized by its pull, dh where it is made, the weights' transposed copies as B
-// (docs/numerics.md, "The FP8 layer mode"); with fp8_weight_gradients also the routed experts' weight gradients, after
-// a phase that quantizes their operands (grad_operands.cuh); the rest is the bf16 mode's.
+// the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh). Then
+// backward_kernel: ring cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g,
+// a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w dy) (pulled after the
+// cycles: it lies over the ring and g, workspace_layout), the shared expert, the router backward, the weight gradients
+// as K-step chains over each expert's rows in global token order, and the slot-ordered dx combine. The fp8 mode
+// (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the shared expert's) on E4M3
+// operands: dy quantized by its pull, dh where it is made, the weights' transposed copies as B (docs/numerics.md, "The
+// FP8 layer mode"); with fp8_weight_gradients also the routed experts' weight gradients, after a phase that quantizes
+// their operands (grad_operands.cuh); the rest is the bf16 mode's.
 #include "chain_gemm.cuh"
 #include "chain_relay.cuh"
 #include "combine_tokens.cuh"
@@ -23,7 +23,6 @@
 #include "mok/core/gradient_add.h"
 #include "mok/core/routing.h"
 #include "mok/core/swiglu.h"
-#include "ring_pull.cuh"
 #include "router_scratch.cuh"
 #include "row_copy.cuh"
 #include "schedule.cuh"
@@ -33,6 +32,35 @@
 
 namespace mok::gpu {
 namespace {
+
+// The reverse combine's dispatch: dy of every row of this cycle's tiles, pulled from the source ranks'
+// buffers into the ring (g = dy W2 reads it), a warp per token (for_each_token_slots, as the forward's
+// pull); padding rows zero. In the fp8 mode (kFp8) the ring holds dy quantized (ringq: 1 x 128 blocks
+// along H, quantize_row_to_rows; a padding row a zero block's).
+template <bool kFp8>
+__device__ void pull_dy(const Params& p, int cycle) {
+  const int H = p.c.hidden;
+  const auto ring = [&](long item) { return p.ring + item * H; };
+  const auto ringq = [&](long item) { return p.ringq.row(item, H); };
+  const auto no_copy = [](long) -> bf16* { return nullptr; };
+  for_each_padding_row(p, [&](ExpertTileRow row) {
+    if (const long item = ring_item(p, cycle, row); item >= 0) {
+      if constexpr (kFp8)
+        quantize_row(ringq(item), nullptr, nullptr, H);
+      else
+        copy_row(ring(item), nullptr, H);
+    }
+  });
+  for_each_token_slots(
+      p, [&](ExpertTileRow row) { return ring_item(p, cycle, row); },
+      [&](int g, int, uint32_t lanes, long item) {
+        const bf16* dy = token_row(p, g, &RankBuffers::dy);
+        if constexpr (kFp8)
+          quantize_row_to_rows(dy, H, lanes, item, ringq, no_copy);
+        else
+          copy_row_to_rows(dy, H, lanes, item, ring);
+      });
+}
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
 // as the cycles' pull reads it, a warp per token (for_each_token_slots); padding rows zero. After the
@@ -56,10 +84,7 @@ __device__ void pull_weighted_dy(const Params& p) {
 }
 
 // g = dy W2 for ring rows: tiles (rank, ring slot, 256 columns of I); g kept in fp32 per ring row (it
-// lives within the cycle). The reverse combine's dispatch beside it (pull_ring_rows): dy of every row of
-// the cycle's tiles pulled from the source ranks' buffers into the ring, padding rows zero; each tile
-// waits for its own rows. In the fp8 mode (kFp8) the ring holds dy quantized (ringq: 1 x 128 blocks
-// along H; a padding row a zero block's).
+// lives within the cycle).
 // W2_e [H, I] is read as stored (rows along K); in the fp8 mode its transposed copy [I, H] (K-major).
 template <bool kFp8>
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
@@ -67,11 +92,10 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   ring_gemm<kFp8 ? kNT : kNN, kFp8>(
       pipe, p, cycle, kDownGrad, kTileN, I,
       [&](const RingItem& it) {
-        TileLoad l = kFp8 ? k_major(p.maps.ringq, p.maps.w2tq, it.ring_row, own_expert(p, it.t.expert) * I + it.n0, H,
-                                    {p.ringq.exps, p.w2t_exp})
-                          : b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
-        l.a_ready = pulled_ring_slot(p, cycle, it);
-        return l;
+        if constexpr (kFp8)
+          return k_major(p.maps.ringq, p.maps.w2tq, it.ring_row, own_expert(p, it.t.expert) * I + it.n0, H,
+                         {p.ringq.exps, p.w2t_exp});
+        return b_as_stored(p.maps.ring, p.maps.w2, it.ring_row, it.n0, own_expert(p, it.t.expert) * H, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         for_each_pair(
@@ -80,14 +104,6 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
               *reinterpret_cast<float2*>(p.g + long(it.ring_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
             min(kTileN, I - it.n0));
-      },
-      [&](int worker, int workers) {
-        pull_ring_rows(p, cycle, worker, workers, &RankBuffers::dy, [&](int item, long, const bf16* dy) {
-          if constexpr (kFp8)
-            quantize_row<kSideBatch>(p.ringq.row(item, H), nullptr, dy, H);
-          else
-            copy_row<kSideBatch>(p.ring + item * H, dy, H);
-        });
       });
 }
 
@@ -639,7 +655,9 @@ __device__ __forceinline__ void backward(const Params& p) {
   // pull: it lies over the prologue's shared_xq.
   if (kFp8 && p.c.has_shared()) quantize_shared_rows(p, p.shared_dyq, &RankBuffers::dy);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    expert_down_grad<kFp8>(pipe, p, cycle);  // the pull of the cycle's dy beside it
+    pull_dy<kFp8>(p, cycle);
+    if (!grid_sync(b, kPull, cycle)) return;
+    expert_down_grad<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
     expert_topk_weight_grad(pipe, p, cycle);
     expert_row_grad<kFp8>(p, cycle);
