@@ -1,14 +1,12 @@
 // The pull of x into xe and GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h))
 // per padded row) with its epilogue, and the shared expert's GEMM1 + SwiGLU, shared by the forward
-// (this cycle's tiles, the pull beside GEMM1) and, in recompute mode, the backward (every tile of this
-// GPU's experts, pulled first, and the shared expert's tokens, before its ring cycles): one GEMM and
-// epilogue code, and the pulls copy x (quantize_half_warp quantizes it in both), so the pulled xe and
-// the recomputed h and a are the forward's bits.
+// (this cycle's tiles) and, in recompute mode, the backward (every tile of this GPU's experts, and the
+// shared expert's tokens, before its ring cycles): one code, so the pulled xe and the recomputed h and
+// a are the forward's bits.
 #pragma once
 
 #include "bf16_words.cuh"
 #include "gemm_phases.cuh"
-#include "ring_pull.cuh"
 #include "row_copy.cuh"
 #include "schedule.cuh"
 #include "swiglu_words.cuh"
@@ -17,31 +15,45 @@
 
 namespace mok::gpu {
 
-// The recompute backward's pull (Params::recompute: the saved buffer holds no xe): x of every tile row
-// of this GPU's experts from the source ranks' buffers straight into xe (per padded row: GEMM1's A, and
-// dW1's operand), a warp per token, which reads its x once for all of its rows (for_each_token_slots);
-// the padding rows zero. In the fp8 mode (kFp8) each row is also quantized into xq (GEMM1's A). The
-// forward's pull runs beside its GEMM1 instead (expert_up).
-template <bool kFp8>
-__device__ void pull_own_x(const Params& p) {
+// The dispatch: x of the tile rows to_row selects (their padded rows; -1: not this pull's), pulled from
+// the source ranks' buffers straight into xe (per padded row: GEMM1's A, and dW1's operand in the
+// backward), a warp per token, which reads its x once for all of its rows (for_each_token_slots); with
+// `padding` the padding rows zero as well. In the fp8 mode (kFp8) each row is also quantized into xq
+// (GEMM1's A).
+template <bool kFp8, class ToRow>
+__device__ void pull_x_rows(const Params& p, bool padding, ToRow to_row) {
   const int H = p.c.hidden;
   const auto xe = [&](long pad) { return p.xe + pad * H; };
   const auto xq = [&](long pad) { return p.xq.row(pad, H); };
-  for_each_padding_row(p, [&](ExpertTileRow row) {
+  if (padding)
+    for_each_padding_row(p, [&](ExpertTileRow row) {
+      if constexpr (kFp8)
+        quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
+      else
+        copy_row(xe(pad_row(p, row)), nullptr, H);
+    });
+  for_each_token_slots(p, to_row, [&](int g, int, uint32_t lanes, long pad) {
+    const bf16* x = token_row(p, g, &RankBuffers::x);
     if constexpr (kFp8)
-      quantize_row(xq(pad_row(p, row)), xe(pad_row(p, row)), nullptr, H);
+      quantize_row_to_rows(x, H, lanes, pad, xq, xe);
     else
-      copy_row(xe(pad_row(p, row)), nullptr, H);
+      copy_row_to_rows(x, H, lanes, pad, xe);
   });
-  for_each_token_slots(
-      p, [&](ExpertTileRow row) { return pad_row(p, row); },
-      [&](int g, int, uint32_t lanes, long pad) {
-        const bf16* x = token_row(p, g, &RankBuffers::x);
-        if constexpr (kFp8)
-          quantize_row_to_rows(x, H, lanes, pad, xq, xe);
-        else
-          copy_row_to_rows(x, H, lanes, pad, xe);
-      });
+}
+
+// The forward's pull of this cycle's tile rows; the padding rows once, in the first (xe holds every
+// cycle's rows).
+template <bool kFp8>
+__device__ void pull_x(const Params& p, int cycle) {
+  pull_x_rows<kFp8>(p, cycle == 0,
+                    [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; });
+}
+
+// The recompute backward's pull (Params::recompute: the saved buffer holds no xe): every tile row of
+// this GPU's experts, padding rows included.
+template <bool kFp8>
+__device__ void pull_own_x(const Params& p) {
+  pull_x_rows<kFp8>(p, true, [&](ExpertTileRow row) { return pad_row(p, row); });
 }
 
 // A quad's 16-bit pieces of one row, transposed: each of the quad's threads q holds piece c (columns
@@ -168,53 +180,34 @@ static_assert(kGateCols == kFp8Block,
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
 // (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
-// written too: their a is zero, as the weight gradients expect. ready(it): what a tile's loads wait for
-// (TileLoad::a_ready); side: expert_gemm's.
-template <bool kFp8, class Tiles, class Ready, class Side = NoSide>
-__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles, Ready ready, Side side = {}) {
+// written too: their a is zero, as the weight gradients expect.
+template <bool kFp8, class Tiles>
+__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
   const int I = p.c.intermediate, H = p.c.hidden;
   expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {
         const int w = own_expert(p, it.t.expert) * 2 * I + it.n0;
-        TileLoad l = kFp8 ? k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp})
-                          : k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
-        l.a_ready = ready(it);
-        return l;
+        if constexpr (kFp8) return k_major(p.maps.xq, p.maps.w1q, it.t.pad_row, w, w + I, H, {p.xq.exps, p.w1_exp});
+        return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         swiglu_epilogue<kFp8>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
-      },
-      side);
-}
-
-// The forward's GEMM1 + SwiGLU on this cycle's tiles (rank, ring slot, column tile), with the dispatch
-// beside it (pull_ring_rows): x of the tiles' rows pulled from the source ranks' buffers into xe (per
-// padded row: GEMM1's A, and dW1's operand in the backward; in the fp8 mode also quantized into xq,
-// GEMM1's A), padding rows zero; each tile waits for its own rows.
-template <bool kFp8>
-__device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  const int H = p.c.hidden;
-  expert_up_tiles<kFp8>(
-      pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols},
-      [&](const RingItem& it) { return pulled_ring_slot(p, cycle, it); },
-      [&](int worker, int workers) {
-        pull_ring_rows(p, cycle, worker, workers, &RankBuffers::x, [&](int, long pad, const bf16* x) {
-          if constexpr (kFp8)
-            quantize_row<kSideBatch>(p.xq.row(pad, H), p.xe + pad * H, x, H);
-          else
-            copy_row<kSideBatch>(p.xe + pad * H, x, H);
-        });
       });
 }
 
+// The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).
+template <bool kFp8>
+__device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
+  expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+}
+
 // The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass
-// (from xe, or in the fp8 mode xq, which pull_own_x fills first, a grid barrier before; its aq, the
-// forward's GEMM2 operand, is written too and not read).
+// (from xe, or in the fp8 mode xq, which pull_own_x fills first; its aq, the forward's GEMM2 operand, is
+// written too and not read).
 template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
-  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols},
-                        [](const RingItem&) { return RowsReady{}; });
+  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 // The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; in the fp8 mode, kFp8, on

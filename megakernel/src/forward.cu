@@ -1,6 +1,6 @@
-// The persistent forward kernel: router, dispatch layout, then ring cycles of GEMM1 + SwiGLU with the
-// pull dispatch beside it (x rows into xe, per padded row) and GEMM2 + push combine, and the
-// slot-ordered combine on the source ranks.
+// The persistent forward kernel: router, dispatch layout, then ring cycles of pull dispatch (x rows
+// into xe, per padded row), GEMM1 + SwiGLU and GEMM2 + push combine, and the slot-ordered combine on
+// the source ranks.
 // Phases are separated by the watchdog grid barrier; every reduction is in the order of the shared
 // core code, so the bits equal the CPU reference's (docs/architecture.md, docs/numerics.md).
 #include "chain_gemm.cuh"
@@ -172,10 +172,10 @@ template <bool kFp8>
 __device__ void shared_down(Pipeline& pipe, const Params& p) {
   const int Is = p.c.shared_intermediate, H = p.c.hidden;
   if constexpr (kFp8)
-    token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_aq, p.maps.shared_w2q, Is, H, p.shared_y, kExpertUp,
+    token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_aq, p.maps.shared_w2q, Is, H, p.shared_y, kPull,
                                {p.shared_aq.exps, p.shared_w2_exp});
   else
-    token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, Is, H, p.shared_y, kExpertUp);
+    token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, Is, H, p.shared_y, kPull);
 }
 
 // GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
@@ -260,7 +260,9 @@ __device__ __forceinline__ void forward(const Params& p) {
   if (p.c.has_shared()) shared_down<kFp8>(pipe, p);
   const int cycles = ring_cycles(p);
   for (int cycle = 0; cycle < cycles; ++cycle) {
-    expert_up<kFp8>(pipe, p, cycle);  // the pull of the cycle's rows beside it
+    pull_x<kFp8>(p, cycle);
+    if (!grid_sync(b, kPull, cycle)) return;
+    expert_up<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertUp, cycle)) return;
     expert_down<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;

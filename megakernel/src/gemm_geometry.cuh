@@ -87,11 +87,10 @@ __device__ __forceinline__ int acc_row(Warpgroup consumer, int i) {
 }
 __device__ __forceinline__ int acc_col(int i) { return acc_tile_col(threadIdx.x, i); }
 
-// Registers per thread during a GEMM phase (setmaxnreg): each producer thread gives up 112, each
-// consumer thread takes 56 more (the producer warpgroup's idle warps pull rows beside GEMM1:
-// ring_pull.cuh); kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
+// Registers per thread during a GEMM phase (setmaxnreg): each producer thread gives up 128, each
+// consumer thread takes 64 more; kKernelRegisters is what __launch_bounds__(kThreads, 1) gives every
 // thread, and what all get back afterwards.
-inline constexpr int kKernelRegisters = 168, kProducerRegisters = 56, kConsumerRegisters = 224;
+inline constexpr int kKernelRegisters = 168, kProducerRegisters = 40, kConsumerRegisters = 232;
 static_assert(kKernelRegisters == 65536 / kThreads / 8 * 8, "what one block per SM gives each thread");
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kThreads * kKernelRegisters,
               "the consumers take only what the producer gave");

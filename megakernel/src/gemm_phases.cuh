@@ -11,10 +11,10 @@ namespace mok::gpu {
 
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
 // operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
-// tile; side: gemm_tiles' side work (the pull of the tiles' rows: ring_pull.cuh).
-template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue, class Side = NoSide>
+// tile.
+template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue>
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
-                            Epilogue epilogue, Side side = {}) {
+                            Epilogue epilogue) {
   RingItem it;
   gemm_tiles<kM, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
@@ -23,16 +23,15 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
         l = load(it);
         return true;
       },
-      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); }, ZeroStart{},
-      side);
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
 // A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
-// columns); side: expert_gemm's.
-template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue, class Side = NoSide>
+// columns).
+template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue>
 __device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
-                          Epilogue epilogue, Side side = {}) {
-  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue, side);
+                          Epilogue epilogue) {
+  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
 }
 
 // The scale exponents of a GEMM's E4M3 operands (TileLoad::a_exp, b_exp).

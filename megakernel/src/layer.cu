@@ -274,12 +274,8 @@ Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
 }
 
 // The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
-// tiles (1), then the counts of each ring slot's pulled rows (launch_words); zeroed before each launch.
+// tiles (1); zeroed before each launch.
 constexpr int kBarrierWords = 4;
-size_t launch_words(const LayerConfig& c, const LaunchConfig& launch) {
-  const size_t ring_rows = std::max<size_t>(forward_cycle_rows(c), launch.ring_rows);
-  return kBarrierWords + size_t(c.ranks / launch.gpus) * ring_rows / kTileRows;
-}
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
@@ -288,7 +284,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t dh = P * 2 * I * 2;  // h and dh: [P, 2I] bf16
   WorkspaceLayout l{};
   Sections sections(kSectionAlign);
-  l.barrier = sections.take(launch_words(c, launch) * sizeof(unsigned int));
+  l.barrier = sections.take(kBarrierWords * sizeof(unsigned int));
   l.chunk_counts = sections.take(chunks * E * 4);
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
@@ -508,7 +504,6 @@ struct Layer::Impl {
                             PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
                             {}};
     p.claimed_tiles = words + 3;
-    p.pulled_rows = words + kBarrierWords;
     stamp_launch(p);
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);
@@ -672,7 +667,7 @@ struct Layer::Impl {
     p.barrier.peers = exchange.peer_sync(launches, p.barrier.arrived + 2);
   }
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
-    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, launch_words(c, launch) * sizeof(unsigned int), stream));
+    MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, kBarrierWords * sizeof(unsigned int), stream));
     void* args[] = {&p};
     MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));

@@ -114,8 +114,8 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "layout count",
                                                          "layout scan",
                                                          "layout place (+ shared expert GEMM1)",
-                                                         "pull of dy",
-                                                         "expert GEMM1 (+ the forward's pull and shared GEMM2)",
+                                                         "pull (+ shared expert GEMM2)",
+                                                         "expert GEMM1",
                                                          "expert GEMM2",
                                                          "expert dy W2",
                                                          "router-weight grad and SwiGLU backward",
@@ -212,8 +212,6 @@ struct Params {
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   unsigned int* claimed_tiles;  // combine_dx's tiles taken (ClaimedTiles), zeroed before each launch
-  unsigned int* pulled_rows;    // [R/G ring_rows / 128] rows of each ring slot pulled in this launch
-                                // (ring_pull.cuh), zeroed before each launch
   TensorMaps maps;
 
   // Weights. The router's are every expert's; w1 and w2 (read through the maps) this GPU's experts'

@@ -46,13 +46,11 @@ __device__ __forceinline__ void row_pass(int n, Load load, Store store) {
 }
 
 // Warp-wide copy of one H-row (16-byte vectors; rows are 128-byte aligned as H % 64 == 0); a null
-// source writes zeros. kBatch vectors per lane in flight: the copies are bound by loads in flight (fewer
-// where registers are few: the pulls beside a GEMM, ring_pull.cuh).
-template <int kBatch = 8>
+// source writes zeros. Eight vectors per lane in flight: the copies are bound by loads in flight.
 __device__ __forceinline__ void copy_row(bf16* dst, const bf16* src, int h) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
-  row_pass<kBatch>(
+  row_pass<8>(
       h / 8,
       [&](int i) {
         return src ? s[i] : int4{0, 0, 0, 0};
@@ -132,12 +130,12 @@ __device__ __forceinline__ void store_quantized(const Fp8Matrix& row, int i, con
 // One row of h bf16 quantized into E4M3 in 1 x 128 blocks (quantize_half_warp), once, into the rows of
 // `lanes` (for_each_lane_row): dst_q(row) [h], its h / 128 exponents (block_exp: kFp8Block apart, the
 // activations' tile-major layout); and copied into dst(row) unless that is null (the pull's copy). A null
-// source quantizes (and copies) zeros. h % 128 == 0. kBatch: copy_row's.
-template <int kBatch = 8, class DstQ, class Dst>
+// source quantizes (and copies) zeros. h % 128 == 0.
+template <class DstQ, class Dst>
 __device__ __forceinline__ void quantize_row_to_rows(const bf16* src, int h, uint32_t lanes, long row, DstQ dst_q,
                                                      Dst dst) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
-  warp_row_pass<kBatch>(
+  warp_row_pass<8>(
       h / 8, [&](int i) { return src ? s[i] : uint4{}; },
       [&](int i, const uint4& v, bool in_row) {
         int e;
@@ -151,9 +149,8 @@ __device__ __forceinline__ void quantize_row_to_rows(const bf16* src, int h, uin
 }
 
 // quantize_row_to_rows into one row.
-template <int kBatch = 8>
 __device__ __forceinline__ void quantize_row(Fp8Matrix dst_q, bf16* dst, const bf16* src, int h) {
-  quantize_row_to_rows<kBatch>(
+  quantize_row_to_rows(
       src, h, 1u, 0, [&](long) { return dst_q; }, [&](long) { return dst; });
 }
 

@@ -20,7 +20,6 @@
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
 #include "mok/core/fp8_gemm.h"
-#include "mok/megakernel/ptx/gpu_scope.cuh"
 #include "mok/megakernel/ptx/named_barrier.cuh"
 #include "mok/megakernel/ptx/setmaxnreg.cuh"
 #include "mok/megakernel/ptx/timer.cuh"
@@ -51,10 +50,6 @@ struct ColumnScaleSource {
   const int4* b_range = nullptr;
   int a_stride = 0, b_stride = 0;
 };
-struct RowsReady {
-  const unsigned int* count = nullptr;
-  unsigned int rows = 0;
-};
 struct TileLoad {
   const CUtensorMap *ma, *mb;
   int a, b[2];
@@ -63,7 +58,6 @@ struct TileLoad {
   const int32_t* a_exp = nullptr;
   const int32_t* b_exp = nullptr;
   ColumnScaleSource columns = {};
-  RowsReady a_ready = {};
 };
 static_assert(kFp8Block * sizeof(fp8_e4m3) == kBox * sizeof(bf16), "an E4M3 K-block fills a box row as a bf16 one");
 
@@ -113,19 +107,6 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
   return true;
 }
 
-// Waits (bounded, as pipeline_wait) until A's rows have landed where a tile's A is written in its own
-// phase (TileLoad::a_ready); the writers' generic stores, acquired, then come before the TMA's reads.
-__device__ inline bool rows_ready_wait(const RowsReady& ready, const GridBarrier& b, int phase) {
-  if (!ready.count) return true;
-  const long long start = ptx::global_timer_ns();
-  for (uint32_t spin = 1; ptx::load_acquire_gpu(ready.count) < ready.rows; ++spin) {
-    if (spin % 256 == 0 && watchdog_stop(b, start, kPipelineTimeout, phase, 0, int(blockIdx.x))) return false;
-    __nanosleep(32);
-  }
-  ptx::fence_proxy_async_global();
-  return true;
-}
-
 // Before a producer gives up: lets the copies of its last stages land (bounded by 1 ms), so no block
 // leaves with bulk copies into its shared memory in flight.
 __device__ inline void drain_copies(const Pipeline& pipe) {
@@ -162,10 +143,6 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
   const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
   const int32_t* eb1 = kBExps ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : nullptr;
   int2 next = kBExps && l.k_blocks > 0 ? int2{eb0[0], eb1[0]} : int2{};
-  if (!rows_ready_wait(l.a_ready, b, phase)) {
-    drain_copies(pipe);
-    return false;
-  }
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     const int2 exps = next;
     if (kBExps && kb + 1 < l.k_blocks) next = int2{eb0[kb + 1], eb1[kb + 1]};
@@ -401,9 +378,6 @@ __device__ __forceinline__ void block_sync() { ptx::barrier_sync<int(NamedBarrie
 // consumer, acc) consumes a consumer's finished half tile; the job, the start and the epilogue of one
 // tile run back to back in each thread. kM: the operands' majorness; kFp8: E4M3 operands (kColumnScales:
 // the fp8 weight gradients', scaled per column of B, consume_fp8).
-// side(worker, workers): work of the producer warpgroup's warps other than the TMA thread's, which idle
-// otherwise (kSideWarps a block: worker is this warp's number among the grid's `workers`), run before
-// they walk the tiles; it may not wait on the phase's tiles (they may wait on it: TileLoad::a_ready).
 // Registers move through the block's pool in a fixed order, each move behind a block barrier: the
 // producer warpgroup gives, then the consumers take; at the end the consumers give back, then the
 // producer takes. (Unordered, a producer warp with no tiles could take its registers back before the
@@ -414,14 +388,9 @@ struct ZeroStart {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   }
 };
-struct NoSide {
-  __device__ void operator()(int, int) const {}
-};
-inline constexpr int kSideWarps = kWarpgroupThreads / 32 - 1;
-template <Majors kM, bool kFp8 = false, bool kColumnScales = false, class Job, class Epilogue, class Start = ZeroStart,
-          class Side = NoSide>
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, class Job, class Epilogue, class Start = ZeroStart>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
-                           Start start = {}, Side side = {}) {
+                           Start start = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
@@ -429,8 +398,6 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
     ptx::setmaxnreg_dec<kProducerRegisters>();
     block_sync();
-    if (const int warp = int(threadIdx.x) / 32; warp > 0)
-      side(int(blockIdx.x) * kSideWarps + warp - 1, int(gridDim.x) * kSideWarps);
     bool healthy = true;
     for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
       TileLoad l;
