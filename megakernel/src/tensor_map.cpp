@@ -27,7 +27,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element) {
+void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols, MapElement element, int box_rows) {
   out = CUtensorMap{};
   if (rows == 0 || cols == 0) return;
   const bool e4m3 = element == MapElement::e4m3, f32 = element == MapElement::f32;
@@ -36,7 +36,7 @@ void encode_tensor_map(CUtensorMap& out, const void* base, long rows, long cols,
   const cuuint32_t box_cols = (output ? 64 : 128) / bytes;  // a box row: the swizzle's span
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t row_stride[1] = {cuuint64_t(cols) * bytes};
-  const cuuint32_t box[2] = {box_cols, 64}, element_strides[2] = {1, 1};
+  const cuuint32_t box[2] = {box_cols, cuuint32_t(box_rows)}, element_strides[2] = {1, 1};
   const CUtensorMapDataType type = e4m3  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

@@ -85,11 +85,13 @@ __device__ __forceinline__ uint8_t* aligned_dynamic_smem() {
   return dynamic_smem + (kSwizzleAlign - at % kSwizzleAlign) % kSwizzleAlign;
 }
 
-__device__ inline Pipeline pipeline_init() {
+// full_arrivals: the arrivals that complete a stage beside its TMA bytes (the producer thread's; more
+// where other threads fill part of it, as mok-gather-probe's cp.async rows do).
+__device__ inline Pipeline pipeline_init(uint32_t full_arrivals = 1) {
   Pipeline pipe{reinterpret_cast<GemmSmem*>(aligned_dynamic_smem())};
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&pipe.smem->full[s], 1);
+      ptx::mbarrier_init(&pipe.smem->full[s], full_arrivals);
       ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerThreads);
     }
     ptx::fence_barrier_init();
