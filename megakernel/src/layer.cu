@@ -3,6 +3,7 @@
 // on the caller's stream, device errors copied behind each launch and raised by the next call; the
 // peer groups of several GPUs (this process's, colocated, or on a caller's communicator).
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -69,6 +70,9 @@ int resident_blocks(int asked, int shares) {
     per_sm = std::min(per_sm, blocks);
   }
   const int resident = sms * per_sm / shares;
+  require(resident >= 1,
+          "no block of the kernels fits on this device" +
+              std::string(shares > 1 ? " per colocated share (" + std::to_string(shares) + " shares)" : ""));
   require(asked >= 0 && asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " +
                                                std::to_string(resident) + " co-resident blocks of this device" +
                                                (shares > 1 ? " per colocated share" : ""));
@@ -89,13 +93,16 @@ void validate_fp8_options(const LayerConfig& c, const LaunchConfig& launch) {
           "fp8_weight_gradients needs precision = fp8 (the bf16 backward's weight gradients are bf16 chains)");
 }
 
-// What every Layer's config and launch must be (checked before anything is built: a Layer on a
-// communicator checks before its collective window registration).
-void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
+// What every Layer's config and launch must be, no device asked (layer_memory checks as much).
+void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
-  require(launch.watchdog_seconds > 0, "watchdog_seconds must be positive");
+  // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
+  require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
+              launch.watchdog_seconds <= kMaxWatchdogSeconds,
+          "watchdog_seconds = " + std::to_string(launch.watchdog_seconds) + " is outside (0, " +
+              std::to_string(int(kMaxWatchdogSeconds)) + "]");
   require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
           "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
   require(c.ranks % launch.gpus == 0,
@@ -104,6 +111,12 @@ void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
           "gpus > 1 needs the nccl or the colocated transport");
   validate_capacity(c, launch);
   validate_fp8_options(c, launch);
+}
+
+// ... and a device to run on (checked before anything is built: a Layer on a communicator checks
+// before its collective window registration).
+void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
+  validate_launch_config(c, launch);
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
@@ -660,6 +673,18 @@ struct Layer::Impl {
     weight(w.shared_w2, 1, H, Is, fp8w.shared_w2, fp8w.shared_w2t);
   }
   // ---- launches and device errors ----
+  // A peer group's Layer numbers each launch's barriers across GPUs and relay values on the host
+  // (stamp_launch), and the peers' flags only grow: a CUDA graph's replay would launch with the captured
+  // numbers, which the flags have passed, and its barriers would not wait. So it is not captured.
+  void refuse_capture(cudaStream_t stream) const {
+    if (!exchange.windowed()) return;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    require(status == cudaStreamCaptureStatusNone,
+            "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) cannot be captured in a CUDA "
+            "graph: its barriers across GPUs number each launch on the host, and a replay would reuse the captured "
+            "numbers");
+  }
   // The next launch's numbers in p: its epoch across GPUs and its relay values (each launch's are above
   // every earlier launch's).
   void stamp_launch(Params& p) const {
@@ -727,7 +752,10 @@ struct Layer::Impl {
     if (*reinterpret_cast<volatile int*>(&host_error.get()->code) == kNoError) return;
     MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
     const DeviceError e = describe(*host_error.get());
-    MOK_CUDA_CHECK(cudaMemset(error.get(), 0, sizeof(KernelError)));
+    // On the launches' stream (a plain cudaMemset runs on the legacy stream, which a non-blocking
+    // stream's next launch does not wait for), and done before the next call enqueues anything.
+    MOK_CUDA_CHECK(cudaMemsetAsync(error.get(), 0, sizeof(KernelError), last_stream));
+    MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
     *host_error.get() = KernelError{};
     throw Error(e.message);
   }
@@ -788,14 +816,10 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& c, const Lau
 }
 
 LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
-  validate(c);
-  require(launch.gpus >= 1 && c.ranks % launch.gpus == 0,
-          "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
-  validate_capacity(c, launch);
-  validate_fp8_options(c, launch);
+  validate_launch_config(c, launch);
   LaunchConfig resolved = launch;
   if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
-  const bool windowed = launch.gpus > 1;
+  const bool windowed = launch.transport != Transport::simulated;  // a peer group's Layer, one GPU's too
   const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
   const RowShare share{launch.gpus, 0, launch.capacity_rows};
   return {saved_layout(c, launch.recompute, share).bytes, ws.forward_bytes, ws.bytes,
@@ -825,6 +849,7 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   Impl& m = *impl_;
   const OnDevice on(m.device);
   m.raise_pending();
+  m.refuse_capture(stream);
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace);
   Params p = m.params(Pass::forward, ws, in, out);
@@ -843,6 +868,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   Impl& m = *impl_;
   const OnDevice on(m.device);
   m.raise_pending();
+  m.refuse_capture(stream);
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
   uint8_t* ws = checked_workspace(workspace);

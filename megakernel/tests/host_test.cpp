@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,39 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fp8_weight_gradients needs precision = fp8"), std::string::npos) << e.what();
   }
+}
+
+// layer_memory refuses what a Layer refuses (no device needed for either check): a ring that is not
+// whole tiles, simulated ranks over several GPUs, a watchdog that is not a finite positive number of
+// seconds up to kMaxWatchdogSeconds.
+TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
+  const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);
+  const auto refused = [&](const LaunchConfig& launch, const std::string& what) {
+    try {
+      layer_memory(c, launch);
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused({.ring_rows = 100}, "ring_rows");
+  refused({.ring_rows = -128}, "ring_rows");
+  refused({.gpus = 2}, "gpus > 1 needs the nccl or the colocated transport");
+  for (const double seconds :
+       {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e12})
+    refused({.watchdog_seconds = seconds}, "watchdog_seconds");
+  EXPECT_NO_THROW(layer_memory(c, {.watchdog_seconds = kMaxWatchdogSeconds}));
+}
+
+// A peer group's Layer keeps the (token, slot) rows in its window, one GPU's too: layer_memory gives it
+// a window and no slots section in the workspace (N k H bf16 less than simulated ranks').
+TEST(LayerMemory, APeerGroupsLayerHasAWindowAndNoSlotsInItsWorkspace) {
+  const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);
+  const LayerMemory simulated = layer_memory(c, {}), one_gpu = layer_memory(c, {.transport = Transport::nccl});
+  EXPECT_EQ(simulated.window, 0u);
+  EXPECT_GT(one_gpu.window, 0u);
+  EXPECT_EQ(simulated.workspace_forward - one_gpu.workspace_forward,
+            aligned_section(size_t(c.tokens()) * c.top_k * c.hidden * 2));
 }
 
 // Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) and

@@ -959,6 +959,28 @@ TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
   }
 }
 
+// A peer group's Layer refuses CUDA-graph capture (its barriers across GPUs are numbered per launch on the
+// host: a replay would reuse the numbers, which the peers' flags have passed), before enqueuing anything;
+// the same call outside capture still runs.
+TEST_F(LayerApi, ColocatedLayerRefusesGraphCapture) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
+  Colocated shares(p, RoutingMode::router, 2);
+  Bound& b = *shares.bound[0];
+  cuda(cudaStreamBeginCapture(shares.streams[0], cudaStreamCaptureModeThreadLocal));
+  expect_refused(
+      [&] { shares.layers[0]->forward(shares.streams[0], b.workspace.view().data, b.inputs(), b.outputs()); },
+      "cannot be captured in a CUDA graph");
+  cudaGraph_t graph = nullptr;
+  cuda(cudaStreamEndCapture(shares.streams[0], &graph));
+  size_t nodes = 1;
+  cuda(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT_EQ(nodes, 0u) << "the refused call enqueued work";
+  cudaGraphDestroy(graph);
+  shares.forward();
+  shares.backward();
+  expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
+}
+
 // Micro-batches on 2 colocated shares: forward(A), forward(B), backward(A), backward(B). When A's
 // backward runs, each share's window holds B's gathered routing for the other share's tokens, so the
 // backward's pulls must take A's rows from A's saved layout: each batch gets the reference's bits.

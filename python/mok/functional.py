@@ -7,6 +7,7 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
 
@@ -191,6 +192,15 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
                              f"{a.device}{'' if a.is_contiguous() else ', not contiguous'}")
         if a.is_cuda and a.data_ptr() % 16:
             raise ValueError(f"accumulate_into.{name} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
+        # The backward adds into it in place, behind autograd: a tensor autograd tracks, or the weight's own
+        # memory, would be changed under the graph (the weight while the backward reads it).
+        if a.requires_grad:
+            raise ValueError(f"accumulate_into.{name} requires grad: the backward adds into it in place, which "
+                             "autograd does not record (pass the weight's .grad, a main_grad buffer or another "
+                             "tensor that requires no grad)")
+        # (Dynamo cannot trace a storage's address: under torch.compile the grad check above is the one.)
+        if not torch.compiler.is_compiling() and a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
+            raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -213,6 +223,7 @@ class _IntoAccumulators(torch.autograd.Function):
         return y, idx, w, logits, saved
 
     @staticmethod
+    @once_differentiable  # mok::backward_accumulate has no derivative: a second backward raises
     def backward(ctx, dy, *_):
         if dy is None:  # no gradient reached y: none for the inputs, nothing to add (autograd.cpp)
             return (None,) * 12

@@ -141,6 +141,9 @@ class MoE(torch.nn.Module):
 
         def into(p: torch.nn.Parameter) -> Tensor:
             if self.main_grad:
+                if getattr(p, "main_grad", None) is None:  # a parameter put in after construction (e.g.
+                    # load_state_dict(assign=True)): its main_grad starts at zero, as the module's did
+                    p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
                 return p.main_grad
             if not p.requires_grad:  # plain autograd would leave its .grad alone
                 raise ValueError("accumulate_grad: a parameter does not require grad; the backward would add its "

@@ -4,6 +4,7 @@
 // backward derives the router's from dy alone; docs/python.md).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "op_config.h"
@@ -127,6 +128,12 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mok, Autograd, m) { m.impl("forward", &forward_autograd); }
+// The backward ops have no derivative: under create_graph their outputs carry a node that raises if a
+// second backward reaches it (rather than no node, which autograd would pass by with a None gradient).
+TORCH_LIBRARY_IMPL(mok, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+  m.impl("backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("backward_accumulate", torch::autograd::autogradNotImplementedFallback());
+}
 
 }  // namespace mok::py

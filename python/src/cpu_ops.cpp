@@ -114,6 +114,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cpu(
     add_into(d_w2, g.d_w2);
     add_into(d_shared_w1, g.d_shared_w1);
     add_into(d_shared_w2, g.d_shared_w2);
+    bump_versions(acc);
     return input_gradients(call, g);
   });
 }

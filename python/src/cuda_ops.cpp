@@ -266,6 +266,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
                           view(dy),
                           gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
                                            view(d_w2), view(d_shared_w1), view(d_shared_w2), true});
+    bump_versions(acc);
     return std::make_tuple(dx, d_topk_w, d_logits);
   });
 }

@@ -1,5 +1,7 @@
 #include "op_tensors.h"
 
+#include <torch/csrc/autograd/variable.h>
+
 namespace mok::py {
 namespace {
 
@@ -189,6 +191,12 @@ LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::opt
                       const std::optional<at::Tensor>& shared_w2) {
   static const std::optional<at::Tensor> none;  // referenced by the result
   return LayerArgs{w1, w1, none, w1, w2, shared_w1, shared_w2};
+}
+
+void bump_versions(const Accumulators& acc) {
+  for (const at::Tensor* t : {&acc.d_w1, &acc.d_w2}) torch::autograd::impl::bump_version(*t);
+  for (const std::optional<at::Tensor>* t : {&acc.d_router, &acc.d_shared_w1, &acc.d_shared_w2})
+    if (*t) torch::autograd::impl::bump_version(**t);
 }
 
 }  // namespace mok::py

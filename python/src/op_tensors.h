@@ -47,6 +47,10 @@ struct Accumulators {
   const std::optional<at::Tensor>& d_shared_w2;
 };
 
+// After a kernel added into them: each accumulator's version counter moves, as an in-place op's does, so
+// a graph that saved one refuses its backward rather than reading the new values.
+void bump_versions(const Accumulators& acc);
+
 // Shapes of the tensors a routing mode may lack: their first dimension is 0 where the mode has none
 // (logits and d_logits [N, E], d_router [E, H] in mode given). With a communicator (Call::gpus = G)
 // the per-token tensors are this GPU's N / G tokens and w1, w2 and their gradients its E / G experts;

@@ -103,7 +103,7 @@ def assert_same_bits(a: torch.Tensor, b: torch.Tensor, name: str = "") -> None:
 
 
 def assert_all_same_bits(a, b, names=None) -> None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         assert_same_bits(x, y, names[i] if names else str(i))
 
 

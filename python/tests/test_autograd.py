@@ -311,6 +311,37 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     refused(good._replace(shared=None), r"accumulate_into.shared must be given")
     _, idx, w, _, _ = layer.forward()
     refused(good, r'accumulate_into.router must be None with replay="full"', routing=(idx, w))
+    refused(good._replace(w1=good.w1.clone().requires_grad_()), r"accumulate_into.w1 requires grad")
+    refused(good._replace(router=layer.router.detach()), r"accumulate_into.router shares its memory with the weight")
+
+
+@pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
+def test_double_backward_raises(accumulate):
+    """The backward ops have no derivative: a gradient of a gradient raises instead of coming back None."""
+    layer = make_layer("softmax_shared")
+    x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
+    acc = accumulators_like(layer) if accumulate else None
+    y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    (dx,) = torch.autograd.grad((y.float() * layer.dy.float()).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="not implemented|once_differentiable|does not require grad"):
+        torch.autograd.grad(dx.float().sum(), (x, w1), allow_unused=True)
+
+
+def test_accumulate_into_bumps_the_accumulators_version():
+    """backward_accumulate writes its accumulators in place: their version counters move, so a graph that
+    saved one of them refuses its backward rather than reading the new values."""
+    layer = make_layer("softmax_shared")
+    acc = accumulators_like(layer)
+    leaf = torch.ones_like(acc.w1, requires_grad=True)
+    saved_w1 = acc.w1
+    product = (leaf * saved_w1).sum()  # saves acc.w1 for its backward
+    x = layer.x.detach().clone().requires_grad_()
+    y = mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    (y.float() * layer.dy.float()).sum().backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        product.backward()
 
 
 def test_module_main_grad_accumulates_and_zeroes():

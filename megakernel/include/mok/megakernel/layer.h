@@ -2,7 +2,8 @@
 // asynchronous. The layer object holds the config, the launch settings and a few words of its own
 // (the device error word, the phase clock); weights, activations, gradients and the workspace are
 // the caller's, read and written through the pointers of each call, so an optimizer step between
-// calls costs nothing and the calls can be captured in a CUDA graph.
+// calls costs nothing and the calls can be captured in a CUDA graph (on one GPU: a peer group's Layer
+// refuses capture, see refuse_capture in layer.cu).
 //
 //   mok::gpu::Layer layer(config, {});                        // validates; no weights, no big memory
 //   void* ws = ...;  layer.workspace_bytes(Pass::backward)     // e.g. from the framework's allocator
@@ -26,8 +27,10 @@
 // them or by check(); until then the layer's launches do nothing. Over G > 1 GPUs a GPU that stops on
 // an error ends its peers' launches at their next barrier across GPUs, within microseconds instead of
 // after their watchdog: its own Layer raises the cause, each peer's Layer "mok: GPU j stopped on an
-// error (...); GPU g's launch ended at the barrier across GPUs after phase '...'"; the next calls on
-// every GPU work again once each has raised its error. LaunchConfig::synchronous makes each call wait
+// error (raised by GPU j's Layer); GPU g's launch ended waiting for it after phase '...'"; the next
+// calls on every GPU work again once each has raised its error: every GPU's check() (or a call that
+// raises) before any GPU's next call, since the launches across GPUs are numbered call by call and a
+// GPU that raised late would run a call behind its peers. LaunchConfig::synchronous makes each call wait
 // and check (debugging).
 #pragma once
 
@@ -76,12 +79,16 @@ enum class Pass { forward, backward };
 //              plain device memory: the multi-GPU code tested on one GPU (no NCCL).
 enum class Transport { simulated, nccl, colocated };
 
+// The longest watchdog a launch takes (11.6 days): its nanoseconds stay far inside the device's 64 bits.
+inline constexpr double kMaxWatchdogSeconds = 1e6;
+
 struct LaunchConfig {
   int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident (colocated: that / gpus)
   int ring_rows = 0;  // rows of each rank's dy ring per backward cycle, a multiple of 128; 0: an average rank's rows
                       // (a ring of a rank's most tiles, one cycle whatever the routing, as the default is with
                       // R = 1: the backward's dh shares the ring's bytes, docs/architecture.md)
-  double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang
+  double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang;
+                                               // finite, in (0, kMaxWatchdogSeconds]
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
