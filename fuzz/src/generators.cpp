@@ -30,7 +30,9 @@ LayerConfig draw_config() {
   LayerConfig c;
   c.experts = *pick<int>({1, 2, 4, 8, 16, 3, 6, 12});
   const std::vector<int> ranks = divisors(c.experts, 8);
-  c.ranks = ranks[std::min<size_t>(*rc::gen::inRange<size_t>(0, 4), ranks.size() - 1)];
+  // Index ranges as wide as the longest divisor lists (E = 12: five ranks up to 8, six groups), so that
+  // every divisor can be drawn; shorter lists clamp the index.
+  c.ranks = ranks[std::min<size_t>(*rc::gen::inRange<size_t>(0, 5), ranks.size() - 1)];
   c.tokens_per_rank = *pick<int>({1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 33, 65});
   while (c.ranks * c.tokens_per_rank > kMaxTokens) c.tokens_per_rank = (c.tokens_per_rank + 1) / 2;
   // 448 and 320: past one 128 x 256 GPU tile, with partial last tiles (and a 64-wide last gate tile).
@@ -38,7 +40,7 @@ LayerConfig draw_config() {
   c.intermediate = *pick<int>({64, 128, 320});
   c.score_mode = *pick<ScoreMode>({ScoreMode::softmax, ScoreMode::sigmoid});
   const std::vector<int> groups = divisors(c.experts, c.experts);
-  const size_t group_pick = *rc::gen::inRange<size_t>(0, 5);
+  const size_t group_pick = *rc::gen::inRange<size_t>(0, 6);
   const int topk_group = *rc::gen::inRange(1, 17);
   const float routed_scale = *pick<float>({1.0f, 2.5f});
   int max_k = c.experts;

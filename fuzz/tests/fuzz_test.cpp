@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -56,6 +57,23 @@ TEST(Generators, CasesAreValidAndCoverTheEdges) {
   });
   for (int n : {one_token, odd, sigmoid_groups, shared, clamped, hopper, chunks, wide, fp8}) EXPECT_GT(n, 10);
   for (int n : kinds) EXPECT_GT(n, 20);
+}
+
+// Every divisor of E within the generator's ranges is drawn: R up to 8 and any n_group (E = 12's R = 6 and
+// n_group = 12 included).
+TEST(Generators, DrawEveryDivisorOfTheExperts) {
+  std::set<std::pair<int, int>> ranks, groups;
+  check_cases(3000, [&] {
+    const LayerConfig c = *gen_config();
+    ranks.insert({c.experts, c.ranks});
+    if (c.score_mode == ScoreMode::sigmoid) groups.insert({c.experts, c.n_group});
+  });
+  for (const int e : {1, 2, 4, 8, 16, 3, 6, 12})
+    for (int d = 1; d <= e; ++d) {
+      if (e % d != 0) continue;
+      if (d <= 8) EXPECT_TRUE(ranks.contains({e, d})) << "E " << e << ", R " << d << " never drawn";
+      EXPECT_TRUE(groups.contains({e, d})) << "E " << e << ", n_group " << d << " never drawn";
+    }
 }
 
 TEST(BruteForceTopk, TiesGoToTheLowerIndex) {

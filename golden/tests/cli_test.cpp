@@ -55,6 +55,20 @@ TEST(MokGoldenCli, CheckFailsAGoldenTheCatalogueNoLongerDescribes) {
       << r.output;
 }
 
+// Every option is compared: a golden written with the other fp8_weight_gradients (its weight gradients
+// another chain's bits) is not the catalogue's case.
+TEST(MokGoldenCli, CheckFailsAGoldenOfAnotherFp8WeightGradientsOption) {
+  TempDir dir("golden-cli-stale-option");
+  CaseSpec spec = *find_case("fp8_smoke");
+  spec.options.fp8_weight_gradients = !spec.options.fp8_weight_gradients;
+  write_golden(dir / "fp8_smoke.h5", make_case(spec));
+  const testing::ToolRun r = run_tool(dir, "check --name fp8_smoke --dir " + dir.path().string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL  fp8_smoke: the catalogue's fp8_weight_gradients differs from the committed golden's"),
+            std::string::npos)
+      << r.output;
+}
+
 // A golden whose stored fp64-oracle bound is not this build's (the fp8 goldens of 5928fe1 held the bf16
 // bounds, which their own errors exceeded) fails, naming the tensor.
 TEST(MokGoldenCli, CheckFailsAGoldenWithAStaleOracleBound) {

@@ -156,6 +156,7 @@ std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
       {"step", g.options.step == s.options.step},
       {"ring_rows", g.options.ring_rows == s.options.ring_rows},
       {"recompute", g.options.recompute == s.options.recompute},
+      {"fp8_weight_gradients", g.options.fp8_weight_gradients == s.options.fp8_weight_gradients},
       {"recipe", g.recipe.has_value()},
       {"seed", g.recipe && g.recipe->seed == s.recipe.seed},
       {"routing", g.recipe && g.recipe->routing == s.recipe.routing},

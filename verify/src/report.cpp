@@ -32,18 +32,40 @@ std::string histogram_text(const TensorReport& t) {
 
 // ---- JSON ---------------------------------------------------------------------------------------
 
+// The length of the valid UTF-8 sequence at s[i], or 0 (a stray or truncated byte, an overlong form, a
+// surrogate, past U+10FFFF).
+size_t utf8_length(const std::string& s, size_t i) {
+  const auto at = [&](size_t j) { return j < s.size() ? static_cast<unsigned char>(s[j]) : 0u; };
+  const unsigned b = at(i);
+  const size_t n = b >= 0xf0 && b <= 0xf4 ? 4 : b >= 0xe0 ? 3 : b >= 0xc2 && b <= 0xdf ? 2 : 0;
+  if (n == 0 || b >= 0xf5) return 0;
+  for (size_t j = 1; j < n; ++j)
+    if ((at(i + j) & 0xc0) != 0x80) return 0;
+  const unsigned b1 = at(i + 1);
+  if ((b == 0xe0 && b1 < 0xa0) || (b == 0xed && b1 >= 0xa0) || (b == 0xf0 && b1 < 0x90) || (b == 0xf4 && b1 >= 0x90))
+    return 0;
+  return n;
+}
+
+// A JSON string: quotes, backslashes and control bytes escaped, and a byte that is not part of valid
+// UTF-8 (a path's, say) as the code point of its value, so the report is always valid JSON text.
 std::string quoted(const std::string& s) {
   std::string out = "\"";
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c == '"' || c == '\\') {
       out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += char(c);
+      ++i;
+    } else if (c < 0x20 || (c >= 0x80 && utf8_length(s, i) == 0)) {
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
       out += buf;
+      ++i;
     } else {
-      out += c;
+      const size_t n = c < 0x80 ? 1 : utf8_length(s, i);
+      out.append(s, i, n);
+      i += n;
     }
   }
   return out + "\"";
@@ -139,7 +161,7 @@ std::string format_text(const CaseReport& r) {
 
 std::string format_json(const std::vector<CaseReport>& cases, const std::vector<std::string>& errors,
                         const std::vector<std::string>& skipped) {
-  bool all_equal = errors.empty();
+  bool all_equal = errors.empty() && !cases.empty();  // nothing compared is not all equal
   for (const CaseReport& c : cases) all_equal = all_equal && c.equal();
   const auto list = [](const std::vector<std::string>& items) {
     std::string l;

@@ -237,5 +237,18 @@ TEST_F(MokVerifyCli, AGoldenThatDoesNotSplitOverTheGpusIsRefused) {
       << r.output;
 }
 
+// Without a GPU the goldens after the first are still read, so a file error anywhere wins over "no GPU"
+// (exit 2, not 77), and the report names the broken file.
+TEST_F(MokVerifyCli, AFileErrorAfterNoGpuStillWins) {
+  if (!MOK_VERIFY_GPU_BACKEND) GTEST_SKIP() << "a build without CUDA has no gpu backend";
+  if (verify(golden_path() + " --backend gpu --gpus 2 --quiet").status != 77)
+    GTEST_SKIP() << "two Hopper GPUs are here: no \"no GPU\" result to test";
+  const std::string broken = (dir_ / "broken.h5").string();
+  golden::testing::write_bytes(broken, {'n', 'o', 't', ' ', 'h', 'd', 'f'});
+  const ToolRun r = verify(golden_path() + " " + broken + " --backend gpu --gpus 2 --quiet");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("broken.h5"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace mok::verify

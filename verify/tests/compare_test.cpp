@@ -9,6 +9,7 @@
 
 #include "mok/golden/catalogue.h"
 #include "mok/golden/locate.h"
+#include "mok/verify/report.h"
 #include "test_files.h"
 
 namespace mok::verify {
@@ -166,6 +167,14 @@ TEST(Compare, AbsentAndMisshapenTensors) {
   const TensorReport r = compare_tensor(g, golden::Group::outputs, g.tensor("y"), &wrong);
   EXPECT_FALSE(r.bitwise_equal());
   EXPECT_NE(r.absent.find("another shape"), std::string::npos);
+}
+
+// The JSON report is valid UTF-8 whatever bytes a path holds: a byte outside UTF-8 becomes its \u escape,
+// valid UTF-8 stays as it is; a report that compared nothing is not all equal.
+TEST(JsonReport, EscapesBytesThatAreNotUtf8) {
+  const std::string json = format_json({}, {"no file /tmp/a\xff\xfe/caf\xc3\xa9.h5 \xe2\x82"}, {});
+  EXPECT_NE(json.find("no file /tmp/a\\u00ff\\u00fe/caf\xc3\xa9.h5 \\u00e2\\u0082"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"all_equal\": false"), std::string::npos) << json;
 }
 
 }  // namespace

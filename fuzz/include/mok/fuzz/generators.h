@@ -13,7 +13,7 @@
 namespace mok::fuzz {
 
 // Valid small configs: E in {1, 2, 4, 8, 16, 3, 6, 12}, R a divisor of E up to 8, T in 1..65 (odd
-// T and T = 1 included, N = R T <= 160), H and I in {64, 128}, k <= min(E, 8), both score modes
+// T and T = 1 included, N = R T <= 160), H in {64, 128, 448}, I in {64, 128, 320}, k <= min(E, 8), both score modes
 // (sigmoid with a valid n_group / topk_group), shared expert and SwiGLU clamp on or off; precision fp8
 // one time in four, its H, I and Is rounded up to a multiple of 128 (at most 256).
 rc::Gen<LayerConfig> gen_config();
