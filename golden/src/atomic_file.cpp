@@ -124,13 +124,13 @@ void AtomicFile::commit() {
   release_temporary(std::exchange(slot_, -1));
 }
 
-void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
+void write_bytes_atomically(const std::filesystem::path& path, const std::string& bytes) {
   AtomicFile file(path);
   const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) throw Error("mok: cannot create " + file.temp_path().string() + ": " + os_error());
   size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       const std::string why = os_error();
       ::close(fd);

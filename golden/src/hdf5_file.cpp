@@ -421,7 +421,11 @@ std::string content_sha256(const GoldenCase& g) {
   return sha256_hex(text.data(), text.size());
 }
 
-void write_file(const std::string& file, const GoldenCase& g) {
+// The golden's HDF5 file, made in memory (the core driver, no backing store) and returned as its bytes,
+// the seal block still empty: HDF5 never holds a descriptor to the file on disk, so a full disk or a
+// failed write is the byte writer's checked error (write_bytes_atomically), never a half-closed HDF5
+// file (whose close at exit crashed).
+std::string golden_image(const GoldenCase& g) {
   if (g.format_version != kFormatVersion || g.numerics_version != kNumericsModelVersion)
     throw Error("the case claims format version " + std::to_string(g.format_version) + " and numerics model version " +
                 std::to_string(g.numerics_version) + "; this build writes only " + std::to_string(kFormatVersion) +
@@ -442,7 +446,9 @@ void write_file(const std::string& file, const GoldenCase& g) {
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "cannot create a file property list");
   check(H5Pset_obj_track_times(fcpl.get(), false), "cannot turn off time tracking");
   check(H5Pset_userblock(fcpl.get(), kSealBytes), "cannot reserve the seal block");
-  Handle f(H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), H5Fclose, "cannot create the file");
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create a file access property list");
+  check(H5Pset_fapl_core(fapl.get(), kChunkBytes, false), "cannot select the in-memory file driver");
+  Handle f(H5Fcreate("golden.h5", H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, "cannot create the file");
   const hid_t root = f.get();
   write_string(root, "/", "format", kFormatName);
   write_i32(root, "/", "format_version", kFormatVersion);
@@ -467,7 +473,13 @@ void write_file(const std::string& file, const GoldenCase& g) {
     }
   }
   write_string(root, "/", "content_sha256", content_sha256(g));
+  check(H5Fflush(root, H5F_SCOPE_GLOBAL), "cannot flush the file");
+  // The image is HDF5's data without the user block (the seal's): the block is put back in front.
+  const size_t bytes = size_t(check(H5Fget_file_image(root, nullptr, 0), "cannot size the file image"));
+  std::string image(kSealBytes + bytes, '\0');
+  check(H5Fget_file_image(root, image.data() + kSealBytes, bytes), "cannot copy the file image");
   f.close("cannot close the file");
+  return image;
 }
 
 GoldenCase read_file(const std::string& file) {
@@ -525,10 +537,9 @@ void write_golden(const std::filesystem::path& path, const GoldenCase& golden) {
     validate_case_name(golden.name, "name");  // before any file is made: the reader would refuse these
     validate_ring_rows(golden.options.ring_rows);
     silence_hdf5();
-    AtomicFile file(path);
-    write_file(file.temp_path().string(), golden);
-    seal_file(file.temp_path());
-    file.commit();
+    std::string image = golden_image(golden);
+    seal_image(image);
+    write_bytes_atomically(path, image);
   } catch (const Error& e) {
     throw Error("mok: writing golden file " + path.string() + ": " + reason_of(e));
   }

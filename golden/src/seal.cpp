@@ -1,6 +1,7 @@
 #include "mok/golden/seal.h"
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,18 +29,25 @@ std::string digest_after_block(std::istream& in) {
 
 }  // namespace
 
-void seal_file(const std::filesystem::path& path) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  if (!f) throw Error("cannot reopen the file to seal it");
-  const uintmax_t size = std::filesystem::file_size(path);
-  std::string seal = kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(size) + "\nsha256 " +
-                     digest_after_block(f) + "\n";
+void seal_image(std::string& image) {
+  if (image.size() < kSealBytes) throw Error("the file image is shorter than its seal block");
+  std::istringstream in(image);
+  std::string seal = kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(image.size()) + "\nsha256 " +
+                     digest_after_block(in) + "\n";
   seal.resize(kSealBytes, '\0');
-  f.clear();
-  f.seekp(0);
-  f.write(seal.data(), std::streamsize(seal.size()));
-  f.flush();
-  if (!f) throw Error("cannot write the seal");
+  image.replace(0, kSealBytes, seal);
+}
+
+void seal_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot reopen the file to seal it");
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  seal_image(image);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(image.data(), std::streamsize(image.size()));
+  out.flush();
+  if (!out) throw Error("cannot write the seal");
 }
 
 void check_seal(const std::filesystem::path& path) {

@@ -82,6 +82,21 @@ TEST(MokGoldenCli, CheckFailsAGoldenWithAStaleOracleBound) {
   EXPECT_NE(r.output.find("FAIL  fp8_smoke: its stored fp64-oracle bound of y: "), std::string::npos) << r.output;
 }
 
+// A write that fails for want of room (here a file-size limit, its signal ignored, as a full disk) is a
+// clear error naming the file, exit 2, with nothing left behind; it used to crash at exit (status 139)
+// in HDF5's close of the half-written file.
+TEST(MokGoldenCli, AFailedWriteIsAnErrorAndLeavesNoFile) {
+  TempDir dir("golden-cli-full");
+  const std::string limited = "trap '' XFSZ; ulimit -f 100; " + std::string(MOK_GOLDEN_TOOL);
+  const testing::ToolRun r = testing::run_tool(limited, dir, "generate --name smoke --out " + dir.path().string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok: writing golden file " + (dir / "smoke.h5").string() + ": cannot write"),
+            std::string::npos)
+      << r.output;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename(), "tool.log") << "left behind: " << entry.path();
+}
+
 TEST(MokGoldenCli, CheckReportsAMissingCatalogueGoldenAndACorruptFile) {
   TempDir dir("golden-cli-bad");
   testing::write_bytes(dir / "broken.h5", {'n', 'o', 't', ' ', 'h', 'd', 'f'});

@@ -195,7 +195,7 @@ class Verifier {
     }
     if (!args_.json.empty()) {
       try {
-        golden::write_text_atomically(args_.json, format_json(cases_, errors_, skipped_));
+        golden::write_bytes_atomically(args_.json, format_json(cases_, errors_, skipped_));
       } catch (const Error& e) {
         std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
         return kError;

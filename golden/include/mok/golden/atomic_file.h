@@ -34,6 +34,7 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-void write_text_atomically(const std::filesystem::path& path, const std::string& text);
+// `bytes` (text or not) as the whole of the file at `path`, through an AtomicFile.
+void write_bytes_atomically(const std::filesystem::path& path, const std::string& bytes);
 
 }  // namespace mok::golden

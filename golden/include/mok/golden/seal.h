@@ -6,12 +6,15 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <string>
 
 namespace mok::golden {
 
 inline constexpr size_t kSealBytes = 512;
 
-// Writes the seal into the user block of a closed HDF5 file created with a 512-byte user block.
+// Writes the seal into the user block of an HDF5 file image made with a 512-byte user block (the
+// writer's), or of such a closed file (tests that edit a golden).
+void seal_image(std::string& image);
 void seal_file(const std::filesystem::path& path);
 
 // Throws mok::Error (without the file name) saying what is wrong: not a golden, another format
