@@ -46,8 +46,11 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--backend '' --list", "'--backend' needs a value"},
       {"--bogus 1", "unknown flag '--bogus'"},
       {"--cases 5 --seconds 5 --list", "--cases and --seconds exclude each other"},
-      {"--replay x.h5 --seed 3", "--seed, --cases, --seconds and --property do not apply"},
-      {"--replay x.h5 --property repeat", "--seed, --cases, --seconds and --property do not apply"},
+      {"--replay x.h5 --seed 3", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
+      {"--replay x.h5 --property repeat", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
+      {"--replay x.h5 --repro-dir d", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
+      {"--seed 1 --seed 2 --list", "'--seed' is given twice"},
+      {"--property repeat --property repeat --list", "'--property repeat' is given twice"},
       {"\"$(printf -- '--\\001')\" 1", "unknown flag '--\\x01'"},
   };
   for (const auto& c : cases) {

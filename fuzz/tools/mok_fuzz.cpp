@@ -61,7 +61,8 @@ T to_number(const std::string& flag, const std::string& v, const char* want) {
 Args parse(int argc, char** argv) {
   Args a;
   a.fuzz.program = argv[0];
-  bool cases_given = false, seconds_given = false;
+  bool cases_given = false, seconds_given = false, repro_dir_given = false;
+  std::vector<std::string> given;  // each flag once (--property once per property)
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--list" || flag == "--help" || flag == "-h") {
@@ -71,6 +72,9 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) throw Usage("unknown flag or missing value: " + quote_input(flag));
     const std::string v = argv[++i];
     if (v.empty()) throw Usage(quote_input(flag) + " needs a value, not an empty string");
+    const std::string key = flag == "--property" ? flag + " " + v : flag;
+    if (std::find(given.begin(), given.end(), key) != given.end()) throw Usage(quote_input(key) + " is given twice");
+    given.push_back(key);
     if (flag == "--seed") {
       a.fuzz.seed = to_number<uint64_t>(flag, v, "an unsigned 64-bit integer");
       a.seed_given = true;
@@ -92,6 +96,7 @@ Args parse(int argc, char** argv) {
       a.fuzz.fault = fault_from_string(v);
     } else if (flag == "--repro-dir") {
       a.fuzz.repro_dir = v;
+      repro_dir_given = true;
     } else if (flag == "--replay") {
       a.replay = v;
     } else {
@@ -100,9 +105,11 @@ Args parse(int argc, char** argv) {
   }
   if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
   if (cases_given && seconds_given) throw Usage("--cases and --seconds exclude each other: give one");
-  if (!a.replay.empty() && (a.seed_given || cases_given || seconds_given || !a.fuzz.properties.empty()))
+  if (!a.replay.empty() &&
+      (a.seed_given || cases_given || seconds_given || !a.fuzz.properties.empty() || repro_dir_given))
     throw Usage(
-        "--replay runs the file's own case and property: --seed, --cases, --seconds and --property do not apply");
+        "--replay runs the file's own case and property and writes no repro: --seed, --cases, --seconds, --property "
+        "and --repro-dir do not apply");
   return a;
 }
 

@@ -221,6 +221,10 @@ TEST(MokGoldenCli, UsageErrorsExitTwo) {
     const testing::ToolRun r = run_tool(dir, args);
     EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
   }
+  // A repeated option used to be taken at its first value without a word.
+  const testing::ToolRun twice = run_tool(dir, "generate --name smoke --out a --out b");
+  EXPECT_EQ(twice.status, 2) << twice.output;
+  EXPECT_NE(twice.output.find("--out is given twice"), std::string::npos) << twice.output;
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// --key value options after the command word; every key must be known to the command.
+// --key value options after the command word; every key must be known to the command, and given once.
 struct Args {
   std::string command;
   std::vector<std::pair<std::string, std::string>> options;
@@ -65,6 +65,7 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& keys) {
     if (std::find(keys.begin(), keys.end(), arg) == keys.end())
       throw UsageError("unknown option " + quote_input(arg) + " for " + a.command);
     if (i + 1 >= argc || std::string(argv[i + 1]).empty()) throw UsageError(arg + " needs a value");
+    if (a.has(arg)) throw UsageError(arg + " is given twice");
     a.options.emplace_back(arg, argv[++i]);
   }
   return a;
