@@ -370,11 +370,14 @@ struct Attempt {
 
 enum class Stage : uint8_t { forward, backward };
 
+// `says`: what the error must name, where the mutation leaves the tensors sized for the valid config
+// (the config's own rules: else the size checks would refuse the input whether or not its rule exists).
 struct MutationDef {
   const char* name;
   Stage rejected_by;
   void (*apply)(Attempt& a, ref::Rng& rng);     // makes the attempt invalid
   bool (*applies)(const Attempt& a) = nullptr;  // nullptr: every problem can express the mutation
+  const char* says = nullptr;
 };
 
 constexpr bf16 kNaN{0x7fc0}, kInf{0x7f80}, kMaxBf16{0x7f7f};
@@ -393,40 +396,61 @@ LayerConfig& sigmoid_config(Attempt& a) {
 
 // Routing mutations (topk_*) act on a given routing; problems routed by the router get theirs as given.
 const MutationDef kMutations[] = {
-    {"ranks_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.ranks = 0; }},
-    {"tokens_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.tokens_per_rank = 0; }},
+    {"ranks_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.ranks = 0; },
+     nullptr, "ranks R = 0"},
+    {"tokens_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.tokens_per_rank = 0; },
+     nullptr, "tokens per rank T = 0"},
     {"ranks_not_dividing_experts", Stage::forward,
-     [](Attempt& a, ref::Rng&) { a.config.ranks = a.config.experts + 1; }},
-    {"experts_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.experts = 0; }},
-    {"experts_too_many", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.experts = kMaxExperts + 1; }},
-    {"top_k_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.top_k = 0; }},
-    {"top_k_above_experts", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.top_k = a.config.experts + 1; }},
-    {"hidden_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.hidden += 32; }},
-    {"intermediate_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.intermediate = 0; }},
-    {"shared_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.shared_intermediate = 32; }},
+     [](Attempt& a, ref::Rng&) { a.config.ranks = a.config.experts + 1; },
+     nullptr, "is not a multiple of ranks R"},
+    {"experts_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.experts = 0; },
+     nullptr, "experts E = 0"},
+    {"experts_too_many", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.experts = kMaxExperts + 1; },
+     nullptr, "need 1 <= E <= "},
+    {"top_k_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.top_k = 0; },
+     nullptr, "top_k k = 0"},
+    {"top_k_above_experts", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.top_k = a.config.experts + 1; },
+     nullptr, "need 1 <= k <= E"},
+    {"hidden_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.hidden += 32; },
+     nullptr, "(need a positive multiple of 64)"},
+    {"intermediate_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.intermediate = 0; },
+     nullptr, "intermediate I = 0"},
+    {"shared_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.shared_intermediate = 32; },
+     nullptr, "shared_intermediate = 32"},
     {"fp8_hidden_not_multiple_of_128", Stage::forward,
      [](Attempt& a, ref::Rng&) {
        a.config.precision = Precision::fp8;
        a.config.hidden = 3 * kShapeMultiple;
-     }},
-    {"precision_unknown", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.precision = Precision(2); }},
-    {"swiglu_limit_negative", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = -1; }},
-    {"swiglu_limit_nan", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kNaNf; }},
-    {"swiglu_limit_inf", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kInff; }},
+     },
+     nullptr, "the fp8 mode's block size"},
+    {"precision_unknown", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.precision = Precision(2); },
+     nullptr, "need 0 = bf16 or 1 = fp8"},
+    {"swiglu_limit_negative", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = -1; },
+     nullptr, "swiglu_limit must be"},
+    {"swiglu_limit_nan", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kNaNf; },
+     nullptr, "swiglu_limit must be"},
+    {"swiglu_limit_inf", Stage::forward, [](Attempt& a, ref::Rng&) { a.config.swiglu_limit = kInff; },
+     nullptr, "swiglu_limit must be"},
     {"n_group_not_dividing", Stage::forward,
-     [](Attempt& a, ref::Rng&) { sigmoid_config(a).n_group = a.config.experts + 1; }},
+     [](Attempt& a, ref::Rng&) { sigmoid_config(a).n_group = a.config.experts + 1; },
+     nullptr, "must divide E"},
     {"topk_group_above_n_group", Stage::forward,
-     [](Attempt& a, ref::Rng&) { sigmoid_config(a).topk_group = a.config.n_group + 1; }},
-    {"topk_group_zero", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).topk_group = 0; }},
+     [](Attempt& a, ref::Rng&) { sigmoid_config(a).topk_group = a.config.n_group + 1; },
+     nullptr, "need 1 <= topk_group <= n_group"},
+    {"topk_group_zero", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).topk_group = 0; },
+     nullptr, "need 1 <= topk_group <= n_group"},
     {"top_k_beyond_kept_groups", Stage::forward,
      [](Attempt& a, ref::Rng&) {
        LayerConfig& c = sigmoid_config(a);
        c.n_group = c.experts;
        c.topk_group = 1;
        c.top_k = 2;
-     }},
-    {"routed_scale_zero", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = 0; }},
-    {"routed_scale_nan", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = kNaNf; }},
+     },
+     [](const Attempt& a) { return a.config.experts >= 2; }, "exceeds the experts in the kept groups"},
+    {"routed_scale_zero", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = 0; },
+     nullptr, "routed_scale must be positive and finite"},
+    {"routed_scale_nan", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = kNaNf; },
+     nullptr, "routed_scale must be positive and finite"},
     {"x_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.x.pop_back(); }},
     {"x_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kNaN); }},
     {"x_inf", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kInf); }},
@@ -519,6 +543,8 @@ Verdict invalid_inputs(Backend& b, const ref::Problem& p, const CaseParams& cp) 
       if (a.tamper) a.tamper(f);
       b.backward(a.config, a.backward_x, a.backward_weights, f, a.dy, a.backward_options);
     } catch (const Error& e) {
+      if (stage == m.rejected_by && m.says && std::string(e.what()).find(m.says) == std::string::npos)
+        return what + " was refused, but not by its rule (its error must say '" + m.says + "'): " + e.what();
       if (stage == m.rejected_by) continue;
       return what +
              (stage == Stage::backward ? " passed the forward; only the backward rejected it: "
