@@ -93,7 +93,8 @@ void validate_fp8_options(const LayerConfig& c, const LaunchConfig& launch) {
           "fp8_weight_gradients needs precision = fp8 (the bf16 backward's weight gradients are bf16 chains)");
 }
 
-// What every Layer's config and launch must be, no device asked (layer_memory checks as much).
+// What every Layer's config and launch must be, no device asked (layer_memory checks as much), but for
+// the most GPUs a launch spans.
 void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
@@ -103,8 +104,7 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
               launch.watchdog_seconds <= kMaxWatchdogSeconds,
           "watchdog_seconds = " + std::to_string(launch.watchdog_seconds) + " is outside (0, " +
               std::to_string(int(kMaxWatchdogSeconds)) + "]");
-  require(launch.gpus >= 1 && launch.gpus <= kMaxGpus,
-          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
+  require(launch.gpus >= 1, "gpus = " + std::to_string(launch.gpus) + " is below 1");
   require(c.ranks % launch.gpus == 0,
           "ranks R = " + std::to_string(c.ranks) + " is not a multiple of gpus = " + std::to_string(launch.gpus));
   require(launch.gpus == 1 || launch.transport != Transport::simulated,
@@ -117,6 +117,9 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
 // before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   validate_launch_config(c, launch);
+  // Not in layer_memory's checks: it sizes a plan for more GPUs than a launch spans (mok-bench --plan).
+  require(launch.gpus <= kMaxGpus,
+          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
   require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
 }
 
@@ -389,9 +392,10 @@ struct Layer::Impl {
   int rank_begin = 0, rank_end = 0;
   SavedLayout saved;
   WorkspaceLayout ws;
-  Fp8WeightLayout fp8w;             // the quantized weights' buffer (no bytes in bf16)
-  Exchange exchange;                // where the ranks' shared buffers live (exchange.h)
-  unsigned long long launches = 0;  // 64 bits: the epoch of the abort marks never wraps (PeerSync)
+  Fp8WeightLayout fp8w;              // the quantized weights' buffer (no bytes in bf16)
+  Exchange exchange;                 // where the ranks' shared buffers live (exchange.h)
+  unsigned long long launches = 0;   // this Layer's
+  const PeerGroup* group = nullptr;  // numbers the launches across GPUs (take_launch), or none
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
   TensorMapCache map_cache[2];     // per Pass: a forward's maps are the last forward's, mostly
@@ -411,6 +415,7 @@ struct Layer::Impl {
     blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1);
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
+    group = peers;
     ws = workspace_layout(c, launch, !exchange.windowed());
     fp8w = fp8_weight_layout(c, own_experts());
     error = DeviceArray<KernelError>(1);
@@ -688,8 +693,10 @@ struct Layer::Impl {
   // The next launch's numbers in p: its epoch across GPUs and its relay values (each launch's are above
   // every earlier launch's).
   void stamp_launch(Params& p) const {
-    p.relay = exchange.relay(launches);
-    p.barrier.peers = exchange.peer_sync(launches, p.barrier.arrived + 2);
+    // 64 bits: the epoch of the abort marks never wraps (PeerSync).
+    const unsigned long long number = group ? group->take_launch(gpu) : launches;
+    p.relay = exchange.relay(number);
+    p.barrier.peers = exchange.peer_sync(number, p.barrier.arrived + 2);
   }
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
     MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, kBarrierWords * sizeof(unsigned int), stream));

@@ -9,7 +9,9 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mok/megakernel/layer.h"
@@ -38,6 +40,11 @@ class PeerGroup {
   uint8_t* local(int g) const { return static_cast<uint8_t*>(member(g).buffer); }
   // Every GPU's window as GPU g addresses it (its own included).
   std::vector<uint8_t*> peers(int g) const;
+  // The next launch number of GPU g's Layers on this group, taken once per launch. The barriers across
+  // GPUs and the relay compare the window's flags, which only grow, with it: so every Layer on the group
+  // (one after another, or several side by side) numbers on from the others', each GPU's Layers making
+  // their calls in the same order as every other GPU's.
+  unsigned long long take_launch(int g) const { return member(g).launches->fetch_add(1); }
 
  private:
   // One GPU whose window this group holds.
@@ -46,6 +53,7 @@ class PeerGroup {
     ncclComm_t comm = nullptr;
     void* buffer = nullptr;
     ncclWindow_t window = nullptr;
+    std::shared_ptr<std::atomic<unsigned long long>> launches = std::make_shared<std::atomic<unsigned long long>>(0);
   };
   const Member& member(int g) const;
   void open_nccl();         // allocates, zeroes and registers every member's window

@@ -873,14 +873,14 @@ struct Colocated {
 
   Colocated(const ref::Problem& p, RoutingMode mode, int gpus, double watchdog_seconds = 5.0,
             GivenRouting given = GivenRouting::in_place, int ring_rows = 0, bool recompute = false,
-            long capacity_rows = 0) {
+            long capacity_rows = 0, std::shared_ptr<const PeerGroup> on_group = nullptr) {
     const LaunchConfig launch{.ring_rows = ring_rows,
                               .watchdog_seconds = watchdog_seconds,
                               .gpus = gpus,
                               .transport = Transport::colocated,
                               .recompute = recompute,
                               .capacity_rows = capacity_rows};
-    group = make_peer_group(p.config, launch);
+    group = on_group ? std::move(on_group) : make_peer_group(p.config, launch);
     for (int g = 0; g < gpus; ++g) {
       layers.push_back(std::make_unique<Layer>(p.config, launch, g, group.get()));
       bound.push_back(std::make_unique<Bound>(*layers[g], p, mode, g, gpus, given));
@@ -956,6 +956,21 @@ TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
       shares.backward();
       expect_same(shares.check_and_read(), want);
     }
+  }
+}
+
+// Layers made again on one peer group (the group outlives its Layers) number their launches on from the
+// first Layers' (PeerGroup::take_launch): the window's flags hold the first Layers' numbers, which a count
+// started again from 0 would pass at once, and the barriers across GPUs would not wait.
+TEST_F(LayerApi, ColocatedLayersMadeAgainOnOneGroupMatchTheReference) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
+  const Results want = reference(p, RoutingMode::router);
+  std::shared_ptr<const PeerGroup> group;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Colocated shares(p, RoutingMode::router, 2, 5.0, GivenRouting::in_place, 0, false, 0, group);
+    group = shares.group;
+    for (int step = 0; step < 2; ++step) expect_same(shares.poisoned_step(), want);
   }
 }
 

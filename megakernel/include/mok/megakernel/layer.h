@@ -270,8 +270,9 @@ class Layer {
 std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& config, const LaunchConfig& launch);
 
 // The device memory of one GPU's Layer for a config and launch, from the sizes the Layer itself uses
-// (no GPU needed: plans for G beyond this machine's GPUs): the caller's saved buffer and workspace, and
-// the window (NCCL or colocated) that a Layer over gpus > 1 has in its peer group. The expert weights
+// (no GPU needed: plans for G beyond this machine's GPUs, and beyond the kMaxGpus a launch spans): the
+// caller's saved buffer and workspace, and the window that a Layer of a peer group has (the nccl or
+// colocated transport, gpus > 1 needing one). Throws mok::Error for what a Layer would refuse but G. The expert weights
 // and their gradients (E/G experts per GPU) are the caller's and not counted; fp8_weights: the size of
 // a caller's quantized weights (Layer::fp8_weights_bytes; 0 in bf16), which the workspace includes
 // unless LaunchConfig::fp8_weights_given.
