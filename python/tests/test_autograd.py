@@ -381,6 +381,21 @@ def test_module_main_grad_accumulates_and_zeroes():
         assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)
 
 
+def test_module_main_grad_for_parameters_put_in_after_construction():
+    """A parameter put in after construction (load_state_dict(assign=True) makes new ones) gets a main_grad
+    of zeros at the next forward, into which the backward adds, as the module's own did."""
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
+    plain = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5))
+    model.load_state_dict(plain.state_dict(), assign=True)
+    assert all(getattr(p, "main_grad", None) is None for p in model.parameters())
+    (model(layer.x).float() * layer.dy.float()).sum().backward()
+    (plain(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters(), strict=True):
+        assert p.grad is None, name
+        assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)
+
+
 def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     """mok.MoE(accumulate_grad=True): over two micro-batches each parameter's .grad holds the bits plain
     autograd accumulates into a .grad that held zeros, and stays the tensor it was, while autograd gives
