@@ -31,9 +31,10 @@ std::string digest_after_block(std::istream& in) {
 
 void seal_image(std::string& image) {
   if (image.size() < kSealBytes) throw Error("the file image is shorter than its seal block");
-  std::istringstream in(image);
+  Sha256 sha;  // of the bytes after the block, read in place (no copy of a large capture's image)
+  sha.update(image.data() + kSealBytes, image.size() - kSealBytes);
   std::string seal = kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(image.size()) + "\nsha256 " +
-                     digest_after_block(in) + "\n";
+                     to_hex(sha.finish()) + "\n";
   seal.resize(kSealBytes, '\0');
   image.replace(0, kSealBytes, seal);
 }
