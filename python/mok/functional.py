@@ -201,6 +201,9 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
         # (Dynamo cannot trace a storage's address: under torch.compile the grad check above is the one.)
         if not torch.compiler.is_compiling() and a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
             raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
+        if not torch.compiler.is_compiling() and a.is_inference():  # no version counter to move (op_tensors.h)
+            raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
+                             "which no backward may write")
 
 
 class _IntoAccumulators(torch.autograd.Function):

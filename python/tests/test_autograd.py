@@ -313,6 +313,9 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     refused(good, r'accumulate_into.router must be None with replay="full"', routing=(idx, w))
     refused(good._replace(w1=good.w1.clone().requires_grad_()), r"accumulate_into.w1 requires grad")
     refused(good._replace(router=layer.router.detach()), r"accumulate_into.router shares its memory with the weight")
+    with torch.inference_mode():
+        inference = torch.zeros_like(good.w2)
+    refused(good._replace(w2=inference), r"accumulate_into.w2 is an inference tensor")
 
 
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
