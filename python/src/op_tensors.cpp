@@ -111,6 +111,19 @@ void check_accumulators(const Checker& check, const Call& call, const Accumulato
   const auto shared_rule = [&] { return "the config's shared_intermediate is " + std::to_string(Is); };
   check.optional(acc.d_shared_w1, c.has_shared(), shared_rule, "d_shared_w1", wd, {2 * Is, H}, "[2Is, H]");
   check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", wd, {H, Is}, "[H, Is]");
+  // The kernels add into them and move their version counters (bump_versions): an inference tensor has
+  // none, so it is refused here, before anything is added (torch.compile skips mok.moe's own check).
+  const auto not_inference = [](const at::Tensor* t, const char* name) {
+    require(!t || !t->is_inference(), [&] {
+      return std::string(name) +
+             " is an inference tensor (made under torch.inference_mode), which no backward may write";
+    });
+  };
+  not_inference(acc.d_router ? &*acc.d_router : nullptr, "d_router");
+  not_inference(&acc.d_w1, "d_w1");
+  not_inference(&acc.d_w2, "d_w2");
+  not_inference(acc.d_shared_w1 ? &*acc.d_shared_w1 : nullptr, "d_shared_w1");
+  not_inference(acc.d_shared_w2 ? &*acc.d_shared_w2 : nullptr, "d_shared_w2");
 }
 
 // The fp8 mode's quantized weights (their size the layer checks); the CPU op takes none.

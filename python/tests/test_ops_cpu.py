@@ -64,6 +64,22 @@ def test_accumulate_adds_once_per_element(name):
             assert_same_bits(acc, old + g, name)
 
 
+def test_accumulate_refuses_an_inference_tensor_before_adding():
+    """The op itself (as torch.compile calls it, past mok.moe's checks) refuses an inference accumulator,
+    which has no version counter to move, and leaves the others as they were."""
+    layer = make_layer("softmax_shared")
+    fwd = layer.forward()
+    grads = layer.backward_float32(fwd)
+    accumulators = [torch.zeros(g.shape) if g.numel() else None for g in grads[3:]]
+    with torch.inference_mode():
+        accumulators[2] = torch.zeros(grads[5].shape)  # d_w2
+    _, topk_idx, topk_w, logits, saved = fwd
+    with pytest.raises(ValueError, match="d_w2 is an inference tensor"):
+        torch.ops.mok.backward_accumulate(*layer.weights(), topk_idx, topk_w, logits, saved, layer.dy, *accumulators,
+                                          *layer.op_args())
+    assert all(not a.any() for a in accumulators if a is not None)
+
+
 def golden_files():
     return sorted(GOLDEN_DIR.glob("*.h5")) if GOLDEN_DIR.is_dir() else []
 
