@@ -36,7 +36,7 @@
 #include "device_array.cuh"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
-#include "random_codes.cuh"
+#include "probe_operands.cuh"
 #include "tensor_map.h"
 #include "tile_gemm.cuh"
 
@@ -169,7 +169,8 @@ struct FedOperands {
   CUtensorMap a, b;
   const int32_t* a_exp;
   const int32_t* b_exp;
-  int experts, tiles_m, tiles_n, k_blocks;  // tiles_m and tiles_n per expert
+  ExpertTiles tiles;
+  int k_blocks;
 };
 
 // Every tile of C = A B^T through produce() and consume_fp8() (kFp8) or consume(), round-robin over
@@ -179,10 +180,10 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     fed_kernel(const __grid_constant__ FedOperands op, GridBarrier b, float* sink, ConsumerTime* times) {
   Pipeline pipe = pipeline_init();
-  const int tiles = op.experts * op.tiles_m * op.tiles_n;
+  const int tiles = op.tiles.count();
   const auto load_of = [&](int t) {
-    const int m = t / op.tiles_n, b0 = (m / op.tiles_m * op.tiles_n + t % op.tiles_n) * kTileN;
-    return TileLoad{&op.a, &op.b, m * kTileRows, {b0, b0 + kTileN / 2}, 0, 0, op.k_blocks, op.a_exp, op.b_exp};
+    const int b0 = op.tiles.b_row(t);
+    return TileLoad{&op.a, &op.b, op.tiles.a_row(t), {b0, b0 + kTileN / 2}, 0, 0, op.k_blocks, op.a_exp, op.b_exp};
   };
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
@@ -281,7 +282,7 @@ void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTi
   DeviceArray<int32_t> a_exp(kFp8 ? rows_a * op->k_blocks : 0), b_exp(kFp8 ? rows_b / kFp8Block * op->k_blocks : 0);
   a_exp.zero(), b_exp.zero();
   op->a_exp = a_exp.get(), op->b_exp = b_exp.get();
-  op->experts = shape.experts, op->tiles_m = shape.tiles_m, op->tiles_n = kTilesN;
+  op->tiles = ExpertTiles{shape.experts, shape.tiles_m, kTilesN};
   const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
   encode_tensor_map(op->a, a.get(), rows_a, kK, element);
   encode_tensor_map(op->b, b.get(), rows_b, kK, element);

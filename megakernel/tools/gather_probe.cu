@@ -27,7 +27,7 @@
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/megakernel/ptx/cp_async.cuh"
-#include "random_codes.cuh"
+#include "probe_operands.cuh"
 #include "tensor_map.h"
 #include "tile_gemm.cuh"
 
@@ -37,19 +37,22 @@ namespace {
 enum class Variant { boxed, cp_async, tma_rows };
 constexpr const char* kVariantNames[] = {"boxed", "cp-async", "tma-rows"};
 
-// A GEMM1 of one shape: experts, an expert's row tiles and column tiles, K (H), and the tokens of x.
+// A GEMM1 of one shape: its tiles (experts, an expert's row tiles and column tiles), K (H), and the
+// tokens of x.
 struct ProbeShape {
   const char* name;
-  int experts, tiles_m, tiles_n, hidden, tokens;
+  ExpertTiles tiles;
+  int hidden, tokens;
 };
-constexpr ProbeShape kShapes[] = {{"olmoe", 64, 8, 8, 2048, 8192}, {"kimi-k2", 32, 16, 16, 7168, 8192}};
+constexpr ProbeShape kShapes[] = {{"olmoe", {64, 8, 8}, 2048, 8192}, {"kimi-k2", {32, 16, 16}, 7168, 8192}};
 
 struct ProbeOperands {
   CUtensorMap xe, x_rows, w;  // xe and W1 in 64-row boxes, x in one-row boxes
   const bf16* x;              // [tokens, hidden]
   const int32_t* row_token;   // [experts tiles_m 128] each gathered row's token
   uint32_t* words;            // [tiles, kConsumerThreads] the accumulators' bits folded
-  int experts, tiles_m, tiles_n, hidden;
+  ExpertTiles tiles;
+  int hidden;
 };
 
 // The stage offset of A's row r (of 128) and its 16-byte chunk c under the 128-byte swizzle of the
@@ -70,8 +73,8 @@ constexpr uint32_t full_arrivals(Variant v) { return v == Variant::cp_async ? 1 
 constexpr int kLag = kStages - 1;
 template <Variant kVariant>
 __device__ bool produce_gathered(Pipeline& pipe, const ProbeOperands& op, int t, int k_blocks, const GridBarrier& b) {
-  const int r = int(threadIdx.x), m = t / op.tiles_n, b0 = (m / op.tiles_m * op.tiles_n + t % op.tiles_n) * kTileN;
-  const int token = op.row_token[m * kTileRows + r];
+  const int r = int(threadIdx.x), b0 = op.tiles.b_row(t);
+  const int token = op.row_token[op.tiles.a_row(t) + r];
   const bf16* row = op.x + long(token) * op.hidden;
   for (int kb = 0; kb < k_blocks; ++kb, ++pipe.blocks) {
     if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, 0)) return false;
@@ -110,16 +113,16 @@ __device__ void drain_gathered(const Pipeline& pipe) {
 template <Variant kVariant>
 __global__ void __launch_bounds__(kThreads, 1) probe_kernel(const __grid_constant__ ProbeOperands op, GridBarrier b) {
   Pipeline pipe = pipeline_init(full_arrivals(kVariant));
-  const int tiles = op.experts * op.tiles_m * op.tiles_n, k_blocks = op.hidden / kBox;
+  const int tiles = op.tiles.count(), k_blocks = op.hidden / kBox;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if constexpr (kVariant == Variant::boxed) {
       if (threadIdx.x == 0)
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-          const int m = t / op.tiles_n, b0 = (m / op.tiles_m * op.tiles_n + t % op.tiles_n) * kTileN;
+          const int b0 = op.tiles.b_row(t);
           if (!produce<kNT, false, false>(
-                  pipe, TileLoad{&op.xe, &op.w, m * kTileRows, {b0, b0 + kTileN / 2}, 0, 0, k_blocks}, b, 0))
+                  pipe, TileLoad{&op.xe, &op.w, op.tiles.a_row(t), {b0, b0 + kTileN / 2}, 0, 0, k_blocks}, b, 0))
             break;
         }
     } else {
@@ -150,9 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) probe_kernel(const __grid_constan
 // Each gathered row's token: a hash of the row, so a tile's rows come from all over x.
 __global__ void pick_tokens(int32_t* row_token, long rows, int tokens) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < rows; i += long(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9e3779b9u;
-    h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
-    row_token[i] = int32_t(h % uint32_t(tokens));
+    row_token[i] = int32_t(index_hash(uint64_t(i)) % uint32_t(tokens));
   }
 }
 
@@ -190,15 +191,15 @@ std::vector<uint32_t> run(const ProbeShape& s, ProbeOperands& op, DeviceArray<ui
   if (e.code != kNoError)
     throw std::runtime_error(std::string(kVariantNames[int(kVariant)]) + ": a pipeline wait timed out (block " +
                              std::to_string(e.detail) + ")");
-  const double tiles = double(s.experts) * s.tiles_m * s.tiles_n;
+  const double tiles = s.tiles.count();
   const double flops = 2.0 * kTileRows * kTileN * double(s.hidden) * tiles;
   std::printf("%-9s %8.3f ms  %6.1f TFLOP/s", kVariantNames[int(kVariant)], ms, flops / ms / 1e9);
   return words.download();
 }
 
 int probe(const ProbeShape& s, int sms) {
-  const long rows = long(s.experts) * s.tiles_m * kTileRows, w_rows = long(s.experts) * s.tiles_n * kTileN;
-  const long tiles = long(s.experts) * s.tiles_m * s.tiles_n;
+  const long rows = long(s.tiles.experts) * s.tiles.tiles_m * kTileRows;
+  const long w_rows = long(s.tiles.experts) * s.tiles.tiles_n * kTileN, tiles = s.tiles.count();
   const DeviceArray<uint8_t> x = device_bytes(size_t(s.tokens) * s.hidden * 2, true, false, 0, sms);
   const DeviceArray<uint8_t> w = device_bytes(size_t(w_rows) * s.hidden * 2, true, false, 0, sms);
   DeviceArray<int32_t> row_token(rows);
@@ -214,7 +215,7 @@ int probe(const ProbeShape& s, int sms) {
   encode_tensor_map(op->x_rows, x.get(), s.tokens, s.hidden, MapElement::bf16, 1);
   encode_tensor_map(op->w, w.get(), w_rows, s.hidden);
   op->x = x_bf16, op->row_token = row_token.get(), op->words = words.get();
-  op->experts = s.experts, op->tiles_m = s.tiles_m, op->tiles_n = s.tiles_n, op->hidden = s.hidden;
+  op->tiles = s.tiles, op->hidden = s.hidden;
   std::printf("mok-gather-probe: %s's GEMM1, %ld tiles of 128 x 256, K %d, on %d SMs\n", s.name, tiles, s.hidden, sms);
   const std::vector<uint32_t> boxed = run<Variant::boxed>(s, *op, words, sms);
   std::printf("\n");
