@@ -43,43 +43,39 @@ TEST(MokGoldenCli, CheckNamesTheFirstDifferingElement) {
   EXPECT_NE(r.output.find("FAIL  single_token: 1 tensors differ"), std::string::npos) << r.output;
 }
 
+// `mok-golden check --name` of `g`, written as its case's committed golden in a directory of its own:
+// it fails (exit 1) with `failure` in its output.
+void expect_check_fails(const std::string& dir_name, const GoldenCase& g, const std::string& failure) {
+  TempDir dir(dir_name);
+  write_golden(dir / (g.name + ".h5"), g);
+  const testing::ToolRun r = run_tool(dir, "check --name " + g.name + " --dir " + dir.path().string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find(failure), std::string::npos) << r.output;
+}
+
 TEST(MokGoldenCli, CheckFailsAGoldenTheCatalogueNoLongerDescribes) {
-  TempDir dir("golden-cli-stale");
   CaseSpec spec = *find_case("single_token");
   spec.recipe.seed += 1;
-  write_golden(dir / "single_token.h5", make_case(spec));
-  const testing::ToolRun r = run_tool(dir, "check --name single_token --dir " + dir.path().string());
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("FAIL  single_token: the catalogue's seed differs from the committed golden's"),
-            std::string::npos)
-      << r.output;
+  expect_check_fails("golden-cli-stale", make_case(spec),
+                     "FAIL  single_token: the catalogue's seed differs from the committed golden's");
 }
 
 // Every option is compared: a golden written with the other fp8_weight_gradients (its weight gradients
 // another chain's bits) is not the catalogue's case.
 TEST(MokGoldenCli, CheckFailsAGoldenOfAnotherFp8WeightGradientsOption) {
-  TempDir dir("golden-cli-stale-option");
   CaseSpec spec = *find_case("fp8_smoke");
   spec.options.fp8_weight_gradients = !spec.options.fp8_weight_gradients;
-  write_golden(dir / "fp8_smoke.h5", make_case(spec));
-  const testing::ToolRun r = run_tool(dir, "check --name fp8_smoke --dir " + dir.path().string());
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("FAIL  fp8_smoke: the catalogue's fp8_weight_gradients differs from the committed golden's"),
-            std::string::npos)
-      << r.output;
+  expect_check_fails("golden-cli-stale-option", make_case(spec),
+                     "FAIL  fp8_smoke: the catalogue's fp8_weight_gradients differs from the committed golden's");
 }
 
 // A golden whose stored fp64-oracle bound is not this build's (the fp8 goldens of 5928fe1 held the bf16
 // bounds, which their own errors exceeded) fails, naming the tensor.
 TEST(MokGoldenCli, CheckFailsAGoldenWithAStaleOracleBound) {
-  TempDir dir("golden-cli-bound");
   GoldenCase g = make_case(*find_case("fp8_smoke"));
   ASSERT_EQ(g.oracle.at("y").bound, ref::oracle_bound(ref::OracleTensor::y, Precision::fp8));
   g.oracle.at("y").bound = ref::oracle_bound(ref::OracleTensor::y, Precision::bf16);
-  write_golden(dir / "fp8_smoke.h5", g);
-  const testing::ToolRun r = run_tool(dir, "check --name fp8_smoke --dir " + dir.path().string());
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("FAIL  fp8_smoke: its stored fp64-oracle bound of y: "), std::string::npos) << r.output;
+  expect_check_fails("golden-cli-bound", g, "FAIL  fp8_smoke: its stored fp64-oracle bound of y: ");
 }
 
 // A write that fails for want of room (here a file-size limit, its signal ignored, as a full disk) is a
