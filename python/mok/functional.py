@@ -198,12 +198,14 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             raise ValueError(f"accumulate_into.{name} requires grad: the backward adds into it in place, which "
                              "autograd does not record (pass the weight's .grad, a main_grad buffer or another "
                              "tensor that requires no grad)")
-        # (Dynamo cannot trace a storage's address: under torch.compile the grad check above is the one.)
-        if not torch.compiler.is_compiling() and a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
-            raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
-        if not torch.compiler.is_compiling() and a.is_inference():  # no version counter to move (op_tensors.h)
-            raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
-                             "which no backward may write")
+        # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
+        # (under torch.compile the op itself refuses an inference tensor, op_tensors.cpp).
+        if not torch.compiler.is_compiling():
+            if a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
+                raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
+            if a.is_inference():  # no version counter for the backward to move
+                raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
+                                 "which no backward may write")
 
 
 class _IntoAccumulators(torch.autograd.Function):
