@@ -22,9 +22,10 @@
 // w1, w2, d_w1, d_w2 [E/G, ...].
 //
 // Errors: bad arguments throw mok::Error at the call, before anything is enqueued. Errors found by
-// the kernels (a watchdog, a router-logit overflow, an expert id out of range in a given routing) are
-// recorded on the device, copied to the host behind each launch, and thrown by the next call that sees
-// them or by check(); until then the layer's launches do nothing. Over G > 1 GPUs a GPU that stops on
+// the kernels (a watchdog, a router-logit overflow, a bad given routing, a saved buffer not of this
+// routing, the capacity, a peer's abort: docs/architecture.md) are recorded on the device, copied to
+// the host behind each launch, and thrown by the next call that sees them or by check(); until then
+// the layer's launches stop at their first barrier. Over G > 1 GPUs a GPU that stops on
 // an error ends its peers' launches at their next barrier across GPUs, within microseconds instead of
 // after their watchdog: its own Layer raises the cause, each peer's Layer "mok: GPU j stopped on an
 // error (raised by GPU j's Layer); GPU g's launch ended waiting for it after phase '...'"; the next

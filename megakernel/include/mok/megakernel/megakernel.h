@@ -3,7 +3,8 @@
 // (mok/megakernel/layer.h, what a training framework calls): it owns device copies of the weights,
 // every output and the workspace, poisons the outputs before each launch and the workspace before
 // each backward (which so reads only what it writes or the forward saved), waits, and reads back.
-// One persistent kernel per direction runs every step of the layer for R expert-parallel ranks:
+// Persistent kernels (one forward launch, two or three backward launches) run every step of the layer
+// for R expert-parallel ranks:
 // simulated ranks (all R ranks' buffers on one GPU), R ranks spread over the GPUs of this process
 // through NCCL symmetric windows, or over colocated shares of one GPU (tests; docs/multi-gpu.md),
 // each GPU holding its share of the tokens and experts. The bits do not depend on which (D2).
@@ -55,7 +56,7 @@ class Megakernel {
   Gradients backward(const std::vector<bf16>& dy, bool accumulate = false);
 
   // The steps apart, for timing the kernels alone. set_* validate, upload and poison the outputs;
-  // launch_* run one persistent kernel and wait for it; read_* copy the results back.
+  // launch_* run the direction's persistent kernels and wait for them; read_* copy the results back.
   void set_input(const std::vector<bf16>& x, const Routing* given, bool replay_ids = false);
   void launch_forward();
   Forward read_forward() const;
