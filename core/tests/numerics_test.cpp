@@ -270,6 +270,19 @@ TEST(Swiglu, ClampedOperandPassesNoGradient) {
   EXPECT_EQ(at_limit.up, silu_f32(7.0f));
 }
 
+// A NaN operand (an fp8 GEMM's promoted partials can overflow to Inf - Inf) is no clamped operand,
+// clamp or no clamp: as it reaches a, it reaches the gradients that depend on it, and the up operand's
+// gradient, silu(gate), stays (a clamped operand's would be a silent 0).
+TEST(Swiglu, NanOperandIsNotClamped) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const float limit : {0.0f, 7.0f}) {
+    EXPECT_TRUE(std::isnan(swiglu(nan, 2.0f, limit)));
+    EXPECT_TRUE(std::isnan(swiglu_grad(nan, 2.0f, 1.0f, limit).gate)) << "limit " << limit;
+    EXPECT_TRUE(std::isnan(swiglu_grad(1.0f, nan, 1.0f, limit).gate)) << "limit " << limit;
+    EXPECT_EQ(swiglu_grad(1.0f, nan, 1.0f, limit).up, silu_f32(1.0f)) << "limit " << limit;
+  }
+}
+
 // ---- K-steps ----
 
 using Operands = std::array<bf16, kStepK>;
@@ -424,14 +437,23 @@ TEST(Combine, YWeightsEachSlot) {
 TEST(Combine, DxAddsSharedThenSlotsThenRouter) {
   // shared = 1 + 2^-8; slots 2^-24 each tie back to it; the router's 2^-8 (fp32) then makes 1 + 2^-7.
   const bf16 slots[2] = {to_bf16(0x1p-24f), to_bf16(0x1p-24f)};
-  EXPECT_EQ(combine_dx(
-                2, 1.0f + 0x1p-8f, [&](int j) { return slots[j]; }, 0x1p-8f)
-                .bits,
-            to_bf16(1.0f + 0x1p-7f).bits);
-  EXPECT_EQ(combine_dx(
-                2, 1.0f + 0x1p-8f, [&](int j) { return slots[j]; }, 0.0f)
-                .bits,
-            to_bf16(1.0f).bits);
+  const auto slot = [&](int j) { return slots[j]; };
+  EXPECT_EQ(combine_dx(2, 1.0f + 0x1p-8f, slot, 0x1p-8f).bits, to_bf16(1.0f + 0x1p-7f).bits);
+  EXPECT_EQ(combine_dx(2, 1.0f + 0x1p-8f, slot, 0.0f).bits, to_bf16(1.0f).bits);
+  // The slots before the router: from shared 0 they sum to 2^-23 exactly, and 1 + 2^-8 + 2^-23 rounds
+  // up to bf16 1 + 2^-7. The router first (1 + 2^-8) would swallow each 2^-24 (ties to even) and round
+  // down to 1.
+  EXPECT_EQ(combine_dx(2, 0.0f, slot, 1.0f + 0x1p-8f).bits, to_bf16(1.0f + 0x1p-7f).bits);
+}
+
+TEST(Combine, YFusesEachWeightWithItsSlot) {
+  // One fma per slot: (1 + 2^-23)(1 + 2^-7) - (1 + 2^-7) = 2^-23 + 2^-30 exactly, bf16 0x3401. The
+  // product rounded first (to 1 + 2^-7 + 2^-23) would leave 2^-23, bf16 0x3400.
+  const float w[1] = {1.0f + 0x1p-23f};
+  const bf16 slot = to_bf16(1.0f + 0x1p-7f);
+  const bf16 y = combine_y(1, -(1.0f + 0x1p-7f), w, [&](int) { return slot; });
+  EXPECT_EQ(y.bits, 0x3401u);
+  EXPECT_EQ(y.bits, to_bf16(0x1p-23f + 0x1p-30f).bits);
 }
 
 TEST(Combine, ChainsRunSlotBySlotGiveTheWholeCombine) {

@@ -143,6 +143,31 @@ TEST(RouterWeights, RenormaliseAndScale) {
   EXPECT_EQ(weights_of(c, s, idx), (std::vector<float>{1.875f, 0.625f}));
 }
 
+// Selected scores that all underflow to zero (sigmoid logits of -128; softmax scores of replayed
+// experts far below the largest) renormalise to zero weights, and their gradients are zero: the
+// denominator's 1e-20 (torchtitan's, Megatron-Core's) instead of 0/0 = NaN. Above 1.7e-13 a sum keeps
+// its bits: the term is under half its ulp.
+TEST(RouterWeights, ScoresThatUnderflowToZeroGiveZeroWeights) {
+  LayerConfig c = router_config(ScoreMode::sigmoid, 4, 2);
+  c.routed_scale = 2.5f;
+  const std::vector<float> s = scores_of(c, {-128.0f, -128.0f, -128.0f, -128.0f});
+  ASSERT_EQ(s, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
+  const std::vector<int32_t> idx = {0, 1};
+  EXPECT_EQ(weights_of(c, s, idx), (std::vector<float>{0.0f, 0.0f}));
+  const float dw[2] = {1.0f, -0.5f};
+  std::vector<float> d_scores(4), d_logits(4);
+  router_backward(c, s.data(), idx.data(), dw, d_scores.data(), d_logits.data());
+  EXPECT_EQ(d_logits, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
+  c.score_mode = ScoreMode::softmax;  // replayed ids 2 and 3, 200 below the largest logits
+  const std::vector<float> p = scores_of(c, {0.0f, 0.0f, -200.0f, -200.0f});
+  ASSERT_EQ(p, (std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f}));
+  const std::vector<int32_t> replayed = {2, 3};
+  EXPECT_EQ(weights_of(c, p, replayed), (std::vector<float>{0.0f, 0.0f}));
+  router_backward(c, p.data(), replayed.data(), dw, d_scores.data(), d_logits.data());
+  EXPECT_EQ(d_logits, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(renormalizer(c, std::vector<float>{0x1p-42f, 0.0f}.data(), std::vector<int32_t>{0, 1}.data()), 0x1p-42f);
+}
+
 // ---- backward ----
 
 // router_backward against central differences of L(logits) = sum_j dw_j * topk_w_j(logits) with

@@ -37,7 +37,7 @@ TEST(Validate, WidthsPastInt32AreRefused) {
   EXPECT_NE(validate_error(c).find("shared W1 rows 2 * Is = 2147483648"), std::string::npos);
   EXPECT_NE(validate_error(make_config(1, 1, 1 << 24, 64, 512, 1)).find("router elements E * H = 8589934592"),
             std::string::npos);
-  EXPECT_NE(validate_error(make_config(1, 1, big, big, 1, 1)), "");
+  EXPECT_NE(validate_error(make_config(1, 1, big, big, 1, 1)).find("2 * I = 2147483648"), std::string::npos);
 }
 
 TEST(Validate, Fp8NeedsWholeScaleBlocks) {
@@ -59,6 +59,20 @@ TEST(Validate, Fp8NeedsWholeScaleBlocks) {
   EXPECT_EQ(validate_error(c), "") << "bf16 takes multiples of 64";
   c.precision = Precision(2);
   EXPECT_NE(validate_error(c).find("precision = 2 (need 0 = bf16 or 1 = fp8)"), std::string::npos);
+}
+
+TEST(Validate, RefusesAnUnknownScoreMode) {
+  LayerConfig c = make_config(1, 4, 64, 64, 4, 2);
+  c.score_mode = ScoreMode(2);  // would route as softmax unnoticed
+  EXPECT_NE(validate_error(c).find("score_mode = 2 (need 0 = softmax or 1 = sigmoid)"), std::string::npos);
+}
+
+// The layout's chunks of 32 tokens up to the largest N validate allows (2^31 - 1), with no sum past int.
+TEST(Validate, LayoutChunksCountTheLargestBatch) {
+  EXPECT_EQ(layout_chunks(1), 1);
+  EXPECT_EQ(layout_chunks(32), 1);
+  EXPECT_EQ(layout_chunks(33), 2);
+  EXPECT_EQ(layout_chunks(std::numeric_limits<int>::max()), 1 << 26);
 }
 
 TEST(Validate, RoutedScaleIsCheckedInEveryMode) {

@@ -47,4 +47,15 @@ template <class T>
   return ::testing::AssertionSuccess();
 }
 
+// A mok::Error from `call` whose message holds `names` (the rule it is about, not just any error).
+template <class Call>
+void expect_error(Call call, const std::string& names) {
+  try {
+    call();
+    ADD_FAILURE() << "no mok::Error; expected one naming \"" << names << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << "message: " << e.what();
+  }
+}
+
 }  // namespace mok::ref::test

@@ -147,6 +147,8 @@ inline void validate(const LayerConfig& c) {
                                   {"intermediate I", c.intermediate},
                                   {"shared_intermediate", c.shared_intermediate}})
       require(v % kFp8Block == 0, [&] { return n(name, v) + " is not a multiple of 128, the fp8 mode's block size"; });
+  require(c.score_mode == ScoreMode::softmax || c.score_mode == ScoreMode::sigmoid,
+          [&] { return n("score_mode", long(c.score_mode)) + " (need 0 = softmax or 1 = sigmoid)"; });
   require(c.precision == Precision::bf16 || c.precision == Precision::fp8,
           [&] { return n("precision", long(c.precision)) + " (need 0 = bf16 or 1 = fp8)"; });
   require(valid_swiglu_limit(c.swiglu_limit),

@@ -19,7 +19,8 @@ namespace mok {
 
 inline constexpr int kLayoutChunk = 32;  // the bits of a route mask
 
-MOK_HD int layout_chunks(int tokens) { return (tokens + kLayoutChunk - 1) / kLayoutChunk; }
+// Chunks of `tokens` (up to 2^31 - 1: no sum past it).
+MOK_HD int layout_chunks(int tokens) { return tokens / kLayoutChunk + (tokens % kLayoutChunk != 0); }
 
 // The bit of global token g in its chunk's route masks.
 MOK_HD uint32_t route_bit(int g) { return 1u << (g % kLayoutChunk); }
@@ -27,7 +28,7 @@ MOK_HD uint32_t route_bit(int g) { return 1u << (g % kLayoutChunk); }
 // masks[e] for the chunk's tokens (masks: [E]).
 MOK_HD void route_masks(const int32_t* topk_idx, int k, int chunk, int tokens, int experts, uint32_t* masks) {
   for (int e = 0; e < experts; ++e) masks[e] = 0;
-  const int end = (chunk + 1) * kLayoutChunk < tokens ? (chunk + 1) * kLayoutChunk : tokens;
+  const int end = chunk < tokens / kLayoutChunk ? (chunk + 1) * kLayoutChunk : tokens;
   for (int g = chunk * kLayoutChunk; g < end; ++g)
     for (int j = 0; j < k; ++j) masks[topk_idx[g * k + j]] |= route_bit(g);
 }

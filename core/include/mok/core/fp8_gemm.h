@@ -41,17 +41,19 @@ MOK_HD int block_scale_exponent(uint32_t amax_bits) { return e4m3_scale_exponent
 // `dst_stride` apart) as E4M3 values v 2^-e, e = e4m3_scale_exponent(the block's largest |v|); returns
 // e. The scaling is exact (a value it would take below 2^-126 rounds to a signed zero in E4M3 either
 // way), so each element is rounded once, to nearest even; the largest lands in [224, 448] unless the
-// block is zero or its largest magnitude is below 2^-118 (e stops at -126).
+// block is zero or its largest magnitude is below 2^-118 (e stops at -126). Offsets in 64 bits: 127
+// rows of a K past 2^24 pass int.
 MOK_HD int quantize_block(const bf16* src, int rows, int cols, int stride, fp8_e4m3* dst, int dst_stride) {
   uint32_t amax = 0;  // the largest magnitude's bits: finite magnitudes order as their bits
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
-      const uint32_t magnitude = src[r * stride + c].bits & 0x7fffu;
+      const uint32_t magnitude = src[int64_t(r) * stride + c].bits & 0x7fffu;
       amax = magnitude > amax ? magnitude : amax;
     }
   const int e = block_scale_exponent(amax);
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) dst[r * dst_stride + c] = to_e4m3_scaled(to_float(src[r * stride + c]), e);
+    for (int c = 0; c < cols; ++c)
+      dst[int64_t(r) * dst_stride + c] = to_e4m3_scaled(to_float(src[int64_t(r) * stride + c]), e);
   return e;
 }
 

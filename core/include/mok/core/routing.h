@@ -103,11 +103,21 @@ MOK_HD void router_select(const LayerConfig& c, const float* scores, const float
   }
 }
 
-// topk_w[j] = scores[e_j], divided by their sum (in slot order) when renormalising, then times
-// routed_scale in sigmoid mode.
-MOK_HD void router_weights(const LayerConfig& c, const float* scores, const int32_t* topk_idx, float* topk_w) {
+// The renormalisation's denominator S: the selected scores' sum (in slot order) plus 1e-20, as
+// torchtitan and Megatron-Core write it, so that a token whose selected scores all underflow to zero
+// (sigmoid logits below about -88.7; softmax scores of replayed ids about 104 below the largest) gets
+// zero weights, not 0/0. The term changes no sum above about 1.7e-13 (where it is under half an ulp).
+inline constexpr float kRenormalizeEpsilon = 1e-20f;
+MOK_HD float renormalizer(const LayerConfig& c, const float* scores, const int32_t* topk_idx) {
   float sum = 0.0f;
   for (int j = 0; j < c.top_k; ++j) sum += scores[topk_idx[j]];
+  return sum + kRenormalizeEpsilon;
+}
+
+// topk_w[j] = scores[e_j], divided by their renormalizer when renormalising, then times routed_scale in
+// sigmoid mode.
+MOK_HD void router_weights(const LayerConfig& c, const float* scores, const int32_t* topk_idx, float* topk_w) {
+  const float sum = renormalizer(c, scores, topk_idx);
   for (int j = 0; j < c.top_k; ++j) {
     float w = scores[topk_idx[j]];
     if (c.renormalize) w = w / sum;
@@ -117,7 +127,7 @@ MOK_HD void router_weights(const LayerConfig& c, const float* scores, const int3
 }
 
 // d logits from d topk_w, for one token. scores as router_scores gives them.
-//   renormalised:  d s_j = (d w'_j - sum_i d w'_i w'_i) / S,  w'_j = s_j / S
+//   renormalised:  d s_j = (d w'_j - sum_i d w'_i w'_i) / S,  w'_j = s_j / S  (S the renormalizer)
 //   softmax:       d logit = p * (d p - <d p, p>)
 //   sigmoid:       d logit_e = d s_e * s_e * (1 - s_e)
 MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int32_t* topk_idx, const float* d_topk_w,
@@ -125,8 +135,7 @@ MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int
   const int E = c.experts, k = c.top_k;
   const bool sigmoid = c.score_mode == ScoreMode::sigmoid;
   for (int e = 0; e < E; ++e) d_scores[e] = 0.0f;
-  float sum = 0.0f;
-  for (int j = 0; j < k; ++j) sum += scores[topk_idx[j]];
+  const float sum = renormalizer(c, scores, topk_idx);
   float weighted = 0.0f;  // sum_i d w'_i w'_i
   if (c.renormalize)
     for (int j = 0; j < k; ++j) {

@@ -249,6 +249,12 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   f.layout.slot_row = get<int32_t>(saved, s.slot_row, N * k);
   const std::vector<int32_t> tiles = get<int32_t>(saved, s.tile_offsets, E + 1);
   validate_layout(c, f.layout, tiles);
+  // The share's tiles fit its rows: a capacity below what the layout routes to its experts would read
+  // past them (the forward refuses such a routing; a buffer from elsewhere need not have).
+  const int per_gpu = c.experts / share.gpus, first = share.gpu * per_gpu;
+  require(
+      long(kTileRows) * (tiles[first + per_gpu] - tiles[first]) <= own_padded_rows(c, share.gpus, share.capacity_rows),
+      [] { return saved_holds_no_layout(); });
   f.layout.counts.resize(E);
   for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
   if (recompute) return f;

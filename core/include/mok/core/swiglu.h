@@ -27,12 +27,13 @@ struct SwigluGrad {
   float up;
 };
 
-// da: the gradient reaching a. A clamped operand passes no gradient.
+// da: the gradient reaching a. A clamped operand (beyond the limit, where there is one) passes no
+// gradient; a NaN operand is not clamped, so its NaN reaches the gradient as it reached a.
 MOK_HD SwigluGrad swiglu_grad_given_sigmoid(float gate, float up, float da, float limit, float s) {
   const float g = clamp_gate(gate, limit);
   const float u = clamp_up(up, limit);
-  const bool gate_clamped = g != gate;
-  const bool up_clamped = u != up;
+  const bool gate_clamped = limit > 0.0f && gate > limit;
+  const bool up_clamped = limit > 0.0f && (up > limit || up < -limit);
   const SiluWithGrad silu = silu_with_grad_given_sigmoid(g, s);
   return SwigluGrad{gate_clamped ? 0.0f : (da * u) * silu.grad, up_clamped ? 0.0f : da * silu.value};
 }

@@ -69,14 +69,15 @@ inline void validate_weights(const LayerConfig& c, const LayerWeights& w) {
   require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
 }
 
-// A given (replayed) routing: ids in [0, E), no expert twice for one token, finite weights (unless
-// only the ids are replayed).
-inline void validate_routing(const LayerConfig& c, const Routing& r, bool ids_only = false) {
+// A given (replayed) routing, or `whose` else: ids in [0, E), no expert twice for one token, finite
+// weights (unless only the ids are replayed).
+inline void validate_routing(const LayerConfig& c, const Routing& r, bool ids_only = false,
+                             const std::string& whose = "given") {
   const int N = c.tokens(), k = c.top_k, E = c.experts;
-  require_size(r.topk_idx, size_t(N) * k, "given topk_idx [N, k]");
+  require_size(r.topk_idx, size_t(N) * k, (whose + " topk_idx [N, k]").c_str());
   if (!ids_only) {
-    require_size(r.topk_w, size_t(N) * k, "given topk_w [N, k]");
-    require(all_finite(r.topk_w), "given topk_w holds NaN or Inf");
+    require_size(r.topk_w, size_t(N) * k, (whose + " topk_w [N, k]").c_str());
+    require(all_finite(r.topk_w), whose + " topk_w holds NaN or Inf");
   }
   for (int g = 0; g < N; ++g)
     for (int j = 0; j < k; ++j) {
@@ -173,7 +174,8 @@ inline std::string saved_of_another_routing(long token, const std::string& where
 // activations, the shared expert's too, unless the backward recomputes them), and dy.
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                                      const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
-  validate_inputs(c, x, w, &fwd.routing);
+  validate_inputs(c, x, w, nullptr);
+  validate_routing(c, fwd.routing, false, "the forward's");
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
   require(fwd.layout.counts.size() == E && (fwd.logits.empty() || fwd.logits.size() == N * E),
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
