@@ -14,9 +14,14 @@ namespace mok {
 namespace {
 
 // The non-negative finite codes' values, increasing with the code.
+// The value of each non-negative finite code from E4M3's definition, not from the code under test:
+// exponent field e, mantissa m; subnormal m 2^-9 where e = 0, else (1 + m / 8) 2^(e - 7).
 std::vector<double> code_values() {
   std::vector<double> v;
-  for (int c = 0; c <= kE4m3Max; ++c) v.push_back(to_float(fp8_e4m3{uint8_t(c)}));
+  for (int c = 0; c <= kE4m3Max; ++c) {
+    const int e = c >> 3, m = c & 7;
+    v.push_back(e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7));
+  }
   return v;
 }
 
@@ -47,6 +52,11 @@ TEST(E4m3, DecodesEveryCode) {
   EXPECT_EQ(bits_of(to_float(fp8_e4m3{0x80})), 0x80000000u);  // -0
   EXPECT_TRUE(std::isnan(to_float(fp8_e4m3{0x7f})));
   EXPECT_TRUE(std::isnan(to_float(fp8_e4m3{0xff})));
+  const std::vector<double> values = code_values();
+  for (int c = 0; c <= kE4m3Max; ++c) {  // every finite code, either sign, is its defined value
+    EXPECT_EQ(double(to_float(fp8_e4m3{uint8_t(c)})), values[size_t(c)]) << "code " << c;
+    EXPECT_EQ(double(to_float(fp8_e4m3{uint8_t(0x80 | c)})), -values[size_t(c)]) << "code " << (0x80 | c);
+  }
   for (int c = 0; c < 256; ++c) {  // every code but NaN comes back from its value
     const fp8_e4m3 v{uint8_t(c)};
     if (!is_nan(v)) {

@@ -32,15 +32,25 @@ int width_of(std::string_view name, const LayerConfig& c) {
   return it->second;
 }
 
-// The first field of a and b, in for_each_field's order, whose bits differ; fields that `skip` names
-// are left out.
+// The first field of a and b, in for_each_field's order, whose bits differ or that holds the GPU
+// tools' poison (first_poisoned: an element neither run wrote); fields that `skip` names are left out.
 template <class Result, class Skip>
 Verdict first_differing_field(const LayerConfig& c, const Result& a, const Result& b, Skip skip) {
   Verdict verdict;
   for_each_field(a, b, [&](const char* name, const auto& field_a, const auto& field_b) {
-    if (!verdict && !skip(std::string_view(name))) verdict = compare_bits(name, field_a, field_b, width_of(name, c));
+    if (verdict || skip(std::string_view(name))) return;
+    verdict = compare_bits(name, field_a, field_b, width_of(name, c));
+    if (const std::string at = first_poisoned(name, field_a); !verdict && !at.empty())
+      verdict = at + " holds the poison (every byte 0xff): no run wrote it";
   });
   return verdict;
+}
+
+// A run's y and dx: every run has them, N x H. Two empty tensors would compare equal.
+Verdict lacks_tokens(const LayerConfig& c, const char* name, size_t elements) {
+  const size_t want = size_t(c.tokens()) * size_t(c.hidden);
+  if (elements == want) return std::nullopt;
+  return std::string(name) + ": " + std::to_string(elements) + " elements, expected " + std::to_string(want);
 }
 
 }  // namespace
@@ -87,12 +97,16 @@ template Verdict compare_bits(const std::string&, const std::vector<int32_t>&, c
 
 Verdict compare_forward(const LayerConfig& c, const ref::Forward& a, const ref::Forward& b, bool activations) {
   // h and a, and the shared expert's, are saved activations: a run that recomputes them has none to compare.
+  if (auto v = lacks_tokens(c, "y", a.y.size())) return v;
+  if (auto v = lacks_tokens(c, "y (second run)", b.y.size())) return v;
   return first_differing_field(c, a, b, [activations](std::string_view name) {
     return !activations && (name == "h" || name == "a" || name == "shared_h" || name == "shared_a");
   });
 }
 
 Verdict compare_gradients(const LayerConfig& c, const ref::Gradients& a, const ref::Gradients& b) {
+  if (auto v = lacks_tokens(c, "dx", a.dx.size())) return v;
+  if (auto v = lacks_tokens(c, "dx (second run)", b.dx.size())) return v;
   return first_differing_field(c, a, b, [](std::string_view) { return false; });
 }
 

@@ -21,16 +21,17 @@ class GpuBackend final : public Backend {
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
     gpu::Megakernel mk(c, w, launch(c, opt));
-    return mk.forward(x, given);
+    return mk.forward(x, given, opt.replay_ids);
   }
 
   // The megakernel keeps its forward's state on the device: replay that forward (same bits, D1),
-  // with the forward's routing given when it was given, then run the backward.
+  // with the forward's routing given when it was given (its ids alone with replay_ids), then run the
+  // backward.
   ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                           const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
     validate_backward_inputs(c, x, w, fwd, dy, opt.recompute);
     gpu::Megakernel mk(c, w, launch(c, opt));
-    mk.forward(x, fwd.logits.empty() ? &fwd.routing : nullptr);
+    mk.forward(x, fwd.logits.empty() || opt.replay_ids ? &fwd.routing : nullptr, opt.replay_ids);
     return mk.backward(dy);
   }
 

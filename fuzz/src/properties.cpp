@@ -122,6 +122,23 @@ Verdict ring_invariance(Backend& b, const ref::Problem& p, const CaseParams& cp)
   return std::nullopt;
 }
 
+// ---- RoutingMode::replay_ids ----
+
+// Replaying the router's own expert ids (Options::replay_ids: the ids given, their weights, the logits
+// and the router's gradients the live router's) is the router: every output and gradient the same
+// bits. The problem runs routed by its router whatever its routing kind.
+Verdict replay_own_ids(Backend& b, const ref::Problem& p, const CaseParams& cp) {
+  ref::Problem routed = p;
+  routed.routing.reset();
+  const Run base = run_layer(b, routed, cp.options);
+  ref::Problem replayed = routed;
+  replayed.routing = ref::Routing{base.fwd.routing.topk_idx, {}};
+  ref::Options o = cp.options;
+  o.replay_ids = true;
+  return in_context("replayed ids vs the router",
+                    compare_runs(p.config, run_layer(b, replayed, o), base, !cp.options.recompute));
+}
+
 // ---- D4, permutation ----
 
 Verdict batch_invariance(Backend& b, const ref::Problem& p, const CaseParams& cp) {
@@ -451,56 +468,81 @@ const MutationDef kMutations[] = {
      nullptr, "routed_scale must be positive and finite"},
     {"routed_scale_nan", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = kNaNf; },
      nullptr, "routed_scale must be positive and finite"},
-    {"x_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.x.pop_back(); }},
-    {"x_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kNaN); }},
-    {"x_inf", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kInf); }},
-    {"router_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.router, rng, kNaNf); }},
-    {"router_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.router.pop_back(); }},
+    {"x_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.x.pop_back(); }, nullptr, "x [N, H] has "},
+    {"x_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kNaN); },
+     nullptr, "x [N, H] holds NaN or Inf"},
+    {"x_inf", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.x, rng, kInf); },
+     nullptr, "x [N, H] holds NaN or Inf"},
+    {"router_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.router, rng, kNaNf); },
+     nullptr, "router weight holds NaN or Inf"},
+    {"router_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.router.pop_back(); },
+     nullptr, "router weight [E, H] has "},
     {"router_logit_overflow", Stage::forward,
      [](Attempt& a, ref::Rng&) {
        a.routing.reset();
        std::fill(a.x.begin(), a.x.end(), kMaxBf16);
        std::fill(a.weights.router.begin(), a.weights.router.end(), 1.0f);
-     }},
+     },
+     nullptr, "router logit of token "},
     {"expert_bias_wrong_size", Stage::forward,
-     [](Attempt& a, ref::Rng&) { a.weights.expert_bias.assign(a.config.experts + 1, 0.0f); }},
+     [](Attempt& a, ref::Rng&) { a.weights.expert_bias.assign(a.config.experts + 1, 0.0f); },
+      nullptr, "expert_bias [E] has "},
     {"expert_bias_inf", Stage::forward,
      [](Attempt& a, ref::Rng& rng) {
        a.weights.expert_bias.resize(a.config.experts);
        poke(a.weights.expert_bias, rng, kInff);
-     }},
-    {"w1_inf", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.w1, rng, kInf); }},
-    {"w1_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.w1.pop_back(); }},
-    {"w2_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.w2, rng, kNaN); }},
+     },
+     nullptr, "expert_bias holds NaN or Inf"},
+    {"w1_inf", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.w1, rng, kInf); },
+     nullptr, "expert weights hold NaN or Inf"},
+    {"w1_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.w1.pop_back(); }, nullptr, "w1 [E, 2I, H] has "},
+    {"w2_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.w2, rng, kNaN); },
+     nullptr, "expert weights hold NaN or Inf"},
     {"shared_w1_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.weights.shared_w1, rng, kNaN); },
-     [](const Attempt& a) { return a.config.has_shared(); }},
-    {"shared_w2_extra", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.shared_w2.push_back(bf16{0}); }},
-    {"topk_idx_negative", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_idx, rng, -1); }},
+     [](const Attempt& a) { return a.config.has_shared(); }, "shared expert weights hold NaN or Inf"},
+    {"shared_w2_extra", Stage::forward, [](Attempt& a, ref::Rng&) { a.weights.shared_w2.push_back(bf16{0}); },
+     nullptr, "shared_w2 [H, Is] has "},
+    {"topk_idx_negative", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_idx, rng, -1); },
+     nullptr, "] = -1 is outside [0, "},
     {"topk_idx_too_big", Stage::forward,
-     [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_idx, rng, a.config.experts); }},
+     [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_idx, rng, a.config.experts); }, nullptr, " is outside [0, "},
     {"topk_idx_duplicate", Stage::forward,
      [](Attempt& a, ref::Rng& rng) {
        int32_t* row = a.routing->topk_idx.data() + at(rng.below(a.config.tokens()), a.config.top_k);
        row[1] = row[0];
      },
-     [](const Attempt& a) { return a.config.top_k >= 2; }},
-    {"topk_idx_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.routing->topk_idx.pop_back(); }},
-    {"topk_w_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_w, rng, kNaNf); }},
-    {"topk_w_long", Stage::forward, [](Attempt& a, ref::Rng&) { a.routing->topk_w.push_back(0.5f); }},
-    {"ring_rows_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = 0; }},
-    {"ring_rows_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = 24; }},
-    {"ring_rows_negative", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = -16; }},
-    {"dy_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.dy.pop_back(); }},
-    {"dy_nan", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.dy, rng, kNaN); }},
-    {"dy_inf", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.dy, rng, bf16{0xff80}); }},
+     [](const Attempt& a) { return a.config.top_k >= 2; }, " twice"},
+    {"topk_idx_short", Stage::forward, [](Attempt& a, ref::Rng&) { a.routing->topk_idx.pop_back(); },
+     nullptr, "given topk_idx [N, k] has "},
+    {"topk_w_nan", Stage::forward, [](Attempt& a, ref::Rng& rng) { poke(a.routing->topk_w, rng, kNaNf); },
+     nullptr, "given topk_w holds NaN or Inf"},
+    {"topk_w_long", Stage::forward, [](Attempt& a, ref::Rng&) { a.routing->topk_w.push_back(0.5f); },
+     nullptr, "given topk_w [N, k] has "},
+    {"ring_rows_zero", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = 0; },
+     nullptr, "ring_rows = 0 is not a positive multiple"},
+    {"ring_rows_not_multiple", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = 24; },
+     nullptr, "ring_rows = 24 is not a positive multiple"},
+    {"ring_rows_negative", Stage::forward, [](Attempt& a, ref::Rng&) { a.forward_options.ring_rows = -16; },
+     nullptr, "ring_rows = -16 is not a positive multiple"},
+    {"dy_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.dy.pop_back(); }, nullptr, "dy [N, H] has "},
+    {"dy_nan", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.dy, rng, kNaN); },
+     nullptr, "dy [N, H] holds NaN or Inf"},
+    {"dy_inf", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.dy, rng, bf16{0xff80}); },
+     nullptr, "dy [N, H] holds NaN or Inf"},
     {"backward_ring_rows_not_multiple", Stage::backward,
-     [](Attempt& a, ref::Rng&) { a.backward_options.ring_rows = 8; }},
-    {"backward_x_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.backward_x.pop_back(); }},
-    {"backward_x_nan", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.backward_x, rng, kNaN); }},
-    {"backward_w1_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.backward_weights.w1.pop_back(); }},
-    {"backward_w2_inf", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.backward_weights.w2, rng, kInf); }},
+     [](Attempt& a, ref::Rng&) { a.backward_options.ring_rows = 8; },
+      nullptr, "ring_rows = 8 is not a positive multiple"},
+    {"backward_x_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.backward_x.pop_back(); },
+     nullptr, "x [N, H] has "},
+    {"backward_x_nan", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.backward_x, rng, kNaN); },
+     nullptr, "x [N, H] holds NaN or Inf"},
+    {"backward_w1_short", Stage::backward, [](Attempt& a, ref::Rng&) { a.backward_weights.w1.pop_back(); },
+     nullptr, "w1 [E, 2I, H] has "},
+    {"backward_w2_inf", Stage::backward, [](Attempt& a, ref::Rng& rng) { poke(a.backward_weights.w2, rng, kInf); },
+     nullptr, "expert weights hold NaN or Inf"},
     {"backward_forward_layout_short", Stage::backward,
-     [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.layout.row_source.pop_back(); }; }},
+     [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.layout.row_source.pop_back(); }; },
+      nullptr, "the forward's dispatch layout is no layout of this config"},
     {"backward_forward_layout_of_another_routing", Stage::backward,
      [](Attempt& a, ref::Rng&) {
        // The first and last layout rows trade slots: each then serves a slot of another expert, or within
@@ -512,14 +554,17 @@ const MutationDef kMutations[] = {
          f.layout.slot_row[source.back()] = int32_t(source.size()) - 1;
        };
      },
-     [](const Attempt& a) { return a.config.routed_rows() >= 2; }},
+     [](const Attempt& a) { return a.config.routed_rows() >= 2; },
+      "is not this topk_idx's: its dispatch layout routes token"},
     {"backward_forward_routing_short", Stage::backward,
-     [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.routing.topk_w.pop_back(); }; }},
+     [](Attempt& a, ref::Rng&) { a.tamper = [](ref::Forward& f) { f.routing.topk_w.pop_back(); }; },
+      nullptr, "topk_w [N, k] has "},
     {"backward_without_saved_activations", Stage::backward,
      [](Attempt& a, ref::Rng&) {
        a.forward_options.recompute = true;
        a.backward_options.recompute = false;
-     }},
+     },
+     nullptr, "forward saved no activations: use recompute"},
 };
 
 bool is_routing_mutation(const std::string& name) { return name.rfind("topk_", 0) == 0; }
@@ -625,6 +670,7 @@ const std::vector<Property>& all_properties() {
       {"repeat", "D1: the same inputs twice give the same bits in every output", repeat},
       {"rank_invariance", "D2: every R dividing N and E gives the same bits in every output", rank_invariance},
       {"ring_invariance", "ring_rows and recompute change no output bit", ring_invariance},
+      {"replay_ids", "replaying the router's own expert ids gives the router's bits in every output", replay_own_ids},
       {"batch_invariance", "D4: a token's routing and y are the same bits inside any sub-batch", batch_invariance},
       {"permutation", "permuting the tokens (and a given routing) permutes every per-token output", permutation},
       {"conservation", "every routed (token, slot) lands once in the layout and comes back once, summed in slot order",

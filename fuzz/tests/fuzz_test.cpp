@@ -71,7 +71,9 @@ TEST(Generators, DrawEveryDivisorOfTheExperts) {
   for (const int e : {1, 2, 4, 8, 16, 3, 6, 12})
     for (int d = 1; d <= e; ++d) {
       if (e % d != 0) continue;
-      if (d <= 8) EXPECT_TRUE(ranks.contains({e, d})) << "E " << e << ", R " << d << " never drawn";
+      if (d <= 8) {
+        EXPECT_TRUE(ranks.contains({e, d})) << "E " << e << ", R " << d << " never drawn";
+      }
       EXPECT_TRUE(groups.contains({e, d})) << "E " << e << ", n_group " << d << " never drawn";
     }
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "expect_refused.h"
 #include "hopper_options.h"
 #include "mok/core/fields.h"
 #include "mok/core/gradient_add.h"
@@ -25,11 +26,14 @@ using ref::Problem;
 using ref::RoutingKind;
 
 // Every field of a Forward / Gradients (mok/core/fields.h), bit for bit; each failure names the
-// first differing element, both values in hex.
+// first differing element, both values in hex. Where both are GPU runs (the invariances), an element
+// neither wrote holds the same poison in both: that fails too (first_poisoned).
 template <class S>
 void expect_bits(const S& got, const S& want) {
   for_each_field(got, want, [](const char* name, const auto& g, const auto& w) {
     EXPECT_EQ(first_bit_mismatch(name, g, w), "") << "(got vs want)";
+    EXPECT_EQ(first_poisoned(name, g), "") << "holds the poison: nothing wrote it";
+    EXPECT_EQ(first_poisoned(name, w), "") << "(want) holds the poison: nothing wrote it";
   });
 }
 
@@ -300,9 +304,9 @@ TEST_F(Gpu, RefusesACapacityBeyondTheMostRowsAGpuCanReceive) {
   const Problem p = make_problem(small(2, 16, 8, 2), 3);
   LaunchConfig launch = colocated(2);
   launch.capacity_rows = 32 * 2 + 1;  // N min(k, E/G) = 32 x 2
-  EXPECT_THROW(Megakernel(p.config, p.weights, launch), Error);
+  expect_refused([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = 65 is outside [0, 64]");
   launch.capacity_rows = -1;
-  EXPECT_THROW(Megakernel(p.config, p.weights, launch), Error);
+  expect_refused([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = -1 is outside [0, 64]");
 }
 
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits. With the router,
@@ -567,22 +571,29 @@ TEST_F(Gpu, Fp8WeightGradientsOfTinyDyMatchTheReference) {
 
 TEST_F(Gpu, RejectsBadLaunches) {
   const Problem p = make_problem(small(1, 16, 4, 2), 3);
-  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{0, 64, 10.0}), Error);  // not whole tiles
-  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{1 << 20, 256, 10.0}), Error);
-  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 2}), Error);  // R = 1; and simulated
-  EXPECT_THROW(Megakernel(p.config, p.weights, LaunchConfig{.gpus = 0, .transport = Transport::nccl}), Error);
-  EXPECT_THROW(Megakernel(p.config, p.weights, colocated(2)), Error);  // R = 1 does not split
+  const auto launch_with = [&](const LaunchConfig& launch) {
+    return [&, launch] { Megakernel(p.config, p.weights, launch); };
+  };
+  expect_refused(launch_with(LaunchConfig{0, 64, 10.0}), "ring_rows = 64 is not a positive multiple of 128");
+  expect_refused(launch_with(LaunchConfig{1 << 20, 256, 10.0}), "blocks = 1048576 exceeds the");
+  expect_refused(launch_with(LaunchConfig{.gpus = 2}), "ranks R = 1 is not a multiple of gpus = 2");
+  LayerConfig two_ranks = p.config;
+  two_ranks.ranks = 2, two_ranks.tokens_per_rank = 8;
+  expect_refused([&] { Megakernel(two_ranks, p.weights, LaunchConfig{.gpus = 2}); },
+                 "gpus > 1 needs the nccl or the colocated transport");
+  expect_refused(launch_with(LaunchConfig{.gpus = 0, .transport = Transport::nccl}), "gpus = 0 is below 1");
+  expect_refused(launch_with(colocated(2)), "ranks R = 1 is not a multiple of gpus = 2");
   Megakernel mk(p.config, p.weights, {});
-  EXPECT_THROW(mk.backward(p.dy), Error);
+  expect_refused([&] { mk.backward(p.dy); }, "backward before any forward");
   std::vector<bf16> x = p.x;
   x[5] = bf16{0x7fc0};
-  EXPECT_THROW(mk.forward(x, nullptr), Error);
+  expect_refused([&] { mk.forward(x, nullptr); }, "x [N, H] holds NaN or Inf");
   // Finite inputs whose router logits overflow: reported by the kernel, as the reference does.
   LayerWeights w = p.weights;
   std::fill(w.router.begin(), w.router.end(), 1.0f);
   std::fill(x.begin(), x.end(), bf16{0x7f7f});  // the largest finite bf16
   Megakernel overflowing(p.config, w, {});
-  EXPECT_THROW(overflowing.forward(x, nullptr), Error);
+  expect_refused([&] { overflowing.forward(x, nullptr); }, "router logit of token 0 overflows");
 }
 
 }  // namespace
