@@ -25,10 +25,14 @@ std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10
 // The size of the fp8 mode's quantized weights (mok::quantize_weights) for this call (no GPU needed).
 size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
                               c10::IntArrayRef launch);
+// Tests: the GPU ops fill every output and workspace with 0xff bytes before their kernels run (off by
+// default: the kernels write every byte, and the fill costs a memset per tensor).
+void set_poison_outputs(bool on);
 #else
 inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
 inline void release_cuda_layers(uintptr_t) {}
+inline void set_poison_outputs(bool) {}
 inline std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
   throw Error("mok was built without its GPU ops");
 }

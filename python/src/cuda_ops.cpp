@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -139,12 +140,20 @@ gpu::ForwardInputs backward_inputs(const Call& call, const LayerArgs& a, const O
   return inputs(call, a, std::nullopt, std::nullopt, fp8_weights);
 }
 
+// set_poison_outputs: the tests' switch.
+std::atomic<bool> poison_outputs{false};
+
 // Outputs and the workspace without the fill that torch.use_deterministic_algorithms(True) gives
 // at::empty: it writes every byte, 0.74 ms of a 2.8 ms olmoe forward (results/2026-12-01-h200-g).
 // The kernels write every byte of their outputs (the saved buffer's gaps and spare rows included),
-// and the workspace is theirs alone.
+// and the workspace is theirs alone. Under set_poison_outputs each is filled with 0xff bytes on the
+// current stream first, so an element the kernels leave unwritten shows instead of a freed block's bits.
 Tensor uninitialized(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  return Tensor(at::detail::empty_cuda(sizes, options));
+  Tensor t(at::detail::empty_cuda(sizes, options));
+  if (poison_outputs.load(std::memory_order_relaxed) && t.nbytes() > 0)
+    C10_CUDA_CHECK(
+        cudaMemsetAsync(t.data_ptr(), 0xff, t.nbytes(), c10::cuda::getCurrentCUDAStream(t.device().index()).stream()));
+  return t;
 }
 
 cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
@@ -300,6 +309,8 @@ void release_cuda_layers(uintptr_t comm) {
     it = layers->erase(it);  // on a communicator: deregisters its window (collective)
   }
 }
+
+void set_poison_outputs(bool on) { poison_outputs.store(on, std::memory_order_relaxed); }
 
 void check_cuda_layers() {
   const std::lock_guard lock(cache_mutex);

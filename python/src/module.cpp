@@ -219,6 +219,9 @@ PYBIND11_MODULE(_C, m) {
       "release", [](int64_t comm) { release_cuda_layers(static_cast<uintptr_t>(comm)); }, py::arg("comm"),
       "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
       "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
+  m.def("_set_poison_outputs", &set_poison_outputs, py::arg("on"),
+        "Tests: the GPU ops fill their outputs and workspace with 0xff bytes before their kernels run, so an "
+        "element no kernel wrote shows (a no-op without CUDA).");
   m.def("check", &check_cuda_layers,
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");
