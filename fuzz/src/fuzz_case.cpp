@@ -8,8 +8,16 @@
 namespace mok::fuzz {
 namespace {
 
-constexpr const char* kFaultNames[] = {"none",          "combine_order",   "layout_off_by_one", "tie_higher_index",
-                                       "drop_overflow", "router_grad_sign"};
+constexpr const char* kFaultNames[] = {"none",
+                                       "combine_order",
+                                       "layout_off_by_one",
+                                       "tie_higher_index",
+                                       "drop_overflow",
+                                       "router_grad_sign",
+                                       "rank_combine_order",
+                                       "ring_combine_order",
+                                       "call_combine_order",
+                                       "position_combine_order"};
 
 }  // namespace
 
@@ -51,9 +59,10 @@ ref::Fault fault_from_string(const std::string& name) {
 }
 
 const std::vector<ref::Fault>& all_faults() {
-  static const std::vector<ref::Fault> faults = {ref::Fault::combine_order, ref::Fault::layout_off_by_one,
-                                                 ref::Fault::tie_higher_index, ref::Fault::drop_overflow,
-                                                 ref::Fault::router_grad_sign};
+  static const std::vector<ref::Fault> faults = {
+      ref::Fault::combine_order,      ref::Fault::layout_off_by_one,  ref::Fault::tie_higher_index,
+      ref::Fault::drop_overflow,      ref::Fault::router_grad_sign,   ref::Fault::rank_combine_order,
+      ref::Fault::ring_combine_order, ref::Fault::call_combine_order, ref::Fault::position_combine_order};
   return faults;
 }
 

@@ -233,8 +233,16 @@ INSTANTIATE_TEST_SUITE_P(Planted, FaultInjection,
                                          PlantedFault{ref::Fault::layout_off_by_one, "conservation", 20},
                                          PlantedFault{ref::Fault::tie_higher_index, "topk", 40},
                                          PlantedFault{ref::Fault::drop_overflow, "conservation", 20},
-                                         PlantedFault{ref::Fault::router_grad_sign, "router_backward", 20}),
-                         [](const testing::TestParamInfo<PlantedFault>& info) { return to_string(info.param.fault); });
+                                         PlantedFault{ref::Fault::router_grad_sign, "router_backward", 20},
+                                         PlantedFault{ref::Fault::router_grad_sign, "oracle", 20},
+                                         PlantedFault{ref::Fault::rank_combine_order, "rank_invariance", 40},
+                                         PlantedFault{ref::Fault::ring_combine_order, "ring_invariance", 40},
+                                         PlantedFault{ref::Fault::call_combine_order, "repeat", 40},
+                                         PlantedFault{ref::Fault::position_combine_order, "permutation", 40},
+                                         PlantedFault{ref::Fault::position_combine_order, "batch_invariance", 40}),
+                         [](const testing::TestParamInfo<PlantedFault>& info) {
+                           return to_string(info.param.fault) + "_by_" + info.param.property;
+                         });
 
 TEST(Driver, SameSeedSameRun) {
   FuzzOptions o;

@@ -1,6 +1,7 @@
 #include "mok/reference/layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -137,6 +138,25 @@ void shift_first_boundary(DispatchLayout& l) {
     }
 }
 
+// Fault::combine_order and its variants: whether token g of rank r sums its slots in reverse order
+// (odd_call: this forward is the process's second, fourth, ...).
+bool reverses_combine(const Options& opt, int r, long g, bool odd_call) {
+  switch (opt.fault) {
+    case Fault::combine_order:
+      return true;
+    case Fault::rank_combine_order:
+      return r > 0;
+    case Fault::ring_combine_order:
+      return opt.ring_rows < 64;
+    case Fault::call_combine_order:
+      return odd_call;
+    case Fault::position_combine_order:
+      return g % 2 == 1;
+    default:
+      return false;
+  }
+}
+
 // Fault::drop_overflow: the per-expert capacity beyond which rows are dropped.
 int drop_capacity(const LayerConfig& c) { return 2 * ((c.routed_rows() + c.experts - 1) / c.experts); }
 
@@ -260,7 +280,9 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
   const int Is = c.shared_intermediate;
   std::vector<bf16> shared_h(at(N, 2 * Is)), shared_a(at(N, Is));  // kept unless the backward recomputes them
   f.y.resize(at(N, H));
-  std::vector<float> reversed_w(k);  // Fault::combine_order
+  std::vector<float> reversed_w(k);          // Fault::combine_order and its variants
+  static std::atomic<unsigned> forwards{0};  // Fault::call_combine_order's
+  const bool odd_call = opt.fault == Fault::call_combine_order && forwards++ % 2 == 1;
   for (int r = 0; r < c.ranks; ++r) {
     std::vector<bf16> shared_y;
     const size_t base = at(r, T);
@@ -271,14 +293,14 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
     }
     for (int t = 0; t < T; ++t) {
       const float* wt = ranks[r].topk_w + at(t, k);
-      if (opt.fault == Fault::combine_order) std::reverse_copy(wt, wt + k, reversed_w.begin());
+      const bool reversed = reverses_combine(opt, r, long(base) + t, odd_call);
+      if (reversed) std::reverse_copy(wt, wt + k, reversed_w.begin());
       for (int hh = 0; hh < H; ++hh) {
         const float shared = c.has_shared() ? to_float(shared_y[at(t, H) + hh]) : 0.0f;
         const bf16* slots = ranks[r].slots.data() + at(at(t, k), H) + hh;
         f.y[at(base + t, H) + hh] =
-            opt.fault == Fault::combine_order
-                ? combine_y(k, shared, reversed_w.data(), [&](int j) { return slots[at(k - 1 - j, H)]; })
-                : combine_y(k, shared, wt, [&](int j) { return slots[at(j, H)]; });
+            reversed ? combine_y(k, shared, reversed_w.data(), [&](int j) { return slots[at(k - 1 - j, H)]; })
+                     : combine_y(k, shared, wt, [&](int j) { return slots[at(j, H)]; });
       }
     }
   }

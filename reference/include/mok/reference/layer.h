@@ -24,6 +24,11 @@ enum class Fault : uint8_t {
   tie_higher_index,   // router ties break toward the higher expert index
   drop_overflow,      // forward rows beyond 2 * ceil(N k / E) per expert are silently dropped
   router_grad_sign,   // d logits with the wrong sign
+  // combine_order only where a determinism property varies something (each property's planted fault):
+  rank_combine_order,      // on ranks r > 0 (rank_invariance)
+  ring_combine_order,      // with a ring of fewer than 64 rows (ring_invariance)
+  call_combine_order,      // in every other forward of the process (repeat)
+  position_combine_order,  // for odd global token ids (permutation, batch_invariance)
 };
 
 struct Options {
