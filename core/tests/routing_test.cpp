@@ -145,8 +145,9 @@ TEST(RouterWeights, RenormaliseAndScale) {
 
 // Selected scores that all underflow to zero (sigmoid logits of -128; softmax scores of replayed
 // experts far below the largest) renormalise to zero weights, and their gradients are zero: the
-// denominator's 1e-20 (torchtitan's, Megatron-Core's) instead of 0/0 = NaN. Above 1.7e-13 a sum keeps
-// its bits: the term is under half its ulp.
+// denominator's 1e-20 (torchtitan's, Megatron-Core's) instead of 0/0 = NaN, however large d topk_w (a
+// zero score's d_score is 0: (dw - ...) / 1e-20 would reach Inf, and Inf times the zero NaN). From 2^-42
+// up a sum keeps its bits (the term is under half its ulp); just below, it does not.
 TEST(RouterWeights, ScoresThatUnderflowToZeroGiveZeroWeights) {
   LayerConfig c = router_config(ScoreMode::sigmoid, 4, 2);
   c.routed_scale = 2.5f;
@@ -154,7 +155,7 @@ TEST(RouterWeights, ScoresThatUnderflowToZeroGiveZeroWeights) {
   ASSERT_EQ(s, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
   const std::vector<int32_t> idx = {0, 1};
   EXPECT_EQ(weights_of(c, s, idx), (std::vector<float>{0.0f, 0.0f}));
-  const float dw[2] = {1.0f, -0.5f};
+  const float dw[2] = {4e18f, -0.5f};
   std::vector<float> d_scores(4), d_logits(4);
   router_backward(c, s.data(), idx.data(), dw, d_scores.data(), d_logits.data());
   EXPECT_EQ(d_logits, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
@@ -165,7 +166,11 @@ TEST(RouterWeights, ScoresThatUnderflowToZeroGiveZeroWeights) {
   EXPECT_EQ(weights_of(c, p, replayed), (std::vector<float>{0.0f, 0.0f}));
   router_backward(c, p.data(), replayed.data(), dw, d_scores.data(), d_logits.data());
   EXPECT_EQ(d_logits, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
-  EXPECT_EQ(renormalizer(c, std::vector<float>{0x1p-42f, 0.0f}.data(), std::vector<int32_t>{0, 1}.data()), 0x1p-42f);
+  const int32_t first_two[2] = {0, 1};
+  const auto sum_of = [&](float s0) { return renormalizer(c, std::vector<float>{s0, 0.0f}.data(), first_two); };
+  EXPECT_EQ(sum_of(0x1p-42f), 0x1p-42f);
+  EXPECT_EQ(sum_of(0x1.fffffep-42f), 0x1.fffffep-42f);
+  EXPECT_NE(sum_of(0x1.8p-43f), 0x1.8p-43f);  // half its ulp (2^-67) is under 1e-20
 }
 
 // ---- backward ----

@@ -181,6 +181,30 @@ TEST(Compare, MismatchesAreNamedByRowAndColumn) {
   EXPECT_EQ(v->rfind("d_w2[2, 1]: ", 0), 0u) << *v;
 }
 
+// Two GPU runs that both left an element unwritten hold the same poison there (every byte 0xff): a
+// difference all the same, as is a run without its y or dx, which would compare equal to another's.
+TEST(Compare, PoisonAndMissingTokensAreDifferences) {
+  const FullRun run;
+  ref::Forward fwd = run.fwd;
+  fwd.y[7] = bf16{0xffff};
+  EXPECT_EQ(compare_forward(run.config, fwd, fwd, true), "y[7] holds the poison (every byte 0xff): no run wrote it");
+  fwd = run.fwd;
+  fwd.layout.row_source[2] = -1;
+  EXPECT_EQ(compare_forward(run.config, fwd, fwd, true),
+            "row_source[2] holds the poison (every byte 0xff): no run wrote it");
+  ref::Gradients grad = run.grad;
+  grad.d_w1[5] = float_of(0xffffffffu);
+  EXPECT_EQ(compare_gradients(run.config, grad, grad), "d_w1[5] holds the poison (every byte 0xff): no run wrote it");
+  ref::Forward empty = run.fwd;
+  empty.y.clear();
+  const Verdict v = compare_forward(run.config, empty, empty, true);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->rfind("y: 0 elements, expected ", 0), 0u) << *v;
+  ref::Gradients no_dx = run.grad;
+  no_dx.dx.clear();
+  ASSERT_TRUE(compare_gradients(run.config, run.grad, no_dx));
+}
+
 TEST(Backends, GpuIsReportedUnavailable) {
   EXPECT_EQ(make_backend("reference")->name(), "reference");
   EXPECT_THROW(make_backend("gpu"), Error);

@@ -120,16 +120,19 @@ TEST_F(Gpu, MatchesReferenceBitForBit) {
 }
 
 // Selected scores that all underflow to zero (every logit -H = -128: sigmoid 0; the renormaliser's
-// 1e-20 gives zero weights, not 0/0): the GPU's forward and backward are the reference's bits.
+// 1e-20 gives zero weights, not 0/0), with a dy of 1e18 (d topk_w past 3.4e18, whose zero scores' d
+// scores are 0): the GPU's forward and backward are the reference's bits.
 TEST_F(Gpu, ScoresUnderflowingToZeroMatchTheReference) {
   const ref::Options exact = hopper_options();
   Problem p = make_problem(with_every_branch(small(2, 24, 8, 3)), 51);
   std::fill(p.x.begin(), p.x.end(), to_bf16(1.0f));
   std::fill(p.weights.router.begin(), p.weights.router.end(), -1.0f);
   std::fill(p.weights.expert_bias.begin(), p.weights.expert_bias.end(), 0.0f);
+  for (bf16& v : p.dy) v = to_bf16(to_float(v) * 1e18f);
   const Forward want_f = ref::forward(p.config, p.x, p.weights, nullptr, exact);
   ASSERT_EQ(want_f.routing.topk_w, std::vector<float>(want_f.routing.topk_w.size(), 0.0f));
   const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, exact);
+  ASSERT_TRUE(all_finite(want_g.d_logits) && all_finite(want_g.d_router) && all_finite(want_g.dx));
   const GpuRun got = run_gpu(p);
   expect_forward_bits(got.fwd, want_f);
   expect_gradient_bits(got.grad, want_g);

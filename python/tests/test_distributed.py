@@ -312,12 +312,19 @@ def _worker(rank, world, store_path, out_dir):
     dist.destroy_process_group()
 
 
+def _poisoned(rank, worker, world, *args):
+    """worker(rank, world, *args) with the GPU ops' outputs poisoned, as conftest.py does in the test process."""
+    mok._C._set_poison_outputs(True)
+    worker(rank, world, *args)
+
+
 def _run_ranks(worker, world, *args):
     """worker(rank, world, *args) in `world` spawned processes; the test fails (and they are killed) past
     WORKER_TIMEOUT_S."""
     import torch.multiprocessing as mp
 
-    context = mp.start_processes(worker, args=(world, *args), nprocs=world, join=False, start_method="spawn")
+    context = mp.start_processes(_poisoned, args=(worker, world, *args), nprocs=world, join=False,
+                                 start_method="spawn")
     deadline = time.monotonic() + WORKER_TIMEOUT_S
     try:
         while not context.join(timeout=5):

@@ -173,7 +173,7 @@ double weight_scale(const LayerConfig& c) { return c.score_mode == ScoreMode::si
 
 // d logits of one token from d topk_w: the chain rule through w_j = scale * s_{e_j} / S
 // (S = sum of the selected scores when renormalising, else 1; without the layer's 1e-20, which no fp32
-// sum above 1.7e-13 keeps, and which in exact arithmetic would give k = 1 a derivative 1e-20 / S^2
+// sum from 2^-42 (2.3e-13) up keeps, and which in exact arithmetic would give k = 1 a derivative 1e-20 / S^2
 // where the layer's is exactly zero) and through the scores. The
 // renormalisation's Jacobian is applied as (dw_j - sum_i dw_i w'_i) / S with w'_i = s_i / S, as in
 // core/routing.h: at k = 1, w'_0 = s / s = 1 exactly, so d scores, and with them d logits, come out

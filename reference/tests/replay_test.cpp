@@ -70,18 +70,23 @@ TEST(ReplayIds, WeighsOtherExpertsByTheLiveRouter) {
 // A token whose selected scores all underflow to zero (every logit -H = -128: sigmoid 0) is valid:
 // its weights are zero, its y the shared expert's alone, and the backward takes its own forward and
 // gives finite gradients (0/0 before the renormaliser's 1e-20; the backward then refused the forward's
-// NaN weights).
+// NaN weights), with a dy as large as 1e18 too (d topk_w past 3.4e18: (dw - ...) / 1e-20 overflowed).
 TEST(ReplayIds, ScoresUnderflowingToZeroGiveZeroWeights) {
   const LayerConfig c = sigmoid_shared();
   Problem p = make_problem(c, 9);
   std::fill(p.x.begin(), p.x.end(), to_bf16(1.0f));
   std::fill(p.weights.router.begin(), p.weights.router.end(), -1.0f);  // every logit -H = -128
   std::fill(p.weights.expert_bias.begin(), p.weights.expert_bias.end(), 0.0f);
+  for (bf16& v : p.dy) v = to_bf16(to_float(v) * 1e18f);
   const Forward f = forward(c, p.x, p.weights, nullptr, {});
   ASSERT_EQ(f.logits[0], -float(c.hidden));
   EXPECT_EQ(f.routing.topk_w, std::vector<float>(f.routing.topk_w.size(), 0.0f));
   const Gradients g = backward(c, p.x, p.weights, f, p.dy, {});
-  EXPECT_TRUE(all_finite(g.d_logits) && all_finite(g.d_router) && all_finite(g.d_w1) && all_finite(g.dx));
+  for (const std::vector<float>* d :
+       {&g.d_topk_w, &g.d_logits, &g.d_router, &g.d_w1, &g.d_w2, &g.d_shared_w1, &g.d_shared_w2})
+    EXPECT_TRUE(all_finite(*d));
+  EXPECT_TRUE(all_finite(g.dx));
+  EXPECT_GT(*std::max_element(g.d_topk_w.begin(), g.d_topk_w.end()), 3.4e18f);  // (dw - ...) / 1e-20: Inf
 }
 
 TEST(ReplayIds, RejectsOutOfRangeIds) {
@@ -190,7 +195,8 @@ TEST(SavedBuffer, RejectsAShareWhoseTilesPassItsRows) {
   };
   const RowShare short_share{2, 0, 1}, whole_share{2, 0, 512};
   expect_error([&] { unpack_saved(c, share_buffer(short_share), false, short_share); },
-               "saved holds no dispatch layout of this config");
+               "saved's layout gives GPU 0's experts 512 padded rows, more than the 256 its buffers hold "
+               "(capacity_rows = 1)");
   EXPECT_NO_THROW(unpack_saved(c, share_buffer(whole_share), false, whole_share));
 }
 

@@ -106,7 +106,7 @@ MOK_HD void router_select(const LayerConfig& c, const float* scores, const float
 // The renormalisation's denominator S: the selected scores' sum (in slot order) plus 1e-20, as
 // torchtitan and Megatron-Core write it, so that a token whose selected scores all underflow to zero
 // (sigmoid logits below about -88.7; softmax scores of replayed ids about 104 below the largest) gets
-// zero weights, not 0/0. The term changes no sum above about 1.7e-13 (where it is under half an ulp).
+// zero weights, not 0/0. The term changes no sum from 2^-42 (2.3e-13) up, where it is under half an ulp.
 inline constexpr float kRenormalizeEpsilon = 1e-20f;
 MOK_HD float renormalizer(const LayerConfig& c, const float* scores, const int32_t* topk_idx) {
   float sum = 0.0f;
@@ -142,9 +142,13 @@ MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int
       const float dw = sigmoid ? d_topk_w[j] * c.routed_scale : d_topk_w[j];
       weighted = fma32(dw, scores[topk_idx[j]] / sum, weighted);
     }
+  // A selected score of exactly zero passes nothing to its logit (s (1 - s) and p are 0): its d_score
+  // is 0, where (dw - weighted) / S of a sum of zeros (S = 1e-20) would reach Inf for |dw| past 3.4e18,
+  // and Inf times that zero is NaN.
   for (int j = 0; j < k; ++j) {
     const float dw = sigmoid ? d_topk_w[j] * c.routed_scale : d_topk_w[j];
-    d_scores[topk_idx[j]] = c.renormalize ? (dw - weighted) / sum : dw;
+    const bool zero = scores[topk_idx[j]] == 0.0f;
+    d_scores[topk_idx[j]] = !c.renormalize ? dw : zero ? 0.0f : (dw - weighted) / sum;
   }
   if (sigmoid) {
     for (int e = 0; e < E; ++e) d_logits[e] = d_scores[e] * (scores[e] * (1.0f - scores[e]));

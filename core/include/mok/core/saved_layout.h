@@ -252,9 +252,13 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   // The share's tiles fit its rows: a capacity below what the layout routes to its experts would read
   // past them (the forward refuses such a routing; a buffer from elsewhere need not have).
   const int per_gpu = c.experts / share.gpus, first = share.gpu * per_gpu;
-  require(
-      long(kTileRows) * (tiles[first + per_gpu] - tiles[first]) <= own_padded_rows(c, share.gpus, share.capacity_rows),
-      [] { return saved_holds_no_layout(); });
+  const long rows = long(kTileRows) * (tiles[first + per_gpu] - tiles[first]);
+  const long held = own_padded_rows(c, share.gpus, share.capacity_rows);
+  require(rows <= held, [&] {
+    return "saved's layout gives GPU " + std::to_string(share.gpu) + "'s experts " + std::to_string(rows) +
+           " padded rows, more than the " + std::to_string(held) +
+           " its buffers hold (capacity_rows = " + std::to_string(share.capacity_rows) + ")";
+  });
   f.layout.counts.resize(E);
   for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
   if (recompute) return f;
