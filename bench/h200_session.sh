@@ -32,7 +32,9 @@
 #           clock's drift falls on both;
 #           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS, ab.log) or op (bench/op_bench.py
 #           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
-#           ignored path (.snap*), so the device call must carry it
+#           ignored path (.snap*), so the device call must carry it. More trees (candidates: this tree with
+#           a patch each) in $MOK_AB_TREES as LETTER=DIR pairs, e.g. "R=.snapR H=.snapH", built as the
+#           baseline is and run where their letter stands in $MOK_AB_ORDER (e.g. "B N R H B N R H")
 # MOK_CALL_SECONDS (the call's limit, e.g. 590): a step, or an A/B run, that would not end within it is not
 # started, and summary.log says so (a step killed by the limit loses its log's end and the steps after it).
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
@@ -51,12 +53,26 @@ with_torch=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
 # is not a source tree stops the call at once; one that does not build leaves the other steps to run (ab says so).
 baseline=${MOK_BASELINE:-}
 jobs=16
+# The A/B's other trees: the baseline as B, and $MOK_AB_TREES' letters (each a source tree, built in turn).
+declare -A ab_trees=()
 if [ -n "$baseline" ]; then
-  [ -f "$baseline/CMakeLists.txt" ] || { echo "MOK_BASELINE=$baseline is not a source tree (carried?)" | tee -a "$out/summary.log"; exit 1; }
-  echo "baseline: $(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline")" | tee -a "$out/summary.log"
+  ab_trees[B]=$baseline
+  for pair in ${MOK_AB_TREES:-}; do
+    letter=${pair%%=*} dir=${pair#*=}
+    case $letter in B | N | "$pair") echo "MOK_AB_TREES: $pair is not LETTER=DIR (B and N are taken)" | tee -a "$out/summary.log"; exit 1 ;; esac
+    ab_trees[$letter]=$dir
+  done
+  for letter in "${!ab_trees[@]}"; do
+    dir=${ab_trees[$letter]}
+    [ -f "$dir/CMakeLists.txt" ] || { echo "A/B tree $letter=$dir is not a source tree (carried?)" | tee -a "$out/summary.log"; exit 1; }
+    echo "A/B tree $letter: $(cat "$dir/COMMIT" 2>/dev/null || echo "$dir")" | tee -a "$out/summary.log"
+  done
   targets=mok-bench
   [ "${MOK_AB_TOOL:-bench}" = op ] && targets=mok_torch
-  build_tree "$baseline" 4 --target "$targets" >"$out/build_baseline.log" 2>&1 &
+  (for letter in "${!ab_trees[@]}"; do
+    dir=${ab_trees[$letter]}
+    build_tree "$dir" 4 --target "$targets" >"$out/build_$letter.log" 2>&1 || echo "$letter" >>"$out/failed_trees"
+  done) &
   baseline_build=$!
   jobs=12
 fi
@@ -67,13 +83,14 @@ build_tree . "$jobs" >"$out/build.log" 2>&1 || {
 }
 log "build ok"
 if [ -n "$baseline" ]; then
-  if wait "$baseline_build"; then
-    log "baseline build ok"
-  else
-    tail -30 "$out/build_baseline.log"
-    log "baseline build failed (build_baseline.log)"
-    baseline=
-  fi
+  wait "$baseline_build"
+  for letter in $(cat "$out/failed_trees" 2>/dev/null); do
+    tail -30 "$out/build_$letter.log"
+    log "A/B tree $letter's build failed (build_$letter.log)"
+    unset "ab_trees[$letter]"
+  done
+  rm -f "$out/failed_trees"
+  [ -n "${ab_trees[B]:-}" ] && log "A/B trees built: ${!ab_trees[*]}" || baseline=
 fi
 
 # About how long a step (or one A/B run: ab-run) takes on the H200, in seconds; sanitize per tool.
@@ -210,11 +227,14 @@ for step in "$@"; do
             *) echo "MOK_AB_PRECISIONS: $precision is neither bf16 nor fp8" | tee -a "$out/summary.log"; continue ;;
           esac
           for tree in ${MOK_AB_ORDER:-B N B N}; do
-            case $tree in
-              B) dir=$baseline label=$(cat "$baseline/COMMIT" 2>/dev/null || echo "$baseline") ;;
-              N) dir=. label=${MOK_COMMIT:-unknown} ;;
-              *) echo "MOK_AB_ORDER: $tree is neither B nor N" | tee -a "$out/summary.log"; continue ;;
-            esac
+            if [ "$tree" = N ]; then
+              dir=. label=${MOK_COMMIT:-unknown}
+            elif [ -n "${ab_trees[$tree]:-}" ]; then
+              dir=${ab_trees[$tree]} label=$(cat "$dir/COMMIT" 2>/dev/null || echo "$dir")
+            else
+              echo "MOK_AB_ORDER: $tree is neither N nor a built A/B tree" | tee -a "$out/summary.log"
+              continue
+            fi
             time_for "ab $run $tree" "$(step_seconds ab-run)" || continue
             if [ "${MOK_AB_TOOL:-bench}" = op ]; then
               PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
