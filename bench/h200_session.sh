@@ -53,7 +53,7 @@ with_torch=(-DMOK_TORCH=ON -DPython3_EXECUTABLE="$(command -v python3)")
 # is not a source tree stops the call at once; one that does not build leaves the other steps to run (ab says so).
 baseline=${MOK_BASELINE:-}
 jobs=16
-# The A/B's other trees: the baseline as B, and $MOK_AB_TREES' letters (each a source tree, built in turn).
+# The A/B's other trees: the baseline as B, and $MOK_AB_TREES' letters (each a source tree, all built at once).
 declare -A ab_trees=()
 if [ -n "$baseline" ]; then
   ab_trees[B]=$baseline
@@ -69,21 +69,22 @@ if [ -n "$baseline" ]; then
   done
   targets=mok-bench
   [ "${MOK_AB_TOOL:-bench}" = op ] && targets=mok_torch
-  (for letter in "${!ab_trees[@]}"; do
+  tree_builds=()
+  for letter in "${!ab_trees[@]}"; do
     dir=${ab_trees[$letter]}
-    build_tree "$dir" 4 --target "$targets" >"$out/build_$letter.log" 2>&1 || echo "$letter" >>"$out/failed_trees"
-  done) &
-  baseline_build=$!
+    (build_tree "$dir" 4 --target "$targets" >"$out/build_$letter.log" 2>&1 || echo "$letter" >>"$out/failed_trees") &
+    tree_builds+=($!)
+  done
   jobs=12
 fi
 build_tree . "$jobs" >"$out/build.log" 2>&1 || {
   tail -60 "$out/build.log"
-  [ -n "$baseline" ] && kill "$baseline_build" 2>/dev/null && wait "$baseline_build"
+  [ -n "$baseline" ] && kill "${tree_builds[@]}" 2>/dev/null && wait "${tree_builds[@]}"
   exit 1
 }
 log "build ok"
 if [ -n "$baseline" ]; then
-  wait "$baseline_build"
+  wait "${tree_builds[@]}"
   for letter in $(cat "$out/failed_trees" 2>/dev/null); do
     tail -30 "$out/build_$letter.log"
     log "A/B tree $letter's build failed (build_$letter.log)"
