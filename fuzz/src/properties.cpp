@@ -387,14 +387,14 @@ struct Attempt {
 
 enum class Stage : uint8_t { forward, backward };
 
-// `says`: what the error must name, where the mutation leaves the tensors sized for the valid config
-// (the config's own rules: else the size checks would refuse the input whether or not its rule exists).
+// `says`: what the error must name, its own rule's words: another rule refusing the input would pass it
+// otherwise (the size checks a config mutation trips anyway, the router's overflow that a NaN in x trips).
 struct MutationDef {
   const char* name;
   Stage rejected_by;
-  void (*apply)(Attempt& a, ref::Rng& rng);     // makes the attempt invalid
-  bool (*applies)(const Attempt& a) = nullptr;  // nullptr: every problem can express the mutation
-  const char* says = nullptr;
+  void (*apply)(Attempt& a, ref::Rng& rng);  // makes the attempt invalid
+  bool (*applies)(const Attempt& a);         // nullptr: every problem can express the mutation
+  const char* says;
 };
 
 constexpr bf16 kNaN{0x7fc0}, kInf{0x7f80}, kMaxBf16{0x7f7f};
@@ -588,7 +588,7 @@ Verdict invalid_inputs(Backend& b, const ref::Problem& p, const CaseParams& cp) 
       if (a.tamper) a.tamper(f);
       b.backward(a.config, a.backward_x, a.backward_weights, f, a.dy, a.backward_options);
     } catch (const Error& e) {
-      if (stage == m.rejected_by && m.says && std::string(e.what()).find(m.says) == std::string::npos)
+      if (stage == m.rejected_by && std::string(e.what()).find(m.says) == std::string::npos)
         return what + " was refused, but not by its rule (its error must say '" + m.says + "'): " + e.what();
       if (stage == m.rejected_by) continue;
       return what +

@@ -28,7 +28,7 @@ struct SwigluGrad {
 };
 
 // da: the gradient reaching a. A clamped operand (beyond the limit, where there is one) passes no
-// gradient; a NaN operand is not clamped, so its NaN reaches the gradient as it reached a.
+// gradient; a NaN operand is not clamped: its NaN reaches the gradients that depend on it, as it reached a.
 MOK_HD SwigluGrad swiglu_grad_given_sigmoid(float gate, float up, float da, float limit, float s) {
   const float g = clamp_gate(gate, limit);
   const float u = clamp_up(up, limit);
