@@ -64,7 +64,9 @@ if [ -n "$baseline" ]; then
   done
   for letter in "${!ab_trees[@]}"; do
     dir=${ab_trees[$letter]}
-    [ -f "$dir/CMakeLists.txt" ] || { echo "A/B tree $letter=$dir is not a source tree (carried?)" | tee -a "$out/summary.log"; exit 1; }
+    named="MOK_AB_TREES: $letter=$dir"
+    [ "$letter" = B ] && named="MOK_BASELINE=$dir"
+    [ -f "$dir/CMakeLists.txt" ] || { echo "$named is not a source tree (carried?)" | tee -a "$out/summary.log"; exit 1; }
     echo "A/B tree $letter: $(cat "$dir/COMMIT" 2>/dev/null || echo "$dir")" | tee -a "$out/summary.log"
   done
   targets=mok-bench

@@ -3,30 +3,33 @@
 # stubbed, so only the script's own logic runs. The runs alternate in MOK_AB_ORDER per shape, each tree runs its own
 # build and is labelled by its own commit, a run's summary line is its own output (not an earlier run's), the
 # baseline builds only the A/B's tool (with the PyTorch op for an op A/B), a missing, unbuildable or unbuilt
-# baseline is said, and with MOK_CALL_SECONDS neither a step nor an A/B run starts that would not end in time.
+# baseline is said, candidate trees (MOK_AB_TREES) run where their letters stand and one that does not build is
+# left out, and with MOK_CALL_SECONDS neither a step nor an A/B run starts that would not end in time.
 set -uo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/h200_session.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-mkdir -p bench stub base
+mkdir -p bench stub base cand
 cp "$script" "$(dirname "$script")/device_call.sh" bench/
 echo base-commit >base/COMMIT
-touch base/CMakeLists.txt
-for tree in build base/build; do
+echo cand-commit >cand/COMMIT
+touch base/CMakeLists.txt cand/CMakeLists.txt
+for tree in build base/build cand/build; do
   mkdir -p "$tree/megakernel"
   printf '#!/bin/sh\necho "$2 uniform %s $*"\n' "$tree" >"$tree/megakernel/mok-bench"
 done
-# cmake fails on the baseline when FAIL_BASELINE is set.
-printf '#!/bin/sh\necho cmake "$@"\n[ -n "${FAIL_BASELINE:-}" ] && [ "$2" = base ] && exit 2\nexit 0\n' >stub/cmake
+# cmake fails on the source trees named in FAIL_TREES.
+printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\nexit 0\n' >stub/cmake
 printf '#!/bin/sh\necho stub\n' >stub/nvidia-smi
 cp stub/nvidia-smi stub/nvcc
 printf '#!/bin/sh\necho "op_bench $* from $PYTHONPATH"\n' >stub/python3
-chmod +x stub/* build/megakernel/mok-bench base/build/megakernel/mok-bench
+chmod +x stub/* build/megakernel/mok-bench base/build/megakernel/mok-bench cand/build/megakernel/mok-bench
 # The session script with this run's settings only (none inherited from the caller's environment).
 run() {
   rm -rf out
-  env -u MOK_BASELINE -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS -u MOK_CALL_SECONDS \
+  env -u MOK_BASELINE -u MOK_AB_TREES -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS \
+    -u MOK_CALL_SECONDS \
     PATH="$work/stub:$PATH" OUT="$work/out" MOK_COMMIT=new-commit MOK_SHAPES="kimi-k2 olmoe" "$@" \
     bash bench/h200_session.sh ab >/dev/null
 }
@@ -45,8 +48,29 @@ for s in kimi-k2 olmoe; do
   done
 done
 [ "$got" = "$want" ] || fail "mok-bench A/B order: got $got"
-grep -q -- "--build base/build -j4 --target mok-bench$" out/build_baseline.log || fail "baseline targets"
-grep -q -- "-DMOK_TORCH=ON" out/build_baseline.log out/build.log && fail "the op is built for a mok-bench A/B"
+grep -q -- "--build base/build -j4 --target mok-bench$" out/build_B.log || fail "baseline targets"
+grep -q -- "-DMOK_TORCH=ON" out/build_B.log out/build.log && fail "the op is built for a mok-bench A/B"
+
+# A candidate tree C beside the baseline: built as the baseline is, run where C stands, labelled by its commit.
+run MOK_BASELINE=base MOK_AB_TREES="C=cand" MOK_AB_ORDER="B N C" || fail "the session script failed"
+got=$(grep -E '^####' out/ab.log | tr '\n' '|')
+want=""
+for s in kimi-k2 olmoe; do
+  want+="#### B (base-commit) --shape $s|#### N (new-commit) --shape $s|#### C (cand-commit) --shape $s|"
+done
+[ "$got" = "$want" ] || fail "A/B with a candidate tree: got $got"
+grep -q "^ab olmoe C exit 0: olmoe uniform cand/build --shape olmoe$" out/summary.log ||
+  fail "the candidate's summary line: $(grep '^ab' out/summary.log)"
+grep -q -- "--build cand/build -j4 --target mok-bench$" out/build_C.log || fail "candidate targets"
+# One that does not build is left out, and said; the others run.
+run MOK_BASELINE=base MOK_AB_TREES="C=cand" MOK_AB_ORDER="B C" FAIL_TREES=cand || fail "the session script failed"
+grep -q "A/B tree C's build failed" out/summary.log || fail "a failed candidate build is not said"
+grep -q "MOK_AB_ORDER: C is neither N nor a built A/B tree" out/summary.log || fail "an unbuilt candidate ran"
+[ "$(grep -c '^#### B' out/ab.log)" -eq 2 ] || fail "the baseline did not run beside a failed candidate"
+run MOK_BASELINE=base MOK_AB_TREES="N=cand" && fail "a candidate named N did not stop the call"
+grep -q "MOK_AB_TREES: N=cand is not LETTER=DIR" out/summary.log || fail "a candidate named N is not said"
+run MOK_BASELINE=base MOK_AB_TREES="C=nowhere" && fail "a missing candidate tree did not stop the call"
+grep -q "MOK_AB_TREES: C=nowhere is not a source tree" out/summary.log || fail "a missing candidate tree is not said"
 
 # Per precision: each shape's bf16 and fp8 runs, fp8 adding --fp8 to the arguments; an unknown one is said.
 run MOK_BASELINE=base MOK_AB_PRECISIONS="fp8 bf16 fp4" MOK_AB_ORDER="B N" MOK_BENCH_ARGS="--runs 5" ||
@@ -80,12 +104,12 @@ for s in kimi-k2 olmoe; do
   want+="op_bench bench/op_bench.py --shape $s --kernel-times from base/build/python|"
 done
 [ "$got" = "$want" ] || fail "op A/B order: got $got"
-grep -q -- "-DMOK_TORCH=ON" out/build_baseline.log || fail "the baseline is not configured with the op"
-grep -q -- "--target mok_torch$" out/build_baseline.log || fail "the baseline's op is not built"
+grep -q -- "-DMOK_TORCH=ON" out/build_B.log || fail "the baseline is not configured with the op"
+grep -q -- "--target mok_torch$" out/build_B.log || fail "the baseline's op is not built"
 grep -q -- "-DMOK_TORCH=ON" out/build.log || fail "this tree's op is not built"
 
-run MOK_BASELINE=base FAIL_BASELINE=1 || fail "a failed baseline build stopped the other steps"
-grep -q "baseline build failed" out/summary.log || fail "a failed baseline build is not said"
+run MOK_BASELINE=base FAIL_TREES=base || fail "a failed baseline build stopped the other steps"
+grep -q "A/B tree B's build failed" out/summary.log || fail "a failed baseline build is not said"
 grep -q "ab needs MOK_BASELINE" out/summary.log || fail "ab ran without a built baseline"
 
 run MOK_BASELINE=no-such-tree && fail "a missing baseline tree did not stop the call"
