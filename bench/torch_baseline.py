@@ -58,11 +58,14 @@ def gemm_operands(x, idx, E, I):
     return xs, torch.randn(xs.shape[0], I, device=x.device).bfloat16(), offs
 
 
-def median_ms(fn, warmup, runs):
+def median_ms(fn, warmup, runs, prepare=lambda: None):
+    """fn(i)'s median time over `runs` after `warmup` calls; prepare() before each, untimed."""
     for _ in range(warmup):
+        prepare()
         fn(0)
     times = []
     for i in range(runs):
+        prepare()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn(i)
@@ -686,6 +689,10 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("torch_baseline.py: no CUDA device (without one, only --self-test runs)")
     torch.use_deterministic_algorithms(True)
+    # Deterministic mode also fills every new uninitialized tensor with NaN (grouped_mm's outputs, the
+    # gradients): a cost that changes no bit, which mok's op skips as well (python/src/cuda_ops.cpp), so
+    # the baseline runs without it. Runs before 2026-12-05 paid it (docs/benchmarks.md).
+    torch.utils.deterministic.fill_uninitialized_memory = False
     peak = matmul_peak_tflops()
     print(f"bf16 matmul peak (torch 8192^3, random data): {peak:.0f} TFLOP/s")
     fp8 = args.fp8
@@ -731,8 +738,13 @@ def main():
                 F.grouped_mm(xs, w1, offs=offs)
                 F.grouped_mm(a, w2, offs=offs)
 
+        def no_gradients():  # each step stores its gradients, as mok-bench's backward does, adding to none
+            w1.grad = w2.grad = None
+            for x, *_ in sets:
+                x.grad = None
+
         fwd = median_ms(forward, args.warmup, args.runs)
-        fb = median_ms(forward_backward, args.warmup, args.runs)
+        fb = median_ms(forward_backward, args.warmup, args.runs, no_gradients)
         gemms = median_ms(gemms_alone, args.warmup, args.runs)
         flops = 6.0 * T * k * H * I
         print(f"{name:15} {args.routing:8} {fwd:9.2f} {fb:11.2f} {flops / (fwd * 1e9):9.1f} "

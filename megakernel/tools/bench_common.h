@@ -138,7 +138,8 @@ Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare
     after();
   }
   std::sort(ms.begin(), ms.end());
-  return {ms.front(), ms[runs / 2]};
+  const float median = runs % 2 ? ms[runs / 2] : (ms[runs / 2 - 1] + ms[runs / 2]) / 2;  // statistics.median's
+  return {ms.front(), median};
 }
 template <class Prepare, class Align, class Launch>
 Times time_launches(cudaStream_t stream, int warmup, int runs, Prepare&& prepare, Align&& align, Launch&& launch) {
