@@ -34,6 +34,8 @@ def parse(path):
             fwd, _, fb = values[0], values[1], values[2]
         else:
             fwd, fb = values[0], values[1]
+        if source in rows.get(key, {}):  # a second run of the shape (an --fp8 or other-option row): not this table's
+            sys.exit(f"report.py: {path} holds two {source} rows of {key[0]} {key[1]}; give it one run's log")
         rows.setdefault(key, {})[source] = {"fwd": fwd, "fb": fb, "peak": peak}
     return {k: v for k, v in rows.items() if "mok" in v and "torch" in v}
 
