@@ -61,8 +61,10 @@ T to_number(const std::string& flag, const std::string& v, const char* want) {
 Args parse(int argc, char** argv) {
   Args a;
   a.fuzz.program = argv[0];
-  bool cases_given = false, seconds_given = false, repro_dir_given = false;
   std::vector<std::string> given;  // each flag once (--property once per property)
+  const auto was_given = [&](const std::string& key) {
+    return std::find(given.begin(), given.end(), key) != given.end();
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--list" || flag == "--help" || flag == "-h") {
@@ -73,7 +75,7 @@ Args parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (v.empty()) throw Usage(quote_input(flag) + " needs a value, not an empty string");
     const std::string key = flag == "--property" ? flag + " " + v : flag;
-    if (std::find(given.begin(), given.end(), key) != given.end()) throw Usage(quote_input(key) + " is given twice");
+    if (was_given(key)) throw Usage(quote_input(key) + " is given twice");
     given.push_back(key);
     if (flag == "--seed") {
       a.fuzz.seed = to_number<uint64_t>(flag, v, "an unsigned 64-bit integer");
@@ -81,12 +83,10 @@ Args parse(int argc, char** argv) {
     } else if (flag == "--cases") {
       a.fuzz.cases = to_number<long>(flag, v, "a non-negative integer");
       a.fuzz.seconds = 0;
-      cases_given = true;
     } else if (flag == "--seconds") {
       a.fuzz.seconds = double(to_number<long>(flag, v, "a non-negative integer"));
       if (a.fuzz.seconds > kMaxSeconds) throw Usage("--seconds is at most " + std::to_string(long(kMaxSeconds)));
       a.fuzz.cases = 0;
-      seconds_given = true;
     } else if (flag == "--backend") {
       a.backend = v;
     } else if (flag == "--property") {
@@ -96,7 +96,6 @@ Args parse(int argc, char** argv) {
       a.fuzz.fault = fault_from_string(v);
     } else if (flag == "--repro-dir") {
       a.fuzz.repro_dir = v;
-      repro_dir_given = true;
     } else if (flag == "--replay") {
       a.replay = v;
     } else {
@@ -104,9 +103,10 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
+  const bool cases_given = was_given("--cases"), seconds_given = was_given("--seconds");
   if (cases_given && seconds_given) throw Usage("--cases and --seconds exclude each other: give one");
   if (!a.replay.empty() &&
-      (a.seed_given || cases_given || seconds_given || !a.fuzz.properties.empty() || repro_dir_given))
+      (a.seed_given || cases_given || seconds_given || !a.fuzz.properties.empty() || was_given("--repro-dir")))
     throw Usage(
         "--replay runs the file's own case and property and writes no repro: --seed, --cases, --seconds, --property "
         "and --repro-dir do not apply");
