@@ -805,9 +805,7 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, ncclComm_t comm) 
   require(launch.transport != Transport::colocated, "a Layer on a communicator cannot use the colocated transport");
   require(launch.gpus == 1 || launch.gpus == count,
           "gpus = " + std::to_string(launch.gpus) + ", but the communicator has " + std::to_string(count) + " ranks");
-  LaunchConfig on_comm = launch;
-  on_comm.gpus = count;
-  on_comm.transport = Transport::nccl;
+  const LaunchConfig on_comm = on_communicator(launch, count);
   validate_launch(c, on_comm);  // before the collective registration: a refused Layer leaves no window
   impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c, count));
   impl_->init(c, on_comm, rank, impl_->comm_peers.get());

@@ -79,7 +79,7 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     const mok::LayerConfig c = config_of(s, g, o);
     mok::gpu::LaunchConfig launch = base;
     launch.gpus = g;
-    if (g > 1) launch.transport = mok::gpu::Transport::nccl;  // a process per GPU, its window
+    if (g > 1) launch = mok::gpu::on_communicator(launch, g);  // a process per GPU, its window
     launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
     const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
     // w1 [2I, H] and w2 [H, I] per expert and the shared expert's [2Is, H] and [H, Is], bf16, and their

@@ -95,10 +95,8 @@ void run_rank(const Job& job, const tools::Rank& rank) {
     b.used_after_runs = tools::device_memory_in_use();
     b.tensors = t.bytes();
   }
-  layer.reset();                           // before the communicator, after its last call finished (check())
-  gpu::LaunchConfig on_comm = job.launch;  // as the Layer on its communicator takes it: windowed
-  on_comm.transport = gpu::Transport::nccl;
-  b.window = gpu::layer_memory(job.config, on_comm).window;
+  layer.reset();  // before the communicator, after its last call finished (check())
+  b.window = gpu::layer_memory(job.config, gpu::on_communicator(job.launch, job.launch.gpus)).window;
   tools::ResultWriter file(rank.result);
   file.put(b);
   file.commit();

@@ -73,7 +73,7 @@ gpu::LaunchConfig launch_config(const Call& call, bool fp8_weights_given) {
   launch.blocks = call.blocks;
   launch.recompute = call.recompute;
   launch.gpus = call.gpus;
-  if (call.gpus > 1) launch.transport = gpu::Transport::nccl;  // a process group's (the Layer on its communicator)
+  if (call.gpus > 1) launch = gpu::on_communicator(launch, call.gpus);  // a process group's Layer
   launch.capacity_rows = call.capacity_rows;
   launch.fp8_weights_given = fp8_weights_given;
   launch.fp8_weight_gradients = call.fp8_weight_gradients;

@@ -282,4 +282,12 @@ struct LayerMemory {
 };
 LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch);
 
+// The launch a Layer on a communicator of `ranks` ranks runs (its constructor's): as many GPUs, over the
+// nccl transport, so windowed even at one rank; what layer_memory sizes for such a Layer.
+inline LaunchConfig on_communicator(LaunchConfig launch, int ranks) {
+  launch.gpus = ranks;
+  launch.transport = Transport::nccl;
+  return launch;
+}
+
 }  // namespace mok::gpu
