@@ -113,17 +113,12 @@ void check_accumulators(const Checker& check, const Call& call, const Accumulato
   check.optional(acc.d_shared_w2, c.has_shared(), shared_rule, "d_shared_w2", wd, {H, Is}, "[H, Is]");
   // The kernels add into them and move their version counters (bump_versions): an inference tensor has
   // none, so it is refused here, before anything is added (torch.compile skips mok.moe's own check).
-  const auto not_inference = [](const at::Tensor* t, const char* name) {
-    require(!t || !t->is_inference(), [&] {
+  acc.for_each([](const at::Tensor& t, const char* name) {
+    require(!t.is_inference(), [&] {
       return std::string(name) +
              " is an inference tensor (made under torch.inference_mode), which no backward may write";
     });
-  };
-  not_inference(acc.d_router ? &*acc.d_router : nullptr, "d_router");
-  not_inference(&acc.d_w1, "d_w1");
-  not_inference(&acc.d_w2, "d_w2");
-  not_inference(acc.d_shared_w1 ? &*acc.d_shared_w1 : nullptr, "d_shared_w1");
-  not_inference(acc.d_shared_w2 ? &*acc.d_shared_w2 : nullptr, "d_shared_w2");
+  });
 }
 
 // The fp8 mode's quantized weights (their size the layer checks); the CPU op takes none.
@@ -207,9 +202,7 @@ LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::opt
 }
 
 void bump_versions(const Accumulators& acc) {
-  for (const at::Tensor* t : {&acc.d_w1, &acc.d_w2}) torch::autograd::impl::bump_version(*t);
-  for (const std::optional<at::Tensor>* t : {&acc.d_router, &acc.d_shared_w1, &acc.d_shared_w2})
-    if (*t) torch::autograd::impl::bump_version(**t);
+  acc.for_each([](const at::Tensor& t, const char*) { torch::autograd::impl::bump_version(t); });
 }
 
 }  // namespace mok::py

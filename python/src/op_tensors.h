@@ -45,6 +45,16 @@ struct Accumulators {
   const at::Tensor& d_w2;
   const std::optional<at::Tensor>& d_shared_w1;
   const std::optional<at::Tensor>& d_shared_w2;
+
+  // f(tensor, name) for each accumulator given.
+  template <class F>
+  void for_each(F f) const {
+    if (d_router) f(*d_router, "d_router");
+    f(d_w1, "d_w1");
+    f(d_w2, "d_w2");
+    if (d_shared_w1) f(*d_shared_w1, "d_shared_w1");
+    if (d_shared_w2) f(*d_shared_w2, "d_shared_w2");
+  }
 };
 
 // After a kernel added into them: each accumulator's version counter moves, as an in-place op's does, so
