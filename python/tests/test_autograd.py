@@ -213,6 +213,12 @@ def accumulators_like(layer, fill=torch.zeros_like):
     return mok.GradAccumulators(t[0], t[1], t[2], (t[3], t[4]))
 
 
+def moe_of(layer, x, w1, acc):
+    """mok.moe on the layer's weights but x and w1 (the caller's), adding into acc (None: autograd's .grad)."""
+    return mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+                   expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+
+
 def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
     """Autograd gives saved, an output the loss does not reach, no zero gradient before the backward
     (set_materialize_grads(False)): it would fill one of saved's size on every step, 1,769 MiB on kimi-k2.
@@ -261,8 +267,7 @@ def test_no_gradient_reaching_y_gives_none_and_runs_no_backward(accumulate):
     layer = make_layer("softmax_shared")
     x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
     acc = accumulators_like(layer, torch.ones_like) if accumulate else None
-    y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
-                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    y = moe_of(layer, x, w1, acc)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         (_DropsGradient.apply(y).float().sum() + x.float().sum()).backward()
     assert not [e.name for e in prof.events() if e.name.startswith("mok::backward")]
@@ -324,8 +329,7 @@ def test_double_backward_raises(accumulate):
     layer = make_layer("softmax_shared")
     x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
     acc = accumulators_like(layer) if accumulate else None
-    y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
-                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    y = moe_of(layer, x, w1, acc)
     (dx,) = torch.autograd.grad((y.float() * layer.dy.float()).sum(), x, create_graph=True)
     # The C++ formula's backward op: a node that raises; the Python Function's (once_differentiable): dx
     # without a graph, as dy needs none. Either way no silent None.
@@ -343,8 +347,7 @@ def test_accumulate_into_bumps_the_accumulators_version():
     saved_w1 = acc.w1
     product = (leaf * saved_w1).sum()  # saves acc.w1 for its backward
     x = layer.x.detach().clone().requires_grad_()
-    y = mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
-                expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+    y = moe_of(layer, x, layer.w1, acc)
     (y.float() * layer.dy.float()).sum().backward()
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         product.backward()
