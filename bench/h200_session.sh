@@ -13,6 +13,8 @@
 #           (pytest python/tests; python.log)
 #   op      (after python) bench/op_bench.py: mok through its PyTorch op beside the torch layer, per
 #           shape in $MOK_SHAPES, with peak memory, and the op's per-call cost (op_bench.log)
+#   gather  mok-gather-probe on olmoe and kimi-k2: GEMM1 with its rows gathered from x, against the boxed
+#           loads of xe (gather.log)
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120), seed $MOK_FUZZ_SEED (default:
 #           a fresh one from the clock, printed)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
@@ -166,6 +168,14 @@ for step in "$@"; do
         PYTHONPATH=build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} 2>>"$out/bench.err" |
           tee -a "$out/op_bench.log" | tail -2
       done
+      ;;
+    gather)
+      for s in olmoe kimi-k2; do
+        log "mok-gather-probe $s"
+        timeout 90 build/megakernel/mok-gather-probe "$s" >>"$out/gather.log" 2>&1
+        echo "mok-gather-probe $s exit $?" | tee -a "$out/summary.log"
+      done
+      tail -12 "$out/gather.log"
       ;;
     fuzz)
       seed=${MOK_FUZZ_SEED:-$(date +%s%N | cut -c7-16)}
