@@ -268,6 +268,26 @@ INSTANTIATE_TEST_SUITE_P(Planted, FaultInjection,
                            return to_string(info.param.fault) + "_by_" + info.param.property;
                          });
 
+// N and E coprime leave R = 1 alone dividing both: rank_invariance then varies R over a cut of the batch,
+// so it still catches a fault that makes the bits depend on R (E = 3, N = 385 cut to 384 tokens on R = 1
+// and 3; a reversed sum of three slots shows in about one bf16 y in 10^4), and passes without it, also
+// where N < 3 (N = 2 cycled to 3 tokens).
+TEST(RankInvariance, VariesTheRanksWhereNAndEShareNoDivisor) {
+  const Property& rank_invariance = find_property("rank_invariance");
+  ReferenceBackend backend;
+  for (const int tokens : {385, 2}) {
+    const LayerConfig c = make_config(1, tokens, 256, 64, 3, 3);
+    const ref::Problem p = ref::make_problem(c, 5);
+    CaseParams cp;
+    EXPECT_EQ(rank_invariance.check(backend, p, cp), std::nullopt) << tokens << " tokens";
+    if (tokens < 3) continue;
+    cp.options.fault = ref::Fault::rank_combine_order;
+    const Verdict v = rank_invariance.check(backend, p, cp);
+    ASSERT_TRUE(v.has_value()) << tokens << " tokens: rank_combine_order not caught";
+    EXPECT_NE(v->find("R = 3 vs R = 1"), std::string::npos) << *v;
+  }
+}
+
 TEST(Driver, SameSeedSameRun) {
   FuzzOptions o;
   o.seed = 42;
