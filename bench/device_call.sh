@@ -10,13 +10,15 @@ torch_flags=()
 # A time-stamped line in summary.log and on the terminal.
 log() { echo "== $(date -u +%T) $*" | tee -a "$out/summary.log"; }
 
-# Starts summary.log: the commit ($MOK_COMMIT), the date, the device, nvcc, then the caller's lines.
+# Starts summary.log: the commit ($MOK_COMMIT), the date, the device, nvcc, the MOK_* settings, then the
+# caller's lines.
 call_header() {
   {
     echo "commit: ${MOK_COMMIT:-unknown}"
     echo "date: $(date -u +%FT%TZ)"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1)"
     echo "nvcc: $(nvcc --version | tail -1)"
+    env | grep '^MOK_' | grep -v '^MOK_COMMIT=' | sort | sed 's/^/env: /'  # the call's settings (MOK_BENCH_ARGS, ...)
     local line
     for line in "$@"; do echo "$line"; done
   } | tee "$out/summary.log"

@@ -107,6 +107,10 @@ step_seconds() {
     python) echo 150 ;;
     fuzz) echo $((${MOK_FUZZ_SECONDS:-120} + 15)) ;;
     ab | ab-run) [ "${MOK_AB_TOOL:-bench}" = op ] && echo 60 || echo 20 ;;  # ab: its first run
+    # About 12 s a shape for mok-bench and 11 for the torch baseline (session 45, an H100), 11 for op_bench.
+    bench) echo $((25 * $(wc -w <<<"$shapes") * $(wc -w <<<"$routings"))) ;;
+    op) echo $((15 * $(wc -w <<<"$shapes") + 20)) ;;
+    gather) echo 30 ;;
     *) echo 60 ;;
   esac
 }

@@ -3,7 +3,7 @@
 # stubbed, so only the script's own logic runs. The runs alternate in MOK_AB_ORDER per shape, each tree runs its own
 # build and is labelled by its own commit, a run's summary line is its own output (not an earlier run's), the
 # baseline builds only the A/B's tool (with the PyTorch op for an op A/B), a missing, unbuildable or unbuilt
-# baseline is said, candidate trees (MOK_AB_TREES) run where their letters stand and one that does not build is
+# baseline is said, summary.log holds the call's MOK_* settings, candidate trees (MOK_AB_TREES) run where their letters stand and one that does not build is
 # left out, and with MOK_CALL_SECONDS neither a step nor an A/B run starts that would not end in time.
 set -uo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/h200_session.sh
@@ -50,6 +50,8 @@ done
 [ "$got" = "$want" ] || fail "mok-bench A/B order: got $got"
 grep -q -- "--build base/build -j4 --target mok-bench$" out/build_B.log || fail "baseline targets"
 grep -q -- "-DMOK_TORCH=ON" out/build_B.log out/build.log && fail "the op is built for a mok-bench A/B"
+grep -q "^env: MOK_BENCH_ARGS=--runs 5$" out/summary.log || fail "the call's settings are not in summary.log"
+grep -q "^env: MOK_COMMIT" out/summary.log && fail "MOK_COMMIT is said twice in summary.log"
 
 # A candidate tree C beside the baseline: built as the baseline is, run where C stands, labelled by its commit.
 run MOK_BASELINE=base MOK_AB_TREES="C=cand" MOK_AB_ORDER="B N C" || fail "the session script failed"
