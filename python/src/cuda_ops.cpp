@@ -222,6 +222,25 @@ gpu::ForwardOutputs forward_of(const SavedArgs& s) {
   return gpu::ForwardOutputs{gpu::TensorView{}, view(s.topk_idx), view(s.topk_w), view(s.logits), view(s.saved)};
 }
 
+// The Layer's backward of a checked call, on x's device (made current by the caller's guard): dx, d topk_w
+// and d logits made here, the weight gradients into grads' views (stored, or added into with
+// grads.accumulate).
+std::tuple<Tensor, Tensor, Tensor> layer_backward(const Call& call, const LayerArgs& args, const SavedArgs& s,
+                                                  const Tensor& dy, const OptTensor& fp8_weights,
+                                                  gpu::GradOutputs grads) {
+  const Tensor& x = args.x;
+  // Given the forward's quantized weights, the forward's Layer: its workspace holds no W and W^T, which
+  // the backward reads from fp8_weights instead of quantizing them again.
+  CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());
+  auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
+  grads.dx = view(dx), grads.d_topk_w = view(d_topk_w), grads.d_logits = view(d_logits);
+  const std::lock_guard lock(cached.mutex);
+  const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
+  cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
+                        view(dy), grads);
+  return {dx, d_topk_w, d_logits};
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backward_cuda(
     const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
@@ -233,24 +252,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
                                        nullptr, fp8_weights, {.aligned = true});
     const c10::cuda::CUDAGuard guard(x.device());
-    // Given the forward's quantized weights, the forward's Layer: its workspace holds no W and W^T, which
-    // the backward reads from fp8_weights instead of quantizing them again.
-    CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = call.own_experts(), Is = c.shared_intermediate;
-    auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
     Tensor d_router = uninitialized(d_router_shape(call), x.options().dtype(at::kFloat));
     // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass).
     Tensor d_w1 = uninitialized({E, 2 * I, H}, w1.options());
     Tensor d_w2 = uninitialized({E, H, I}, w1.options());
     Tensor d_shared_w1 = uninitialized({2 * Is, H}, w1.options());
     Tensor d_shared_w2 = uninitialized({H, Is}, w1.options());
-    const std::lock_guard lock(cached.mutex);
-    const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
-    cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
-                          view(dy),
-                          gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
-                                           view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
+    auto [dx, d_topk_w, d_logits] = layer_backward(
+        call, args, s, dy, fp8_weights,
+        gpu::GradOutputs{
+            {}, {}, {}, view(d_router), view(d_w1), view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
     return std::make_tuple(dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2);
   });
 }
@@ -268,16 +281,12 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
                                        &acc, fp8_weights, {.aligned = true});
     const c10::cuda::CUDAGuard guard(x.device());
-    CachedLayer& cached = layer_for(call, x.device().index(), fp8_weights.has_value());  // as backward_cuda's
-    auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
-    const std::lock_guard lock(cached.mutex);
-    const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
-    cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
-                          view(dy),
-                          gpu::GradOutputs{view(dx), view(d_topk_w), view(d_logits), view(d_router), view(d_w1),
-                                           view(d_w2), view(d_shared_w1), view(d_shared_w2), true});
+    auto gradients = layer_backward(
+        call, args, s, dy, fp8_weights,
+        gpu::GradOutputs{
+            {}, {}, {}, view(d_router), view(d_w1), view(d_w2), view(d_shared_w1), view(d_shared_w2), true});
     bump_versions(acc);
-    return std::make_tuple(dx, d_topk_w, d_logits);
+    return gradients;
   });
 }
 
