@@ -1,7 +1,9 @@
-// Helpers for the tests of core, which need nothing above it: a seeded generator of test data and the
-// message of a thrown mok::Error. Tests of the modules above core may use them too (their CMake adds
-// this folder to the include path).
+// Helpers for the tests of core, which need nothing above it: a seeded generator of test data, the
+// message of a thrown mok::Error and the check that a call is refused by its rule. Tests of the modules
+// above core use them too (their CMake adds this folder to the include path).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
@@ -34,6 +36,17 @@ std::string error_of(Call call) {
     return e.what();
   }
   return "";
+}
+
+// A mok::Error from `call` whose message holds `names`: the rule it is about, not just any error
+// (another rule refusing the same call would pass an EXPECT_THROW).
+template <class Call>
+void expect_error(Call call, const std::string& names) {
+  const std::string message = error_of(call);
+  if (message.empty())
+    ADD_FAILURE() << "no mok::Error; expected one naming \"" << names << "\"";
+  else
+    EXPECT_NE(message.find(names), std::string::npos) << "message: " << message;
 }
 
 }  // namespace mok::test

@@ -9,13 +9,15 @@
 #include <vector>
 
 #include "banded_tile.h"
-#include "expect_refused.h"
+#include "core_test_support.h"
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/megakernel.h"
 #include "test_configs.h"
 
 namespace mok::gpu {
 namespace {
+
+using mok::test::expect_error;
 
 // A GEMM phase's tile order visits every tile of its grid once, band by band (kBandRows row tiles, the
 // last band what is left), and within a band column by column, each column's rows in order.
@@ -87,8 +89,8 @@ TEST(LayerMemory, Fp8WeightsGivenLeaveTheQuantizedWeightsOutOfTheWorkspace) {
   LayerConfig bf16_config = c;
   bf16_config.precision = Precision::bf16;
   EXPECT_EQ(layer_memory(bf16_config, {}).fp8_weights, 0u);
-  expect_refused([&] { layer_memory(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
-                 "fp8_weights_given needs precision = fp8");
+  expect_error([&] { layer_memory(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
+               "fp8_weights_given needs precision = fp8");
 }
 
 // fp8_weight_gradients adds exactly its operands' transposed copies to the backward's workspace, after
@@ -116,8 +118,8 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
   }
   LayerConfig bf16_config = c;
   bf16_config.precision = Precision::bf16;
-  expect_refused([&] { layer_memory(bf16_config, LaunchConfig{.fp8_weight_gradients = true}); },
-                 "fp8_weight_gradients needs precision = fp8");
+  expect_error([&] { layer_memory(bf16_config, LaunchConfig{.fp8_weight_gradients = true}); },
+               "fp8_weight_gradients needs precision = fp8");
 }
 
 // layer_memory refuses what a Layer refuses (no device needed for either check): a ring that is not
@@ -126,7 +128,7 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
 TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);
   const auto refused = [&](const LaunchConfig& launch, const std::string& what) {
-    expect_refused([&] { layer_memory(c, launch); }, what);
+    expect_error([&] { layer_memory(c, launch); }, what);
   };
   refused({.ring_rows = 100}, "ring_rows");
   refused({.ring_rows = -128}, "ring_rows");

@@ -19,7 +19,7 @@
 #include <tuple>
 #include <utility>
 
-#include "expect_refused.h"
+#include "core_test_support.h"
 #include "hopper_options.h"
 #include "mok/core/fields.h"
 #include "mok/core/gradient_add.h"
@@ -30,6 +30,8 @@
 
 namespace mok::gpu {
 namespace {
+
+using mok::test::expect_error;
 
 void cuda(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
@@ -449,7 +451,7 @@ TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
           std::pair{zeros.view(), "saved holds no dispatch layout of this config"}}) {
       ForwardOutputs mixed = b.outputs();
       mixed.saved = saved;
-      expect_refused(
+      expect_error(
           [&] {
             layer.backward(stream_, ws, b.inputs(), mixed, b.grad.dy.view(), b.grads());
             layer.check();
@@ -470,8 +472,8 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
   std::vector<int32_t> bad = p.routing->topk_idx;
   bad[1] = bad[0];  // an expert twice in token 0
   b.fwd.topk_idx.upload(bad);
-  expect_refused([&] { layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()); },
-                 "the given routing of token 0 has an expert id outside");
+  expect_error([&] { layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()); },
+               "the given routing of token 0 has an expert id outside");
 }
 
 // The forward needs only its prefix of the workspace (its own allocation here, poisoned, so a read
@@ -565,7 +567,7 @@ void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const La
   EXPECT_EQ(first_bit_mismatch("d_shared_w2 added", sw2.download<bf16>(), added(held(want.d_sw2), want.d_sw2)), "");
   grads = b.grads();
   grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
-  expect_refused(
+  expect_error(
       [&] { layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
       "d_w2 [E, H, I] has dtype bfloat16");
 }
@@ -596,7 +598,7 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);
   const auto refused = [&](ForwardInputs in, ForwardOutputs out, const char* name) {
-    expect_refused([&] { layer.forward(stream_, b.workspace.view().data, in, out); }, name);
+    expect_error([&] { layer.forward(stream_, b.workspace.view().data, in, out); }, name);
   };
   ForwardInputs in = b.inputs();
   in.x.dtype = DType::f32;
@@ -626,8 +628,8 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   for (const auto& [ws, what] :
        {std::pair<void*, const char*>{nullptr, "workspace is missing"},
         {static_cast<uint8_t*>(b.workspace.view().data) + 8, "workspace is not 16-byte aligned"}}) {
-    expect_refused([&] { layer.forward(stream_, ws, b.inputs(), b.outputs()); }, what);
-    expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); }, what);
+    expect_error([&] { layer.forward(stream_, ws, b.inputs(), b.outputs()); }, what);
+    expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); }, what);
   }
   layer.check();  // nothing was enqueued, nothing recorded
 }
@@ -789,33 +791,33 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
     return [&, fp8_weights] { layer.quantize_weights(stream_, b.weights.views(), fp8_weights); };
   };
   const std::string name = "fp8_weights [fp8_weights_bytes()]";
-  expect_refused(forward_with({}), "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
-  expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
-                 "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
+  expect_error(forward_with({}), "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
+               "fp8_weights is missing: with LaunchConfig::fp8_weights_given");
   const auto bad_buffers = [&](const auto& call) {
-    expect_refused(call({good.data, DType::bf16, {bytes / 2}}), name + " has dtype bfloat16, expected uint8");
-    expect_refused(call({good.data, DType::u8, {bytes - 1}}), name + " has shape");
-    expect_refused(call({static_cast<uint8_t*>(good.data) + 8, DType::u8, {bytes}}), name + " is not 16-byte aligned");
+    expect_error(call({good.data, DType::bf16, {bytes / 2}}), name + " has dtype bfloat16, expected uint8");
+    expect_error(call({good.data, DType::u8, {bytes - 1}}), name + " has shape");
+    expect_error(call({static_cast<uint8_t*>(good.data) + 8, DType::u8, {bytes}}), name + " is not 16-byte aligned");
   };
   bad_buffers(forward_with);
   bad_buffers(quantize_into);
-  expect_refused(quantize_into({}), name + " is missing");
+  expect_error(quantize_into({}), name + " is missing");
   WeightViews w = b.weights.views();
   w.w2.shape = {1, 2, 3};
-  expect_refused([&] { layer.quantize_weights(stream_, w, good); }, "w2 [E, H, I]");
+  expect_error([&] { layer.quantize_weights(stream_, w, good); }, "w2 [E, H, I]");
 
   LayerConfig bf16_config = p.config;
   bf16_config.precision = Precision::bf16;
-  expect_refused([&] { const Layer refusing(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
-                 "fp8_weights_given needs precision = fp8");
+  expect_error([&] { const Layer refusing(bf16_config, LaunchConfig{.fp8_weights_given = true}); },
+               "fp8_weights_given needs precision = fp8");
   Layer bf16_layer(bf16_config, {});
   Bound bf(bf16_layer, ref::make_problem(bf16_config, 54), RoutingMode::router);
   ForwardInputs in = bf.inputs();
   in.fp8_weights = good;
-  expect_refused([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
-                 "fp8_weights is given, but precision is bf16");
-  expect_refused([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
-                 "quantize_weights: precision is bf16");
+  expect_error([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
+               "fp8_weights is given, but precision is bf16");
+  expect_error([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
+               "quantize_weights: precision is bf16");
   EXPECT_EQ(bf16_layer.fp8_weights_bytes(), 0u);
   layer.check();  // nothing was enqueued, nothing recorded
   bf16_layer.check();
@@ -975,9 +977,8 @@ TEST_F(LayerApi, ColocatedLayerRefusesGraphCapture) {
   Colocated shares(p, RoutingMode::router, 2);
   Bound& b = *shares.bound[0];
   cuda(cudaStreamBeginCapture(shares.streams[0], cudaStreamCaptureModeThreadLocal));
-  expect_refused(
-      [&] { shares.layers[0]->forward(shares.streams[0], b.workspace.view().data, b.inputs(), b.outputs()); },
-      "cannot be captured in a CUDA graph");
+  expect_error([&] { shares.layers[0]->forward(shares.streams[0], b.workspace.view().data, b.inputs(), b.outputs()); },
+               "cannot be captured in a CUDA graph");
   cudaGraph_t graph = nullptr;
   cuda(cudaStreamEndCapture(shares.streams[0], &graph));
   size_t nodes = 1;
@@ -1053,7 +1054,7 @@ TEST_F(LayerApi, ColocatedBadGivenRoutingIsReportedByEveryShare) {
   shares.bound[1]->fwd.topk_idx.upload(bad);
   shares.forward();
   const std::string token = "given routing of token " + std::to_string(p.config.tokens() - 1);
-  for (const auto& layer : shares.layers) expect_refused([&] { layer->check(); }, token);
+  for (const auto& layer : shares.layers) expect_error([&] { layer->check(); }, token);
   shares.bound[1]->fwd.topk_idx.upload(share_of(p.routing->topk_idx, 1, 2));
   expect_same(shares.poisoned_step(), reference(p, RoutingMode::given));
 }
@@ -1168,7 +1169,7 @@ TEST_F(LayerApi, ColocatedSavedOfALargerCapacityIsRefused) {
   small.backward();
   const std::string want = "the routing gives GPU " + std::to_string(over) + "'s experts " +
                            std::to_string(over_tiles) + " tiles of 128 rows, more than its buffers hold";
-  for (const auto& layer : small.layers) expect_refused([&] { layer->check(); }, want);
+  for (const auto& layer : small.layers) expect_error([&] { layer->check(); }, want);
   large.backward();
   expect_same(large.check_and_read(), reference(p, RoutingMode::given, {.recompute = true}));
 }
@@ -1180,30 +1181,30 @@ TEST_F(LayerApi, ShardedLayerRefusesWholeTensorsNamingTheShare) {
   const LayerConfig& c = p.config;
   const LaunchConfig launch{.watchdog_seconds = 5.0, .gpus = 2, .transport = Transport::colocated};
   const auto group = make_peer_group(c, launch);
-  expect_refused([&] { Layer(c, launch, 1, nullptr); }, "the nccl and colocated transports need a peer group");
-  expect_refused([&] { Layer(c, LaunchConfig{.gpus = 2, .transport = Transport::nccl}, 1, group.get()); },
-                 "the peer group was made for another launch or config");
-  expect_refused([&] { Layer(c, launch, 2, group.get()); }, "gpu 2 is outside the launch's GPUs");
+  expect_error([&] { Layer(c, launch, 1, nullptr); }, "the nccl and colocated transports need a peer group");
+  expect_error([&] { Layer(c, LaunchConfig{.gpus = 2, .transport = Transport::nccl}, 1, group.get()); },
+               "the peer group was made for another launch or config");
+  expect_error([&] { Layer(c, launch, 2, group.get()); }, "gpu 2 is outside the launch's GPUs");
   Layer layer(c, launch, 1, group.get());
   Bound b(layer, p, RoutingMode::router, 1, 2);
   const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts;
   void* ws = b.workspace.view().data;
   ForwardInputs in = b.inputs();
   in.weights.w1.shape = {E, 2 * I, H};
-  expect_refused([&] { layer.forward(stream_, ws, in, b.outputs()); }, "w1 [E/G, 2I, H]");
+  expect_error([&] { layer.forward(stream_, ws, in, b.outputs()); }, "w1 [E/G, 2I, H]");
   in = b.inputs();
   in.x.shape = {N, H};
-  expect_refused([&] { layer.forward(stream_, ws, in, b.outputs()); }, "x [N/G, H]");
+  expect_error([&] { layer.forward(stream_, ws, in, b.outputs()); }, "x [N/G, H]");
   ForwardOutputs out = b.outputs();
   out.logits.shape = {N, E};
-  expect_refused([&] { layer.forward(stream_, ws, b.inputs(), out); }, "logits [N/G, E]");
+  expect_error([&] { layer.forward(stream_, ws, b.inputs(), out); }, "logits [N/G, E]");
   TensorView dy = b.grad.dy.view();
   dy.shape = {N, H};
-  expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), dy, b.grads()); }, "dy [N/G, H]");
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), dy, b.grads()); }, "dy [N/G, H]");
   GradOutputs grads = b.grads();
   grads.d_w2.shape = {E, H, I};
-  expect_refused([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
-                 "d_w2 [E/G, H, I]");
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
+               "d_w2 [E/G, H, I]");
   layer.check();  // nothing was enqueued, nothing recorded
 }
 
@@ -1218,10 +1219,10 @@ TEST_F(LayerApi, OnAOneRankCommunicatorMatchesTheReference) {
   const std::unique_ptr<ncclComm, decltype(&ncclCommDestroy)> comm(raw, ncclCommDestroy);
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 47, ref::RoutingKind::uniform);
   const LaunchConfig launch{.watchdog_seconds = 5.0};
-  expect_refused([&] { Layer(p.config, LaunchConfig{.gpus = 2}, comm.get()); },
-                 "gpus = 2, but the communicator has 1 ranks");
-  expect_refused([&] { Layer(p.config, LaunchConfig{.transport = Transport::colocated}, comm.get()); },
-                 "a Layer on a communicator cannot use the colocated transport");
+  expect_error([&] { Layer(p.config, LaunchConfig{.gpus = 2}, comm.get()); },
+               "gpus = 2, but the communicator has 1 ranks");
+  expect_error([&] { Layer(p.config, LaunchConfig{.transport = Transport::colocated}, comm.get()); },
+               "a Layer on a communicator cannot use the colocated transport");
   const RoutingMode modes[] = {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given};
   std::vector<std::unique_ptr<Layer>> layers;
   for (int i = 0; i < 3; ++i) layers.push_back(std::make_unique<Layer>(p.config, launch, comm.get()));

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "expect_refused.h"
+#include "core_test_support.h"
 #include "hopper_options.h"
 #include "mok/core/fields.h"
 #include "mok/core/gradient_add.h"
@@ -20,6 +20,8 @@
 
 namespace mok::gpu {
 namespace {
+
+using mok::test::expect_error;
 
 using ref::make_problem;
 using ref::Problem;
@@ -323,9 +325,9 @@ TEST_F(Gpu, RefusesACapacityBeyondTheMostRowsAGpuCanReceive) {
   const Problem p = make_problem(small(2, 16, 8, 2), 3);
   LaunchConfig launch = colocated(2);
   launch.capacity_rows = 32 * 2 + 1;  // N min(k, E/G) = 32 x 2
-  expect_refused([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = 65 is outside [0, 64]");
+  expect_error([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = 65 is outside [0, 64]");
   launch.capacity_rows = -1;
-  expect_refused([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = -1 is outside [0, 64]");
+  expect_error([&] { Megakernel(p.config, p.weights, launch); }, "capacity_rows = -1 is outside [0, 64]");
 }
 
 // D3 and the ring: any block count, any ring size (here many cycles) give the same bits. With the router,
@@ -593,26 +595,26 @@ TEST_F(Gpu, RejectsBadLaunches) {
   const auto launch_with = [&](const LaunchConfig& launch) {
     return [&, launch] { Megakernel(p.config, p.weights, launch); };
   };
-  expect_refused(launch_with(LaunchConfig{0, 64, 10.0}), "ring_rows = 64 is not a positive multiple of 128");
-  expect_refused(launch_with(LaunchConfig{1 << 20, 256, 10.0}), "blocks = 1048576 exceeds the");
-  expect_refused(launch_with(LaunchConfig{.gpus = 2}), "ranks R = 1 is not a multiple of gpus = 2");
+  expect_error(launch_with(LaunchConfig{0, 64, 10.0}), "ring_rows = 64 is not a positive multiple of 128");
+  expect_error(launch_with(LaunchConfig{1 << 20, 256, 10.0}), "blocks = 1048576 exceeds the");
+  expect_error(launch_with(LaunchConfig{.gpus = 2}), "ranks R = 1 is not a multiple of gpus = 2");
   LayerConfig two_ranks = p.config;
   two_ranks.ranks = 2, two_ranks.tokens_per_rank = 8;
-  expect_refused([&] { Megakernel(two_ranks, p.weights, LaunchConfig{.gpus = 2}); },
-                 "gpus > 1 needs the nccl or the colocated transport");
-  expect_refused(launch_with(LaunchConfig{.gpus = 0, .transport = Transport::nccl}), "gpus = 0 is below 1");
-  expect_refused(launch_with(colocated(2)), "ranks R = 1 is not a multiple of gpus = 2");
+  expect_error([&] { Megakernel(two_ranks, p.weights, LaunchConfig{.gpus = 2}); },
+               "gpus > 1 needs the nccl or the colocated transport");
+  expect_error(launch_with(LaunchConfig{.gpus = 0, .transport = Transport::nccl}), "gpus = 0 is below 1");
+  expect_error(launch_with(colocated(2)), "ranks R = 1 is not a multiple of gpus = 2");
   Megakernel mk(p.config, p.weights, {});
-  expect_refused([&] { mk.backward(p.dy); }, "backward before any forward");
+  expect_error([&] { mk.backward(p.dy); }, "backward before any forward");
   std::vector<bf16> x = p.x;
   x[5] = bf16{0x7fc0};
-  expect_refused([&] { mk.forward(x, nullptr); }, "x [N, H] holds NaN or Inf");
+  expect_error([&] { mk.forward(x, nullptr); }, "x [N, H] holds NaN or Inf");
   // Finite inputs whose router logits overflow: reported by the kernel, as the reference does.
   LayerWeights w = p.weights;
   std::fill(w.router.begin(), w.router.end(), 1.0f);
   std::fill(x.begin(), x.end(), bf16{0x7f7f});  // the largest finite bf16
   Megakernel overflowing(p.config, w, {});
-  expect_refused([&] { overflowing.forward(x, nullptr); }, "router logit of token 0 overflows");
+  expect_error([&] { overflowing.forward(x, nullptr); }, "router logit of token 0 overflows");
 }
 
 }  // namespace

@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "core_test_support.h"
 #include "mok/core/bf16.h"
 #include "mok/core/config.h"
 #include "mok/core/fields.h"
 
 namespace mok::ref::test {
+
+using mok::test::expect_error;
 
 // c with DeepSeek-V3's routing: sigmoid scores, 4 expert groups of which 2 are kept, weights scaled by
 // 2.5 (E must be a multiple of 4).
@@ -45,17 +48,6 @@ template <class T>
   }
   if (!any_nonzero) return ::testing::AssertionFailure() << a_name << " is empty or all zeros: nothing was compared";
   return ::testing::AssertionSuccess();
-}
-
-// A mok::Error from `call` whose message holds `names` (the rule it is about, not just any error).
-template <class Call>
-void expect_error(Call call, const std::string& names) {
-  try {
-    call();
-    ADD_FAILURE() << "no mok::Error; expected one naming \"" << names << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << "message: " << e.what();
-  }
 }
 
 }  // namespace mok::ref::test
