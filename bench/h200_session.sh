@@ -81,9 +81,18 @@ if [ -n "$baseline" ]; then
   done
   jobs=12
 fi
+# Stops a process and every process below it (a tree's build: its subshell, cmake, ninja, the compilers).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null
+}
 build_tree . "$jobs" >"$out/build.log" 2>&1 || {
   tail -60 "$out/build.log"
-  [ -n "$baseline" ] && kill "${tree_builds[@]}" 2>/dev/null && wait "${tree_builds[@]}"
+  if [ -n "$baseline" ]; then
+    for pid in "${tree_builds[@]}"; do kill_tree "$pid"; done
+    wait "${tree_builds[@]}"
+  fi
   exit 1
 }
 log "build ok"

@@ -3,7 +3,7 @@
 # stubbed, so only the script's own logic runs. The runs alternate in MOK_AB_ORDER per shape, each tree runs its own
 # build and is labelled by its own commit, a run's summary line is its own output (not an earlier run's), the
 # baseline builds only the A/B's tool (with the PyTorch op for an op A/B), a missing, unbuildable or unbuilt
-# baseline is said, summary.log holds the call's MOK_* settings, candidate trees (MOK_AB_TREES) run where their letters stand and one that does not build is
+# baseline is said, a failed build stops the trees building beside it, summary.log holds the call's MOK_* settings, candidate trees (MOK_AB_TREES) run where their letters stand and one that does not build is
 # left out, and with MOK_CALL_SECONDS neither a step nor an A/B run starts that would not end in time.
 set -uo pipefail
 script=$(cd "$(dirname "$0")/.." && pwd)/h200_session.sh
@@ -19,8 +19,8 @@ for tree in build base/build cand/build; do
   mkdir -p "$tree/megakernel"
   printf '#!/bin/sh\necho "$2 uniform %s $*"\n' "$tree" >"$tree/megakernel/mok-bench"
 done
-# cmake fails on the source trees named in FAIL_TREES.
-printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\nexit 0\n' >stub/cmake
+# cmake fails on the source trees named in FAIL_TREES and sleeps on those in SLOW_TREES (a build in progress).
+printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\ncase " ${SLOW_TREES:-} " in *" $2 "*) sleep 57 ;; esac\nexit 0\n' >stub/cmake
 printf '#!/bin/sh\necho stub\n' >stub/nvidia-smi
 cp stub/nvidia-smi stub/nvcc
 printf '#!/bin/sh\necho "op_bench $* from $PYTHONPATH"\n' >stub/python3
@@ -113,6 +113,12 @@ grep -q -- "-DMOK_TORCH=ON" out/build.log || fail "this tree's op is not built"
 run MOK_BASELINE=base FAIL_TREES=base || fail "a failed baseline build stopped the other steps"
 grep -q "A/B tree B's build failed" out/summary.log || fail "a failed baseline build is not said"
 grep -q "ab needs MOK_BASELINE" out/summary.log || fail "ab ran without a built baseline"
+
+# This tree's build failing stops the call and the trees still building beside it (no cmake left running).
+start=$SECONDS
+run MOK_BASELINE=base FAIL_TREES=. SLOW_TREES=base && fail "a failed build did not stop the call"
+[ $((SECONDS - start)) -lt 30 ] || fail "the call waited for the baseline's build"
+pgrep -f "sleep 57" >/dev/null && fail "the baseline's build was left running"
 
 run MOK_BASELINE=no-such-tree && fail "a missing baseline tree did not stop the call"
 grep -q "MOK_BASELINE=no-such-tree is not a source tree" out/summary.log || fail "a missing baseline tree is not said"
