@@ -19,7 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
+#include <exception>
 #include <string>
 #include <vector>
 
