@@ -37,6 +37,10 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
                     fp8_weight_gradients=layer.fp8_weight_gradients)
     else:
         args = dict(layer)
+        missing = [k for k in ("router", "w1", "w2", "config") if k not in args]
+        if missing:  # else a bare KeyError
+            raise ValueError(f"capture: the layer dict lacks {', '.join(missing)} (mok.moe's router, w1, w2 and "
+                             "config are required)")
     config: MoEConfig = args["config"]
     shared_w1, shared_w2 = args.get("shared") or (None, None)
     launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False),
@@ -50,6 +54,9 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
         raise ValueError("golden format v1 holds a router's routing or a given one, not replayed ids")
     if dy is None:
         dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    if dy.dim() == 0 or dy.shape[-1] != config.hidden or dy.numel() != x.numel():  # else reshape's error or a misread
+        raise ValueError(f"dy must have x's shape (N = {x.shape[0]} tokens by H = {config.hidden}), got shape "
+                         f"{list(dy.shape)}")
     dy = dy.reshape(x.shape).to(x.device).contiguous()
 
     inputs = dict(x=x, router=args["router"], expert_bias=args.get("expert_bias"), w1=args["w1"], w2=args["w2"],

@@ -51,10 +51,19 @@ class MoEConfig:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
-        for name in INT_FIELDS:  # pack() would truncate 4.9 to 4 without a word
+        for name in INT_FIELDS:  # pack() would truncate 4.9 to 4 without a word, or fail on "4" naming no field
             value = getattr(self, name)
-            if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+            if name in ("score_mode", "precision"):  # names, checked below
+                continue
+            if name == "renormalize":
+                if value not in (False, True):
+                    raise ValueError(f"renormalize must be a bool, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, numbers.Integral):  # experts=True: one expert?
                 raise ValueError(f"{name} must be an integer, got {value!r}")
+        for name in FLOAT_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real):  # pack()'s float() would take "2.5" and fail on None
+                raise ValueError(f"{name} must be a number, got {value!r}")
         if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
             raise ValueError(f"ranks = {self.ranks} (need >= 1)")
         if self.score_mode not in SCORE_MODES:
@@ -89,6 +98,8 @@ class MoEConfig:
 
     def tokens_per_rank_of(self, tokens: int) -> int:
         """T for a call of `tokens` tokens, which must split evenly over the ranks."""
+        if tokens == 0:  # else the op names tokens_per_rank = 0, which the caller never set
+            raise ValueError("x has no tokens: a call needs at least one (x [..., H] with no zero dimension)")
         if tokens % self.ranks:
             raise ValueError(f"{tokens} tokens do not split over ranks = {self.ranks}")
         return tokens // self.ranks
@@ -104,8 +115,15 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     the routed rows each GPU's experts can hold (0: the most any routing gives them; only over G > 1);
     fp8_weight_gradients: the fp8 mode's routed-expert weight gradients on E4M3 operands too (other bits
     than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""
-    values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": int(recompute), "comm": comm, "gpus": gpus,
-              "capacity_rows": capacity_rows, "fp8_weight_gradients": int(fp8_weight_gradients)}
+    values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": recompute, "comm": comm, "gpus": gpus,
+              "capacity_rows": capacity_rows, "fp8_weight_gradients": fp8_weight_gradients}
+    # int() would truncate ring_rows = 128.5 without a word, or fail on recompute = "yes" naming no field.
+    for name, value in values.items():
+        if name in ("recompute", "fp8_weight_gradients"):
+            if value not in (False, True):
+                raise ValueError(f"{name} must be a bool, got {value!r}")
+        elif not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
     return [int(values[name]) for name in LAUNCH_FIELDS]
 
 

@@ -54,7 +54,14 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
         if replay is not None:
             raise ValueError(f"replay={replay!r} needs a routing to replay")
         return ROUTING_MODES.index("router"), None, None
-    topk_idx, topk_w = (routing, None) if isinstance(routing, Tensor) else (routing[0], routing[1])
+    if isinstance(routing, Tensor):
+        topk_idx, topk_w = routing, None
+    elif isinstance(routing, (tuple, list)) and len(routing) in (2, 3):  # a pair, or a Routing
+        topk_idx, topk_w = routing[0], routing[1]
+    else:  # routing[0] raised IndexError or TypeError, naming no argument
+        raise ValueError("routing must be topk_idx (a Tensor), a (topk_idx, topk_w) pair or a mok.Routing, got "
+                         + (f"a {type(routing).__name__} of length {len(routing)}"
+                            if isinstance(routing, (tuple, list)) else type(routing).__name__))
     replay = replay or ("ids" if topk_w is None else "full")
     if replay == "ids":
         return ROUTING_MODES.index("replay_ids"), topk_idx, None
@@ -206,6 +213,17 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             if a.is_inference():  # no version counter for the backward to move
                 raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
+    if not torch.compiler.is_compiling():
+        # The backward adds into each in turn: two that overlap (views of one buffer) would each take the other's
+        # gradient too, on the GPU in no fixed order. Disjoint views of one flat buffer are fine. All are contiguous
+        # here, so each spans [data_ptr, data_ptr + nbytes); of spans sorted by start, an overlap shows between two
+        # neighbours.
+        spans = sorted((a.data_ptr(), a.data_ptr() + a.numel() * a.element_size(), name)
+                       for name, a, _ in pairs if a.numel())
+        for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+            if begin < end:
+                raise ValueError(f"accumulate_into.{second} overlaps accumulate_into.{first} in memory: the backward "
+                                 "would add both gradients into the shared elements (give each its own memory)")
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -273,7 +291,9 @@ def quantize_weights(
         from mok import distributed
 
         comm, gpus = distributed.communicator(group, w1.device, config.experts, config.ranks)
-    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank or config.tokens_per_rank, ring_rows,
-                                                   blocks, recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
+    # `is None`, not `or`: an explicit tokens_per_rank = 0 is refused by the op, not replaced by the default.
+    tokens_per_rank = config.tokens_per_rank if tokens_per_rank is None else tokens_per_rank
+    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks, recompute, comm, gpus,
+                                                   capacity_rows, fp8_weight_gradients)
     shared_w1, shared_w2 = shared if shared is not None else (None, None)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

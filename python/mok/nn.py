@@ -164,7 +164,10 @@ class MoE(torch.nn.Module):
         """Zeros every parameter's main_grad (main_grad=True), e.g. after the optimizer step that used them."""
         if self.main_grad:
             for p in self.parameters():
-                p.main_grad.zero_()
+                # A parameter put in after construction (load_state_dict(assign=True)) has none until the next
+                # forward makes it, as zeros.
+                if getattr(p, "main_grad", None) is not None:
+                    p.main_grad.zero_()
 
     @torch.no_grad()
     def quantize_weights(self, tokens_per_rank: Optional[int] = None) -> Tensor:

@@ -323,6 +323,38 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     refused(good._replace(w2=inference), r"accumulate_into.w2 is an inference tensor")
 
 
+def test_accumulate_into_refuses_overlapping_accumulators():
+    """Two accumulators that share elements (views of one buffer) would each take the other's gradient
+    too (they were accepted): refused at the call, naming both. Disjoint views of one flat buffer (as a
+    contiguous gradient buffer holds them) are accepted and get the separate accumulators' bits."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    x = layer.x.clone().requires_grad_()
+    good = accumulators_like(layer)
+    sizes = [t.numel() for t in (good.router, good.w1, good.w2, *good.shared)]
+
+    def views(flat, starts):
+        t = [flat[s:s + n].view(a.shape) for s, n, a in zip(starts, sizes, (good.router, good.w1, good.w2,
+                                                                            *good.shared))]
+        return mok.GradAccumulators(t[0], t[1], t[2], (t[3], t[4]))
+
+    def call(acc):
+        y = mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, ring_rows=RING_ROWS,
+                    accumulate_into=acc)
+        (y.float() * layer.dy.float()).sum().backward()
+
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    overlapping = list(starts)
+    overlapping[2] -= 8  # w2's first 8 elements are w1's last 8
+    with pytest.raises(ValueError, match=r"accumulate_into.w2 overlaps accumulate_into.w1 in memory"):
+        call(views(torch.zeros(sum(sizes), dtype=torch.float32), overlapping))
+    flat = views(torch.zeros(sum(sizes), dtype=torch.float32), starts)
+    call(flat)
+    call(good)
+    for a, b, name in zip(flat[:3] + flat.shared, good[:3] + good.shared, ("router", "w1", "w2", "s1", "s2")):
+        assert_same_bits(a, b, name)
+
+
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_double_backward_raises(accumulate):
     """The backward ops have no derivative: a gradient of a gradient raises instead of coming back None."""
@@ -403,6 +435,17 @@ def test_module_main_grad_for_parameters_put_in_after_construction():
     for (name, p), q in zip(model.named_parameters(), plain.parameters(), strict=True):
         assert p.grad is None, name
         assert_same_bits(p.main_grad.to(q.grad.dtype), q.grad, name)
+
+
+def test_module_zero_main_grad_after_parameters_put_in_after_construction():
+    """zero_main_grad before the forward that makes a put-in parameter's main_grad: nothing to zero there
+    (it raised AttributeError); the next forward makes it as zeros."""
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
+    model.load_state_dict(mok.MoE(layer.config).state_dict(), assign=True)
+    model.zero_main_grad()
+    model(layer.x).float().sum().backward()
+    assert all(p.main_grad.any() for p in model.parameters())
 
 
 def test_module_accumulate_grad_has_plain_autograds_grad_bits():

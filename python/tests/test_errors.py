@@ -396,3 +396,87 @@ def test_quantize_weights_fake_raises_the_cpu_ops_error():
             with pytest.raises(ValueError, match=message) as fake:
                 torch.ops.mok.quantize_weights(*fakes, *args)
         assert str(fake.value).splitlines()[0] == str(real.value).splitlines()[0], precision
+
+
+def test_x_without_tokens_is_named(tmp_path):
+    """An x with no tokens is refused naming x (the op named tokens_per_rank = 0, which no caller set)."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for x in (layer.x[:0], layer.x[:0].view(4, 0, 64)):
+        with pytest.raises(ValueError, match="x has no tokens"):
+            mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared)
+    model = mok.MoE(dataclasses.replace(layer.config, shared_intermediate=0))
+    with pytest.raises(ValueError, match="x has no tokens"):
+        model(layer.x[:0])
+    with pytest.raises(ValueError, match="x has no tokens"):
+        mok.capture(tmp_path / "call.h5", model, layer.x[:0])
+
+
+def test_routing_of_another_form_is_refused():
+    """routing is topk_idx, a (topk_idx, topk_w) pair or a mok.Routing: anything else is refused naming
+    routing (a 1-tuple raised IndexError, an int TypeError)."""
+    layer = make_layer("softmax_shared")
+    _, idx, w, _, _ = layer.forward()
+    for routing, got in (((idx,), "a tuple of length 1"), ((idx, w, None, None), "a tuple of length 4"),
+                         (3, "int")):
+        with pytest.raises(ValueError, match=rf"routing must be topk_idx \(a Tensor\), .* got {got}$"):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
+                    shared=(layer.shared_w1, layer.shared_w2), routing=routing)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("experts", "4", "experts must be an integer, got '4'"),
+    ("experts", True, "experts must be an integer, got True"),
+    ("ranks", None, "ranks must be an integer, got None"),
+    ("renormalize", "no", "renormalize must be a bool, got 'no'"),
+    ("routed_scale", "2.5", "routed_scale must be a number, got '2.5'"),
+    ("swiglu_limit", None, "swiglu_limit must be a number, got None"),
+])
+def test_config_fields_of_another_type_are_refused(field, value, message):
+    """MoEConfig refuses a field pack() would misread (experts="4" passed to int(), routed_scale="2.5" to
+    float()) or fail on naming no field (renormalize="no", ranks=None: TypeError)."""
+    fields = dict(experts=4, hidden=64, intermediate=64, top_k=2)
+    fields[field] = value
+    with pytest.raises(ValueError, match=message):
+        mok.MoEConfig(**fields)
+
+
+def test_launch_arguments_of_another_type_are_refused():
+    """The launch arguments are integers and flags: ring_rows = 128.5 was truncated to 128 without a word,
+    recompute = "yes" raised int()'s ValueError naming no argument."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for kwargs, message in ((dict(ring_rows=128.5), "ring_rows must be an integer, got 128.5"),
+                            (dict(blocks=1.5), "blocks must be an integer, got 1.5"),
+                            (dict(recompute="yes"), "recompute must be a bool, got 'yes'"),
+                            (dict(fp8_weight_gradients=2), "fp8_weight_gradients must be a bool, got 2")):
+        with pytest.raises(ValueError, match=message):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, **kwargs)
+    with pytest.raises(ValueError, match="capacity_rows must be an integer"):
+        pack_launch(RING_ROWS, capacity_rows=0.5)
+
+
+def test_quantize_weights_refuses_tokens_per_rank_zero():
+    """quantize_weights(tokens_per_rank=0) is refused as the op refuses it, not replaced by the config's
+    tokens_per_rank (which picked another cached layer than the caller named)."""
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, tokens_per_rank=40, precision="fp8")
+    model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match=r"tokens_per_rank = 0 \(need 1"):
+        model.quantize_weights(tokens_per_rank=0)
+    with pytest.raises(ValueError, match=CPU_QUANTIZES):  # None: the config's, which the CPU op refuses to quantize
+        model.quantize_weights()
+
+
+def test_capture_names_a_bad_dy_or_a_layer_dict_without_its_weights(tmp_path):
+    """capture refuses a dy that is not x's shape naming dy (reshape raised a RuntimeError naming neither,
+    or silently reread [64, 32] as [32, 64]) and a layer dict lacking a required argument (KeyError)."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+    path = tmp_path / "call.h5"
+    for dy in (layer.dy[:3], layer.dy.reshape(64, 32), layer.dy[0, 0]):
+        with pytest.raises(ValueError, match=r"dy must have x's shape \(N = 32 tokens by H = 64\)"):
+            mok.capture(path, args, layer.x, dy)
+    with pytest.raises(ValueError, match="capture: the layer dict lacks w2, config"):
+        mok.capture(path, dict(router=layer.router, w1=layer.w1), layer.x)
+    assert not path.exists()
