@@ -1,5 +1,6 @@
 // mok._C: the ops' schemas (kernels: cpu_ops.cpp, cuda_ops.cpp) and the plain functions Python needs:
 // the config vocabulary, the saved buffer's size, golden files and the GPU's deferred error check.
+#include <pybind11/stl/filesystem.h>
 #include <torch/extension.h>
 
 #include "cuda_layers.h"
@@ -226,9 +227,9 @@ PYBIND11_MODULE(_C, m) {
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");
   m.def(
-      "read_golden", [](const std::string& path) { return golden_dict(read_golden(path)); },
+      "read_golden", [](const std::filesystem::path& path) { return golden_dict(read_golden(path.string())); },
       "A golden file's name, config, routing mode, ring_rows, recompute, fp8_weight_gradients and tensors by "
-      "dataset name (validated).");
+      "dataset name (validated); path a str or os.PathLike.");
   m.def(
       "write_golden",
       [](const std::string& path, const std::string& name, const std::string& description,

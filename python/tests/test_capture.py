@@ -32,7 +32,7 @@ def test_capture_round_trip(tmp_path, name):
     layer = make_layer(name)
     path = tmp_path / f"{name}.h5"
     mok.capture(path, layer_args(layer), layer.x, layer.dy, name=name, description="test")
-    g = mok._C.read_golden(str(path))
+    g = mok._C.read_golden(path)  # a pathlib.Path, as capture takes
     assert g["name"] == name and g["config_ints"] == layer.config.pack()[0]
     y = layer.forward()[0]
     assert_same_bits(g["tensors"]["y"], y, "y")
