@@ -134,6 +134,10 @@ TEST_F(BadInputs, NanOrInfInInputs) {
   std::vector<bf16> dy = p_.dy;
   dy[9] = to_bf16(kNan);
   expect_error([&] { backward(c_, p_.x, p_.weights, f, dy, Options()); }, "dy [N, H] holds NaN or Inf");
+  Forward nan_logits = f;
+  nan_logits.logits[4] = kNan;
+  expect_error([&] { backward(c_, p_.x, p_.weights, nan_logits, p_.dy, Options()); },
+               "the forward's logits hold NaN or Inf");
 }
 
 TEST_F(BadInputs, NanInSharedWeightsOrBias) {

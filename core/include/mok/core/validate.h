@@ -179,6 +179,9 @@ inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf1
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
   require(fwd.layout.counts.size() == E && (fwd.logits.empty() || fwd.logits.size() == N * E),
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
+  // The forward refuses a logit that overflows, so a NaN or Inf here is not its logits (the router's
+  // backward would turn it into NaN gradients without a word).
+  require(all_finite(fwd.logits), "the forward's logits hold NaN or Inf: pass the Forward made for these inputs");
   require(layout_tables_hold(fwd.layout, N, int(k)),
           "the forward's dispatch layout is no layout of this config: pass the Forward made for these inputs");
   const long token = first_token_laid_out_otherwise(fwd.layout, fwd.routing.topk_idx, int(k));
