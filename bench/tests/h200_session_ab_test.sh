@@ -19,8 +19,9 @@ for tree in build base/build cand/build; do
   mkdir -p "$tree/megakernel"
   printf '#!/bin/sh\necho "$2 uniform %s $*"\n' "$tree" >"$tree/megakernel/mok-bench"
 done
-# cmake fails on the source trees named in FAIL_TREES and sleeps on those in SLOW_TREES (a build in progress).
-printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\ncase " ${SLOW_TREES:-} " in *" $2 "*) sleep 57 ;; esac\nexit 0\n' >stub/cmake
+# cmake fails on the source trees named in FAIL_TREES and sleeps on those in SLOW_TREES (a build in progress;
+# its process id in slow.pid).
+printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\ncase " ${SLOW_TREES:-} " in *" $2 "*) echo $$ >"%s/slow.pid"; exec sleep 57 ;; esac\nexit 0\n' "$work" >stub/cmake
 printf '#!/bin/sh\necho stub\n' >stub/nvidia-smi
 cp stub/nvidia-smi stub/nvcc
 printf '#!/bin/sh\necho "op_bench $* from $PYTHONPATH"\n' >stub/python3
@@ -118,7 +119,10 @@ grep -q "ab needs MOK_BASELINE" out/summary.log || fail "ab ran without a built 
 start=$SECONDS
 run MOK_BASELINE=base FAIL_TREES=. SLOW_TREES=base && fail "a failed build did not stop the call"
 [ $((SECONDS - start)) -lt 30 ] || fail "the call waited for the baseline's build"
-pgrep -f "sleep 57" >/dev/null && fail "the baseline's build was left running"
+# Alive: neither gone nor a zombie (killed, not yet reaped), given half a second a try to die after its SIGTERM.
+alive() { [[ $(ps -o stat= -p "$1" 2>/dev/null) == [^Z]* ]]; }
+for _ in 1 2 3 4 5 6; do alive "$(cat slow.pid)" || break; sleep 0.5; done
+alive "$(cat slow.pid)" && fail "the baseline's build was left running"
 
 run MOK_BASELINE=no-such-tree && fail "a missing baseline tree did not stop the call"
 grep -q "MOK_BASELINE=no-such-tree is not a source tree" out/summary.log || fail "a missing baseline tree is not said"
