@@ -18,8 +18,8 @@
 // differs or timed out, 2 error (a fault in tma-rows included: then the driver's message), 77 no GPU.
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
