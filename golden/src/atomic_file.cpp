@@ -83,8 +83,13 @@ void release_temporary(int slot) {
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
+  // Said as it is: a file where the directory should be was reported as a directory that "does not exist".
+  const std::filesystem::file_type dir_type = std::filesystem::status(dir, ec).type();
+  if (dir_type == std::filesystem::file_type::not_found)
     throw Error("mok: cannot write " + target_.string() + ": directory " + dir.string() + " does not exist");
+  if (dir_type != std::filesystem::file_type::directory)
+    throw Error("mok: cannot write " + target_.string() + ": " + dir.string() +
+                (ec ? " cannot be examined: " + ec.message() : " is not a directory"));
   // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
   // device, or a link, which would become a file while what it points to stays as it was).
   const std::filesystem::file_type there = std::filesystem::symlink_status(target_, ec).type();

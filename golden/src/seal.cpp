@@ -67,12 +67,18 @@ void check_seal(const std::filesystem::path& path) {
   std::string magic, size_key, sha_key, sha;
   int version = 0;
   uintmax_t size = 0;
-  header >> magic >> version >> size_key >> size >> sha_key >> sha;
-  if (!header || size_key != "size" || sha_key != "sha256" || sha.size() != 64)
-    throw Error("the seal block is damaged: the file is corrupt");
-  if (version != kFormatVersion)
+  // The version first: another format version may lay out the rest of its seal otherwise, and is to be
+  // named as such, not as a damaged seal.
+  header >> magic >> version;
+  if (header && version != kFormatVersion)
     throw Error("format version " + std::to_string(version) + ", this build reads version " +
                 std::to_string(kFormatVersion));
+  header >> size_key >> std::ws;
+  // A size is digits only: operator>> would take "-5" for 2^64 - 5.
+  if (header.peek() < '0' || header.peek() > '9') header.setstate(std::ios::failbit);
+  header >> size >> sha_key >> sha;
+  if (!header || size_key != "size" || sha_key != "sha256" || sha.size() != 64)
+    throw Error("the seal block is damaged: the file is corrupt");
   const uintmax_t actual = std::filesystem::file_size(path);
   if (actual != size)
     throw Error((actual < size ? "truncated: " : "longer than written: ") + std::to_string(actual) +

@@ -223,5 +223,32 @@ TEST(MokGoldenCli, UsageErrorsExitTwo) {
   EXPECT_NE(twice.output.find("--out is given twice"), std::string::npos) << twice.output;
 }
 
+// An option where a value should be is a missing value: `--out --name` wrote a golden to a file named
+// "--name" (exit 0).
+TEST(MokGoldenCli, AnOptionInPlaceOfAValueIsAMissingValue) {
+  TempDir dir("golden-cli-optvalue");
+  const std::string in_dir = "cd " + dir.path().string() + " && " + MOK_GOLDEN_TOOL;
+  const testing::ToolRun r =
+      testing::run_tool(in_dir, dir, std::string("generate --config ") + MOK_EXAMPLE_CASE_FILE + " --out --name");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-golden: --out needs a value"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "--name"));
+}
+
+// A regular file given where a directory belongs is named as one (it was "directory ... does not exist").
+TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
+  TempDir dir("golden-cli-filedir");
+  const std::string file = (dir / "a_file").string();
+  std::ofstream(file) << "x";
+  testing::ToolRun r = run_tool(dir, "generate --name single_token --out " + file);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot write " + file + "/single_token.h5: " + file + " is not a directory"),
+            std::string::npos)
+      << r.output;
+  r = run_tool(dir, "check --dir " + file);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok: golden directory " + file + " is not a directory"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace mok::golden

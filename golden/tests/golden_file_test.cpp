@@ -350,6 +350,29 @@ TEST_F(GoldenFile, WrongFormatVersion) {
   EXPECT_NE(read_error(dir_ / "v.h5").find("format version 2, this build reads version 1"), std::string::npos);
 }
 
+// The seal's version is named before the rest of the seal is parsed: a golden of another format version,
+// whose seal may say more or other things, was reported as "the seal block is damaged: the file is corrupt".
+// A negative size is damage, not a size of 2^64 - 5.
+TEST_F(GoldenFile, SealOfAnotherVersionIsNamedAndASignedSizeIsDamage) {
+  write_golden(dir_ / "s.h5", *smoke_);
+  const std::vector<char> original = testing::read_bytes(dir_ / "s.h5");
+  const auto with_seal = [&](const std::string& seal) {
+    std::vector<char> bytes = original;
+    std::fill(bytes.begin(), bytes.begin() + kSealBytes, '\0');
+    std::copy(seal.begin(), seal.end(), bytes.begin());
+    testing::write_bytes(dir_ / "s.h5", bytes);
+    return read_error(dir_ / "s.h5");
+  };
+  const std::string sha(64, 'a');
+  for (const std::string& seal :
+       {std::string("mok-golden 2\nsize 7\nblake3 " + sha + "\n"), std::string("mok-golden 2\n")}) {
+    const std::string error = with_seal(seal);
+    EXPECT_NE(error.find("format version 2, this build reads version 1"), std::string::npos) << error;
+  }
+  const std::string error = with_seal("mok-golden 1\nsize -5\nsha256 " + sha + "\n");
+  EXPECT_NE(error.find("the seal block is damaged"), std::string::npos) << error;
+}
+
 TEST_F(GoldenFile, WrongNumericsVersion) {
   write_golden(dir_ / "n.h5", *smoke_);
   RawGolden(dir_ / "n.h5").set_root_i32("numerics_model_version", kNumericsModelVersion + 1);

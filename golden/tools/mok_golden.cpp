@@ -64,7 +64,9 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& keys) {
     }
     if (std::find(keys.begin(), keys.end(), arg) == keys.end())
       throw UsageError("unknown option " + quote_input(arg) + " for " + a.command);
-    if (i + 1 >= argc || std::string(argv[i + 1]).empty()) throw UsageError(arg + " needs a value");
+    // An option where the value should be is a missing value (`--out --name` wrote a golden named "--name").
+    if (i + 1 >= argc || std::string(argv[i + 1]).empty() || std::string(argv[i + 1]).rfind("--", 0) == 0)
+      throw UsageError(arg + " needs a value");
     if (a.has(arg)) throw UsageError(arg + " is given twice");
     a.options.emplace_back(arg, argv[++i]);
   }
@@ -221,7 +223,12 @@ int check_file(const fs::path& file) {
 
 int check_dir(const Args& a) {
   const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
-  if (!fs::is_directory(dir)) throw Error("mok: golden directory " + dir.string() + " does not exist");
+  std::error_code ec;  // a file given for DIR is named as one, not as a directory that does not exist
+  if (const fs::file_type type = fs::status(dir, ec).type(); type != fs::file_type::directory)
+    throw Error("mok: golden directory " + dir.string() +
+                (type == fs::file_type::not_found ? " does not exist"
+                 : ec                             ? " cannot be examined: " + ec.message()
+                                                  : " is not a directory"));
   std::vector<fs::path> files;
   if (a.has("--name")) {
     files.push_back(dir / (a.get("--name") + ".h5"));

@@ -209,6 +209,39 @@ TEST_F(MokVerifyCli, UsageErrorsExitTwo) {
   }
 }
 
+// An option where a value should be is a missing value (`--json --quiet` wrote the report to a file
+// named "--quiet", exit 0), and an option given twice is refused (the last one used to win silently).
+TEST_F(MokVerifyCli, AMissingOrRepeatedOptionValueIsAUsageError) {
+  const std::string in_dir = "cd " + dir_.path().string() + " && " + MOK_VERIFY_TOOL;
+  ToolRun r = golden::testing::run_tool(in_dir, dir_, golden_path() + " --backend reference --json --quiet");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-verify: '--json' needs a value"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "--quiet"));
+  r = verify(golden_path() + " --candidate " + golden_path() + " --candidate " + (dir_ / "other.h5").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-verify: '--candidate' is given twice"), std::string::npos) << r.output;
+}
+
+// A golden path that cannot be examined (here a symbolic link loop) is a file error like any other: it
+// escaped as std::filesystem_error, so that the goldens beside it went unverified and no --json was written.
+TEST_F(MokVerifyCli, AGoldenThatCannotBeExaminedIsAFileError) {
+  const std::filesystem::path loop = dir_ / "loop.h5";
+  std::filesystem::create_symlink(loop, loop);
+  const std::string json = (dir_ / "report.json").string();
+  const ToolRun r = verify(loop.string() + " " + golden_path() + " --backend reference --quiet --json " + json);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok: golden file " + loop.string() + ": cannot be examined: "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("EQUAL    smoke"), std::string::npos) << r.output;
+  const std::string report = golden::testing::read_text(json);
+  EXPECT_NE(report.find("\"all_equal\": false"), std::string::npos) << report;
+  EXPECT_NE(report.find(loop.string() + ": cannot be examined: "), std::string::npos) << report;
+  const ToolRun candidate = verify(loop.string() + " --candidate " + golden_path());
+  EXPECT_EQ(candidate.status, 2) << candidate.output;
+  EXPECT_NE(candidate.output.find("mok: golden file " + loop.string() + ": cannot be examined: "), std::string::npos)
+      << candidate.output;
+}
+
 // --gpus N runs over N processes; its arguments are checked before any GPU is looked for, so these
 // hold on a machine without one.
 TEST_F(MokVerifyCli, GpusArgumentsAreCheckedBeforeAnyGpu) {

@@ -76,6 +76,7 @@ int positive_int(const std::string& option, const std::string& value) {
 Args parse_args(int argc, char** argv) {
   Args a;
   bool runs_given = false;
+  std::vector<std::string> given;  // the options with a value seen so far: a repeat is refused, not overridden
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quiet") {
@@ -91,7 +92,12 @@ Args parse_args(int argc, char** argv) {
       continue;
     }
     const auto value = [&]() -> std::string {  // the option's, so that an unknown option is named as such
-      if (i + 1 >= argc || !*argv[i + 1]) throw UsageError(quote_input(arg) + " needs a value");
+      // An option where the value should be is a missing value (`--json --quiet` wrote a file "--quiet").
+      if (i + 1 >= argc || !*argv[i + 1] || std::string(argv[i + 1]).rfind("--", 0) == 0)
+        throw UsageError(quote_input(arg) + " needs a value");
+      if (std::find(given.begin(), given.end(), arg) != given.end())
+        throw UsageError(quote_input(arg) + " is given twice");
+      given.push_back(arg);
       return argv[++i];
     };
     if (arg == "--candidate")
@@ -127,7 +133,8 @@ Args parse_args(int argc, char** argv) {
     if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || a.flags.one_process ||
         a.flags.timeout_s || runs_given)
       throw UsageError("--step, --ring-rows, --recompute, --gpus and --runs apply to --backend only");
-    if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0]))
+    std::error_code ec;  // a path that cannot be examined is no directory: reading it names why
+    if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0], ec))
       throw UsageError("--candidate compares against exactly one golden file");
   }
   if ((a.flags.timeout_s || a.flags.one_process) && !a.flags.gpus)
@@ -141,15 +148,20 @@ Args parse_args(int argc, char** argv) {
 // checking nothing must not pass.
 std::vector<fs::path> golden_files(const std::vector<fs::path>& given, std::vector<std::string>& errors) {
   std::vector<fs::path> files;
+  // Error codes, not exceptions: a path that cannot be examined (a symbolic link loop, a name too long)
+  // escaped as std::filesystem_error, ending the run without its --json report.
   for (const fs::path& p : given) {
-    if (!fs::is_directory(p)) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) {  // a file, or no path at all: read_golden names which and why
       files.push_back(p);
       continue;
     }
     std::vector<fs::path> in_dir;
-    for (const auto& entry : fs::directory_iterator(p))
-      if (entry.path().extension() == ".h5") in_dir.push_back(entry.path());
-    if (in_dir.empty())
+    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".h5") in_dir.push_back(it->path());
+    if (ec)
+      errors.push_back("mok: cannot list directory " + p.string() + ": " + ec.message());
+    else if (in_dir.empty())
       errors.push_back("mok: directory " + p.string() + " holds no *.h5 golden file: nothing to verify");
     std::sort(in_dir.begin(), in_dir.end());
     files.insert(files.end(), in_dir.begin(), in_dir.end());
