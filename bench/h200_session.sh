@@ -81,11 +81,14 @@ if [ -n "$baseline" ]; then
   done
   jobs=12
 fi
-# Stops a process and every process below it (a tree's build: its subshell, cmake, ninja, the compilers).
+# Stops a process and every process below it (a tree's build: its subshell, cmake, ninja, the compilers),
+# each stopped first so that it starts no child while its children are listed.
 kill_tree() {
   local child
+  kill -STOP "$1" 2>/dev/null
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
   kill "$1" 2>/dev/null
+  kill -CONT "$1" 2>/dev/null
 }
 build_tree . "$jobs" >"$out/build.log" 2>&1 || {
   tail -60 "$out/build.log"
@@ -116,7 +119,8 @@ step_seconds() {
     python) echo 150 ;;
     fuzz) echo $((${MOK_FUZZ_SECONDS:-120} + 15)) ;;
     ab | ab-run) [ "${MOK_AB_TOOL:-bench}" = op ] && echo 60 || echo 20 ;;  # ab: its first run
-    # About 12 s a shape for mok-bench and 11 for the torch baseline (session 45, an H100), 11 for op_bench.
+    # About 12 s a shape for mok-bench (--runs 5; its default of 20 takes longer) and 11 for the torch
+    # baseline (session 45, an H100), 11 for op_bench.
     bench) echo $((25 * $(wc -w <<<"$shapes") * $(wc -w <<<"$routings"))) ;;
     op) echo $((15 * $(wc -w <<<"$shapes") + 20)) ;;
     gather) echo 30 ;;

@@ -20,8 +20,9 @@ for tree in build base/build cand/build; do
   printf '#!/bin/sh\necho "$2 uniform %s $*"\n' "$tree" >"$tree/megakernel/mok-bench"
 done
 # cmake fails on the source trees named in FAIL_TREES and sleeps on those in SLOW_TREES (a build in progress;
-# its process id in slow.pid).
-printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) exit 2 ;; esac\ncase " ${SLOW_TREES:-} " in *" $2 "*) echo $$ >"%s/slow.pid"; exec sleep 57 ;; esac\nexit 0\n' "$work" >stub/cmake
+# its process id in slow.pid); a failing tree first waits for a slow one to have started, so that the failure
+# meets a build in progress.
+printf '#!/bin/sh\necho cmake "$@"\ncase " ${FAIL_TREES:-} " in *" $2 "*) [ -z "${SLOW_TREES:-}" ] || while [ ! -s "%s/slow.pid" ]; do sleep 0.1; done; exit 2 ;; esac\ncase " ${SLOW_TREES:-} " in *" $2 "*) echo $$ >"%s/slow.pid"; exec sleep 57 ;; esac\nexit 0\n' "$work" "$work" >stub/cmake
 printf '#!/bin/sh\necho stub\n' >stub/nvidia-smi
 cp stub/nvidia-smi stub/nvcc
 printf '#!/bin/sh\necho "op_bench $* from $PYTHONPATH"\n' >stub/python3
@@ -117,7 +118,9 @@ grep -q "ab needs MOK_BASELINE" out/summary.log || fail "ab ran without a built 
 
 # This tree's build failing stops the call and the trees still building beside it (no cmake left running).
 start=$SECONDS
+rm -f slow.pid
 run MOK_BASELINE=base FAIL_TREES=. SLOW_TREES=base && fail "a failed build did not stop the call"
+[ -s slow.pid ] || fail "the baseline's slow build never started"
 [ $((SECONDS - start)) -lt 30 ] || fail "the call waited for the baseline's build"
 # Alive: neither gone nor a zombie (killed, not yet reaped), given half a second a try to die after its SIGTERM.
 alive() { [[ $(ps -o stat= -p "$1" 2>/dev/null) == [^Z]* ]]; }

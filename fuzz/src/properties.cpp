@@ -115,8 +115,11 @@ Verdict rank_invariance(Backend& b, const ref::Problem& given, const CaseParams&
     ref::Problem q = p;
     q.config.ranks = ranks;
     q.config.tokens_per_rank = c.tokens() / ranks;
-    if (auto v = compare_runs(c, run_layer(b, q, cp.options), base, !cp.options.recompute))
-      return "R = " + std::to_string(ranks) + " vs R = " + std::to_string(c.ranks) + ": " + *v;
+    if (auto v = compare_runs(c, run_layer(b, q, cp.options), base, !cp.options.recompute)) {
+      const std::string cut =
+          c.tokens() == given.config.tokens() ? "" : "the batch cut to " + std::to_string(c.tokens()) + " tokens, ";
+      return cut + "R = " + std::to_string(ranks) + " vs R = " + std::to_string(c.ranks) + ": " + *v;
+    }
   }
   return std::nullopt;
 }
