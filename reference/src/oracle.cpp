@@ -260,8 +260,7 @@ constexpr const char* kTensorNames[] = {"logits",   "topk_w", "y",    "dx",     
 
 OracleInputs oracle_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                            const std::vector<bf16>& dy, const Forward& fwd) {
-  validate_inputs(c, x, w, nullptr);
-  validate_routing(c, fwd.routing, false, "the forward's");
+  validate_inputs(c, x, w, &fwd.routing, false, "the forward's");
   validate_tokens(c, dy, "dy [N, H]");
   OracleInputs in;
   in.config = c;

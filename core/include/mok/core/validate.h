@@ -91,11 +91,11 @@ inline void validate_routing(const LayerConfig& c, const Routing& r, bool ids_on
 }
 
 inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
-                            const Routing* given, bool ids_only = false) {
+                            const Routing* given, bool ids_only = false, const std::string& whose = "given") {
   validate(c);
   validate_tokens(c, x, "x [N, H]");
   validate_weights(c, w);
-  if (given) validate_routing(c, *given, ids_only);
+  if (given) validate_routing(c, *given, ids_only, whose);
 }
 
 // The bytes of a problem's tensors on the host: its inputs (x, dy, router, W1, W2, shared weights), the
@@ -174,8 +174,7 @@ inline std::string saved_of_another_routing(long token, const std::string& where
 // activations, the shared expert's too, unless the backward recomputes them), and dy.
 inline void validate_backward_inputs(const LayerConfig& c, const std::vector<bf16>& x, const LayerWeights& w,
                                      const Forward& fwd, const std::vector<bf16>& dy, bool recompute) {
-  validate_inputs(c, x, w, nullptr);
-  validate_routing(c, fwd.routing, false, "the forward's");
+  validate_inputs(c, x, w, &fwd.routing, false, "the forward's");
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, Is = c.shared_intermediate;
   require(fwd.layout.counts.size() == E && (fwd.logits.empty() || fwd.logits.size() == N * E),
           "the forward's outputs do not match the config: pass the Forward made for these inputs");
