@@ -22,6 +22,12 @@ PRECISIONS: tuple[str, ...] = tuple(_C.PRECISIONS)
 DEFAULT_RING_ROWS = 0  # the layer's default ring: an average rank's rows (mok::gpu::LaunchConfig)
 
 
+def _require_bool(name: str, value) -> None:
+    """A flag packed as an int: int() would take 2, and fail on "yes" naming no field."""
+    if value not in (False, True):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """One MoE layer: shapes and routing rules (docs/python.md).
@@ -56,8 +62,7 @@ class MoEConfig:
             if name in ("score_mode", "precision"):  # names, checked below
                 continue
             if name == "renormalize":
-                if value not in (False, True):
-                    raise ValueError(f"renormalize must be a bool, got {value!r}")
+                _require_bool(name, value)
             elif isinstance(value, bool) or not isinstance(value, numbers.Integral):  # experts=True: one expert?
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         for name in FLOAT_FIELDS:
@@ -120,8 +125,7 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     # int() would truncate ring_rows = 128.5 without a word, or fail on recompute = "yes" naming no field.
     for name, value in values.items():
         if name in ("recompute", "fp8_weight_gradients"):
-            if value not in (False, True):
-                raise ValueError(f"{name} must be a bool, got {value!r}")
+            _require_bool(name, value)
         elif not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an integer, got {value!r}")
     return [int(values[name]) for name in LAUNCH_FIELDS]

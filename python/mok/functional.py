@@ -188,6 +188,9 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     if shared is not None:
         pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
     bf16 = isinstance(acc.w1, Tensor) and acc.w1.dtype == torch.bfloat16
+    # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
+    # (under torch.compile the op itself refuses an inference tensor, op_tensors.cpp).
+    eager = not torch.compiler.is_compiling()
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
             raise ValueError(f"accumulate_into.{name} is missing (got {type(a).__name__})")
@@ -205,15 +208,13 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             raise ValueError(f"accumulate_into.{name} requires grad: the backward adds into it in place, which "
                              "autograd does not record (pass the weight's .grad, a main_grad buffer or another "
                              "tensor that requires no grad)")
-        # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
-        # (under torch.compile the op itself refuses an inference tensor, op_tensors.cpp).
-        if not torch.compiler.is_compiling():
+        if eager:
             if a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
                 raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
             if a.is_inference():  # no version counter for the backward to move
                 raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
-    if not torch.compiler.is_compiling():
+    if eager:
         # The backward adds into each in turn: two that overlap (views of one buffer) would each take the other's
         # gradient too, on the GPU in no fixed order. Disjoint views of one flat buffer are fine. All are contiguous
         # here, so each spans [data_ptr, data_ptr + nbytes); of spans sorted by start, an overlap shows between two
