@@ -125,5 +125,23 @@ TEST(ErrorText, InputIsQuotedAndEscapedInternalFaultsAreNoInputErrors) {
   }
 }
 
+// A quote or backslash in quoted input is escaped: the quoted text ends where it seems to.
+TEST(ErrorText, QuotesAndBackslashesInQuotedInputAreEscaped) {
+  EXPECT_EQ(quote_input("it's a\\x0a"), "'it\\'s a\\\\x0a'");
+}
+
+// Plain names print as they are; a name with a newline, control byte, quote or backslash is quoted and
+// escaped, so that it cannot forge a line of a tool's output (they were printed raw).
+TEST(ErrorText, NamesArePlainOrQuotedAndEscaped) {
+  EXPECT_EQ(display_name("/tmp/golden data/smoke.h5"), "/tmp/golden data/smoke.h5");
+  EXPECT_EQ(display_name("a\nEQUAL    smoke.h5"), "'a\\x0aEQUAL    smoke.h5'");
+  EXPECT_EQ(display_name("\x1b[2J\r.h5"), "'\\x1b[2J\\x0d.h5'");
+  EXPECT_EQ(display_name("say \"hi\".h5"), "'say \"hi\".h5'");
+  EXPECT_EQ(display_name("it's.h5"), "'it\\'s.h5'");
+  EXPECT_EQ(display_name("back\\slash"), "'back\\\\slash'");
+  EXPECT_EQ(display_name("caf\xc3\xa9"), "'caf\\xc3\\xa9'");
+  EXPECT_EQ(display_name(""), "''");
+}
+
 }  // namespace
 }  // namespace mok::test

@@ -86,19 +86,20 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   // Said as it is: a file where the directory should be was reported as a directory that "does not exist".
   const std::filesystem::file_type dir_type = std::filesystem::status(dir, ec).type();
   if (dir_type == std::filesystem::file_type::not_found)
-    throw Error("mok: cannot write " + target_.string() + ": directory " + dir.string() + " does not exist");
+    throw Error("mok: cannot write " + display_name(target_.string()) + ": directory " + display_name(dir.string()) +
+                " does not exist");
   if (dir_type != std::filesystem::file_type::directory)
-    throw Error("mok: cannot write " + target_.string() + ": " + dir.string() +
+    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + display_name(dir.string()) +
                 (ec ? " cannot be examined: " + ec.message() : " is not a directory"));
   // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
   // device, or a link, which would become a file while what it points to stays as it was).
   const std::filesystem::file_type there = std::filesystem::symlink_status(target_, ec).type();
   if (there == std::filesystem::file_type::symlink)
-    throw Error("mok: cannot write " + target_.string() +
+    throw Error("mok: cannot write " + display_name(target_.string()) +
                 ": it is a symbolic link, not a regular file (name the file it points to)");
   if (there != std::filesystem::file_type::not_found)
     if (const std::string kind = not_a_regular_file(target_); !kind.empty())
-      throw Error("mok: cannot write " + target_.string() + ": it " + kind);
+      throw Error("mok: cannot write " + display_name(target_.string()) + ": it " + kind);
   // ".<name>.tmp.<pid>.<n>", appended piecewise (GCC 12 warns falsely on "." + std::string temporaries).
   std::string name = ".";
   name += target_.filename().string();
@@ -118,13 +119,14 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::commit() {
   const int fd = ::open(temp_.c_str(), O_RDONLY);
-  if (fd < 0) throw Error("mok: cannot reopen " + temp_.string() + " to sync it: " + os_error());
+  if (fd < 0) throw Error("mok: cannot reopen " + display_name(temp_.string()) + " to sync it: " + os_error());
   const bool synced = ::fsync(fd) == 0;
   const std::string sync_error = synced ? "" : os_error();
   ::close(fd);
-  if (!synced) throw Error("mok: cannot sync " + temp_.string() + ": " + sync_error);
+  if (!synced) throw Error("mok: cannot sync " + display_name(temp_.string()) + ": " + sync_error);
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
-    throw Error("mok: cannot rename " + temp_.string() + " to " + target_.string() + ": " + os_error());
+    throw Error("mok: cannot rename " + display_name(temp_.string()) + " to " + display_name(target_.string()) + ": " +
+                os_error());
   committed_ = true;
   release_temporary(std::exchange(slot_, -1));
 }
@@ -132,18 +134,18 @@ void AtomicFile::commit() {
 void write_bytes_atomically(const std::filesystem::path& path, const std::string& bytes) {
   AtomicFile file(path);
   const int fd = ::open(file.temp_path().c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) throw Error("mok: cannot create " + file.temp_path().string() + ": " + os_error());
+  if (fd < 0) throw Error("mok: cannot create " + display_name(file.temp_path().string()) + ": " + os_error());
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       const std::string why = os_error();
       ::close(fd);
-      throw Error("mok: cannot write " + file.temp_path().string() + ": " + why);
+      throw Error("mok: cannot write " + display_name(file.temp_path().string()) + ": " + why);
     }
     done += size_t(n);
   }
-  if (::close(fd) != 0) throw Error("mok: cannot close " + file.temp_path().string() + ": " + os_error());
+  if (::close(fd) != 0) throw Error("mok: cannot close " + display_name(file.temp_path().string()) + ": " + os_error());
   file.commit();
 }
 

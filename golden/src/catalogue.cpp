@@ -265,13 +265,13 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
 CaseSpec parse_case_file(const std::filesystem::path& path) {
   // Checked before opening: a directory reads as empty text (a case of all defaults), a FIFO blocks.
   if (const std::string kind = not_a_regular_file(path); !kind.empty())
-    throw Error("mok: case file " + path.string() + " " + kind);
+    throw Error("mok: case file " + display_name(path.string()) + " " + kind);
   std::ifstream in(path);
-  if (!in) throw Error("mok: cannot read case file " + path.string() + ": " + std::strerror(errno));
+  if (!in) throw Error("mok: cannot read case file " + display_name(path.string()) + ": " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw Error("mok: cannot read case file " + path.string());
-  return parse_case_text(text.str(), path.string(), path.stem().string());
+  if (in.bad()) throw Error("mok: cannot read case file " + display_name(path.string()));
+  return parse_case_text(text.str(), display_name(path.string()), path.stem().string());
 }
 
 GoldenCase make_case(const CaseSpec& spec) {

@@ -541,7 +541,7 @@ void write_golden(const std::filesystem::path& path, const GoldenCase& golden) {
     seal_image(image);
     write_bytes_atomically(path, image);
   } catch (const Error& e) {
-    throw Error("mok: writing golden file " + path.string() + ": " + reason_of(e));
+    throw Error("mok: writing golden file " + display_name(path.string()) + ": " + reason_of(e));
   }
 }
 
@@ -550,7 +550,7 @@ GoldenCase read_golden(const std::filesystem::path& path) {
     silence_hdf5();
     return read_file(path.string());
   } catch (const Error& e) {
-    throw Error("mok: golden file " + path.string() + ": " + reason_of(e));
+    throw Error("mok: golden file " + display_name(path.string()) + ": " + reason_of(e));
   }
 }
 

@@ -250,5 +250,30 @@ TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
   EXPECT_NE(r.output.find("mok: golden directory " + file + " is not a directory"), std::string::npos) << r.output;
 }
 
+// File names were printed raw: one holding a newline forged a line of the report ("ok    ..."), a
+// control byte reached the terminal. Names that are not plain printable ASCII are quoted and escaped.
+TEST(MokGoldenCli, FileNamesAreQuotedAndEscaped) {
+  TempDir dir("golden-cli-quoted");
+  const std::string evil = "x\nok    forged 'q'\x1b[2J.h5";
+  testing::write_bytes(dir / evil, {'n', 'o', 't'});
+  testing::ToolRun r = run_tool(dir, "check --dir " + dir.path().string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("ERROR 'x\\x0aok    forged \\'q\\'\\x1b[2J.h5': mok: golden file " +
+                          display_name((dir / evil).string()) + ": "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("\nok    forged"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  const std::filesystem::path out = dir / "out\nok    forged";
+  std::filesystem::create_directory(out);
+  r = run_tool(dir,
+               "generate --name single_token --out \"$(printf '" + dir.path().string() + "/out\\nok    forged')\"");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("single_token: " + display_name((out / "single_token.h5").string()) + ", "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("\nok    forged"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace mok::golden

@@ -9,6 +9,7 @@
 
 #include "mok/core/fields.h"
 #include "mok/golden/catalogue.h"
+#include "mok/golden/file_error.h"
 #include "mok/golden/golden.h"
 #include "mok/golden/locate.h"
 #include "mok/reference/oracle.h"
@@ -104,7 +105,7 @@ int list_catalogue() {
 void generate_one(const CaseSpec& spec, const fs::path& out) {
   const auto start = std::chrono::steady_clock::now();
   write_golden(out, make_case(spec));
-  std::cout << spec.name << ": " << out.string() << ", " << fs::file_size(out) << " bytes, "
+  std::cout << spec.name << ": " << display_name(out.string()) << ", " << fs::file_size(out) << " bytes, "
             << fixed(seconds_since(start), 2) << " s" << std::endl;
 }
 
@@ -192,7 +193,7 @@ int check_file(const fs::path& file) {
   const GoldenCase golden = read_golden(file);
   const std::string stem = file.stem().string();
   if (find_case(stem) && golden.name != stem) {
-    std::cout << "FAIL  " << file.filename().string() << ": named for the catalogue case " << stem
+    std::cout << "FAIL  " << display_name(file.filename().string()) << ": named for the catalogue case " << stem
               << " but holds the case " << quote_input(golden.name) << std::endl;
     return kMismatch;
   }
@@ -225,7 +226,7 @@ int check_dir(const Args& a) {
   const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
   std::error_code ec;  // a file given for DIR is named as one, not as a directory that does not exist
   if (const fs::file_type type = fs::status(dir, ec).type(); type != fs::file_type::directory)
-    throw Error("mok: golden directory " + dir.string() +
+    throw Error("mok: golden directory " + display_name(dir.string()) +
                 (type == fs::file_type::not_found ? " does not exist"
                  : ec                             ? " cannot be examined: " + ec.message()
                                                   : " is not a directory"));
@@ -242,18 +243,15 @@ int check_dir(const Args& a) {
   if (!a.has("--name"))
     for (const CaseSpec& spec : catalogue())
       if (std::find(files.begin(), files.end(), dir / (spec.name + ".h5")) == files.end()) {
-        std::cout << "ERROR " << spec.name << ": catalogue case has no golden " << (dir / (spec.name + ".h5")).string()
-                  << std::endl;
+        std::cout << "ERROR " << spec.name << ": catalogue case has no golden "
+                  << display_name((dir / (spec.name + ".h5")).string()) << std::endl;
         status = kError;
         ++failed;
       }
   for (const fs::path& file : files) {
     int s = kError;
-    try {
-      s = check_file(file);
-    } catch (const Error& e) {
-      std::cout << "ERROR " << file.filename().string() << ": " << e.what() << std::endl;
-    }
+    if (const auto error = file_error(file, [&] { s = check_file(file); }))
+      std::cout << "ERROR " << display_name(file.filename().string()) << ": " << escape_bytes(*error) << std::endl;
     status = std::max(status, s);
     failed += s != kEqual;
   }
@@ -279,11 +277,11 @@ int check_builtin(const Args& a) {
   try {
     golden = read_golden(file);
   } catch (const Error& e) {
-    std::cout << "ERROR " << e.what() << std::endl;
+    std::cout << "ERROR " << escape_bytes(e.what()) << std::endl;
     return kError;
   }
   const int against_golden = compare_cases(golden, first, "golden", "run 1");
-  std::cout << (against_golden ? "FAIL  " : "ok    ") << "run 1 against " << file.string()
+  std::cout << (against_golden ? "FAIL  " : "ok    ") << "run 1 against " << display_name(file.string())
             << (against_golden ? ": " + std::to_string(against_golden) + " tensors differ" : ": bitwise equal")
             << std::endl;
   differing += against_golden;
@@ -320,9 +318,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    std::cerr << "mok-golden: " << escape_bytes(e.what(), true) << "\n" << kUsage;
+    std::cerr << "mok-golden: " << escape_bytes(e.what()) << "\n" << kUsage;
   } catch (const std::exception& e) {
-    std::cerr << escape_bytes(e.what(), true) << std::endl;
+    std::cerr << escape_bytes(e.what()) << std::endl;
   }
   return kError;
 }

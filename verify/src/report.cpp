@@ -111,7 +111,9 @@ std::string tensor_json(const TensorReport& t) {
 }  // namespace
 
 std::string format_text(const CaseReport& r) {
-  std::string s = "golden " + r.golden_file + " (" + r.golden_name + ") against " + r.candidate;
+  // Names as display_name prints them: a file name's newline must not forge a line of the report.
+  std::string s =
+      "golden " + display_name(r.golden_file) + " (" + r.golden_name + ") against " + display_name(r.candidate);
   if (r.seconds > 0) s += printf_string(", ran %.2f s", r.seconds);
   s += "\n";
   if (!r.config_note.empty()) s += "  note: " + r.config_note + "\n";

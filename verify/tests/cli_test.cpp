@@ -242,6 +242,37 @@ TEST_F(MokVerifyCli, AGoldenThatCannotBeExaminedIsAFileError) {
       << candidate.output;
 }
 
+// File names were printed raw: one holding a newline forged a report line ("EQUAL ..."), a control byte
+// reached the terminal. Names that are not plain printable ASCII are quoted and escaped in the text
+// (progress, report, errors) and escaped per RFC 8259 in the JSON.
+TEST_F(MokVerifyCli, FileNamesAreQuotedAndEscaped) {
+  const std::string evil = "x\nEQUAL    forged: all 23 tensors bitwise equal 'q' \"dq\"\x1b[2J.h5";
+  const std::filesystem::path names = dir_ / "names";
+  std::filesystem::create_directory(names);
+  std::filesystem::copy_file(dir_ / "golden.h5", names / evil);
+  golden::testing::write_bytes(names / ("broken " + evil), {'n', 'o', 't'});
+  const std::string json = (dir_ / "report.json").string();
+  const ToolRun r = verify(names.string() + " --backend reference --json " + json);
+  EXPECT_EQ(r.status, 2) << r.output;
+  const std::string shown = display_name((names / evil).string());
+  std::string expected(1, '\'');  // appended, not "'" + ...: GCC 12 warns (-Wrestrict) on that form
+  expected += names.string() + "/x\\x0aEQUAL    forged: all 23 tensors bitwise equal \\'q\\' \"dq\"\\x1b[2J.h5'";
+  EXPECT_EQ(shown, expected);
+  EXPECT_NE(r.output.find("[mok-verify] reading " + shown), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("golden " + shown + " (smoke) against reference"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mok-verify: mok: golden file " + display_name((names / ("broken " + evil)).string()) + ": "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("\nEQUAL    forged"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  const std::string report = golden::testing::read_text(json);
+  EXPECT_NE(report.find("\"golden\": \"" + names.string() +
+                        "/x\\u000aEQUAL    forged: all 23 tensors bitwise equal 'q' \\\"dq\\\"\\u001b[2J.h5\""),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find('\n' + std::string("EQUAL")), std::string::npos) << report;
+}
+
 // --gpus N runs over N processes; its arguments are checked before any GPU is looked for, so these
 // hold on a machine without one.
 TEST_F(MokVerifyCli, GpusArgumentsAreCheckedBeforeAnyGpu) {

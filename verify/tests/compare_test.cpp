@@ -177,5 +177,18 @@ TEST(JsonReport, EscapesBytesThatAreNotUtf8) {
   EXPECT_NE(json.find("\"all_equal\": false"), std::string::npos) << json;
 }
 
+// Strings are escaped per RFC 8259: quote and backslash as \" and \\, every control character as
+// \u00XX, so that no name or message can end a string early or break a line of the report.
+TEST(JsonReport, EscapesQuotesBackslashesAndControlCharacters) {
+  CaseReport c;
+  c.golden_file = std::string("a\"b\\c\n\t\r\x01\x1f\0 d.h5", 16);
+  c.golden_name = "smoke";
+  const std::string json = format_json({c}, {"mok: \"x\"\n"}, {"y\\z\x7f"});
+  EXPECT_NE(json.find("\"golden\": \"a\\\"b\\\\c\\u000a\\u0009\\u000d\\u0001\\u001f\\u0000 d.h5\""), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"errors\": [\"mok: \\\"x\\\"\\u000a\"]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"skipped\": [\"y\\\\z\x7f\"]"), std::string::npos) << json;  // DEL needs no escape
+}
+
 }  // namespace
 }  // namespace mok::verify

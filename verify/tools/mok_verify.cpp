@@ -1,9 +1,8 @@
 // mok-verify: compare a candidate (a golden-format file, or a backend's run on the golden's inputs)
-// against golden files. Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no
-// Hopper GPU for --gpus N (ctest: skip).
+// against golden files (the run itself: mok/verify/run.h). Exit status: 0 all bitwise equal, 1 a
+// mismatch, 2 usage or file error, or nothing compared, 77 no Hopper GPU for --gpus N (ctest: skip).
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -11,20 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "mok/golden/atomic_file.h"
 #include "mok/golden/golden.h"
 #include "mok/verify/backend.h"
-#include "mok/verify/compare.h"
-#include "mok/verify/report.h"
+#include "mok/verify/run.h"
 
 namespace fs = std::filesystem;
 using namespace mok;
 using namespace mok::verify;
 
 namespace {
-
-constexpr int kEqual = 0, kMismatch = 1, kError = 2, kSkip = 77;
-constexpr int64_t kProgressElements = int64_t(1) << 20;  // per-tensor progress lines for tensors this large
 
 constexpr const char* kUsage = R"(usage:
   mok-verify GOLDEN --candidate FILE [--json FILE] [--quiet]
@@ -37,11 +31,14 @@ per GPU, on an NCCL communicator, each run's ranks killed after --timeout S seco
 --one-process, the N GPUs driven from this process). A golden whose ranks do not split over N GPUs runs
 on one rank per GPU when its tokens and experts split, and is refused otherwise.
 Progress goes to stderr (--quiet: none), the report to stdout.
-Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error, 77 no Hopper GPU for --gpus N.
+Exit status: 0 all bitwise equal, 1 a mismatch, 2 usage or file error (any error while processing a
+golden is that golden's; the others still run), or nothing compared (a directory without *.h5 files,
+or every golden SKIPPED), 77 no Hopper GPU for --gpus N.
 A golden whose forward the backend runs but not its backward (a backend may declare so; none does
 now) has its routing and y compared bit for bit, as any golden, and its backward reported as skipped
 with the reason (its gradient tensors not compared). A golden the backend does not implement at all is listed
-as SKIPPED with the reason, and changes no exit status.
+as SKIPPED with the reason, and changes no exit status unless every golden is skipped (exit 2).
+File names that are not plain printable ASCII are printed quoted, their odd bytes as \xNN.
 )";
 
 struct UsageError : std::runtime_error {
@@ -57,11 +54,9 @@ const std::map<std::string, BackendFactory>& backends() {
 }
 
 struct Args {
-  std::vector<fs::path> goldens;
-  std::string candidate, backend, json;
+  VerifyRequest request;
+  std::string backend;
   BackendFlags flags;
-  int runs = 1;
-  bool quiet = false;
 };
 
 // The whole of value as a decimal integer >= 1: no sign, no spaces, no trailing text, in range.
@@ -80,7 +75,7 @@ Args parse_args(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quiet") {
-      a.quiet = true;
+      a.request.quiet = true;
       continue;
     }
     if (arg == "--one-process") {
@@ -88,7 +83,7 @@ Args parse_args(int argc, char** argv) {
       continue;
     }
     if (arg.rfind("-", 0) != 0 || arg == "-") {
-      a.goldens.push_back(arg);
+      a.request.goldens.push_back(arg);
       continue;
     }
     const auto value = [&]() -> std::string {  // the option's, so that an unknown option is named as such
@@ -101,11 +96,11 @@ Args parse_args(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--candidate")
-      a.candidate = value();
+      a.request.candidate = value();
     else if (arg == "--backend")
       a.backend = value();
     else if (arg == "--json")
-      a.json = value();
+      a.request.json = value();
     else if (arg == "--step") {
       const std::string step = value();
       if (step != "fp32" && step != "fp32_fma" && step != "hopper_tc")
@@ -122,19 +117,20 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--timeout")
       a.flags.timeout_s = positive_int(arg, value());
     else if (arg == "--runs") {
-      a.runs = positive_int(arg, value());
+      a.request.runs = positive_int(arg, value());
       runs_given = true;
     } else
       throw UsageError("unknown option " + quote_input(arg));
   }
-  if (a.goldens.empty()) throw UsageError("no golden file given");
-  if (a.candidate.empty() == a.backend.empty()) throw UsageError("give one of --candidate FILE and --backend NAME");
-  if (!a.candidate.empty()) {
+  if (a.request.goldens.empty()) throw UsageError("no golden file given");
+  if (a.request.candidate.empty() == a.backend.empty())
+    throw UsageError("give one of --candidate FILE and --backend NAME");
+  if (!a.request.candidate.empty()) {
     if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || a.flags.one_process ||
         a.flags.timeout_s || runs_given)
       throw UsageError("--step, --ring-rows, --recompute, --gpus and --runs apply to --backend only");
     std::error_code ec;  // a path that cannot be examined is no directory: reading it names why
-    if (a.goldens.size() != 1 || fs::is_directory(a.goldens[0], ec))
+    if (a.request.goldens.size() != 1 || fs::is_directory(a.request.goldens[0], ec))
       throw UsageError("--candidate compares against exactly one golden file");
   }
   if ((a.flags.timeout_s || a.flags.one_process) && !a.flags.gpus)
@@ -144,168 +140,21 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// Directories expand to their *.h5 files, sorted. A directory without any is an error (in `errors`):
-// checking nothing must not pass.
-std::vector<fs::path> golden_files(const std::vector<fs::path>& given, std::vector<std::string>& errors) {
-  std::vector<fs::path> files;
-  // Error codes, not exceptions: a path that cannot be examined (a symbolic link loop, a name too long)
-  // escaped as std::filesystem_error, ending the run without its --json report.
-  for (const fs::path& p : given) {
-    std::error_code ec;
-    if (!fs::is_directory(p, ec)) {  // a file, or no path at all: read_golden names which and why
-      files.push_back(p);
-      continue;
-    }
-    std::vector<fs::path> in_dir;
-    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().extension() == ".h5") in_dir.push_back(it->path());
-    if (ec)
-      errors.push_back("mok: cannot list directory " + p.string() + ": " + ec.message());
-    else if (in_dir.empty())
-      errors.push_back("mok: directory " + p.string() + " holds no *.h5 golden file: nothing to verify");
-    std::sort(in_dir.begin(), in_dir.end());
-    files.insert(files.end(), in_dir.begin(), in_dir.end());
-  }
-  return files;
-}
-
-std::string config_text(const LayerConfig& c) {
-  return "R=" + std::to_string(c.ranks) + " T=" + std::to_string(c.tokens_per_rank) +
-         " E=" + std::to_string(c.experts) + " k=" + std::to_string(c.top_k) + " H=" + std::to_string(c.hidden) +
-         " I=" + std::to_string(c.intermediate) + " Is=" + std::to_string(c.shared_intermediate) + " " +
-         golden::to_string(c.score_mode);
-}
-
-class Verifier {
- public:
-  explicit Verifier(const Args& args) : args_(args) {
-    if (!args.backend.empty()) backend_ = backends().at(args.backend)(args.flags);
-  }
-
-  int run() {
-    const std::vector<fs::path> files = golden_files(args_.goldens, errors_);
-    for (const std::string& e : errors_) std::cerr << "mok-verify: " << e << std::endl;
-    bool no_gpu = false;
-    for (const fs::path& file : files) {
-      try {
-        if (no_gpu) {  // the rest would skip alike: only read, so that a file error anywhere still wins
-          golden::read_golden(file);
-          continue;
-        }
-        verify_golden(file);
-      } catch (const NoGpu& e) {  // no GPU at all: the report says so
-        std::cerr << "mok-verify: " << e.what() << std::endl;
-        skipped_.push_back(e.what());
-        no_gpu = true;
-      } catch (const Unsupported& e) {  // a config the backend does not implement: shown, not an error
-        skipped_.push_back(e.what());
-        std::cout << "SKIPPED  " << escape_bytes(file.string()) << ": " << e.what() << std::endl;
-      } catch (const Error& e) {
-        errors_.push_back(e.what());
-        std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
-      }
-    }
-    if (!args_.json.empty()) {
-      try {
-        golden::write_bytes_atomically(args_.json, format_json(cases_, errors_, skipped_));
-      } catch (const Error& e) {
-        std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
-        return kError;
-      }
-    }
-    if (!errors_.empty()) return kError;
-    if (no_gpu) return kSkip;
-    const bool equal = std::all_of(cases_.begin(), cases_.end(), [](const CaseReport& c) { return c.equal(); });
-    return equal ? kEqual : kMismatch;
-  }
-
- private:
-  void progress(const std::string& line) const {
-    if (!args_.quiet) std::cerr << "[mok-verify] " << line << std::endl;
-  }
-
-  void verify_golden(const fs::path& file) {
-    progress("reading " + file.string());
-    const golden::GoldenCase golden = golden::read_golden(file);
-    const auto tensor_progress = [&](const golden::Tensor& t, size_t number, size_t count) {
-      if (t.elements() >= kProgressElements)
-        progress(golden.name + ": comparing " + t.name + " (" + std::to_string(number) + "/" + std::to_string(count) +
-                 ", " + std::to_string(t.elements()) + " elements)");
-    };
-    if (!args_.candidate.empty()) {
-      progress("reading candidate " + args_.candidate);
-      const golden::GoldenCase candidate = golden::read_golden(args_.candidate);
-      std::vector<golden::Tensor> tensors = candidate.inputs;
-      for (const auto* group : {&candidate.results.routing, &candidate.results.outputs})
-        tensors.insert(tensors.end(), group->begin(), group->end());
-      CaseReport r;
-      r.golden_file = file.string();
-      r.golden_name = golden.name;
-      r.candidate = args_.candidate;
-      if (config_text(candidate.config) != config_text(golden.config))
-        r.config_note = "the candidate's config " + config_text(candidate.config) + " differs from the golden's " +
-                        config_text(golden.config) + " (tensors are compared in global terms)";
-      r.tensors = compare_tensors(golden, tensors, true, tensor_progress);
-      finish(std::move(r));
-      return;
-    }
-    for (int run = 1; run <= args_.runs; ++run) {
-      progress(golden.name + ": running " + backend_->name() + " (run " + std::to_string(run) + "/" +
-               std::to_string(args_.runs) + ")");
-      const auto start = std::chrono::steady_clock::now();
-      const RunResults results = run_backend(file, golden);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::string name = backend_->name();
-      if (args_.runs > 1) name += " (run " + std::to_string(run) + "/" + std::to_string(args_.runs) + ")";
-      CaseReport r = compare_run(golden, results.results, results.gradients_skipped, tensor_progress);
-      r.golden_file = file.string();
-      r.golden_name = golden.name;
-      r.candidate = name;
-      r.seconds = seconds;
-      finish(std::move(r));
-    }
-  }
-
-  // The backend's run; an input it refuses is named with the golden file it came from (a directory's
-  // goldens run one after another).
-  RunResults run_backend(const fs::path& file, const golden::GoldenCase& golden) const {
-    try {
-      return backend_->run(golden);
-    } catch (const NoGpu&) {
-      throw;
-    } catch (const Unsupported&) {
-      throw;
-    } catch (const Error& e) {
-      throw Error(escape_bytes(file.string()) + ": " + e.what());
-    }
-  }
-
-  void finish(CaseReport r) {
-    std::cout << format_text(r) << std::flush;
-    cases_.push_back(std::move(r));
-  }
-
-  const Args& args_;
-  std::unique_ptr<Backend> backend_;
-  std::vector<CaseReport> cases_;
-  std::vector<std::string> errors_;
-  std::vector<std::string> skipped_;  // goldens the backend does not implement (Unsupported)
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
     std::cout << kUsage;
-    return kEqual;
+    return kExitEqual;
   }
   try {
     const Args args = parse_args(argc, argv);
-    return Verifier(args).run();
+    const std::unique_ptr<Backend> backend = args.backend.empty() ? nullptr : backends().at(args.backend)(args.flags);
+    return verify_goldens(args.request, backend.get(), std::cout, std::cerr);
   } catch (const UsageError& e) {
-    std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << "\n" << kUsage;
+    std::cerr << "mok-verify: " << escape_bytes(e.what()) << "\n" << kUsage;
   } catch (const std::exception& e) {
-    std::cerr << "mok-verify: " << escape_bytes(e.what(), true) << std::endl;
+    std::cerr << "mok-verify: " << escape_bytes(e.what()) << std::endl;
   }
-  return kError;
+  return kExitError;
 }

@@ -85,29 +85,49 @@ struct InternalError : std::logic_error {
 
 [[noreturn]] inline void fail_internal(const std::string& what) { throw InternalError("mok: internal error: " + what); }
 
+inline bool printable_ascii(unsigned char ch) { return ch >= 0x20 && ch < 0x7f; }
+
+// One byte as the escape sequence \xNN.
+inline std::string hex_escape(unsigned char ch) {
+  constexpr char kHex[] = "0123456789abcdef";
+  return {'\\', 'x', kHex[ch >> 4], kHex[ch & 15]};
+}
+
 // Text with each byte outside printable ASCII written as \xNN (newlines kept where `keep_newlines`):
 // binary junk from a file or an argument must not reach the terminal raw.
 inline std::string escape_bytes(const std::string& text, bool keep_newlines = false) {
-  constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (const unsigned char ch : text) {
-    if ((ch >= 0x20 && ch < 0x7f) || (keep_newlines && ch == '\n')) {
+    if (printable_ascii(ch) || (keep_newlines && ch == '\n'))
       out += char(ch);
-    } else {
-      out += "\\x";
-      out += kHex[ch >> 4];
-      out += kHex[ch & 15];
-    }
+    else
+      out += hex_escape(ch);
   }
   return out;
 }
 
-// Input text as an error message echoes it: quoted, escaped.
+// Input text as an error message echoes it: quoted, escaped. A quote or backslash in it is escaped too,
+// so that the quoted text ends where it seems to and \xNN always means an escaped byte.
 inline std::string quote_input(const std::string& text) {
   std::string quoted(1, '\'');  // appended, not "'" + ...: GCC 12 warns (-Wrestrict) on that form
-  quoted += escape_bytes(text);
+  for (const unsigned char ch : text) {
+    if (ch == '\'' || ch == '\\') quoted += '\\';
+    if (printable_ascii(ch))
+      quoted += char(ch);
+    else
+      quoted += hex_escape(ch);
+  }
   quoted += '\'';
   return quoted;
+}
+
+// A name (a file's above all) as a tool's output prints it: as it is when it is plain printable ASCII,
+// otherwise as quote_input quotes it. A newline, control byte or quote in a file name can then neither
+// forge a line of the output nor end a quoted part of it early, while ordinary names read as before.
+inline std::string display_name(const std::string& name) {
+  bool plain = !name.empty();
+  for (const unsigned char ch : name) plain = plain && printable_ascii(ch) && ch != '\'' && ch != '"' && ch != '\\';
+  return plain ? name : quote_input(name);
 }
 
 // Products the code indexes with int (token ids g * k + j, logits g * E + e, 2I rows of W1, router
