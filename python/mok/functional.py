@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
 
 
@@ -105,8 +106,8 @@ def moe(
 ) -> Union[Tensor, tuple[Tensor, Routing]]:
     """y = MoE(x): x [..., H] bf16; router [E, H] fp32; w1 [E, 2I, H] bf16 (gate rows, then up rows);
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
-    (sigmoid mode's selection bias). Tensors must be contiguous, on one device (CPU: the reference;
-    CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
+    (sigmoid mode's selection bias; refused in softmax mode). Tensors must be contiguous, on one device
+    (CPU: the reference; CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
     recompute: autograd saves the dispatch layout alone (no xe, h and a, nor the shared expert's h and
     a); the backward pulls x and recomputes them, with the same bits.
 
@@ -171,7 +172,7 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     """At the call, not at the backward: each accumulator a tensor of its weight's shape, contiguous, on
     x's device (on the GPU 16-byte aligned, as the layer's tensors), the router's fp32 and the others
     all fp32 or all bf16 (w1's decides); the router's absent exactly when replay="full" reads no router,
-    the shared pair given exactly with a shared expert."""
+    the shared pair given exactly with a shared expert, no two overlapping in memory."""
     if not isinstance(acc, GradAccumulators):
         raise ValueError(f"accumulate_into must be a mok.GradAccumulators, got {type(acc).__name__}")
     given = mode == ROUTING_MODES.index("given")
@@ -189,7 +190,7 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
         pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
     bf16 = isinstance(acc.w1, Tensor) and acc.w1.dtype == torch.bfloat16
     # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
-    # (under torch.compile the op itself refuses an inference tensor, op_tensors.cpp).
+    # (under torch.compile the op itself refuses an inference tensor and overlapping ones, op_tensors.cpp).
     eager = not torch.compiler.is_compiling()
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
@@ -214,17 +215,8 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             if a.is_inference():  # no version counter for the backward to move
                 raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
-    if eager:
-        # The backward adds into each in turn: two that overlap (views of one buffer) would each take the other's
-        # gradient too, on the GPU in no fixed order. Disjoint views of one flat buffer are fine. All are contiguous
-        # here, so each spans [data_ptr, data_ptr + nbytes); of spans sorted by start, an overlap shows between two
-        # neighbours.
-        spans = sorted((a.data_ptr(), a.data_ptr() + a.numel() * a.element_size(), name)
-                       for name, a, _ in pairs if a.numel())
-        for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
-            if begin < end:
-                raise ValueError(f"accumulate_into.{second} overlaps accumulate_into.{first} in memory: the backward "
-                                 "would add both gradients into the shared elements (give each its own memory)")
+    if eager:  # the op's own check (op_tensors.cpp), here at the call rather than at the backward
+        _C.check_disjoint([(f"accumulate_into.{name}", a) for name, a, _ in pairs])
 
 
 class _IntoAccumulators(torch.autograd.Function):

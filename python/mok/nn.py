@@ -17,7 +17,8 @@ class MoE(torch.nn.Module):
     """Parameters: router [E, H] fp32, w1 [E, 2I, H] bf16 (gate rows, then up rows), w2 [E, H, I] bf16,
     and with config.shared_intermediate > 0 shared_w1 [2Is, H], shared_w2 [H, Is] bf16. In sigmoid mode
     the buffer expert_bias [E] fp32 (zeros) biases the selection (updated by the caller, not by
-    gradients). Gradients of the bf16 weights are the layer's fp32 gradients rounded to bf16 once.
+    gradients); in softmax mode, which takes no bias, expert_bias is None (no buffer). Gradients of the
+    bf16 weights are the layer's fp32 gradients rounded to bf16 once.
 
     group: a torch.distributed NCCL process group of G processes, one per GPU (mok.moe's group): this
     rank g holds only its experts' shard, w1 [E/G, 2I, H] and w2 [E/G, H, I] (experts

@@ -74,8 +74,8 @@ pybind11::dict golden_dict(const GoldenRead& g) {
 // tensors, on their metadata (device, dtype, shape, contiguity: all a fake tensor has): all on the CPU,
 // the CPU kernel's; some on CUDA and the rest on the CPU, the CUDA kernel's (CUDA's dispatch key outranks
 // the CPU's) where the module has it; otherwise (meta) the checks every kernel makes. Never the data's
-// alignment; with symbolic sizes (torch.compile's dynamic shapes) not the shapes and contiguity either:
-// the kernel checks them when it runs.
+// alignment nor where it lies (the accumulators' overlap); with symbolic sizes (torch.compile's dynamic
+// shapes) not the shapes and contiguity either: the kernel checks them when it runs.
 struct FakeCheck {
   OpKernel kernel;
   Checkable checkable;
@@ -94,7 +94,7 @@ FakeCheck fake_check(const Tensors&... tensors) {
     symbolic = symbolic || t->unsafeGetTensorImpl()->has_symbolic_sizes_strides();
   }
   const OpKernel kernel = all_cpu ? OpKernel::cpu : cpu_or_cuda && kHaveCudaLayers ? OpKernel::cuda : OpKernel::none;
-  return {kernel, Checkable{.aligned = false, .sizes_known = !symbolic}};
+  return {kernel, Checkable{.aligned = false, .sizes_known = !symbolic, .addresses = false}};
 }
 
 using Ints = std::vector<int64_t>;
@@ -199,6 +199,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_backward", &check_backward,
         "Raises the ValueError mok::backward's kernel (accumulators None) or mok::backward_accumulate's would raise "
         "for these arguments, from their metadata alone (the fake kernels' check).");
+  m.def(
+      "check_disjoint",
+      [](const std::vector<std::pair<std::string, at::Tensor>>& named) {
+        std::vector<NamedSpan> spans;
+        for (const auto& [name, t] : named) spans.push_back(span_of(t, name));
+        check_disjoint(std::move(spans));
+      },
+      py::arg("named"),
+      "Raises the ValueError mok::backward_accumulate raises where two of its accumulators overlap, for "
+      "(name, contiguous tensor) pairs: mok.moe's check of accumulate_into at the call.");
   m.def("check_quantize_weights", &check_quantize_weights,
         "Raises the ValueError mok::quantize_weights' kernel would raise for these arguments, from their "
         "metadata alone (the fake kernel's check): on the CPU always (the CPU op quantizes in its forward).");

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
 namespace mok::py {
 namespace {
 
@@ -13,6 +15,9 @@ class Checker {
   // `first`: the tensor whose device the others must have (x; w1 for mok::quantize_weights).
   Checker(const at::Tensor& first, Checkable checkable, const char* first_name = "x")
       : device_(first.device()), checkable_(checkable), first_(first_name) {}
+
+  // Whether the tensors' data pointers are real (with their sizes, which the spans need).
+  bool addresses() const { return checkable_.addresses && checkable_.sizes_known; }
 
   // `dims` names the shape in the layer's terms, e.g. "[E, 2I, H]".
   // The messages are built only on failure: this runs for every tensor of every call.
@@ -60,6 +65,7 @@ void check_layer(const Checker& check, const Call& call, const LayerArgs& a) {
   check(a.x, "x", at::kBFloat16, {N, H}, dims(call, "[N, H]", "[N/G, H]"));
   check(a.router, "router", at::kFloat, {E, H}, "[E, H]");
   if (a.expert_bias) check(*a.expert_bias, "expert_bias", at::kFloat, {E}, "[E]");
+  validate_expert_bias_given(c, a.expert_bias.has_value());
   check_experts(check, call, a);
 }
 
@@ -98,6 +104,13 @@ void check_backward_args(const Checker& check, const Call& call, const LayerArgs
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
+// The accumulators (checked contiguous) share no byte.
+void check_disjoint_accumulators(const Accumulators& acc) {
+  std::vector<NamedSpan> spans;
+  acc.for_each([&](const at::Tensor& t, const char* name) { spans.push_back(span_of(t, name)); });
+  check_disjoint(std::move(spans));
+}
+
 void check_accumulators(const Checker& check, const Call& call, const Accumulators& acc) {
   const LayerConfig& c = call.config;
   const int64_t H = c.hidden, I = c.intermediate, E = c.experts, Eg = call.own_experts(), Is = c.shared_intermediate;
@@ -119,6 +132,7 @@ void check_accumulators(const Checker& check, const Call& call, const Accumulato
              " is an inference tensor (made under torch.inference_mode), which no backward may write";
     });
   });
+  if (check.addresses()) check_disjoint_accumulators(acc);
 }
 
 // The fp8 mode's quantized weights (their size the layer checks); the CPU op takes none.
@@ -199,6 +213,25 @@ LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::opt
                       const std::optional<at::Tensor>& shared_w2) {
   static const std::optional<at::Tensor> none;  // referenced by the result
   return LayerArgs{w1, w1, none, w1, w2, shared_w1, shared_w2};
+}
+
+NamedSpan span_of(const at::Tensor& t, std::string name) {
+  require(t.is_contiguous(), [&] { return name + " is not contiguous (its bytes are not one span)"; });
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return NamedSpan{begin, begin + t.nbytes(), std::move(name)};
+}
+
+void check_disjoint(std::vector<NamedSpan> spans) {
+  // Sorted by start (ties in the given order, so the message is the same run to run), an overlap shows
+  // between two neighbours. An empty span overlaps nothing.
+  std::erase_if(spans, [](const NamedSpan& s) { return s.begin == s.end; });
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const NamedSpan& a, const NamedSpan& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < spans.size(); ++i)
+    require(spans[i].begin >= spans[i - 1].end, [&] {
+      return spans[i].name + " overlaps " + spans[i - 1].name +
+             " in memory: the backward would add both gradients into the shared elements (give each its own memory)";
+    });
 }
 
 void bump_versions(const Accumulators& acc) {

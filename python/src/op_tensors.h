@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -74,16 +75,30 @@ std::vector<int64_t> d_router_shape(const Call& call);
 enum class OpKernel { cpu, cuda, none };
 
 // What of a call's tensors can be checked: their data's 16-byte alignment (the CUDA kernels read
-// 16-byte units; fake tensors have no data), and their shapes and contiguity (symbolic sizes, under
-// torch.compile's dynamic shapes, are left to the kernel, which sees them when it runs).
+// 16-byte units; fake tensors have no data), their shapes and contiguity (symbolic sizes, under
+// torch.compile's dynamic shapes, are left to the kernel, which sees them when it runs), and where their
+// data lies (the accumulators' overlap; the fake kernels' tensors have no addresses).
 struct Checkable {
-  bool aligned = false, sizes_known = true;
+  bool aligned = false, sizes_known = true, addresses = true;
 };
+
+// A contiguous tensor's bytes [begin, end) and its name in messages.
+struct NamedSpan {
+  uintptr_t begin, end;
+  std::string name;
+};
+NamedSpan span_of(const at::Tensor& t, std::string name);
+
+// Refuses two spans that share a byte, naming both: mok::backward_accumulate adds into each accumulator
+// in turn, so each would take the other's gradient too (on the GPU in no fixed order). Disjoint views of
+// one buffer pass. Also mok._C.check_disjoint, which mok.moe calls at the call (eager).
+void check_disjoint(std::vector<NamedSpan> spans);
 
 // Each op's checks, before any work, each a mok::Error naming what is wrong: the config and launch
 // list (parse_call), then every tensor on x's device, of its dtype and the config's shape, contiguous;
 // optional tensors present exactly where the config and mode use them; fp8_weights only in the fp8
-// mode (on x's device, uint8, one dimension, contiguous; its size the layer checks). The kernels and the
+// mode (on x's device, uint8, one dimension, contiguous; its size the layer checks); expert_bias only in
+// sigmoid mode; backward_accumulate's accumulators disjoint (not in the fakes). The kernels and the
 // fake kernels (mok/_ops.py, through mok._C) run these, so tracing raises what the kernel would.
 // Returns the call.
 Call checked_forward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,

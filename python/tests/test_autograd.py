@@ -338,9 +338,9 @@ def test_accumulate_into_refuses_overlapping_accumulators():
                                                                             *good.shared))]
         return mok.GradAccumulators(t[0], t[1], t[2], (t[3], t[4]))
 
-    def call(acc):
-        y = mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, ring_rows=RING_ROWS,
-                    accumulate_into=acc)
+    def call(acc, fn=mok.moe):
+        y = fn(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, ring_rows=RING_ROWS,
+               accumulate_into=acc)
         (y.float() * layer.dy.float()).sum().backward()
 
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -348,6 +348,11 @@ def test_accumulate_into_refuses_overlapping_accumulators():
     overlapping[2] -= 8  # w2's first 8 elements are w1's last 8
     with pytest.raises(ValueError, match=r"accumulate_into.w2 overlaps accumulate_into.w1 in memory"):
         call(views(torch.zeros(sum(sizes), dtype=torch.float32), overlapping))
+    # Compiled, mok.moe cannot look at addresses: the op refuses them at the backward, before adding.
+    buffer = torch.zeros(sum(sizes), dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"d_w2 overlaps d_w1 in memory"):
+        call(views(buffer, overlapping), torch.compile(mok.moe, fullgraph=True))
+    assert buffer.count_nonzero() == 0
     flat = views(torch.zeros(sum(sizes), dtype=torch.float32), starts)
     call(flat)
     call(good)

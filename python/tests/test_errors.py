@@ -72,6 +72,34 @@ def test_bad_tensor(name, bad, message):
                                          message)
 
 
+SOFTMAX_BIAS = "expert_bias is given, but the config's score_mode is softmax"
+
+
+@pytest.mark.parametrize("op", ["forward", "backward", "backward_accumulate"])
+def test_expert_bias_in_softmax_mode_is_refused(op):
+    """Softmax mode adds no bias to the selection key: a bias given there, zeros too, is refused by each op
+    and by its fake kernel (it was ignored). By presence: no read of its values (a GPU sync)."""
+    layer = make_layer("softmax_shared")
+    bias = torch.zeros(layer.config.experts)
+    args = forward_args(layer, expert_bias=bias) if op == "forward" else \
+        backward_args(layer, op == "backward_accumulate", expert_bias=lambda t: bias)
+    assert_fake_raises_the_kernels_error(getattr(torch.ops.mok, op), args, SOFTMAX_BIAS)
+
+
+def test_moe_refuses_expert_bias_in_softmax_mode_and_the_module_holds_none():
+    """mok.moe raises the op's error; mok.MoE in softmax mode registers no bias (its state_dict has none)
+    and passes none."""
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match=SOFTMAX_BIAS):
+        mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2), expert_bias=torch.zeros(layer.config.experts),
+                ring_rows=RING_ROWS)
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS)
+    assert model.expert_bias is None and "expert_bias" not in model.state_dict()
+    model(layer.x)
+    assert mok.MoE(make_layer("sigmoid_grouped").config).expert_bias is not None
+
+
 GRADIENT_ACCUMULATORS = ("d_router", "d_w1", "d_w2", "d_shared_w1", "d_shared_w2")
 
 
@@ -102,6 +130,26 @@ def test_bad_backward_tensor(accumulate, name, bad, message):
     op = torch.ops.mok.backward_accumulate if accumulate else torch.ops.mok.backward
     layer = make_layer("softmax_shared")
     assert_fake_raises_the_kernels_error(op, backward_args(layer, accumulate, **{name: bad}), message)
+
+
+def test_backward_accumulate_refuses_overlapping_accumulators():
+    """The op itself (not only mok.moe) refuses two accumulators that share elements, naming both, before it
+    adds anything: each would take the other's gradient too (on the GPU in no fixed order). Disjoint views
+    of one buffer pass. (The fake kernel sees no addresses: under torch.compile the kernel refuses.)"""
+    layer = make_layer("softmax_shared")
+    n1, n2 = layer.w1.numel(), layer.w2.numel()
+
+    def args(flat, w2_start):
+        """backward_accumulate's arguments with d_w1 and d_w2 views of flat, d_w2 from w2_start."""
+        return backward_args(layer, True, d_w1=lambda t: flat[:n1].view(t.shape),
+                             d_w2=lambda t: flat[w2_start:w2_start + n2].view(t.shape))
+
+    flat = torch.zeros(n1 + n2)
+    with pytest.raises(ValueError, match="d_w2 overlaps d_w1 in memory"):
+        torch.ops.mok.backward_accumulate(*args(flat, n1 - 4))  # d_w2's first 4 elements are d_w1's last 4
+    assert flat.count_nonzero() == 0, "added into before the check"
+    torch.ops.mok.backward_accumulate(*args(flat, n1))
+    assert flat.count_nonzero() > 0
 
 
 def test_fake_kernels_make_the_cpu_kernels_call_checks():

@@ -153,6 +153,19 @@ TEST_F(BadInputs, NanInSharedWeightsOrBias) {
   expect_forward_error(c, p, "expert_bias holds NaN or Inf");
 }
 
+// Softmax mode adds no bias to the selection key: a bias given there, zeros included, is refused (it was
+// ignored), in the forward and the backward; sigmoid mode takes it.
+TEST_F(BadInputs, ExpertBiasInSoftmaxMode) {
+  ASSERT_EQ(c_.score_mode, ScoreMode::softmax);
+  const std::string message = "expert_bias is given, but the config's score_mode is softmax";
+  const Forward f = forward(c_, p_.x, p_.weights, nullptr, Options());
+  Problem p = p_;
+  p.weights.expert_bias.assign(size_t(c_.experts), 0.0f);
+  expect_forward_error(c_, p, message);
+  expect_error([&] { backward(c_, p.x, p.weights, f, p.dy, Options()); }, message);
+  EXPECT_NO_THROW(forward(with_grouped_sigmoid(c_), p.x, p.weights, nullptr, Options()));
+}
+
 TEST_F(BadInputs, RingRowsAndSavedActivations) {
   Options opt;
   opt.ring_rows = 24;

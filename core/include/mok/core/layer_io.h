@@ -18,7 +18,7 @@ enum class RoutingMode : uint8_t { router = 0, replay_ids = 1, given = 2 };
 
 struct LayerWeights {
   std::vector<float> router;       // [E, H] fp32
-  std::vector<float> expert_bias;  // [E] sigmoid-mode selection bias; empty means zeros
+  std::vector<float> expert_bias;  // [E] sigmoid-mode selection bias, empty means zeros; none in softmax
   std::vector<bf16> w1;            // [E, 2I, H]  rows 0..I-1 gate, I..2I-1 up
   std::vector<bf16> w2;            // [E, H, I]
   std::vector<bf16> shared_w1;     // [2Is, H]    empty without a shared expert

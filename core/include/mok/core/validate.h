@@ -55,6 +55,15 @@ inline void validate_tokens(const LayerConfig& c, const std::vector<bf16>& v, co
   require(all_finite(v), std::string(name) + " holds NaN or Inf");
 }
 
+// The bias moves sigmoid mode's selection key alone (routing.h, router_select): one given in softmax
+// mode would change nothing, so it is refused rather than ignored. By presence: the Python op cannot
+// read a GPU tensor's values without a host synchronisation.
+inline void validate_expert_bias_given(const LayerConfig& c, bool given) {
+  require(!given || c.score_mode == ScoreMode::sigmoid,
+          "expert_bias is given, but the config's score_mode is softmax: only sigmoid mode adds the bias to the "
+          "selection key (pass no expert_bias)");
+}
+
 inline void validate_weights(const LayerConfig& c, const LayerWeights& w) {
   const size_t H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
   require_size(w.router, E * H, "router weight [E, H]");
@@ -67,6 +76,8 @@ inline void validate_weights(const LayerConfig& c, const LayerWeights& w) {
   require(all_finite(w.expert_bias), "expert_bias holds NaN or Inf");
   require(all_finite(w.w1) && all_finite(w.w2), "expert weights hold NaN or Inf");
   require(all_finite(w.shared_w1) && all_finite(w.shared_w2), "shared expert weights hold NaN or Inf");
+  // Last: a bad bias's size or values get their own messages in either mode.
+  validate_expert_bias_given(c, !w.expert_bias.empty());
 }
 
 // A given (replayed) routing, or `whose` else: ids in [0, E), no expert twice for one token, finite
