@@ -578,6 +578,17 @@ __device__ void combine_dx(Pipeline& pipe, const Params& p) {
       ClaimedTiles{p.claimed_tiles});  // the router-weight gradient's blocks come late
 }
 
+// Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
+template <bool kFp8>
+__device__ void shared_dx(Pipeline& pipe, const Params& p) {
+  const int Is = p.c.shared_intermediate, H = p.c.hidden;
+  if constexpr (kFp8)
+    token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_dhq, p.maps.shared_w1tq, 2 * Is, H, p.shared_y, kSharedDx,
+                               {p.shared_dhq.exps, p.shared_w1t_exp});
+  else
+    token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * Is, H, p.shared_y, kSharedDx);
+}
+
 // The saved layout is the routing's (topk_idx, the caller's): another forward's saved buffer beside it
 // would give gradients of neither. The host's checks (validate.h, dispatch_layout.h): each warp checks
 // the offset tables, an expert a lane, and the capacity (a saved buffer of the same routing from a Layer
@@ -666,7 +677,6 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
   if (!peer_sync(b, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed
-  pull_weighted_dy(p);
   if (p.c.has_shared()) {
     if constexpr (kFp8)
       shared_down_grad_fp8(pipe, p);
@@ -675,6 +685,24 @@ __device__ __forceinline__ void backward(const Params& p) {
   }
   if (has_router(p)) router_grad(pipe, p);
   if (!grid_sync(b, kRouterGrad, 0)) return;
+  // The dx combine before the dye pull: dye may lie over the dx_j (workspace_layout); the shared dx before the
+  // combine, which reads it.
+  if (p.c.has_shared()) {
+    shared_dx<kFp8>(pipe, p);
+    if (!grid_sync(b, kSharedDx, 0)) return;
+  }
+  // On one GPU the router-weight gradient's chains, beside the combine's tiles, which the blocks claim as
+  // they finish them (across GPUs the chains are relayed, after the weight gradients).
+  if (has_router(p) && !across_gpus(p)) {
+    router_weight_chains(pipe, p, FromZero{}, store_each_output(p.c.experts, p.c.hidden, [&](long e, long h, float d) {
+                           store_router_grad(p, e * p.c.hidden + h, d);
+                         }));
+    stamp_phase(b, kRouterWeightChains);
+  }
+  combine_dx(pipe, p);
+  if (!grid_sync(b, kCombineDx, 0)) return;
+  pull_weighted_dy(p);
+  if (!grid_sync(b, kDyePull, 0)) return;
   // Across GPUs the shared expert's weight gradients are relayed_chains_kernel's.
   const int own = own_expert_end(p) - own_expert_begin(p);
   const int grads = 2 * own + (p.c.has_shared() && !across_gpus(p) ? 2 : 0);
@@ -688,26 +716,14 @@ __device__ __forceinline__ void backward(const Params& p) {
     }
   }
   weight_grads<false>(pipe, p, bf16_grads, grads);
-  // Shared dx = bf16(dh_s W1_s), into shared_y (free in the backward).
-  const int Is = p.c.shared_intermediate, H = p.c.hidden;
-  if (p.c.has_shared()) {
-    if constexpr (kFp8)
-      token_gemm_bf16<kNT, true>(pipe, p, p.maps.shared_dhq, p.maps.shared_w1tq, 2 * Is, H, p.shared_y, kWeightGrad,
-                                 {p.shared_dhq.exps, p.shared_w1t_exp});
-    else
-      token_gemm_bf16<kNN>(pipe, p, p.maps.shared_dh, p.maps.shared_w1, 2 * Is, H, p.shared_y, kWeightGrad);
-  }
   if (!grid_sync(b, kWeightGrad, 0)) return;
-  // The router-weight gradient (and across GPUs the results of the relayed chains, waited for last).
-  if (has_router(p) && !across_gpus(p))
-    router_weight_chains(pipe, p, FromZero{}, store_each_output(p.c.experts, p.c.hidden, [&](long e, long h, float d) {
-                           store_router_grad(p, e * p.c.hidden + h, d);
-                         }));
-  if (has_router(p) && across_gpus(p)) relay_router_weight_grad<false>(pipe, p);
-  if (has_router(p)) stamp_phase(b, kRouterWeightChains);
-  combine_dx(pipe, p);
-  if (across_gpus(p) && p.barrier.peers.me < p.barrier.peers.gpus - 1 && has_router(p))
-    relay_router_weight_grad<true>(pipe, p);
+  // Across GPUs the router-weight gradient's chains, relayed GPU after GPU (the last GPU's results waited
+  // for last).
+  if (has_router(p) && across_gpus(p)) {
+    relay_router_weight_grad<false>(pipe, p);
+    stamp_phase(b, kRouterWeightChains);
+    if (b.peers.me < b.peers.gpus - 1) relay_router_weight_grad<true>(pipe, p);
+  }
   stamp_phase(b, kEnd);
 }
 

@@ -233,6 +233,10 @@ struct WorkspaceLayout {
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
   ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
   bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
+  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or with slots_past_dh the
+  // section past dh that dye takes once the dx combine has read it.
+  size_t dx_slots;
+  bool slots_past_dh;
 };
 
 constexpr size_t kSectionAlign = 256;
@@ -306,6 +310,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  const size_t slots_end = sections.bytes();
   // Recompute mode: the saved buffer's activations (saved_layout) are the workspace's, no later section
   // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase).
   l.shared_h = sections.take(launch.recompute ? S * 2 * Is * 2 : 0);
@@ -315,6 +320,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
   const size_t h_end = sections.bytes();
   const bool fp8 = c.precision == Precision::fp8;
+  const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
   if (fp8) {
     l.fp8 = fp8_sections(sections, c, P, S);
@@ -323,7 +329,6 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;      // own ranks' rings
-  const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
   // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
@@ -332,7 +337,12 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // shared_dyq): with the weights given (no bytes after them), its own sections lie over xq, aq and
   // shared_aq.
   const bool over_activations = fp8 && !launch.recompute && launch.fp8_weights_given;
-  const size_t base = over_activations ? l.fp8.xq.values : sections.bytes();
+  // One ring cycle on one GPU, bf16, without recompute: the dx_j lie past dh, over g (dead once the per-row
+  // phase has read it), and dye over them once the dx combine has read them (it comes before the dye
+  // pull); the forward's slots, its last section, are dead in such a backward, whose own start there.
+  const bool slots_past_dh = l.slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
+  const size_t base = over_activations ? l.fp8.xq.values : slots_past_dh ? l.slots : sections.bytes();
+  require(!slots_past_dh || sections.bytes() == slots_end, "internal: the slots are not the forward's last section");
   const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
@@ -345,7 +355,12 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   if (fp8) l.dhq = offset_by(base, activation_section(row_grad, ring_rows, 2 * I));
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
-  l.dye = late_base + late.take(P * H * 2);
+  if (slots_past_dh) {  // one cycle: dh is late's first section, and dx_j are written after the last reader of g
+    l.dx_slots = l.dye = base + late.take(std::max(N * k * H * 2, P * H * 2));
+  } else {
+    l.dx_slots = l.slots;
+    l.dye = late_base + late.take(P * H * 2);
+  }
   l.shared_dh = late_base + late.take(S * 2 * Is * 2);
   if (fp8) {
     l.shared_dhq = offset_by(late_base, activation_section(late, S, 2 * Is));
@@ -442,6 +457,7 @@ struct Layer::Impl {
     const int64_t H = c.hidden, E = c.experts;
     check_view(w.router, "router weight [E, H]", DType::f32, {E, H});
     check_view(w.expert_bias, "expert_bias [E]", DType::f32, {E}, true);
+    validate_expert_bias_given(c, w.expert_bias.data != nullptr);
     check_expert_weights(w);
   }
   // The weights the fp8 mode quantizes.
@@ -882,7 +898,7 @@ void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& 
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
   p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
-  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, ws + m.ws.slots);
+  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, ws + m.ws.dx_slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::backward, p, in.weights, quantized, grads);
   const bool fp8 = m.c.precision == Precision::fp8;

@@ -193,8 +193,10 @@ struct SectionCase {
 // buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
 // and in recompute mode with several cycles over the forward's h too (ending its sections); with one
 // ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part tile per
-// expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. The sizes are
-// computed here from that rule, not by the layout's code.
+// expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. With one cycle,
+// the (token, slot) buffer in the workspace (simulated ranks) and no recompute, the dx_j lie past dh
+// (over g), dye over them, and the backward's sections start at the forward's slots (their bytes come
+// off). The sizes are computed here from that rule, not by the layout's code.
 TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));  // N 80, k 3, E 8
   const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
@@ -236,9 +238,13 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
     const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
     const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
     const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
-    const size_t own = t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late) : dh + std::max(ring + g, past_h);
+    const bool slots_past_dh = t.one_cycle && !t.launch.recompute && t.launch.transport == Transport::simulated;
+    const size_t slots = aligned(size_t(c.tokens()) * c.top_k * H * 2);
+    const size_t own = slots_past_dh ? std::max(std::max(ring, dh) + g, dh + std::max(slots, dye) + shared_dh)
+                       : t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late)
+                                     : dh + std::max(ring + g, past_h);
     const LayerMemory m = layer_memory(c, t.launch);
-    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward + (slots_past_dh ? slots : 0), own);
     // Each section apart, g per padded row (the layout before): every case holds less.
     EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
   }

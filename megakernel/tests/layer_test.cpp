@@ -248,8 +248,9 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
 
 // The backward's sections over one another (workspace_layout; LayerMemory.BackwardSectionsShareBytesByLifetime):
 // with one ring cycle whatever the routing (one rank's default ring; two ranks' ring of a rank's most
-// tiles) dh over the ring, dye and shared_dh over the ring and g; with several cycles (a one-tile ring)
-// dye and shared_dh over the ring and g. Skewed routing, a shared expert, h and a saved or recomputed;
+// tiles) dh over the ring, the dx_j past dh over g and dye over them, all over the forward's slots
+// (recomputing, dye and shared_dh over the ring and g); with several cycles (a one-tile ring) dye and
+// shared_dh over the ring and g. Skewed routing, a shared expert, h and a saved or recomputed;
 // the workspace poisoned before the forward and again before the backward: the reference's bits.
 TEST_F(LayerApi, BackwardSectionsOverOneAnotherMatchTheReference) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
@@ -632,6 +633,15 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
     expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); }, what);
   }
   layer.check();  // nothing was enqueued, nothing recorded
+  // A bias in softmax mode, whose selection key it would not move: refused, not ignored.
+  const ref::Problem softmax = ref::make_problem(make_config(2, 40, 128, 64, 8, 3), 39);
+  Layer softmax_layer(softmax.config, {});
+  Bound sb(softmax_layer, softmax, RoutingMode::router);
+  in = sb.inputs();
+  in.weights.expert_bias = {in.weights.router.data, DType::f32, {softmax.config.experts}};
+  expect_error([&] { softmax_layer.forward(stream_, sb.workspace.view().data, in, sb.outputs()); },
+               "expert_bias is given, but the config's score_mode is softmax");
+  softmax_layer.check();
 }
 
 // ---- the fp8 mode's weights quantized once (Layer::quantize_weights, ForwardInputs::fp8_weights) ----
