@@ -21,6 +21,7 @@
 #include "peer_group.h"
 #include "quantize_fp8.h"
 #include "tensor_map.h"
+#include "workspace_layout.h"
 
 namespace mok::gpu {
 namespace {
@@ -159,53 +160,6 @@ bool one_ring_cycle(const LayerConfig& c, const LaunchConfig& launch) {
   return launch.ring_rows / kTileRows >= most_rank_tiles(c, launch);
 }
 
-// The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
-// the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a, and the shared
-// expert's h and a, are the forward's sections (its GEMM1s read xe and x, its GEMM2s a and shared a),
-// which the backward overwrites with the same bits before reading them (xe pulled from x again, the h
-// and a recomputed), the shared expert's and xe first: the backward reads them past its ring cycles (xe
-// to its last phase, dW1), while its own sections may start at h; otherwise they take no bytes (they
-// are saved).
-// The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
-// "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
-// dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, dye and shared_dh
-// from the phase after the cycles to the weight gradients. So dye and shared_dh lie over the ring and
-// g, and with one ring cycle (one_ring_cycle) dh lies over the ring too (dead once dy W2 has read it;
-// never over g, which the per-row phase reads as it writes dh).
-// The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
-// values, then its scale exponents; none in bf16. The quantized weights are laid out as the caller's
-// buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
-// LaunchConfig::fp8_weights_given: the forward's copies are the forward's last section, the transposed
-// copies (the backward's) follow them, so they are the backward's first bytes.
-// The fp8 backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized
-// per ring row (dhq: written with dh by the per-row phase, read by that cycle's dx push) lies over the
-// ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (shared_dh's
-// lifetime) after shared_dh; the shared expert's tokens' dy quantized (shared_dyq: from the tile-table phase to the
-// shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and not read
-// in the backward. Without recompute and with the weights given, they all start over the forward's xq,
-// aq and shared_aq, which such a backward does not read (shared_xq comes before them).
-struct Fp8Section {
-  size_t values, exps;
-  size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
-};
-struct Fp8Sections {
-  Fp8Section xq, aq, shared_xq, shared_aq;
-};
-// The quantized weights' sections from the start of their buffer (each 256-byte aligned): the forward's
-// B (W as stored, with W's exponent tables), then the backward's (W^T: the same codes transposed, and
-// the same exponents as W^T's tables, which the FP8 GEMM indexes by B's block rows; the tables are
-// 1/4096 of the values' bytes, so a second copy in that order costs nothing beside the values).
-struct Fp8WeightLayout {
-  Fp8Section w1, w2, shared_w1, shared_w2;
-  size_t forward_bytes;  // the forward's copies
-  Fp8Section w1t, w2t, shared_w1t, shared_w2t;
-  size_t bytes;
-};
-// An operand of the fp8 weight gradients (Fp8Columns): its codes, then as A its exponents, or as B its
-// scales and exponent ranges, each offset `base` + its place in `sections` (0: none).
-struct ColumnsSection {
-  size_t values, exps, scales, exp_range;
-};
 ColumnsSection columns_section(Sections& sections, size_t base, size_t P, size_t cols, bool b) {
   const size_t blocks = P / kFp8Block, stride = column_scale_stride(int(cols));
   const auto take = [&](size_t bytes) { return base + sections.take(bytes); };
@@ -223,21 +177,6 @@ Fp8Columns in_buffer(uint8_t* buffer, const ColumnsSection& at) {
   return {reinterpret_cast<fp8_e4m3*>(buffer + at.values), reinterpret_cast<int8_t*>(section(at.exps)),
           reinterpret_cast<float*>(section(at.scales)), reinterpret_cast<int4*>(section(at.exp_range))};
 }
-
-struct WorkspaceLayout {
-  size_t barrier, chunk_counts, chunk_base, tile_expert, shared_y, slots, shared_h, shared_a, xe, a, h;
-  Fp8Sections fp8;
-  size_t fp8_weights;  // the quantized weights (Fp8WeightLayout) unless the caller's
-  size_t forward_bytes;
-  size_t ring, g, dh, dye, shared_dh, bytes;
-  Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
-  ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
-  bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
-  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or with slots_past_dh the
-  // section past dh that dye takes once the dx combine has read it.
-  size_t dx_slots;
-  bool slots_past_dh;
-};
 
 constexpr size_t kSectionAlign = 256;
 
@@ -296,6 +235,8 @@ Fp8Matrix in_buffer(uint8_t* buffer, const Fp8Section& at) {
 // The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
 // tiles (1); zeroed before each launch.
 constexpr int kBarrierWords = 4;
+
+}  // namespace
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
@@ -378,6 +319,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   require(l.bytes >= l.forward_bytes, "internal: the backward's workspace is shorter than the forward's");
   return l;
 }
+
+namespace {
 
 std::string phase_name(int phase) { return phase >= 0 && phase < kPhaseCount ? kPhaseNames[phase] : "?"; }
 

@@ -1,0 +1,187 @@
+// The workspace's buffers by lifetime, checked against the layout's offsets (workspace_layout): no two
+// buffers that one phase of the backward holds at once share a byte. The lifetimes are
+// docs/architecture.md's table ("The backward's buffers"), written here in the backward's phase order;
+// the layout's own code is not consulted for them. No GPU needed.
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "mok/core/saved_layout.h"
+#include "test_configs.h"
+#include "workspace_layout.h"
+
+namespace mok::gpu {
+namespace {
+
+// The backward's phases in order, with two ring cycles where the layout allows several (the second
+// cycle's buffers reuse the first's bytes).
+struct Phases {
+  int cycles;
+  static constexpr int kPrologue = 0, kRecompute = 1;  // the tile table; recompute mode's h and a
+  int pull(int c) const { return 2 + 4 * c; }
+  int down(int c) const { return 3 + 4 * c; }
+  int row(int c) const { return 4 + 4 * c; }
+  int push(int c) const { return 5 + 4 * c; }
+  int router() const { return 2 + 4 * cycles; }  // the router backward, shared dy W2
+  int shared_dx() const { return router() + 1; }
+  int combine() const { return router() + 2; }
+  int dye_pull() const { return router() + 3; }
+  int operands() const { return router() + 4; }  // the fp8 weight gradients' operands
+  int weight_grads() const { return router() + 5; }
+};
+
+// Bytes [begin, end) of the workspace, live from phase `first` to phase `last`, both included.
+struct Buffer {
+  std::string name;
+  size_t begin, end;
+  int first, last;
+};
+
+class Buffers {
+ public:
+  void add(const std::string& name, size_t at, size_t bytes, int first, int last) {
+    if (bytes) list_.push_back({name, at, at + bytes, first, last});
+  }
+  void add(const std::string& name, const Fp8Section& at, size_t values, int first, int last) {
+    add(name, at.values, values, first, last);
+    add(name + " exponents", at.exps, at.exp_bytes, first, last);
+  }
+  // Every pair sharing a byte is live in no phase together.
+  void expect_disjoint_where_live_together() const {
+    for (size_t i = 0; i < list_.size(); ++i)
+      for (size_t j = i + 1; j < list_.size(); ++j) {
+        const Buffer &a = list_[i], &b = list_[j];
+        const bool share_bytes = a.begin < b.end && b.begin < a.end;
+        const bool live_together = a.first <= b.last && b.first <= a.last;
+        EXPECT_FALSE(share_bytes && live_together) << a.name << " and " << b.name << " share bytes while both live";
+      }
+  }
+  void expect_within(size_t bytes) const {
+    for (const Buffer& b : list_) EXPECT_LE(b.end, bytes) << b.name;
+  }
+
+ private:
+  std::vector<Buffer> list_;
+};
+
+struct LayoutCase {
+  const char* name;
+  LayerConfig c;
+  LaunchConfig launch;  // ring_rows given: the layout takes them as they are
+};
+
+// The backward's buffers of one layout, with their lifetimes.
+Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const WorkspaceLayout& l) {
+  const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, k = c.top_k;
+  const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows), S = shared_rows_capacity(c, launch.gpus);
+  const size_t rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // the GPU's rings
+  const bool fp8 = c.precision == Precision::fp8, recompute = launch.recompute;
+  const Phases ph{l.one_cycle ? 1 : 2};
+  const int end = ph.weight_grads(), last_row = ph.row(ph.cycles - 1);
+  Buffers b;
+  b.add("barrier and layout tables", l.barrier, l.shared_y - l.barrier, Phases::kPrologue, end);
+  for (int cycle = 0; cycle < ph.cycles; ++cycle) {
+    const std::string in = " of cycle " + std::to_string(cycle);
+    if (fp8) {
+      b.add("ringq" + in, l.ringq, rows * H, ph.pull(cycle), ph.down(cycle));
+      b.add("dhq" + in, l.dhq, rows * 2 * I, ph.row(cycle), ph.push(cycle));
+    } else {
+      b.add("ring" + in, l.ring, rows * H * 2, ph.pull(cycle), ph.down(cycle));
+    }
+    b.add("g" + in, l.g, rows * I * 4, ph.down(cycle), ph.row(cycle));
+  }
+  b.add("dh", l.dh, P * 2 * I * 2, ph.row(0), end);
+  if (launch.transport == Transport::simulated) b.add("dx slots", l.dx_slots, N * k * H * 2, ph.push(0), ph.combine());
+  b.add("shared_dh", l.shared_dh, S * 2 * Is * 2, ph.router(), end);
+  if (c.has_shared()) b.add("shared_y", l.shared_y, S * H * 2, ph.shared_dx(), ph.combine());
+  b.add("dye", l.dye, P * H * 2, ph.dye_pull(), end);
+  if (recompute) {
+    b.add("xe", l.xe, P * H * 2, Phases::kPrologue, end);
+    b.add("h", l.h, P * 2 * I * 2, Phases::kRecompute, last_row);
+    b.add("a", l.a, P * I * 2, Phases::kRecompute, end);
+    b.add("shared_h", l.shared_h, S * 2 * Is * 2, Phases::kRecompute, ph.router());
+    b.add("shared_a", l.shared_a, S * Is * 2, Phases::kRecompute, end);
+  }
+  if (fp8) {
+    b.add("shared_xq as shared_dyq", l.fp8.shared_xq, S * (Is ? H : 0), Phases::kPrologue, ph.router());
+    b.add("shared_dhq", l.shared_dhq, S * 2 * Is, ph.router(), ph.shared_dx());
+    if (recompute) {  // the GEMM1s read xq and write aq and shared_aq, which nothing reads
+      b.add("xq", l.fp8.xq, P * H, Phases::kPrologue, Phases::kRecompute);
+      b.add("aq", l.fp8.aq, P * I, Phases::kRecompute, Phases::kRecompute);
+      b.add("shared_aq", l.fp8.shared_aq, S * Is, Phases::kRecompute, Phases::kRecompute);
+    }
+    if (!launch.fp8_weights_given)  // both copies, quantized before the launch
+      b.add("quantized weights", l.fp8_weights, layer_memory(c, launch).fp8_weights, Phases::kPrologue, end);
+    using Columns = std::tuple<const char*, ColumnsSection, size_t>;  // a [cols, P] operand's codes
+    if (launch.fp8_weight_gradients)
+      for (const auto& [name, at, cols] : std::initializer_list<Columns>{
+               {"dhtq", l.dhtq, 2 * I}, {"xetq", l.xetq, H}, {"dyetq", l.dyetq, H}, {"atq", l.atq, I}})
+        b.add(name, at.values, cols * P, ph.operands(), end);
+  }
+  return b;
+}
+
+TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  const auto launch = [](LaunchConfig l, int ring_rows) {
+    l.ring_rows = ring_rows;
+    return l;
+  };
+  const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
+  const LayerConfig two_ranks = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
+  LayerConfig fp8_one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  fp8_one_rank.shared_intermediate = 128;
+  fp8_one_rank.precision = Precision::fp8;
+  const LayerConfig olmoe = make_config(1, 8192, 2048, 1024, 64, 8);
+  LayerConfig fp8_olmoe = olmoe;
+  fp8_olmoe.precision = Precision::fp8;
+  const int olmoe_ring = (8192 * 8 / 128 + 64) * 128;  // the default ring: an average rank's rows
+  const std::vector<LayoutCase> cases = {
+      {"one rank, one cycle", one_rank, launch({}, 1152)},
+      {"one rank, one-tile ring", one_rank, launch({}, 128)},
+      {"one rank, one cycle, recompute", one_rank, launch({.recompute = true}, 1152)},
+      {"one rank, one-tile ring, recompute", one_rank, launch({.recompute = true}, 128)},
+      {"two ranks, 5-tile ring (one cycle)", two_ranks, launch({}, 640)},
+      {"two ranks, 4-tile ring", two_ranks, launch({}, 512)},
+      {"two GPUs, 5-tile ring", two_ranks, launch(colocated, 640)},
+      {"two GPUs, 4-tile ring", two_ranks, launch(colocated, 512)},
+      {"fp8, one cycle", fp8_one_rank, launch({}, 1152)},
+      {"fp8, one cycle, weights given", fp8_one_rank, launch({.fp8_weights_given = true}, 1152)},
+      {"fp8, one-tile ring, weights given", fp8_one_rank, launch({.fp8_weights_given = true}, 128)},
+      {"fp8, one cycle, recompute", fp8_one_rank, launch({.recompute = true}, 1152)},
+      {"fp8, one cycle, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 1152)},
+      {"fp8, two ranks", fp8_every_branch(), launch({}, 512)},
+      {"olmoe", olmoe, launch({}, olmoe_ring)},
+      {"olmoe, recompute", olmoe, launch({.recompute = true}, olmoe_ring)},
+      {"olmoe, fp8, weights given", fp8_olmoe, launch({.fp8_weights_given = true}, olmoe_ring)}};
+  for (const LayoutCase& t : cases) {
+    SCOPED_TRACE(t.name);
+    const bool slots_in_workspace = t.launch.transport == Transport::simulated;
+    const WorkspaceLayout l = workspace_layout(t.c, t.launch, slots_in_workspace);
+    const Buffers b = backward_buffers(t.c, t.launch, l);
+    b.expect_disjoint_where_live_together();
+    b.expect_within(l.bytes);
+  }
+}
+
+// The rule the test above checks, broken on purpose: a layout with dye over the (token, slot) buffer
+// while the combine still reads it (the phase order before session 46) is caught.
+TEST(BackwardBuffers, ACombineAfterTheDyePullOverItsSlotsIsCaught) {
+  const LayerConfig c = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
+  const LaunchConfig launch{.ring_rows = 1152};
+  const WorkspaceLayout l = workspace_layout(c, launch, true);
+  ASSERT_TRUE(l.slots_past_dh);
+  Buffers b;
+  const size_t N = c.tokens(), H = c.hidden, k = c.top_k, P = own_padded_rows(c, 1, 0);
+  const Phases ph{1};
+  b.add("dx slots", l.dx_slots, N * k * H * 2, ph.push(0), ph.weight_grads() + 1);  // combined last
+  b.add("dye", l.dye, P * H * 2, ph.router(), ph.weight_grads());                   // pulled first
+  EXPECT_NONFATAL_FAILURE(b.expect_disjoint_where_live_together(), "dx slots and dye share bytes while both live");
+}
+
+}  // namespace
+}  // namespace mok::gpu
