@@ -2,9 +2,11 @@
 // the routing's, the tile index, and in recompute mode xe pulled from x again and h and a from it, and
 // the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh). Then
 // backward_kernel: ring cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g,
-// a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then dye = bf16(w dy) (pulled after the
-// cycles: it lies over the ring and g, workspace_layout), the shared expert, the router backward, the weight gradients
-// as K-step chains over each expert's rows in global token order, and the slot-ordered dx combine. The fp8 mode
+// a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then the shared expert's dy W2 and the
+// router backward, the shared expert's dx, the slot-ordered dx combine (on one GPU beside the router-weight gradient's
+// chains), dye = bf16(w dy) (pulled after the combine: it lies over the ring and g, or over the dx_j,
+// workspace_layout), the weight gradients as K-step chains over each expert's rows in global token order, and across
+// GPUs the relayed router-weight gradient. The fp8 mode
 // (backward_fp8_kernel) runs the input gradients' GEMMs (g = dy W2, dx_j = dh W1 and the shared expert's) on E4M3
 // operands: dy quantized by its pull, dh where it is made, the weights' transposed copies as B (docs/numerics.md, "The
 // FP8 layer mode"); with fp8_weight_gradients also the routed experts' weight gradients, after a phase that quantizes
@@ -64,7 +66,8 @@ __device__ void pull_dy(const Params& p, int cycle) {
 
 // dye = bf16(w dy) of every padded row of this GPU's tiles (dW2's operand), from the source ranks' dy
 // as the cycles' pull reads it, a warp per token (for_each_token_slots); padding rows zero. After the
-// ring cycles, so that dye can lie over the ring and g, dead by then (workspace_layout).
+// ring cycles and the dx combine, so that dye can lie over the ring and g, or over the dx_j the combine has
+// read (workspace_layout).
 __device__ void pull_weighted_dy(const Params& p) {
   const int H = p.c.hidden, k = p.c.top_k;
   const auto dye = [&](long pad) { return p.dye + pad * H; };

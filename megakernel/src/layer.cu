@@ -278,12 +278,13 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // shared_dyq): with the weights given (no bytes after them), its own sections lie over xq, aq and
   // shared_aq.
   const bool over_activations = fp8 && !launch.recompute && launch.fp8_weights_given;
-  // One ring cycle on one GPU, bf16, without recompute: the dx_j lie past dh, over g (dead once the per-row
-  // phase has read it), and dye over them once the dx combine has read them (it comes before the dye
-  // pull); the forward's slots, its last section, are dead in such a backward, whose own start there.
-  const bool slots_past_dh = l.slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
-  const size_t base = over_activations ? l.fp8.xq.values : slots_past_dh ? l.slots : sections.bytes();
-  require(!slots_past_dh || sections.bytes() == slots_end, "internal: the slots are not the forward's last section");
+  // One ring cycle, the (token, slot) buffer in the workspace (simulated ranks), bf16, no recompute: the dx_j
+  // lie past dh, over g (dead once the per-row phase has read it), and dye over them once the dx combine has
+  // read them (it comes before the dye pull); the forward's slots, its last section, are dead in such a
+  // backward, whose own start there.
+  const bool dx_slots_past_dh = l.dx_slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
+  const size_t base = over_activations ? l.fp8.xq.values : dx_slots_past_dh ? l.slots : sections.bytes();
+  require(!dx_slots_past_dh || sections.bytes() == slots_end, "internal: the slots are not the forward's last section");
   const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
@@ -296,7 +297,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   if (fp8) l.dhq = offset_by(base, activation_section(row_grad, ring_rows, 2 * I));
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
-  if (slots_past_dh) {  // one cycle: dh is late's first section, and dx_j are written after the last reader of g
+  if (dx_slots_past_dh) {  // one cycle: dh is late's first section, and dx_j are written after the last reader of g
     l.dx_slots = l.dye = base + late.take(std::max(N * k * H * 2, P * H * 2));
   } else {
     l.dx_slots = l.slots;

@@ -128,10 +128,11 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "tile table",
                                                          "fp8 weight gradients' operands",
                                                          "shared expert dx",
-                                                         "dx combine (+ router-weight gradient on one GPU)",
+                                                         "dx combine (+ other blocks' router-weight tiles)",
                                                          "dye pull",
                                                          "router-weight gradient (block 0's tiles)",
                                                          "after the last barrier (block 0's share)"};
+static_assert(kPhaseNames[kPhaseCount - 1] != nullptr, "a phase without a name (kPhaseNames is short)");
 
 // Where the time goes: block 0 stamps the global timer at the kernel's start (phase -1), as it leaves
 // each grid barrier (the phase the barrier closes) and at kRouterWeightChains and kEnd, up to

@@ -19,11 +19,12 @@ namespace mok::gpu {
 // are saved).
 // The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
 // "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
-// dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, dye and shared_dh
-// from the phase after the cycles to the weight gradients. So dye and shared_dh lie over the ring and
-// g, and with one ring cycle (one_ring_cycle) dh lies over the ring too (dead once dy W2 has read it;
-// never over g, which the per-row phase reads as it writes dh). With one cycle on one GPU in bf16
-// without recompute, the dx_j lie past dh (over g) and dye over them (slots_past_dh).
+// dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, shared_dh from the
+// phase after the cycles and dye from its pull (after the dx combine) to the weight gradients. So dye
+// and shared_dh lie over the ring and g, and with one ring cycle (one_ring_cycle) dh lies over the ring
+// too (dead once dy W2 has read it; never over g, which the per-row phase reads as it writes dh). With
+// one cycle, simulated ranks (the (token, slot) buffer in the workspace), bf16 and no recompute, the
+// dx_j lie past dh (over g) and dye over them (dx_slots_past_dh).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
 // values, then its scale exponents; none in bf16. The quantized weights are laid out as the caller's
 // buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
@@ -31,11 +32,11 @@ namespace mok::gpu {
 // copies (the backward's) follow them, so they are the backward's first bytes.
 // The fp8 backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized
 // per ring row (dhq: written with dh by the per-row phase, read by that cycle's dx push) lies over the
-// ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (shared_dh's
-// lifetime) after shared_dh; the shared expert's tokens' dy quantized (shared_dyq: from the tile-table phase to the
-// shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and not read
-// in the backward. Without recompute and with the weights given, they all start over the forward's xq,
-// aq and shared_aq, which such a backward does not read (shared_xq comes before them).
+// ring, after dh with one cycle (both are written at once), and g past both; shared_dhq (written with
+// shared_dh, read by the shared dx) after shared_dh; the shared expert's tokens' dy quantized (shared_dyq: from the
+// tile-table phase to the shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and
+// not read in the backward. Without recompute and with the weights given, they all start over the forward's xq, aq and
+// shared_aq, which such a backward does not read (shared_xq comes before them).
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
@@ -67,10 +68,10 @@ struct WorkspaceLayout {
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
   ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
   bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
-  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or with slots_past_dh the
+  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or with dx_slots_past_dh the
   // section past dh that dye takes once the dx combine has read it.
   size_t dx_slots;
-  bool slots_past_dh;
+  bool dx_slots_past_dh;
 };
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace);

@@ -238,13 +238,13 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
     const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
     const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
     const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
-    const bool slots_past_dh = t.one_cycle && !t.launch.recompute && t.launch.transport == Transport::simulated;
+    const bool dx_slots_past_dh = t.one_cycle && !t.launch.recompute && t.launch.transport == Transport::simulated;
     const size_t slots = aligned(size_t(c.tokens()) * c.top_k * H * 2);
-    const size_t own = slots_past_dh ? std::max(std::max(ring, dh) + g, dh + std::max(slots, dye) + shared_dh)
-                       : t.one_cycle ? std::max(std::max(ring, dh) + g, dh + late)
-                                     : dh + std::max(ring + g, past_h);
+    const size_t own = dx_slots_past_dh ? std::max(std::max(ring, dh) + g, dh + std::max(slots, dye) + shared_dh)
+                       : t.one_cycle    ? std::max(std::max(ring, dh) + g, dh + late)
+                                        : dh + std::max(ring + g, past_h);
     const LayerMemory m = layer_memory(c, t.launch);
-    EXPECT_EQ(m.workspace_backward - m.workspace_forward + (slots_past_dh ? slots : 0), own);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward + (dx_slots_past_dh ? slots : 0), own);
     // Each section apart, g per padded row (the layout before): every case holds less.
     EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
   }

@@ -168,13 +168,15 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
   }
 }
 
-// The rule the test above checks, broken on purpose: a layout with dye over the (token, slot) buffer
-// while the combine still reads it (the phase order before session 46) is caught.
+// The checker itself: dye over the (token, slot) buffer while the combine still reads it (the phase
+// order before session 46, on this layout) is reported. The test above checks the layout against the
+// phase order written here; the kernel's order is checked on the GPU
+// (LayerApi.BackwardSectionsOverOneAnotherMatchTheReference).
 TEST(BackwardBuffers, ACombineAfterTheDyePullOverItsSlotsIsCaught) {
   const LayerConfig c = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
   const LaunchConfig launch{.ring_rows = 1152};
   const WorkspaceLayout l = workspace_layout(c, launch, true);
-  ASSERT_TRUE(l.slots_past_dh);
+  ASSERT_TRUE(l.dx_slots_past_dh);
   Buffers b;
   const size_t N = c.tokens(), H = c.hidden, k = c.top_k, P = own_padded_rows(c, 1, 0);
   const Phases ph{1};
