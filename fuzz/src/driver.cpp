@@ -9,6 +9,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "mok/core/config.h"
 #include "mok/fuzz/generators.h"
 #include "mok/fuzz/properties.h"
 #include "mok/fuzz/repro.h"
@@ -18,8 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kRoundCases = 4;            // cases per rapidcheck run (a seed's cases do not depend on time)
-constexpr double kProgressSeconds = 5.0;  // between progress lines
+constexpr int kRoundCases = 4;  // cases per rapidcheck run (a seed's cases do not depend on time)
 constexpr const char* kTimeUp = "the time budget is spent";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -33,7 +33,7 @@ uint64_t fnv1a(const std::string& s) {
 }
 
 // Thrown by DeadlineBackend once its deadline has passed. Not a std::exception, so that no property
-// takes it for the layer's own answer (the properties catch mok::Error and std::exception).
+// takes it for the layer's own answer (the properties and run_check catch mok::Error and std::exception).
 struct TimeUp {};
 
 // The backend, stopped at a deadline: every forward and backward first looks at the clock, so that a
@@ -68,12 +68,13 @@ class DeadlineBackend final : public Backend {
 };
 
 // Counts the cases rapidcheck runs (shrink attempts and cases cut off by the deadline apart) and prints
-// progress now and then.
+// progress now and then, while a failure shrinks too (that can take longer than the search).
 class Progress final : public rc::detail::TestListener {
  public:
-  Progress(const std::string& property, const int& failures, std::ostream& log)
+  Progress(const std::string& property, const int& failures, double interval, std::ostream& log)
       : property_(property),
         failures_(failures),
+        interval_(interval),
         log_(log),
         start_(Clock::now()),
         last_case_(start_),
@@ -83,12 +84,23 @@ class Progress final : public rc::detail::TestListener {
     if (description.result.type == rc::detail::CaseResult::Type::Discard) return;
     ++cases_;
     last_case_ = Clock::now();
-    if (seconds_between(last_print_, last_case_) >= kProgressSeconds) {
+    if (seconds_between(last_print_, last_case_) >= interval_) {
       print();
       last_print_ = last_case_;
     }
   }
-  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override { shrinks_ += accepted; }
+  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override {
+    shrinks_ += accepted;
+    ++shrink_tries_;
+    const Clock::time_point now = Clock::now();
+    if (seconds_between(last_print_, now) >= interval_) {
+      char line[256];
+      std::snprintf(line, sizeof line, "mok-fuzz: %-16s shrinking a failure: %ld tries, %d accepted\n",
+                    property_.c_str(), shrink_tries_, shrinks_);
+      log_ << line << std::flush;
+      last_print_ = now;
+    }
+  }
   void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
 
   void print() const {
@@ -105,15 +117,17 @@ class Progress final : public rc::detail::TestListener {
  private:
   std::string property_;
   const int& failures_;
+  double interval_;
   std::ostream& log_;
   Clock::time_point start_, last_case_, last_print_;
   long cases_ = 0;
   int shrinks_ = 0;
+  long shrink_tries_ = 0;
 };
 
 std::string rerun_command(const FuzzOptions& o, const std::string& backend, const std::string& property, long cases) {
-  std::string cmd =
-      o.program + " --seed " + std::to_string(o.seed) + " --property " + property + " --cases " + std::to_string(cases);
+  std::string cmd = display_name(o.program) + " --seed " + std::to_string(o.seed) + " --property " + property +
+                    " --cases " + std::to_string(cases);
   if (backend != "reference") cmd += " --backend " + backend;
   if (o.fault != ref::Fault::none) cmd += " --inject " + to_string(o.fault);
   return cmd;
@@ -144,11 +158,9 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
       if (timed.passed()) RC_DISCARD(kTimeUp);
       Verdict v;
       try {
-        v = prop->check(timed, make_problem(fc), fc.params);
+        v = run_check(*prop, timed, make_problem(fc), fc.params);
       } catch (const TimeUp&) {
         RC_DISCARD(kTimeUp);  // a case cut short is no case: neither counted nor a failure
-      } catch (const std::exception& e) {
-        v = std::string("unexpected exception: ") + e.what();
       }
       if (v) {
         failing = fc;
@@ -159,7 +171,7 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
     rc::detail::TestMetadata metadata;
     metadata.id = metadata.description = prop->name;
     ref::Rng round_seeds(o.seed ^ fnv1a(prop->name));
-    Progress progress(prop->name, failures, log);
+    Progress progress(prop->name, failures, o.progress_seconds, log);
     while (o.cases > 0 ? progress.cases() < o.cases : !timed.passed()) {
       rc::detail::TestParams params;
       params.seed = round_seeds.next();
@@ -195,11 +207,12 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
           std::filesystem::create_directories(file.parent_path());
           write_repro(file, prop->name, *failing, report.failure);
           report.repro = file;
-          report.replay_command = o.program + " --replay " + file.string();
+          // display_name: a space or control byte in DIR neither splits the command nor forges a line.
+          report.replay_command = display_name(o.program) + " --replay " + display_name(file.string());
           if (backend.name() != "reference") report.replay_command += " --backend " + backend.name();
-          log << "  repro: " << file.string() << "\n  replay: " << report.replay_command << "\n";
+          log << "  repro: " << display_name(file.string()) << "\n  replay: " << report.replay_command << "\n";
         } catch (const std::exception& e) {
-          log << "  repro not written: " << e.what() << "\n";
+          log << "  repro not written: " << escape_bytes(e.what()) << "\n";
         }
       }
       log << "  rerun: " << rerun_command(o, backend.name(), prop->name, report.cases) << "\n";

@@ -708,4 +708,12 @@ const Property& find_property(const std::string& name) {
   throw Error("mok-fuzz: unknown property '" + name + "' (one of:" + names + ")");
 }
 
+Verdict run_check(const Property& p, Backend& backend, const ref::Problem& problem, const CaseParams& params) {
+  try {
+    return p.check(backend, problem, params);
+  } catch (const std::exception& e) {
+    return std::string("unexpected exception: ") + e.what();
+  }
+}
+
 }  // namespace mok::fuzz

@@ -1,5 +1,6 @@
 #include "mok/fuzz/repro.h"
 
+#include <charconv>
 #include <sstream>
 
 #include "mok/fuzz/properties.h"
@@ -15,7 +16,7 @@ std::string value_of(const std::string& params, const std::string& key, const st
   std::istringstream words(params);
   for (std::string word; words >> word;)
     if (word.rfind(key + "=", 0) == 0) return word.substr(key.size() + 1);
-  throw Error("mok-fuzz: " + file.string() + " is no mok-fuzz repro: its description lacks " + key + "=");
+  throw Error("mok-fuzz: " + display_name(file.string()) + " is no mok-fuzz repro: its description lacks " + key + "=");
 }
 
 }  // namespace
@@ -35,19 +36,19 @@ Repro read_repro(const std::filesystem::path& file) {
   const golden::GoldenCase g = golden::read_golden(file);
   const size_t tag = g.description.rfind(kParamsTag);
   if (tag == std::string::npos)
-    throw Error("mok-fuzz: " + file.string() + " is a golden file but no mok-fuzz repro (no '" + kParamsTag +
-                "' line in its description)");
+    throw Error("mok-fuzz: " + display_name(file.string()) + " is a golden file but no mok-fuzz repro (no '" +
+                kParamsTag + "' line in its description)");
   const std::string params = g.description.substr(tag);
   Repro r;
   r.property = find_property(value_of(params, "property", file)).name;
   r.problem = golden::problem_of(g);
   r.params.options = g.options;
   r.params.options.fault = fault_from_string(value_of(params, "fault", file));
-  try {
-    r.params.aux_seed = std::stoull(value_of(params, "aux_seed", file));
-  } catch (const std::logic_error&) {
-    throw Error("mok-fuzz: " + file.string() + ": aux_seed is not a number");
-  }
+  // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
+  const std::string aux = value_of(params, "aux_seed", file);
+  const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
+  if (ec != std::errc() || end != aux.data() + aux.size())
+    throw Error("mok-fuzz: " + display_name(file.string()) + ": aux_seed " + quote_input(aux) + " is not a number");
   r.description = g.description;
   return r;
 }
@@ -55,7 +56,7 @@ Repro read_repro(const std::filesystem::path& file) {
 Verdict replay(Backend& backend, const Repro& repro) {
   CaseParams params = repro.params;
   if (const auto step = backend.fixed_step()) params.options.step = *step;
-  return find_property(repro.property).check(backend, repro.problem, params);
+  return run_check(find_property(repro.property), backend, repro.problem, params);
 }
 
 }  // namespace mok::fuzz

@@ -73,4 +73,42 @@ TEST(MokFuzzCli, SecondsBoundTheRunAndTheCasesAreReported) {
   EXPECT_NE(r.output.find("(budget 2 s)"), std::string::npos) << r.output;
 }
 
+// A repro of a failure that was the layer throwing replays as FAIL, exit 1, as the campaign counted it
+// (it used to escape --replay as an unreadable repro: exit 2, no verdict).
+TEST(MokFuzzCli, ReplayOfAnExceptionIsAFailure) {
+  const std::string dir = ::testing::TempDir() + "mok_fuzz_cli_exception";
+  const ToolRun found = run_fuzz("--seed 1 --property repeat --inject layout_off_by_one --cases 20 --repro-dir " + dir);
+  ASSERT_EQ(found.status, 1) << found.output;
+  ASSERT_NE(found.output.find("failure: unexpected exception: "), std::string::npos) << found.output;
+  const ToolRun replayed = run_fuzz("--replay " + dir + "/mok-fuzz-repeat-seed1-layout_off_by_one.h5");
+  EXPECT_EQ(replayed.status, 1) << replayed.output;
+  EXPECT_NE(replayed.output.find("FAIL repeat: unexpected exception: "), std::string::npos) << replayed.output;
+}
+
+// File names reach the output through display_name: a space in --repro-dir used to split the printed
+// replay command, a newline to forge a line.
+TEST(MokFuzzCli, FileNamesInTheOutputAreQuoted) {
+  const std::string dir = ::testing::TempDir() + "mok_fuzz_cli repros\nx";  // '...' below keeps it one word
+  const std::string file = dir + "/mok-fuzz-router_backward-seed1-router_grad_sign.h5";
+  const ToolRun found =
+      run_fuzz("--seed 1 --property router_backward --inject router_grad_sign --cases 20 --repro-dir '" + dir + "'");
+  ASSERT_EQ(found.status, 1) << found.output;
+  std::string quoted(1, '\'');  // appended: GCC 12 warns (-Wrestrict) on "'" + ...
+  quoted += ::testing::TempDir() + "mok_fuzz_cli repros\\x0ax/mok-fuzz-router_backward-seed1-router_grad_sign.h5'";
+  EXPECT_NE(found.output.find("repro: " + quoted + "\n"), std::string::npos) << found.output;
+  EXPECT_NE(found.output.find(" --replay " + quoted + "\n"), std::string::npos) << found.output;
+  EXPECT_EQ(found.output.find("repros\n"), std::string::npos) << found.output;
+  const ToolRun replayed = run_fuzz("--replay '" + file + "'");
+  EXPECT_EQ(replayed.status, 1) << replayed.output;
+  EXPECT_NE(replayed.output.find("mok-fuzz: replaying " + quoted + " on reference\n"), std::string::npos)
+      << replayed.output;
+}
+
+// Output that cannot be written (a full disk, here /dev/full) is no success: it used to exit 0.
+TEST(MokFuzzCli, UnwritableOutputExitsTwo) {
+  EXPECT_EQ(run_fuzz("--list >/dev/full").status, 2);
+  EXPECT_EQ(run_fuzz("--seed 1 --property topk --cases 1 >/dev/full").status, 2);
+  EXPECT_EQ(run_fuzz("--seed 1 --property topk --cases 1 >/dev/null").status, 0);
+}
+
 }  // namespace

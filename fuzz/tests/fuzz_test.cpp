@@ -13,6 +13,7 @@
 #include "mok/fuzz/generators.h"
 #include "mok/fuzz/properties.h"
 #include "mok/fuzz/repro.h"
+#include "mok/golden/golden.h"
 
 namespace mok::fuzz {
 namespace {
@@ -345,6 +346,52 @@ TEST(Driver, TimeBudgetHoldsWithinOneLayerRun) {
   EXPECT_GE(reports[0].cases, 1);
   EXPECT_LE(reports[0].cases, 2);
   EXPECT_LT(seconds, 2.0) << log.str();
+}
+
+// seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`.
+PropertyReport caught_router_grad_sign(const std::string& dir, std::ostream& log, double progress_seconds = 5) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 20;
+  o.properties = {"router_backward"};
+  o.fault = ref::Fault::router_grad_sign;
+  o.repro_dir = std::filesystem::path(testing::TempDir()) / dir;
+  o.progress_seconds = progress_seconds;
+  ReferenceBackend backend;
+  return run_fuzz(backend, o, log).at(0);
+}
+
+// Shrinking prints progress too: it can outlast the search (conservation caught combine_order on seed 1
+// at case 4, then shrank for 9 s without a line).
+TEST(Driver, ProgressWhileAFailureShrinks) {
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign("mok_fuzz_progress", log, 0);
+  ASSERT_TRUE(r.failed) << log.str();
+  EXPECT_NE(log.str().find("shrinking a failure: 1 tries, "), std::string::npos) << log.str();
+}
+
+// aux_seed parses as strictly as --seed (stoull took "-1" as 2^64 - 1 and "12x" as 12: another case,
+// replayed as if it were the failing one), and the error names the file escaped.
+TEST(Repro, AuxSeedParsesStrictly) {
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign("mok_fuzz_aux_seed", log);
+  ASSERT_FALSE(r.repro.empty()) << log.str();
+  const golden::GoldenCase g = golden::read_golden(r.repro);
+  const size_t value = g.description.rfind("aux_seed=") + 9, end = g.description.find(' ', value);
+  const std::filesystem::path file = r.repro.parent_path() / "bad\nseed.h5";
+  for (const std::string bad : {"-1", "12x", ""}) {
+    golden::GoldenCase h = g;
+    h.description.replace(value, end - value, bad);
+    golden::write_golden(file, h);
+    try {
+      read_repro(file);
+      ADD_FAILURE() << "aux_seed=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad\\x0aseed.h5': aux_seed '" + bad + "' is not a number"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

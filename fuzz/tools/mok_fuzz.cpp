@@ -3,7 +3,8 @@
 //            [--inject FAULT] [--repro-dir DIR]
 //   mok-fuzz --replay FILE [--backend reference|gpu] [--inject FAULT]
 //   mok-fuzz --list
-// Exit status: 0 every property held, 1 a property failed, 2 bad usage or backend not available.
+// Exit status: 0 every property held, 1 a property failed, 2 bad usage, backend not available or
+// standard output not written.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -125,7 +126,7 @@ void list() {
 int replay_file(Backend& backend, const Args& a) {
   Repro r = read_repro(a.replay);
   if (!a.inject.empty()) r.params.options.fault = a.fuzz.fault;
-  std::cerr << "mok-fuzz: replaying " << a.replay << " on " << backend.name() << "\n"
+  std::cerr << "mok-fuzz: replaying " << display_name(a.replay) << " on " << backend.name() << "\n"
             << escape_bytes(r.description, true) << "\n";
   if (!a.inject.empty()) std::cerr << "fault overridden: " << to_string(r.params.options.fault) << "\n";
   const Verdict v = replay(backend, r);
@@ -176,9 +177,7 @@ int run(Backend& backend, Args& a) {
   return failed ? 1 : 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   try {
     Args a = parse(argc, argv);
     if (a.help) {
@@ -201,4 +200,16 @@ int main(int argc, char** argv) {
     std::cerr << "mok-fuzz: " << escape_bytes(e.what(), true) << "\n";
     return 2;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = tool_main(argc, argv);
+  // A table, verdict or list lost to a full disk or a closed pipe is no success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    std::cerr << "mok-fuzz: cannot write to standard output\n";
+    return 2;
+  }
+  return status;
 }

@@ -25,6 +25,7 @@ struct FuzzOptions {
   ref::Fault fault = ref::Fault::none;
   std::filesystem::path repro_dir = ".";
   std::string program = "mok-fuzz";  // how the printed replay and rerun commands start
+  double progress_seconds = 5;       // between progress lines on the log, searching or shrinking
 };
 
 struct PropertyReport {

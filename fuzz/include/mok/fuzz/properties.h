@@ -22,6 +22,10 @@ struct Property {
 const std::vector<Property>& all_properties();
 const Property& find_property(const std::string& name);  // throws mok::Error
 
+// p's check with any std::exception the layer throws as its failure ("unexpected exception: ..."): the
+// fuzz loop and --replay both run this, so a repro replays to the verdict that wrote it.
+Verdict run_check(const Property& p, Backend& backend, const ref::Problem& problem, const CaseParams& params);
+
 // The top-k ids a brute-force sort gives for one token: keys (score, plus bias in sigmoid mode)
 // ordered by value, ties to the lower index; in sigmoid mode with groups, groups ranked by the sum
 // of their two best keys the same way. bias may be null.
