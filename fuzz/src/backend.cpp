@@ -13,10 +13,15 @@ ref::Gradients ReferenceBackend::backward(const LayerConfig& c, const std::vecto
   return ref::backward(c, x, w, fwd, dy, opt);
 }
 
+void require_known_backend(const std::string& name) {
+  if (name != "reference" && name != "gpu")
+    throw Error("mok-fuzz: unknown backend " + quote_input(name) + " (reference or gpu)");
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
+  require_known_backend(name);
   if (name == "reference") return std::make_unique<ReferenceBackend>();
-  if (name == "gpu") return make_gpu_backend();
-  throw Error("mok-fuzz: unknown backend '" + name + "' (reference or gpu)");
+  return make_gpu_backend();
 }
 
 }  // namespace mok::fuzz

@@ -44,6 +44,7 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--seconds 1e3 --list", "--seconds needs a non-negative integer, not '1e3'"},
       {"--seconds 99999999999 --list", "--seconds is at most 1000000000"},
       {"--backend '' --list", "'--backend' needs a value"},
+      {"--backend bogus --list", "unknown backend 'bogus' (reference or gpu)"},
       {"--bogus 1", "unknown flag '--bogus'"},
       {"--cases 5 --seconds 5 --list", "--cases and --seconds exclude each other"},
       {"--replay x.h5 --seed 3", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},

@@ -89,6 +89,7 @@ Args parse(int argc, char** argv) {
       if (a.fuzz.seconds > kMaxSeconds) throw Usage("--seconds is at most " + std::to_string(long(kMaxSeconds)));
       a.fuzz.cases = 0;
     } else if (flag == "--backend") {
+      require_known_backend(v);  // --list used to exit 0 with any name
       a.backend = v;
     } else if (flag == "--property") {
       a.fuzz.properties.push_back(find_property(v).name);

@@ -38,6 +38,9 @@ class ReferenceBackend final : public Backend {
 // a GPU.
 std::unique_ptr<Backend> make_gpu_backend();
 
+// mok::Error for a backend name make_backend does not know (the tool checks it with the flags, before
+// --list or --help).
+void require_known_backend(const std::string& name);
 // "reference" or "gpu"; mok::Error for an unknown name.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
