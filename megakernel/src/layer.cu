@@ -282,7 +282,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // lie past dh, over g (dead once the per-row phase has read it), and dye over them once the dx combine has
   // read them (it comes before the dye pull); the forward's slots, its last section, are dead in such a
   // backward, whose own start there.
-  const bool dx_slots_past_dh = l.dx_slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
+  const bool dx_slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
   const size_t base = over_activations ? l.fp8.xq.values : dx_slots_past_dh ? l.slots : sections.bytes();
   require(!dx_slots_past_dh || sections.bytes() == slots_end, "internal: the slots are not the forward's last section");
   const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;

@@ -68,10 +68,9 @@ struct WorkspaceLayout {
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
   ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
   bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
-  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or with dx_slots_past_dh the
-  // section past dh that dye takes once the dx combine has read it.
+  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or (dx_slots_past_dh in
+  // workspace_layout) the section past dh that dye takes once the dx combine has read it.
   size_t dx_slots;
-  bool dx_slots_past_dh;
 };
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace);
