@@ -199,16 +199,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_backward", &check_backward,
         "Raises the ValueError mok::backward's kernel (accumulators None) or mok::backward_accumulate's would raise "
         "for these arguments, from their metadata alone (the fake kernels' check).");
-  m.def(
-      "check_disjoint",
-      [](const std::vector<std::pair<std::string, at::Tensor>>& named) {
-        std::vector<NamedSpan> spans;
-        for (const auto& [name, t] : named) spans.push_back(span_of(t, name));
-        check_disjoint(std::move(spans));
-      },
-      py::arg("named"),
-      "Raises the ValueError mok::backward_accumulate raises where two of its accumulators overlap, for "
-      "(name, contiguous tensor) pairs: mok.moe's check of accumulate_into at the call.");
+  m.def("check_disjoint", &check_disjoint, py::arg("named"),
+        "Raises the ValueError mok::backward_accumulate raises where two of its accumulators overlap, for "
+        "(name, contiguous tensor) pairs: mok.moe's check of accumulate_into at the call.");
   m.def("check_quantize_weights", &check_quantize_weights,
         "Raises the ValueError mok::quantize_weights' kernel would raise for these arguments, from their "
         "metadata alone (the fake kernel's check): on the CPU always (the CPU op quantizes in its forward).");

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace mok::py {
 namespace {
@@ -106,9 +107,9 @@ void check_backward_args(const Checker& check, const Call& call, const LayerArgs
 
 // The accumulators (checked contiguous) share no byte.
 void check_disjoint_accumulators(const Accumulators& acc) {
-  std::vector<NamedSpan> spans;
-  acc.for_each([&](const at::Tensor& t, const char* name) { spans.push_back(span_of(t, name)); });
-  check_disjoint(std::move(spans));
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  acc.for_each([&](const at::Tensor& t, const char* name) { named.emplace_back(name, t); });
+  check_disjoint(named);
 }
 
 void check_accumulators(const Checker& check, const Call& call, const Accumulators& acc) {
@@ -215,13 +216,25 @@ LayerArgs expert_args(const at::Tensor& w1, const at::Tensor& w2, const std::opt
   return LayerArgs{w1, w1, none, w1, w2, shared_w1, shared_w2};
 }
 
+namespace {
+
+// A contiguous tensor's bytes [begin, end) and its name in messages.
+struct NamedSpan {
+  uintptr_t begin, end;
+  std::string name;
+};
+
 NamedSpan span_of(const at::Tensor& t, std::string name) {
   require(t.is_contiguous(), [&] { return name + " is not contiguous (its bytes are not one span)"; });
   const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
   return NamedSpan{begin, begin + t.nbytes(), std::move(name)};
 }
 
-void check_disjoint(std::vector<NamedSpan> spans) {
+}  // namespace
+
+void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  std::vector<NamedSpan> spans;
+  for (const auto& [name, t] : named) spans.push_back(span_of(t, name));
   // Sorted by start (ties in the given order, so the message is the same run to run), an overlap shows
   // between two neighbours. An empty span overlaps nothing.
   std::erase_if(spans, [](const NamedSpan& s) { return s.begin == s.end; });

@@ -4,10 +4,10 @@
 
 #include <ATen/ATen.h>
 
-#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "op_config.h"
@@ -82,17 +82,11 @@ struct Checkable {
   bool aligned = false, sizes_known = true, addresses = true;
 };
 
-// A contiguous tensor's bytes [begin, end) and its name in messages.
-struct NamedSpan {
-  uintptr_t begin, end;
-  std::string name;
-};
-NamedSpan span_of(const at::Tensor& t, std::string name);
-
-// Refuses two spans that share a byte, naming both: mok::backward_accumulate adds into each accumulator
-// in turn, so each would take the other's gradient too (on the GPU in no fixed order). Disjoint views of
-// one buffer pass. Also mok._C.check_disjoint, which mok.moe calls at the call (eager).
-void check_disjoint(std::vector<NamedSpan> spans);
+// Refuses two of the (name, contiguous tensor) pairs that share a byte, naming both: mok::backward_accumulate
+// adds into each accumulator in turn, so each would take the other's gradient too (on the GPU in no fixed
+// order). Disjoint views of one buffer pass. Also mok._C.check_disjoint, which mok.moe calls at the call
+// (eager).
+void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named);
 
 // Each op's checks, before any work, each a mok::Error naming what is wrong: the config and launch
 // list (parse_call), then every tensor on x's device, of its dtype and the config's shape, contiguous;
