@@ -191,17 +191,6 @@ Fp8Section fp8_section(Sections& sections, size_t rows, size_t cols, size_t exp_
 Fp8Section activation_section(Sections& sections, size_t rows, size_t cols) {
   return fp8_section(sections, rows, cols, (rows + kFp8Block - 1) / kFp8Block * kFp8Block);
 }
-// S: the shared expert's rows (shared_rows_capacity).
-Fp8Sections fp8_sections(Sections& sections, const LayerConfig& c, size_t P, size_t S) {
-  const size_t H = c.hidden, I = c.intermediate, Is = c.shared_intermediate;
-  Fp8Sections s;
-  // shared_xq first: the backward's shared_dyq, live where the rest are dead.
-  s.shared_xq = activation_section(sections, S, Is ? H : 0);
-  s.xq = activation_section(sections, P, H);
-  s.aq = activation_section(sections, P, I);
-  s.shared_aq = activation_section(sections, S, Is);
-  return s;
-}
 // The weights' (one GPU's experts and the shared expert), each as W and as W^T: exponents per
 // 128 x 128 block, plus one block row (a tile's half past the matrix's last row reads it). Zero bytes
 // in bf16.
@@ -250,6 +239,10 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.chunk_base = sections.take(chunks * E * 4);
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
+  const bool fp8 = c.precision == Precision::fp8;
+  // The fp8 shared expert's x quantized before the slots: the backward's shared_dyq, live while the
+  // sections past it are dead (the backward's own may start at the slots or at xq).
+  if (fp8) l.fp8.shared_xq = activation_section(sections, S, Is ? H : 0);
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   const size_t slots_end = sections.bytes();
   // Recompute mode: the saved buffer's activations (saved_layout) are the workspace's, no later section
@@ -260,11 +253,12 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.a = sections.take(launch.recompute ? P * I * 2 : 0);
   l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
   const size_t h_end = sections.bytes();
-  const bool fp8 = c.precision == Precision::fp8;
   const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
   if (fp8) {
-    l.fp8 = fp8_sections(sections, c, P, S);
+    l.fp8.xq = activation_section(sections, P, H);
+    l.fp8.aq = activation_section(sections, P, I);
+    l.fp8.shared_aq = activation_section(sections, S, Is);
     l.fp8_weights = sections.take(launch.fp8_weights_given ? 0 : fp8w.forward_bytes);
   }
   l.forward_bytes = sections.bytes();
@@ -275,16 +269,18 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
   // bf16 forward's sections (an fp8 forward's E4M3 sections follow it).
   // Without recompute the backward reads none of the forward's E4M3 activations but shared_xq (as
-  // shared_dyq): with the weights given (no bytes after them), its own sections lie over xq, aq and
-  // shared_aq.
+  // shared_dyq, before the slots): with the weights given (no bytes after them), its own sections lie
+  // over xq, aq and shared_aq.
   const bool over_activations = fp8 && !launch.recompute && launch.fp8_weights_given;
-  // One ring cycle, the (token, slot) buffer in the workspace (simulated ranks), bf16, no recompute: the dx_j
-  // lie past dh, over g (dead once the per-row phase has read it), and dye over them once the dx combine has
-  // read them (it comes before the dye pull); the forward's slots, its last section, are dead in such a
-  // backward, whose own start there.
-  const bool dx_slots_past_dh = one_cycle && slots_in_workspace && !fp8 && !launch.recompute;
-  const size_t base = over_activations ? l.fp8.xq.values : dx_slots_past_dh ? l.slots : sections.bytes();
-  require(!dx_slots_past_dh || sections.bytes() == slots_end, "internal: the slots are not the forward's last section");
+  // One ring cycle, the (token, slot) buffer in the workspace (simulated ranks), no recompute, bf16 or fp8
+  // with the weights given: the dx_j lie past dh (and dhq, which the dx push reads), over g (dead once the
+  // per-row phase has read it), and dye over them once the dx combine has read them (it comes before the
+  // dye pull); the forward's slots, followed by nothing such a backward reads, are dead in it, and its own
+  // sections start there.
+  const bool dx_slots_past_dh = one_cycle && slots_in_workspace && !launch.recompute && (!fp8 || over_activations);
+  const size_t base = dx_slots_past_dh ? l.slots : over_activations ? l.fp8.xq.values : sections.bytes();
+  require(!dx_slots_past_dh || (fp8 ? l.fp8.xq.values : sections.bytes()) == slots_end,
+          "internal: the slots are not followed by the backward's dead sections alone");
   const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
   require(late_base == base || h_end == base, "internal: h is not the forward's last section");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
@@ -297,7 +293,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   if (fp8) l.dhq = offset_by(base, activation_section(row_grad, ring_rows, 2 * I));
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
   l.g = base + cycles.take(ring_rows * I * 4);
-  if (dx_slots_past_dh) {  // one cycle: dh is late's first section, and dx_j are written after the last reader of g
+  if (dx_slots_past_dh) {  // one cycle: past dh and dhq; the dx_j are written after the last reader of g
+    late = row_grad;
     l.dx_slots = l.dye = base + late.take(std::max(N * k * H * 2, P * H * 2));
   } else {
     l.dx_slots = l.slots;
@@ -314,10 +311,9 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
     const auto columns = [&](size_t cols, bool b) { return columns_section(after, end, P, cols, b); };
     l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);
   }
-  l.bytes = end + after.bytes();
   // The forward's workspace is a prefix of the backward's also where the backward's own lie over its
-  // tail: dh and dye alone outweigh xq, aq and shared_aq.
-  require(l.bytes >= l.forward_bytes, "internal: the backward's workspace is shorter than the forward's");
+  // dead tail (from the slots, the forward's E4M3 activations may outweigh dh, dhq and the dx_j).
+  l.bytes = std::max(end + after.bytes(), l.forward_bytes);
   return l;
 }
 

@@ -168,7 +168,7 @@ __device__ void quantize_token_rows(const Params& p, const Fp8Matrix& q, Row row
   const int H = p.c.hidden;
   const long rows = p.shared_tokens.rows();
   quantize_rows(q, rows, H, row);
-  static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (fp8_sections)");
+  static_assert(kTileRows == kFp8Block, "the exponent tables' rows are padded to whole tiles (activation_section)");
   const long blocks = H / kFp8Block, tail = (long(ceil_div(int(rows), kTileRows)) * kTileRows - rows) * blocks;
   for (long i = thread_id(); i < tail; i += thread_count()) q.row(rows + i / blocks, H).block_exp(int(i % blocks)) = 0;
 }

@@ -23,10 +23,12 @@ namespace mok::gpu {
 // phase after the cycles and dye from its pull (after the dx combine) to the weight gradients. So dye
 // and shared_dh lie over the ring and g, and with one ring cycle (one_ring_cycle) dh lies over the ring
 // too (dead once dy W2 has read it; never over g, which the per-row phase reads as it writes dh). With
-// one cycle, simulated ranks (the (token, slot) buffer in the workspace), bf16 and no recompute, the
-// dx_j lie past dh (over g) and dye over them (dx_slots_past_dh).
+// one cycle, simulated ranks (the (token, slot) buffer in the workspace) and no recompute, in bf16 or in
+// fp8 with the weights given, the backward's own start at the forward's slots, the dx_j lie past dh (and
+// dhq) over g, and dye over them (dx_slots_past_dh).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
-// values, then its scale exponents; none in bf16. The quantized weights are laid out as the caller's
+// values, then its scale exponents; none in bf16. shared_xq comes before the slots, the rest after the
+// recompute sections. The quantized weights are laid out as the caller's
 // buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
 // LaunchConfig::fp8_weights_given: the forward's copies are the forward's last section, the transposed
 // copies (the backward's) follow them, so they are the backward's first bytes.
@@ -36,7 +38,7 @@ namespace mok::gpu {
 // shared_dh, read by the shared dx) after shared_dh; the shared expert's tokens' dy quantized (shared_dyq: from the
 // tile-table phase to the shared expert's dy W2 after the cycles) in the forward's shared_xq section, of its shape and
 // not read in the backward. Without recompute and with the weights given, they all start over the forward's xq, aq and
-// shared_aq, which such a backward does not read (shared_xq comes before them).
+// shared_aq, which such a backward does not read, or with one cycle and simulated ranks over the slots too.
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap

@@ -256,7 +256,8 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; the shared
 // expert's tokens' dy quantized in the forward's shared_xq section (no bytes of its own). Without recompute and with
 // the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
-// own). Computed here from that rule.
+// own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. Computed here
+// from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
@@ -295,12 +296,18 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
         t.launch.fp8_weights_given ? 0 : weight(Eg * H, 2 * I) + weight(Eg * I, H) + weight(H, 2 * Is) + weight(Is, H);
     const size_t ringq = fp8(rows, H, rows), dhq = fp8(rows, 2 * I, rows), g = aligned(rows * I * 4);
     const size_t dh = aligned(P * 2 * I * 2), dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
-    const size_t late = dye + shared_dh + fp8(S, 2 * Is, (S + 127) / 128 * 128);
-    const size_t own = transposed + (t.one_cycle ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
-                                                 : dh + std::max(std::max(ringq, dhq) + g, late));
+    const size_t shared = shared_dh + fp8(S, 2 * Is, (S + 127) / 128 * 128), late = dye + shared;
     const size_t dead = t.launch.fp8_weights_given && !t.launch.recompute ? fp8_activation_bytes(c, P, S) : 0;
+    // One cycle, simulated ranks, the weights given, no recompute: from the forward's slots, the dx_j past
+    // dh and dhq, dye over them.
+    const bool dx_slots_past_dh = t.one_cycle && dead && t.launch.transport == Transport::simulated;
+    const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
+    const size_t own = transposed + (dx_slots_past_dh ? std::max(std::max(ringq, dh + dhq) + g,
+                                                                 dh + dhq + std::max(slots, dye) + shared)
+                                     : t.one_cycle    ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
+                                                      : dh + std::max(std::max(ringq, dhq) + g, late));
     const LayerMemory m = layer_memory(c, t.launch);
-    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own - dead);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, std::max(own, slots + dead) - slots - dead);
   }
 }
 
