@@ -55,7 +55,7 @@ std::string to_string(ref::Fault fault) { return kFaultNames[int(fault)]; }
 ref::Fault fault_from_string(const std::string& name) {
   for (int i = 0; i < int(std::size(kFaultNames)); ++i)
     if (name == kFaultNames[i]) return ref::Fault(i);
-  throw Error("mok-fuzz: unknown fault '" + name + "'");
+  throw Error("mok-fuzz: unknown fault " + quote_input(name));
 }
 
 const std::vector<ref::Fault>& all_faults() {

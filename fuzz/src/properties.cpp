@@ -705,7 +705,7 @@ const Property& find_property(const std::string& name) {
     if (p.name == name) return p;
   std::string names;
   for (const Property& p : all_properties()) names += " " + p.name;
-  throw Error("mok-fuzz: unknown property '" + name + "' (one of:" + names + ")");
+  throw Error("mok-fuzz: unknown property " + quote_input(name) + " (one of:" + names + ")");
 }
 
 Verdict run_check(const Property& p, Backend& backend, const ref::Problem& problem, const CaseParams& params) {

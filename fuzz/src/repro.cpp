@@ -40,15 +40,21 @@ Repro read_repro(const std::filesystem::path& file) {
                 kParamsTag + "' line in its description)");
   const std::string params = g.description.substr(tag);
   Repro r;
-  r.property = find_property(value_of(params, "property", file)).name;
+  const std::string property = value_of(params, "property", file), fault = value_of(params, "fault", file),
+                    aux = value_of(params, "aux_seed", file);
   r.problem = golden::problem_of(g);
   r.params.options = g.options;
-  r.params.options.fault = fault_from_string(value_of(params, "fault", file));
-  // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
-  const std::string aux = value_of(params, "aux_seed", file);
-  const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
-  if (ec != std::errc() || end != aux.data() + aux.size())
-    throw Error("mok-fuzz: " + display_name(file.string()) + ": aux_seed " + quote_input(aux) + " is not a number");
+  try {  // a value this build does not know is the file's error, named with it
+    r.property = find_property(property).name;
+    r.params.options.fault = fault_from_string(fault);
+    // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
+    const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
+    if (ec != std::errc() || end != aux.data() + aux.size())
+      throw Error("aux_seed " + quote_input(aux) + " is not a number");
+  } catch (const Error& e) {
+    const std::string what = e.what(), tag = "mok-fuzz: ";
+    throw Error(tag + display_name(file.string()) + ": " + (what.rfind(tag, 0) == 0 ? what.substr(tag.size()) : what));
+  }
   r.description = g.description;
   return r;
 }

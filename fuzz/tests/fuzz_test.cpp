@@ -371,25 +371,31 @@ TEST(Driver, ProgressWhileAFailureShrinks) {
 }
 
 // aux_seed parses as strictly as --seed (stoull took "-1" as 2^64 - 1 and "12x" as 12: another case,
-// replayed as if it were the failing one), and the error names the file escaped.
-TEST(Repro, AuxSeedParsesStrictly) {
+// replayed as if it were the failing one), a property or fault this build does not know is refused, and
+// each error names the file escaped (an unknown name's named no file) and the value quoted.
+TEST(Repro, ParamsParseStrictlyAndTheirErrorsNameTheFile) {
   std::ostringstream log;
   const PropertyReport r = caught_router_grad_sign("mok_fuzz_aux_seed", log);
   ASSERT_FALSE(r.repro.empty()) << log.str();
   const golden::GoldenCase g = golden::read_golden(r.repro);
-  const size_t value = g.description.rfind("aux_seed=") + 9, end = g.description.find(' ', value);
   const std::filesystem::path file = r.repro.parent_path() / "bad\nseed.h5";
-  for (const std::string bad : {"-1", "12x", ""}) {
+  const struct {
+    std::string key, bad, message;
+  } cases[] = {{"aux_seed", "-1", "aux_seed '-1' is not a number"},
+               {"aux_seed", "12x", "aux_seed '12x' is not a number"},
+               {"aux_seed", "", "aux_seed '' is not a number"},
+               {"property", "no_such\x1b", "unknown property 'no_such\\x1b' (one of: repeat "},
+               {"fault", "no_such", "unknown fault 'no_such'"}};
+  for (const auto& c : cases) {
     golden::GoldenCase h = g;
-    h.description.replace(value, end - value, bad);
+    const size_t value = h.description.rfind(c.key + "=") + c.key.size() + 1, end = h.description.find(' ', value);
+    h.description.replace(value, end - value, c.bad);  // end = npos: the last word, to the end
     golden::write_golden(file, h);
     try {
       read_repro(file);
-      ADD_FAILURE() << "aux_seed=" << bad << " accepted";
+      ADD_FAILURE() << c.key << "=" << c.bad << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("bad\\x0aseed.h5': aux_seed '" + bad + "' is not a number"),
-                std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad\\x0aseed.h5': " + c.message), std::string::npos) << e.what();
     }
   }
 }

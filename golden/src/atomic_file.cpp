@@ -82,17 +82,11 @@ void release_temporary(int slot) {
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
-  std::error_code ec;
-  // Said as it is: a file where the directory should be was reported as a directory that "does not exist".
-  const std::filesystem::file_type dir_type = std::filesystem::status(dir, ec).type();
-  if (dir_type == std::filesystem::file_type::not_found)
-    throw Error("mok: cannot write " + display_name(target_.string()) + ": directory " + display_name(dir.string()) +
-                " does not exist");
-  if (dir_type != std::filesystem::file_type::directory)
-    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + display_name(dir.string()) +
-                (ec ? " cannot be examined: " + ec.message() : " is not a directory"));
+  if (const std::string kind = not_a_directory(dir); !kind.empty())
+    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + display_name(dir.string()) + " " + kind);
   // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
   // device, or a link, which would become a file while what it points to stays as it was).
+  std::error_code ec;
   const std::filesystem::file_type there = std::filesystem::symlink_status(target_, ec).type();
   if (there == std::filesystem::file_type::symlink)
     throw Error("mok: cannot write " + display_name(target_.string()) +

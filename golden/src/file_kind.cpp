@@ -26,4 +26,13 @@ std::string not_a_regular_file(const std::filesystem::path& path) {
   }
 }
 
+std::string not_a_directory(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_type type = fs::status(path, ec).type();
+  if (type == fs::file_type::directory) return "";
+  if (type == fs::file_type::not_found) return "does not exist";
+  return ec ? "cannot be examined: " + ec.message() : "is not a directory";
+}
+
 }  // namespace mok::golden

@@ -93,6 +93,30 @@ TEST(MokGoldenCli, AFailedWriteIsAnErrorAndLeavesNoFile) {
     EXPECT_EQ(entry.path().filename(), "tool.log") << "left behind: " << entry.path();
 }
 
+// Generating the catalogue goes on past a case that fails (it stopped at the first): each failure is named
+// with its error, leaves no file, and makes the exit status 2; every other case is written.
+TEST(MokGoldenCli, GenerateWritesEveryCaseItCanAndNamesEachFailure) {
+  TempDir dir("golden-cli-generate-all");
+  const std::string first = catalogue().front().name, last = catalogue().back().name;
+  for (const std::string& name : {first, last}) std::filesystem::create_directory(dir / (name + ".h5"));
+  const testing::ToolRun r = run_tool(dir, "generate --out " + dir.path().string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  for (const std::string& name : {first, last}) {
+    const std::string file = (dir / (name + ".h5")).string();
+    EXPECT_NE(r.output.find("ERROR " + name + ": mok: writing golden file " + file + ": cannot write " + file +
+                            ": it is a directory, not a regular file"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_NE(r.output.find("2 of " + std::to_string(catalogue().size()) + " cases failed"), std::string::npos)
+      << r.output;
+  for (const CaseSpec& spec : catalogue()) {
+    if (spec.name == first || spec.name == last) continue;
+    EXPECT_EQ(read_golden(dir / (spec.name + ".h5")).name, spec.name);
+  }
+  EXPECT_EQ(dir.entries().size(), catalogue().size() + 1);  // the goldens, the two directories and tool.log
+}
+
 TEST(MokGoldenCli, CheckReportsAMissingCatalogueGoldenAndACorruptFile) {
   TempDir dir("golden-cli-bad");
   testing::write_bytes(dir / "broken.h5", {'n', 'o', 't', ' ', 'h', 'd', 'f'});
@@ -235,19 +259,21 @@ TEST(MokGoldenCli, AnOptionInPlaceOfAValueIsAMissingValue) {
   EXPECT_FALSE(std::filesystem::exists(dir / "--name"));
 }
 
-// A regular file given where a directory belongs is named as one (it was "directory ... does not exist").
+// A regular file given where a directory belongs is named as one (it was "directory ... does not exist"),
+// and generate and check say alike what DIR is (not_a_directory; generate said "directory D does not exist").
 TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
   TempDir dir("golden-cli-filedir");
-  const std::string file = (dir / "a_file").string();
+  const std::string file = (dir / "a_file").string(), absent = (dir / "absent").string();
   std::ofstream(file) << "x";
-  testing::ToolRun r = run_tool(dir, "generate --name single_token --out " + file);
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("cannot write " + file + "/single_token.h5: " + file + " is not a directory"),
-            std::string::npos)
-      << r.output;
-  r = run_tool(dir, "check --dir " + file);
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("mok: golden directory " + file + " is not a directory"), std::string::npos) << r.output;
+  for (const auto& [path, what] : {std::pair{file, "is not a directory"}, std::pair{absent, "does not exist"}}) {
+    testing::ToolRun r = run_tool(dir, "generate --name single_token --out " + path);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("cannot write " + path + "/single_token.h5: " + path + " " + what), std::string::npos)
+        << r.output;
+    r = run_tool(dir, "check --dir " + path);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
+  }
 }
 
 // File names were printed raw: one holding a newline forged a line of the report ("ok    ..."), a

@@ -10,6 +10,7 @@
 #include "mok/core/fields.h"
 #include "mok/golden/catalogue.h"
 #include "mok/golden/file_error.h"
+#include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
 #include "mok/golden/locate.h"
 #include "mok/reference/oracle.h"
@@ -123,8 +124,18 @@ int generate(const Args& a) {
     generate_one(*spec, dir / (spec->name + ".h5"));
     return kEqual;
   }
-  for (const CaseSpec& spec : catalogue()) generate_one(spec, dir / (spec.name + ".h5"));
-  return kEqual;
+  // Every case it can: a case that fails is named with its error (and leaves no file: write_golden is
+  // atomic), and the rest still run.
+  int failed = 0;
+  for (const CaseSpec& spec : catalogue()) {
+    const fs::path out = dir / (spec.name + ".h5");
+    if (const auto error = file_error(out, [&] { generate_one(spec, out); })) {
+      std::cout << "ERROR " << spec.name << ": " << escape_bytes(*error) << std::endl;
+      ++failed;
+    }
+  }
+  if (failed) std::cout << failed << " of " << catalogue().size() << " cases failed" << std::endl;
+  return failed ? kError : kEqual;
 }
 
 // Every tensor of `got` against `want`, bit for bit; prints each differing tensor's first element.
@@ -224,12 +235,8 @@ int check_file(const fs::path& file) {
 
 int check_dir(const Args& a) {
   const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
-  std::error_code ec;  // a file given for DIR is named as one, not as a directory that does not exist
-  if (const fs::file_type type = fs::status(dir, ec).type(); type != fs::file_type::directory)
-    throw Error("mok: golden directory " + display_name(dir.string()) +
-                (type == fs::file_type::not_found ? " does not exist"
-                 : ec                             ? " cannot be examined: " + ec.message()
-                                                  : " is not a directory"));
+  if (const std::string kind = not_a_directory(dir); !kind.empty())
+    throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
   std::vector<fs::path> files;
   if (a.has("--name")) {
     files.push_back(dir / (a.get("--name") + ".h5"));

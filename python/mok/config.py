@@ -28,6 +28,13 @@ def _require_bool(name: str, value) -> None:
         raise ValueError(f"{name} must be a bool, got {value!r}")
 
 
+def _require_int(name: str, value) -> None:
+    """An integer packed as an int: int() would truncate 4.9 to 4 without a word, fail on "4" naming no
+    field, and take True as 1 (experts=True: one expert?)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """One MoE layer: shapes and routing rules (docs/python.md).
@@ -57,14 +64,14 @@ class MoEConfig:
     precision: str = "bf16"
 
     def __post_init__(self) -> None:
-        for name in INT_FIELDS:  # pack() would truncate 4.9 to 4 without a word, or fail on "4" naming no field
+        for name in INT_FIELDS:
             value = getattr(self, name)
             if name in ("score_mode", "precision"):  # names, checked below
                 continue
             if name == "renormalize":
                 _require_bool(name, value)
-            elif isinstance(value, bool) or not isinstance(value, numbers.Integral):  # experts=True: one expert?
-                raise ValueError(f"{name} must be an integer, got {value!r}")
+            else:
+                _require_int(name, value)
         for name in FLOAT_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, numbers.Real):  # pack()'s float() would take "2.5" and fail on None
@@ -122,12 +129,11 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""
     values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": recompute, "comm": comm, "gpus": gpus,
               "capacity_rows": capacity_rows, "fp8_weight_gradients": fp8_weight_gradients}
-    # int() would truncate ring_rows = 128.5 without a word, or fail on recompute = "yes" naming no field.
     for name, value in values.items():
         if name in ("recompute", "fp8_weight_gradients"):
             _require_bool(name, value)
-        elif not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+        else:
+            _require_int(name, value)
     return [int(values[name]) for name in LAUNCH_FIELDS]
 
 

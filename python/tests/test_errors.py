@@ -491,11 +491,14 @@ def test_config_fields_of_another_type_are_refused(field, value, message):
 
 def test_launch_arguments_of_another_type_are_refused():
     """The launch arguments are integers and flags: ring_rows = 128.5 was truncated to 128 without a word,
-    recompute = "yes" raised int()'s ValueError naming no argument."""
+    recompute = "yes" raised int()'s ValueError naming no argument, blocks = True was taken as 1 (MoEConfig
+    refuses a bool for an integer)."""
     layer = make_layer("softmax_shared")
     shared = (layer.shared_w1, layer.shared_w2)
     for kwargs, message in ((dict(ring_rows=128.5), "ring_rows must be an integer, got 128.5"),
+                            (dict(ring_rows=True), "ring_rows must be an integer, got True"),
                             (dict(blocks=1.5), "blocks must be an integer, got 1.5"),
+                            (dict(blocks=True), "blocks must be an integer, got True"),
                             (dict(recompute="yes"), "recompute must be a bool, got 'yes'"),
                             (dict(fp8_weight_gradients=2), "fp8_weight_gradients must be a bool, got 2")):
         with pytest.raises(ValueError, match=message):

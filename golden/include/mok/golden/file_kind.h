@@ -1,4 +1,4 @@
-// What a path names, for messages about input files that are not what a tool can read.
+// What a path names, for messages about files and directories that are not what a tool can use.
 #pragma once
 
 #include <filesystem>
@@ -9,5 +9,9 @@ namespace mok::golden {
 // "" for a regular file (symbolic links followed); otherwise what the path is, as a phrase that
 // completes "PATH ...": "no such file", "is a directory, not a regular file", "is a FIFO, not a regular file", ...
 std::string not_a_regular_file(const std::filesystem::path& path);
+
+// "" for a directory (symbolic links followed); otherwise what the path is, as a phrase that completes
+// "PATH ...": "does not exist", "is not a directory", "cannot be examined: WHY".
+std::string not_a_directory(const std::filesystem::path& path);
 
 }  // namespace mok::golden
