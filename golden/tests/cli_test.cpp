@@ -273,6 +273,11 @@ TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
     r = run_tool(dir, "check --dir " + path);
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
+    // The whole catalogue: one error before any case is computed, not one per case.
+    r = run_tool(dir, "generate --out " + path);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("ERROR "), std::string::npos) << r.output;
   }
 }
 

@@ -124,6 +124,9 @@ int generate(const Args& a) {
     generate_one(*spec, dir / (spec->name + ".h5"));
     return kEqual;
   }
+  // A DIR no case can be written to is one error, before any case is computed.
+  if (const std::string kind = not_a_directory(dir); !kind.empty())
+    throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
   // Every case it can: a case that fails is named with its error (and leaves no file: write_golden is
   // atomic), and the rest still run.
   int failed = 0;

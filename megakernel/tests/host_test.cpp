@@ -263,6 +263,10 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   one_rank.shared_intermediate = 128;
   one_rank.precision = Precision::fp8;
   const LayerConfig two_ranks = fp8_every_branch();  // R 2, T 40
+  // H = 16 I: from the slots, the forward's E4M3 activations outweigh the backward's own sections.
+  LayerConfig wide = with_every_branch(make_config(1, 1024, 2048, 128, 8, 3));
+  wide.shared_intermediate = 128;
+  wide.precision = Precision::fp8;
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
   const LaunchConfig given{.fp8_weights_given = true};
   const LaunchConfig given_one_tile{.ring_rows = 128, .fp8_weights_given = true};
@@ -279,7 +283,8 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
       {"two ranks, default ring", two_ranks, {}, 512, false},
       {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
       {"two GPUs, default ring", two_ranks, colocated, 512, false},
-      {"two GPUs, default ring, weights given", two_ranks, colocated_given, 512, false}};
+      {"two GPUs, default ring, weights given", two_ranks, colocated_given, 512, false},
+      {"one rank, H = 16 I, default ring, weights given", wide, given, 4096, true}};
   const auto aligned = aligned_section;
   const auto fp8 = fp8_section_bytes;
   for (const SectionCase& t : cases) {
@@ -309,6 +314,9 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     const LayerMemory m = layer_memory(c, t.launch);
     EXPECT_EQ(m.workspace_backward - m.workspace_forward, std::max(own, slots + dead) - slots - dead);
   }
+  // That case's backward keeps the forward's length (the layout's floor), which the rule above reaches.
+  const LayerMemory m = layer_memory(wide, given);
+  EXPECT_EQ(m.workspace_backward, m.workspace_forward);
 }
 
 }  // namespace

@@ -137,6 +137,10 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
   fp8_one_rank.shared_intermediate = 128;
   fp8_one_rank.precision = Precision::fp8;
   const LayerConfig olmoe = make_config(1, 8192, 2048, 1024, 64, 8);
+  // H = 16 I: the backward's own shorter than what follows the forward's slots.
+  LayerConfig fp8_wide = with_every_branch(make_config(1, 1024, 2048, 128, 8, 3));
+  fp8_wide.shared_intermediate = 128;
+  fp8_wide.precision = Precision::fp8;
   LayerConfig fp8_olmoe = olmoe;
   fp8_olmoe.precision = Precision::fp8;
   const int olmoe_ring = (8192 * 8 / 128 + 64) * 128;  // the default ring: an average rank's rows
@@ -152,6 +156,7 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
       {"fp8, one cycle", fp8_one_rank, launch({}, 1152)},
       {"fp8, one cycle, weights given", fp8_one_rank, launch({.fp8_weights_given = true}, 1152)},
       {"fp8, one-tile ring, weights given", fp8_one_rank, launch({.fp8_weights_given = true}, 128)},
+      {"fp8, H = 16 I, one cycle, weights given", fp8_wide, launch({.fp8_weights_given = true}, 4096)},
       {"fp8, one cycle, recompute", fp8_one_rank, launch({.recompute = true}, 1152)},
       {"fp8, one cycle, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 1152)},
       {"fp8, two ranks", fp8_every_branch(), launch({}, 512)},

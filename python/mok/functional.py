@@ -73,7 +73,8 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
     raise ValueError(f'replay must be "ids", "full" or None, got {replay!r}')
 
 
-@functools.lru_cache(maxsize=256)
+# typed: a cached 0 must not let False (or 128.0 after 128) past pack_launch's checks.
+@functools.lru_cache(maxsize=256, typed=True)
 def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: int, recompute: bool, comm: int = 0,
               gpus: int = 1, capacity_rows: int = 0, fp8_weight_gradients: bool = False) -> tuple:
     """config_ints, config_floats and launch for the op, packed once per layer, batch size and

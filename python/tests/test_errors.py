@@ -507,6 +507,16 @@ def test_launch_arguments_of_another_type_are_refused():
         pack_launch(RING_ROWS, capacity_rows=0.5)
 
 
+def test_a_cached_launch_lets_no_bool_past_its_checks():
+    """The packed lists are cached per argument: False equals the default 0 and hashes as it, so after one
+    call with blocks=0 a call with blocks=False found the cached list and skipped pack_launch's checks."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, blocks=0)
+    with pytest.raises(ValueError, match="blocks must be an integer, got False"):
+        mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, blocks=False)
+
+
 def test_quantize_weights_refuses_tokens_per_rank_zero():
     """quantize_weights(tokens_per_rank=0) is refused as the op refuses it, not replaced by the config's
     tokens_per_rank (which picked another cached layer than the caller named)."""

@@ -112,7 +112,8 @@ struct LaunchConfig {
   // (Layer::quantize_weights into ForwardInputs::fp8_weights, e.g. once per optimizer step) and never
   // quantize them themselves, so the workspace holds no E4M3 weights (workspace_bytes(Pass::backward) is
   // fp8_weights_bytes() smaller, and without recompute also the forward's E4M3 activations, which the
-  // backward's own sections then lie over: docs/architecture.md, "The backward's buffers";
+  // backward's own sections then lie over, with one ring cycle and simulated ranks from the forward's
+  // slots on (and never shorter than the forward's): docs/architecture.md, "The backward's buffers";
   // workspace_bytes(Pass::forward) the forward's copies smaller) and every call needs
   // ForwardInputs::fp8_weights. Without it a call given fp8_weights reads them too, and one given none
   // quantizes the weights into its workspace first (the forward its copies, the backward both: recompute
