@@ -35,4 +35,10 @@ std::string not_a_directory(const std::filesystem::path& path) {
   return ec ? "cannot be examined: " + ec.message() : "is not a directory";
 }
 
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;  // either missing (or not examinable): no file of the other is overwritten
+  const bool same = std::filesystem::equivalent(a, b, ec);
+  return !ec && same;
+}
+
 }  // namespace mok::golden

@@ -166,6 +166,22 @@ TEST(MokGoldenCli, GenerateAZipfCaseWithAHugeExponent) {
             (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
 }
 
+// `--out` naming the case file itself used to write the golden over it (exit 0, the case lost); through
+// another path to the same file too. Refused before anything is written.
+TEST(MokGoldenCli, GenerateRefusesToWriteOverItsCaseFile) {
+  TempDir dir("golden-cli-config-over-itself");
+  const std::string text = "name = itself\nranks = 1\ntokens_per_rank = 4\nexperts = 2\ntop_k = 1\n";
+  std::ofstream(dir / "case.txt") << text;
+  std::filesystem::create_directory(dir / "sub");
+  for (const std::string out : {(dir / "case.txt").string(), (dir / "sub" / ".." / "case.txt").string()}) {
+    const testing::ToolRun r = run_tool(dir, "generate --config " + (dir / "case.txt").string() + " --out " + out);
+    EXPECT_EQ(r.status, 2) << out << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok-golden: --out " + out + " is the case file --config reads"), std::string::npos)
+        << r.output;
+    EXPECT_TRUE(testing::read_text(dir / "case.txt") == text) << out << ": the case file was overwritten";
+  }
+}
+
 // A directory used to become a golden of all defaults (exit 0), a FIFO to block; /dev/zero is no file
 // either. Each exits 2 naming what the path is, and nothing is written.
 TEST(MokGoldenCli, GenerateRefusesAConfigThatIsNoRegularFile) {

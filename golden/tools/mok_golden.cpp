@@ -114,6 +114,8 @@ int generate(const Args& a) {
   if (!a.has("--out")) throw UsageError("generate needs --out");
   if (a.has("--config")) {
     if (a.has("--name")) throw UsageError("--name and --config exclude each other");
+    if (same_file(a.get("--config"), a.get("--out")))  // the golden written over the case it was made from
+      throw UsageError("--out " + display_name(a.get("--out")) + " is the case file --config reads");
     generate_one(parse_case_file(a.get("--config")), a.get("--out"));
     return kEqual;
   }

@@ -280,9 +280,10 @@ bool parse(int argc, char** argv, Options& o) {
 
 void check(const Options& o) {
   if (o.ring_rows < 0 || o.tokens < 0 || o.experts < 0 || o.sets < 1 || (o.gpus != kNoGpus && o.gpus < 1) ||
-      !(o.capacity_factor >= 0))
+      !(o.capacity_factor >= 0 && std::isfinite(o.capacity_factor)))
     throw mok::Error(
-        "mok-bench: --sets must be >= 1, --gpus >= 1, --ring-rows, --tokens, --experts and --capacity-factor >= 0");
+        "mok-bench: --sets must be >= 1, --gpus >= 1, --ring-rows, --tokens and --experts >= 0, and --capacity-factor "
+        "finite and >= 0");
   if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0) || !(o.sustained_s >= 0 && o.sustained_s <= 3600))
     throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0, --timeout > 0 and --sustained in [0, 3600]");
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");

@@ -50,7 +50,12 @@ LayerConfig config_of(const Shape& s, int ranks, const Options& o) {
 }
 
 long capacity_rows(const LayerConfig& c, int gpus, double factor) {
-  return factor > 0 ? std::min(most_own_rows(c, gpus), long(std::ceil(factor * c.tokens() * c.top_k / gpus))) : 0;
+  if (!(factor > 0)) return 0;
+  // Clamped in double before the conversion: a large factor (1e20) converted to long was undefined, and
+  // gave capacity_rows = -2^63. N k in double too: R T may pass int32 before validate() refuses it.
+  const double rows = std::ceil(factor * (double(c.ranks) * c.tokens_per_rank * c.top_k / gpus));
+  const long most = most_own_rows(c, gpus);
+  return rows < double(most) ? long(rows) : most;
 }
 
 LinkBytes link_bytes(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {

@@ -33,6 +33,8 @@ def _require_int(name: str, value) -> None:
     field, and take True as 1 (experts=True: one expert?)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not -(2**63) <= value < 2**63:  # the ops' int lists are int64: torch's error past it names no field
+        raise ValueError(f"{name} = {value} is outside the 64-bit integer range of the ops' arguments")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,10 @@ class MoEConfig:
             value = getattr(self, name)
             if not isinstance(value, numbers.Real):  # pack()'s float() would take "2.5" and fail on None
                 raise ValueError(f"{name} must be a number, got {value!r}")
+            try:  # an integer past float64's range: float() raised OverflowError, naming no field
+                float(value)
+            except OverflowError:
+                raise ValueError(f"{name} must be a finite number, got an integer too large for a float") from None
         if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
             raise ValueError(f"ranks = {self.ranks} (need >= 1)")
         if self.score_mode not in SCORE_MODES:
@@ -88,9 +94,11 @@ class MoEConfig:
         values = {name: getattr(self, name) for name in INT_FIELDS}
         values["score_mode"] = SCORE_MODES.index(self.score_mode)
         values["precision"] = PRECISIONS.index(self.precision)
-        if tokens_per_rank is not None:
+        if tokens_per_rank is not None:  # checked as the fields are: int() would truncate 2.5 to 2
+            _require_int("tokens_per_rank", tokens_per_rank)
             values["tokens_per_rank"] = tokens_per_rank
         if ranks is not None:
+            _require_int("ranks", ranks)
             values["ranks"] = ranks
         return [int(values[name]) for name in INT_FIELDS], [float(getattr(self, name)) for name in FLOAT_FIELDS]
 

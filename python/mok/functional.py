@@ -63,6 +63,9 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
         raise ValueError("routing must be topk_idx (a Tensor), a (topk_idx, topk_w) pair or a mok.Routing, got "
                          + (f"a {type(routing).__name__} of length {len(routing)}"
                             if isinstance(routing, (tuple, list)) else type(routing).__name__))
+    if not isinstance(topk_idx, Tensor) or not (topk_w is None or isinstance(topk_w, Tensor)):
+        raise ValueError("routing's topk_idx must be a Tensor and its topk_w a Tensor or None, got "
+                         f"{type(topk_idx).__name__} and {type(topk_w).__name__}")
     replay = replay or ("ids" if topk_w is None else "full")
     if replay == "ids":
         return ROUTING_MODES.index("replay_ids"), topk_idx, None
@@ -137,6 +140,7 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
+    _check_arguments(config, x=x, router=router, w1=w1, w2=w2)
     if x.dim() == 0:
         raise ValueError("x must be [..., H] (tokens by hidden), got a 0-d tensor")
     shape, hidden = x.shape, x.shape[-1]
@@ -166,6 +170,16 @@ def moe(
     if len(shape) != 2:
         y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y
+
+
+def _check_arguments(config: MoEConfig, **tensors) -> None:
+    """A config that is no MoEConfig, or a required tensor that is no Tensor, failed deep inside (an
+    AttributeError, or torch's "tensor does not have a device" naming no argument)."""
+    if not isinstance(config, MoEConfig):
+        raise ValueError(f"config must be a mok.MoEConfig, got {type(config).__name__}")
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{name} must be a Tensor, got {type(t).__name__}")
 
 
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
@@ -280,6 +294,7 @@ def quantize_weights(
     (tokens_per_rank, ring_rows, blocks, recompute, group, capacity_rows, fp8_weight_gradients) pick the
     cached layer, so they must be the forwards' or another layer is built (with a group, another window on
     the communicator). The CPU op quantizes in each forward and backward and takes no fp8_weights."""
+    _check_arguments(config, w1=w1, w2=w2)
     comm, gpus = 0, 1
     if group is not None:
         from mok import distributed

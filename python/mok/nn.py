@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from mok import _C
-from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
 from mok.functional import GradAccumulators, Routing, RoutingArg, moe, quantize_weights, routing_mode
 
 
@@ -60,9 +60,13 @@ class MoE(torch.nn.Module):
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")
+        if not isinstance(config, MoEConfig):
+            raise ValueError(f"config must be a mok.MoEConfig, got {type(config).__name__}")
         # Before the parameters take memory for a config no call accepts (the batch is the call's: one token
-        # per rank here).
+        # per rank here); the launch arguments' types too (else the first forward refused them).
         _C.check_config(*config.pack(tokens_per_rank=1))
+        pack_launch(ring_rows, blocks, recompute, capacity_rows=capacity_rows,
+                    fp8_weight_gradients=fp8_weight_gradients)
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
         self.accumulate_grad, self.fp8_weight_gradients = accumulate_grad, fp8_weight_gradients
@@ -108,6 +112,8 @@ class MoE(torch.nn.Module):
         w1 and w2 are drawn one expert at a time, every expert of the layer in order (a shard keeps its
         own and skips the others' draws): a shard holds the single-device layer's experts, and the draws
         after w1 and w2 (the shared expert's) are the same on every rank."""
+        if self.router.is_meta:  # no values to hold: the draws (on the CPU) took minutes for a large layer
+            return
         h, e, own = self.config.hidden, self.config.experts, self.w1.shape[0]
         begin = self.expert_begin
         for p, std in ((self.router, 0.1 / math.sqrt(h)), (self.w1, 1 / math.sqrt(h)),

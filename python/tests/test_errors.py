@@ -541,3 +541,65 @@ def test_capture_names_a_bad_dy_or_a_layer_dict_without_its_weights(tmp_path):
     with pytest.raises(ValueError, match="capture: the layer dict lacks w2, config"):
         mok.capture(path, dict(router=layer.router, w1=layer.w1), layer.x)
     assert not path.exists()
+
+
+def test_integers_past_int64_are_refused_naming_the_argument():
+    """The ops take int64 lists: ring_rows = 2**63 (or a config field past it) reached torch, whose error
+    named neither the argument nor the problem ("Expected a value of type 'List[int]' for argument
+    'launch' but instead found type 'list'"); quantize_weights' tokens_per_rank = 2.5 was truncated to 2."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for kwargs, message in ((dict(ring_rows=2**63), "ring_rows = 9223372036854775808 is outside the 64-bit"),
+                            (dict(blocks=-(2**63) - 1), "blocks = -9223372036854775809 is outside the 64-bit"),
+                            (dict(capacity_rows=2**70), "capacity_rows = 1180591620717411303424 is outside")):
+        with pytest.raises(ValueError, match=message):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, **kwargs)
+    with pytest.raises(ValueError, match="experts = 18446744073709551616 is outside the 64-bit integer range"):
+        mok.MoEConfig(experts=2**64, hidden=64, intermediate=64, top_k=2)
+    with pytest.raises(ValueError, match="routed_scale must be a finite number, got an integer too large"):
+        mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, routed_scale=10**400)
+    config = mok.MoEConfig(experts=4, hidden=128, intermediate=256, top_k=2, precision="fp8")
+    model = mok.MoE(config, generator=torch.Generator().manual_seed(3))
+    for tokens_per_rank, message in ((2.5, "tokens_per_rank must be an integer, got 2.5"),
+                                     (2**64, "tokens_per_rank = 18446744073709551616 is outside")):
+        with pytest.raises(ValueError, match=message):
+            model.quantize_weights(tokens_per_rank=tokens_per_rank)
+
+
+def test_arguments_that_are_no_tensors_or_config_are_named():
+    """A weight that is None or a list, or a config that is a dict, failed inside: torch's "tensor does not
+    have a device" naming no argument, or an AttributeError ('dict' object has no attribute ...); a routing
+    pair of other things reached the op's argument parser. mok.MoE checks its launch arguments' types at
+    construction (ring_rows="128" was refused only at the first forward)."""
+    layer = make_layer("softmax_shared")
+    args = dict(x=layer.x, router=layer.router, w1=layer.w1, w2=layer.w2)
+    shared = (layer.shared_w1, layer.shared_w2)
+    for name, bad in (("x", layer.x.tolist()), ("router", None), ("w1", None), ("w2", layer.w2.float().numpy())):
+        with pytest.raises(ValueError, match=f"^{name} must be a Tensor, got {type(bad).__name__}$"):
+            mok.moe(*{**args, name: bad}.values(), config=layer.config, shared=shared)
+    with pytest.raises(ValueError, match="^config must be a mok.MoEConfig, got dict$"):
+        mok.moe(*args.values(), config=dataclasses.asdict(layer.config), shared=shared)
+    with pytest.raises(ValueError, match="^config must be a mok.MoEConfig, got dict$"):
+        mok.MoE(dataclasses.asdict(layer.config))
+    with pytest.raises(ValueError, match="^w1 must be a Tensor, got NoneType$"):
+        mok.quantize_weights(None, layer.w2, config=layer.config)
+    with pytest.raises(ValueError, match="routing's topk_idx must be a Tensor and its topk_w a Tensor or None, "
+                                         "got int and int"):
+        mok.moe(*args.values(), config=layer.config, shared=shared, routing=(1, 2))
+    with pytest.raises(ValueError, match="ring_rows must be an integer, got '128'"):
+        mok.MoE(layer.config, ring_rows="128")
+
+
+def test_a_module_on_meta_draws_no_values():
+    """On the meta device there are no values to initialise: the draws (on the CPU, every expert's) only
+    took time, minutes for a large layer (E = 512, H = I = 2^15 ran past 5 minutes). The generator is left
+    as it was, for the reset_parameters after to_empty."""
+    g = torch.Generator().manual_seed(5)
+    state = g.get_state()
+    config = mok.MoEConfig(experts=8, hidden=128, intermediate=64, top_k=2, shared_intermediate=64)
+    model = mok.MoE(config, device="meta", generator=g)
+    assert model.w1.is_meta and model.w1.shape == (8, 128, 128)
+    assert torch.equal(g.get_state(), state)
+    model.to_empty(device="cpu")
+    model.reset_parameters(torch.Generator().manual_seed(5))
+    assert torch.equal(model.w1, mok.MoE(config, generator=torch.Generator().manual_seed(5)).w1)

@@ -6,6 +6,7 @@
 
 #include "mok/golden/atomic_file.h"
 #include "mok/golden/file_error.h"
+#include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
 #include "mok/verify/compare.h"
 #include "mok/verify/report.h"
@@ -57,6 +58,19 @@ class Verifier {
   int run() {
     std::vector<std::string> listing_errors;
     const std::vector<fs::path> files = golden_files(request_.goldens, listing_errors);
+    // Before any work: the report would replace a file this run reads (`--json smoke.h5` for `--json
+    // smoke.json` wrote the report over the golden).
+    if (!request_.json.empty()) {
+      std::vector<fs::path> inputs = files;
+      if (!request_.candidate.empty()) inputs.emplace_back(request_.candidate);
+      for (const fs::path& input : inputs)
+        if (golden::same_file(request_.json, input)) {
+          err_ << "mok-verify: mok: --json " << display_name(request_.json) << " is "
+               << (input == fs::path(request_.candidate) ? "the candidate" : "the golden") << " file "
+               << display_name(input.string()) << " this run reads: the report would overwrite it" << std::endl;
+          return kExitError;
+        }
+    }
     for (const std::string& e : listing_errors) error(e);
     for (const fs::path& file : files)
       if (const auto e = golden::file_error(file, [&] { examine(file); })) error(*e);

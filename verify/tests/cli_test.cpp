@@ -138,6 +138,32 @@ TEST_F(MokVerifyCli, JsonReportIsWrittenAtomically) {
   EXPECT_EQ(dir_.entries().size(), files_before);
 }
 
+// `--json` naming a golden or the candidate used to write the report over it (exit 0; the golden was
+// then "not a mok golden file"). Refused before any run, the file left as it was; also a golden found in
+// a directory, and one named by another path.
+TEST_F(MokVerifyCli, AJsonReportOverAnInputIsRefused) {
+  std::filesystem::copy_file(dir_ / "golden.h5", dir_ / "copy.h5");
+  const std::vector<char> bytes = golden::testing::read_bytes(dir_ / "golden.h5");
+  const std::string copy = (dir_ / "copy.h5").string(), dir = dir_.path().string();
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {golden_path() + " --backend reference --json " + golden_path(), "is the golden file " + golden_path()},
+      {dir + " --backend reference --json " + dir + "/./copy.h5", "is the golden file " + copy},
+      {golden_path() + " --candidate " + copy + " --json " + copy, "is the candidate file " + copy},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = verify(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok-verify: mok: --json "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.message + " this run reads: the report would overwrite it"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("EQUAL"), std::string::npos) << r.output;  // before any run
+    EXPECT_TRUE(golden::testing::read_bytes(dir_ / "golden.h5") == bytes) << c.args << ": golden.h5 was overwritten";
+    EXPECT_TRUE(golden::testing::read_bytes(dir_ / "copy.h5") == bytes) << c.args << ": copy.h5 was overwritten";
+  }
+}
+
 // Issue 16: a directory without goldens used to exit 0 (and --json said all_equal: true). Checking
 // nothing is a failure.
 TEST_F(MokVerifyCli, ADirectoryWithoutGoldensFails) {

@@ -14,4 +14,8 @@ std::string not_a_regular_file(const std::filesystem::path& path);
 // "PATH ...": "does not exist", "is not a directory", "cannot be examined: WHY".
 std::string not_a_directory(const std::filesystem::path& path);
 
+// Whether the two paths name one existing file (links followed): a tool's output that would be written
+// over one of its inputs.
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
+
 }  // namespace mok::golden
