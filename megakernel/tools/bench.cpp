@@ -296,6 +296,9 @@ void check(const Options& o) {
     throw mok::Error("mok-bench: --routing router runs on one GPU (without --gpus)");
   if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --sustained runs in one process (without --gpus, or with --one-process)");
+  if (o.plan && o.gpus != kNoGpus) throw mok::Error("mok-bench: --plan prints G = 1, 2, 8 and 64 itself (no --gpus)");
+  if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "router")  // with --plan too, which ignores it
+    throw mok::Error("mok-bench: --routing must be uniform, zipf or router, got " + mok::quote_input(o.routing));
 }
 
 }  // namespace
@@ -318,9 +321,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto kind = mok::ref::routing_kind_from_string(o.routing);
-    using mok::ref::RoutingKind;
-    if (kind != RoutingKind::uniform && kind != RoutingKind::zipf && kind != RoutingKind::router)
-      throw mok::Error("mok-bench: --routing must be uniform, zipf or router");
     if (o.gpus != kNoGpus && !o.one_process) return bench_over_processes(o, kind, launch);
     return run_here(o, kind, launch);
   } catch (const std::exception& e) {
