@@ -103,6 +103,12 @@ int list_catalogue() {
   return kEqual;
 }
 
+// generate's and check's DIR: one error naming what it is instead (not one per golden).
+void require_golden_directory(const fs::path& dir) {
+  if (const std::string kind = not_a_directory(dir); !kind.empty())
+    throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
+}
+
 void generate_one(const CaseSpec& spec, const fs::path& out) {
   const auto start = std::chrono::steady_clock::now();
   write_golden(out, make_case(spec));
@@ -126,9 +132,7 @@ int generate(const Args& a) {
     generate_one(*spec, dir / (spec->name + ".h5"));
     return kEqual;
   }
-  // A DIR no case can be written to is one error, before any case is computed.
-  if (const std::string kind = not_a_directory(dir); !kind.empty())
-    throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
+  require_golden_directory(dir);  // one error, before any case is computed
   // Every case it can: a case that fails is named with its error (and leaves no file: write_golden is
   // atomic), and the rest still run.
   int failed = 0;
@@ -240,8 +244,7 @@ int check_file(const fs::path& file) {
 
 int check_dir(const Args& a) {
   const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
-  if (const std::string kind = not_a_directory(dir); !kind.empty())
-    throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
+  require_golden_directory(dir);
   std::vector<fs::path> files;
   if (a.has("--name")) {
     files.push_back(dir / (a.get("--name") + ".h5"));

@@ -10,7 +10,8 @@ from torch import Tensor
 
 from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
-from mok.functional import GradAccumulators, Routing, RoutingArg, moe, quantize_weights, routing_mode
+from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, moe, quantize_weights,
+                            routing_mode)
 
 
 class MoE(torch.nn.Module):
@@ -60,8 +61,7 @@ class MoE(torch.nn.Module):
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")
-        if not isinstance(config, MoEConfig):
-            raise ValueError(f"config must be a mok.MoEConfig, got {type(config).__name__}")
+        _check_arguments(config)
         # Before the parameters take memory for a config no call accepts (the batch is the call's: one token
         # per rank here); the launch arguments' types too (else the first forward refused them).
         _C.check_config(*config.pack(tokens_per_rank=1))

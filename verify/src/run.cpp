@@ -58,19 +58,7 @@ class Verifier {
   int run() {
     std::vector<std::string> listing_errors;
     const std::vector<fs::path> files = golden_files(request_.goldens, listing_errors);
-    // Before any work: the report would replace a file this run reads (`--json smoke.h5` for `--json
-    // smoke.json` wrote the report over the golden).
-    if (!request_.json.empty()) {
-      std::vector<fs::path> inputs = files;
-      if (!request_.candidate.empty()) inputs.emplace_back(request_.candidate);
-      for (const fs::path& input : inputs)
-        if (golden::same_file(request_.json, input)) {
-          err_ << "mok-verify: mok: --json " << display_name(request_.json) << " is "
-               << (input == fs::path(request_.candidate) ? "the candidate" : "the golden") << " file "
-               << display_name(input.string()) << " this run reads: the report would overwrite it" << std::endl;
-          return kExitError;
-        }
-    }
+    if (json_over_an_input(files)) return kExitError;
     for (const std::string& e : listing_errors) error(e);
     for (const fs::path& file : files)
       if (const auto e = golden::file_error(file, [&] { examine(file); })) error(*e);
@@ -95,6 +83,22 @@ class Verifier {
     if (no_gpu_) return kExitNoGpu;
     const bool equal = std::all_of(cases_.begin(), cases_.end(), [](const CaseReport& c) { return c.equal(); });
     return equal ? kExitEqual : kExitMismatch;
+  }
+
+  // Before any work: whether the report would replace a file this run reads (`--json smoke.h5` for `--json
+  // smoke.json` wrote the report over the golden), said if so.
+  bool json_over_an_input(const std::vector<fs::path>& goldens) const {
+    if (request_.json.empty()) return false;
+    std::vector<fs::path> inputs = goldens;
+    if (!request_.candidate.empty()) inputs.emplace_back(request_.candidate);
+    for (const fs::path& input : inputs)
+      if (golden::same_file(request_.json, input)) {
+        err_ << "mok-verify: mok: --json " << display_name(request_.json) << " is "
+             << (input == fs::path(request_.candidate) ? "the candidate" : "the golden") << " file "
+             << display_name(input.string()) << " this run reads: the report would overwrite it" << std::endl;
+        return true;
+      }
+    return false;
   }
 
   // Messages are escaped whole, newlines too: text from a file or a library must not forge a line.
