@@ -52,10 +52,17 @@ std::string describe(const FuzzCase& fc) {
 
 std::string to_string(ref::Fault fault) { return kFaultNames[int(fault)]; }
 
-ref::Fault fault_from_string(const std::string& name) {
+std::optional<ref::Fault> fault_named(const std::string& name) {
   for (int i = 0; i < int(std::size(kFaultNames)); ++i)
     if (name == kFaultNames[i]) return ref::Fault(i);
-  throw Error("mok-fuzz: unknown fault " + quote_input(name));
+  return std::nullopt;
+}
+
+std::string unknown_fault(const std::string& name) { return "unknown fault " + quote_input(name); }
+
+ref::Fault fault_from_string(const std::string& name) {
+  if (const std::optional<ref::Fault> f = fault_named(name)) return *f;
+  throw Error("mok-fuzz: " + unknown_fault(name));
 }
 
 const std::vector<ref::Fault>& all_faults() {

@@ -700,12 +700,21 @@ const std::vector<Property>& all_properties() {
   return properties;
 }
 
-const Property& find_property(const std::string& name) {
+const Property* property_named(const std::string& name) {
   for (const Property& p : all_properties())
-    if (p.name == name) return p;
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::string unknown_property(const std::string& name) {
   std::string names;
   for (const Property& p : all_properties()) names += " " + p.name;
-  throw Error("mok-fuzz: unknown property " + quote_input(name) + " (one of:" + names + ")");
+  return "unknown property " + quote_input(name) + " (one of:" + names + ")";
+}
+
+const Property& find_property(const std::string& name) {
+  if (const Property* p = property_named(name)) return *p;
+  throw Error("mok-fuzz: " + unknown_property(name));
 }
 
 Verdict run_check(const Property& p, Backend& backend, const ref::Problem& problem, const CaseParams& params) {

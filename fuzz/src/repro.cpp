@@ -1,6 +1,7 @@
 #include "mok/fuzz/repro.h"
 
 #include <charconv>
+#include <optional>
 #include <sstream>
 
 #include "mok/fuzz/properties.h"
@@ -44,17 +45,20 @@ Repro read_repro(const std::filesystem::path& file) {
                     aux = value_of(params, "aux_seed", file);
   r.problem = golden::problem_of(g);
   r.params.options = g.options;
-  try {  // a value this build does not know is the file's error, named with it
-    r.property = find_property(property).name;
-    r.params.options.fault = fault_from_string(fault);
-    // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
-    const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
-    if (ec != std::errc() || end != aux.data() + aux.size())
-      throw Error("aux_seed " + quote_input(aux) + " is not a number");
-  } catch (const Error& e) {
-    const std::string what = e.what(), tag = "mok-fuzz: ";
-    throw Error(tag + display_name(file.string()) + ": " + (what.rfind(tag, 0) == 0 ? what.substr(tag.size()) : what));
-  }
+  // A value this build does not know is the file's error, named with it.
+  const auto refuse = [&](const std::string& why) {
+    return Error("mok-fuzz: " + display_name(file.string()) + ": " + why);
+  };
+  const Property* p = property_named(property);
+  if (!p) throw refuse(unknown_property(property));
+  const std::optional<ref::Fault> f = fault_named(fault);
+  if (!f) throw refuse(unknown_fault(fault));
+  r.property = p->name;
+  r.params.options.fault = *f;
+  // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
+  const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
+  if (ec != std::errc() || end != aux.data() + aux.size())
+    throw refuse("aux_seed " + quote_input(aux) + " is not a number");
   r.description = g.description;
   return r;
 }

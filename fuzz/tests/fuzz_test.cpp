@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -395,8 +396,39 @@ TEST(Repro, ParamsParseStrictlyAndTheirErrorsNameTheFile) {
       read_repro(file);
       ADD_FAILURE() << c.key << "=" << c.bad << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("bad\\x0aseed.h5': " + c.message), std::string::npos) << e.what();
+      // One message: the tool's prefix once, the file, then the lookup's error.
+      const std::string what = e.what(), head = "mok-fuzz: " + display_name(file.string()) + ": ";
+      EXPECT_EQ(what.rfind(head + c.message, 0), 0u) << what;
+      EXPECT_EQ(what.find("mok-fuzz: ", 1), std::string::npos) << what;
     }
+  }
+}
+
+// The name lookups return the property or fault, or nothing and leave the error to the caller, who says
+// where the name came from (read_repro the file: it caught find_property's exception and stripped its
+// "mok-fuzz: " prefix); the CLI's throwing forms keep the prefix.
+TEST(Lookups, UnknownNamesAreReportedNotThrown) {
+  ASSERT_NE(property_named("topk"), nullptr);
+  EXPECT_EQ(property_named("topk")->name, "topk");
+  EXPECT_EQ(property_named("no_such"), nullptr);
+  EXPECT_EQ(property_named(""), nullptr);
+  EXPECT_EQ(fault_named("router_grad_sign"), ref::Fault::router_grad_sign);
+  EXPECT_EQ(fault_named("none"), ref::Fault::none);
+  EXPECT_EQ(fault_named("no_such"), std::nullopt);
+  EXPECT_EQ(unknown_fault("no\x1b"), "unknown fault 'no\\x1b'");
+  EXPECT_EQ(unknown_property("x").rfind("unknown property 'x' (one of: repeat rank_invariance ", 0), 0u)
+      << unknown_property("x");
+  try {
+    find_property("x");
+    ADD_FAILURE() << "find_property took x";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), "mok-fuzz: " + unknown_property("x"));
+  }
+  try {
+    fault_from_string("x");
+    ADD_FAILURE() << "fault_from_string took x";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), "mok-fuzz: " + unknown_fault("x"));
   }
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import sys
 from dataclasses import dataclass
 
 from mok import _C
@@ -23,8 +24,13 @@ DEFAULT_RING_ROWS = 0  # the layer's default ring: an average rank's rows (mok::
 
 
 def _require_bool(name: str, value) -> None:
-    """A flag packed as an int: int() would take 2, and fail on "yes" naming no field."""
-    if value not in (False, True):
+    """A flag packed as an int: int() would take 2, and fail on "yes" naming no field. A bool or a
+    numpy.bool_ (a flag read from an array or an HDF5 attribute); not 1 or 1.0, which equal True but say
+    nothing of a flag (an argument in the wrong place, say)."""
+    if isinstance(value, bool):
+        return
+    numpy = sys.modules.get("numpy")  # a numpy.bool_ exists only once numpy is imported: no import here
+    if numpy is None or not isinstance(value, numpy.bool_):
         raise ValueError(f"{name} must be a bool, got {value!r}")
 
 

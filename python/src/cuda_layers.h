@@ -1,13 +1,12 @@
 // The GPU side of the extension, present where the megakernel is built (MOK_WITH_CUDA).
 #pragma once
 
-#include <c10/util/ArrayRef.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 
 #include "mok/core/config.h"
+#include "op_config.h"  // Call
 
 namespace mok::py {
 
@@ -19,12 +18,10 @@ void check_cuda_layers();
 // devices: collective (each deregisters its window), so every rank calls it at the same point, with no
 // call on those Layers in flight, and before the communicator is destroyed.
 void release_cuda_layers(uintptr_t comm);
-// The workspace bytes of the forward and of the backward on the current CUDA device for this call.
-std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
-                                               c10::IntArrayRef launch);
+// The workspace bytes of the forward and of the backward of this call's Layer (no GPU needed).
+std::pair<size_t, size_t> cuda_workspace_bytes(const Call& call);
 // The size of the fp8 mode's quantized weights (mok::quantize_weights) for this call (no GPU needed).
-size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
-                              c10::IntArrayRef launch);
+size_t cuda_fp8_weights_bytes(const Call& call);
 // Tests: the GPU ops fill every output and workspace with 0xff bytes before their kernels run (off by
 // default: the kernels write every byte, and the fill costs a memset per tensor).
 void set_poison_outputs(bool on);
@@ -33,12 +30,8 @@ inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
 inline void release_cuda_layers(uintptr_t) {}
 inline void set_poison_outputs(bool) {}
-inline std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
-  throw Error("mok was built without its GPU ops");
-}
-inline size_t cuda_fp8_weights_bytes(c10::IntArrayRef, c10::ArrayRef<double>, c10::IntArrayRef) {
-  throw Error("mok was built without its GPU ops");
-}
+inline std::pair<size_t, size_t> cuda_workspace_bytes(const Call&) { throw Error("mok was built without its GPU ops"); }
+inline size_t cuda_fp8_weights_bytes(const Call&) { throw Error("mok was built without its GPU ops"); }
 #endif
 
 }  // namespace mok::py

@@ -66,14 +66,16 @@ void check_communicator(const Call& call) {
                                   std::to_string(count) + " ranks");
 }
 
-// The Layer's launch options for the call (without a communicator parse_call left gpus 1, capacity 0).
+// The Layer's launch options for the call (without a communicator parse_call left gpus 1, capacity 0):
+// on a communicator those the Layer runs (its constructor's on_communicator: windowed, one GPU's too),
+// so layer_memory sizes that Layer.
 gpu::LaunchConfig launch_config(const Call& call, bool fp8_weights_given) {
   gpu::LaunchConfig launch;
   launch.ring_rows = call.ring_rows;
   launch.blocks = call.blocks;
   launch.recompute = call.recompute;
   launch.gpus = call.gpus;
-  if (call.gpus > 1) launch = gpu::on_communicator(launch, call.gpus);  // a process group's Layer
+  if (call.comm) launch = gpu::on_communicator(launch, call.gpus);  // a process group's Layer
   launch.capacity_rows = call.capacity_rows;
   launch.fp8_weights_given = fp8_weights_given;
   launch.fp8_weight_gradients = call.fp8_weight_gradients;
@@ -292,16 +294,15 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
 
 }  // namespace
 
-std::pair<size_t, size_t> cuda_workspace_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
-                                               c10::IntArrayRef launch) {
-  const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
-  const gpu::Layer& layer = layer_for(call, c10::cuda::current_device()).layer;
-  return {layer.workspace_bytes(gpu::Pass::forward), layer.workspace_bytes(gpu::Pass::backward)};
+// layer_memory's sizes, those the call's Layer takes (its own arithmetic, no device asked): a size query
+// needs no GPU (torch's current_device() raised its AcceleratorError without one), builds no Layer and on a
+// communicator makes no collective call.
+std::pair<size_t, size_t> cuda_workspace_bytes(const Call& call) {
+  const gpu::LayerMemory m = gpu::layer_memory(call.config, launch_config(call, false));
+  return {m.workspace_forward, m.workspace_backward};
 }
 
-size_t cuda_fp8_weights_bytes(c10::IntArrayRef config_ints, c10::ArrayRef<double> config_floats,
-                              c10::IntArrayRef launch) {
-  const Call call = parse_call(config_ints, config_floats, int64_t(RoutingMode::router), launch);
+size_t cuda_fp8_weights_bytes(const Call& call) {
   return gpu::layer_memory(call.config, launch_config(call, false)).fp8_weights;
 }
 

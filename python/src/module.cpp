@@ -3,6 +3,9 @@
 #include <pybind11/stl/filesystem.h>
 #include <torch/extension.h>
 
+#include <string>
+#include <string_view>
+
 #include "cuda_layers.h"
 #include "golden_io.h"
 #include "op_config.h"
@@ -47,6 +50,16 @@ TORCH_LIBRARY(mok, m) {
 
 namespace mok::py {
 namespace {
+
+// A flag argument: True or False, or a numpy.bool_ (by its type's name, numpy.bool in numpy 2, as
+// pybind11 knows it: no numpy import), as mok.config's _require_bool takes. A bool parameter would take
+// 2, 0.5 and None by their truth (pybind11's converting bool caster) without a word.
+bool flag(const char* name, pybind11::handle value) {
+  if (value.ptr() == Py_True || value.ptr() == Py_False) return value.ptr() == Py_True;
+  const std::string_view type = Py_TYPE(value.ptr())->tp_name;
+  if (type == "numpy.bool" || type == "numpy.bool_") return PyObject_IsTrue(value.ptr()) == 1;
+  throw Error(std::string(name) + " must be a bool, got " + std::string(pybind11::repr(value)));
+}
 
 template <class Table, class Name>
 pybind11::tuple names(const Table& table, Name name) {
@@ -169,28 +182,30 @@ PYBIND11_MODULE(_C, m) {
       "Raises the ValueError a call would raise for this config (mok.MoE checks before it allocates).");
   m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, bool recompute, int64_t gpus,
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, py::handle recompute, int64_t gpus,
          int64_t capacity_rows) {
+        const bool recomputing = flag("recompute", recompute);
         const mok::LayerConfig c = parse_config(ints, floats);
         validate_share(c, gpus, capacity_rows);
-        return mok::saved_layout(c, recompute, mok::RowShare{int(gpus), 0, long(capacity_rows)}).bytes;
+        return mok::saved_layout(c, recomputing, mok::RowShare{int(gpus), 0, long(capacity_rows)}).bytes;
       },
       pybind11::arg("config_ints"), pybind11::arg("config_floats"), pybind11::arg("recompute") = false,
       pybind11::arg("gpus") = 1, pybind11::arg("capacity_rows") = 0,
-      "Bytes of the forward's saved output for this config, with or without recompute (the layout alone), on each of "
-      "`gpus` GPUs of "
-      "a communicator whose experts hold `capacity_rows` routed rows (0: the most) (mok/core/saved_layout.h).");
+      "Bytes of the forward's saved output for this config, with or without recompute (a bool: the layout alone), on "
+      "each of `gpus` GPUs of a communicator whose experts hold `capacity_rows` routed rows (0: the most) "
+      "(mok/core/saved_layout.h).");
   m.def(
       "workspace_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
-        return cuda_workspace_bytes(ints, floats, launch);
+        // Parsed here: a bad list is named as a call names it, without the GPU ops too.
+        return cuda_workspace_bytes(parse_call(ints, floats, int64_t(mok::RoutingMode::router), launch));
       },
-      "(forward, backward) workspace bytes of the GPU layer for this config and launch list, on the current "
-      "CUDA device (the op allocates exactly these, beside its outputs).");
+      "(forward, backward) workspace bytes of the GPU layer for this config and launch list (the op allocates "
+      "exactly these, beside its outputs; computed on the host: no GPU needed, no Layer built).");
   m.def(
       "fp8_weights_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {
-        return cuda_fp8_weights_bytes(ints, floats, launch);
+        return cuda_fp8_weights_bytes(parse_call(ints, floats, int64_t(mok::RoutingMode::router), launch));
       },
       "Bytes of mok::quantize_weights' result for this config and launch list (0 in bf16; no GPU needed).");
   m.def("check_forward", &check_forward,
@@ -223,9 +238,10 @@ PYBIND11_MODULE(_C, m) {
       "release", [](int64_t comm) { release_cuda_layers(static_cast<uintptr_t>(comm)); }, py::arg("comm"),
       "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
       "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
-  m.def("_set_poison_outputs", &set_poison_outputs, py::arg("on"),
-        "Tests: the GPU ops fill their outputs and workspace with 0xff bytes before their kernels run, so an "
-        "element no kernel wrote shows (a no-op without CUDA).");
+  m.def(
+      "_set_poison_outputs", [](py::handle on) { set_poison_outputs(flag("on", on)); }, py::arg("on"),
+      "Tests: the GPU ops fill their outputs and workspace with 0xff bytes before their kernels run, so an "
+      "element no kernel wrote shows (a no-op without CUDA).");
   m.def("check", &check_cuda_layers,
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");

@@ -12,7 +12,7 @@ import test_autograd  # noqa: E402
 import test_capture  # noqa: E402
 import test_errors  # noqa: E402
 import test_training  # noqa: E402
-from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, ROUTER,  # noqa: E402
+from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, RING_ROWS, ROUTER,  # noqa: E402
                      assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
 from mok.config import pack_launch  # noqa: E402
 from test_autograd import fp8_models  # noqa: E402
@@ -113,6 +113,38 @@ def test_bf16_accumulate_into_on_gpu_gives_autograds_grad_bits(mode):
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_backward_fills_no_zero_gradient_for_saved(accumulate):
     test_autograd.assert_no_zero_gradient_for_saved(accumulate, "cuda")
+
+
+@pytest.mark.parametrize("recompute", (False, True), ids=("saving", "recompute"))
+def test_workspace_bytes_are_what_the_op_allocates(recompute):
+    """mok._C.workspace_bytes, the Layer's sizes computed on the host (no Layer built), is the workspace a
+    forward and a backward take from torch's allocator beside their outputs: each call's peak over what
+    was allocated before (the Layer's own device words are not torch's)."""
+    layer = make_layer("softmax_shared").to("cuda")
+    ints, floats, mode, _ = layer.op_args()
+    launch = pack_launch(RING_ROWS, recompute=recompute)
+    forward, backward = mok._C.workspace_bytes(ints, floats, launch)
+
+    def block(n):  # the caching allocator's sizes (all here below a megabyte: one block each)
+        return -(-n // 512) * 512 if n else 0
+
+    def peak(call):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        outputs = call()
+        return torch.cuda.max_memory_allocated() - before, sum(block(t.nbytes) for t in outputs)
+
+    def run_forward():
+        return torch.ops.mok.forward(*layer.weights(), None, None, ints, floats, mode, launch)
+
+    fwd = run_forward()  # builds the Layer
+    used, outputs = peak(run_forward)
+    assert used == outputs + block(forward)
+    _, idx, w, logits, saved = fwd
+    used, outputs = peak(lambda: torch.ops.mok.backward(*layer.weights(), idx, w, logits, saved, layer.dy, ints, floats,
+                                                        mode, launch))
+    assert used == outputs + block(backward)
 
 
 def test_cuda_graph_replay():

@@ -1,6 +1,10 @@
 """Bad input raises ValueError naming the problem, before any work (on the CPU)."""
 
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -8,7 +12,7 @@ torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
 from helpers import GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, make_layer  # noqa: E402
-from mok.config import pack_launch  # noqa: E402
+from mok.config import LAUNCH_FIELDS, pack_launch  # noqa: E402
 
 CPU_QUANTIZES = "the CPU op quantizes the fp8 mode's weights in each forward and backward"
 
@@ -350,6 +354,64 @@ def test_saved_bytes_checks_the_share():
         mok._C.saved_bytes(ints, floats, False, 0)
 
 
+def test_flag_arguments_of_the_extension_take_bools_alone():
+    """mok._C's flags take True or False (or a numpy.bool_), as pack_launch's do: saved_bytes(recompute=2)
+    sized the saved buffer of recompute=True, and 0.5 and None passed by their truth, without a word
+    (pybind11's converting bool); "yes" raised a TypeError naming no argument."""
+    ints, floats = make_layer("softmax_shared").config.pack()
+    for bad in (2, 1, 0, 0.5, None, "yes"):
+        with pytest.raises(ValueError, match=f"^recompute must be a bool, got {re.escape(repr(bad))}$"):
+            mok._C.saved_bytes(ints, floats, bad)
+    with pytest.raises(ValueError, match="^recompute must be a bool, got 1$"):
+        mok._C.saved_bytes(ints, floats, recompute=1, gpus=1)
+    with pytest.raises(ValueError, match="^on must be a bool, got 1$"):
+        mok._C._set_poison_outputs(1)
+    layout = mok._C.saved_bytes(ints, floats, True)
+    assert layout < mok._C.saved_bytes(ints, floats, False) == mok._C.saved_bytes(ints, floats)
+    np = pytest.importorskip("numpy")
+    assert mok._C.saved_bytes(ints, floats, np.True_) == layout
+
+
+def test_size_queries_check_the_launch_list_with_or_without_gpu_ops():
+    """workspace_bytes and fp8_weights_bytes name a bad launch list as a call does (its flags 0 or 1), in
+    a build without the GPU ops too, which named only their absence."""
+    ints, floats = make_layer("softmax_shared").config.pack()
+    for field in ("recompute", "fp8_weight_gradients"):
+        launch = pack_launch(RING_ROWS)
+        launch[LAUNCH_FIELDS.index(field)] = 2
+        for query in (mok._C.workspace_bytes, mok._C.fp8_weights_bytes):
+            with pytest.raises(ValueError, match=rf"{field} = 2 \(need 0 or 1\)"):
+                query(ints, floats, launch)
+
+
+def test_workspace_bytes_need_no_gpu():
+    """mok._C.workspace_bytes is the Layer's arithmetic on the host: a process that sees no GPU gets the
+    sizes (it built the call's Layer on torch's current device: torch's AcceleratorError, naming no mok
+    argument, where there was none), and a launch on a communicator makes no NCCL call (comm is not
+    read). Without the GPU ops it raises ValueError."""
+    layer = make_layer("softmax_shared")
+    ints, floats = layer.config.pack()
+    launch = pack_launch(RING_ROWS)
+    if not mok._C.HAS_CUDA:
+        with pytest.raises(ValueError, match="mok was built without its GPU ops"):
+            mok._C.workspace_bytes(ints, floats, launch)
+        return
+    forward, backward = mok._C.workspace_bytes(ints, floats, launch)
+    assert 0 < forward <= backward  # the forward's is a prefix of the backward's
+    code = f"import mok; print(mok._C.workspace_bytes({ints!r}, {floats!r}, {launch!r}))"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == repr((forward, backward))
+    # Recompute moves the saved activations into the forward's workspace (mok::gpu::LaunchConfig).
+    recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
+    assert recompute - forward == mok._C.saved_bytes(ints, floats, False) - mok._C.saved_bytes(ints, floats, True)
+    # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
+    c = layer.config
+    slots = (c.tokens * c.top_k * c.hidden * 2 + 255) // 256 * 256
+    assert forward - mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0] == slots
+
+
 def test_python_entry_points_check_before_they_work(tmp_path):
     """MoEConfig's fields are integers where the ops take integers (4.9 was packed as 4); mok.MoE checks
     the config before it allocates parameters; mok.moe and mok.capture refuse an x they would misread
@@ -477,12 +539,15 @@ def test_routing_of_another_form_is_refused():
     ("experts", True, "experts must be an integer, got True"),
     ("ranks", None, "ranks must be an integer, got None"),
     ("renormalize", "no", "renormalize must be a bool, got 'no'"),
+    ("renormalize", 1, "renormalize must be a bool, got 1"),
+    ("renormalize", 0.0, "renormalize must be a bool, got 0.0"),
     ("routed_scale", "2.5", "routed_scale must be a number, got '2.5'"),
     ("swiglu_limit", None, "swiglu_limit must be a number, got None"),
 ])
 def test_config_fields_of_another_type_are_refused(field, value, message):
     """MoEConfig refuses a field pack() would misread (experts="4" passed to int(), routed_scale="2.5" to
-    float()) or fail on naming no field (renormalize="no", ranks=None: TypeError)."""
+    float(), renormalize=1 and 0.0 taken as flags) or fail on naming no field (renormalize="no", ranks=None:
+    TypeError)."""
     fields = dict(experts=4, hidden=64, intermediate=64, top_k=2)
     fields[field] = value
     with pytest.raises(ValueError, match=message):
@@ -492,7 +557,7 @@ def test_config_fields_of_another_type_are_refused(field, value, message):
 def test_launch_arguments_of_another_type_are_refused():
     """The launch arguments are integers and flags: ring_rows = 128.5 was truncated to 128 without a word,
     recompute = "yes" raised int()'s ValueError naming no argument, blocks = True was taken as 1 (MoEConfig
-    refuses a bool for an integer)."""
+    refuses a bool for an integer), recompute = 1 and 1.0 as True (a flag is a bool, not what equals one)."""
     layer = make_layer("softmax_shared")
     shared = (layer.shared_w1, layer.shared_w2)
     for kwargs, message in ((dict(ring_rows=128.5), "ring_rows must be an integer, got 128.5"),
@@ -500,11 +565,25 @@ def test_launch_arguments_of_another_type_are_refused():
                             (dict(blocks=1.5), "blocks must be an integer, got 1.5"),
                             (dict(blocks=True), "blocks must be an integer, got True"),
                             (dict(recompute="yes"), "recompute must be a bool, got 'yes'"),
+                            (dict(recompute=1), "recompute must be a bool, got 1"),
+                            (dict(recompute=1.0), "recompute must be a bool, got 1.0"),
+                            (dict(fp8_weight_gradients=0), "fp8_weight_gradients must be a bool, got 0"),
                             (dict(fp8_weight_gradients=2), "fp8_weight_gradients must be a bool, got 2")):
         with pytest.raises(ValueError, match=message):
             mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, **kwargs)
     with pytest.raises(ValueError, match="capacity_rows must be an integer"):
         pack_launch(RING_ROWS, capacity_rows=0.5)
+
+
+def test_flags_take_numpy_bools():
+    """A flag read from an array or an HDF5 attribute is a numpy.bool_: taken as the bool it holds, by
+    MoEConfig, pack_launch and mok.MoE (the checks look numpy up only where it is imported)."""
+    np = pytest.importorskip("numpy")
+    config = mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, renormalize=np.False_)
+    assert config.pack() == dataclasses.replace(config, renormalize=False).pack()
+    assert pack_launch(RING_ROWS, recompute=np.True_, fp8_weight_gradients=np.False_) == \
+        pack_launch(RING_ROWS, recompute=True)
+    assert mok.MoE(config, recompute=np.True_).recompute
 
 
 def test_a_cached_launch_lets_no_bool_past_its_checks():

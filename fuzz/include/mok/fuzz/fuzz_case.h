@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ std::string describe(const FuzzCase& fc);
 std::string describe(const LayerConfig& c);
 
 std::string to_string(ref::Fault fault);
+// The fault of that name; none where no fault is, and unknown_fault(name) says why.
+std::optional<ref::Fault> fault_named(const std::string& name);
+std::string unknown_fault(const std::string& name);     // "unknown fault 'x'"
 ref::Fault fault_from_string(const std::string& name);  // throws mok::Error
 const std::vector<ref::Fault>& all_faults();            // every planted fault (none excluded)
 

@@ -20,6 +20,10 @@ struct Property {
 
 // In the order the CLI runs them.
 const std::vector<Property>& all_properties();
+// The property of that name; null where none is, and unknown_property(name) says why (the caller names
+// where the name came from: a repro file's errors name the file).
+const Property* property_named(const std::string& name);
+std::string unknown_property(const std::string& name);   // "unknown property 'x' (one of: ...)"
 const Property& find_property(const std::string& name);  // throws mok::Error
 
 // p's check with any std::exception the layer throws as its failure ("unexpected exception: ..."): the
