@@ -154,15 +154,6 @@ bool parse_number(const std::string& v, T& out) {
   return ec == std::errc() && end == v.data() + v.size();
 }
 
-// Why a finite number cannot be a float32 config value, or "": out of range, or so small that it
-// rounds to 0 or to a subnormal (a limit of 1e-50 would silently switch the clamp off).
-std::string float32_problem(double d) {
-  const float f = float(d);
-  if (std::isfinite(d) && !std::isfinite(f)) return "is out of the float32 range";
-  if (d != 0 && std::fabs(f) < std::numeric_limits<float>::min()) return "rounds to 0 or to a subnormal in float32";
-  return "";
-}
-
 }  // namespace
 
 const std::vector<CaseSpec>& catalogue() {

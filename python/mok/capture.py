@@ -4,6 +4,7 @@ its bits against the CPU reference."""
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from typing import Optional
 
@@ -13,8 +14,13 @@ from torch import Tensor
 from mok import _C
 from mok._ops import backward_float32
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
-from mok.functional import RoutingArg, routing_mode
+from mok.functional import RoutingArg, _check_arguments, _shared_pair, routing_mode
 from mok.nn import MoE
+
+
+# What a layer dict may hold: mok.moe's arguments that a golden records.
+_LAYER_KEYS = ("router", "w1", "w2", "config", "shared", "expert_bias", "ring_rows", "recompute",
+               "fp8_weight_gradients")
 
 
 def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[Tensor] = None, *,
@@ -35,14 +41,29 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
         args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config, shared=shared,
                     expert_bias=layer.expert_bias, ring_rows=layer.ring_rows, recompute=layer.recompute,
                     fp8_weight_gradients=layer.fp8_weight_gradients)
-    else:
+    elif isinstance(layer, collections.abc.Mapping):
         args = dict(layer)
         missing = [k for k in ("router", "w1", "w2", "config") if k not in args]
         if missing:  # else a bare KeyError
             raise ValueError(f"capture: the layer dict lacks {', '.join(missing)} (mok.moe's router, w1, w2 and "
                              "config are required)")
+        # Else ignored without a word: recompute misspelt, or a share's capacity_rows.
+        unknown = [k for k in args if k not in _LAYER_KEYS]
+        if unknown:
+            raise ValueError(f"capture: the layer dict has {', '.join(map(str, unknown))}, which capture does not "
+                             f"take (it takes {', '.join(_LAYER_KEYS)})")
+    else:  # dict(layer) raised TypeError naming no argument ("'int' object is not iterable")
+        raise ValueError(f"layer must be a mok.MoE or a dict of mok.moe's arguments, got {type(layer).__name__}")
     config: MoEConfig = args["config"]
-    shared_w1, shared_w2 = args.get("shared") or (None, None)
+    shared_w1, shared_w2 = _shared_pair(args.get("shared"))
+    _check_arguments(config, x=x, router=args["router"], w1=args["w1"], w2=args["w2"],
+                     optional=dict(dy=dy, expert_bias=args.get("expert_bias"), shared_w1=shared_w1,
+                                   shared_w2=shared_w2))
+    for what, text in (("name", name), ("description", description)):
+        if not isinstance(text, str):  # else write_golden's TypeError, naming no argument
+            raise ValueError(f"{what} must be a str, got {type(text).__name__}")
+    if x.is_meta:  # a meta call runs the fake kernels: no values to write (copying them out raised)
+        raise ValueError("capture writes a call's values: x is on the meta device, which holds none")
     launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False),
                          fp8_weight_gradients=args.get("fp8_weight_gradients", False))
     if x.dim() == 0 or x.shape[-1] != config.hidden:

@@ -82,7 +82,8 @@ class MoEConfig:
                 _require_int(name, value)
         for name in FLOAT_FIELDS:
             value = getattr(self, name)
-            if not isinstance(value, numbers.Real):  # pack()'s float() would take "2.5" and fail on None
+            # pack()'s float() would take "2.5" and fail on None; a bool is no number, as it is no integer
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"{name} must be a number, got {value!r}")
             try:  # an integer past float64's range: float() raised OverflowError, naming no field
                 float(value)

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from mok import _C
-from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
 
 
 class Routing(NamedTuple):
@@ -140,7 +140,11 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
-    _check_arguments(config, x=x, router=router, w1=w1, w2=w2)
+    shared_w1, shared_w2 = _shared_pair(shared)
+    _check_arguments(config, x=x, router=router, w1=w1, w2=w2,
+                     optional=dict(expert_bias=expert_bias, shared_w1=shared_w1, shared_w2=shared_w2,
+                                   fp8_weights=fp8_weights))
+    _require_bool("return_routing", return_routing)  # by its truth "no" returned the routing
     if x.dim() == 0:
         raise ValueError("x must be [..., H] (tokens by hidden), got a 0-d tensor")
     shape, hidden = x.shape, x.shape[-1]
@@ -157,7 +161,6 @@ def moe(
     config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks,
                                                    recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
-    shared_w1, shared_w2 = shared if shared is not None else (None, None)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
     if accumulate_into is not None:
         _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode)
@@ -172,14 +175,31 @@ def moe(
     return (y, Routing(idx, w, logits)) if return_routing else y
 
 
-def _check_arguments(config: MoEConfig, **tensors) -> None:
+def _check_arguments(config: MoEConfig, optional: Optional[dict] = None, **tensors) -> None:
     """A config that is no MoEConfig, or a required tensor that is no Tensor, failed deep inside (an
-    AttributeError, or torch's "tensor does not have a device" naming no argument)."""
+    AttributeError, or torch's "tensor does not have a device" naming no argument); an optional tensor
+    (by name in `optional`) that is neither a Tensor nor None reached the op's argument parser, whose
+    RuntimeError names the op's schema."""
     if not isinstance(config, MoEConfig):
         raise ValueError(f"config must be a mok.MoEConfig, got {type(config).__name__}")
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise ValueError(f"{name} must be a Tensor, got {type(t).__name__}")
+    for name, t in (optional or {}).items():
+        if t is not None and not isinstance(t, Tensor):
+            raise ValueError(f"{name} must be a Tensor or None, got {type(t).__name__}")
+
+
+def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """(shared_w1, shared_w2) of a shared argument, (None, None) for None. Unpacking anything else named no
+    argument ("too many values to unpack"), and a tensor of two rows would unpack into two tensors."""
+    if shared is None:
+        return None, None
+    if not isinstance(shared, (tuple, list)) or len(shared) != 2:
+        got = f"a {type(shared).__name__} of length {len(shared)}" if isinstance(shared, (tuple, list)) \
+            else type(shared).__name__
+        raise ValueError(f"shared must be a (shared_w1, shared_w2) pair or None, got {got}")
+    return shared[0], shared[1]
 
 
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
@@ -294,7 +314,8 @@ def quantize_weights(
     (tokens_per_rank, ring_rows, blocks, recompute, group, capacity_rows, fp8_weight_gradients) pick the
     cached layer, so they must be the forwards' or another layer is built (with a group, another window on
     the communicator). The CPU op quantizes in each forward and backward and takes no fp8_weights."""
-    _check_arguments(config, w1=w1, w2=w2)
+    shared_w1, shared_w2 = _shared_pair(shared)
+    _check_arguments(config, w1=w1, w2=w2, optional=dict(shared_w1=shared_w1, shared_w2=shared_w2))
     comm, gpus = 0, 1
     if group is not None:
         from mok import distributed
@@ -304,5 +325,4 @@ def quantize_weights(
     tokens_per_rank = config.tokens_per_rank if tokens_per_rank is None else tokens_per_rank
     config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks, recompute, comm, gpus,
                                                    capacity_rows, fp8_weight_gradients)
-    shared_w1, shared_w2 = shared if shared is not None else (None, None)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

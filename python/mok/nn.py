@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from mok import _C
-from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, pack_launch
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
 from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, moe, quantize_weights,
                             routing_mode)
 
@@ -58,6 +58,8 @@ class MoE(torch.nn.Module):
                  generator: Optional[torch.Generator] = None, group=None, capacity_rows: int = 0,
                  main_grad: bool = False, accumulate_grad: bool = False, fp8_weight_gradients: bool = False):
         super().__init__()
+        for name, value in (("main_grad", main_grad), ("accumulate_grad", accumulate_grad)):
+            _require_bool(name, value)  # by their truth, main_grad="no" turned main_grad on
         if main_grad and accumulate_grad:
             raise ValueError("main_grad and accumulate_grad exclude each other: the backward adds the gradients "
                              "into p.main_grad or into p.grad, not both")

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -139,10 +140,14 @@ inline LayerConfig parse_config(c10::IntArrayRef ints, c10::ArrayRef<double> flo
     });
     f.set(c, ints[i]);
   }
-  // Stored as float32, as LayerConfig holds them (rounded to nearest).
+  // Stored as float32, as LayerConfig holds them (rounded to nearest): a value that rounds to 0 is refused as the
+  // case files refuse it (swiglu_limit = 1e-50 switched the clamp off without a word).
   for (size_t i = 0; i < floats.size(); ++i) {
-    require(std::isfinite(floats[i]) && std::abs(floats[i]) <= std::numeric_limits<float>::max(), [&] {
-      return std::string(kFloatFields[i].name) + " = " + std::to_string(floats[i]) + " is not a finite float32";
+    const std::string why = std::isfinite(floats[i]) ? float32_problem(floats[i]) : "is not a finite float32";
+    require(why.empty(), [&] {
+      char value[32];  // %g: std::to_string gave 0.000000 for 1e-50 and 300 digits for 1e300
+      std::snprintf(value, sizeof value, "%.9g", floats[i]);
+      return std::string(kFloatFields[i].name) + " = " + value + " " + why;
     });
     c.*kFloatFields[i].member = float(floats[i]);
   }

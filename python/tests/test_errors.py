@@ -542,12 +542,13 @@ def test_routing_of_another_form_is_refused():
     ("renormalize", 1, "renormalize must be a bool, got 1"),
     ("renormalize", 0.0, "renormalize must be a bool, got 0.0"),
     ("routed_scale", "2.5", "routed_scale must be a number, got '2.5'"),
+    ("routed_scale", True, "routed_scale must be a number, got True"),
     ("swiglu_limit", None, "swiglu_limit must be a number, got None"),
 ])
 def test_config_fields_of_another_type_are_refused(field, value, message):
     """MoEConfig refuses a field pack() would misread (experts="4" passed to int(), routed_scale="2.5" to
-    float(), renormalize=1 and 0.0 taken as flags) or fail on naming no field (renormalize="no", ranks=None:
-    TypeError)."""
+    float(), renormalize=1 and 0.0 taken as flags, routed_scale=True as 1.0) or fail on naming no field
+    (renormalize="no", ranks=None: TypeError)."""
     fields = dict(experts=4, hidden=64, intermediate=64, top_k=2)
     fields[field] = value
     with pytest.raises(ValueError, match=message):
@@ -682,3 +683,92 @@ def test_a_module_on_meta_draws_no_values():
     model.to_empty(device="cpu")
     model.reset_parameters(torch.Generator().manual_seed(5))
     assert torch.equal(model.w1, mok.MoE(config, generator=torch.Generator().manual_seed(5)).w1)
+
+
+def test_config_floats_are_refused_where_float32_loses_them():
+    """The ops store routed_scale and swiglu_limit as float32: swiglu_limit = 1e-50 rounded to 0 and switched
+    the clamp off without a word (mok-golden's case files refused it), and the value was printed by
+    std::to_string (0.000000 for 1e-50, 300 digits for 1e300)."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    to_zero = "rounds to 0 or to a subnormal in float32"
+    for field, value, message in (("swiglu_limit", 1e-50, f"swiglu_limit = 1e-50 {to_zero}"),
+                                  ("routed_scale", 1e-40, f"routed_scale = 1e-40 {to_zero}"),
+                                  ("routed_scale", 1e300, r"routed_scale = 1e\+300 is out of the float32 range"),
+                                  ("swiglu_limit", float("nan"), "swiglu_limit = nan is not a finite float32")):
+        config = dataclasses.replace(layer.config, **{field: value})
+        with pytest.raises(ValueError, match=f"^mok: invalid input: {message}$"):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=config, shared=shared)
+        with pytest.raises(ValueError, match=message):
+            mok.MoE(config)
+
+
+def test_flags_of_moe_and_the_module_take_bools_alone():
+    """return_routing, main_grad and accumulate_grad are flags as recompute is: by their truth,
+    return_routing="no" returned the routing and main_grad="no" turned main_grad on."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for bad in ("no", 1, None):
+        with pytest.raises(ValueError, match=f"^return_routing must be a bool, got {re.escape(repr(bad))}$"):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared,
+                    return_routing=bad)
+    model = mok.MoE(layer.config)
+    with pytest.raises(ValueError, match="^return_routing must be a bool, got 'no'$"):
+        model(layer.x, return_routing="no")
+    for name in ("main_grad", "accumulate_grad"):
+        with pytest.raises(ValueError, match=f"^{name} must be a bool, got 'no'$"):
+            mok.MoE(layer.config, **{name: "no"})
+        with pytest.raises(ValueError, match=f"^{name} must be a bool, got 1$"):
+            mok.MoE(layer.config, **{name: 1})
+
+
+def test_shared_and_optional_tensors_of_another_form_are_named():
+    """shared is a (shared_w1, shared_w2) pair: a tensor or a 1-tuple was unpacked ("too many values to
+    unpack", naming no argument). expert_bias and fp8_weights that are neither a Tensor nor None reached the
+    op's argument parser (a RuntimeError quoting the op's schema)."""
+    layer = make_layer("softmax_shared")
+    args = (layer.x, layer.router, layer.w1, layer.w2)
+    for shared, got in ((layer.shared_w1, "Tensor"), ((layer.shared_w1,), "a tuple of length 1"),
+                        ([layer.shared_w1] * 3, "a list of length 3")):
+        with pytest.raises(ValueError, match=rf"^shared must be a \(shared_w1, shared_w2\) pair or None, got {got}$"):
+            mok.moe(*args, config=layer.config, shared=shared)
+    with pytest.raises(ValueError, match="^shared must be a .* pair or None, got Tensor$"):
+        mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=layer.shared_w1)
+    shared = (layer.shared_w1, layer.shared_w2)
+    for name in ("expert_bias", "fp8_weights"):
+        with pytest.raises(ValueError, match=f"^{name} must be a Tensor or None, got int$"):
+            mok.moe(*args, config=layer.config, shared=shared, **{name: 3})
+    with pytest.raises(ValueError, match="^shared_w2 must be a Tensor or None, got list$"):
+        mok.moe(*args, config=layer.config, shared=(layer.shared_w1, [1.0]))
+
+
+def test_capture_names_arguments_of_another_form(tmp_path):
+    """capture refuses, naming the argument and writing nothing: a layer that is neither an MoE nor a dict
+    (TypeError "'int' object is not iterable"), a dict key capture does not take (recompute misspelt was
+    ignored), a dict's config, router or shared of another form (AttributeError, "tensor does not have a
+    device", "Boolean value of Tensor ... is ambiguous"), an x or dy that is no tensor (AttributeError), a
+    name or description that is no str (write_golden's TypeError), and a layer on the meta device
+    (NotImplementedError "Cannot copy out of meta tensor")."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+    path = tmp_path / "call.h5"
+    cases = [
+        (dict(layer=3), "^layer must be a mok.MoE or a dict of mok.moe's arguments, got int$"),
+        (dict(layer={**args, "recomput": True}), "^capture: the layer dict has recomput, which capture does not take"),
+        (dict(layer={**args, "capacity_rows": 64}), "^capture: the layer dict has capacity_rows, which"),
+        (dict(layer={**args, "config": {}}), "^config must be a mok.MoEConfig, got dict$"),
+        (dict(layer={**args, "router": None}), "^router must be a Tensor, got NoneType$"),
+        (dict(layer={**args, "shared": layer.shared_w1}), "^shared must be a .* pair or None, got Tensor$"),
+        (dict(x=None), "^x must be a Tensor, got NoneType$"),
+        (dict(dy=[1.0]), "^dy must be a Tensor or None, got list$"),
+        (dict(name=3), "^name must be a str, got int$"),
+        (dict(description=None), "^description must be a str, got NoneType$"),
+        (dict(layer=mok.MoE(layer.config, device="meta"), x=layer.x.to("meta")), "x is on the meta device"),
+    ]
+    for kwargs, message in cases:
+        call = dict(layer=args, x=layer.x, dy=None, name="capture", description="") | kwargs
+        with pytest.raises(ValueError, match=message):
+            mok.capture(path, call.pop("layer"), call.pop("x"), call.pop("dy"), **call)
+        assert not path.exists(), kwargs
+    mok.capture(path, {**args, "recompute": True}, layer.x)  # the keys it takes

@@ -1,6 +1,7 @@
 // The layer's configuration: a plain struct that travels to the device as it is.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -139,6 +140,16 @@ inline void require_int_index(int64_t value, const char* what) {
     return std::string(what) + " = " + std::to_string(value) +
            " is more than 2^31 - 1: too large for mok's 32-bit indices";
   });
+}
+
+// Why a finite number cannot be a float32 config value (routed_scale, swiglu_limit), or "": out of range, or
+// so small that it rounds to 0 or to a subnormal (a limit of 1e-50 would silently switch the clamp off).
+// The case files' and the ops' readers of the float fields (a double each) both ask it.
+inline std::string float32_problem(double d) {
+  const float f = float(d);
+  if (std::isfinite(d) && !std::isfinite(f)) return "is out of the float32 range";
+  if (d != 0 && std::fabs(f) < std::numeric_limits<float>::min()) return "rounds to 0 or to a subnormal in float32";
+  return "";
 }
 
 // 0 (off), or a positive normal float: a subnormal limit is a typo, not a clamp.
