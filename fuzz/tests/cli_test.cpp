@@ -105,6 +105,31 @@ TEST(MokFuzzCli, FileNamesInTheOutputAreQuoted) {
       << replayed.output;
 }
 
+// A --repro-dir that names a file (or lies under one) was accepted, and failed only when a failure's
+// repro was due, after the campaign: refused before any case runs.
+TEST(MokFuzzCli, AReproDirThatCannotBeADirectoryIsRefused) {
+  const std::string file = ::testing::TempDir() + "mok_fuzz_cli_not_a_dir";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  const struct {
+    std::string dir, message;
+  } cases[] = {
+      {file, "mok-fuzz: --repro-dir " + file + " is not a directory"},
+      {file + "/repros", "mok-fuzz: --repro-dir " + file + "/repros cannot be made: " + file + " is not a directory"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = run_fuzz("--seed 1 --property topk --cases 1 --repro-dir " + c.dir);
+    EXPECT_EQ(r.status, 2) << c.dir << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(" cases in "), std::string::npos) << r.output;  // before the campaign
+  }
+  // A directory still to be made, parents and all, is accepted as before.
+  EXPECT_EQ(run_fuzz("--seed 1 --property topk --cases 1 --repro-dir " + ::testing::TempDir() + "mok_fuzz_cli_new/a/b")
+                .status,
+            0);
+}
+
 // Output that cannot be written (a full disk, here /dev/full) is no success: it used to exit 0.
 TEST(MokFuzzCli, UnwritableOutputExitsTwo) {
   EXPECT_EQ(run_fuzz("--list >/dev/full").status, 2);

@@ -17,11 +17,13 @@
 #include "mok/fuzz/driver.h"
 #include "mok/fuzz/properties.h"
 #include "mok/fuzz/repro.h"
+#include "mok/golden/file_kind.h"
 
 namespace {
 
 using namespace mok;
 using namespace mok::fuzz;
+using mok::golden::cannot_make_directory;
 
 constexpr const char* kUsage =
     "usage: mok-fuzz [--seed S] [--cases N | --seconds N] [--backend reference|gpu] [--property NAME]...\n"
@@ -112,6 +114,10 @@ Args parse(int argc, char** argv) {
     throw Usage(
         "--replay runs the file's own case and property and writes no repro: --seed, --cases, --seconds, --property "
         "and --repro-dir do not apply");
+  // Made when missing, but a DIR that names a file (or lies under one) was found only once a failure had
+  // shrunk and its repro was due: refused now, before the campaign.
+  if (const std::string kind = cannot_make_directory(a.fuzz.repro_dir); !kind.empty())
+    throw Error("mok-fuzz: --repro-dir " + display_name(a.fuzz.repro_dir.string()) + " " + kind);
   return a;
 }
 

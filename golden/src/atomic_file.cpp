@@ -82,18 +82,8 @@ void release_temporary(int slot) {
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
-  if (const std::string kind = not_a_directory(dir); !kind.empty())
-    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + display_name(dir.string()) + " " + kind);
-  // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
-  // device, or a link, which would become a file while what it points to stays as it was).
-  std::error_code ec;
-  const std::filesystem::file_type there = std::filesystem::symlink_status(target_, ec).type();
-  if (there == std::filesystem::file_type::symlink)
-    throw Error("mok: cannot write " + display_name(target_.string()) +
-                ": it is a symbolic link, not a regular file (name the file it points to)");
-  if (there != std::filesystem::file_type::not_found)
-    if (const std::string kind = not_a_regular_file(target_); !kind.empty())
-      throw Error("mok: cannot write " + display_name(target_.string()) + ": it " + kind);
+  if (const std::string why = cannot_write_file(target_); !why.empty())
+    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + why);
   // ".<name>.tmp.<pid>.<n>", appended piecewise (GCC 12 warns falsely on "." + std::string temporaries).
   std::string name = ".";
   name += target_.filename().string();

@@ -1,5 +1,7 @@
 #include "mok/golden/file_kind.h"
 
+#include "mok/core/config.h"
+
 namespace mok::golden {
 
 std::string not_a_regular_file(const std::filesystem::path& path) {
@@ -33,6 +35,34 @@ std::string not_a_directory(const std::filesystem::path& path) {
   if (type == fs::file_type::directory) return "";
   if (type == fs::file_type::not_found) return "does not exist";
   return ec ? "cannot be examined: " + ec.message() : "is not a directory";
+}
+
+std::string cannot_write_file(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  if (const std::string kind = not_a_directory(dir); !kind.empty()) return display_name(dir.string()) + " " + kind;
+  // The rename replaces whatever has the name: only a regular file, or nothing, may (not a FIFO, a
+  // device, or a link, which would become a file while what it points to stays as it was).
+  std::error_code ec;
+  const fs::file_type there = fs::symlink_status(path, ec).type();
+  if (there == fs::file_type::symlink) return "it is a symbolic link, not a regular file (name the file it points to)";
+  if (there != fs::file_type::not_found)
+    if (const std::string kind = not_a_regular_file(path); !kind.empty()) return "it " + kind;
+  return "";
+}
+
+std::string cannot_make_directory(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  // Up the parents while they do not exist ("a/b/c" with no "a/b" is made whole); the first that does
+  // must be a directory. A relative path's last parent is "" (the current directory: it exists).
+  for (fs::path p = path; !p.empty(); p = p.parent_path()) {
+    std::error_code ec;  // set for a path that does not exist too
+    if (fs::symlink_status(p, ec).type() == fs::file_type::not_found && p.has_relative_path()) continue;
+    const std::string kind = not_a_directory(p);
+    if (kind.empty()) return "";
+    return p == path ? kind : "cannot be made: " + display_name(p.string()) + " " + kind;
+  }
+  return "";
 }
 
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {

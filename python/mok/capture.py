@@ -33,6 +33,11 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     optionally shared, expert_bias, ring_rows, recompute, fp8_weight_gradients). Replayed ids (replay="ids")
     have no place in golden format v1 and raise ValueError.
     """
+    # Before the call: "" failed only at the end ("cannot rename ./..tmp.N.0 to ''"), None at os.fspath.
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise ValueError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if not os.fspath(path):
+        raise ValueError("path must name a file, got an empty path")
     if isinstance(layer, MoE):
         if layer.group is not None:
             raise ValueError("capture writes a whole layer's call; this MoE holds one rank's shard of a process "

@@ -57,9 +57,9 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
         return ROUTING_MODES.index("router"), None, None
     if isinstance(routing, Tensor):
         topk_idx, topk_w = routing, None
-    elif isinstance(routing, (tuple, list)) and len(routing) in (2, 3):  # a pair, or a Routing
-        topk_idx, topk_w = routing[0], routing[1]
-    else:  # routing[0] raised IndexError or TypeError, naming no argument
+    elif isinstance(routing, Routing) or (isinstance(routing, (tuple, list)) and len(routing) == 2):
+        topk_idx, topk_w = routing[0], routing[1]  # a Routing's logits are the router's output: not replayed
+    else:  # routing[0] raised IndexError or TypeError, naming no argument; a plain 3-list lost its third
         raise ValueError("routing must be topk_idx (a Tensor), a (topk_idx, topk_w) pair or a mok.Routing, got "
                          + (f"a {type(routing).__name__} of length {len(routing)}"
                             if isinstance(routing, (tuple, list)) else type(routing).__name__))

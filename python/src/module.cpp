@@ -246,7 +246,16 @@ PYBIND11_MODULE(_C, m) {
         "Waits for the GPU layers' streams and raises the first error their kernels recorded (a no-op "
         "without CUDA).");
   m.def(
-      "read_golden", [](const std::filesystem::path& path) { return golden_dict(read_golden(path.string())); },
+      "read_golden",
+      [](py::handle path) {
+        // Checked here: a path of another type (None above all) raised pybind11's TypeError quoting the
+        // signature. What passes, its path caster converts (os.fspath's str or bytes).
+        if (!py::isinstance<py::str>(path) && !py::isinstance<py::bytes>(path) && !py::hasattr(path, "__fspath__"))
+          throw mok::Error("path must be a str or os.PathLike, got " +
+                           py::str(py::type::handle_of(path).attr("__name__")).cast<std::string>());
+        return golden_dict(read_golden(path.cast<std::filesystem::path>().string()));
+      },
+      py::arg("path"),
       "A golden file's name, config, routing mode, ring_rows, recompute, fp8_weight_gradients and tensors by "
       "dataset name (validated); path a str or os.PathLike.");
   m.def(

@@ -524,10 +524,12 @@ def test_x_without_tokens_is_named(tmp_path):
 
 def test_routing_of_another_form_is_refused():
     """routing is topk_idx, a (topk_idx, topk_w) pair or a mok.Routing: anything else is refused naming
-    routing (a 1-tuple raised IndexError, an int TypeError)."""
+    routing (a 1-tuple raised IndexError, an int TypeError, and a 3-list or 3-tuple was taken for a
+    Routing, its third element ignored)."""
     layer = make_layer("softmax_shared")
     _, idx, w, _, _ = layer.forward()
     for routing, got in (((idx,), "a tuple of length 1"), ((idx, w, None, None), "a tuple of length 4"),
+                         ([idx, w, idx], "a list of length 3"), ((idx, w, w), "a tuple of length 3"),
                          (3, "int")):
         with pytest.raises(ValueError, match=rf"routing must be topk_idx \(a Tensor\), .* got {got}$"):
             mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
@@ -621,6 +623,28 @@ def test_capture_names_a_bad_dy_or_a_layer_dict_without_its_weights(tmp_path):
     with pytest.raises(ValueError, match="capture: the layer dict lacks w2, config"):
         mok.capture(path, dict(router=layer.router, w1=layer.w1), layer.x)
     assert not path.exists()
+
+
+def test_a_path_that_is_empty_or_no_path_is_refused_naming_path(tmp_path, monkeypatch):
+    """capture("") ran the call and only then failed, naming no argument ("cannot rename ./..tmp.N.0 to
+    ''"), and capture(None) failed at os.fspath; read_golden(None) raised pybind11's TypeError quoting
+    its signature. Each is a ValueError naming path, before any work."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+    monkeypatch.chdir(tmp_path)  # where "" would put its temporary
+    for path, message in (("", "^path must name a file, got an empty path$"),
+                          (None, "^path must be a str or os.PathLike, got NoneType$")):
+        with pytest.raises(ValueError, match=message):
+            mok.capture(path, args, layer.x)
+    assert not os.listdir(tmp_path)
+    for path, got in ((None, "NoneType"), (3, "int"), ([str(tmp_path)], "list")):
+        with pytest.raises(ValueError, match=f"^path must be a str or os.PathLike, got {got}$"):
+            mok._C.read_golden(path)
+    with pytest.raises(ValueError, match="no such file"):  # a str, bytes and a PathLike still reach the reader
+        mok._C.read_golden(tmp_path / "absent.h5")
+    with pytest.raises(ValueError, match="no such file"):
+        mok._C.read_golden(os.fsencode(tmp_path / "absent.h5"))
 
 
 def test_integers_past_int64_are_refused_naming_the_argument():

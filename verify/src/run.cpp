@@ -58,7 +58,7 @@ class Verifier {
   int run() {
     std::vector<std::string> listing_errors;
     const std::vector<fs::path> files = golden_files(request_.goldens, listing_errors);
-    if (json_over_an_input(files)) return kExitError;
+    if (json_over_an_input(files) || json_unwritable()) return kExitError;
     for (const std::string& e : listing_errors) error(e);
     for (const fs::path& file : files)
       if (const auto e = golden::file_error(file, [&] { examine(file); })) error(*e);
@@ -99,6 +99,16 @@ class Verifier {
         return true;
       }
     return false;
+  }
+
+  // Before any work: whether the report cannot be written where --json says (a directory, a parent that
+  // does not exist), said if so; it used to be found only once every golden had run.
+  bool json_unwritable() const {
+    if (request_.json.empty()) return false;
+    const std::string why = golden::cannot_write_file(request_.json);
+    if (why.empty()) return false;
+    err_ << "mok-verify: mok: cannot write --json " << display_name(request_.json) << ": " << why << std::endl;
+    return true;
   }
 
   // Messages are escaped whole, newlines too: text from a file or a library must not forge a line.

@@ -138,6 +138,25 @@ TEST_F(MokVerifyCli, JsonReportIsWrittenAtomically) {
   EXPECT_EQ(dir_.entries().size(), files_before);
 }
 
+// A --json that cannot be written (a directory, a parent that does not exist) was found only after
+// every golden had run: refused before any run, naming the path.
+TEST_F(MokVerifyCli, AnUnwritableJsonIsRefusedBeforeAnyRun) {
+  const std::string dir = dir_.path().string(), missing = (dir_ / "no-dir" / "report.json").string();
+  const struct {
+    std::string json, message;
+  } cases[] = {
+      {dir, "mok-verify: mok: cannot write --json " + dir + ": it is a directory, not a regular file"},
+      {missing, "mok-verify: mok: cannot write --json " + missing + ": " + dir + "/no-dir does not exist"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = verify(golden_path() + " --backend reference --json " + c.json);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("[mok-verify]"), std::string::npos) << r.output;  // no golden read or run
+    EXPECT_EQ(r.output.find("EQUAL"), std::string::npos) << r.output;
+  }
+}
+
 // `--json` naming a golden or the candidate used to write the report over it (exit 0; the golden was
 // then "not a mok golden file"). Refused before any run, the file left as it was; also a golden found in
 // a directory, and one named by another path.

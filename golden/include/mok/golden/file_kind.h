@@ -14,6 +14,16 @@ std::string not_a_regular_file(const std::filesystem::path& path);
 // "PATH ...": "does not exist", "is not a directory", "cannot be examined: WHY".
 std::string not_a_directory(const std::filesystem::path& path);
 
+// "" when an AtomicFile can write `path`: its directory exists and the path names nothing or a regular
+// file (a symbolic link is not followed); otherwise why not, as a phrase that completes "cannot write
+// PATH: ...". For a tool to refuse an output before its work rather than after it.
+std::string cannot_write_file(const std::filesystem::path& path);
+
+// "" when `path` is a directory or std::filesystem::create_directories can make it one (the nearest of
+// it and its parents that exists is a directory); otherwise what is in the way, as a phrase that
+// completes "PATH ...".
+std::string cannot_make_directory(const std::filesystem::path& path);
+
 // Whether the two paths name one existing file (links followed): a tool's output that would be written
 // over one of its inputs.
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
