@@ -82,8 +82,7 @@ void release_temporary(int slot) {
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
-  if (const std::string why = cannot_write_file(target_); !why.empty())
-    throw Error("mok: cannot write " + display_name(target_.string()) + ": " + why);
+  require_writable_file(target_);
   // ".<name>.tmp.<pid>.<n>", appended piecewise (GCC 12 warns falsely on "." + std::string temporaries).
   std::string name = ".";
   name += target_.filename().string();

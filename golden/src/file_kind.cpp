@@ -51,6 +51,11 @@ std::string cannot_write_file(const std::filesystem::path& path) {
   return "";
 }
 
+void require_writable_file(const std::filesystem::path& path) {
+  if (const std::string why = cannot_write_file(path); !why.empty())
+    throw Error("mok: cannot write " + display_name(path.string()) + ": " + why);
+}
+
 std::string cannot_make_directory(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   // Up the parents while they do not exist ("a/b/c" with no "a/b" is made whole); the first that does

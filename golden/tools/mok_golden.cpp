@@ -109,7 +109,10 @@ void require_golden_directory(const fs::path& dir) {
     throw Error("mok: golden directory " + display_name(dir.string()) + " " + kind);
 }
 
+// The case's golden into `out`, refused before the case is computed (which may take minutes) where
+// AtomicFile would refuse it after.
 void generate_one(const CaseSpec& spec, const fs::path& out) {
+  require_writable_file(out);
   const auto start = std::chrono::steady_clock::now();
   write_golden(out, make_case(spec));
   std::cout << spec.name << ": " << display_name(out.string()) << ", " << fs::file_size(out) << " bytes, "

@@ -19,6 +19,10 @@ std::string not_a_directory(const std::filesystem::path& path);
 // PATH: ...". For a tool to refuse an output before its work rather than after it.
 std::string cannot_write_file(const std::filesystem::path& path);
 
+// Throws mok::Error("mok: cannot write PATH: WHY") where cannot_write_file gives a reason: AtomicFile's
+// check, and a tool's before the work whose result it would write.
+void require_writable_file(const std::filesystem::path& path);
+
 // "" when `path` is a directory or std::filesystem::create_directories can make it one (the nearest of
 // it and its parents that exists is a directory); otherwise what is in the way, as a phrase that
 // completes "PATH ...".
