@@ -2,6 +2,7 @@
 // budget holds and is reported with the cases that ran.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -112,11 +113,18 @@ TEST(MokFuzzCli, AReproDirThatCannotBeADirectoryIsRefused) {
   std::FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
+  const std::string dangling = ::testing::TempDir() + "mok_fuzz_cli_dangling";
+  std::remove(dangling.c_str());
+  ASSERT_EQ(symlink((::testing::TempDir() + "mok_fuzz_cli_nothing_here").c_str(), dangling.c_str()), 0);
   const struct {
     std::string dir, message;
   } cases[] = {
       {file, "mok-fuzz: --repro-dir " + file + " is not a directory"},
       {file + "/repros", "mok-fuzz: --repro-dir " + file + "/repros cannot be made: " + file + " is not a directory"},
+      // a dangling link: it was said not to exist, as if it would be made
+      {dangling, "mok-fuzz: --repro-dir " + dangling + " is a symbolic link to nothing (it dangles)"},
+      {dangling + "/repros", "mok-fuzz: --repro-dir " + dangling + "/repros cannot be made: " + dangling +
+                                 " is a symbolic link to nothing (it dangles)"},
   };
   for (const auto& c : cases) {
     const ToolRun r = run_fuzz("--seed 1 --property topk --cases 1 --repro-dir " + c.dir);

@@ -214,8 +214,8 @@ int tool_main(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int status = tool_main(argc, argv);
   // A table, verdict or list lost to a full disk or a closed pipe is no success.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
-    std::cerr << "mok-fuzz: cannot write to standard output\n";
+  if (golden::standard_output_lost()) {
+    std::cerr << "mok-fuzz: cannot write to standard output" << std::endl;
     return 2;
   }
   return status;

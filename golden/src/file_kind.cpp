@@ -1,5 +1,8 @@
 #include "mok/golden/file_kind.h"
 
+#include <cstdio>
+#include <iostream>
+
 #include "mok/core/config.h"
 
 namespace mok::golden {
@@ -33,7 +36,10 @@ std::string not_a_directory(const std::filesystem::path& path) {
   std::error_code ec;
   const fs::file_type type = fs::status(path, ec).type();
   if (type == fs::file_type::directory) return "";
-  if (type == fs::file_type::not_found) return "does not exist";
+  // A dangling link is no path to make: "does not exist" read as "will be made" for mok-fuzz's --repro-dir.
+  if (type == fs::file_type::not_found)
+    return fs::is_symlink(fs::symlink_status(path, ec)) ? "is a symbolic link to nothing (it dangles)"
+                                                        : "does not exist";
   return ec ? "cannot be examined: " + ec.message() : "is not a directory";
 }
 
@@ -68,6 +74,11 @@ std::string cannot_make_directory(const std::filesystem::path& path) {
     return p == path ? kind : "cannot be made: " + display_name(p.string()) + " " + kind;
   }
   return "";
+}
+
+bool standard_output_lost() {
+  std::cout.flush();
+  return std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout;
 }
 
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {

@@ -294,6 +294,11 @@ TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("ERROR "), std::string::npos) << r.output;
+    // check --builtin: the same words, before the case runs (it said "PATH/smoke.h5: no such file").
+    r = run_tool(dir, "check --builtin --dir " + path);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("run 1"), std::string::npos) << r.output;
   }
 }
 
@@ -337,6 +342,21 @@ TEST(MokGoldenCli, FileNamesAreQuotedAndEscaped) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("\nok    forged"), std::string::npos) << r.output;
+}
+
+// A report or list lost to a full disk (here /dev/full) is no success: list and check exited 0.
+TEST(MokGoldenCli, AnUnwritableStandardOutputExitsTwo) {
+  TempDir dir("golden-cli-full");
+  std::filesystem::create_directory(dir / "data");
+  write_golden(dir / "data" / "single_token.h5", make_case(*find_case("single_token")));
+  for (const std::string& args :
+       {std::string("list"), std::string("--help"), "check --name single_token --dir " + (dir / "data").string()}) {
+    testing::ToolRun r = testing::run_tool_with_stdout(MOK_GOLDEN_TOOL, dir, args, "/dev/full");
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok-golden: cannot write to standard output"), std::string::npos) << r.output;
+    r = testing::run_tool_with_stdout(MOK_GOLDEN_TOOL, dir, args, "/dev/null");
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
+  }
 }
 
 }  // namespace

@@ -74,6 +74,15 @@ inline ToolRun run_tool(const std::string& tool, const TempDir& dir, const std::
   return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
 }
 
+// Runs a command-line tool with its standard output on `out` (/dev/full: a full disk) and its stderr
+// captured in a file of `dir`.
+inline ToolRun run_tool_with_stdout(const std::string& tool, const TempDir& dir, const std::string& args,
+                                    const std::string& out) {
+  const std::filesystem::path log = dir / "tool.log";
+  const int raw = std::system((tool + " " + args + " >" + out + " 2>" + log.string()).c_str());
+  return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
+}
+
 // Opens a golden for writing with HDF5 directly, to make it wrong in one way but well-formed: on
 // closing, the seal is rewritten as a (hypothetical) other writer would have written it.
 class RawGolden {

@@ -281,7 +281,9 @@ int check_dir(const Args& a) {
 // The README's main job: the builtin case twice in memory (run-to-run bits), then against its golden.
 int check_builtin(const Args& a) {
   const CaseSpec& spec = builtin_case();
-  const fs::path file = fs::path(a.get("--dir", MOK_GOLDEN_DATA_DIR)) / (spec.name + ".h5");
+  const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
+  require_golden_directory(dir);  // as check and generate say it (a file for DIR was "DIR/smoke.h5: no such file")
+  const fs::path file = dir / (spec.name + ".h5");
   std::cout << "builtin case " << spec.name << ": " << shape_text(spec.config) << ", " << spec.description << "\n";
   auto start = std::chrono::steady_clock::now();
   const GoldenCase first = make_case(spec);
@@ -333,12 +335,18 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int status = kError;
   try {
-    return run(argc, argv);
+    status = run(argc, argv);
   } catch (const UsageError& e) {
     std::cerr << "mok-golden: " << escape_bytes(e.what()) << "\n" << kUsage;
   } catch (const std::exception& e) {
     std::cerr << escape_bytes(e.what()) << std::endl;
   }
-  return kError;
+  // A report or list lost to a full disk or a closed pipe is no success (check exited 0 without its "ok").
+  if (golden::standard_output_lost()) {
+    std::cerr << "mok-golden: cannot write to standard output" << std::endl;
+    return kError;
+  }
+  return status;
 }

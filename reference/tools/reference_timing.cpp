@@ -1,13 +1,29 @@
 // mok-reference-timing: wall time of the CPU reference's forward and backward, per step model.
 //   mok-reference-timing [R T H I E k]      (default: issue 2's size, 4 512 512 256 16 4)
 // Uses every core OpenMP offers (OMP_NUM_THREADS to change it).
+#include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <optional>
 
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
+
+namespace {
+
+// The whole of text as a decimal int, strictly: atoi took "2x" and "1e3" for 2 and 1, and wrapped
+// 99999999999 to another size, which then ran or was refused by a number the user never gave.
+std::optional<int> whole_int(const char* text) {
+  int v = 0;
+  const char* end = text + std::strlen(text);
+  const auto [stop, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || stop != end) return std::nullopt;
+  return v;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace mok;
@@ -16,9 +32,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: mok-reference-timing [R T H I E k]\n");
     return 2;
   }
-  const auto arg = [&](int i, int fallback) { return argc == 7 ? std::atoi(argv[i]) : fallback; };
+  int sizes[6] = {4, 512, 512, 256, 16, 4};  // R T H I E k
+  for (int i = 1; i < argc; ++i) {
+    const std::optional<int> v = whole_int(argv[i]);
+    if (!v) {
+      std::fprintf(stderr, "mok-reference-timing: argument %d, %s, is not a decimal integer\n", i,
+                   quote_input(argv[i]).c_str());
+      std::fprintf(stderr, "usage: mok-reference-timing [R T H I E k]\n");
+      return 2;
+    }
+    sizes[i - 1] = *v;
+  }
   try {
-    const LayerConfig c = make_config(arg(1, 4), arg(2, 512), arg(3, 512), arg(4, 256), arg(5, 16), arg(6, 4));
+    const LayerConfig c = make_config(sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]);
     const ref::Problem p = ref::make_problem(c, 7);
     std::printf("R=%d T=%d H=%d I=%d E=%d k=%d\n", c.ranks, c.tokens_per_rank, c.hidden, c.intermediate, c.experts,
                 c.top_k);

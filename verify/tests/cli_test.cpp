@@ -214,6 +214,35 @@ TEST_F(MokVerifyCli, AGoldenThatIsNoRegularFileIsNamed) {
   }
 }
 
+// A report lost to a full disk (here /dev/full) is no success: it exited 0.
+TEST_F(MokVerifyCli, AnUnwritableStandardOutputExitsTwo) {
+  for (const std::string& args :
+       {golden_path() + " --candidate " + golden_path(), golden_path() + " --backend reference --quiet"}) {
+    ToolRun r = golden::testing::run_tool_with_stdout(MOK_VERIFY_TOOL, dir_, args, "/dev/full");
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok-verify: cannot write to standard output"), std::string::npos) << r.output;
+    r = golden::testing::run_tool_with_stdout(MOK_VERIFY_TOOL, dir_, args, "/dev/null");
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.output;
+  }
+}
+
+// --ring-rows that is no whole number of K-steps is a usage error before any golden is read: it was
+// each golden's error, once per golden of a directory.
+TEST_F(MokVerifyCli, ARingRowsOfNoWholeKStepsIsAUsageError) {
+  golden::write_golden(dir_ / "second.h5", *smoke_);
+  for (const char* rows : {"8", "17", "2147483647"}) {
+    const ToolRun r = verify(dir_.path().string() + " --backend reference --quiet --ring-rows " + rows);
+    EXPECT_EQ(r.status, 2) << rows << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("mok-verify: --ring-rows: ring_rows = ") + rows +
+                            " is not a positive multiple of 16"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("usage:"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("second.h5"), std::string::npos) << r.output;  // no golden named: none was read
+  }
+  EXPECT_EQ(verify(dir_.path().string() + " --backend reference --quiet --ring-rows 32").status, 0);
+}
+
 // Numbers parse strictly: " 2" and "+2" used to pass as 2.
 TEST_F(MokVerifyCli, NumbersParseStrictly) {
   for (const char* value : {"' 2'", "+2", "2x", "0x2", "1e1", "99999999999", "''"}) {

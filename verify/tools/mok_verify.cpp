@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/validate.h"
+#include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
 #include "mok/verify/backend.h"
 #include "mok/verify/run.h"
@@ -106,9 +108,12 @@ Args parse_args(int argc, char** argv) {
       if (step != "fp32" && step != "fp32_fma" && step != "hopper_tc")
         throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got " + quote_input(step));
       a.flags.step = golden::step_model_from_string(step == "fp32" ? "fp32_fma" : step);
-    } else if (arg == "--ring-rows")
+    } else if (arg == "--ring-rows") {
       a.flags.ring_rows = positive_int(arg, value());
-    else if (arg == "--recompute") {
+      // Every backend's ring is whole K-steps: 8 was refused once per golden, as each golden's error.
+      if (const std::string problem = ring_rows_problem(*a.flags.ring_rows); !problem.empty())
+        throw UsageError("--ring-rows: " + problem);
+    } else if (arg == "--recompute") {
       const std::string on = value();
       if (on != "on" && on != "off") throw UsageError("--recompute takes on or off");
       a.flags.recompute = on == "on";
@@ -140,9 +145,7 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
     std::cout << kUsage;
     return kExitEqual;
@@ -157,4 +160,16 @@ int main(int argc, char** argv) {
     std::cerr << "mok-verify: " << escape_bytes(e.what()) << std::endl;
   }
   return kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = tool_main(argc, argv);
+  // A report lost to a full disk or a closed pipe is no success: it exited 0 with no EQUAL line written.
+  if (golden::standard_output_lost()) {
+    std::cerr << "mok-verify: cannot write to standard output" << std::endl;
+    return kExitError;
+  }
+  return status;
 }

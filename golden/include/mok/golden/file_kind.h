@@ -11,7 +11,8 @@ namespace mok::golden {
 std::string not_a_regular_file(const std::filesystem::path& path);
 
 // "" for a directory (symbolic links followed); otherwise what the path is, as a phrase that completes
-// "PATH ...": "does not exist", "is not a directory", "cannot be examined: WHY".
+// "PATH ...": "does not exist", "is a symbolic link to nothing (it dangles)", "is not a directory",
+// "cannot be examined: WHY".
 std::string not_a_directory(const std::filesystem::path& path);
 
 // "" when an AtomicFile can write `path`: its directory exists and the path names nothing or a regular
@@ -27,6 +28,10 @@ void require_writable_file(const std::filesystem::path& path);
 // it and its parents that exists is a directory); otherwise what is in the way, as a phrase that
 // completes "PATH ...".
 std::string cannot_make_directory(const std::filesystem::path& path);
+
+// Whether what a tool wrote to standard output (through stdio or std::cout) failed to reach it: a full
+// disk, a closed pipe. Flushes both first. A report lost that way is no success: the tool exits 2.
+bool standard_output_lost();
 
 // Whether the two paths name one existing file (links followed): a tool's output that would be written
 // over one of its inputs.

@@ -1,0 +1,51 @@
+// mok-reference-timing's sizes parse strictly: atoi took "2x" and "1e3" for 2 and 1 and ran that size.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct ToolRun {
+  int status;          // the exit status, -1 if it did not exit normally
+  std::string output;  // stdout and stderr
+};
+
+ToolRun run_timing(const std::string& args) {
+  const std::string command = "timeout 60 " MOK_REFERENCE_TIMING_TOOL " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string output;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = fread(buf.data(), 1, buf.size(), pipe)) > 0;) output.append(buf.data(), n);
+  const int raw = pclose(pipe);
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, output};
+}
+
+TEST(MokReferenceTimingCli, SizesParseStrictly) {
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"1x 16 64 64 4 2", "argument 1, '1x', is not a decimal integer"},
+      {"1 1e3 64 64 4 2", "argument 2, '1e3', is not a decimal integer"},
+      {"1 0x10 64 64 4 2", "argument 2, '0x10', is not a decimal integer"},
+      {"1 16 ' 64' 64 4 2", "argument 3, ' 64', is not a decimal integer"},
+      {"1 16 64 64 4 ''", "argument 6, '', is not a decimal integer"},
+      // atoi wrapped it to 1215752191 tokens, and the message named that size
+      {"1 99999999999 64 64 4 2", "argument 2, '99999999999', is not a decimal integer"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = run_timing(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("forward"), std::string::npos) << c.args << "\n" << r.output;  // nothing ran
+  }
+  const ToolRun ok = run_timing("1 16 64 64 4 2");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("R=1 T=16 H=64 I=64 E=4 k=2"), std::string::npos) << ok.output;
+}
+
+}  // namespace
