@@ -38,6 +38,12 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
         raise ValueError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     if not os.fspath(path):
         raise ValueError("path must name a file, got an empty path")
+    # The writer takes the file system's bytes: a str with a NUL was cut there (capture("a\0b.h5") wrote "a"),
+    # and a str with surrogate escapes (os.fsdecode's of a non-UTF-8 name) failed write_golden's str argument
+    # with a TypeError, after the call had run.
+    path_bytes = os.fsencode(path)
+    if b"\0" in path_bytes:
+        raise ValueError(f"path must not contain a NUL byte, got {path!r}")
     if isinstance(layer, MoE):
         if layer.group is not None:
             raise ValueError("capture writes a whole layer's call; this MoE holds one rank's shard of a process "
@@ -67,8 +73,13 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     for what, text in (("name", name), ("description", description)):
         if not isinstance(text, str):  # else write_golden's TypeError, naming no argument
             raise ValueError(f"{what} must be a str, got {type(text).__name__}")
-    if x.is_meta:  # a meta call runs the fake kernels: no values to write (copying them out raised)
-        raise ValueError("capture writes a call's values: x is on the meta device, which holds none")
+        try:  # a lone surrogate: write_golden's TypeError too, after the call had run
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{what} must be text that UTF-8 can encode, got {text!r} ({e.reason})") from None
+    for what, t in (("x", x), ("dy", dy)):
+        if t is not None and t.is_meta:  # a meta call runs the fake kernels: no values to write (copying out raised)
+            raise ValueError(f"capture writes a call's values: {what} is on the meta device, which holds none")
     launch = pack_launch(args.get("ring_rows", DEFAULT_RING_ROWS), 0, args.get("recompute", False),
                          fp8_weight_gradients=args.get("fp8_weight_gradients", False))
     if x.dim() == 0 or x.shape[-1] != config.hidden:
@@ -97,4 +108,4 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     tensors.update(zip(names, grads))
     # What the golden does not hold for this config and mode is absent here (None, or no elements).
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items() if v is not None and v.numel()}
-    _C.write_golden(os.fspath(path), name, description, config_ints, config_floats, mode, launch, tensors)
+    _C.write_golden(path_bytes, name, description, config_ints, config_floats, mode, launch, tensors)

@@ -111,7 +111,9 @@ class MoEConfig:
 
     @classmethod
     def unpack(cls, config_ints: list[int], config_floats: list[float]) -> MoEConfig:
-        """The config the ops' lists describe."""
+        """The config the ops' lists describe (ValueError, as a call's, for lists no call takes: a short list
+        raised KeyError, a score_mode of 5 IndexError)."""
+        _C.check_config(config_ints, config_floats)
         values: dict = dict(zip(INT_FIELDS, config_ints))
         values.update(zip(FLOAT_FIELDS, config_floats))
         values["score_mode"] = SCORE_MODES[values["score_mode"]]

@@ -66,7 +66,10 @@ def routing_mode(routing: RoutingArg, replay: Optional[str]) -> tuple[int, Optio
     if not isinstance(topk_idx, Tensor) or not (topk_w is None or isinstance(topk_w, Tensor)):
         raise ValueError("routing's topk_idx must be a Tensor and its topk_w a Tensor or None, got "
                          f"{type(topk_idx).__name__} and {type(topk_w).__name__}")
-    replay = replay or ("ids" if topk_w is None else "full")
+    for name, t in (("topk_idx", topk_idx), ("topk_w", topk_w)):
+        _require_dense(f"routing's {name}", t)
+    if replay is None:  # `replay or ...` took "", False and 0 for the default without a word
+        replay = "ids" if topk_w is None else "full"
     if replay == "ids":
         return ROUTING_MODES.index("replay_ids"), topk_idx, None
     if replay == "full":
@@ -85,6 +88,15 @@ def _op_lists(config: MoEConfig, tokens_per_rank: int, ring_rows: int, blocks: i
     layer has G * config.ranks ranks."""
     return (*config.pack(tokens_per_rank=tokens_per_rank, ranks=config.ranks * gpus),
             pack_launch(ring_rows, blocks, recompute, comm, gpus, capacity_rows, fp8_weight_gradients))
+
+
+def _checked_op_lists(*args) -> tuple:
+    """_op_lists, whose cache raised TypeError ("unhashable type: 'list'") for an unhashable argument
+    (ring_rows=[128]), naming none: uncached, pack_launch's checks name it."""
+    try:
+        return _op_lists(*args)
+    except TypeError:
+        return _op_lists.__wrapped__(*args)
 
 
 def moe(
@@ -158,8 +170,8 @@ def moe(
         from mok import distributed
 
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
-    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks,
-                                                   recompute, comm, gpus, capacity_rows, fp8_weight_gradients)
+    config_ints, config_floats, launch = _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute,
+                                                           comm, gpus, capacity_rows, fp8_weight_gradients)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
     if accumulate_into is not None:
@@ -185,9 +197,20 @@ def _check_arguments(config: MoEConfig, optional: Optional[dict] = None, **tenso
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise ValueError(f"{name} must be a Tensor, got {type(t).__name__}")
+        _require_dense(name, t)
     for name, t in (optional or {}).items():
         if t is not None and not isinstance(t, Tensor):
             raise ValueError(f"{name} must be a Tensor or None, got {type(t).__name__}")
+        _require_dense(name, t)
+
+
+def _require_dense(name: str, t: Optional[Tensor]) -> None:
+    """The ops take dense (strided) tensors: a sparse one raised the dispatcher's NotImplementedError ("Could
+    not run 'mok::forward' with arguments from the 'SparseCPU' backend"), a nested one a RuntimeError
+    ("Internal error: NestedTensorImpl doesn't support sizes"), neither naming the argument."""
+    if t is not None and (t.is_nested or t.layout != torch.strided):
+        raise ValueError(f"{name} must be a dense (strided) tensor, got "
+                         + ("a nested tensor" if t.is_nested else f"layout {t.layout}"))
 
 
 def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
@@ -218,7 +241,7 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
                          '(only replay="full" reads no router)')
     if (acc.shared is None) != (shared is None):
         raise ValueError("accumulate_into.shared must be given exactly when the layer has a shared expert")
-    if acc.shared is not None and len(acc.shared) != 2:
+    if acc.shared is not None and (not isinstance(acc.shared, (tuple, list)) or len(acc.shared) != 2):
         raise ValueError("accumulate_into.shared must be a pair: shared_w1's and shared_w2's accumulators")
     pairs = [("w1", acc.w1, w1), ("w2", acc.w2, w2)] + ([("router", acc.router, router)] if not given else [])
     if shared is not None:
@@ -227,6 +250,9 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
     # (under torch.compile the op itself refuses an inference tensor and overlapping ones, op_tensors.cpp).
     eager = not torch.compiler.is_compiling()
+    # Meta tensors hold no memory (every storage's address is 0): a meta call (the fake kernels) was refused as
+    # "shares its memory with the weight itself". The device check below puts every accumulator on x's device.
+    addresses = eager and not x.is_meta
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
             raise ValueError(f"accumulate_into.{name} is missing (got {type(a).__name__})")
@@ -245,12 +271,12 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
                              "autograd does not record (pass the weight's .grad, a main_grad buffer or another "
                              "tensor that requires no grad)")
         if eager:
-            if a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
+            if addresses and a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
                 raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
             if a.is_inference():  # no version counter for the backward to move
                 raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
-    if eager:  # the op's own check (op_tensors.cpp), here at the call rather than at the backward
+    if addresses:  # the op's own check (op_tensors.cpp), here at the call rather than at the backward
         _C.check_disjoint([(f"accumulate_into.{name}", a) for name, a, _ in pairs])
 
 
@@ -323,6 +349,6 @@ def quantize_weights(
         comm, gpus = distributed.communicator(group, w1.device, config.experts, config.ranks)
     # `is None`, not `or`: an explicit tokens_per_rank = 0 is refused by the op, not replaced by the default.
     tokens_per_rank = config.tokens_per_rank if tokens_per_rank is None else tokens_per_rank
-    config_ints, config_floats, launch = _op_lists(config, tokens_per_rank, ring_rows, blocks, recompute, comm, gpus,
-                                                   capacity_rows, fp8_weight_gradients)
+    config_ints, config_floats, launch = _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute,
+                                                           comm, gpus, capacity_rows, fp8_weight_gradients)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

@@ -14,6 +14,30 @@ from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_argume
                             routing_mode)
 
 
+def _check_launch(config: MoEConfig, launch: list[int]) -> None:
+    """The checks every kernel makes on a call of one token per rank with this launch list (the fake
+    kernels' on meta tensors of the layer's shapes: no memory, no GPU)."""
+
+    def meta(dtype: torch.dtype, *shape: int) -> Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
+    bf16, f32 = torch.bfloat16, torch.float32
+    bias = meta(f32, e) if config.score_mode == "sigmoid" else None
+    shared = (meta(bf16, 2 * s, h), meta(bf16, h, s)) if s else (None, None)
+    _C.check_forward(meta(bf16, config.ranks, h), meta(f32, e, h), bias, meta(bf16, e, 2 * i, h), meta(bf16, e, h, i),
+                     *shared, None, None, *config.pack(tokens_per_rank=1), ROUTING_MODES.index("router"), launch, None)
+
+
+def _check_generator(generator: Optional[torch.Generator]) -> None:
+    """The draws are on the CPU: another generator raised randn's TypeError quoting its signatures, or "Expected
+    a 'cpu' device type for generator", naming no argument (and in the constructor after the allocation)."""
+    if generator is not None and (not isinstance(generator, torch.Generator) or generator.device.type != "cpu"):
+        got = f"one on {generator.device}" if isinstance(generator, torch.Generator) else type(generator).__name__
+        raise ValueError(f"generator must be a CPU torch.Generator or None (the weights are drawn on the CPU), "
+                         f"got {got}")
+
+
 class MoE(torch.nn.Module):
     """Parameters: router [E, H] fp32, w1 [E, 2I, H] bf16 (gate rows, then up rows), w2 [E, H, I] bf16,
     and with config.shared_intermediate > 0 shared_w1 [2Is, H], shared_w2 [H, Is] bf16. In sigmoid mode
@@ -69,6 +93,14 @@ class MoE(torch.nn.Module):
         _C.check_config(*config.pack(tokens_per_rank=1))
         pack_launch(ring_rows, blocks, recompute, capacity_rows=capacity_rows,
                     fp8_weight_gradients=fp8_weight_gradients)
+        # And their values (ring_rows = 100, blocks = -1, a capacity without a group, fp8_weight_gradients in the
+        # bf16 mode were taken here and refused by every forward). With a group the capacity's bound is the
+        # forwards' (N min(k, E/G) grows with their batch): only its sign here.
+        if group is not None and capacity_rows < 0:
+            raise ValueError(f"capacity_rows = {capacity_rows} (need 0, or the routed rows each GPU's experts hold)")
+        _check_launch(config, pack_launch(ring_rows, blocks, recompute, capacity_rows=0 if group is not None
+                                          else capacity_rows, fp8_weight_gradients=fp8_weight_gradients))
+        _check_generator(generator)
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
         self.accumulate_grad, self.fp8_weight_gradients = accumulate_grad, fp8_weight_gradients
@@ -114,6 +146,7 @@ class MoE(torch.nn.Module):
         w1 and w2 are drawn one expert at a time, every expert of the layer in order (a shard keeps its
         own and skips the others' draws): a shard holds the single-device layer's experts, and the draws
         after w1 and w2 (the shared expert's) are the same on every rank."""
+        _check_generator(generator)
         if self.router.is_meta:  # no values to hold: the draws (on the CPU) took minutes for a large layer
             return
         h, e, own = self.config.hidden, self.config.experts, self.w1.shape[0]

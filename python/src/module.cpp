@@ -1,6 +1,5 @@
 // mok._C: the ops' schemas (kernels: cpu_ops.cpp, cuda_ops.cpp) and the plain functions Python needs:
 // the config vocabulary, the saved buffer's size, golden files and the GPU's deferred error check.
-#include <pybind11/stl/filesystem.h>
 #include <torch/extension.h>
 
 #include <string>
@@ -253,7 +252,13 @@ PYBIND11_MODULE(_C, m) {
         if (!py::isinstance<py::str>(path) && !py::isinstance<py::bytes>(path) && !py::hasattr(path, "__fspath__"))
           throw mok::Error("path must be a str or os.PathLike, got " +
                            py::str(py::type::handle_of(path).attr("__name__")).cast<std::string>());
-        return golden_dict(read_golden(path.cast<std::filesystem::path>().string()));
+        // The file system's bytes (os.fsencode: a str's surrogate escapes as the bytes they stand for). A NUL
+        // failed the path caster with pybind11's RuntimeError ("Unable to cast Python instance of type <class
+        // 'str'> to C++ type '?'"), naming no argument.
+        const std::string bytes = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+        if (bytes.find('\0') != std::string::npos)
+          throw mok::Error("path must not contain a NUL byte, got " + std::string(py::repr(path)));
+        return golden_dict(read_golden(bytes));
       },
       py::arg("path"),
       "A golden file's name, config, routing mode, ring_rows, recompute, fp8_weight_gradients and tensors by "

@@ -796,3 +796,156 @@ def test_capture_names_arguments_of_another_form(tmp_path):
             mok.capture(path, call.pop("layer"), call.pop("x"), call.pop("dy"), **call)
         assert not path.exists(), kwargs
     mok.capture(path, {**args, "recompute": True}, layer.x)  # the keys it takes
+
+
+def test_replay_that_is_no_mode_name_is_refused():
+    """replay is "ids", "full" or None: "", False and 0 were taken for the default by their falsiness (replay or
+    ...), without a word."""
+    layer = make_layer("softmax_shared")
+    _, idx, w, _, _ = layer.forward()
+    for replay in ("", False, 0):
+        for routing in (idx, (idx, w)):
+            with pytest.raises(ValueError, match=rf'^replay must be "ids", "full" or None, got {replay!r}$'):
+                mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
+                        shared=(layer.shared_w1, layer.shared_w2), routing=routing, replay=replay)
+
+
+def test_sparse_and_nested_tensors_are_named():
+    """The ops take dense tensors: a sparse x or router raised the dispatcher's NotImplementedError ("Could not
+    run 'mok::forward' with arguments from the 'SparseCPU' backend"), a nested x a RuntimeError ("Internal
+    error: NestedTensorImpl doesn't support sizes"), a sparse topk_idx the dispatcher's error too."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    args = dict(x=layer.x, router=layer.router, w1=layer.w1, w2=layer.w2)
+    cases = [("x", layer.x.float().to_sparse().to(torch.bfloat16), "x must be a dense .* got layout torch.sparse_coo"),
+             ("x", torch.nested.nested_tensor([layer.x[:16], layer.x[16:]], layout=torch.jagged),
+              "x must be a dense .* got a nested tensor"),
+             ("router", layer.router.to_sparse(), "router must be a dense"),
+             ("w1", layer.w1.to_sparse(), "w1 must be a dense")]
+    for name, bad, message in cases:
+        with pytest.raises(ValueError, match=f"^{message}"):
+            mok.moe(*{**args, name: bad}.values(), config=layer.config, shared=shared)
+    _, idx, _, _, _ = layer.forward()
+    with pytest.raises(ValueError, match="^routing's topk_idx must be a dense"):
+        mok.moe(*args.values(), config=layer.config, shared=shared, routing=idx.to_sparse())
+    with pytest.raises(ValueError, match="^shared_w2 must be a dense"):
+        mok.moe(*args.values(), config=layer.config, shared=(layer.shared_w1, layer.shared_w2.to_sparse()))
+
+
+@pytest.mark.parametrize("grads", ["main_grad", "accumulate_grad", "accumulate_into"])
+def test_accumulators_on_meta_run_the_fake_kernels(grads):
+    """A meta call runs the fake kernels, with accumulators too: every meta tensor's storage address is 0, so
+    the accumulators were refused as sharing their memory with the weights (a model built on meta with
+    main_grad or accumulate_grad could not run a step)."""
+    layer = make_layer("softmax_shared")
+    x = layer.x.to("meta")
+    if grads == "accumulate_into":
+        meta = [t.to("meta").requires_grad_() for t in (layer.router, layer.w1, layer.w2, layer.shared_w1,
+                                                           layer.shared_w2)]
+        acc = mok.GradAccumulators(*(torch.zeros_like(t, dtype=torch.float32) for t in meta[:3]),
+                                   shared=tuple(torch.zeros_like(t, dtype=torch.float32) for t in meta[3:]))
+        y = mok.moe(x, *meta[:3], config=layer.config, shared=tuple(meta[3:]), accumulate_into=acc)
+    else:
+        model = mok.MoE(layer.config, device="meta", **{grads: True})
+        y = model(x)
+    assert y.is_meta and y.shape == layer.x.shape
+    y.float().square().mean().backward()
+    if grads == "accumulate_grad":
+        assert model.w1.grad.is_meta and model.w1.grad.shape == model.w1.shape
+
+
+def test_accumulators_shared_of_another_form_is_named():
+    """accumulate_into.shared is a pair: an int raised len()'s TypeError ("object of type 'int' has no len()")."""
+    layer = make_layer("softmax_shared")
+    acc = mok.GradAccumulators(*(torch.zeros(t.shape) for t in (layer.router, layer.w1, layer.w2)), shared=5)
+    with pytest.raises(ValueError, match="^accumulate_into.shared must be a pair"):
+        mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2), accumulate_into=acc)
+
+
+def test_module_checks_its_launch_values_before_it_allocates():
+    """mok.MoE checked its launch arguments' types but not their values: ring_rows = 100, blocks = -1, a
+    capacity without a group and fp8_weight_gradients in the bf16 mode made a module whose every forward
+    raised. Refused at construction now, with the forward's message; the values a forward takes still pass."""
+    layer = make_layer("softmax_shared")
+    cases = [(dict(ring_rows=100), "ring_rows = 100 is not a positive multiple of 128"),
+             (dict(ring_rows=-128), r"ring_rows = -128 \(need 0 <= ring_rows"),
+             (dict(blocks=-1), r"blocks = -1 \(need 0 <= blocks"),
+             (dict(capacity_rows=5), r"capacity_rows = 5 \(need 0, or over gpus G > 1"),
+             (dict(fp8_weight_gradients=True), "fp8_weight_gradients needs precision = fp8")]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config,
+                    shared=(layer.shared_w1, layer.shared_w2), **kwargs)
+        with pytest.raises(ValueError, match=message):
+            mok.MoE(layer.config, **kwargs)
+    mok.MoE(layer.config, ring_rows=256, blocks=3, recompute=True)
+    fp8 = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, precision="fp8", shared_intermediate=128)
+    assert mok.MoE(fp8, fp8_weight_gradients=True).fp8_weight_gradients
+
+
+def test_generator_that_is_no_cpu_generator_is_named():
+    """The weights are drawn on the CPU from a torch.Generator: another object raised randn's TypeError quoting
+    its signatures (in the constructor after the parameters were allocated)."""
+    config = make_layer("softmax_shared").config
+    with pytest.raises(ValueError, match="^generator must be a CPU torch.Generator or None .*, got int$"):
+        mok.MoE(config, generator=5)
+    model = mok.MoE(config)
+    with pytest.raises(ValueError, match="^generator must be a CPU torch.Generator or None .*, got Tensor$"):
+        model.reset_parameters(torch.tensor(5))
+
+
+def test_capture_paths_with_nul_or_surrogates_and_a_meta_dy(tmp_path):
+    """capture("dir/a\\0b.h5") wrote dir/a (the writer's C string ended at the NUL); a path with surrogate
+    escapes (os.fsdecode's of a non-UTF-8 name) and a name or description with a lone surrogate failed with
+    write_golden's TypeError after the call had run; a dy on the meta device raised NotImplementedError
+    ("Cannot copy out of meta tensor"). The surrogate path names the file of those bytes."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+    with pytest.raises(ValueError, match="^path must not contain a NUL byte"):
+        mok.capture(str(tmp_path / "a\0b.h5"), args, layer.x)
+    for kwargs, message in ((dict(name="c\udcff"), "^name must be text that UTF-8 can encode"),
+                            (dict(description="\udcff"), "^description must be text that UTF-8 can encode"),
+                            (dict(dy=layer.dy.to("meta")), "dy is on the meta device")):
+        with pytest.raises(ValueError, match=message):
+            mok.capture(tmp_path / "call.h5", args, layer.x, **kwargs)
+    assert not os.listdir(tmp_path)
+    path = os.fsdecode(os.fsencode(str(tmp_path)) + b"/\xfe.h5")
+    mok.capture(path, args, layer.x)
+    assert os.listdir(os.fsencode(str(tmp_path))) == [b"\xfe.h5"]
+    assert mok._C.read_golden(path)["name"] == "capture"
+
+
+def test_read_golden_names_a_path_with_a_nul():
+    """A NUL in read_golden's path raised pybind11's RuntimeError ("Unable to cast Python instance of type
+    <class 'str'> to C++ type '?'"), naming no argument."""
+    for path in ("/tmp/a\0b.h5", b"/tmp/a\0b.h5"):
+        with pytest.raises(ValueError, match="^path must not contain a NUL byte"):
+            mok._C.read_golden(path)
+
+
+def test_config_unpack_refuses_lists_no_call_takes():
+    """MoEConfig.unpack of a short list raised KeyError ('score_mode'), of a score_mode out of range
+    IndexError; now the ValueError a call gives."""
+    ints, floats = make_layer("softmax_shared").config.pack()
+    with pytest.raises(ValueError, match="config_ints has 3 entries, expected 12"):
+        mok.MoEConfig.unpack(ints[:3], floats)
+    bad = list(ints)
+    bad[mok.config.INT_FIELDS.index("score_mode")] = 5
+    with pytest.raises(ValueError, match=r"score_mode = 5 \(need 0 .. 1\)"):
+        mok.MoEConfig.unpack(bad, floats)
+
+
+def test_unhashable_launch_arguments_are_named():
+    """The packed lists are cached per argument: ring_rows=[128] raised the cache's TypeError ("unhashable type:
+    'list'"), naming no argument, before pack_launch's checks."""
+    layer = make_layer("softmax_shared")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for kwargs, message in ((dict(ring_rows=[128]), r"ring_rows must be an integer, got \[128\]"),
+                            (dict(blocks={}), r"blocks must be an integer, got \{\}"),
+                            (dict(recompute=[True]), r"recompute must be a bool, got \[True\]")):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, **kwargs)
+    with pytest.raises(ValueError, match=r"^tokens_per_rank must be an integer, got \[1\]$"):
+        mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=shared, tokens_per_rank=[1])
