@@ -44,6 +44,7 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     path_bytes = os.fsencode(path)
     if b"\0" in path_bytes:
         raise ValueError(f"path must not contain a NUL byte, got {path!r}")
+    _C.require_writable_file(path_bytes)  # else found by the writer, after the whole call had run
     if isinstance(layer, MoE):
         if layer.group is not None:
             raise ValueError("capture writes a whole layer's call; this MoE holds one rank's shard of a process "

@@ -7,6 +7,7 @@
 
 #include "cuda_layers.h"
 #include "golden_io.h"
+#include "mok/golden/file_kind.h"
 #include "op_config.h"
 #include "op_tensors.h"
 
@@ -263,6 +264,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("path"),
       "A golden file's name, config, routing mode, ring_rows, recompute, fp8_weight_gradients and tensors by "
       "dataset name (validated); path a str or os.PathLike.");
+  m.def(
+      "require_writable_file", [](const std::string& path) { mok::golden::require_writable_file(path); },
+      py::arg("path"),
+      "Raises ValueError (\"mok: cannot write PATH: WHY\") where write_golden could not write path (its directory "
+      "missing; a directory, FIFO or symbolic link at path): for a caller to refuse it before the work.");
   m.def(
       "write_golden",
       [](const std::string& path, const std::string& name, const std::string& description,

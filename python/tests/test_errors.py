@@ -647,6 +647,26 @@ def test_a_path_that_is_empty_or_no_path_is_refused_naming_path(tmp_path, monkey
         mok._C.read_golden(os.fsencode(tmp_path / "absent.h5"))
 
 
+def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkeypatch):
+    """A path the writer cannot write (a missing directory, a directory, a FIFO) was found only when
+    writing, after the whole forward and backward had run: it is refused first, in the writer's words."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+
+    def no_call(*_args, **_kwargs):
+        raise AssertionError("capture ran the call")
+
+    monkeypatch.setattr(sys.modules["mok.capture"], "backward_float32", no_call)
+    (tmp_path / "a_dir").mkdir()
+    os.mkfifo(tmp_path / "a_fifo")
+    for path, why in ((tmp_path / "absent" / "call.h5", f"{tmp_path / 'absent'} does not exist"),
+                      (tmp_path / "a_dir", "it is a directory, not a regular file"),
+                      (tmp_path / "a_fifo", "it is a FIFO, not a regular file")):
+        with pytest.raises(ValueError, match=f"^mok: cannot write {re.escape(str(path))}: {re.escape(why)}$"):
+            mok.capture(path, args, layer.x)
+
+
 def test_integers_past_int64_are_refused_naming_the_argument():
     """The ops take int64 lists: ring_rows = 2**63 (or a config field past it) reached torch, whose error
     named neither the argument nor the problem ("Expected a value of type 'List[int]' for argument
