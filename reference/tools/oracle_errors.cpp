@@ -90,7 +90,15 @@ void print_fp8_weight_gradients(const Case& cs, const Problem& p, const Routing*
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // It takes no arguments and runs for minutes: a --help, or anything else, must not start it.
+  if (argc > 1) {
+    const bool help = argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help");
+    std::fprintf(help ? stdout : stderr,
+                 "usage: mok_oracle_errors   (no arguments: the reference against the fp64 oracle, the tables of "
+                 "docs/accuracy.md; minutes)\n");
+    return help ? 0 : 2;
+  }
   bool all_passed = true;
   // worst[model][tensor] = (relative, max_abs / max_ref) over the cases
   std::map<std::string, std::map<int, std::pair<double, double>>> worst;

@@ -13,6 +13,8 @@
 
 namespace {
 
+constexpr const char* kUsage = "usage: mok-reference-timing [R T H I E k]   (default 4 512 512 256 16 4)\n";
+
 // The whole of text as a decimal int, strictly: atoi took "2x" and "1e3" for 2 and 1, and wrapped
 // 99999999999 to another size, which then ran or was refused by a number the user never gave.
 std::optional<int> whole_int(const char* text) {
@@ -28,8 +30,12 @@ std::optional<int> whole_int(const char* text) {
 int main(int argc, char** argv) {
   using namespace mok;
   using clock = std::chrono::steady_clock;
+  if (argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
   if (argc != 1 && argc != 7) {
-    std::fprintf(stderr, "usage: mok-reference-timing [R T H I E k]\n");
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
   int sizes[6] = {4, 512, 512, 256, 16, 4};  // R T H I E k
@@ -38,7 +44,7 @@ int main(int argc, char** argv) {
     if (!v) {
       std::fprintf(stderr, "mok-reference-timing: argument %d, %s, is not a decimal integer\n", i,
                    quote_input(argv[i]).c_str());
-      std::fprintf(stderr, "usage: mok-reference-timing [R T H I E k]\n");
+      std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
     sizes[i - 1] = *v;

@@ -1,4 +1,5 @@
-// mok-reference-timing's sizes parse strictly: atoi took "2x" and "1e3" for 2 and 1 and ran that size.
+// The reference's tools on the command line: mok-reference-timing's sizes parse strictly (atoi took "2x" and
+// "1e3" for 2 and 1 and ran that size); --help is help, exit 0, and mok_oracle_errors starts no run on an argument.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -13,8 +14,8 @@ struct ToolRun {
   std::string output;  // stdout and stderr
 };
 
-ToolRun run_timing(const std::string& args) {
-  const std::string command = "timeout 60 " MOK_REFERENCE_TIMING_TOOL " " + args + " 2>&1";
+ToolRun run_tool(const std::string& tool, const std::string& args) {
+  const std::string command = "timeout 60 " + tool + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return {-1, "popen failed"};
   std::string output;
@@ -23,6 +24,8 @@ ToolRun run_timing(const std::string& args) {
   const int raw = pclose(pipe);
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, output};
 }
+
+ToolRun run_timing(const std::string& args) { return run_tool(MOK_REFERENCE_TIMING_TOOL, args); }
 
 TEST(MokReferenceTimingCli, SizesParseStrictly) {
   const struct {
@@ -46,6 +49,21 @@ TEST(MokReferenceTimingCli, SizesParseStrictly) {
   const ToolRun ok = run_timing("1 16 64 64 4 2");
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("R=1 T=16 H=64 I=64 E=4 k=2"), std::string::npos) << ok.output;
+}
+
+// --help printed the usage as an error (exit 2); mok_oracle_errors ignored every argument and started its
+// run of minutes (here the 60 s timeout would end it: exit 124).
+TEST(MokReferenceToolsCli, HelpIsHelpAndArgumentsStartNoRun) {
+  for (const char* help : {"-h", "--help"}) {
+    for (const char* tool : {MOK_REFERENCE_TIMING_TOOL, MOK_ORACLE_ERRORS_TOOL}) {
+      const ToolRun r = run_tool(tool, help);
+      EXPECT_EQ(r.status, 0) << tool << " " << help << "\n" << r.output;
+      EXPECT_EQ(r.output.rfind("usage: ", 0), 0u) << r.output;
+    }
+  }
+  const ToolRun r = run_tool(MOK_ORACLE_ERRORS_TOOL, "--bogus");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("usage: mok_oracle_errors", 0), 0u) << r.output;
 }
 
 }  // namespace
