@@ -85,10 +85,12 @@ class MoEConfig:
             # pack()'s float() would take "2.5" and fail on None; a bool is no number, as it is no integer
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"{name} must be a number, got {value!r}")
-            try:  # an integer past float64's range: float() raised OverflowError, naming no field
+            try:  # an integer (or a Fraction) past float64's range: float() raised OverflowError, naming no field
                 float(value)
             except OverflowError:
-                raise ValueError(f"{name} must be a finite number, got an integer too large for a float") from None
+                # "an integer" said of Fraction(10**400, 3) too: say what the value is
+                what = "an integer" if isinstance(value, numbers.Integral) else f"a {type(value).__name__}"
+                raise ValueError(f"{name} must be a finite number, got {what} too large for a float") from None
         if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
             raise ValueError(f"ranks = {self.ranks} (need >= 1)")
         if self.score_mode not in SCORE_MODES:

@@ -152,6 +152,16 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
+    return _moe(x, router, w1, w2, config, shared, expert_bias, routing, replay, ring_rows, blocks, recompute,
+                return_routing, group, capacity_rows, fp8_weights, accumulate_into, fp8_weight_gradients)
+
+
+def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, config: MoEConfig, shared, expert_bias, routing: RoutingArg,
+         replay: Optional[str], ring_rows: int, blocks: int, recompute: bool, return_routing: bool, group,
+         capacity_rows: int, fp8_weights: Optional[Tensor], accumulate_into: Optional[GradAccumulators],
+         fp8_weight_gradients: bool, accumulators_of: Optional[str] = None) -> Union[Tensor, tuple[Tensor, Routing]]:
+    """moe; accumulators_of: mok.MoE's accumulate_into holds its parameters' "grad" or "main_grad", which its
+    errors name (w1.grad, not accumulate_into.w1: the caller passed no accumulate_into)."""
     shared_w1, shared_w2 = _shared_pair(shared)
     _check_arguments(config, x=x, router=router, w1=w1, w2=w2,
                      optional=dict(expert_bias=expert_bias, shared_w1=shared_w1, shared_w2=shared_w2,
@@ -172,10 +182,11 @@ def moe(
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
     config_ints, config_floats, launch = _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute,
                                                            comm, gpus, capacity_rows, fp8_weight_gradients)
+    _check_capacity(capacity_rows, gpus, group)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
     if accumulate_into is not None:
-        _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode)
+        _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of)
     if accumulate_into is not None and torch.is_grad_enabled():
         y, idx, w, logits, _ = _IntoAccumulators.apply(accumulate_into, *inputs,
                                                        (config_ints, config_floats, mode, launch), fp8_weights)
@@ -213,6 +224,16 @@ def _require_dense(name: str, t: Optional[Tensor]) -> None:
                          + ("a nested tensor" if t.is_nested else f"layout {t.layout}"))
 
 
+def _check_capacity(capacity_rows: int, gpus: int, group) -> None:
+    """A capacity is taken over a process group of G > 1 GPUs alone. On one GPU the op's message quoted the
+    bound of G > 1 computed for G = 1 ("need 0, or over gpus G > 1 a value in [1, 64]"), a range no value of
+    which a call without a group takes."""
+    if capacity_rows != 0 and gpus == 1:
+        where = "without a group" if group is None else "on a group of one GPU"
+        raise ValueError(f"capacity_rows = {capacity_rows} (need 0 {where}: a capacity is taken only over a process "
+                         f"group of G > 1 GPUs, group=...; on one GPU every routed row is its own)")
+
+
 def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
     """(shared_w1, shared_w2) of a shared argument, (None, None) for None. Unpacking anything else named no
     argument ("too many values to unpack"), and a tensor of two rows would unpack into two tensors."""
@@ -225,12 +246,22 @@ def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
     return shared[0], shared[1]
 
 
+# The parameter of each accumulator: mok.MoE's errors name its .grad or .main_grad.
+_PARAMETER_OF = {"router": "router", "w1": "w1", "w2": "w2", "shared[0]": "shared_w1", "shared[1]": "shared_w2"}
+
+
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
-                        shared: Optional[tuple[Tensor, Tensor]], mode: int) -> None:
+                        shared: Optional[tuple[Tensor, Tensor]], mode: int, of: Optional[str] = None) -> None:
     """At the call, not at the backward: each accumulator a tensor of its weight's shape, contiguous, on
     x's device (on the GPU 16-byte aligned, as the layer's tensors), the router's fp32 and the others
     all fp32 or all bf16 (w1's decides); the router's absent exactly when replay="full" reads no router,
-    the shared pair given exactly with a shared expert, no two overlapping in memory."""
+    the shared pair given exactly with a shared expert, no two overlapping in memory.
+
+    of: "grad" or "main_grad", mok.MoE's accumulators (its parameters' .grad or .main_grad), which the errors
+    name (w1.grad); the weights' dtype is then the usual one (bf16 for .grad, as the weights; fp32 for
+    main_grad) unless all of them hold the other: a float32 w1.grad beside bf16 others was blamed on w2
+    ("accumulate_into.w2 must be a contiguous float32 tensor"), and any bad .grad on accumulate_into.X,
+    which the module's caller never passed."""
     if not isinstance(acc, GradAccumulators):
         raise ValueError(f"accumulate_into must be a mok.GradAccumulators, got {type(acc).__name__}")
     given = mode == ROUTING_MODES.index("given")
@@ -246,7 +277,21 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     pairs = [("w1", acc.w1, w1), ("w2", acc.w2, w2)] + ([("router", acc.router, router)] if not given else [])
     if shared is not None:
         pairs += [("shared[0]", acc.shared[0], shared[0]), ("shared[1]", acc.shared[1], shared[1])]
-    bf16 = isinstance(acc.w1, Tensor) and acc.w1.dtype == torch.bfloat16
+    if of is None:
+        bf16 = isinstance(acc.w1, Tensor) and acc.w1.dtype == torch.bfloat16
+        weights_rule = " (w1, w2 and shared: all float32 or all bfloat16)"
+    else:
+        usual_bf16 = of == "grad"
+        other = torch.float32 if usual_bf16 else torch.bfloat16
+        all_other = all(isinstance(a, Tensor) and a.dtype == other for name, a, _ in pairs if name != "router")
+        bf16 = usual_bf16 != all_other
+        weights_rule = (" (accumulate_grad: w1's, w2's and the shared expert's .grad all bfloat16, as the weights, "
+                        "or all float32)" if usual_bf16 else
+                        " (main_grad: w1's, w2's and the shared expert's all float32, or all bfloat16)")
+
+    def label(name: str) -> str:
+        return f"accumulate_into.{name}" if of is None else f"{_PARAMETER_OF[name]}.{of}"
+
     # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
     # (under torch.compile the op itself refuses an inference tensor and overlapping ones, op_tensors.cpp).
     eager = not torch.compiler.is_compiling()
@@ -255,29 +300,30 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     addresses = eager and not x.is_meta
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
-            raise ValueError(f"accumulate_into.{name} is missing (got {type(a).__name__})")
+            raise ValueError(f"{label(name)} is missing (got {type(a).__name__})" if of is None else
+                             f"{label(name)} must be a Tensor, got {type(a).__name__}")
         dtype = torch.bfloat16 if bf16 and name != "router" else torch.float32
         if a.dtype != dtype or a.shape != weight.shape or a.device != x.device or not a.is_contiguous():
-            rule = " (the router's is float32)" if name == "router" else " (w1, w2 and shared: all float32 or all bfloat16)"
-            raise ValueError(f"accumulate_into.{name} must be a contiguous {str(dtype)[6:]} tensor of shape "
+            rule = " (the router's is float32)" if name == "router" else weights_rule
+            raise ValueError(f"{label(name)} must be a contiguous {str(dtype)[6:]} tensor of shape "
                              f"{tuple(weight.shape)} on {x.device}{rule}; got {a.dtype} {tuple(a.shape)} on "
                              f"{a.device}{'' if a.is_contiguous() else ', not contiguous'}")
         if a.is_cuda and a.data_ptr() % 16:
-            raise ValueError(f"accumulate_into.{name} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
+            raise ValueError(f"{label(name)} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
         # The backward adds into it in place, behind autograd: a tensor autograd tracks, or the weight's own
         # memory, would be changed under the graph (the weight while the backward reads it).
         if a.requires_grad:
-            raise ValueError(f"accumulate_into.{name} requires grad: the backward adds into it in place, which "
-                             "autograd does not record (pass the weight's .grad, a main_grad buffer or another "
-                             "tensor that requires no grad)")
+            raise ValueError(f"{label(name)} requires grad: the backward adds into it in place, which autograd does "
+                             "not record" + (" (pass the weight's .grad, a main_grad buffer or another tensor that "
+                                             "requires no grad)" if of is None else ""))
         if eager:
             if addresses and a.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr():
-                raise ValueError(f"accumulate_into.{name} shares its memory with the weight itself")
+                raise ValueError(f"{label(name)} shares its memory with the weight itself")
             if a.is_inference():  # no version counter for the backward to move
-                raise ValueError(f"accumulate_into.{name} is an inference tensor (made under torch.inference_mode), "
+                raise ValueError(f"{label(name)} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
     if addresses:  # the op's own check (op_tensors.cpp), here at the call rather than at the backward
-        _C.check_disjoint([(f"accumulate_into.{name}", a) for name, a, _ in pairs])
+        _C.check_disjoint([(label(name), a) for name, a, _ in pairs])
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -351,4 +397,5 @@ def quantize_weights(
     tokens_per_rank = config.tokens_per_rank if tokens_per_rank is None else tokens_per_rank
     config_ints, config_floats, launch = _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute,
                                                            comm, gpus, capacity_rows, fp8_weight_gradients)
+    _check_capacity(capacity_rows, gpus, group)
     return torch.ops.mok.quantize_weights.default(w1, w2, shared_w1, shared_w2, config_ints, config_floats, launch)

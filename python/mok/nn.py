@@ -10,8 +10,8 @@ from torch import Tensor
 
 from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
-from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, moe, quantize_weights,
-                            routing_mode)
+from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, _check_capacity, _moe,
+                            quantize_weights, routing_mode)
 
 
 def _check_launch(config: MoEConfig, launch: list[int]) -> None:
@@ -63,7 +63,8 @@ class MoE(torch.nn.Module):
     False) still accumulates; with replay="full" the router's stays as it is (no router runs).
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
-    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(); with
+    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(), in torch's
+    grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
     replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold (but where
     autograd's .grad starts as None and takes a NaN gradient as it is: 0x7fc0 there, 0x7fff in the
     accumulator; docs/numerics.md, backward step 10), without autograd's gradient tensors and
@@ -98,6 +99,8 @@ class MoE(torch.nn.Module):
         # forwards' (N min(k, E/G) grows with their batch): only its sign here.
         if group is not None and capacity_rows < 0:
             raise ValueError(f"capacity_rows = {capacity_rows} (need 0, or the routed rows each GPU's experts hold)")
+        if group is None:  # the launch check's message quoted a bound of G > 1 computed for one GPU ("[1, 2]")
+            _check_capacity(capacity_rows, 1, None)
         _check_launch(config, pack_launch(ring_rows, blocks, recompute, capacity_rows=0 if group is not None
                                           else capacity_rows, fp8_weight_gradients=fp8_weight_gradients))
         _check_generator(generator)
@@ -111,6 +114,7 @@ class MoE(torch.nn.Module):
             from mok import distributed
 
             gpus = distributed.check_group(group, e, config.ranks)
+            _check_capacity(capacity_rows, gpus, group)
             own = e // gpus
             self.expert_begin = group.rank() * own
 
@@ -171,11 +175,11 @@ class MoE(torch.nn.Module):
         accumulators = None
         if (self.main_grad or self.accumulate_grad) and torch.is_grad_enabled():
             accumulators = self._accumulators(routing_mode(routing, replay)[0] == ROUTING_MODES.index("given"))
-        return moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared,
-                   expert_bias=self.expert_bias, routing=routing, replay=replay, ring_rows=self.ring_rows,
-                   blocks=self.blocks, recompute=self.recompute, return_routing=return_routing, group=self.group,
-                   capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators,
-                   fp8_weight_gradients=self.fp8_weight_gradients)
+        # mok.moe's, its accumulators' errors naming the parameters' .grad or .main_grad (w1.grad, not
+        # accumulate_into.w1, which the caller never passed)
+        return _moe(x, self.router, self.w1, self.w2, self.config, shared, self.expert_bias, routing, replay,
+                    self.ring_rows, self.blocks, self.recompute, return_routing, self.group, self.capacity_rows,
+                    fp8_weights, accumulators, self.fp8_weight_gradients, "main_grad" if self.main_grad else "grad")
 
     def _accumulators(self, replay_full: bool) -> GradAccumulators:
         """The parameters' main_grad tensors (main_grad) or their .grad (accumulate_grad; zeros where None) as
@@ -195,7 +199,10 @@ class MoE(torch.nn.Module):
                     raise ValueError("accumulate_grad under torch.compile needs every parameter's .grad made "
                                      "before the compiled call (zeros; optimizer.zero_grad(set_to_none=False) keeps "
                                      "them)")
-                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                # In the dtype autograd's .grad would have (torch's grad_dtype where set, else the parameter's):
+                # a bf16 one under grad_dtype float32 raised torch's RuntimeError here, naming no parameter
+                dtype = getattr(p, "grad_dtype", None) or p.dtype
+                p.grad = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
             return p.grad
 
         shared = (into(self.shared_w1), into(self.shared_w2)) if self.shared_w1 is not None else None

@@ -891,7 +891,7 @@ def test_module_checks_its_launch_values_before_it_allocates():
     cases = [(dict(ring_rows=100), "ring_rows = 100 is not a positive multiple of 128"),
              (dict(ring_rows=-128), r"ring_rows = -128 \(need 0 <= ring_rows"),
              (dict(blocks=-1), r"blocks = -1 \(need 0 <= blocks"),
-             (dict(capacity_rows=5), r"capacity_rows = 5 \(need 0, or over gpus G > 1"),
+             (dict(capacity_rows=5), r"capacity_rows = 5 \(need 0 without a group"),
              (dict(fp8_weight_gradients=True), "fp8_weight_gradients needs precision = fp8")]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -969,3 +969,92 @@ def test_unhashable_launch_arguments_are_named():
             mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared, **kwargs)
     with pytest.raises(ValueError, match=r"^tokens_per_rank must be an integer, got \[1\]$"):
         mok.quantize_weights(layer.w1, layer.w2, config=layer.config, shared=shared, tokens_per_rank=[1])
+
+
+def _grad_of_another_dtype(p, dtype):
+    """p.grad of dtype, which torch's own assignment refuses (grad_dtype, torch >= 2.10; "assigned grad has data
+    of a different type" before): through .data."""
+    p.grad = torch.zeros_like(p)
+    p.grad.data = torch.zeros(p.shape, dtype=dtype)
+
+
+def test_module_accumulate_grad_names_the_parameter_whose_grad_is_wrong():
+    """mok.MoE(accumulate_grad=True) named a bad .grad as accumulate_into.w1 (an argument its caller never
+    passed), blamed a float32 w1.grad on w2 ("accumulate_into.w2 must be a contiguous float32 tensor": w1's
+    dtype decided), and with torch's grad_dtype float32 on a weight whose .grad was None made a bf16 .grad,
+    which torch refused with its RuntimeError naming no parameter. Now the message names the parameter's .grad
+    and the dtype it needs; zeros are made in the grad_dtype, so float32 on every weight accumulates in fp32."""
+    layer = make_layer("softmax_shared")
+
+    def refused(set_up, message):
+        model = mok.MoE(layer.config, accumulate_grad=True, generator=torch.Generator().manual_seed(0))
+        set_up(model)
+        with pytest.raises(ValueError, match=message):
+            model(layer.x)
+
+    bf16 = r"must be a contiguous bfloat16 tensor of shape \({}\) on cpu \(accumulate_grad: .*\); got "
+
+    def transposed(p):
+        p.grad = torch.zeros_like(p).transpose(-1, -2).contiguous().transpose(-1, -2)
+
+    refused(lambda m: transposed(m.w1), "^w1.grad " + bf16.format("4, 128, 64") + r"torch.bfloat16 .*, not contiguous$")
+    refused(lambda m: transposed(m.shared_w1), "^shared_w1.grad " + bf16.format("128, 64") + ".*not contiguous$")
+    refused(lambda m: _grad_of_another_dtype(m.w1, torch.float32),
+            "^w1.grad " + bf16.format("4, 128, 64") + r"torch.float32 \(4, 128, 64\) on cpu$")
+    refused(lambda m: _grad_of_another_dtype(m.router, torch.bfloat16),
+            r"^router.grad must be a contiguous float32 .*\(the router's is float32\); got torch.bfloat16")
+    if hasattr(torch.Tensor, "grad_dtype"):
+        refused(lambda m: setattr(m.w2, "grad_dtype", torch.float32), "^w2.grad " + bf16.format("4, 64, 64"))
+        model = mok.MoE(layer.config, accumulate_grad=True)
+        for p in (model.w1, model.w2, model.shared_w1, model.shared_w2):
+            p.grad_dtype = torch.float32
+        model(layer.x).float().square().mean().backward()
+        assert all(p.grad.dtype == torch.float32 and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_module_main_grad_names_the_parameter_whose_main_grad_is_wrong():
+    """mok.MoE(main_grad=True) with a bf16 w1.main_grad blamed w2 ("accumulate_into.w2 must be a contiguous
+    bfloat16 tensor": w1's dtype decided what the others must be), and named every bad main_grad as
+    accumulate_into.X. Now the message names the parameter's main_grad and the float32 it needs."""
+    layer = make_layer("softmax_shared")
+    fp32 = r"must be a contiguous float32 tensor of shape \({}\) on cpu \(main_grad: .*\); got "
+    for name, main_grad, message in (
+            ("w1", lambda p: torch.zeros_like(p), "^w1.main_grad " + fp32.format("4, 128, 64") + "torch.bfloat16"),
+            ("shared_w2", lambda p: torch.zeros(p.shape[::-1]).t(),
+             "^shared_w2.main_grad " + fp32.format("64, 64") + "torch.float32 .*, not contiguous$"),
+            ("router", lambda p: torch.zeros_like(p, dtype=torch.bfloat16),
+             r"^router.main_grad must be a contiguous float32 .*\(the router's is float32\)"),
+            ("w2", lambda p: 5, "^w2.main_grad must be a Tensor, got int$")):
+        model = mok.MoE(layer.config, main_grad=True)
+        getattr(model, name).main_grad = main_grad(getattr(model, name))
+        with pytest.raises(ValueError, match=message):
+            model(layer.x)
+
+
+def test_a_number_too_large_for_a_float_is_named_as_it_is():
+    """A Fraction past float64's range was called "an integer too large for a float"."""
+    from fractions import Fraction
+
+    message = "^routed_scale must be a finite number, got a Fraction too large for a float$"
+    with pytest.raises(ValueError, match=message):
+        mok.MoEConfig(experts=4, hidden=64, intermediate=64, top_k=2, routed_scale=Fraction(10**400, 3))
+
+
+def test_a_capacity_without_a_group_is_refused_quoting_no_bound():
+    """capacity_rows without a group (one GPU) was refused quoting the bound over G > 1 GPUs computed for one
+    ("need 0, or over gpus G > 1 a value in [1, 2]": the module's, for one token per rank), though no value
+    but 0 is taken there. Now the message says the rule, by mok.MoE, mok.moe and mok.quantize_weights."""
+    layer = make_layer("softmax_shared")
+    rule = (r"^capacity_rows = {} \(need 0 without a group: a capacity is taken only over a process group of G > 1 "
+            r"GPUs, group=\.\.\.; on one GPU every routed row is its own\)$")
+    shared = (layer.shared_w1, layer.shared_w2)
+    for capacity in (5, -5):
+        with pytest.raises(ValueError, match=rule.format(capacity)):
+            mok.MoE(layer.config, capacity_rows=capacity)
+        with pytest.raises(ValueError, match=rule.format(capacity)):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=layer.config, shared=shared,
+                    capacity_rows=capacity)
+    fp8 = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, precision="fp8")
+    model = mok.MoE(fp8)
+    with pytest.raises(ValueError, match=rule.format(5)):
+        mok.quantize_weights(model.w1, model.w2, config=fp8, capacity_rows=5)
