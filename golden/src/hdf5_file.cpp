@@ -39,10 +39,13 @@ herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
 }
 
 // The most specific message on HDF5's error stack (then cleared), e.g. "truncated file: eof = ...".
+// Called while an error is being raised: a failed walk leaves the reason empty and a failed clear
+// leaves a stack that the next HDF5 call clears on entry, so their statuses are dropped rather than
+// let hide the error being raised.
 std::string hdf5_reason() {
   std::string reason;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &reason);
-  H5Eclear2(H5E_DEFAULT);
+  (void)H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &reason);
+  (void)H5Eclear2(H5E_DEFAULT);
   return reason.empty() ? "" : " (HDF5: " + reason + ")";
 }
 
@@ -57,8 +60,12 @@ class Handle {
  public:
   Handle(hid_t id, herr_t (*close)(hid_t), const std::string& what) : id_(check(id, what)), close_(close) {}
   Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), close_(other.close_) {}
+  // Unchecked: a destructor cannot throw. It closes the handles of a file that is read (closing
+  // writes nothing), those that hold no data of the file (property lists, types, dataspaces), and any
+  // handle while an error is on its way out. A write's file, group, dataset and attribute handles are
+  // closed by close(), checked, since their close may write (a dataset's flushes its chunk cache).
   ~Handle() {
-    if (id_ != H5I_INVALID_HID) close_(id_);
+    if (id_ != H5I_INVALID_HID) (void)close_(id_);
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -95,6 +102,7 @@ void write_attribute(hid_t obj, const std::string& where, const char* name, hid_
   Handle attr(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
               "cannot create " + what);
   check(H5Awrite(attr.get(), mem_type, value), "cannot write " + what);
+  attr.close("cannot close " + what);
 }
 
 Handle string_type() {
@@ -184,7 +192,7 @@ std::string read_string(hid_t obj, const std::string& where, const char* name) {
   char* value = nullptr;
   check(H5Aread(attr.get(), t.get(), &value), "cannot read " + what);
   std::string out = value ? value : "";
-  H5free_memory(value);
+  check(H5free_memory(value), "cannot free the string of " + what);
   return out;
 }
 
@@ -233,6 +241,7 @@ void write_dataset(hid_t group, const std::string& path, const Tensor& t, const 
     write_f64(ds.get(), path, "oracle_rel_error", oracle->rel_error);
     write_f64(ds.get(), path, "oracle_rel_bound", oracle->bound);
   }
+  ds.close("cannot close dataset " + path);
 }
 
 Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec) {
@@ -284,6 +293,7 @@ void write_config(hid_t root, const LayerConfig& c) {
     else
       write_i32(id, w, name, int32_t(value));  // int32_t, and bool as 0 / 1
   });
+  g.close("cannot close group /config");
 }
 
 LayerConfig read_config(hid_t root) {
@@ -316,6 +326,7 @@ void write_options(hid_t root, const ref::Options& o) {
   write_i32(g.get(), "/options", "recompute", o.recompute);
   // Only where set: the files without it (every one before it) read as before.
   if (o.fp8_weight_gradients) write_i32(g.get(), "/options", "fp8_weight_gradients", 1);
+  g.close("cannot close group /options");
 }
 
 ref::Options read_options(hid_t root) {
@@ -336,6 +347,7 @@ void write_recipe(hid_t root, const Recipe& r) {
   write_u64(g.get(), "/recipe", "seed", r.seed);
   write_string(g.get(), "/recipe", "routing_kind", ref::to_string(r.routing));
   write_f64(g.get(), "/recipe", "zipf_s", r.zipf_s);
+  g.close("cannot close group /recipe");
 }
 
 Recipe read_recipe(hid_t root) {
@@ -471,6 +483,7 @@ std::string golden_image(const GoldenCase& g) {
       const auto oracle = g.oracle.find(s.name);
       write_dataset(h.get(), path, t, s, oracle == g.oracle.end() ? nullptr : &oracle->second);
     }
+    h.close("cannot close group " + dataset_path(group, ""));
   }
   write_string(root, "/", "content_sha256", content_sha256(g));
   check(H5Fflush(root, H5F_SCOPE_GLOBAL), "cannot flush the file");

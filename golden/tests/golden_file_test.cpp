@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "mok/golden/atomic_file.h"
@@ -102,20 +103,23 @@ TEST_F(GoldenFile, RoundTripIsBitwise) {
 
 // Whether /config holds a precision attribute, and its value.
 std::optional<std::string> stored_precision(const std::filesystem::path& file) {
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  const hid_t config = H5Gopen2(f, "config", H5P_DEFAULT);
+  using testing::h5;
+  const hid_t f = h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen " + file.string());
+  const hid_t config = h5(H5Gopen2(f, "config", H5P_DEFAULT), "H5Gopen2 /config");
   std::optional<std::string> out;
-  if (H5Aexists(config, "precision") > 0) {
-    const hid_t attr = H5Aopen(config, "precision", H5P_DEFAULT), type = H5Aget_type(attr);
+  if (h5(H5Aexists(config, "precision"), "H5Aexists /config@precision") > 0) {
+    const hid_t attr = h5(H5Aopen(config, "precision", H5P_DEFAULT), "H5Aopen /config@precision");
+    const hid_t type = h5(H5Aget_type(attr), "H5Aget_type /config@precision");
     char* value = nullptr;
-    H5Aread(attr, type, &value);
+    h5(H5Aread(attr, type, &value), "H5Aread /config@precision");
+    if (!value) throw std::runtime_error("/config@precision holds no string");
     out = value;
-    H5free_memory(value);
-    H5Tclose(type);
-    H5Aclose(attr);
+    h5(H5free_memory(value), "H5free_memory /config@precision");
+    h5(H5Tclose(type), "H5Tclose /config@precision");
+    h5(H5Aclose(attr), "H5Aclose /config@precision");
   }
-  H5Gclose(config);
-  H5Fclose(f);
+  h5(H5Gclose(config), "H5Gclose /config");
+  h5(H5Fclose(f), "H5Fclose " + file.string());
   return out;
 }
 
@@ -329,7 +333,9 @@ TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
 TEST_F(GoldenFile, NotAGolden) {
   testing::write_bytes(dir_ / "text.h5", {'h', 'e', 'l', 'l', 'o'});
   EXPECT_NE(read_error(dir_ / "text.h5").find("not a mok golden file"), std::string::npos);
-  H5Fclose(H5Fcreate((dir_ / "plain.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  testing::h5(H5Fclose(testing::h5(H5Fcreate((dir_ / "plain.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                   "H5Fcreate plain.h5")),
+              "H5Fclose plain.h5");
   EXPECT_NE(read_error(dir_ / "plain.h5").find("an HDF5 file, but no mok golden"), std::string::npos);
 }
 
@@ -406,6 +412,28 @@ TEST_F(GoldenFile, ABadStoredDigestIsQuotedEscaped) {
   const std::string error = read_error(dir_ / "q.h5");
   EXPECT_NE(error.find("dataset /outputs/y: SHA-256 mismatch, stored '\\xc9\\x01 not hex'"), std::string::npos)
       << error;
+}
+
+// The tests' own HDF5 edits are checked: one that cannot land throws, naming the call and the object,
+// instead of leaving the file as it was (a test of a bad file would then read a good one).
+TEST_F(GoldenFile, RawEditsThatCannotLandThrow) {
+  write_golden(dir_ / "x.h5", *smoke_);
+  const auto edit_error = [&](const std::function<void(RawGolden&)>& edit) -> std::string {
+    try {
+      RawGolden raw(dir_ / "x.h5");
+      edit(raw);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(edit_error([](RawGolden& raw) { raw.flip_bit("/outputs/nosuch", 0, 0); }),
+            "HDF5 failed: H5Dopen2 /outputs/nosuch");
+  EXPECT_EQ(edit_error([](RawGolden& raw) { raw.retype_as_f32("/inputs/nosuch"); }),
+            "HDF5 failed: H5Dopen2 /inputs/nosuch");
+  EXPECT_EQ(edit_error([](RawGolden& raw) { raw.set_i32("/nosuch", "ring_rows", 1); }),
+            "no attribute /nosuch@ring_rows");
+  EXPECT_EQ(read_error(dir_ / "x.h5"), "") << "a refused edit changed the file";
 }
 
 TEST_F(GoldenFile, EditedAttributeFailsTheContentHash) {

@@ -2,6 +2,7 @@
 // edits that make a valid golden invalid in one specific way.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -83,6 +84,14 @@ inline ToolRun run_tool_with_stdout(const std::string& tool, const TempDir& dir,
   return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
 }
 
+// An HDF5 call of the test helpers checked: a negative result throws, naming the call and its object,
+// so that an edit that did not land fails the test instead of leaving the file as it was.
+template <class R>
+R h5(R result, const std::string& what) {
+  if (result < 0) throw std::runtime_error("HDF5 failed: " + what);
+  return result;
+}
+
 // Opens a golden for writing with HDF5 directly, to make it wrong in one way but well-formed: on
 // closing, the seal is rewritten as a (hypothetical) other writer would have written it.
 class RawGolden {
@@ -90,9 +99,15 @@ class RawGolden {
   explicit RawGolden(const std::filesystem::path& p) : path_(p), file_(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) {
     if (file_ < 0) throw std::runtime_error("cannot open " + p.string());
   }
+  // A destructor cannot throw (it may run while an edit's exception unwinds): a failed close or seal
+  // is the current test's failure, named, instead of a file silently left unsealed or half-written.
   ~RawGolden() {
-    H5Fclose(file_);
-    seal_file(path_);
+    if (H5Fclose(file_) < 0) ADD_FAILURE() << "RawGolden: cannot close " << path_;
+    try {
+      seal_file(path_);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "RawGolden: cannot seal " << path_ << ": " << e.what();
+    }
   }
   RawGolden(const RawGolden&) = delete;
   RawGolden& operator=(const RawGolden&) = delete;
@@ -101,32 +116,29 @@ class RawGolden {
 
   // An int32 attribute of `object` (a group or dataset path) replaced.
   void set_i32(const char* object, const char* name, int32_t value) {
-    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0)
-      throw std::runtime_error(std::string("no attribute ") + object + "@" + name);
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attr =
-        H5Acreate_by_name(file_, object, name, H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(attr, H5T_NATIVE_INT32, &value);
-    H5Aclose(attr);
-    H5Sclose(space);
+    const std::string what = std::string(object) + "@" + name;
+    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0) throw std::runtime_error("no attribute " + what);
+    const Id space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate for " + what);
+    const Id attr(
+        H5Acreate_by_name(file_, object, name, H5T_STD_I32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+        H5Aclose, "H5Acreate_by_name " + what);
+    h5(H5Awrite(attr.id, H5T_NATIVE_INT32, &value), "H5Awrite " + what);
   }
 
   void set_root_string(const char* name, const std::string& value) { set_string("/", name, value); }
 
   // A string attribute of `object` (a group or dataset path) replaced; any bytes, as an editor might write.
   void set_string(const char* object, const char* name, const std::string& value) {
-    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0)
-      throw std::runtime_error(std::string("no attribute ") + object + "@" + name);
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attr = H5Acreate_by_name(file_, object, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const std::string what = std::string(object) + "@" + name;
+    if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0) throw std::runtime_error("no attribute " + what);
+    const Id type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy for " + what);
+    h5(H5Tset_size(type.id, H5T_VARIABLE), "H5Tset_size for " + what);
+    h5(H5Tset_cset(type.id, H5T_CSET_UTF8), "H5Tset_cset for " + what);
+    const Id space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate for " + what);
+    const Id attr(H5Acreate_by_name(file_, object, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                  H5Aclose, "H5Acreate_by_name " + what);
     const char* p = value.c_str();
-    H5Awrite(attr, type, &p);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Tclose(type);
+    h5(H5Awrite(attr.id, type.id, &p), "H5Awrite " + what);
   }
 
   void remove(const char* path) {
@@ -140,30 +152,46 @@ class RawGolden {
 
   // Flips one bit of a dataset's data, leaving its attributes (and so its stored SHA-256) as they are.
   void flip_bit(const char* path, size_t byte, int bit) {
-    const hid_t ds = H5Dopen2(file_, path, H5P_DEFAULT);
-    const hid_t type = H5Dget_type(ds);
-    const hid_t space = H5Dget_space(ds);
-    std::vector<unsigned char> data(size_t(H5Sget_simple_extent_npoints(space)) * H5Tget_size(type));
-    H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+    const Id ds(H5Dopen2(file_, path, H5P_DEFAULT), H5Dclose, std::string("H5Dopen2 ") + path);
+    const Id type(H5Dget_type(ds.id), H5Tclose, std::string("H5Dget_type ") + path);
+    const Id space(H5Dget_space(ds.id), H5Sclose, std::string("H5Dget_space ") + path);
+    const size_t element = H5Tget_size(type.id);  // 0 on failure
+    if (element == 0) throw std::runtime_error(std::string("HDF5 failed: H5Tget_size ") + path);
+    std::vector<unsigned char> data(
+        size_t(h5(H5Sget_simple_extent_npoints(space.id), std::string("H5Sget_simple_extent_npoints ") + path)) *
+        element);
+    h5(H5Dread(ds.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), std::string("H5Dread ") + path);
     data.at(byte) ^= (unsigned char)(1u << bit);
-    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Dclose(ds);
+    h5(H5Dwrite(ds.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), std::string("H5Dwrite ") + path);
   }
 
   // Replaces a dataset by a float32 one of the same shape (and no attributes).
   void retype_as_f32(const char* path) {
-    const hid_t old = H5Dopen2(file_, path, H5P_DEFAULT);
-    const hid_t space = H5Dget_space(old);
-    H5Dclose(old);
+    const Id space = dataspace_of(path);  // the old dataset closed before it goes
     remove(path);
-    const hid_t ds = H5Dcreate2(file_, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dclose(ds);
-    H5Sclose(space);
+    const Id ds(H5Dcreate2(file_, path, H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+                std::string("H5Dcreate2 ") + path);
   }
 
  private:
+  // An identifier of an edit, checked when made and closed when it goes (a destructor cannot throw: a
+  // failed close, which may drop the edit's data, is the current test's failure).
+  struct Id {
+    Id(hid_t i, herr_t (*c)(hid_t), const std::string& what) : id(h5(i, what)), close(c) {}
+    Id(const Id&) = delete;
+    Id& operator=(const Id&) = delete;
+    ~Id() {
+      if (close(id) < 0) ADD_FAILURE() << "RawGolden: HDF5 cannot close an identifier of the edit";
+    }
+    const hid_t id;
+    herr_t (*const close)(hid_t);
+  };
+
+  Id dataspace_of(const char* path) {
+    const Id ds(H5Dopen2(file_, path, H5P_DEFAULT), H5Dclose, std::string("H5Dopen2 ") + path);
+    return Id(H5Dget_space(ds.id), H5Sclose, std::string("H5Dget_space ") + path);
+  }
+
   std::filesystem::path path_;
   hid_t file_;
 };
