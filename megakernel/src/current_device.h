@@ -12,7 +12,8 @@ class KeepCurrentDevice {
     if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1, cudaGetLastError();  // no device: nothing to keep
   }
   ~KeepCurrentDevice() {
-    if (device_ >= 0) cudaSetDevice(device_);
+    // Unchecked: a destructor cannot throw, and a device that was current a moment ago takes it back.
+    if (device_ >= 0) (void)cudaSetDevice(device_);
   }
   KeepCurrentDevice(const KeepCurrentDevice&) = delete;
   KeepCurrentDevice& operator=(const KeepCurrentDevice&) = delete;

@@ -58,7 +58,8 @@ class DeviceArray : public DeviceSpan<T> {
   }
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { this->upload(host); }
   ~DeviceArray() {
-    if (this->p_) cudaFree(this->p_);
+    if (this->p_)
+      (void)cudaFree(this->p_);  // a destructor cannot throw: a failed free is the device's error, raised elsewhere
   }
   DeviceArray(DeviceArray&& o) noexcept : DeviceSpan<T>(std::exchange(o.p_, nullptr), std::exchange(o.n_, 0)) {}
   DeviceArray& operator=(DeviceArray&& o) noexcept {
@@ -78,7 +79,7 @@ class PinnedArray {
     std::fill_n(p_, n, T{});
   }
   ~PinnedArray() {
-    if (p_) cudaFreeHost(p_);
+    if (p_) (void)cudaFreeHost(p_);  // a destructor cannot throw (as ~DeviceArray)
   }
   PinnedArray(PinnedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
   PinnedArray& operator=(PinnedArray&& o) noexcept {

@@ -32,7 +32,7 @@ class Stream {
  public:
   Stream() { MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
   ~Stream() {
-    if (s_) cudaStreamDestroy(s_);
+    if (s_) (void)cudaStreamDestroy(s_);  // a destructor cannot throw; a device error has been raised before
   }
   Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}  // the shares' vector moves
   cudaStream_t get() const { return s_; }
@@ -58,8 +58,13 @@ int hopper_gpus() {
   }
   int hopper = 0;
   cudaDeviceProp prop;
-  while (hopper < n && cudaGetDeviceProperties(&prop, hopper) == cudaSuccess && prop.major == 9 && prop.minor == 0)
-    ++hopper;
+  for (; hopper < n; ++hopper) {
+    if (cudaGetDeviceProperties(&prop, hopper) != cudaSuccess) {
+      cudaGetLastError();  // counted as no Hopper GPU; cleared, so that no later check blames a launch for it
+      break;
+    }
+    if (prop.major != 9 || prop.minor != 0) break;
+  }
   return hopper;
 }
 

@@ -33,7 +33,11 @@ namespace {
 
 using mok::test::expect_error;
 
-void cuda(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+// A failed call ends the test: an ASSERT here returned from this helper alone, and the test went on (with
+// a null stream after a failed cudaStreamCreateWithFlags).
+void cuda(cudaError_t e) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + cudaGetErrorString(e));
+}
 
 // One problem's tensors on the device, in the layer's vocabulary: share `share` of `shares` (its
 // tokens, its experts' w1, w2 and their gradients; the rest whole).
@@ -328,8 +332,8 @@ TEST_F(LayerApi, GraphReplayEqualsEager) {
     layer.check();
     expect_same(read(b), eager);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  cuda(cudaGraphExecDestroy(exec));
+  cuda(cudaGraphDestroy(graph));
 }
 
 // An expert id out of range in a given routing is found on the device; the call returns at once, the
@@ -775,8 +779,8 @@ TEST_F(LayerApi, Fp8QuantizedWeightsDoNotDependOnTheBufferAndReplayInAGraph) {
     given.check();
     expect_same_forward(read_forward(b), eager);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  cuda(cudaGraphExecDestroy(exec));
+  cuda(cudaGraphDestroy(graph));
 }
 
 // The quantized weights' arguments are refused at the call, naming the problem, before anything is
@@ -994,7 +998,7 @@ TEST_F(LayerApi, ColocatedLayerRefusesGraphCapture) {
   size_t nodes = 1;
   cuda(cudaGraphGetNodes(graph, nullptr, &nodes));
   EXPECT_EQ(nodes, 0u) << "the refused call enqueued work";
-  cudaGraphDestroy(graph);
+  cuda(cudaGraphDestroy(graph));
   shares.forward();
   shares.backward();
   expect_same(shares.check_and_read(), reference(p, RoutingMode::router));
