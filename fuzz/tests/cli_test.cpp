@@ -1,32 +1,20 @@
 // mok-fuzz's command line (issue 16): values parse strictly, an empty value is no value, and a time
 // budget holds and is reported with the cases that ran.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "tool_run.h"
+
 namespace {
 
-struct ToolRun {
-  int status;          // the exit status, -1 if it did not exit normally
-  std::string output;  // stdout and stderr
-};
+using mok::test::ToolRun;
 
 // mok-fuzz with `args`, killed after 120 s (status 124): a flag that starts a whole campaign fails fast.
-ToolRun run_fuzz(const std::string& args) {
-  const std::string command = "timeout 120 " MOK_FUZZ_TOOL " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buf;
-  for (size_t n; (n = fread(buf.data(), 1, buf.size(), pipe)) > 0;) output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, output};
-}
+ToolRun run_fuzz(const std::string& args) { return mok::test::run_tool_command(MOK_FUZZ_TOOL, args, 120); }
 
 // Each used to be accepted: "" as --replay started a fuzz campaign, -1 became 2^64 - 1. (--list makes
 // an accepted command line exit 0 at once.)

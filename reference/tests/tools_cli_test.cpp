@@ -1,28 +1,17 @@
 // The reference's tools on the command line: mok-reference-timing's sizes parse strictly (atoi took "2x" and
 // "1e3" for 2 and 1 and ran that size); --help is help, exit 0, and mok_oracle_errors starts no run on an argument.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "tool_run.h"
 
 namespace {
 
-struct ToolRun {
-  int status;          // the exit status, -1 if it did not exit normally
-  std::string output;  // stdout and stderr
-};
+using mok::test::ToolRun;
 
 ToolRun run_tool(const std::string& tool, const std::string& args) {
-  const std::string command = "timeout 60 " + tool + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buf;
-  for (size_t n; (n = fread(buf.data(), 1, buf.size(), pipe)) > 0;) output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, output};
+  return mok::test::run_tool_command(tool, args, 60);
 }
 
 ToolRun run_timing(const std::string& args) { return run_tool(MOK_REFERENCE_TIMING_TOOL, args); }
