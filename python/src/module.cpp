@@ -61,6 +61,12 @@ bool flag(const char* name, pybind11::handle value) {
   throw Error(std::string(name) + " must be a bool, got " + std::string(pybind11::repr(value)));
 }
 
+// A flag parameter: any object, read by flag() with its name, and shown as bool in the signature
+// (help() said "recompute: object").
+struct FlagArg {
+  pybind11::handle value;
+};
+
 template <class Table, class Name>
 pybind11::tuple names(const Table& table, Name name) {
   pybind11::list out;
@@ -148,6 +154,15 @@ void check_quantize_weights(const at::Tensor& w1, const at::Tensor& w2, const Op
 }  // namespace
 }  // namespace mok::py
 
+template <>
+struct pybind11::detail::type_caster<mok::py::FlagArg> {
+  PYBIND11_TYPE_CASTER(mok::py::FlagArg, const_name("bool"));
+  bool load(handle src, bool) {
+    value.value = src;
+    return true;
+  }
+};
+
 PYBIND11_MODULE(_C, m) {
   using namespace mok::py;
   namespace py = pybind11;
@@ -182,9 +197,9 @@ PYBIND11_MODULE(_C, m) {
       "Raises the ValueError a call would raise for this config (mok.MoE checks before it allocates).");
   m.def(
       "saved_bytes",
-      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, py::handle recompute, int64_t gpus,
+      [](const std::vector<int64_t>& ints, const std::vector<double>& floats, FlagArg recompute, int64_t gpus,
          int64_t capacity_rows) {
-        const bool recomputing = flag("recompute", recompute);
+        const bool recomputing = flag("recompute", recompute.value);
         const mok::LayerConfig c = parse_config(ints, floats);
         validate_share(c, gpus, capacity_rows);
         return mok::saved_layout(c, recomputing, mok::RowShare{int(gpus), 0, long(capacity_rows)}).bytes;
@@ -239,7 +254,7 @@ PYBIND11_MODULE(_C, m) {
       "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
       "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
   m.def(
-      "_set_poison_outputs", [](py::handle on) { set_poison_outputs(flag("on", on)); }, py::arg("on"),
+      "_set_poison_outputs", [](FlagArg on) { set_poison_outputs(flag("on", on.value)); }, py::arg("on"),
       "Tests: the GPU ops fill their outputs and workspace with 0xff bytes before their kernels run, so an "
       "element no kernel wrote shows (a no-op without CUDA).");
   m.def("check", &check_cuda_layers,

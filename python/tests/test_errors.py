@@ -368,6 +368,9 @@ def test_flag_arguments_of_the_extension_take_bools_alone():
         mok._C._set_poison_outputs(1)
     layout = mok._C.saved_bytes(ints, floats, True)
     assert layout < mok._C.saved_bytes(ints, floats, False) == mok._C.saved_bytes(ints, floats)
+    # help() shows them as the bools they are (it said "recompute: object = False", "on: object")
+    assert "recompute: bool = False" in mok._C.saved_bytes.__doc__
+    assert "_set_poison_outputs(on: bool)" in mok._C._set_poison_outputs.__doc__
     np = pytest.importorskip("numpy")
     assert mok._C.saved_bytes(ints, floats, np.True_) == layout
 
