@@ -1,6 +1,5 @@
 #include "mok/fuzz/repro.h"
 
-#include <charconv>
 #include <optional>
 #include <sstream>
 
@@ -56,9 +55,7 @@ Repro read_repro(const std::filesystem::path& file) {
   r.property = p->name;
   r.params.options.fault = *f;
   // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
-  const auto [end, ec] = std::from_chars(aux.data(), aux.data() + aux.size(), r.params.aux_seed);
-  if (ec != std::errc() || end != aux.data() + aux.size())
-    throw refuse("aux_seed " + quote_input(aux) + " is not a number");
+  if (!parse_whole_number(aux, r.params.aux_seed)) throw refuse("aux_seed " + quote_input(aux) + " is not a number");
   r.description = g.description;
   return r;
 }

@@ -6,7 +6,6 @@
 // Exit status: 0 every property held, 1 a property failed, 2 bad usage, backend not available or
 // standard output not written.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -55,9 +54,7 @@ struct Args {
 template <class T>
 T to_number(const std::string& flag, const std::string& v, const char* want) {
   T n{};
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc() || end != v.data() + v.size() || v.front() == '-')
-    throw Usage(flag + " needs " + want + ", not " + quote_input(v));
+  if (!parse_whole_number(v, n) || v.front() == '-') throw Usage(flag + " needs " + want + ", not " + quote_input(v));
   return n;
 }
 

@@ -1,11 +1,8 @@
 #include "mok/golden/catalogue.h"
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <sstream>
 #include <type_traits>
@@ -147,13 +144,6 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-// The whole of v as a number of type T, strictly: no sign on unsigned types, no '+', no spaces, in range.
-template <class T>
-bool parse_number(const std::string& v, T& out) {
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  return ec == std::errc() && end == v.data() + v.size();
-}
-
 }  // namespace
 
 const std::vector<CaseSpec>& catalogue() {
@@ -187,11 +177,11 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
       bad_line(source, line, key + " = " + quote_input(value) + ": expected " + want);
     };
     const auto integer = [&](int32_t& out) {
-      if (!parse_number(value, out)) bad("an integer");
+      if (!parse_whole_number(value, out)) bad("an integer");
     };
     const auto real = [&](float& out) {
       double d;
-      if (!parse_number(value, d)) bad("a number");
+      if (!parse_whole_number(value, d)) bad("a number");
       if (const std::string why = float32_problem(d); !why.empty()) bad("a float32 value, but it " + why);
       out = float(d);
     };
@@ -228,11 +218,11 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
       else if (key == "recompute")
         flag(spec.options.recompute);
       else if (key == "seed") {
-        if (!parse_number(value, spec.recipe.seed)) bad("an unsigned 64-bit integer");
+        if (!parse_whole_number(value, spec.recipe.seed)) bad("an unsigned 64-bit integer");
       } else if (key == "routing")
         spec.recipe.routing = ref::routing_kind_from_string(value);
       else if (key == "zipf_s") {
-        if (!parse_number(value, spec.recipe.zipf_s)) bad("a number");
+        if (!parse_whole_number(value, spec.recipe.zipf_s)) bad("a number");
         ref::validate_zipf_s(spec.recipe.zipf_s);
       } else
         bad_line(source, line, "unknown key " + quote_input(key) + " (the keys are listed in docs/golden-format.md)");

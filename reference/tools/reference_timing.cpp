@@ -1,12 +1,10 @@
 // mok-reference-timing: wall time of the CPU reference's forward and backward, per step model.
 //   mok-reference-timing [R T H I E k]      (default: issue 2's size, 4 512 512 256 16 4)
 // Uses every core OpenMP offers (OMP_NUM_THREADS to change it).
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <optional>
 
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -14,16 +12,6 @@
 namespace {
 
 constexpr const char* kUsage = "usage: mok-reference-timing [R T H I E k]   (default 4 512 512 256 16 4)\n";
-
-// The whole of text as a decimal int, strictly: atoi took "2x" and "1e3" for 2 and 1, and wrapped
-// 99999999999 to another size, which then ran or was refused by a number the user never gave.
-std::optional<int> whole_int(const char* text) {
-  int v = 0;
-  const char* end = text + std::strlen(text);
-  const auto [stop, ec] = std::from_chars(text, end, v);
-  if (ec != std::errc() || stop != end) return std::nullopt;
-  return v;
-}
 
 }  // namespace
 
@@ -40,14 +28,14 @@ int main(int argc, char** argv) {
   }
   int sizes[6] = {4, 512, 512, 256, 16, 4};  // R T H I E k
   for (int i = 1; i < argc; ++i) {
-    const std::optional<int> v = whole_int(argv[i]);
-    if (!v) {
+    // Strictly: atoi took "2x" and "1e3" for 2 and 1, and wrapped 99999999999 to another size, which then
+    // ran or was refused by a number the user never gave.
+    if (!parse_whole_number(argv[i], sizes[i - 1])) {
       std::fprintf(stderr, "mok-reference-timing: argument %d, %s, is not a decimal integer\n", i,
                    quote_input(argv[i]).c_str());
       std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
-    sizes[i - 1] = *v;
   }
   try {
     const LayerConfig c = make_config(sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]);

@@ -2,7 +2,6 @@
 // against golden files (the run itself: mok/verify/run.h). Exit status: 0 all bitwise equal, 1 a
 // mismatch, 2 usage or file error, or nothing compared, 77 no Hopper GPU for --gpus N (ctest: skip).
 #include <algorithm>
-#include <charconv>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -64,8 +63,7 @@ struct Args {
 // The whole of value as a decimal integer >= 1: no sign, no spaces, no trailing text, in range.
 int positive_int(const std::string& option, const std::string& value) {
   int v = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || v <= 0)
+  if (!parse_whole_number(value, v) || v <= 0)
     throw UsageError(option + " needs a positive integer, got " + quote_input(value));
   return v;
 }

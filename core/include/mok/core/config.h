@@ -1,11 +1,13 @@
 // The layer's configuration: a plain struct that travels to the device as it is.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -105,6 +107,15 @@ inline std::string escape_bytes(const std::string& text, bool keep_newlines = fa
       out += hex_escape(ch);
   }
   return out;
+}
+
+// The whole of text as a number of type T, strictly: no sign on unsigned types, no '+', no spaces, no
+// trailing text, in T's range (atoi and stoull took "2x" as 2 and "-1" as 2^64 - 1). Every tool's and
+// file reader's parse of a number.
+template <class T>
+bool parse_whole_number(std::string_view text, T& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
 }
 
 // Input text as an error message echoes it: quoted, escaped. A quote or backslash in it is escaped too,
