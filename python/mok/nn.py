@@ -101,8 +101,9 @@ class MoE(torch.nn.Module):
             raise ValueError(f"capacity_rows = {capacity_rows} (need 0, or the routed rows each GPU's experts hold)")
         if group is None:  # the launch check's message quoted a bound of G > 1 computed for one GPU ("[1, 2]")
             _check_capacity(capacity_rows, 1, None)
-        _check_launch(config, pack_launch(ring_rows, blocks, recompute, capacity_rows=0 if group is not None
-                                          else capacity_rows, fp8_weight_gradients=fp8_weight_gradients))
+        # The capacity is checked apart, above (0 without a group; with one, its bound is the forwards'):
+        # the other values here.
+        _check_launch(config, pack_launch(ring_rows, blocks, recompute, fp8_weight_gradients=fp8_weight_gradients))
         _check_generator(generator)
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute
         self.group, self.capacity_rows, self.main_grad = group, capacity_rows, main_grad
