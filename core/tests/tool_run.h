@@ -15,6 +15,9 @@ struct ToolRun {
   std::string output;  // stdout and stderr
 };
 
+// std::system's or pclose's raw status as ToolRun's status.
+inline int exit_status_of(int raw) { return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1; }
+
 // `tool args`, killed after timeout_s seconds (status 124), its stderr folded into its stdout.
 inline ToolRun run_tool_command(const std::string& tool, const std::string& args, int timeout_s) {
   const std::string command = "timeout " + std::to_string(timeout_s) + " " + tool + " " + args + " 2>&1";
@@ -23,8 +26,7 @@ inline ToolRun run_tool_command(const std::string& tool, const std::string& args
   std::string output;
   std::array<char, 4096> buf;
   for (size_t n; (n = fread(buf.data(), 1, buf.size(), pipe)) > 0;) output.append(buf.data(), n);
-  const int raw = pclose(pipe);
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, output};
+  return {exit_status_of(pclose(pipe)), output};
 }
 
 }  // namespace mok::test

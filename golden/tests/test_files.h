@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "mok/golden/seal.h"
+#include "tool_run.h"
 
 namespace mok::golden::testing {
 
@@ -61,10 +61,7 @@ inline std::string read_text(const std::filesystem::path& p) {
   return std::string(b.begin(), b.end());
 }
 
-struct ToolRun {
-  int status;          // the exit status, -1 if it did not exit normally
-  std::string output;  // stdout and stderr
-};
+using mok::test::ToolRun;
 
 // Runs a command-line tool with the given arguments, its output captured in a file of `dir`; with a
 // timeout, killed after that many seconds (exit status 124), so that a tool that hangs fails the test.
@@ -72,7 +69,7 @@ inline ToolRun run_tool(const std::string& tool, const TempDir& dir, const std::
   const std::filesystem::path log = dir / "tool.log";
   const std::string limit = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : "";
   const int raw = std::system((limit + tool + " " + args + " > " + log.string() + " 2>&1").c_str());
-  return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
+  return ToolRun{mok::test::exit_status_of(raw), read_text(log)};
 }
 
 // Runs a command-line tool with its standard output on `out` (/dev/full: a full disk) and its stderr
@@ -81,7 +78,7 @@ inline ToolRun run_tool_with_stdout(const std::string& tool, const TempDir& dir,
                                     const std::string& out) {
   const std::filesystem::path log = dir / "tool.log";
   const int raw = std::system((tool + " " + args + " >" + out + " 2>" + log.string()).c_str());
-  return ToolRun{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_text(log)};
+  return ToolRun{mok::test::exit_status_of(raw), read_text(log)};
 }
 
 // An HDF5 call of the test helpers checked: a negative result throws, naming the call and its object,
