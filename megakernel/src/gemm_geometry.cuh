@@ -28,10 +28,13 @@ __device__ __forceinline__ int consumer_index(Warpgroup consumer) { return int(c
 
 // Named barrier ids (immediates in the PTX, so ptxas reserves only these).
 enum class NamedBarrier : int {
-  sync_threads = 0,  // __syncthreads
-  consumer0 = 1,     // consumer warpgroup 0 alone
-  consumer1 = 2,     // consumer warpgroup 1 alone
-  block = 3,         // the whole block, reached from the roles' separate paths
+  sync_threads = 0,      // __syncthreads
+  consumer0 = 1,         // consumer warpgroup 0 alone
+  consumer1 = 2,         // consumer warpgroup 1 alone
+  block = 3,             // the whole block, reached from the roles' separate paths
+  consumer0_issued = 4,  // the fp8 chain's turns (wait_turn in tile_gemm.cuh): consumer 0 issued a group
+  consumer1_issued = 5,  // consumer 1 issued a group
+  consumers = 6,         // both consumer warpgroups
 };
 
 // The output tile: kTileRows (mok/core/saved_layout.h: experts' rows are padded to whole tiles) x

@@ -135,6 +135,36 @@ __device__ __forceinline__ bool warpgroup_all(Warpgroup consumer, bool v) {
                                           : ptx::bar_red_and<int(NamedBarrier::consumer1), kWarpgroupThreads>(v);
 }
 
+// The fp8 chain's turns, on a tile of at least kTurnsMinBlocks K-blocks: the consumers issue their
+// wgmma groups (a half tile's K-block each) in alternation, consumer 0 first, so that the tensor core
+// runs one consumer's group while the other drains and promotes its last one. Consumer 1 waits until
+// consumer 0 issued (consumer0_issued), consumer 0 until consumer 1 issued its previous group
+// (consumer1_issued); consumer 1's opening pass grants consumer 0 the tile's first turn and consumer
+// 0's closing wait takes back consumer 1's last pass, so every arrival is waited for within the tile.
+// Both consumers run the same tile (a failed wait skips waits, not groups) and its verdict is both
+// consumers', so they leave the tile loop together. The weight gradients' chains (kColumnScales),
+// whose K varies from tile to tile, take no turns: every other phase's tiles take turns all or none.
+// On short chains the barriers cost more than the turns gain (docs/results/2026-12-05-h100-d call 2,
+// 2026-12-05-h100-f).
+inline constexpr int kTurnsMinBlocks = 48;
+__device__ __forceinline__ void wait_turn(Warpgroup consumer) {
+  if (consumer == Warpgroup::consumer0)
+    ptx::bar_sync<int(NamedBarrier::consumer1_issued), kConsumerThreads>();
+  else
+    ptx::bar_sync<int(NamedBarrier::consumer0_issued), kConsumerThreads>();
+}
+__device__ __forceinline__ void pass_turn(Warpgroup consumer) {
+  if (consumer == Warpgroup::consumer0)
+    ptx::bar_arrive<int(NamedBarrier::consumer0_issued), kConsumerThreads>();
+  else
+    ptx::bar_arrive<int(NamedBarrier::consumer1_issued), kConsumerThreads>();
+}
+
+// True when `v` holds in every thread of both consumer warpgroups.
+__device__ __forceinline__ bool consumers_all(bool v) {
+  return ptx::bar_red_and<int(NamedBarrier::consumers), kConsumerThreads>(v);
+}
+
 // kColumnScales: each stage also gets the K-block's ColumnScales (TileLoad::columns); else in the fp8
 // mode the scale exponents of A's 128 rows (StageScales::a_exps, a bulk copy) and of B's two halves
 // (GemmSmem::b_exps, stored before the stage's arrival, whose release the consumers' wait acquires),
@@ -310,6 +340,8 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
   };
   bool healthy = l.k_blocks == 0 || wait_stage(0);
+  const bool turns = !kColumnScales && l.k_blocks >= kTurnsMinBlocks;  // a phase's tiles: all or none
+  if (turns && consumer == Warpgroup::consumer1) pass_turn(consumer);  // consumer 0's first turn
   float partial[kAccumulators / 2];
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     __syncwarp();  // wgmma is .sync.aligned: the warp's lanes meet again after their waits
@@ -319,13 +351,17 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     const int2 eb = kColumnScales ? int2{} : pipe.smem->b_exps[pipe.stage()];
     const uint8_t* st = pipe.smem->stage[pipe.stage()];
     const uint64_t da = ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes);
+    if (turns) wait_turn(consumer);
     fp8_half_block<0>(st, da, partial);
+    if (turns) pass_turn(consumer);
     fp8_half_done(partial);
     if constexpr (kColumnScales)
       promote_columns<0>(acc, partial, scales.columns, consumer);
     else
       promote<0>(acc, partial, ea.x + eb.x, ea.y + eb.x);
+    if (turns) wait_turn(consumer);
     fp8_half_block<1>(st, da, partial);
+    if (turns) pass_turn(consumer);
     const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
     __syncwarp();  // the lanes meet again after the wait, before the aligned wgmma wait
     fp8_half_done(partial);
@@ -336,7 +372,9 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, ea.x + eb.y, ea.y + eb.y);
     healthy = next_healthy;
   }
-  return warpgroup_all(consumer, healthy);
+  if (!turns) return warpgroup_all(consumer, healthy);
+  if (consumer == Warpgroup::consumer0) wait_turn(consumer);  // consumer 1's last pass
+  return consumers_all(healthy);
 }
 
 // One tile's chain on this consumer warpgroup's 64 rows, continued from acc's values. One stage's wgmma group stays in

@@ -19,6 +19,12 @@ __device__ __forceinline__ void barrier_sync() {
   asm volatile("barrier.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
 }
 
+// Arrives at barrier kId without waiting (the waiters' bar_sync completes it).
+template <int kId, int kCount>
+__device__ __forceinline__ void bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+
 // bar_sync, and true when `v` holds in every arriving thread (bar.red.and).
 template <int kId, int kCount>
 __device__ __forceinline__ bool bar_red_and(bool v) {
