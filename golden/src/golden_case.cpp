@@ -173,9 +173,15 @@ std::vector<TensorSpec> tensor_specs(const LayerConfig& c, bool routing_given) {
 }
 
 void validate_case_name(const std::string& name, const std::string& where) {
+  // First: the other errors echo the whole name, and a name of any length is echoed only in part.
+  if (name.size() > kMaxCaseNameBytes)
+    throw Error(where + " " + quote_input(name.substr(0, 32)) + "... of " + std::to_string(name.size()) +
+                " bytes is no case name: at most " + std::to_string(kMaxCaseNameBytes) + " bytes");
   const bool printable = std::all_of(name.begin(), name.end(), [](char ch) { return ch > ' ' && ch < 0x7f; });
   if (name.empty() || !printable)
     throw Error(where + " " + quote_input(name) + " is no case name: printable ASCII without spaces");
+  if (name.find_first_of("/\\") != std::string::npos || name.find("..") != std::string::npos)
+    throw Error(where + " " + quote_input(name) + " is no case name: it names a file, so no '/', '\\' or '..'");
 }
 
 bool GoldenCase::routing_given() const { return find("given_topk_idx") != nullptr; }

@@ -176,6 +176,20 @@ TEST(CaseFile, ValuesAFloatOrAZipfLawCannotHoldAreRefused) {
   EXPECT_EQ(parse_error("zipf_s = 1e999\n"), "mok: case.txt:1: zipf_s = '1e999': expected a number");
 }
 
+// A case's name names its golden, NAME.h5: a path separator or ".." in it, or more than
+// kMaxCaseNameBytes, is refused (a name of any length was taken), as on reading a golden.
+TEST(CaseFile, NamesThatNameNoFileOfTheirOwnAreRefused) {
+  const std::string no_file = "' is no case name: it names a file, so no '/', '\\' or '..'";
+  EXPECT_EQ(parse_error("name = ../x\n"), "mok: case.txt: name '../x" + no_file);
+  EXPECT_EQ(parse_error("name = a/b\n"), "mok: case.txt: name 'a/b" + no_file);
+  EXPECT_EQ(parse_error("name = a\\b\n"), "mok: case.txt: name 'a\\\\b" + no_file);
+  EXPECT_EQ(parse_error("name = a..b\n"), "mok: case.txt: name 'a..b" + no_file);
+  const std::string longest(kMaxCaseNameBytes, 'n');
+  EXPECT_EQ(parse_case_text("name = " + longest + "\n", "case.txt", "c").name, longest);
+  EXPECT_EQ(parse_error("name = " + longest + "n\n"),
+            "mok: case.txt: name '" + std::string(32, 'n') + "'... of 129 bytes is no case name: at most 128 bytes");
+}
+
 TEST(CaseFile, NumbersParseStrictly) {
   for (const char* line : {"seed = -1", "seed = +1", "ranks = 2x", "ranks = 0x2", "zipf_s = 1.5.", "zipf_s = +1"})
     EXPECT_NE(parse_error(std::string(line) + "\n").find("expected"), std::string::npos) << line;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "mok/golden/catalogue.h"
@@ -265,6 +266,61 @@ TEST(MokGoldenCli, UsageErrorsExitTwo) {
   const testing::ToolRun twice = run_tool(dir, "generate --name smoke --out a --out b");
   EXPECT_EQ(twice.status, 2) << twice.output;
   EXPECT_NE(twice.output.find("--out is given twice"), std::string::npos) << twice.output;
+}
+
+// --builtin, a flag, was taken twice without a word (and the builtin case run); it is given once, as
+// every option is.
+TEST(MokGoldenCli, ARepeatedBuiltinFlagIsAUsageError) {
+  TempDir dir("golden-cli-builtin-twice");
+  const testing::ToolRun r = run_tool(dir, "check --builtin --builtin");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-golden: --builtin is given twice"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("run 1"), std::string::npos) << r.output;
+}
+
+// check --name NAME reads DIR/NAME.h5: a NAME with a path separator or ".." read a golden outside DIR
+// (`--name ../x` checked DIR/../x.h5, exit 0), and one of any length was taken. NAME is a case name
+// (validate_case_name), refused as a usage error naming --name before any file is read.
+TEST(MokGoldenCli, CheckNameMustBeACaseName) {
+  TempDir dir("golden-cli-name-outside");
+  std::filesystem::create_directory(dir / "data");
+  std::filesystem::create_directory(dir / "data" / "sub");
+  write_golden(dir / "x.h5", make_case(*find_case("single_token")));  // outside DIR
+  write_golden(dir / "data" / "sub" / "x.h5", make_case(*find_case("single_token")));
+  const std::string data = (dir / "data").string();
+  const std::string no_file = "' is no case name: it names a file, so no '/', '\\' or '..'";
+  for (const auto& [name, message] :
+       {std::pair<std::string, std::string>{"../x", "mok-golden: --name '../x" + no_file},
+        {"sub/x", "mok-golden: --name 'sub/x" + no_file},
+        {(dir / "x").string(), "mok-golden: --name '" + (dir / "x").string() + no_file},
+        {"'sub\\x'", "mok-golden: --name 'sub\\\\x" + no_file},
+        {std::string(kMaxCaseNameBytes + 1, 'a'),
+         "mok-golden: --name '" + std::string(32, 'a') + "'... of 129 bytes is no case name: at most 128 bytes"}}) {
+    const testing::ToolRun r = run_tool(dir, "check --name " + name + " --dir " + data);
+    EXPECT_EQ(r.status, 2) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << name << "\n" << r.output;
+    EXPECT_EQ(r.output.find("single_token"), std::string::npos) << name << "\n" << r.output;
+  }
+}
+
+// A float field or zipf_s written as -0 was stored as -0.0, its bits (and the golden's content hash)
+// not 0's: two case files of one layer made two goldens. -0 reads as 0, and the goldens are the same bytes.
+TEST(MokGoldenCli, MinusZeroInACaseFileIsZero) {
+  TempDir dir("golden-cli-minus-zero");
+  const std::string shape = "name = zero\nranks = 1\ntokens_per_rank = 4\nexperts = 2\nrouting = zipf\n";
+  std::ofstream(dir / "plus.txt") << shape << "swiglu_limit = 0\nzipf_s = 0\n";
+  std::ofstream(dir / "minus.txt") << shape << "swiglu_limit = -0\nzipf_s = -0.0\n";
+  for (const std::string sign : {"plus", "minus"}) {
+    const testing::ToolRun r = run_tool(
+        dir, "generate --config " + (dir / (sign + ".txt")).string() + " --out " + (dir / (sign + ".h5")).string());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  const GoldenCase minus = read_golden(dir / "minus.h5");
+  EXPECT_FALSE(std::signbit(minus.config.swiglu_limit));
+  ASSERT_TRUE(minus.recipe);
+  EXPECT_FALSE(std::signbit(minus.recipe->zipf_s));
+  EXPECT_TRUE(testing::read_bytes(dir / "minus.h5") == testing::read_bytes(dir / "plus.h5"))
+      << "a case file of -0 made another golden than the same case of 0";
 }
 
 // An option where a value should be is a missing value: `--out --name` wrote a golden to a file named

@@ -60,7 +60,8 @@ Args parse_args(int argc, char** argv, const std::vector<std::string>& keys) {
   a.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--builtin") {
+    if (arg == "--builtin") {  // a flag, given once as every option is
+      if (a.builtin) throw UsageError(arg + " is given twice");
       a.builtin = true;
       continue;
     }
@@ -245,8 +246,19 @@ int check_file(const fs::path& file) {
   return differing ? kMismatch : kEqual;
 }
 
+// --name as a file of DIR: a case name (validate_case_name), so that DIR/NAME.h5 is in DIR (`../x` read
+// a file outside it).
+void require_case_name_argument(const std::string& name) {
+  try {
+    validate_case_name(name, "--name");
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 int check_dir(const Args& a) {
   const fs::path dir = a.get("--dir", MOK_GOLDEN_DATA_DIR);
+  if (a.has("--name")) require_case_name_argument(a.get("--name"));
   require_golden_directory(dir);
   std::vector<fs::path> files;
   if (a.has("--name")) {

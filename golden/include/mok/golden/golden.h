@@ -84,9 +84,12 @@ struct OracleAccuracy {
   double bound = 0.0;
 };
 
-// A case's name is printed in every report and names its file: printable ASCII, no spaces (mok::Error
-// naming `where` otherwise: a name read from a file could otherwise write escape codes or fake report
-// lines to a terminal).
+// A case's name is printed in every report and names its file, NAME.h5 in a golden directory:
+// printable ASCII without spaces, no '/', '\' or "..", at most kMaxCaseNameBytes (mok::Error naming
+// `where` otherwise: a name read from a file could otherwise write escape codes or fake report lines
+// to a terminal, and `check --name ../x` read a file outside DIR). The one rule of every name: case
+// files, goldens written and read, and the tool's --name.
+inline constexpr size_t kMaxCaseNameBytes = 128;  // NAME.h5 and its temporary well within NAME_MAX (255)
 void validate_case_name(const std::string& name, const std::string& where);
 
 struct GoldenCase {
