@@ -283,6 +283,18 @@ TEST_F(MokVerifyCli, UsageErrorsExitTwo) {
   }
 }
 
+// The refusal of an option only a backend takes, given beside --candidate, names that option.
+TEST_F(MokVerifyCli, BackendOnlyOptionsBesideACandidateAreNamed) {
+  for (const std::string option : {"--one-process", "--timeout 5"}) {
+    const ToolRun r = verify(golden_path() + " --candidate x.h5 " + option);
+    EXPECT_EQ(r.status, 2) << option << "\n" << r.output;
+    const size_t refusal = r.output.find("apply to --backend only");
+    ASSERT_NE(refusal, std::string::npos) << r.output;
+    const std::string line = r.output.substr(0, refusal).substr(r.output.rfind('\n', refusal) + 1);
+    EXPECT_NE(line.find(option.substr(0, option.find(' '))), std::string::npos) << r.output;
+  }
+}
+
 // An option where a value should be is a missing value (`--json --quiet` wrote the report to a file
 // named "--quiet", exit 0), and an option given twice is refused (the last one used to win silently).
 TEST_F(MokVerifyCli, AMissingOrRepeatedOptionValueIsAUsageError) {

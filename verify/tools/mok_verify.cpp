@@ -131,7 +131,8 @@ Args parse_args(int argc, char** argv) {
   if (!a.request.candidate.empty()) {
     if (a.flags.step || a.flags.ring_rows || a.flags.recompute || a.flags.gpus || a.flags.one_process ||
         a.flags.timeout_s || runs_given)
-      throw UsageError("--step, --ring-rows, --recompute, --gpus and --runs apply to --backend only");
+      throw UsageError(
+          "--step, --ring-rows, --recompute, --gpus, --one-process, --timeout and --runs apply to --backend only");
     std::error_code ec;  // a path that cannot be examined is no directory: reading it names why
     if (a.request.goldens.size() != 1 || fs::is_directory(a.request.goldens[0], ec))
       throw UsageError("--candidate compares against exactly one golden file");
