@@ -44,18 +44,24 @@ __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
 SymmetricMemory symmetric_memory(const std::vector<ncclComm_t>& comms) {
   ncclDevCommRequirements_t requirements{};
   std::vector<ncclDevComm_t> dev(comms.size());
-  size_t created = 0;
   NcclGroup create;
-  while (created < comms.size() && ncclDevCommCreate(comms[created], &requirements, &dev[created]) == ncclSuccess)
-    ++created;
-  if (create.end() != ncclSuccess) return {};
-  SymmetricMemory found{created == comms.size(), 0};
-  for (size_t r = 0; r < created && found.available; ++r)
-    found.load_store_ranks = r == 0 ? dev[r].lsaSize : std::min(found.load_store_ranks, dev[r].lsaSize);
+  for (size_t r = 0; r < comms.size(); ++r) {
+    const ncclResult_t made = ncclDevCommCreate(comms[r], &requirements, &dev[r]);
+    if (made == ncclInvalidUsage) {  // NCCL's "no symmetric memory", refused before any work was queued
+      SymmetricMemory none{.refusal = nccl_error(made, "ncclDevCommCreate")};  // before the group's end logs more
+      create.end();  // fails with the same refusal (the group's error): nothing was made, nothing to destroy
+      return none;
+    }
+    check_nccl(made, "ncclDevCommCreate");  // a real failure (CUDA, memory): the group ended by its destructor
+  }
+  // The device communicators are made at the group's end: a failure there is a real one too.
+  check_nccl(create.end(), "ncclGroupEnd after ncclDevCommCreate");
+  int fewest_lsa_ranks = dev.empty() ? 0 : dev[0].lsaSize;
+  for (const ncclDevComm_t& d : dev) fewest_lsa_ranks = std::min(fewest_lsa_ranks, d.lsaSize);
   NcclGroup destroy;  // the probe needs no device communicator: destroy what was made
-  for (size_t r = 0; r < created; ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
+  for (size_t r = 0; r < comms.size(); ++r) MOK_NCCL_CHECK(ncclDevCommDestroy(comms[r], &dev[r]));
   MOK_NCCL_CHECK(destroy.end());
-  return found;
+  return {.available = true, .load_store_ranks = fewest_lsa_ranks};
 }
 
 PeerGroup::PeerGroup(Transport transport, int gpus, size_t bytes) : transport_(transport), gpus_(gpus), bytes_(bytes) {
@@ -113,7 +119,7 @@ void PeerGroup::open_nccl() {
   symmetric_ = memory.available;
   // One GPU without symmetric memory (NCCL < 2.28.7) still has its own buffer; several need windows.
   require(symmetric_ || gpus_ == 1,
-          "mok: NCCL gives these " + std::to_string(gpus_) + " GPUs no symmetric memory (ncclDevCommCreate refused)");
+          [&] { return "NCCL gives these " + std::to_string(gpus_) + " GPUs no symmetric memory: " + memory.refusal; });
   // Every byte between GPUs is a load or a store through a window: a peer beyond the NVLink domain
   // (another node) has no address in it.
   require(!symmetric_ || memory.load_store_ranks == gpus_, [&] {

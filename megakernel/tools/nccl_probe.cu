@@ -87,10 +87,11 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r)
       if (win[r] == nullptr)
         throw mok::Error("mok-nccl-probe: NCCL registered no window for rank " + std::to_string(r));
-    const bool symmetric = mok::gpu::symmetric_memory(comms).available;
+    const mok::gpu::SymmetricMemory memory = mok::gpu::symmetric_memory(comms);
+    const bool symmetric = memory.available;
     if (!symmetric && ranks > 1)
       throw mok::Error("mok-nccl-probe: NCCL gives these " + std::to_string(ranks) +
-                       " ranks no symmetric memory (ncclDevCommCreate refused)");
+                       " ranks no symmetric memory: " + memory.refusal);
     if (!symmetric)
       std::printf("mok-nccl-probe: no symmetric memory for one rank (NCCL < 2.28.7): reading its own buffer\n");
     const size_t words = bytes / 4;

@@ -78,6 +78,7 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
             text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise ValueError(f"{what} must be text that UTF-8 can encode, got {text!r} ({e.reason})") from None
+    _C.validate_case_name(name)  # else refused by the writer, after the whole call had run
     for what, t in (("x", x), ("dy", dy)):
         if t is not None and t.is_meta:  # a meta call runs the fake kernels: no values to write (copying out raised)
             raise ValueError(f"capture writes a call's values: {what} is on the meta device, which holds none")

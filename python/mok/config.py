@@ -6,6 +6,7 @@ one place that lists them; MoEConfig must name the same fields, checked at impor
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import numbers
 import sys
@@ -41,6 +42,33 @@ def _require_int(name: str, value) -> None:
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= value < 2**63:  # the ops' int lists are int64: torch's error past it names no field
         raise ValueError(f"{name} = {value} is outside the 64-bit integer range of the ops' arguments")
+
+
+def _require_real(name: str, value) -> None:
+    """A number packed as a float: float() would take "2.5" and fail on None; a bool is no number, as it is
+    no integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:  # an integer (or a Fraction) past float64's range: float() raised OverflowError, naming no field
+        float(value)
+    except OverflowError:
+        # "an integer" said of Fraction(10**400, 3) too: say what the value is
+        what = "an integer" if isinstance(value, numbers.Integral) else f"a {type(value).__name__}"
+        raise ValueError(f"{name} must be a finite number, got {what} too large for a float") from None
+
+
+def _require_list(name: str, values, fields: tuple[str, ...], require_element) -> None:
+    """One of the ops' lists (config_ints, config_floats) handed to mok._C: a list, a tuple (any sequence
+    but a str) or a numpy array, as mok._C takes, each element checked by require_element under its index
+    and field. Another type (a str, None, a dict) or an element mok._C cannot convert (2.5 among the ints,
+    "x" among the floats) raised pybind11's TypeError ("check_config(): incompatible function arguments"),
+    naming no argument."""
+    numpy = sys.modules.get("numpy")  # an array exists only once numpy is imported: no import here
+    is_array = numpy is not None and isinstance(values, numpy.ndarray)
+    if not is_array and (isinstance(values, (str, bytes)) or not isinstance(values, collections.abc.Sequence)):
+        raise ValueError(f"{name} must be a list or tuple, got {type(values).__name__}")
+    for i, value in enumerate(values):
+        require_element(f"{name}[{i}]" + (f" ({fields[i]})" if i < len(fields) else ""), value)
 
 
 @dataclass(frozen=True)
@@ -81,16 +109,7 @@ class MoEConfig:
             else:
                 _require_int(name, value)
         for name in FLOAT_FIELDS:
-            value = getattr(self, name)
-            # pack()'s float() would take "2.5" and fail on None; a bool is no number, as it is no integer
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ValueError(f"{name} must be a number, got {value!r}")
-            try:  # an integer (or a Fraction) past float64's range: float() raised OverflowError, naming no field
-                float(value)
-            except OverflowError:
-                # "an integer" said of Fraction(10**400, 3) too: say what the value is
-                what = "an integer" if isinstance(value, numbers.Integral) else f"a {type(value).__name__}"
-                raise ValueError(f"{name} must be a finite number, got {what} too large for a float") from None
+            _require_real(name, getattr(self, name))
         if self.ranks < 1:  # the tokens are split over the ranks before any op checks the config
             raise ValueError(f"ranks = {self.ranks} (need >= 1)")
         if self.score_mode not in SCORE_MODES:
@@ -115,6 +134,8 @@ class MoEConfig:
     def unpack(cls, config_ints: list[int], config_floats: list[float]) -> MoEConfig:
         """The config the ops' lists describe (ValueError, as a call's, for lists no call takes: a short list
         raised KeyError, a score_mode of 5 IndexError)."""
+        _require_list("config_ints", config_ints, INT_FIELDS, _require_int)
+        _require_list("config_floats", config_floats, FLOAT_FIELDS, _require_real)
         _C.check_config(config_ints, config_floats)
         values: dict = dict(zip(INT_FIELDS, config_ints))
         values.update(zip(FLOAT_FIELDS, config_floats))

@@ -8,6 +8,7 @@
 #include "cuda_layers.h"
 #include "golden_io.h"
 #include "mok/golden/file_kind.h"
+#include "mok/golden/golden.h"
 #include "op_config.h"
 #include "op_tensors.h"
 
@@ -284,6 +285,11 @@ PYBIND11_MODULE(_C, m) {
       py::arg("path"),
       "Raises ValueError (\"mok: cannot write PATH: WHY\") where write_golden could not write path (its directory "
       "missing; a directory, FIFO or symbolic link at path): for a caller to refuse it before the work.");
+  m.def(
+      "validate_case_name", [](const std::string& name) { mok::golden::validate_case_name(name, "name"); },
+      py::arg("name"),
+      "Raises ValueError where write_golden would refuse name as a case name (docs/golden-format.md): for a "
+      "caller to refuse it before the work.");
   m.def(
       "write_golden",
       [](const std::string& path, const std::string& name, const std::string& description,

@@ -670,6 +670,24 @@ def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkey
             mok.capture(path, args, layer.x)
 
 
+def test_capture_refuses_a_name_no_golden_takes_before_the_call(tmp_path, monkeypatch):
+    """A name the writer refuses (one that names another file, a space, over 128 bytes) was found only when
+    writing, after the whole forward and backward had run: it is refused first, in the writer's words."""
+    layer = make_layer("softmax_shared")
+    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
+                shared=(layer.shared_w1, layer.shared_w2))
+
+    def no_call(*_args, **_kwargs):
+        raise AssertionError("capture ran the call")
+
+    monkeypatch.setattr(sys.modules["mok.capture"], "backward_float32", no_call)
+    for name, why in (("../x", "it names a file, so no '/'"), ("a b", "printable ASCII without spaces"),
+                      ("n" * 129, "of 129 bytes is no case name: at most 128 bytes")):
+        with pytest.raises(ValueError, match=f"^name '.*{re.escape(why)}"):
+            mok.capture(tmp_path / "call.h5", args, layer.x, name=name)
+    assert not os.listdir(tmp_path)
+
+
 def test_integers_past_int64_are_refused_naming_the_argument():
     """The ops take int64 lists: ring_rows = 2**63 (or a config field past it) reached torch, whose error
     named neither the argument nor the problem ("Expected a value of type 'List[int]' for argument
@@ -958,6 +976,24 @@ def test_config_unpack_refuses_lists_no_call_takes():
     bad[mok.config.INT_FIELDS.index("score_mode")] = 5
     with pytest.raises(ValueError, match=r"score_mode = 5 \(need 0 .. 1\)"):
         mok.MoEConfig.unpack(bad, floats)
+
+
+def test_config_unpack_names_a_list_of_the_wrong_type():
+    """MoEConfig.unpack handed its lists to mok._C.check_config as they came: a list of another type, or an
+    element mok._C cannot convert, raised pybind11's TypeError ("check_config(): incompatible function
+    arguments"), naming no argument."""
+    config = make_layer("softmax_shared").config
+    ints, floats = config.pack()
+    for args, message in (
+            (("4", floats), "config_ints must be a list or tuple, got str"),
+            ((ints, None), "config_floats must be a list or tuple, got NoneType"),
+            ((dict(enumerate(ints)), floats), "config_ints must be a list or tuple, got dict"),
+            (([ints[0] + 0.5] + ints[1:], floats), r"config_ints\[0\] \(ranks\) must be an integer, got 1.5"),
+            ((ints + [None], floats), rf"config_ints\[{len(ints)}\] must be an integer, got None"),
+            ((ints, [floats[0], "0.5"]), r"config_floats\[1\] \(swiglu_limit\) must be a number, got '0.5'")):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            mok.MoEConfig.unpack(*args)
+    assert mok.MoEConfig.unpack(tuple(ints), tuple(floats)) == config  # what mok._C takes still passes
 
 
 def test_unhashable_launch_arguments_are_named():
