@@ -650,9 +650,9 @@ def test_a_path_that_is_empty_or_no_path_is_refused_naming_path(tmp_path, monkey
         mok._C.read_golden(os.fsencode(tmp_path / "absent.h5"))
 
 
-def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkeypatch):
-    """A path the writer cannot write (a missing directory, a directory, a FIFO) was found only when
-    writing, after the whole forward and backward had run: it is refused first, in the writer's words."""
+def capture_that_must_not_run(monkeypatch):
+    """A layer and capture's layer dict for it, with capture's call replaced by one that fails the test: for
+    the checks that must refuse an argument before the call runs."""
     layer = make_layer("softmax_shared")
     args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
                 shared=(layer.shared_w1, layer.shared_w2))
@@ -661,6 +661,13 @@ def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkey
         raise AssertionError("capture ran the call")
 
     monkeypatch.setattr(sys.modules["mok.capture"], "backward_float32", no_call)
+    return layer, args
+
+
+def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkeypatch):
+    """A path the writer cannot write (a missing directory, a directory, a FIFO) was found only when
+    writing, after the whole forward and backward had run: it is refused first, in the writer's words."""
+    layer, args = capture_that_must_not_run(monkeypatch)
     (tmp_path / "a_dir").mkdir()
     os.mkfifo(tmp_path / "a_fifo")
     for path, why in ((tmp_path / "absent" / "call.h5", f"{tmp_path / 'absent'} does not exist"),
@@ -673,14 +680,7 @@ def test_capture_refuses_a_path_it_cannot_write_before_the_call(tmp_path, monkey
 def test_capture_refuses_a_name_no_golden_takes_before_the_call(tmp_path, monkeypatch):
     """A name the writer refuses (one that names another file, a space, over 128 bytes) was found only when
     writing, after the whole forward and backward had run: it is refused first, in the writer's words."""
-    layer = make_layer("softmax_shared")
-    args = dict(router=layer.router, w1=layer.w1, w2=layer.w2, config=layer.config,
-                shared=(layer.shared_w1, layer.shared_w2))
-
-    def no_call(*_args, **_kwargs):
-        raise AssertionError("capture ran the call")
-
-    monkeypatch.setattr(sys.modules["mok.capture"], "backward_float32", no_call)
+    layer, args = capture_that_must_not_run(monkeypatch)
     for name, why in (("../x", "it names a file, so no '/'"), ("a b", "printable ASCII without spaces"),
                       ("n" * 129, "of 129 bytes is no case name: at most 128 bytes")):
         with pytest.raises(ValueError, match=f"^name '.*{re.escape(why)}"):
