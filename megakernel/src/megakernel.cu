@@ -51,11 +51,7 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 bool device_available() { return hopper_gpus() > 0; }
 
 int hopper_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
+  const int n = cuda_device_count();
   int hopper = 0;
   cudaDeviceProp prop;
   for (; hopper < n; ++hopper) {

@@ -117,7 +117,8 @@ void PeerGroup::open_nccl() {
   for (const Member& m : members_) comms.push_back(m.comm);
   const SymmetricMemory memory = symmetric_memory(comms);
   symmetric_ = memory.available;
-  // One GPU without symmetric memory (NCCL < 2.28.7) still has its own buffer; several need windows.
+  // One GPU without symmetric memory (e.g. NCCL < 2.28.7, or NCCL_WIN_ENABLE=0) still has its own buffer; several
+  // need windows.
   require(symmetric_ || gpus_ == 1,
           [&] { return "NCCL gives these " + std::to_string(gpus_) + " GPUs no symmetric memory: " + memory.refusal; });
   // Every byte between GPUs is a load or a store through a window: a peer beyond the NVLink domain

@@ -10,6 +10,7 @@
 
 #include "banded_tile.h"
 #include "core_test_support.h"
+#include "mok/megakernel/check.h"
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/megakernel.h"
 #include "test_configs.h"
@@ -18,6 +19,16 @@ namespace mok::gpu {
 namespace {
 
 using mok::test::expect_error;
+
+// A machine without a CUDA driver (CI's) has no GPU to count, and that is no error: the GPU tests and
+// tools skip there. (Any other CUDA failure throws, so a broken or too old driver is not taken for it.)
+TEST(CudaDevices, NoDriverIsNoDeviceAndNoError) {
+  int driver = -1;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver != 0) GTEST_SKIP() << "a CUDA driver is installed";
+  EXPECT_EQ(cuda_device_count(), 0);
+  EXPECT_FALSE(device_available());
+  EXPECT_EQ(hopper_gpus(), 0);
+}
 
 // A GEMM phase's tile order visits every tile of its grid once, band by band (kBandRows row tiles, the
 // last band what is left), and within a band column by column, each column's rows in order.

@@ -53,8 +53,8 @@ __global__ void copy_from_peer(ncclWindow_t window, const void* own, size_t n16,
 
 int main(int argc, char** argv) {
   try {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    const int devices = mok::gpu::cuda_device_count();
+    if (devices == 0) {
       std::printf("mok-nccl-probe: no CUDA device (skipped)\n");
       return 77;
     }
@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
       throw mok::Error("mok-nccl-probe: NCCL gives these " + std::to_string(ranks) +
                        " ranks no symmetric memory: " + memory.refusal);
     if (!symmetric)
-      std::printf("mok-nccl-probe: no symmetric memory for one rank (NCCL < 2.28.7): reading its own buffer\n");
+      std::printf("mok-nccl-probe: no symmetric memory for one rank (%s): reading its own buffer\n",
+                  memory.refusal.c_str());
     const size_t words = bytes / 4;
     for (int r = 0; r < ranks; ++r) {
       MOK_CUDA_CHECK(cudaSetDevice(r));

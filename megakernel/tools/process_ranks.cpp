@@ -14,6 +14,7 @@
 
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/layer.h"
+#include "mok/megakernel/nccl.h"
 
 namespace mok::tools {
 namespace {
@@ -25,8 +26,7 @@ void check_sys(bool ok, const std::string& what) {
 }
 
 void check_nccl(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess && status != ncclInProgress)
-    throw Error(std::string("mok: NCCL error (") + what + "): " + ncclGetErrorString(status));
+  if (status != ncclSuccess && status != ncclInProgress) throw Error("mok: " + gpu::nccl_error(status, what));
 }
 
 // Before a fork: or the children would flush the parent's buffered output again.
@@ -44,7 +44,13 @@ int probe_hopper_gpus() {
   check_sys(pid >= 0, "fork");
   if (pid == 0) {
     close(fds[0]);
-    const int n = mok::gpu::hopper_gpus();
+    int n = 0;
+    try {  // a CUDA failure throws: said here, as no exception may unwind into the parent's stack
+      n = mok::gpu::hopper_gpus();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      _exit(1);
+    }
     _exit(write(fds[1], &n, sizeof n) == sizeof n ? 0 : 1);
   }
   close(fds[1]);
@@ -54,7 +60,7 @@ int probe_hopper_gpus() {
   int status = 0;
   check_sys(waitpid(pid, &status, 0) == pid, "waitpid (GPU probe)");
   if (got != sizeof n || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error("mok: the process counting the GPUs failed");
+    throw Error("mok: the process counting the GPUs failed (its error, if any, is above)");
   return n;
 }
 

@@ -245,8 +245,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1 [name of one check]]\n");
       return 2;
     }
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    const int devices = mok::gpu::cuda_device_count();
+    if (devices == 0) {
       std::printf("mok-scalar-check: no GPU, skipped\n");
       return 77;
     }

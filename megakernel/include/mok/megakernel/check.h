@@ -15,6 +15,23 @@ inline void check_cuda(cudaError_t status, const char* what, const char* file, i
                 "): " + cudaGetErrorString(status));
 }
 
+// The CUDA devices this process sees: 0 where there is none to see (no device, or no driver at all: a build
+// or CI machine), mok::Error for any other failure, so that a broken or too old driver fails loudly instead
+// of passing for a machine without a GPU (its tests skipped in silence).
+inline int cuda_device_count() {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  int driver = 0;  // cudaErrorInsufficientDriver is also an installed driver older than the runtime
+  const bool no_driver =
+      status == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
+  if (status == cudaErrorNoDevice || no_driver) {
+    cudaGetLastError();  // cleared: no later check blames a launch for it
+    return 0;
+  }
+  check_cuda(status, "cudaGetDeviceCount", __FILE__, __LINE__);
+  return n;
+}
+
 }  // namespace mok::gpu
 
 #define MOK_CUDA_CHECK(call) ::mok::gpu::check_cuda((call), #call, __FILE__, __LINE__)

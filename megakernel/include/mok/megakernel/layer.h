@@ -52,10 +52,12 @@ namespace mok::gpu {
 
 class PeerGroup;
 
-// True when a CUDA device of compute capability 9.0 is usable.
+// True when a CUDA device of compute capability 9.0 is usable. Throws mok::Error where CUDA fails for
+// another reason than having no device or no driver (cuda_device_count).
 bool device_available();
 
-// How many of the devices 0, 1, ... are usable Hopper GPUs (compute capability 9.0), in a row.
+// How many of the devices 0, 1, ... are usable Hopper GPUs (compute capability 9.0), in a row (throws as
+// device_available does).
 int hopper_gpus();
 
 enum class DType : uint8_t { bf16, f32, i32, u8 };
