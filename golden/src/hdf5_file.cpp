@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -273,6 +274,19 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
   return t;
 }
 
+// A dataset's fp64-oracle accuracy: both attributes or neither (an error without its bound was dropped
+// in silence), an error not negative (infinity or NaN where the oracle's sums overflow or its scale is
+// all zero: they fail every bound) and a positive, finite bound (ref::oracle_bound's). A negative error
+// or a NaN bound read, and mok-verify printed "-1 + 0 <= 0.0312 yes".
+OracleAccuracy read_oracle_accuracy(hid_t ds, const std::string& path) {
+  const OracleAccuracy a{read_f64(ds, path, "oracle_rel_error"), read_f64(ds, path, "oracle_rel_bound")};
+  if (a.rel_error < 0)
+    throw Error("attribute " + path + "@oracle_rel_error = " + std::to_string(a.rel_error) + " is negative");
+  if (!(a.bound > 0 && std::isfinite(a.bound)))
+    throw Error("attribute " + path + "@oracle_rel_bound = " + std::to_string(a.bound) + " is not positive and finite");
+  return a;
+}
+
 // ---- the file ---------------------------------------------------------------------------------------
 
 // Every scalar of the config (mok/core/fields.h), as an attribute of /config, in the visitor's order.
@@ -531,9 +545,8 @@ GoldenCase read_file(const std::string& file) {
       const std::string path = dataset_path(group, s.name);
       group_tensors(g, group).push_back(read_dataset(h.get(), path, s));
       Handle ds(H5Dopen2(h.get(), s.name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + path);
-      if (has_attribute(ds.get(), path, "oracle_rel_bound"))
-        g.oracle[s.name] =
-            OracleAccuracy{read_f64(ds.get(), path, "oracle_rel_error"), read_f64(ds.get(), path, "oracle_rel_bound")};
+      if (has_attribute(ds.get(), path, "oracle_rel_bound") || has_attribute(ds.get(), path, "oracle_rel_error"))
+        g.oracle[s.name] = read_oracle_accuracy(ds.get(), path);
     }
   }
   if (read_string(root, "/", "content_sha256") != content_sha256(g))

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -440,6 +441,33 @@ TEST_F(GoldenFile, EditedAttributeFailsTheContentHash) {
   write_golden(dir_ / "a.h5", *smoke_);
   RawGolden(dir_ / "a.h5").set_root_string("description", "edited by hand");
   EXPECT_NE(read_error(dir_ / "a.h5").find("content_sha256 does not match"), std::string::npos);
+}
+
+// A stored oracle accuracy that no oracle gives (a negative error; a bound not positive and finite) is
+// the file's error, named: it was read, and mok-verify printed "-1 + 0 <= 0.0312 yes". An infinite or NaN
+// error (an overflowed sum, an all-zero scale) reads: it fails every bound.
+TEST_F(GoldenFile, OracleAccuracyNoOracleGivesIsRefused) {
+  const struct {
+    double rel_error, bound;
+    std::string message;  // "" reads
+  } cases[] = {{-1.0, 0.03125, "/outputs/d_logits@oracle_rel_error = -1.000000 is negative"},
+               {0.002, std::nan(""), "/outputs/d_logits@oracle_rel_bound = nan is not positive and finite"},
+               {0.002, 0.0, "/outputs/d_logits@oracle_rel_bound = 0.000000 is not positive and finite"},
+               {0.002, -0.5, "@oracle_rel_bound = -0.500000 is not positive and finite"},
+               {0.002, HUGE_VAL, "@oracle_rel_bound = inf is not positive and finite"},
+               {HUGE_VAL, 0.03125, ""},
+               {std::nan(""), 0.03125, ""}};
+  for (const auto& c : cases) {
+    GoldenCase g = *smoke_;
+    ASSERT_EQ(g.oracle.count("d_logits"), 1u);
+    g.oracle["d_logits"] = OracleAccuracy{c.rel_error, c.bound};
+    write_golden(dir_ / "o.h5", g);
+    const std::string error = read_error(dir_ / "o.h5");
+    if (c.message.empty())
+      EXPECT_EQ(error, "") << c.rel_error;
+    else
+      EXPECT_NE(error.find(c.message), std::string::npos) << c.message << "\n" << error;
+  }
 }
 
 TEST_F(GoldenFile, FlippedByteFailsTheSeal) {

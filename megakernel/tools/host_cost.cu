@@ -23,6 +23,8 @@ namespace {
 using namespace mok;
 using namespace mok::gpu;
 
+constexpr int kMaxCalls = 1000000;
+
 __global__ void empty_kernel() {}
 
 // Median host microseconds of call(), each from an idle stream.
@@ -87,8 +89,15 @@ int main(int argc, char** argv) {
   int calls = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--calls" && i + 1 < argc && (calls = std::atoi(argv[++i])) >= 1) continue;
-    std::fprintf(stderr, "usage: mok-host-cost [--calls N >= 1]\n");
+    // Strictly: atoi took "2x" for 2 and "4294967297" for 1; a million calls at most (a median's buffer of
+    // 2^31 - 1 took 16 GiB).
+    if (arg == "--calls" && i + 1 < argc) {
+      const std::string value = argv[++i];
+      if (parse_whole_number(value, calls) && calls >= 1 && calls <= kMaxCalls) continue;
+      std::fprintf(stderr, "mok-host-cost: --calls needs a whole number in [1, %d], got %s\n", kMaxCalls,
+                   quote_input(value).c_str());
+    }
+    std::fprintf(stderr, "usage: mok-host-cost [--calls N]   (1 <= N <= %d, default 200)\n", kMaxCalls);
     return 2;
   }
   if (!device_available()) {
