@@ -13,7 +13,7 @@
 //           beforehand);
 //   --ring-rows: the backward's dy ring (default 0: the layer's, an average rank's rows: one cycle);
 //   --recompute: the backward pulls xe and recomputes h and a (LaunchConfig::recompute; saved holds none);
-//   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py);
+//   --sets: input sets rotated between runs (default 3, as bench/torch_baseline.py; at most 16);
 //   --gpus: G processes, one rank per GPU on an NCCL communicator, T tokens each (the global batch grows
 //           with G; bench_ranks.cpp): each rank's forward and backward times, the slowest rank's, the
 //           bytes crossing between GPUs per step and per second, each GPU's memory, and for G > 1 the
@@ -278,12 +278,15 @@ bool parse(int argc, char** argv, Options& o) {
   return true;
 }
 
+inline constexpr int kMaxSets = 16;
+
 void check(const Options& o) {
-  if (o.ring_rows < 0 || o.tokens < 0 || o.experts < 0 || o.sets < 1 || (o.gpus != kNoGpus && o.gpus < 1) ||
-      !(o.capacity_factor >= 0 && std::isfinite(o.capacity_factor)))
-    throw mok::Error(
-        "mok-bench: --sets must be >= 1, --gpus >= 1, --ring-rows, --tokens and --experts >= 0, and --capacity-factor "
-        "finite and >= 0");
+  // Sets at most kMaxSets: each is a host and a device copy of x and dy (64 MB for olmoe), and --sets 1000 asked
+  // for 64 GB of host memory.
+  if (o.ring_rows < 0 || o.tokens < 0 || o.experts < 0 || o.sets < 1 || o.sets > kMaxSets ||
+      (o.gpus != kNoGpus && o.gpus < 1) || !(o.capacity_factor >= 0 && std::isfinite(o.capacity_factor)))
+    throw mok::Error("mok-bench: --sets must be in [1, " + std::to_string(kMaxSets) +
+                     "], --gpus >= 1, --ring-rows, --tokens and --experts >= 0, and --capacity-factor finite and >= 0");
   if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0) || !(o.sustained_s >= 0 && o.sustained_s <= 3600))
     throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0, --timeout > 0 and --sustained in [0, 3600]");
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");
