@@ -25,8 +25,9 @@ void check_sys(bool ok, const std::string& what) {
   if (!ok) throw Error("mok: " + what + ": " + std::strerror(errno));
 }
 
+// nccl.h's check (NCCL's reason included), ncclInProgress taken as no failure as it always was here.
 void check_nccl(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess && status != ncclInProgress) throw Error("mok: " + gpu::nccl_error(status, what));
+  if (status != ncclInProgress) gpu::check_nccl(status, what);
 }
 
 // Before a fork: or the children would flush the parent's buffered output again.
