@@ -55,10 +55,9 @@ int hopper_gpus() {
   int hopper = 0;
   cudaDeviceProp prop;
   for (; hopper < n; ++hopper) {
-    if (cudaGetDeviceProperties(&prop, hopper) != cudaSuccess) {
-      cudaGetLastError();  // counted as no Hopper GPU; cleared, so that no later check blames a launch for it
-      break;
-    }
+    // A device the runtime counts but cannot describe is broken, not absent: raised, as
+    // cuda_device_count raises, rather than skipping the GPU work in silence.
+    MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, hopper));
     if (prop.major != 9 || prop.minor != 0) break;
   }
   return hopper;

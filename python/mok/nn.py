@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from mok import _C
-from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
+from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, _require_int, pack_launch
 from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, _check_capacity, _moe,
                             quantize_weights, routing_mode)
 
@@ -92,17 +92,15 @@ class MoE(torch.nn.Module):
         # Before the parameters take memory for a config no call accepts (the batch is the call's: one token
         # per rank here); the launch arguments' types too (else the first forward refused them).
         _C.check_config(*config.pack(tokens_per_rank=1))
-        pack_launch(ring_rows, blocks, recompute, capacity_rows=capacity_rows,
-                    fp8_weight_gradients=fp8_weight_gradients)
         # And their values (ring_rows = 100, blocks = -1, a capacity without a group, fp8_weight_gradients in the
-        # bf16 mode were taken here and refused by every forward). With a group the capacity's bound is the
-        # forwards' (N min(k, E/G) grows with their batch): only its sign here.
+        # bf16 mode were taken here and refused by every forward). The capacity apart: its bound is the
+        # forwards' with a group (N min(k, E/G) grows with their batch), so only its sign here; without one,
+        # the launch check's message quoted a bound of G > 1 computed for one GPU ("[1, 2]").
+        _require_int("capacity_rows", capacity_rows)
         if group is not None and capacity_rows < 0:
             raise ValueError(f"capacity_rows = {capacity_rows} (need 0, or the routed rows each GPU's experts hold)")
-        if group is None:  # the launch check's message quoted a bound of G > 1 computed for one GPU ("[1, 2]")
+        if group is None:
             _check_capacity(capacity_rows, 1, None)
-        # The capacity is checked apart, above (0 without a group; with one, its bound is the forwards'):
-        # the other values here.
         _check_launch(config, pack_launch(ring_rows, blocks, recompute, fp8_weight_gradients=fp8_weight_gradients))
         _check_generator(generator)
         self.config, self.ring_rows, self.blocks, self.recompute = config, ring_rows, blocks, recompute

@@ -53,7 +53,8 @@ namespace mok::gpu {
 class PeerGroup;
 
 // True when a CUDA device of compute capability 9.0 is usable. Throws mok::Error where CUDA fails for
-// another reason than having no device or no driver (cuda_device_count).
+// another reason than having no device or no driver (cuda_device_count), or cannot give the properties
+// of a device it counts.
 bool device_available();
 
 // How many of the devices 0, 1, ... are usable Hopper GPUs (compute capability 9.0), in a row (throws as
@@ -89,7 +90,9 @@ struct LaunchConfig {
   int blocks = 0;     // persistent blocks per GPU; 0: as many as are co-resident (colocated: that / gpus)
   int ring_rows = 0;  // rows of each rank's dy ring per backward cycle, a multiple of 128; 0: an average rank's rows
                       // (a ring of a rank's most tiles, one cycle whatever the routing, as the default is with
-                      // R = 1: the backward's dh shares the ring's bytes, docs/architecture.md)
+                      // R = 1: the backward's dh shares the ring's bytes, docs/architecture.md); at most the
+                      // rows a rank can receive, N min(k, E/R) plus a tile per expert: a larger ring is that
+                      // one (Layer::ring_rows), as it would never be filled
   double watchdog_seconds = 10.0;              // a barrier or pipeline wait longer than this reports an error, no hang;
                                                // finite, in (0, kMaxWatchdogSeconds]
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
