@@ -19,7 +19,7 @@
 #           a fresh one from the clock, printed)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
 #           $MOK_PROFILE_SHAPE (default kimi-k2): speed of light, memory, warp stalls (ncu.log)
-#   nccl    (every GPU here) mok-nccl-probe, every golden over 1 and over all GPUs, one process per GPU
+#   nccl    (every GPU here) mok-nccl-probe (also with NCCL_WIN_ENABLE=0: NCCL's refusal), every golden over 1 and over all GPUs, one process per GPU
 #           (mok-verify --gpus), mok-procs --gpus N (against the reference), mok-bench --gpus 1 on
 #           olmoe and, with N > 1, mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
@@ -216,6 +216,9 @@ for step in "$@"; do
       {
         timeout 120 build/megakernel/mok-nccl-probe "$gpus" 1024
         echo "probe exit $?"
+        # Without NCCL's windows: the probe must print NCCL's refusal (SymmetricMemory::refusal), not fail.
+        NCCL_WIN_ENABLE=0 timeout 120 build/megakernel/mok-nccl-probe "$gpus" 1024
+        echo "probe with NCCL_WIN_ENABLE=0 exit $?"
         for n in $(printf '%s\n' 1 "$gpus" | sort -u); do
           timeout 300 build/verify/mok-verify golden/data --backend gpu --gpus "$n" --runs 2
           echo "mok-verify --gpus $n exit $?"
