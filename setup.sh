@@ -13,7 +13,7 @@ if [ -z "${MOK_NO_INSTALL:-}" ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
     build-essential cmake ninja-build git clang-format \
-    libeigen3-dev libgtest-dev googletest librapidcheck-dev libhdf5-dev python3-venv >/dev/null
+    libeigen3-dev libgtest-dev googletest librapidcheck-dev libhdf5-dev zlib1g-dev python3-venv >/dev/null
   # A virtual environment: Debian's own python3 refuses system-wide pip installs (PEP 668).
   echo "== installing pinned PyPI packages into .venv (docs/golden-format.md's Python reader and its test)"
   python3 -m venv .venv

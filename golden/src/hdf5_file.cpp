@@ -9,7 +9,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "chunk_codec.h"
 #include "error_text.h"
+#include "hdf5_guard.h"
 #include "mok/core/fields.h"
 #include "mok/core/validate.h"
 #include "mok/golden/atomic_file.h"
@@ -24,6 +26,7 @@ namespace {
 constexpr const char* kFormatName = "mok-golden";
 constexpr int kDeflateLevel = 6;
 constexpr size_t kChunkBytes = size_t(1) << 20;  // target size of a dataset chunk before compression
+constexpr uint64_t kMaxInflation = 1032;         // deflate's largest ratio: 258 bytes per 2 bits at best
 
 // HDF5 prints its error stack to stderr by default; every failure here becomes an exception instead.
 void silence_hdf5() {
@@ -81,9 +84,32 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
-Handle open_group(hid_t parent, const std::string& path) {
+// The object that the link `name` of `parent` names, checked before the library decodes it: a hard link
+// (a soft link is nothing the writer makes; an external link's object, like a virtual or external
+// dataset's data, lies in another file, which the seal does not cover), and its object header on the
+// file's bytes (hdf5_guard.h). `where` is its path ("/inputs/x").
+void check_object(RawHdf5& raw, hid_t parent, const std::string& name, const std::string& where) {
+  H5L_info_t link;
+  check(H5Lget_info(parent, name.c_str(), &link, H5P_DEFAULT), "cannot look up " + where);
+  if (link.type != H5L_TYPE_HARD)
+    throw Error(where + " is a" +
+                (link.type == H5L_TYPE_SOFT       ? " soft"
+                 : link.type == H5L_TYPE_EXTERNAL ? "n external"
+                                                  : " user-defined") +
+                " link, no object of this file: the file is corrupt or was edited");
+#if H5_VERSION_GE(1, 12, 0)
+  haddr_t address = HADDR_UNDEF;
+  check(H5VLnative_token_to_addr(parent, link.u.token, &address), "cannot locate " + where);
+#else
+  const haddr_t address = link.u.address;
+#endif
+  raw.check_object_header(where, address);
+}
+
+Handle open_group(RawHdf5& raw, hid_t parent, const std::string& path) {
   const htri_t exists = check(H5Lexists(parent, path.c_str(), H5P_DEFAULT), "cannot look up group " + path);
   if (!exists) throw Error("missing group " + path);
+  check_object(raw, parent, path, path.front() == '/' ? path : "/" + path);
   return Handle(H5Gopen2(parent, path.c_str(), H5P_DEFAULT), H5Gclose, "cannot open group " + path);
 }
 
@@ -183,12 +209,13 @@ bool read_flag(hid_t obj, const std::string& where, const char* name) {
   return v == 1;
 }
 
-std::string read_string(hid_t obj, const std::string& where, const char* name) {
+std::string read_string(RawHdf5& raw, hid_t obj, const std::string& where, const char* name) {
   const std::string what = "attribute " + where + "@" + name;
   Handle attr = open_attribute(obj, where, name, H5T_STRING);
   Handle file_type(H5Aget_type(attr.get()), H5Tclose, "cannot get the type of " + what);
   if (check(H5Tis_variable_str(file_type.get()), "cannot inspect the type of " + what) <= 0)
     throw Error(what + " is not a variable-length string");
+  raw.check_string_attribute(where, name);  // its global heap object, which the library reads unchecked
   Handle t = string_type();
   char* value = nullptr;
   check(H5Aread(attr.get(), t.get(), &value), "cannot read " + what);
@@ -245,14 +272,137 @@ void write_dataset(hid_t group, const std::string& path, const Tensor& t, const 
   ds.close("cannot close dataset " + path);
 }
 
-Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec) {
+std::string dims_text(const std::vector<hsize_t>& dims) {
+  return shape_text(std::vector<int64_t>(dims.begin(), dims.end()));
+}
+
+std::string layout_name(H5D_layout_t layout) {
+  return layout == H5D_COMPACT      ? "compact"
+         : layout == H5D_CONTIGUOUS ? "contiguous"
+         : layout == H5D_VIRTUAL    ? "virtual"
+                                    : "unknown";
+}
+
+std::string filter_names(const std::vector<H5Z_filter_t>& filters) {
+  std::string names = "[";
+  for (const H5Z_filter_t f : filters) {
+    if (names.size() > 1) names += ", ";
+    names += f == H5Z_FILTER_DEFLATE       ? "deflate"
+             : f == H5Z_FILTER_SHUFFLE     ? "shuffle"
+             : f == H5Z_FILTER_FLETCHER32  ? "fletcher32"
+             : f == H5Z_FILTER_SZIP        ? "szip"
+             : f == H5Z_FILTER_NBIT        ? "nbit"
+             : f == H5Z_FILTER_SCALEOFFSET ? "scaleoffset"
+                                           : "filter " + std::to_string(f);
+  }
+  return names + "]";
+}
+
+// Format v1's storage, the writer's: chunks of at least one element and at most the dataset on each axis,
+// through the shuffle filter and then deflate (which read_chunks undoes). Any other layout holds data
+// this reader does not decode (external files, a virtual dataset's sources in other files).
+std::vector<hsize_t> chunk_dims_of(hid_t ds, const std::string& path, const std::vector<int64_t>& shape) {
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose, "cannot get the storage properties of dataset " + path);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout != H5D_CHUNKED)
+    throw Error("dataset " + path + " is stored " + layout_name(layout) + ", format v1 stores datasets in chunks");
+  std::vector<H5Z_filter_t> filters;
+  for (int i = 0, n = check(H5Pget_nfilters(dcpl.get()), "cannot count the filters of dataset " + path); i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    filters.push_back(check(H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &values, nullptr, 0, nullptr, &config),
+                            "cannot get a filter of dataset " + path));
+  }
+  if (filters != std::vector<H5Z_filter_t>{H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE})
+    throw Error("dataset " + path + " is stored through the filters " + filter_names(filters) +
+                ", format v1's are [shuffle, deflate]");
+  std::vector<hsize_t> chunk(shape.size());
+  if (check(H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "cannot get the chunks of dataset " + path) !=
+      int(shape.size()))
+    throw Error("dataset " + path + " has chunks of another rank than its shape");
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (chunk[i] < 1 || chunk[i] > hsize_t(shape[i]))
+      throw Error("dataset " + path + " has chunks of " + dims_text(chunk) + ", not inside its shape " +
+                  shape_text(shape));
+  return chunk;
+}
+
+// The first element of every chunk, in C order: false after the last.
+bool next_chunk(std::vector<hsize_t>& origin, const std::vector<hsize_t>& chunk, const std::vector<int64_t>& shape) {
+  for (size_t axis = shape.size(); axis-- > 0;) {
+    origin[axis] += chunk[axis];
+    if (origin[axis] < hsize_t(shape[axis])) return true;
+    origin[axis] = 0;
+  }
+  return false;
+}
+
+// The bytes the chunk at `origin` stores: present (the writer writes every chunk), and no more than the
+// file holds.
+hsize_t stored_bytes(hid_t ds, const std::vector<hsize_t>& origin, uintmax_t file_bytes, const std::string& what) {
+  hsize_t bytes = 0;
+  check(H5Dget_chunk_storage_size(ds, origin.data(), &bytes), "cannot look up " + what);
+  if (bytes == 0) throw Error(what + " is missing");
+  if (bytes > file_bytes)
+    throw Error(what + " claims " + std::to_string(bytes) + " bytes, more than the file's " +
+                std::to_string(file_bytes));
+  return bytes;
+}
+
+// The dataset's elements, from its raw chunks decoded by chunk_codec.h: before anything is allocated,
+// the chunks' stored bytes must fit the file and could inflate to the shape's bytes; then no chunk
+// inflates past its own size (the library's deflate filter grows without bound).
+std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const TensorSpec& spec, uintmax_t file_bytes) {
+  const std::vector<hsize_t> chunk = chunk_dims_of(ds, path, spec.shape);
+  const size_t element = element_size(spec.dtype);
+  size_t chunk_bytes = element, chunks = 1;
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    chunk_bytes *= chunk[i];  // at most the tensor's bytes, which fit this machine's memory (read_config)
+    chunks *= (hsize_t(spec.shape[i]) + chunk[i] - 1) / chunk[i];
+  }
+  const auto chunk_name = [&](const std::vector<hsize_t>& origin) {
+    return "dataset " + path + ": the chunk at " + dims_text(origin);
+  };
+  if (chunks > file_bytes)
+    throw Error("dataset " + path + " has " + std::to_string(chunks) + " chunks, more than the file's bytes");
+  uintmax_t stored = 0;
+  std::vector<hsize_t> origin(chunk.size(), 0);
+  do {
+    const hsize_t bytes = stored_bytes(ds, origin, file_bytes, chunk_name(origin));
+    if (chunk_bytes / kMaxInflation > bytes)
+      throw Error(chunk_name(origin) + " stores " + std::to_string(bytes) +
+                  " bytes, which no deflate stream inflates to its " + std::to_string(chunk_bytes));
+    stored += bytes;
+  } while (next_chunk(origin, chunk, spec.shape));
+  if (stored > file_bytes)
+    throw Error("dataset " + path + ": its chunks claim " + std::to_string(stored) + " bytes, more than the file's " +
+                std::to_string(file_bytes));
+  std::vector<uint8_t> out(size_t(Tensor{spec.name, spec.dtype, spec.shape, {}}.elements()) * element);
+  do {
+    const std::string what = chunk_name(origin);
+    std::vector<uint8_t> bytes(stored_bytes(ds, origin, file_bytes, what));
+    uint32_t skipped = 0;  // bit i: filter i (0 shuffle, 1 deflate) was not applied to this chunk
+    check(H5Dread_chunk(ds, H5P_DEFAULT, origin.data(), &skipped, bytes.data()), "cannot read " + what);
+    if (!(skipped & 2)) bytes = inflate_exactly(bytes, chunk_bytes, what);
+    if (bytes.size() != chunk_bytes)
+      throw Error(what + " holds " + std::to_string(bytes.size()) + " bytes, its chunk shape " +
+                  std::to_string(chunk_bytes));
+    if (!(skipped & 1)) unshuffle(bytes, element);
+    copy_chunk(bytes.data(), {chunk.begin(), chunk.end()}, {origin.begin(), origin.end()}, spec.shape, element,
+               out.data());
+  } while (next_chunk(origin, chunk, spec.shape));
+  return out;
+}
+
+Tensor read_dataset(RawHdf5& raw, hid_t group, const std::string& path, const TensorSpec& spec) {
   const htri_t exists = check(H5Lexists(group, spec.name.c_str(), H5P_DEFAULT), "cannot look up dataset " + path);
   if (!exists) throw Error("missing dataset " + path);
+  check_object(raw, group, spec.name, path);
   Handle ds(H5Dopen2(group, spec.name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + path);
   Handle type(H5Dget_type(ds.get()), H5Tclose, "cannot get the type of dataset " + path);
   if (check(H5Tequal(type.get(), file_type_of(spec.dtype)), "cannot compare the type of dataset " + path) <= 0)
     throw Error("dataset " + path + " has the wrong element type, expected " + type_description(spec.dtype));
-  const std::string dtype = read_string(ds.get(), path, "dtype");
+  const std::string dtype = read_string(raw, ds.get(), path, "dtype");
   if (dtype != to_string(spec.dtype))
     throw Error("dataset " + path + "@dtype is " + quote_input(dtype) + ", expected '" + to_string(spec.dtype) + "'");
   Handle space(H5Dget_space(ds.get()), H5Sclose, "cannot get the dataspace of dataset " + path);
@@ -262,11 +412,8 @@ Tensor read_dataset(hid_t group, const std::string& path, const TensorSpec& spec
   const std::vector<int64_t> shape(dims.begin(), dims.end());
   if (shape != spec.shape)
     throw Error("dataset " + path + " has shape " + shape_text(shape) + ", the config gives " + shape_text(spec.shape));
-  Tensor t{spec.name, spec.dtype, spec.shape, {}};
-  t.bytes.resize(size_t(t.elements()) * element_size(t.dtype));
-  check(H5Dread(ds.get(), memory_type_of(t.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()),
-        "cannot read dataset " + path + " (corrupt data?)");
-  const std::string stored = read_string(ds.get(), path, "sha256");
+  Tensor t{spec.name, spec.dtype, spec.shape, read_chunks(ds.get(), path, spec, raw.file_bytes())};
+  const std::string stored = read_string(raw, ds.get(), path, "sha256");
   const std::string computed = sha256_hex(t.bytes.data(), t.bytes.size());
   if (stored != computed)
     throw Error("dataset " + path + ": SHA-256 mismatch, stored " + quote_input(stored) + ", data hashes to " +
@@ -310,17 +457,17 @@ void write_config(hid_t root, const LayerConfig& c) {
   g.close("cannot close group /config");
 }
 
-LayerConfig read_config(hid_t root) {
-  Handle g = open_group(root, "config");
+LayerConfig read_config(RawHdf5& raw, hid_t root) {
+  Handle g = open_group(raw, root, "config");
   const hid_t id = g.get();
   const std::string w = "/config";
   LayerConfig c;
   for_each_field(c, [&](const char* name, auto& value) {
     using T = std::decay_t<decltype(value)>;
     if constexpr (std::is_same_v<T, Precision>)
-      value = has_attribute(id, w, name) ? precision_from_string(read_string(id, w, name)) : Precision::bf16;
+      value = has_attribute(id, w, name) ? precision_from_string(read_string(raw, id, w, name)) : Precision::bf16;
     else if constexpr (std::is_same_v<T, ScoreMode>)
-      value = score_mode_from_string(read_string(id, w, name));
+      value = score_mode_from_string(read_string(raw, id, w, name));
     else if constexpr (std::is_same_v<T, float>)
       value = read_f32(id, w, name);
     else if constexpr (std::is_same_v<T, bool>)
@@ -343,10 +490,10 @@ void write_options(hid_t root, const ref::Options& o) {
   g.close("cannot close group /options");
 }
 
-ref::Options read_options(hid_t root) {
-  Handle g = open_group(root, "options");
+ref::Options read_options(RawHdf5& raw, hid_t root) {
+  Handle g = open_group(raw, root, "options");
   ref::Options o;
-  o.step = step_model_from_string(read_string(g.get(), "/options", "step"));
+  o.step = step_model_from_string(read_string(raw, g.get(), "/options", "step"));
   o.ring_rows = read_i32(g.get(), "/options", "ring_rows");
   if (const std::string problem = ring_rows_problem(o.ring_rows); !problem.empty())
     throw Error("attribute /options@" + problem);
@@ -364,11 +511,11 @@ void write_recipe(hid_t root, const Recipe& r) {
   g.close("cannot close group /recipe");
 }
 
-Recipe read_recipe(hid_t root) {
-  Handle g = open_group(root, "recipe");
+Recipe read_recipe(RawHdf5& raw, hid_t root) {
+  Handle g = open_group(raw, root, "recipe");
   Recipe r;
   r.seed = read_u64(g.get(), "/recipe", "seed");
-  r.routing = ref::routing_kind_from_string(read_string(g.get(), "/recipe", "routing_kind"));
+  r.routing = ref::routing_kind_from_string(read_string(raw, g.get(), "/recipe", "routing_kind"));
   r.zipf_s = read_f64(g.get(), "/recipe", "zipf_s");
   ref::validate_zipf_s(r.zipf_s);
   return r;
@@ -509,13 +656,31 @@ std::string golden_image(const GoldenCase& g) {
   return image;
 }
 
+// The file's bytes, for the checks of hdf5_guard.h (made for 8-byte addresses and lengths, the writer's,
+// relative to the seal block), its root group's object header checked.
+RawHdf5 raw_file(hid_t file, const std::string& path) {
+  Handle fcpl(H5Fget_create_plist(file), H5Pclose, "cannot get the file's creation properties");
+  size_t address_bytes = 0, length_bytes = 0;
+  hsize_t user_block = 0;
+  check(H5Pget_sizes(fcpl.get(), &address_bytes, &length_bytes), "cannot get the file's address sizes");
+  check(H5Pget_userblock(fcpl.get(), &user_block), "cannot get the file's user block size");
+  if (address_bytes != 8 || length_bytes != 8 || user_block != kSealBytes)
+    throw Error("HDF5 addresses of " + std::to_string(address_bytes) + " bytes, lengths of " +
+                std::to_string(length_bytes) + " and a user block of " + std::to_string(user_block) +
+                " bytes: not the writer's 8, 8 and 512 (the file is corrupt or was edited)");
+  RawHdf5 raw(path, user_block);
+  raw.check_object_header("/", raw.root_address());
+  return raw;
+}
+
 GoldenCase read_file(const std::string& file) {
   if (const std::string kind = not_a_regular_file(file); !kind.empty()) throw Error(kind);
   check_seal(file);
   Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
            "cannot open the file (corrupt or truncated?)");
   const hid_t root = f.get();
-  if (!has_attribute(root, "/", "format") || read_string(root, "/", "format") != kFormatName)
+  RawHdf5 raw = raw_file(root, file);
+  if (!has_attribute(root, "/", "format") || read_string(raw, root, "/", "format") != kFormatName)
     throw Error("not a mok golden file: the root attribute 'format' is not '" + std::string(kFormatName) + "'");
   GoldenCase g;
   g.format_version = read_i32(root, "/", "format_version");
@@ -527,29 +692,29 @@ GoldenCase read_file(const std::string& file) {
     throw Error("numerics model version " + std::to_string(g.numerics_version) +
                 ", this build's reference is version " + std::to_string(kNumericsModelVersion) +
                 ": its bits are stale, regenerate it with mok-golden generate");
-  g.generator = read_string(root, "/", "generator_revision");
-  g.name = read_string(root, "/", "name");
+  g.generator = read_string(raw, root, "/", "generator_revision");
+  g.name = read_string(raw, root, "/", "name");
   validate_case_name(g.name, "attribute /@name");
-  g.description = read_string(root, "/", "description");
-  const std::string source = read_string(root, "/", "routing_source");
+  g.description = read_string(raw, root, "/", "description");
+  const std::string source = read_string(raw, root, "/", "routing_source");
   if (source != "router" && source != "given")
     throw Error("attribute /@routing_source is " + quote_input(source) + ", expected 'router' or 'given'");
-  g.config = read_config(root);
-  g.options = read_options(root);
-  if (check(H5Lexists(root, "recipe", H5P_DEFAULT), "cannot look up group /recipe")) g.recipe = read_recipe(root);
+  g.config = read_config(raw, root);
+  g.options = read_options(raw, root);
+  if (check(H5Lexists(root, "recipe", H5P_DEFAULT), "cannot look up group /recipe")) g.recipe = read_recipe(raw, root);
   const std::vector<TensorSpec> specs = tensor_specs(g.config, source == "given");
   for (const Group group : {Group::inputs, Group::routing, Group::outputs}) {
-    Handle h = open_group(root, to_string(group));
+    Handle h = open_group(raw, root, to_string(group));
     for (const TensorSpec& s : specs) {
       if (s.group != group) continue;
       const std::string path = dataset_path(group, s.name);
-      group_tensors(g, group).push_back(read_dataset(h.get(), path, s));
+      group_tensors(g, group).push_back(read_dataset(raw, h.get(), path, s));
       Handle ds(H5Dopen2(h.get(), s.name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset " + path);
       if (has_attribute(ds.get(), path, "oracle_rel_bound") || has_attribute(ds.get(), path, "oracle_rel_error"))
         g.oracle[s.name] = read_oracle_accuracy(ds.get(), path);
     }
   }
-  if (read_string(root, "/", "content_sha256") != content_sha256(g))
+  if (read_string(raw, root, "/", "content_sha256") != content_sha256(g))
     throw Error(
         "attribute /@content_sha256 does not match the attributes and datasets: the file is corrupt or was "
         "edited");

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -129,6 +130,30 @@ TEST(MokGoldenCli, CheckReportsAMissingCatalogueGoldenAndACorruptFile) {
   // checked ...: 15 failed").
   const std::string missing = std::to_string(catalogue().size()) + " catalogue cases without a golden";
   EXPECT_NE(r.output.find(" s: 1 failed; " + missing + "\n"), std::string::npos) << r.output;
+}
+
+// A golden whose HDF5 metadata was damaged and which was sealed again (here: the first object of the
+// global heap, where the string attributes live, given a size past the file's end) is that golden's
+// ERROR line, exit 2; the check crashed inside libhdf5 (SIGSEGV in H5HG_read) before the reader checked
+// the heap (more kinds: hdf5_metadata_test.cpp).
+TEST(MokGoldenCli, CheckReportsAResealedGoldenWithBrokenMetadataInsteadOfCrashing) {
+  TempDir dir("golden-cli-resealed");
+  write_golden(dir / "single_token.h5", make_case(*find_case("single_token")));
+  std::vector<char> bytes = testing::read_bytes(dir / "single_token.h5");
+  const std::string heap = "GCOL";
+  const size_t at = size_t(std::search(bytes.begin(), bytes.end(), heap.begin(), heap.end()) - bytes.begin());
+  ASSERT_LT(at + 32, bytes.size());
+  bytes[at + 24 + 4] = 0x20;  // the first object's size, 2^37 bytes more
+  testing::write_bytes(dir / "single_token.h5", bytes);
+  seal_file(dir / "single_token.h5");
+  const testing::ToolRun r = run_tool(dir, "check --name single_token --dir " + dir.path().string(), 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("ERROR single_token.h5: mok: golden file "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": attribute /@format: the global heap collection at address "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("does not fit the collection (malformed HDF5 metadata: the file is corrupt or was edited)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(MokGoldenCli, GenerateFromCaseFile) {

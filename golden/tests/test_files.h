@@ -128,14 +128,7 @@ class RawGolden {
   void set_string(const char* object, const char* name, const std::string& value) {
     const std::string what = std::string(object) + "@" + name;
     if (H5Adelete_by_name(file_, object, name, H5P_DEFAULT) < 0) throw std::runtime_error("no attribute " + what);
-    const Id type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy for " + what);
-    h5(H5Tset_size(type.id, H5T_VARIABLE), "H5Tset_size for " + what);
-    h5(H5Tset_cset(type.id, H5T_CSET_UTF8), "H5Tset_cset for " + what);
-    const Id space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate for " + what);
-    const Id attr(H5Acreate_by_name(file_, object, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                  H5Aclose, "H5Acreate_by_name " + what);
-    const char* p = value.c_str();
-    h5(H5Awrite(attr.id, type.id, &p), "H5Awrite " + what);
+    add_string(object, name, value);
   }
 
   void remove(const char* path) {
@@ -162,6 +155,48 @@ class RawGolden {
     h5(H5Dwrite(ds.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), std::string("H5Dwrite ") + path);
   }
 
+  // Replaces a dataset by an external link to the object of the same path in `other` (a golden too).
+  void link_to_file(const char* path, const std::filesystem::path& other) {
+    remove(path);
+    h5(H5Lcreate_external(other.c_str(), path, file_, path, H5P_DEFAULT, H5P_DEFAULT),
+       std::string("H5Lcreate_external ") + path);
+  }
+
+  // Moves a dataset to PATH_data and puts a soft link to it at its path.
+  void link_softly(const char* path) {
+    const std::string target = std::string(path) + "_data";
+    h5(H5Lmove(file_, path, file_, target.c_str(), H5P_DEFAULT, H5P_DEFAULT), std::string("H5Lmove ") + path);
+    h5(H5Lcreate_soft(target.c_str(), file_, path, H5P_DEFAULT, H5P_DEFAULT), std::string("H5Lcreate_soft ") + path);
+  }
+
+  // Replaces a dataset by one of the same type, shape and string attributes whose elements HDF5 keeps in
+  // `external` (a file outside the golden), nothing written to it.
+  void store_externally(const char* path, const std::filesystem::path& external) {
+    const Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate for " + std::string(path));
+    h5(H5Pset_external(dcpl.id, external.c_str(), 0, H5F_UNLIMITED), std::string("H5Pset_external ") + path);
+    recreate(path, dcpl.id, false);
+  }
+
+  // Replaces a dataset by a copy in one chunk stored through the filters shuffle, fletcher32, deflate.
+  void add_fletcher32(const char* path) {
+    const Id space = dataspace_of(path);
+    std::vector<hsize_t> dims(size_t(h5(H5Sget_simple_extent_ndims(space.id), std::string("ndims ") + path)));
+    h5(H5Sget_simple_extent_dims(space.id, dims.data(), nullptr), std::string("dims ") + path);
+    const Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate for " + std::string(path));
+    h5(H5Pset_chunk(dcpl.id, int(dims.size()), dims.data()), std::string("H5Pset_chunk ") + path);
+    h5(H5Pset_shuffle(dcpl.id), std::string("H5Pset_shuffle ") + path);
+    h5(H5Pset_fletcher32(dcpl.id), std::string("H5Pset_fletcher32 ") + path);
+    h5(H5Pset_deflate(dcpl.id, 6), std::string("H5Pset_deflate ") + path);
+    recreate(path, dcpl.id, true);
+  }
+
+  // Replaces the stored bytes of a chunk (which the filters are to decode) by `bytes`.
+  void write_raw_chunk(const char* path, const std::vector<hsize_t>& origin, const std::vector<unsigned char>& bytes) {
+    const Id ds(H5Dopen2(file_, path, H5P_DEFAULT), H5Dclose, std::string("H5Dopen2 ") + path);
+    h5(H5Dwrite_chunk(ds.id, H5P_DEFAULT, 0, origin.data(), bytes.size(), bytes.data()),
+       std::string("H5Dwrite_chunk ") + path);
+  }
+
   // Replaces a dataset by a float32 one of the same shape (and no attributes).
   void retype_as_f32(const char* path) {
     const Id space = dataspace_of(path);  // the old dataset closed before it goes
@@ -183,6 +218,49 @@ class RawGolden {
     const hid_t id;
     herr_t (*const close)(hid_t);
   };
+
+  void add_string(const char* object, const char* name, const std::string& value) {
+    const std::string what = std::string(object) + "@" + name;
+    const Id type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy for " + what);
+    h5(H5Tset_size(type.id, H5T_VARIABLE), "H5Tset_size for " + what);
+    h5(H5Tset_cset(type.id, H5T_CSET_UTF8), "H5Tset_cset for " + what);
+    const Id space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate for " + what);
+    const Id attr(H5Acreate_by_name(file_, object, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                  H5Aclose, "H5Acreate_by_name " + what);
+    const char* p = value.c_str();
+    h5(H5Awrite(attr.id, type.id, &p), "H5Awrite " + what);
+  }
+
+  std::string string_of(const char* object, const char* name) {
+    const std::string what = std::string(object) + "@" + name;
+    const Id attr(H5Aopen_by_name(file_, object, name, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, "H5Aopen_by_name " + what);
+    const Id type(H5Aget_type(attr.id), H5Tclose, "H5Aget_type " + what);
+    char* value = nullptr;
+    h5(H5Aread(attr.id, type.id, &value), "H5Aread " + what);
+    const std::string out = value ? value : "";
+    h5(H5free_memory(value), "H5free_memory " + what);
+    return out;
+  }
+
+  // Replaces a dataset by one of the same type, shape, elements (written where `with_data`) and string
+  // attributes (dtype, sha256), made with the creation properties `dcpl`.
+  void recreate(const char* path, hid_t dcpl, bool with_data) {
+    const std::string dtype = string_of(path, "dtype"), sha256 = string_of(path, "sha256");
+    const Id old(H5Dopen2(file_, path, H5P_DEFAULT), H5Dclose, std::string("H5Dopen2 ") + path);
+    const Id type(H5Dget_type(old.id), H5Tclose, std::string("H5Dget_type ") + path);
+    const Id space(H5Dget_space(old.id), H5Sclose, std::string("H5Dget_space ") + path);
+    std::vector<unsigned char> data(
+        size_t(h5(H5Sget_simple_extent_npoints(space.id), std::string("H5Sget_simple_extent_npoints ") + path)) *
+        H5Tget_size(type.id));
+    h5(H5Dread(old.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), std::string("H5Dread ") + path);
+    remove(path);  // the old dataset, still open, goes when closed
+    const Id ds(H5Dcreate2(file_, path, type.id, space.id, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose,
+                std::string("H5Dcreate2 ") + path);
+    if (with_data)
+      h5(H5Dwrite(ds.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), std::string("H5Dwrite ") + path);
+    add_string(path, "dtype", dtype);
+    add_string(path, "sha256", sha256);
+  }
 
   Id dataspace_of(const char* path) {
     const Id ds(H5Dopen2(file_, path, H5P_DEFAULT), H5Dclose, std::string("H5Dopen2 ") + path);

@@ -145,8 +145,10 @@ GoldenCase regenerate(const GoldenCase& golden);
 // file or the whole new one, never a part. Throws mok::Error naming the file and dataset.
 void write_golden(const std::filesystem::path& path, const GoldenCase& golden);
 
-// Reads and validates: format and numerics versions, config, every expected dataset's presence, dtype,
-// shape and SHA-256. Throws mok::Error naming the file, the dataset and the problem.
+// Reads and validates: the seal, the HDF5 metadata of every object it opens (before libhdf5 decodes it:
+// a file edited and sealed again crashed the library), format and numerics versions, config, every
+// expected dataset's presence, dtype, shape, storage and SHA-256. Throws mok::Error naming the file,
+// the dataset and the problem.
 GoldenCase read_golden(const std::filesystem::path& path);
 
 std::string to_string(StepModel step);

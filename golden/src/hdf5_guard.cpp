@@ -1,0 +1,233 @@
+// HDF5 metadata checked on the file's bytes (hdf5_guard.h). Layouts: the HDF5 file format specification
+// (version 0 superblock, 8-byte addresses and lengths): object header version 1, its messages dataspace
+// (0x0001), datatype (0x0003), data layout (0x0008, version 3), attribute (0x000C, versions 1 to 3) and
+// continuation (0x0010); the global heap collection.
+#include "hdf5_guard.h"
+
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "mok/core/config.h"
+
+namespace mok::golden {
+namespace {
+
+constexpr uint16_t kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C, kContinuation = 0x0010;
+constexpr uint8_t kSharedMessage = 0x02;  // an object header message flag: the message lives elsewhere
+constexpr uint8_t kIntegerClass = 0, kFloatClass = 1, kStringClass = 3, kVlenClass = 9;
+constexpr uint64_t kVlenElementBytes = 16;  // a variable-length element on disk: length, heap address, index
+constexpr uint64_t kHeapMinBytes = 4096;    // the smallest global heap collection the library reads
+constexpr uint64_t kHeapObjectHeader = 16;  // id, reference count, reserved, size
+
+uint64_t le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+uint64_t align8(uint64_t n) { return (n + 7) & ~uint64_t(7); }
+
+std::string text(uint64_t v) { return std::to_string(v); }
+
+[[noreturn]] void malformed(const std::string& problem) {
+  throw Error(problem + " (malformed HDF5 metadata: the file is corrupt or was edited)");
+}
+
+struct Attribute {
+  std::string name;
+  uint8_t type_class;
+  uint64_t data_at, data_bytes;  // the data's place in the message
+};
+
+// The element size of an attribute's datatype, whose property bytes (which the library's decoder reads
+// without knowing the datatype's size) must fit it: 4 for an integer, 12 for a float, a 1-byte integer
+// base type for a variable-length string.
+uint64_t attribute_element_bytes(const uint8_t* p, uint64_t bytes, const std::string& bad) {
+  const uint8_t type_class = bytes < 8 ? 0xff : p[0] & 0x0f;
+  const uint64_t size = bytes < 8 ? 0 : le(p + 4, 4);
+  const bool fits = (type_class == kIntegerClass && bytes >= 12 && size > 0) ||
+                    (type_class == kFloatClass && bytes >= 20 && size > 0) ||
+                    (type_class == kStringClass && size > 0) || (type_class == kVlenClass && bytes >= 20);
+  if (!fits)
+    malformed(bad + "has a datatype (class " + text(type_class) + ", " + text(bytes) + " bytes) no golden holds");
+  if (type_class != kVlenClass) return size;
+  const bool string_of_bytes = (p[1] & 0x0f) == 1 && (p[8] & 0x0f) == kIntegerClass && le(p + 12, 4) == 1;
+  if (!string_of_bytes) malformed(bad + "is variable-length but no string of 1-byte characters");
+  return kVlenElementBytes;
+}
+
+// The number of elements of an attribute's dataspace (version 1 or 2), whose dimensions must fit it.
+uint64_t dataspace_points(const uint8_t* p, uint64_t bytes, const std::string& bad) {
+  const int version = bytes < 4 ? 0 : p[0], rank = bytes < 4 ? 0 : p[1], flags = bytes < 4 ? 0 : p[2];
+  const uint64_t dims_at = version == 1 ? 8 : 4, dims_bytes = uint64_t(rank) * 8 * ((flags & 1) ? 2 : 1);
+  if ((version != 1 && version != 2) || rank > 32 || (flags & ~1) || dims_at + dims_bytes > bytes ||
+      (version == 2 && p[3] > 2))
+    malformed(bad + "has a malformed dataspace");
+  if (version == 2 && p[3] == 2) return 0;  // the null dataspace
+  uint64_t points = 1;
+  for (int i = 0; i < rank; ++i) {
+    const uint64_t d = le(p + dims_at + 8 * i, 8);
+    points = d != 0 && points > UINT64_MAX / d ? UINT64_MAX : points * d;
+  }
+  return points;
+}
+
+// An attribute message's parts, each inside the message: the library copies the name with strdup, and
+// the data by the size its datatype and dataspace give, wherever the sizes put them.
+Attribute parse_attribute(const std::vector<uint8_t>& m, uint8_t flags, const std::string& what) {
+  const std::string bad = what + ": an attribute message ";
+  const int version = m.size() < 8 ? 0 : m[0];
+  if (version < 1 || version > 3) malformed(bad + "of version " + text(version) + " (1 to 3 exist)");
+  if ((flags & kSharedMessage) || (version >= 2 && (m[1] & 0x03)))
+    malformed(bad + "is shared or has a shared datatype or dataspace, which no golden has");
+  const uint64_t name_bytes = le(&m[2], 2), type_bytes = le(&m[4], 2), space_bytes = le(&m[6], 2);
+  const auto padded = [&](uint64_t n) { return version == 1 ? align8(n) : n; };
+  const uint64_t name_at = version == 3 ? 9 : 8, type_at = name_at + padded(name_bytes);
+  const uint64_t space_at = type_at + padded(type_bytes), data_at = space_at + padded(space_bytes);
+  if (data_at > m.size())
+    malformed(bad + "gives its name, datatype and dataspace " + text(data_at) + " bytes, more than its " +
+              text(m.size()));
+  if (name_bytes == 0 || m[name_at + name_bytes - 1] != 0 || std::memchr(&m[name_at], 0, name_bytes - 1))
+    malformed(bad + "has a name that does not end where its length says");
+  Attribute a{reinterpret_cast<const char*>(&m[name_at]), 0, data_at, 0};
+  const std::string named = what + ": attribute " + quote_input(a.name) + " ";
+  const uint64_t element = attribute_element_bytes(&m[type_at], type_bytes, named);  // checks type_bytes >= 8
+  a.type_class = m[type_at] & 0x0f;
+  const uint64_t points = dataspace_points(&m[space_at], space_bytes, named);
+  if (points > m.size() || points * element > m.size() - data_at)
+    malformed(named + "says it holds " + text(points) + " elements of " + text(element) + " bytes, more than the " +
+              text(m.size() - data_at) + " bytes of its message");
+  a.data_bytes = points * element;
+  return a;
+}
+
+// A version 3 data layout: compact data inside the message; chunks of at least one element on every
+// axis, their last "dimension" the element size (a chunk size the library divides by and copies with).
+void check_layout(const std::vector<uint8_t>& m, uint64_t element, const std::string& what) {
+  const std::string bad = what + ": its data layout message ";
+  if (m.size() < 3 || m[0] != 3) malformed(bad + "is not of version 3, the one the writer makes");
+  if (m[1] == 0 && (m.size() < 5 || 5 + le(&m[3], 2) > m.size()))
+    malformed(bad + "holds less compact data than it says");
+  if (m[1] == 1 && m.size() < 19) malformed(bad + "is too short for a contiguous layout");
+  if (m[1] > 2) malformed(bad + "has layout class " + text(m[1]) + " (0 to 2 exist in version 3)");
+  if (m[1] != 2) return;
+  const uint64_t ndims = m[2];
+  if (ndims < 2 || ndims > 33 || 11 + 4 * ndims > m.size()) malformed(bad + "has a malformed chunk shape");
+  for (uint64_t i = 0; i < ndims; ++i)
+    if (le(&m[11 + 4 * i], 4) == 0) malformed(bad + "has a chunk dimension of 0");
+  if (le(&m[11 + 4 * (ndims - 1)], 4) != element)
+    malformed(bad + "gives a chunk element " + text(le(&m[11 + 4 * (ndims - 1)], 4)) + " bytes, its datatype " +
+              text(element));
+}
+
+}  // namespace
+
+RawHdf5::RawHdf5(const std::filesystem::path& file, uint64_t base)
+    : in_(file, std::ios::binary), size_(std::filesystem::file_size(file)), base_(base) {
+  if (!in_ || base_ > size_) throw Error("cannot reopen the file to check its HDF5 metadata");
+}
+
+std::vector<uint8_t> RawHdf5::read(uint64_t address, uint64_t bytes, const std::string& what) {
+  if (address > size_ - base_ || bytes > size_ - base_ - address)
+    malformed(what + ": " + text(bytes) + " bytes at address " + text(address) + " run past the end of the file");
+  std::vector<uint8_t> out(bytes);
+  in_.clear();
+  in_.seekg(std::streamoff(base_ + address));
+  in_.read(reinterpret_cast<char*>(out.data()), std::streamsize(bytes));
+  if (!in_) throw Error(what + ": cannot read " + text(bytes) + " bytes at address " + text(address));
+  return out;
+}
+
+// Every message of the object header, its continuation blocks followed (each once: a block that
+// continues into one already read is a loop).
+std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::string& what) {
+  const std::vector<uint8_t> prefix = read(address, 16, what + ": its object header");
+  if (prefix[0] != 1) malformed(what + ": object header version " + text(prefix[0]) + ", the writer makes version 1");
+  std::vector<std::pair<uint64_t, uint64_t>> blocks{{address + 16, le(&prefix[8], 4)}};
+  std::set<uint64_t> seen{address + 16};
+  std::vector<Message> out;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const std::vector<uint8_t> block = read(blocks[b].first, blocks[b].second, what + ": its object header");
+    for (size_t p = 0; p + 8 <= block.size();) {
+      const uint64_t bytes = le(&block[p + 2], 2);
+      if (bytes > block.size() - p - 8) malformed(what + ": a message runs past its object header block");
+      Message m{uint16_t(le(&block[p], 2)), block[p + 4], {block.begin() + p + 8, block.begin() + p + 8 + bytes}};
+      p += 8 + bytes;
+      if (m.type == kContinuation) {
+        if (m.data.size() < 16) malformed(what + ": a continuation message of " + text(m.data.size()) + " bytes");
+        if (!seen.insert(le(&m.data[0], 8)).second) malformed(what + ": its object header continues in a loop");
+        blocks.emplace_back(le(&m.data[0], 8), le(&m.data[8], 8));
+      }
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+uint64_t RawHdf5::root_address() {
+  const std::vector<uint8_t> superblock = read(0, 72, "the superblock");
+  if (std::memcmp(superblock.data(), "\x89HDF\r\n\x1a\n", 8) != 0 || superblock[8] != 0)
+    malformed("the superblock is not one of version 0, the one the writer makes");
+  return le(&superblock[64], 8);  // the root group's symbol table entry: name offset, object header address
+}
+
+void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
+  const std::string what = "object " + where;
+  const std::vector<Message> all = messages(address, what);
+  uint64_t element = 0;
+  for (const Message& m : all)
+    if (m.type == kDatatype) {
+      if ((m.flags & kSharedMessage) || m.data.size() < 8) malformed(what + ": its datatype is shared or malformed");
+      element = le(&m.data[4], 4);
+    }
+  for (const Message& m : all) {
+    if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
+    if (m.type == kLayout) check_layout(m.data, element, what);
+  }
+  headers_[where] = address;
+}
+
+void RawHdf5::check_string_attribute(const std::string& where, const std::string& name) {
+  const auto header = headers_.find(where);
+  if (header == headers_.end()) fail_internal("the object header of " + where + " was not checked");
+  for (const Message& m : messages(header->second, "object " + where)) {
+    if (m.type != kAttribute) continue;
+    const Attribute a = parse_attribute(m.data, m.flags, "object " + where);
+    if (a.name != name || a.type_class != kVlenClass || a.data_bytes < kVlenElementBytes) continue;
+    const uint8_t* d = &m.data[a.data_at];  // sequence length, heap collection address, object index
+    check_heap_object(le(d + 4, 8), uint32_t(le(d + 12, 4)), uint32_t(le(d, 4)), "attribute " + where + "@" + name);
+  }
+}
+
+// The collection's objects must tile it (the library steps from one to the next by their sizes, without
+// bounds, and loops forever on a free-space object of size 0), the wanted one among them exactly once,
+// of the string's length (the library allocates the length, then copies the object's size).
+void RawHdf5::check_heap_object(uint64_t address, uint32_t index, uint32_t length, const std::string& what) {
+  if (address == 0) return;  // a null string: nothing is read
+  const std::string bad = what + ": the global heap collection at address " + text(address);
+  const std::vector<uint8_t> head = read(address, 16, bad);
+  const uint64_t size = le(&head[8], 8);
+  if (std::memcmp(head.data(), "GCOL", 4) != 0 || head[4] != 1 || size < kHeapMinBytes)
+    malformed(bad + " has no collection header (signature, version 1, at least 4096 bytes)");
+  const std::vector<uint8_t> heap = read(address, size, bad);
+  std::vector<bool> seen(size_t(1) << 16);
+  uint64_t found = UINT64_MAX;
+  for (uint64_t p = 16; p + kHeapObjectHeader <= size;) {  // a shorter tail is free space
+    const uint64_t id = le(&heap[p], 2), bytes = le(&heap[p + 8], 8);
+    const uint64_t need = bytes > size ? UINT64_MAX : id == 0 ? bytes : kHeapObjectHeader + align8(bytes);
+    if (need > size - p || need < kHeapObjectHeader)
+      malformed(bad + ": its object " + text(id) + " at byte " + text(p) + " (" + text(bytes) +
+                " bytes) does not fit the collection");
+    if (id != 0 && seen[id]) malformed(bad + " holds object " + text(id) + " twice");
+    if (id != 0) seen[id] = true;
+    if (id != 0 && id == index) found = bytes;
+    p += need;
+  }
+  if (found == UINT64_MAX) malformed(bad + " holds no object " + text(index));
+  if (found != length)
+    malformed(bad + ": object " + text(index) + " holds " + text(found) + " bytes, the string's length is " +
+              text(length));
+}
+
+}  // namespace mok::golden

@@ -1,0 +1,251 @@
+// Goldens edited below what their reader reads (bytes of HDF5 metadata, HDF5 objects the writer never
+// makes) and sealed again, as someone who recomputes the seal can: libhdf5 1.10 trusts a file's metadata,
+// and each of these made a reader crash (SIGSEGV, SIGFPE, an abort from free()), hang, allocate
+// gigabytes or read data from outside the sealed file. Each is now refused with a mok::Error naming the
+// object and the problem (golden/src/hdf5_guard.h, chunk_codec.h). The reads run in a child process, so
+// that a crash or a hang fails its test instead of ending the test program.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <functional>
+
+#include "mok/golden/catalogue.h"
+#include "mok/golden/golden.h"
+#include "mok/golden/seal.h"
+#include "test_files.h"
+
+namespace mok::golden {
+namespace {
+
+using testing::RawGolden;
+using testing::TempDir;
+
+constexpr int kReadSeconds = 20;  // a read past this hangs: the child is killed
+
+// What reading `file` in a child process gives: the mok::Error's message, "read without error", or how
+// the child ended (a crash, or a hang that kReadSeconds ended).
+std::string read_in_child(const std::filesystem::path& file) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return "no pipe";
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    alarm(kReadSeconds);
+    std::string message = "read without error";
+    try {
+      read_golden(file);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    (void)!write(pipe_fds[1], message.data(), message.size());
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string message;
+  char buf[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) message.append(buf, size_t(n));
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (WIFSIGNALED(status))
+    return WTERMSIG(status) == SIGALRM ? "hung: killed after " + std::to_string(kReadSeconds) + " s"
+                                       : std::string("crashed: ") + strsignal(WTERMSIG(status));
+  return message;
+}
+
+uint64_t get(const std::vector<char>& bytes, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = v << 8 | uint8_t(bytes.at(at + size_t(i)));
+  return v;
+}
+
+void put(std::vector<char>& bytes, size_t at, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) bytes.at(at + size_t(i)) = char(v >> (8 * i));
+}
+
+uint64_t align8(uint64_t n) { return (n + 7) / 8 * 8; }
+
+// Where `needle` first occurs after the seal block.
+size_t offset_of(const std::vector<char>& bytes, const std::string& needle) {
+  const auto at = std::search(bytes.begin() + kSealBytes, bytes.end(), needle.begin(), needle.end());
+  if (at == bytes.end())
+    throw std::runtime_error("the file holds no " + std::to_string(needle.size()) + "-byte needle");
+  return size_t(at - bytes.begin());
+}
+
+// The version 1 attribute message of the attribute `name` (the first so named): name, datatype and
+// dataspace sizes at 2, 4 and 6, the name at 8, each part padded to 8 bytes.
+size_t attribute_message(const std::vector<char>& bytes, const std::string& name) {
+  const size_t m = offset_of(bytes, name + std::string(1, '\0')) - 8;
+  if (get(bytes, m, 1) != 1 || get(bytes, m + 2, 2) != name.size() + 1)
+    throw std::runtime_error("no version 1 attribute message of " + name);
+  return m;
+}
+
+size_t attribute_data(const std::vector<char>& bytes, size_t m) {
+  return m + 8 + align8(get(bytes, m + 2, 2)) + align8(get(bytes, m + 4, 2)) + align8(get(bytes, m + 6, 2));
+}
+
+// The data layout message (version 3, chunked: version, class, rank + 1, B-tree address, chunk sizes
+// with the element size last) of the first dataset of chunks `chunk`: in the builtin case, [32, 64, 2]
+// is /inputs/x's, [5, 4] /routing/offsets'.
+size_t layout_message(const std::vector<char>& bytes, const std::vector<uint32_t>& chunk) {
+  std::string sizes;
+  for (const uint32_t c : chunk) sizes += std::string{char(c), char(c >> 8), char(c >> 16), char(c >> 24)};
+  const size_t m = offset_of(bytes, sizes) - 11;
+  if (get(bytes, m, 1) != 3 || get(bytes, m + 1, 1) != 2 || get(bytes, m + 2, 1) != chunk.size())
+    throw std::runtime_error("the first such chunk shape is no layout message's");
+  return m;
+}
+
+class ResealedGolden : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { smoke_ = new GoldenCase(make_case(builtin_case())); }
+  static void TearDownTestSuite() { delete smoke_; }
+
+  void SetUp() override {
+    write_golden(dir_ / "g.h5", *smoke_);
+    original_ = testing::read_bytes(dir_ / "g.h5");
+  }
+
+  // What reading the golden gives once `edit` changed its bytes and it was sealed again.
+  std::string read_edited(const std::function<void(std::vector<char>&)>& edit) {
+    std::vector<char> bytes = original_;
+    edit(bytes);
+    testing::write_bytes(dir_ / "e.h5", bytes);
+    seal_file(dir_ / "e.h5");
+    return read_in_child(dir_ / "e.h5");
+  }
+
+  // What reading the golden gives once `edit` changed it through HDF5 (RawGolden seals it again).
+  std::string read_after(const std::function<void(RawGolden&)>& edit) {
+    {
+      RawGolden raw(dir_ / "g.h5");
+      edit(raw);
+    }
+    return read_in_child(dir_ / "g.h5");
+  }
+
+  static GoldenCase* smoke_;
+  TempDir dir_{"hdf5-metadata-test"};
+  std::vector<char> original_;
+};
+
+GoldenCase* ResealedGolden::smoke_ = nullptr;
+
+// The outcome of a read holds `message`, the words of the refusal expected.
+void expect_refused(const std::string& outcome, const std::string& message) {
+  EXPECT_NE(outcome.find(message), std::string::npos) << "expected: " << message << "\ngot: " << outcome;
+}
+
+TEST_F(ResealedGolden, ReadsAsWritten) { EXPECT_EQ(read_in_child(dir_ / "g.h5"), "read without error"); }
+
+// The global heap collection that holds every string attribute: the library stepped from object to
+// object by their stored sizes unchecked (a huge size: SIGSEGV in H5HG_read's memcpy; a free-space object
+// of size 0: an endless loop), took any object index (SIGSEGV) and allocated the attribute's length but
+// copied the object's size (a heap overflow that free() aborted on).
+TEST_F(ResealedGolden, GlobalHeapObjectsAreCheckedBeforeAStringIsRead) {
+  const size_t heap = offset_of(original_, "GCOL");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, heap + 24, uint64_t(1) << 37, 8); }),
+                 "(137438953472 bytes) does not fit the collection (malformed HDF5 metadata");
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   size_t p = heap + 16;  // the objects, up to the free-space one (id 0)
+                   while (get(b, p, 2) != 0) p += 16 + align8(get(b, p + 8, 8));
+                   put(b, p + 8, 0, 8);
+                 }),
+                 " (0 bytes) does not fit the collection");
+  const size_t format = attribute_data(original_, attribute_message(original_, "format"));
+  ASSERT_EQ(get(original_, format, 4), 10u) << "the string 'mok-golden'";
+  const std::string no_object = read_edited([&](std::vector<char>& b) { put(b, format + 12, 1000, 4); });
+  expect_refused(no_object, "attribute /@format: the global heap collection at address ");
+  expect_refused(no_object, " holds no object 1000 (malformed HDF5 metadata: the file is corrupt or was edited)");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, format, 2, 4); }),
+                 " holds 10 bytes, the string's length is 2");
+}
+
+// An attribute message's sizes of its parts: the library skipped by them unchecked and copied the data
+// from wherever they led, past the message (a SIGSEGV in H5Aexists on the committed smoke.h5; here
+// format_version read from other bytes, as 1 or 0, and /inputs/x@dtype as ''), or looped; a
+// variable-length string of 0xff000001-byte characters hung it.
+TEST_F(ResealedGolden, AttributeMessagesAreCheckedBeforeTheLibraryDecodesThem) {
+  const size_t version = attribute_message(original_, "format_version");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, version + 6, 0xff08, 2); }),
+                 "object /: an attribute message gives its name, datatype and dataspace 65328 bytes, more than its 56");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, version + 4, 0x2c, 2); }),
+                 "object /: an attribute message gives its name, datatype and dataspace");
+  const size_t dtype = attribute_message(original_, "dtype");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, dtype + 7, 0xff, 1); }),
+                 "object /inputs/x: an attribute message gives its name, datatype and dataspace");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, dtype + 16 + 12, 0xff000001, 4); }),
+                 "object /inputs/x: attribute 'dtype' is variable-length but no string of 1-byte characters");
+}
+
+// A chunked layout's version and chunk shape: layout version 2's decoding of version 3's bytes divided by
+// zero (SIGFPE in H5Dopen2), a chunk wider than the dataset made H5Dread copy past its buffer (SIGSEGV),
+// a chunk element of 4 bytes for 2-byte elements read without error. (A chunk size of 0 the library
+// refuses itself.)
+TEST_F(ResealedGolden, LayoutMessagesAreCheckedBeforeTheLibraryOpensADataset) {
+  const size_t offsets = layout_message(original_, {5, 4});
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, offsets, 2, 1); }),
+                 "object /routing/offsets: its data layout message is not of version 3");
+  const size_t layout = layout_message(original_, {32, 64, 2});
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 11, 0, 4); }),
+                 "object /inputs/x: its data layout message has a chunk dimension of 0");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 19, 4, 4); }),
+                 "object /inputs/x: its data layout message gives a chunk element 4 bytes, its datatype 2");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 15, 64 + (1 << 24), 4); }),
+                 "dataset /inputs/x has chunks of [32, 16777280], not inside its shape [32, 64]");
+}
+
+std::vector<unsigned char> deflated_zeros(size_t bytes) {
+  const std::vector<unsigned char> zeros(bytes);
+  uLongf size = compressBound(uLong(bytes));
+  std::vector<unsigned char> out(size);
+  if (compress2(out.data(), &size, zeros.data(), uLong(bytes), 9) != Z_OK) throw std::runtime_error("compress2");
+  out.resize(size);
+  return out;
+}
+
+// A chunk's deflate stream that inflates past the chunk: the library's filter grew its buffer until the
+// stream ended (a 4.5 MB golden whose chunk inflated to 4 GiB took 8 GB and 110 s), then the reader
+// refused the dataset's hash. Now no chunk inflates past its size, and a chunk too small for its
+// shape is refused before anything is allocated.
+TEST_F(ResealedGolden, AChunkInflatesToItsSizeAndNoMore) {
+  const std::string bomb = read_after([](RawGolden& raw) {
+    raw.write_raw_chunk("/inputs/x", {0, 0}, deflated_zeros(16 << 20));
+  });
+  expect_refused(bomb, "dataset /inputs/x: the chunk at [0, 0]: its deflate stream of ");
+  expect_refused(bomb, " bytes inflates to more than the chunk's 4096 bytes");
+  expect_refused(read_after([](RawGolden& raw) {
+                   raw.write_raw_chunk("/inputs/x", {0, 0}, {0x78, 0x9c});
+                 }),
+                 "dataset /inputs/x: the chunk at [0, 0] stores 2 bytes, which no deflate stream inflates to its 4096");
+}
+
+// Data the seal does not cover, or that this reader does not decode: an external link (read from the
+// other file as if it were this one's), a soft link, elements in an external file (a FIFO hung the
+// reader), another filter pipeline.
+TEST_F(ResealedGolden, DataOutsideTheSealedFileOrOtherStorageIsRefused) {
+  write_golden(dir_ / "other.h5", *smoke_);
+  expect_refused(read_after([&](RawGolden& raw) { raw.link_to_file("/inputs/x", dir_ / "other.h5"); }),
+                 "/inputs/x is an external link, no object of this file: the file is corrupt or was edited");
+  write_golden(dir_ / "g.h5", *smoke_);
+  expect_refused(read_after([](RawGolden& raw) { raw.link_softly("/inputs/x"); }), "/inputs/x is a soft link");
+  write_golden(dir_ / "g.h5", *smoke_);
+  ASSERT_EQ(mkfifo((dir_ / "x.fifo").c_str(), 0600), 0);
+  expect_refused(read_after([&](RawGolden& raw) { raw.store_externally("/inputs/x", dir_ / "x.fifo"); }),
+                 "dataset /inputs/x is stored contiguous, format v1 stores datasets in chunks");
+  write_golden(dir_ / "g.h5", *smoke_);
+  expect_refused(read_after([](RawGolden& raw) { raw.add_fletcher32("/inputs/x"); }),
+                 "dataset /inputs/x is stored through the filters [shuffle, fletcher32, deflate], format v1's are "
+                 "[shuffle, deflate]");
+}
+
+}  // namespace
+}  // namespace mok::golden
