@@ -74,9 +74,8 @@ int resident_blocks(int asked, int shares) {
   require(resident >= 1,
           "no block of the kernels fits on this device" +
               std::string(shares > 1 ? " per colocated share (" + std::to_string(shares) + " shares)" : ""));
-  require(asked >= 0 && asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " +
-                                               std::to_string(resident) + " co-resident blocks of this device" +
-                                               (shares > 1 ? " per colocated share" : ""));
+  require(asked <= resident, "blocks = " + std::to_string(asked) + " exceeds the " + std::to_string(resident) +
+                                 " co-resident blocks of this device" + (shares > 1 ? " per colocated share" : ""));
   return asked ? asked : resident;
 }
 
@@ -100,6 +99,8 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   validate(c);
   require(c.ranks <= kMaxRanks, "ranks R = " + std::to_string(c.ranks) + " exceeds " + std::to_string(kMaxRanks));
   if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
+  // Its upper bound, the co-resident blocks, needs the device (resident_blocks).
+  require(launch.blocks >= 0, "blocks = " + std::to_string(launch.blocks) + " is negative (0: all co-resident)");
   // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
   require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
               launch.watchdog_seconds <= kMaxWatchdogSeconds,
@@ -142,6 +143,15 @@ int average_rank_ring_rows(const LayerConfig& c) {
 // rank can receive, N min(k, experts per rank) (a token picks distinct experts).
 int forward_cycle_rows(const LayerConfig& c) {
   return ring_rows_for(c, int64_t(c.tokens()) * std::min(c.top_k, c.experts_per_rank()));
+}
+
+// The ring a launch runs (Layer::ring_rows): LaunchConfig::ring_rows, or (0) an average rank's rows; at most
+// the forward's one cycle, the most rows a rank can receive in whole tiles of its experts. A larger ring is
+// never filled (one cycle either way, the same bits: D3) but was allocated: --ring-rows 10^9 planned an
+// 8 TB workspace. Clamped, not refused: the bound grows with the batch, and a ring the verify and fuzz
+// backends map from the reference's, or one a caller sets for its largest batch, stays valid for a smaller one.
+int resolved_ring_rows(const LayerConfig& c, const LaunchConfig& launch) {
+  return std::min(launch.ring_rows ? launch.ring_rows : average_rank_ring_rows(c), forward_cycle_rows(c));
 }
 
 // The most expert tiles one rank can hold: its experts' rows, N min(k, experts per rank) (a token picks
@@ -363,7 +373,7 @@ struct Layer::Impl {
   void init(const LayerConfig& config, const LaunchConfig& l, int g, const PeerGroup* peers) {
     c = config;
     launch = l;
-    if (launch.ring_rows == 0) launch.ring_rows = average_rank_ring_rows(c);
+    launch.ring_rows = resolved_ring_rows(c, launch);
     gpu = g;
     MOK_CUDA_CHECK(cudaGetDevice(&device));
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
@@ -779,7 +789,7 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& c, const Lau
 LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
   validate_launch_config(c, launch);
   LaunchConfig resolved = launch;
-  if (resolved.ring_rows == 0) resolved.ring_rows = average_rank_ring_rows(c);
+  resolved.ring_rows = resolved_ring_rows(c, launch);
   const bool windowed = launch.transport != Transport::simulated;  // a peer group's Layer, one GPU's too
   const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
   const RowShare share{launch.gpus, 0, launch.capacity_rows};

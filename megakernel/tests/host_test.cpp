@@ -18,7 +18,7 @@
 namespace mok::gpu {
 namespace {
 
-using mok::test::expect_error;
+using mok::test::error_of, mok::test::expect_error;
 
 // A machine without a CUDA driver (CI's) has no GPU to count, and that is no error: the GPU tests and
 // tools skip there. (Any other CUDA failure throws, so a broken or too old driver is not taken for it.)
@@ -134,8 +134,8 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
 }
 
 // layer_memory refuses what a Layer refuses (no device needed for either check): a ring that is not
-// whole tiles, simulated ranks over several GPUs, a watchdog that is not a finite positive number of
-// seconds up to kMaxWatchdogSeconds.
+// whole tiles, a negative block count, simulated ranks over several GPUs, a watchdog that is not a finite positive
+// number of seconds up to kMaxWatchdogSeconds.
 TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);
   const auto refused = [&](const LaunchConfig& launch, const std::string& what) {
@@ -143,11 +143,56 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   };
   refused({.ring_rows = 100}, "ring_rows");
   refused({.ring_rows = -128}, "ring_rows");
+  refused({.blocks = -1}, "blocks = -1 is negative");
   refused({.gpus = 2}, "gpus > 1 needs the nccl or the colocated transport");
   for (const double seconds :
        {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e12})
     refused({.watchdog_seconds = seconds}, "watchdog_seconds");
   EXPECT_NO_THROW(layer_memory(c, {.watchdog_seconds = kMaxWatchdogSeconds}));
+}
+
+// A ring past a rank's most rows (N min(k, E/R) and a tile per expert, the forward's one cycle) would never be
+// filled: it is that ring (mok-bench --plan --ring-rows 1000000000 planned an 8 TB workspace).
+TEST(LayerMemory, ARingPastARanksMostRowsIsThatRing) {
+  const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);  // a rank's 4 experts: 512 min(2, 4) = 1024 rows
+  const int most = (1024 / 128 + 4) * 128;
+  const int largest = std::numeric_limits<int>::max() / 128 * 128;
+  const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  for (const LaunchConfig& base : {LaunchConfig{}, LaunchConfig{.recompute = true}, colocated}) {
+    SCOPED_TRACE(std::to_string(base.gpus) + " GPU(s)" + (base.recompute ? ", recompute" : ""));
+    LaunchConfig at_most = base;
+    at_most.ring_rows = most;
+    const LayerMemory want = layer_memory(c, at_most);
+    for (const int ring : {most + 128, 1 << 20, largest}) {
+      SCOPED_TRACE("ring_rows = " + std::to_string(ring));
+      LaunchConfig past = base;
+      past.ring_rows = ring;
+      const LayerMemory got = layer_memory(c, past);
+      EXPECT_EQ(got.workspace_backward, want.workspace_backward);
+      EXPECT_EQ(got.workspace_forward, want.workspace_forward);
+      EXPECT_EQ(got.saved, want.saved);
+      EXPECT_EQ(got.window, want.window);
+    }
+  }
+}
+
+// At validate's bounds the workspace's sizes are exact: R = 64 ranks' rings, each of a rank's most rows
+// (the whole batch), and g beside them at I = 2^30 - 64 (T halved until validate accepts the config:
+// its tensors within 1 PiB) are at most a few hundred times the tensors, far below 2^63, where the
+// size_t sums wrapped before.
+TEST(LayerMemory, TheLargestRingsOfTheLargestConfigDoNotWrap) {
+  LayerConfig c = make_config(64, std::numeric_limits<int>::max() / 64 / 512, 64, (1 << 30) - 64, 512, 8);
+  c.shared_intermediate = c.intermediate;
+  const auto refused = [&] { return !error_of([&] { validate(c); }).empty(); };
+  while (c.tokens_per_rank > 1 && refused()) c.tokens_per_rank /= 2;
+  ASSERT_FALSE(refused());
+  const long rank_rows = long(c.tokens()) * std::min(c.top_k, c.experts_per_rank());
+  const int ring = int((rank_rows / 128 + c.experts_per_rank()) * 128);
+  const LayerMemory m = layer_memory(c, {.ring_rows = ring, .recompute = true});
+  const double g = double(c.ranks) * ring * c.intermediate * 4;  // g: fp32 [R ring_rows, I], apart from the rest
+  EXPECT_GE(double(m.workspace_backward), g);
+  EXPECT_LT(double(m.workspace_backward), 0x1p63);
+  EXPECT_GE(double(m.workspace_forward), double(own_padded_rows(c, 1, 0)) * 6 * c.intermediate);  // h and a
 }
 
 // A peer group's Layer keeps the (token, slot) rows in its window, one GPU's too: layer_memory gives it

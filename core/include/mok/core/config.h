@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -168,6 +169,28 @@ inline bool valid_swiglu_limit(float limit) {
   return limit == 0.0f || (limit >= std::numeric_limits<float>::min() && limit <= std::numeric_limits<float>::max());
 }
 
+// The bytes of a problem's tensors on the host: its inputs (x, dy, router, W1, W2, shared weights), the
+// forward's results and saved activations (routing, logits, the k slots per token, h and a) and the
+// gradients (fp32 weight gradients). A lower bound of what the reference, a golden or a fuzz case holds
+// at once. In double: with every dimension below 2^31 the products can pass 2^64.
+inline double problem_bytes(const LayerConfig& c) {
+  const double N = double(c.ranks) * c.tokens_per_rank, k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate,
+               Is = c.shared_intermediate;
+  const double expert_weights = E * 3 * I * H + 3 * Is * H;               // W1 [E, 2I, H], W2 [E, H, I], shared
+  const double inputs = 2 * N * H * 2 + E * H * 4 + expert_weights * 2;   // bf16 x, dy, weights; fp32 router
+  const double forward = N * k * (4 + 4 + 2 * 4) + N * E * 4 + N * H * 2  // routing, layout, logits, y
+                         + N * k * (H + 3 * I) * 2 + N * 2 * Is * 2;      // slots, h and a, shared h
+  const double gradients = N * H * 2 + N * (k + E) * 4 + E * H * 4 + expert_weights * 4;
+  return inputs + forward + gradients;
+}
+
+// The most bytes a problem's tensors may need (problem_bytes): 1 PiB, more than any machine holds, and
+// far below 2^63: every buffer mok sizes in size_t (the saved buffer, a GPU's workspace, window and
+// quantized weights) is at most a few hundred times it (a rank's ring is sized for all of N min(k, E/R)
+// rows), so none wraps 64 bits nor passes torch's int64 sizes. Within the int32 limits above it could:
+// I = Is = 2^30 - 64 on 2^31 - 1 tokens (H = 448, E = k = 1) gave a saved buffer of 9.2e18 bytes for 2.8e19.
+inline constexpr double kMaxProblemBytes = double(int64_t(1) << 50);
+
 inline void validate(const LayerConfig& c) {
   const auto n = [](const char* name, long v) { return std::string(name) + " = " + std::to_string(v); };
   require(c.ranks >= 1, [&] { return n("ranks R", c.ranks) + " (need R >= 1)"; });
@@ -205,6 +228,12 @@ inline void validate(const LayerConfig& c) {
   require_int_index(2 * int64_t(c.shared_intermediate), "shared W1 rows 2 * Is");
   require_int_index(int64_t(c.experts) * c.hidden, "router elements E * H");
   require(N * c.hidden < (int64_t(1) << 40), [&] { return "problem too large: N * H >= 2^40"; });
+  require(problem_bytes(c) <= kMaxProblemBytes, [&] {
+    char bytes[32];
+    std::snprintf(bytes, sizeof bytes, "%.3g", problem_bytes(c));
+    return std::string("problem too large: its tensors need ") + bytes +
+           " bytes, more than 2^50 (1 PiB; mok sizes its buffers in 64 bits)";
+  });
   if (c.score_mode == ScoreMode::sigmoid) {
     require(c.n_group >= 1 && c.experts % c.n_group == 0,
             [&] { return n("n_group", c.n_group) + " must divide " + n("E", c.experts); });

@@ -109,21 +109,6 @@ inline void validate_inputs(const LayerConfig& c, const std::vector<bf16>& x, co
   if (given) validate_routing(c, *given, ids_only, whose);
 }
 
-// The bytes of a problem's tensors on the host: its inputs (x, dy, router, W1, W2, shared weights), the
-// forward's results and saved activations (routing, logits, the k slots per token, h and a) and the
-// gradients (fp32 weight gradients). A lower bound of what the reference, a golden or a fuzz case holds
-// at once. In double: with every dimension below 2^31 the products can pass 2^64.
-inline double problem_bytes(const LayerConfig& c) {
-  const double N = double(c.ranks) * c.tokens_per_rank, k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate,
-               Is = c.shared_intermediate;
-  const double expert_weights = E * 3 * I * H + 3 * Is * H;               // W1 [E, 2I, H], W2 [E, H, I], shared
-  const double inputs = 2 * N * H * 2 + E * H * 4 + expert_weights * 2;   // bf16 x, dy, weights; fp32 router
-  const double forward = N * k * (4 + 4 + 2 * 4) + N * E * 4 + N * H * 2  // routing, layout, logits, y
-                         + N * k * (H + 3 * I) * 2 + N * 2 * Is * 2;      // slots, h and a, shared h
-  const double gradients = N * H * 2 + N * (k + E) * 4 + E * H * 4 + expert_weights * 4;
-  return inputs + forward + gradients;
-}
-
 // This machine's physical memory in bytes (sysconf), or 0 where the system does not say.
 inline double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
