@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <set>
+#include <system_error>
 #include <utility>
 
 #include "mok/core/config.h"
@@ -13,12 +14,14 @@
 namespace mok::golden {
 namespace {
 
-constexpr uint16_t kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C, kContinuation = 0x0010;
+constexpr uint16_t kDataspace = 0x0001, kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C,
+                   kContinuation = 0x0010;
 constexpr uint8_t kSharedMessage = 0x02;  // an object header message flag: the message lives elsewhere
 constexpr uint8_t kIntegerClass = 0, kFloatClass = 1, kStringClass = 3, kVlenClass = 9;
-constexpr uint64_t kVlenElementBytes = 16;  // a variable-length element on disk: length, heap address, index
-constexpr uint64_t kHeapMinBytes = 4096;    // the smallest global heap collection the library reads
-constexpr uint64_t kHeapObjectHeader = 16;  // id, reference count, reserved, size
+constexpr uint64_t kVlenElementBytes = 16;    // a variable-length element on disk: length, heap address, index
+constexpr uint64_t kHeapMinBytes = 4096;      // the smallest global heap collection the library reads
+constexpr uint64_t kHeapObjectHeader = 16;    // id, reference count, reserved, size
+constexpr size_t kMaxHeaderMessages = 65535;  // a version 1 object header counts its messages in 16 bits
 
 uint64_t le(const uint8_t* p, int bytes) {
   uint64_t v = 0;
@@ -40,10 +43,10 @@ struct Attribute {
   uint64_t data_at, data_bytes;  // the data's place in the message
 };
 
-// The element size of an attribute's datatype, whose property bytes (which the library's decoder reads
-// without knowing the datatype's size) must fit it: 4 for an integer, 12 for a float, a 1-byte integer
-// base type for a variable-length string.
-uint64_t attribute_element_bytes(const uint8_t* p, uint64_t bytes, const std::string& bad) {
+// The element size of an attribute's or a dataset's datatype, whose property bytes (which the library's
+// decoder reads without knowing the datatype's size) must fit it: 4 for an integer, 12 for a float, a
+// 1-byte integer base type for a variable-length string.
+uint64_t datatype_element_bytes(const uint8_t* p, uint64_t bytes, const std::string& bad) {
   const uint8_t type_class = bytes < 8 ? 0xff : p[0] & 0x0f;
   const uint64_t size = bytes < 8 ? 0 : le(p + 4, 4);
   const bool fits = (type_class == kIntegerClass && bytes >= 12 && size > 0) ||
@@ -57,7 +60,8 @@ uint64_t attribute_element_bytes(const uint8_t* p, uint64_t bytes, const std::st
   return kVlenElementBytes;
 }
 
-// The number of elements of an attribute's dataspace (version 1 or 2), whose dimensions must fit it.
+// The number of elements of an attribute's or a dataset's dataspace (version 1 or 2), whose dimensions
+// must fit it.
 uint64_t dataspace_points(const uint8_t* p, uint64_t bytes, const std::string& bad) {
   const int version = bytes < 4 ? 0 : p[0], rank = bytes < 4 ? 0 : p[1], flags = bytes < 4 ? 0 : p[2];
   const uint64_t dims_at = version == 1 ? 8 : 4, dims_bytes = uint64_t(rank) * 8 * ((flags & 1) ? 2 : 1);
@@ -92,9 +96,9 @@ Attribute parse_attribute(const std::vector<uint8_t>& m, uint8_t flags, const st
     malformed(bad + "has a name that does not end where its length says");
   Attribute a{reinterpret_cast<const char*>(&m[name_at]), 0, data_at, 0};
   const std::string named = what + ": attribute " + quote_input(a.name) + " ";
-  const uint64_t element = attribute_element_bytes(&m[type_at], type_bytes, named);  // checks type_bytes >= 8
+  const uint64_t element = datatype_element_bytes(m.data() + type_at, type_bytes, named);  // type_bytes >= 8
   a.type_class = m[type_at] & 0x0f;
-  const uint64_t points = dataspace_points(&m[space_at], space_bytes, named);
+  const uint64_t points = dataspace_points(m.data() + space_at, space_bytes, named);
   if (points > m.size() || points * element > m.size() - data_at)
     malformed(named + "says it holds " + text(points) + " elements of " + text(element) + " bytes, more than the " +
               text(m.size() - data_at) + " bytes of its message");
@@ -103,17 +107,20 @@ Attribute parse_attribute(const std::vector<uint8_t>& m, uint8_t flags, const st
 }
 
 // A version 3 data layout: compact data inside the message; chunks of at least one element on every
-// axis, their last "dimension" the element size (a chunk size the library divides by and copies with).
-void check_layout(const std::vector<uint8_t>& m, uint64_t element, const std::string& what) {
+// axis of the dataspace (`rank`), their last "dimension" the element size (a chunk size the library
+// divides by and copies with).
+void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, const std::string& what) {
   const std::string bad = what + ": its data layout message ";
   if (m.size() < 3 || m[0] != 3) malformed(bad + "is not of version 3, the one the writer makes");
-  if (m[1] == 0 && (m.size() < 5 || 5 + le(&m[3], 2) > m.size()))
+  if (m[1] == 0 && (m.size() < 4 || 4 + le(&m[2], 2) > m.size()))  // the data's size, then the data
     malformed(bad + "holds less compact data than it says");
-  if (m[1] == 1 && m.size() < 19) malformed(bad + "is too short for a contiguous layout");
+  if (m[1] == 1 && m.size() < 18) malformed(bad + "is too short for a contiguous layout");  // address, size
   if (m[1] > 2) malformed(bad + "has layout class " + text(m[1]) + " (0 to 2 exist in version 3)");
   if (m[1] != 2) return;
   const uint64_t ndims = m[2];
   if (ndims < 2 || ndims > 33 || 11 + 4 * ndims > m.size()) malformed(bad + "has a malformed chunk shape");
+  if (int(ndims) != rank + 1)
+    malformed(bad + "gives chunks of rank " + text(ndims - 1) + ", its dataspace rank " + std::to_string(rank));
   for (uint64_t i = 0; i < ndims; ++i)
     if (le(&m[11 + 4 * i], 4) == 0) malformed(bad + "has a chunk dimension of 0");
   if (le(&m[11 + 4 * (ndims - 1)], 4) != element)
@@ -123,9 +130,10 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, const std::st
 
 }  // namespace
 
-RawHdf5::RawHdf5(const std::filesystem::path& file, uint64_t base)
-    : in_(file, std::ios::binary), size_(std::filesystem::file_size(file)), base_(base) {
-  if (!in_ || base_ > size_) throw Error("cannot reopen the file to check its HDF5 metadata");
+RawHdf5::RawHdf5(const std::filesystem::path& file, uint64_t base) : in_(file, std::ios::binary), base_(base) {
+  std::error_code error;
+  size_ = std::filesystem::file_size(file, error);
+  if (!in_ || error || base_ > size_) throw Error("cannot reopen the file to check its HDF5 metadata");
 }
 
 std::vector<uint8_t> RawHdf5::read(uint64_t address, uint64_t bytes, const std::string& what) {
@@ -140,14 +148,18 @@ std::vector<uint8_t> RawHdf5::read(uint64_t address, uint64_t bytes, const std::
 }
 
 // Every message of the object header, its continuation blocks followed (each once: a block that
-// continues into one already read is a loop).
+// continues into one already read is a loop). Bounded by the file: blocks of more bytes in all than it
+// holds (overlapping ones, each read anew) or more messages than a version 1 header counts are refused.
 std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::string& what) {
   const std::vector<uint8_t> prefix = read(address, 16, what + ": its object header");
   if (prefix[0] != 1) malformed(what + ": object header version " + text(prefix[0]) + ", the writer makes version 1");
   std::vector<std::pair<uint64_t, uint64_t>> blocks{{address + 16, le(&prefix[8], 4)}};
   std::set<uint64_t> seen{address + 16};
   std::vector<Message> out;
+  uint64_t block_bytes = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
+    block_bytes += blocks[b].second;  // each at most the file's size (read), so no wrap
+    if (block_bytes > size_) malformed(what + ": its object header blocks hold more bytes than the file");
     const std::vector<uint8_t> block = read(blocks[b].first, blocks[b].second, what + ": its object header");
     for (size_t p = 0; p + 8 <= block.size();) {
       const uint64_t bytes = le(&block[p + 2], 2);
@@ -160,6 +172,7 @@ std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::str
         blocks.emplace_back(le(&m.data[0], 8), le(&m.data[8], 8));
       }
       out.push_back(std::move(m));
+      if (out.size() > kMaxHeaderMessages) malformed(what + ": its object header holds more than 65,535 messages");
     }
   }
   return out;
@@ -176,14 +189,19 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   const std::string what = "object " + where;
   const std::vector<Message> all = messages(address, what);
   uint64_t element = 0;
-  for (const Message& m : all)
-    if (m.type == kDatatype) {
-      if ((m.flags & kSharedMessage) || m.data.size() < 8) malformed(what + ": its datatype is shared or malformed");
-      element = le(&m.data[4], 4);
+  int rank = -1;
+  for (const Message& m : all) {
+    if ((m.type == kDatatype || m.type == kDataspace) && (m.flags & kSharedMessage))
+      malformed(what + ": its datatype or dataspace is shared, which no golden has");
+    if (m.type == kDatatype) element = datatype_element_bytes(m.data.data(), m.data.size(), what + ": it ");
+    if (m.type == kDataspace) {
+      dataspace_points(m.data.data(), m.data.size(), what + ": it ");  // its size checked first
+      rank = m.data[1];
     }
+  }
   for (const Message& m : all) {
     if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
-    if (m.type == kLayout) check_layout(m.data, element, what);
+    if (m.type == kLayout) check_layout(m.data, element, rank, what);
   }
   headers_[where] = address;
 }

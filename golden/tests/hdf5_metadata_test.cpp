@@ -189,7 +189,7 @@ TEST_F(ResealedGolden, AttributeMessagesAreCheckedBeforeTheLibraryDecodesThem) {
 // A chunked layout's version and chunk shape: layout version 2's decoding of version 3's bytes divided by
 // zero (SIGFPE in H5Dopen2), a chunk wider than the dataset made H5Dread copy past its buffer (SIGSEGV),
 // a chunk element of 4 bytes for 2-byte elements read without error. (A chunk size of 0 the library
-// refuses itself.)
+// refuses itself.) A compact layout's size past its message made the library copy past it.
 TEST_F(ResealedGolden, LayoutMessagesAreCheckedBeforeTheLibraryOpensADataset) {
   const size_t offsets = layout_message(original_, {5, 4});
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, offsets, 2, 1); }),
@@ -201,6 +201,14 @@ TEST_F(ResealedGolden, LayoutMessagesAreCheckedBeforeTheLibraryOpensADataset) {
                  "object /inputs/x: its data layout message gives a chunk element 4 bytes, its datatype 2");
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 15, 64 + (1 << 24), 4); }),
                  "dataset /inputs/x has chunks of [32, 16777280], not inside its shape [32, 64]");
+  // Compact: the data's 2-byte size at byte 2 (255, past the message), the data from byte 4.
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   put(b, layout + 1, 0, 1);
+                   put(b, layout + 2, 0xff, 3);
+                 }),
+                 "object /inputs/x: its data layout message holds less compact data than it says");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 2, 2, 1); }),
+                 "object /inputs/x: its data layout message gives chunks of rank 1, its dataspace rank 2");
 }
 
 std::vector<unsigned char> deflated_zeros(size_t bytes) {
