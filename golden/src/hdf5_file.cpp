@@ -366,6 +366,7 @@ std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const Tensor
   if (chunks > file_bytes)
     throw Error("dataset " + path + " has " + std::to_string(chunks) + " chunks, more than the file's bytes");
   uintmax_t stored = 0;
+  std::vector<hsize_t> sizes;  // each chunk's stored bytes, in C order
   std::vector<hsize_t> origin(chunk.size(), 0);
   do {
     const hsize_t bytes = stored_bytes(ds, origin, file_bytes, chunk_name(origin));
@@ -373,14 +374,16 @@ std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const Tensor
       throw Error(chunk_name(origin) + " stores " + std::to_string(bytes) +
                   " bytes, which no deflate stream inflates to its " + std::to_string(chunk_bytes));
     stored += bytes;
+    sizes.push_back(bytes);
   } while (next_chunk(origin, chunk, spec.shape));
   if (stored > file_bytes)
     throw Error("dataset " + path + ": its chunks claim " + std::to_string(stored) + " bytes, more than the file's " +
                 std::to_string(file_bytes));
   std::vector<uint8_t> out(size_t(Tensor{spec.name, spec.dtype, spec.shape, {}}.elements()) * element);
-  do {
+  // origin is back at the first chunk: next_chunk resets it after the last.
+  for (const hsize_t size : sizes) {
     const std::string what = chunk_name(origin);
-    std::vector<uint8_t> bytes(stored_bytes(ds, origin, file_bytes, what));
+    std::vector<uint8_t> bytes(size);
     uint32_t skipped = 0;  // bit i: filter i (0 shuffle, 1 deflate) was not applied to this chunk
     check(H5Dread_chunk(ds, H5P_DEFAULT, origin.data(), &skipped, bytes.data()), "cannot read " + what);
     if (!(skipped & 2)) bytes = inflate_exactly(bytes, chunk_bytes, what);
@@ -390,7 +393,8 @@ std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const Tensor
     if (!(skipped & 1)) unshuffle(bytes, element);
     copy_chunk(bytes.data(), {chunk.begin(), chunk.end()}, {origin.begin(), origin.end()}, spec.shape, element,
                out.data());
-  } while (next_chunk(origin, chunk, spec.shape));
+    next_chunk(origin, chunk, spec.shape);
+  }
   return out;
 }
 

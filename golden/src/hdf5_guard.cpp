@@ -187,7 +187,7 @@ uint64_t RawHdf5::root_address() {
 
 void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   const std::string what = "object " + where;
-  const std::vector<Message> all = messages(address, what);
+  std::vector<Message> all = messages(address, what);
   uint64_t element = 0;
   int rank = -1;
   for (const Message& m : all) {
@@ -203,13 +203,13 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
     if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
     if (m.type == kLayout) check_layout(m.data, element, rank, what);
   }
-  headers_[where] = address;
+  headers_[where] = std::move(all);
 }
 
 void RawHdf5::check_string_attribute(const std::string& where, const std::string& name) {
   const auto header = headers_.find(where);
   if (header == headers_.end()) fail_internal("the object header of " + where + " was not checked");
-  for (const Message& m : messages(header->second, "object " + where)) {
+  for (const Message& m : header->second) {
     if (m.type != kAttribute) continue;
     const Attribute a = parse_attribute(m.data, m.flags, "object " + where);
     if (a.name != name || a.type_class != kVlenClass || a.data_bytes < kVlenElementBytes) continue;

@@ -29,7 +29,7 @@ class RawHdf5 {
   // their blocks; every attribute message's name, datatype, dataspace and data fit the message, its
   // datatype is one a golden holds (integer, float, string, variable-length string of 1-byte
   // characters), unshared; a layout message is version 3, a chunked one with chunk sizes of at least 1,
-  // the last the element size of the datatype message. Remembers the address for the check below.
+  // the last the element size of the datatype message. Keeps the messages for the check below.
   void check_object_header(const std::string& where, uint64_t address);
 
   // The global heap object that the variable-length string attribute `name` of the object at `where`
@@ -48,7 +48,7 @@ class RawHdf5 {
   std::vector<Message> messages(uint64_t address, const std::string& what);
   void check_heap_object(uint64_t address, uint32_t index, uint32_t length, const std::string& what);
 
-  std::map<std::string, uint64_t> headers_;  // object path -> object header address, once checked
+  std::map<std::string, std::vector<Message>> headers_;  // object path -> its header's messages, once checked
   std::ifstream in_;
   uint64_t size_ = 0;
   uint64_t base_ = 0;
