@@ -64,6 +64,26 @@ using mok::tools::parse_double, mok::tools::parse_int;
 // The --plan table of one shape (GB = 1e9 bytes).
 void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& base) {
   const mok::LayerConfig one = config_of(s, 1, o);
+  // Every row is sized before any is printed: a G whose sizes are refused leaves no half table.
+  struct Row {
+    int gpus;
+    mok::LayerConfig config;
+    mok::gpu::LayerMemory memory;
+  };
+  std::vector<Row> rows;
+  for (const int g : {1, 2, 8, 64}) {
+    if (one.experts % g) continue;
+    const mok::LayerConfig c = config_of(s, g, o);
+    mok::gpu::LaunchConfig launch = base;
+    launch.gpus = g;
+    if (g > 1) launch = mok::gpu::on_communicator(launch, g);  // a process per GPU, its window
+    launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
+    try {
+      rows.push_back({g, c, mok::gpu::layer_memory(c, launch)});
+    } catch (const mok::Error& e) {
+      throw mok::Error("mok-bench --plan: " + std::string(s.name) + " over G = " + std::to_string(g) + ": " + e.what());
+    }
+  }
   char capacity[64] = "the most rows a GPU can receive";
   if (o.capacity_factor > 0) std::snprintf(capacity, sizeof capacity, "%g x an average GPU's rows", o.capacity_factor);
   std::printf("%s, T = %d tokens per GPU, E = %d, %s, recompute %s, capacity %s (GB per GPU)\n", s.name,
@@ -74,14 +94,7 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
         "none)\n");
   std::printf("%6s %8s %14s %8s %8s %10s %9s %8s\n", "G", "experts", "weights+grads", "saved", "window", "workspace",
               "of it fwd", "total");
-  for (const int g : {1, 2, 8, 64}) {
-    if (one.experts % g) continue;
-    const mok::LayerConfig c = config_of(s, g, o);
-    mok::gpu::LaunchConfig launch = base;
-    launch.gpus = g;
-    if (g > 1) launch = mok::gpu::on_communicator(launch, g);  // a process per GPU, its window
-    launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
-    const mok::gpu::LayerMemory m = mok::gpu::layer_memory(c, launch);
+  for (const auto& [g, c, m] : rows) {
     // w1 [2I, H] and w2 [H, I] per expert and the shared expert's [2Is, H] and [H, Is], bf16, and their
     // bf16 gradients (fp8: and the E4M3 copies of all of them the forward and the backward read, W and
     // W^T, LaunchConfig::fp8_weights_given; 0 bytes in bf16).
