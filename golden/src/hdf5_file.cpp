@@ -140,6 +140,10 @@ Handle string_type() {
 }
 
 void write_string(hid_t obj, const std::string& where, const char* name, const std::string& value) {
+  // A C string ends at its first NUL: the rest was lost, and the content hash (of the whole string) then refused
+  // the file the writer had just made.
+  if (value.find('\0') != std::string::npos)
+    throw Error("attribute " + where + "@" + name + " holds a NUL byte, which an HDF5 string cannot hold");
   Handle t = string_type();
   const char* p = value.c_str();
   write_attribute(obj, where, name, t.get(), t.get(), &p);

@@ -78,6 +78,8 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
             text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise ValueError(f"{what} must be text that UTF-8 can encode, got {text!r} ({e.reason})") from None
+        if "\0" in text:  # else refused by the writer (an HDF5 string ends at a NUL), after the call had run
+            raise ValueError(f"{what} must not contain a NUL character, got {text!r}")
     _C.validate_case_name(name)  # else refused by the writer, after the whole call had run
     for what, t in (("x", x), ("dy", dy)):
         if t is not None and t.is_meta:  # a meta call runs the fake kernels: no values to write (copying out raised)

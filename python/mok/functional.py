@@ -7,7 +7,6 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
@@ -346,8 +345,11 @@ class _IntoAccumulators(torch.autograd.Function):
         return y, idx, w, logits, saved
 
     @staticmethod
-    @once_differentiable  # mok::backward_accumulate has no derivative: a second backward raises
     def backward(ctx, dy, *_):
+        # Not once_differentiable, which runs the op under no_grad and raises only where dy requires grad: under
+        # create_graph dx then required no grad, and a second derivative through it was taken as zero without a
+        # word. Here the op's autograd fallback (autograd.cpp) gives dx and d_topk_w a node that raises, as
+        # mok::backward's.
         if dy is None:  # no gradient reached y: none for the inputs, nothing to add (autograd.cpp)
             return (None,) * 12
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors

@@ -138,7 +138,12 @@ class MoE(torch.nn.Module):
         main_grads = [getattr(p, "main_grad", None) for p in self.parameters()]
         super()._apply(fn, recurse)
         for p, g in zip(self.parameters(), main_grads):
-            if g is not None:
+            if g is None:
+                continue
+            if g.is_meta and not p.is_meta:  # to_empty() of a meta module: no values to copy ("Cannot copy out of
+                # meta tensor"); zeros, as at construction
+                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+            else:
                 p.main_grad = g.to(device=p.device)
         return self
 

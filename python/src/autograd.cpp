@@ -40,6 +40,10 @@ ForwardOutputs forward_below_autograd(const Tensor& x, const Tensor& router, con
 bool requires_grad(const Tensor& t) { return t.requires_grad(); }
 bool requires_grad(const OptTensor& t) { return t && t->requires_grad(); }
 
+// A forward-mode tangent (forward_ad.make_dual, torch.func.jvp), which the layer has no formula for.
+bool has_tangent(const Tensor& t) { return t._fw_grad(/*level=*/0).defined(); }
+bool has_tangent(const OptTensor& t) { return t && has_tangent(*t); }
+
 // python/mok/functional.py's _IntoAccumulators (accumulate_into) saves the same tensors and gives the
 // same gradients but the weights': keep the two in step.
 class MoEFunction : public torch::autograd::Function<MoEFunction> {
@@ -114,6 +118,13 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
                                 const OptTensor& topk_idx, const OptTensor& topk_w, at::IntArrayRef config_ints,
                                 at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
                                 const OptTensor& fp8_weights) {
+  // Else the call below returned the primal alone and autograd took the tangent of y as zero (a jvp of 0, or
+  // no tangent, without a word).
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !(has_tangent(x) || has_tangent(router) || has_tangent(expert_bias) || has_tangent(w1) || has_tangent(w2) ||
+        has_tangent(shared_w1) || has_tangent(shared_w2) || has_tangent(topk_w)),
+      "mok::forward has no forward-mode derivative (forward_ad dual tensors, torch.func.jvp): use reverse mode "
+      "(backward, torch.autograd.grad)");
   // With no gradient to record (no_grad, or no input requiring one) the call skips the autograd
   // Function: its bookkeeping is about a tenth of a small call's host time (docs/benchmarks.md).
   if (!at::GradMode::is_enabled() ||

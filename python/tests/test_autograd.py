@@ -368,11 +368,37 @@ def test_double_backward_raises(accumulate):
     acc = accumulators_like(layer) if accumulate else None
     y = moe_of(layer, x, w1, acc)
     (dx,) = torch.autograd.grad((y.float() * layer.dy.float()).sum(), x, create_graph=True)
-    # The C++ formula's backward op: a node that raises; the Python Function's (once_differentiable): dx
-    # without a graph, as dy needs none. Either way no silent None.
-    message = "once_differentiable|does not require grad" if accumulate else "not implemented"
-    with pytest.raises(RuntimeError, match=message):
+    # Either backward op's autograd fallback: a node that raises. The Python Function's was once_differentiable,
+    # which gave dx no graph (dy needs none): a loss of dx beside another term of x took its second derivative
+    # as zero without a word.
+    op = "backward_accumulate" if accumulate else "backward"
+    with pytest.raises(RuntimeError, match=f"derivative for mok::{op} is not implemented"):
         torch.autograd.grad(dx.float().sum(), (x, w1), allow_unused=True)
+    with pytest.raises(RuntimeError, match=f"derivative for mok::{op} is not implemented"):
+        (dx.float().square().sum() + x.float().sum()).backward()
+
+
+def test_forward_mode_derivative_raises():
+    """mok::forward has no forward-mode formula: a dual x (forward_ad) or torch.func.jvp got y's tangent as
+    zero (or none) without a word; now NotImplementedError. Without a tangent, dual_level and vmap still run."""
+    import torch.autograd.forward_ad as fwAD
+
+    layer = make_layer("softmax_shared")
+    message = "^mok::forward has no forward-mode derivative"
+    with pytest.raises(NotImplementedError, match=message):
+        torch.func.jvp(lambda x: moe_of(layer, x, layer.w1, None), (layer.x,), (torch.ones_like(layer.x),))
+    with pytest.raises(NotImplementedError, match=message):
+        torch.func.jvp(lambda w1: moe_of(layer, layer.x, w1, None), (layer.w1,), (torch.ones_like(layer.w1),))
+    for requires_grad in (False, True):
+        with fwAD.dual_level():
+            x = fwAD.make_dual(layer.x.detach().clone().requires_grad_(requires_grad), torch.ones_like(layer.x))
+            with pytest.raises(NotImplementedError, match=message):
+                moe_of(layer, x, layer.w1, None)
+    y = moe_of(layer, layer.x, layer.w1, None)
+    with fwAD.dual_level():
+        assert_same_bits(moe_of(layer, layer.x, layer.w1, None), y)
+    halves = torch.vmap(lambda x: moe_of(layer, x, layer.w1, None))(layer.x.view(2, 16, -1))
+    assert_same_bits(halves[1], moe_of(layer, layer.x[16:].contiguous(), layer.w1, None))
 
 
 def test_accumulate_into_bumps_the_accumulators_version():
@@ -596,3 +622,21 @@ def test_module_with_main_grad_compiles_fullgraph_and_moves_them():
     models[0].to("meta")  # new Parameters: each main_grad follows its parameter, still fp32
     for name, p in models[0].named_parameters():
         assert p.main_grad.device.type == "meta" and p.main_grad.dtype == torch.float32, name
+
+
+def test_module_with_main_grad_materialized_from_meta_by_to_empty():
+    """A module made on the meta device and materialized by to_empty() (deferred initialization): each meta
+    main_grad, which holds no values, raised "Cannot copy out of meta tensor" there; now zeros on the new
+    device, fp32, as at construction, and the steps accumulate into them."""
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, device="meta", main_grad=True)
+    model.to_empty(device="cpu")
+    model.reset_parameters(torch.Generator().manual_seed(6))
+    for name, p in model.named_parameters():
+        assert p.main_grad.device.type == "cpu" and p.main_grad.dtype == torch.float32, name
+        assert p.main_grad.count_nonzero() == 0, name
+    eager = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+    for m in (model, eager):
+        (m(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert_same_bits(q.main_grad, p.main_grad, name)

@@ -974,6 +974,25 @@ def test_capture_paths_with_nul_or_surrogates_and_a_meta_dy(tmp_path):
     assert mok._C.read_golden(path)["name"] == "capture"
 
 
+def test_capture_refuses_a_nul_in_the_description(tmp_path, monkeypatch):
+    """An HDF5 string ends at its first NUL: capture(..., description="a\\0b") wrote a file whose description
+    was cut there, and which its own reader then refused as edited (content_sha256 hashes the whole string).
+    capture refuses it before the call; the writer, for any caller, before any file is made."""
+    layer, args = capture_that_must_not_run(monkeypatch)
+    with pytest.raises(ValueError, match="^description must not contain a NUL character"):
+        mok.capture(tmp_path / "call.h5", args, layer.x, description="a\0b")
+    monkeypatch.undo()
+    mok.capture(tmp_path / "call.h5", args, layer.x, layer.dy)
+    g = mok._C.read_golden(tmp_path / "call.h5")
+    tensors = dict(g["tensors"], saved=layer.forward()[4])
+    lists = (g["config_ints"], g["config_floats"], g["routing_mode"], pack_launch(g["ring_rows"], 0, g["recompute"]))
+    with pytest.raises(ValueError, match="attribute /@description holds a NUL byte"):
+        mok._C.write_golden(str(tmp_path / "nul.h5"), "nul", "a\0b", *lists, tensors)
+    mok._C.write_golden(str(tmp_path / "plain.h5"), "plain", "a b", *lists, tensors)
+    assert sorted(os.listdir(tmp_path)) == ["call.h5", "plain.h5"]
+    assert mok._C.read_golden(tmp_path / "plain.h5")["description"] == "a b"
+
+
 def test_read_golden_names_a_path_with_a_nul():
     """A NUL in read_golden's path raised pybind11's RuntimeError ("Unable to cast Python instance of type
     <class 'str'> to C++ type '?'"), naming no argument."""
