@@ -185,7 +185,7 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, config: MoEConfig, s
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
     if accumulate_into is not None:
-        _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of)
+        _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of, inputs)
     if accumulate_into is not None and torch.is_grad_enabled():
         y, idx, w, logits, _ = _IntoAccumulators.apply(accumulate_into, *inputs,
                                                        (config_ints, config_floats, mode, launch), fp8_weights)
@@ -249,12 +249,17 @@ def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
 _PARAMETER_OF = {"router": "router", "w1": "w1", "w2": "w2", "shared[0]": "shared_w1", "shared[1]": "shared_w2"}
 
 
+_INPUT_NAMES = ("x", "router", "expert_bias", "w1", "w2", "shared_w1", "shared_w2", "topk_idx", "topk_w")
+
+
 def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Tensor, w2: Tensor,
-                        shared: Optional[tuple[Tensor, Tensor]], mode: int, of: Optional[str] = None) -> None:
+                        shared: Optional[tuple[Tensor, Tensor]], mode: int, of: Optional[str] = None,
+                        inputs: tuple = ()) -> None:
     """At the call, not at the backward: each accumulator a tensor of its weight's shape, contiguous, on
     x's device (on the GPU 16-byte aligned, as the layer's tensors), the router's fp32 and the others
     all fp32 or all bf16 (w1's decides); the router's absent exactly when replay="full" reads no router,
-    the shared pair given exactly with a shared expert, no two overlapping in memory.
+    the shared pair given exactly with a shared expert, no two overlapping in memory nor any overlapping one of
+    `inputs` (mok.moe's tensor arguments, in _INPUT_NAMES' order), which the backward reads.
 
     of: "grad" or "main_grad", mok.MoE's accumulators (its parameters' .grad or .main_grad), which the errors
     name (w1.grad); the weights' dtype is then the usual one (bf16 for .grad, as the weights; fp32 for
@@ -321,8 +326,12 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             if a.is_inference():  # no version counter for the backward to move
                 raise ValueError(f"{label(name)} is an inference tensor (made under torch.inference_mode), "
                                  "which no backward may write")
-    if addresses:  # the op's own check (op_tensors.cpp), here at the call rather than at the backward
-        _C.check_disjoint([(label(name), a) for name, a, _ in pairs])
+    if addresses:  # the op's own checks (op_tensors.cpp), here at the call rather than at the backward
+        named = [(label(name), a) for name, a, _ in pairs]
+        _C.check_disjoint(named)
+        # Only those the op's checks will let through (on x's device, contiguous): the others it refuses by name.
+        _C.check_apart(named, [(name, t) for name, t in zip(_INPUT_NAMES, inputs)
+                               if isinstance(t, Tensor) and t.device == x.device and t.is_contiguous()])
 
 
 class _IntoAccumulators(torch.autograd.Function):

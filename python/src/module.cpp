@@ -233,6 +233,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("check_disjoint", &check_disjoint, py::arg("named"),
         "Raises the ValueError mok::backward_accumulate raises where two of its accumulators overlap, for "
         "(name, contiguous tensor) pairs: mok.moe's check of accumulate_into at the call.");
+  m.def("check_apart", &check_apart, py::arg("accumulators"), py::arg("reads"),
+        "Raises the ValueError mok::backward_accumulate raises where one of its accumulators overlaps a tensor the "
+        "backward reads, for (name, contiguous tensor) pairs: mok.moe's check of accumulate_into at the call.");
   m.def("check_quantize_weights", &check_quantize_weights,
         "Raises the ValueError mok::quantize_weights' kernel would raise for these arguments, from their "
         "metadata alone (the fake kernel's check): on the CPU always (the CPU op quantizes in its forward).");

@@ -105,11 +105,35 @@ void check_backward_args(const Checker& check, const Call& call, const LayerArgs
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
-// The accumulators (checked contiguous) share no byte.
-void check_disjoint_accumulators(const Accumulators& acc) {
+std::vector<std::pair<std::string, at::Tensor>> named(const Accumulators& acc) {
   std::vector<std::pair<std::string, at::Tensor>> named;
   acc.for_each([&](const at::Tensor& t, const char* name) { named.emplace_back(name, t); });
-  check_disjoint(named);
+  return named;
+}
+
+// No accumulator shares a byte with a tensor the backward reads (all checked contiguous): on the GPU the
+// kernels would add into memory other blocks still read, in no fixed order.
+void check_accumulators_apart(const Accumulators& acc, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy,
+                              const std::optional<at::Tensor>& fp8_weights) {
+  std::vector<std::pair<std::string, at::Tensor>> reads;
+  const auto read = [&](const at::Tensor& t, const char* name) { reads.emplace_back(name, t); };
+  const auto read_given = [&](const std::optional<at::Tensor>& t, const char* name) {
+    if (t) read(*t, name);
+  };
+  read(a.x, "x");
+  read(a.router, "router");
+  read_given(a.expert_bias, "expert_bias");
+  read(a.w1, "w1");
+  read(a.w2, "w2");
+  read_given(a.shared_w1, "shared_w1");
+  read_given(a.shared_w2, "shared_w2");
+  read(s.topk_idx, "topk_idx");
+  read(s.topk_w, "topk_w");
+  read(s.logits, "logits");
+  read(s.saved, "saved");
+  read(dy, "dy");
+  read_given(fp8_weights, "fp8_weights");
+  check_apart(named(acc), reads);
 }
 
 void check_accumulators(const Checker& check, const Call& call, const Accumulators& acc) {
@@ -133,7 +157,7 @@ void check_accumulators(const Checker& check, const Call& call, const Accumulato
              " is an inference tensor (made under torch.inference_mode), which no backward may write";
     });
   });
-  if (check.addresses()) check_disjoint_accumulators(acc);
+  if (check.addresses()) check_disjoint(named(acc));  // checked contiguous above
 }
 
 // The fp8 mode's quantized weights (their size the layer checks); the CPU op takes none.
@@ -190,6 +214,7 @@ Call checked_backward(OpKernel kernel, c10::IntArrayRef config_ints, c10::ArrayR
   check_backward_args(check, call, a, s, dy);
   if (acc) check_accumulators(check, call, *acc);
   check_fp8_weights(kernel, call, a.x, fp8_weights);
+  if (acc && check.addresses()) check_accumulators_apart(*acc, a, s, dy, fp8_weights);
   return call;
 }
 
@@ -245,6 +270,20 @@ void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named
       return spans[i].name + " overlaps " + spans[i - 1].name +
              " in memory: the backward would add both gradients into the shared elements (give each its own memory)";
     });
+}
+
+void check_apart(const std::vector<std::pair<std::string, at::Tensor>>& accumulators,
+                 const std::vector<std::pair<std::string, at::Tensor>>& reads) {
+  std::vector<NamedSpan> read_spans;
+  for (const auto& [name, t] : reads) read_spans.push_back(span_of(t, name));
+  for (const auto& [name, t] : accumulators) {
+    const NamedSpan a = span_of(t, name);
+    for (const NamedSpan& r : read_spans)
+      require(a.begin >= r.end || r.begin >= a.end || a.begin == a.end || r.begin == r.end, [&] {
+        return a.name + " overlaps " + r.name +
+               " in memory: the backward would add into memory it reads (give the accumulator its own memory)";
+      });
+  }
 }
 
 void bump_versions(const Accumulators& acc) {

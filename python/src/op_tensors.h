@@ -88,6 +88,12 @@ struct Checkable {
 // (eager).
 void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named);
 
+// Refuses an accumulator (name, contiguous tensor) that shares a byte with one of `reads`, the tensors the
+// backward reads, naming both. Also mok._C.check_apart, which mok.moe calls at the call (eager) with the
+// inputs known there.
+void check_apart(const std::vector<std::pair<std::string, at::Tensor>>& accumulators,
+                 const std::vector<std::pair<std::string, at::Tensor>>& reads);
+
 // Each op's checks, before any work, each a mok::Error naming what is wrong: the config and launch
 // list (parse_call), then every tensor on x's device, of its dtype and the config's shape, contiguous;
 // optional tensors present exactly where the config and mode use them; fp8_weights only in the fp8

@@ -360,6 +360,33 @@ def test_accumulate_into_refuses_overlapping_accumulators():
         assert_same_bits(a, b, name)
 
 
+def test_accumulate_into_refuses_an_accumulator_over_an_input():
+    """An accumulator sharing bytes with a tensor the backward reads (here w1's over x's last 16 bytes, in one
+    byte buffer) was accepted: the backward would add into memory it reads (on the GPU, while other blocks
+    read it). Refused at the call, and by the op at the backward under torch.compile, before anything is added,
+    naming both; placed just past x, the same bits as a separate accumulator's."""
+    layer = make_layer("softmax_shared")
+    x_bytes, w1_bytes = layer.x.numel() * 2, layer.w1.numel() * 4
+
+    def call(w1_start, fn=mok.moe):
+        buffer = torch.zeros(w1_start + w1_bytes, dtype=torch.uint8)
+        x = buffer[:x_bytes].view(torch.bfloat16).view(layer.x.shape).copy_(layer.x).requires_grad_()
+        acc = accumulators_like(layer)
+        acc = acc._replace(w1=buffer[w1_start:].view(torch.float32).view(layer.w1.shape))
+        y = fn(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+               expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+        (y.float() * layer.dy.float()).sum().backward()
+        return acc
+
+    with pytest.raises(ValueError, match="accumulate_into.w1 overlaps x in memory: the backward would add into"):
+        call(x_bytes - 16)
+    with pytest.raises(ValueError, match="d_w1 overlaps x in memory"):
+        call(x_bytes - 16, torch.compile(mok.moe, fullgraph=True))
+    apart, alone = call(x_bytes), accumulators_like(layer)
+    moe_of(layer, layer.x.clone().requires_grad_(), layer.w1, alone).float().mul(layer.dy.float()).sum().backward()
+    assert_same_bits(apart.w1, alone.w1)
+
+
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_double_backward_raises(accumulate):
     """The backward ops have no derivative: a gradient of a gradient raises instead of coming back None."""

@@ -156,6 +156,27 @@ def test_backward_accumulate_refuses_overlapping_accumulators():
     assert flat.count_nonzero() > 0
 
 
+def test_backward_accumulate_refuses_an_accumulator_over_what_it_reads():
+    """The op refuses an accumulator sharing bytes with a tensor the backward reads (here d_w1 over saved's
+    last 16 bytes, in one byte buffer), naming both, before it adds anything: on the GPU it would add into
+    memory other blocks still read. Placed just past saved, it passes."""
+    layer = make_layer("softmax_shared")
+    saved = layer.forward()[4]
+    n, w1_bytes = (saved.numel() + 3) // 4 * 4, layer.w1.numel() * 4
+
+    def args(buffer, w1_start):
+        """backward_accumulate's arguments with saved and d_w1 in buffer, d_w1 from byte w1_start."""
+        return backward_args(layer, True, saved=lambda t: buffer[:t.numel()].copy_(t),
+                             d_w1=lambda t: buffer[w1_start:w1_start + w1_bytes].view(torch.float32).view(t.shape))
+
+    buffer = torch.zeros(n + w1_bytes, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="d_w1 overlaps saved in memory: the backward would add into memory it"):
+        torch.ops.mok.backward_accumulate(*args(buffer, n - 16))
+    assert torch.equal(buffer[:saved.numel()], saved) and buffer[saved.numel():].count_nonzero() == 0
+    torch.ops.mok.backward_accumulate(*args(buffer, n))
+    assert buffer[n:].count_nonzero() > 0
+
+
 def test_fake_kernels_make_the_cpu_kernels_call_checks():
     """Checks of the call beside its tensors, in the fakes too: a communicator (the CPU op computes the
     whole layer), quantized weights (the CPU op quantizes its own), a routing mode out of range."""
