@@ -109,7 +109,9 @@ void check_object(RawHdf5& raw, hid_t parent, const std::string& name, const std
 Handle open_group(RawHdf5& raw, hid_t parent, const std::string& path) {
   const htri_t exists = check(H5Lexists(parent, path.c_str(), H5P_DEFAULT), "cannot look up group " + path);
   if (!exists) throw Error("missing group " + path);
-  check_object(raw, parent, path, path.front() == '/' ? path : "/" + path);
+  const std::string where = path.front() == '/' ? path : "/" + path;
+  check_object(raw, parent, path, where);
+  raw.check_symbol_table(where);  // before the library looks a name up in the group
   return Handle(H5Gopen2(parent, path.c_str(), H5P_DEFAULT), H5Gclose, "cannot open group " + path);
 }
 
@@ -665,8 +667,18 @@ std::string golden_image(const GoldenCase& g) {
 }
 
 // The file's bytes, for the checks of hdf5_guard.h (made for 8-byte addresses and lengths, the writer's,
-// relative to the seal block), its root group's object header checked.
-RawHdf5 raw_file(hid_t file, const std::string& path) {
+// relative to the seal block): the superblock, the root group's object header and symbol table, checked
+// before H5Fopen, which decodes the root group's object header.
+RawHdf5 raw_file(const std::string& path) {
+  RawHdf5 raw(path, kSealBytes);
+  raw.check_object_header("/", raw.root_address());
+  raw.check_symbol_table("/");
+  return raw;
+}
+
+// The library's view of the file agrees with the checks': 8-byte addresses and lengths, the seal block as
+// its user block.
+void check_file_layout(hid_t file) {
   Handle fcpl(H5Fget_create_plist(file), H5Pclose, "cannot get the file's creation properties");
   size_t address_bytes = 0, length_bytes = 0;
   hsize_t user_block = 0;
@@ -676,18 +688,16 @@ RawHdf5 raw_file(hid_t file, const std::string& path) {
     throw Error("HDF5 addresses of " + std::to_string(address_bytes) + " bytes, lengths of " +
                 std::to_string(length_bytes) + " and a user block of " + std::to_string(user_block) +
                 " bytes: not the writer's 8, 8 and 512 (the file is corrupt or was edited)");
-  RawHdf5 raw(path, user_block);
-  raw.check_object_header("/", raw.root_address());
-  return raw;
 }
 
 GoldenCase read_file(const std::string& file) {
   if (const std::string kind = not_a_regular_file(file); !kind.empty()) throw Error(kind);
   check_seal(file);
+  RawHdf5 raw = raw_file(file);
   Handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
            "cannot open the file (corrupt or truncated?)");
   const hid_t root = f.get();
-  RawHdf5 raw = raw_file(root, file);
+  check_file_layout(root);
   if (!has_attribute(root, "/", "format") || read_string(raw, root, "/", "format") != kFormatName)
     throw Error("not a mok golden file: the root attribute 'format' is not '" + std::string(kFormatName) + "'");
   GoldenCase g;

@@ -1,7 +1,8 @@
 // HDF5 metadata checked on the file's bytes (hdf5_guard.h). Layouts: the HDF5 file format specification
 // (version 0 superblock, 8-byte addresses and lengths): object header version 1, its messages dataspace
-// (0x0001), datatype (0x0003), data layout (0x0008, version 3), attribute (0x000C, versions 1 to 3) and
-// continuation (0x0010); the global heap collection.
+// (0x0001), datatype (0x0003), data layout (0x0008, version 3), attribute (0x000C, versions 1 to 3),
+// continuation (0x0010) and symbol table (0x0011); the local heap, version 1 B-tree group nodes and
+// symbol table nodes (a group's symbol table); the global heap collection.
 #include "hdf5_guard.h"
 
 #include <cstring>
@@ -15,13 +16,21 @@ namespace mok::golden {
 namespace {
 
 constexpr uint16_t kDataspace = 0x0001, kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C,
-                   kContinuation = 0x0010;
+                   kContinuation = 0x0010, kSymbolTable = 0x0011;
 constexpr uint8_t kSharedMessage = 0x02;  // an object header message flag: the message lives elsewhere
 constexpr uint8_t kIntegerClass = 0, kFloatClass = 1, kStringClass = 3, kVlenClass = 9;
 constexpr uint64_t kVlenElementBytes = 16;    // a variable-length element on disk: length, heap address, index
 constexpr uint64_t kHeapMinBytes = 4096;      // the smallest global heap collection the library reads
 constexpr uint64_t kHeapObjectHeader = 16;    // id, reference count, reserved, size
 constexpr size_t kMaxHeaderMessages = 65535;  // a version 1 object header counts its messages in 16 bits
+constexpr uint64_t kSuperblockBytes = 96;     // version 0, the root group's symbol table entry included
+constexpr uint64_t kObjectHeaderPrefix = 16;  // version 1: version, message count, references, size, padding
+constexpr uint64_t kLocalHeapPrefix = 32;     // signature, version, data size, free list head, data address
+constexpr uint64_t kFreeListEnd = 1;          // a local heap's free list ends at this "offset"
+constexpr uint64_t kFreeBlockBytes = 16;      // a free block starts with the next one's offset and its size
+constexpr uint64_t kBtreeHeader = 24;         // signature, type, level, entries used, two sibling addresses
+constexpr uint64_t kSymbolNodeHeader = 8, kSymbolEntry = 40;  // a symbol table node; each of its entries
+constexpr uint64_t kUndefinedAddress = UINT64_MAX;
 
 uint64_t le(const uint8_t* p, int bytes) {
   uint64_t v = 0;
@@ -128,6 +137,13 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, con
               text(element));
 }
 
+// A name of the local heap `names` at `offset`: the library compares and copies it as a C string.
+void check_name(const std::vector<uint8_t>& names, uint64_t offset, const std::string& what) {
+  if (offset >= names.size() || !std::memchr(&names[offset], 0, names.size() - offset))
+    malformed(what + " has its name at offset " + text(offset) + " of the group's local heap, whose " +
+              text(names.size()) + " bytes hold no name there");
+}
+
 }  // namespace
 
 RawHdf5::RawHdf5(const std::filesystem::path& file, uint64_t base) : in_(file, std::ios::binary), base_(base) {
@@ -161,6 +177,10 @@ std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::str
     block_bytes += blocks[b].second;  // each at most the file's size (read), so no wrap
     if (block_bytes > size_) malformed(what + ": its object header blocks hold more bytes than the file");
     const std::vector<uint8_t> block = read(blocks[b].first, blocks[b].second, what + ": its object header");
+    if (b == 0)
+      claim(address, kObjectHeaderPrefix + blocks[0].second, "object header", what + "'s object header");
+    else
+      claim(blocks[b].first, blocks[b].second, "object header", what + "'s object header continuation block");
     for (size_t p = 0; p + 8 <= block.size();) {
       const uint64_t bytes = le(&block[p + 2], 2);
       if (bytes > block.size() - p - 8) malformed(what + ": a message runs past its object header block");
@@ -179,10 +199,34 @@ std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::str
 }
 
 uint64_t RawHdf5::root_address() {
-  const std::vector<uint8_t> superblock = read(0, 72, "the superblock");
+  const std::vector<uint8_t> superblock = read(0, kSuperblockBytes, "the superblock");
   if (std::memcmp(superblock.data(), "\x89HDF\r\n\x1a\n", 8) != 0 || superblock[8] != 0)
     malformed("the superblock is not one of version 0, the one the writer makes");
+  if (superblock[13] != 8 || superblock[14] != 8)
+    malformed("the superblock gives addresses of " + text(superblock[13]) + " bytes and lengths of " +
+              text(superblock[14]) + ", not the writer's 8 and 8");
+  leaf_k_ = le(&superblock[16], 2);
+  internal_k_ = le(&superblock[18], 2);
+  if (leaf_k_ == 0 || internal_k_ == 0)
+    malformed("the superblock gives symbol table nodes of rank " + text(leaf_k_) + " and group B-tree nodes of rank " +
+              text(internal_k_) + " (at least 1)");
+  claim(0, kSuperblockBytes, "superblock", "the superblock");
   return le(&superblock[64], 8);  // the root group's symbol table entry: name offset, object header address
+}
+
+void RawHdf5::claim(uint64_t address, uint64_t bytes, const std::string& kind, const std::string& what) {
+  if (bytes == 0) return;
+  const uint64_t end = address + bytes;  // both checked against the file by read() first: no wrap
+  auto next = regions_.lower_bound(address);
+  if (next != regions_.end() && next->first == address && next->second.end == end && next->second.kind == kind)
+    return;  // the same structure, seen again (an object two hard links name)
+  const auto overlap = [&](const std::pair<const uint64_t, Region>& r) {
+    malformed(what + " (bytes " + text(address) + " to " + text(end) + ") overlaps " + r.second.what + " (bytes " +
+              text(r.first) + " to " + text(r.second.end) + ")");
+  };
+  if (next != regions_.end() && next->first < end) overlap(*next);
+  if (next != regions_.begin() && std::prev(next)->second.end > address) overlap(*std::prev(next));
+  regions_.emplace(address, Region{end, kind, what});
 }
 
 void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
@@ -204,6 +248,91 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
     if (m.type == kLayout) check_layout(m.data, element, rank, what);
   }
   headers_[where] = std::move(all);
+}
+
+void RawHdf5::check_symbol_table(const std::string& where) {
+  const auto header = headers_.find(where);
+  if (header == headers_.end()) fail_internal("the object header of " + where + " was not checked");
+  const Message* table = nullptr;
+  for (const Message& m : header->second)
+    if (m.type == kSymbolTable) table = &m;
+  if (table == nullptr) return;
+  const std::string what = "group " + where;
+  if (table->data.size() < 16)
+    malformed(what + ": its symbol table message holds " + text(table->data.size()) + " bytes");
+  const uint64_t btree = le(&table->data[0], 8), heap_address = le(&table->data[8], 8);
+  // The local heap: its prefix, then its data (the names, and free blocks the free list links).
+  const std::string heap_what = what + ": its local heap";
+  const std::vector<uint8_t> prefix = read(heap_address, kLocalHeapPrefix, heap_what);
+  if (std::memcmp(prefix.data(), "HEAP", 4) != 0 || prefix[4] != 0)
+    malformed(heap_what + " at address " + text(heap_address) + " has no local heap prefix (signature, version 0)");
+  const uint64_t data_bytes = le(&prefix[8], 8), free_list = le(&prefix[16], 8), data_address = le(&prefix[24], 8);
+  claim(heap_address, kLocalHeapPrefix, "local heap", heap_what);
+  const std::vector<uint8_t> names = read(data_address, data_bytes, heap_what + "'s data");
+  claim(data_address, data_bytes, "local heap data", heap_what + "'s data");
+  std::set<uint64_t> free_blocks;
+  for (uint64_t at = free_list; at != kFreeListEnd;) {
+    if (at > data_bytes || kFreeBlockBytes > data_bytes - at)
+      malformed(heap_what + " has a free block at offset " + text(at) + ", past its " + text(data_bytes) + " bytes");
+    if (!free_blocks.insert(at).second) malformed(heap_what + "'s free list loops (offset " + text(at) + ")");
+    const uint64_t next = le(&names[at], 8), bytes = le(&names[at + 8], 8);
+    if (bytes < kFreeBlockBytes || bytes > data_bytes - at)
+      malformed(heap_what + " has a free block of " + text(bytes) + " bytes at offset " + text(at) + " of its " +
+                text(data_bytes));
+    at = next;
+  }
+  std::set<uint64_t> seen;
+  check_group_node(btree, -1, names, seen, what + ": its B-tree");
+}
+
+// A group B-tree node (its `level`, or any for the root node, -1): the keys name offsets of the heap, the
+// children B-tree nodes one level down or, at level 0, symbol table nodes, whose entries name their
+// objects by heap offset and address.
+void RawHdf5::check_group_node(uint64_t address, int level, const std::vector<uint8_t>& names, std::set<uint64_t>& seen,
+                               const std::string& what) {
+  const std::string node = what + " node at address " + text(address);
+  if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
+  const uint64_t two_k = 2 * internal_k_, node_bytes = kBtreeHeader + two_k * 8 + (two_k + 1) * 8;
+  const std::vector<uint8_t> b = read(address, node_bytes, node);
+  if (std::memcmp(b.data(), "TREE", 4) != 0 || b[4] != 0)
+    malformed(node + " is no B-tree node of a group (signature, type 0)");
+  if (level >= 0 && b[5] != level)
+    malformed(node + " is of level " + text(b[5]) + ", its parent's child is of level " + text(uint64_t(level)));
+  claim(address, node_bytes, "B-tree node", node);
+  const uint64_t used = le(&b[6], 2);
+  if (used > two_k) malformed(node + " holds " + text(used) + " children, its rank allows " + text(two_k));
+  for (const uint64_t sibling : {le(&b[8], 8), le(&b[16], 8)})
+    if (sibling != kUndefinedAddress && sibling >= size_ - base_)
+      malformed(node + " has a sibling at address " + text(sibling) + ", past the end of the file");
+  for (uint64_t i = 0; i <= used; ++i)
+    check_name(names, le(&b[kBtreeHeader + 16 * i], 8), node + ": its key " + text(i));
+  for (uint64_t i = 0; i < used; ++i) {
+    const uint64_t child = le(&b[kBtreeHeader + 16 * i + 8], 8);
+    if (b[5] > 0) {
+      check_group_node(child, b[5] - 1, names, seen, what);
+      continue;
+    }
+    const std::string symbols = what + ": its symbol table node at address " + text(child);
+    if (!seen.insert(child).second)
+      malformed(what + " reaches its symbol table node at address " + text(child) + " twice");
+    const std::vector<uint8_t> n = read(child, kSymbolNodeHeader + 2 * leaf_k_ * kSymbolEntry, symbols);
+    if (std::memcmp(n.data(), "SNOD", 4) != 0 || n[4] != 1)
+      malformed(symbols + " is no symbol table node (signature, version 1)");
+    claim(child, n.size(), "symbol table node", symbols);
+    const uint64_t entries = le(&n[6], 2);
+    if (entries > 2 * leaf_k_)
+      malformed(symbols + " holds " + text(entries) + " entries, its rank allows " + text(2 * leaf_k_));
+    for (uint64_t e = 0; e < entries; ++e) {
+      const uint8_t* entry = &n[kSymbolNodeHeader + e * kSymbolEntry];  // name, header address, cache type, scratch
+      const std::string named = symbols + ": its entry " + text(e);
+      check_name(names, le(entry, 8), named);
+      const uint64_t object = le(entry + 8, 8), cache = le(entry + 16, 4);
+      if (cache > 2) malformed(named + " has cache type " + text(cache) + " (0 to 2 exist)");
+      if (object >= size_ - base_ && !(cache == 2 && object == kUndefinedAddress))  // a soft link has no address
+        malformed(named + " names an object at address " + text(object) + ", past the end of the file");
+      if (cache == 2) check_name(names, le(entry + 24, 4), named + "'s soft link value");  // its heap offset
+    }
+  }
 }
 
 void RawHdf5::check_string_attribute(const std::string& where, const std::string& name) {
@@ -229,6 +358,7 @@ void RawHdf5::check_heap_object(uint64_t address, uint32_t index, uint32_t lengt
   if (std::memcmp(head.data(), "GCOL", 4) != 0 || head[4] != 1 || size < kHeapMinBytes)
     malformed(bad + " has no collection header (signature, version 1, at least 4096 bytes)");
   const std::vector<uint8_t> heap = read(address, size, bad);
+  claim(address, size, "global heap collection", bad.substr(bad.find("the global heap")));
   std::vector<bool> seen(size_t(1) << 16);
   uint64_t found = UINT64_MAX;
   for (uint64_t p = 16; p + kHeapObjectHeader <= size;) {  // a shorter tail is free space

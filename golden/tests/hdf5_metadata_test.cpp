@@ -5,6 +5,7 @@
 // object and the problem (golden/src/hdf5_guard.h, chunk_codec.h). The reads run in a child process, so
 // that a crash or a hang fails its test instead of ending the test program.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,10 +27,24 @@ namespace {
 using testing::RawGolden;
 using testing::TempDir;
 
-constexpr int kReadSeconds = 20;  // a read past this hangs: the child is killed
+constexpr int kReadSeconds = 20;                // a read past this hangs: the child is killed
+constexpr rlim_t kReadBytes = rlim_t(4) << 30;  // a read past this much memory fails (not under ASan)
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;  // which maps terabytes of shadow memory
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 // What reading `file` in a child process gives: the mok::Error's message, "read without error", or how
-// the child ended (a crash, or a hang that kReadSeconds ended).
+// the child ended (a crash, or a hang that kReadSeconds ended). A read that allocates past kReadBytes
+// gives std::bad_alloc's message.
 std::string read_in_child(const std::filesystem::path& file) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return "no pipe";
@@ -37,6 +52,8 @@ std::string read_in_child(const std::filesystem::path& file) {
   if (child == 0) {
     close(pipe_fds[0]);
     alarm(kReadSeconds);
+    const rlimit memory{kReadBytes, kReadBytes};
+    if (!kAddressSanitizer) setrlimit(RLIMIT_AS, &memory);
     std::string message = "read without error";
     try {
       read_golden(file);
@@ -102,6 +119,22 @@ size_t layout_message(const std::vector<char>& bytes, const std::vector<uint32_t
   if (get(bytes, m, 1) != 3 || get(bytes, m + 1, 1) != 2 || get(bytes, m + 2, 1) != chunk.size())
     throw std::runtime_error("the first such chunk shape is no layout message's");
   return m;
+}
+
+// The local heap (signature, version, data size at 8, free list head at 16, data address at 24) whose
+// data holds the name `name`: the names of the group that holds an object so named.
+size_t local_heap_of(const std::vector<char>& bytes, const std::string& name) {
+  const std::string signature = "HEAP", needle = std::string(1, '\0') + name + std::string(1, '\0');
+  for (auto at = bytes.begin() + kSealBytes;
+       (at = std::search(at, bytes.end(), signature.begin(), signature.end())) != bytes.end(); ++at) {
+    const size_t heap = size_t(at - bytes.begin()), data = kSealBytes + get(bytes, heap + 24, 8);
+    const size_t size = get(bytes, heap + 8, 8);
+    if (data > bytes.size() || size > bytes.size() - data) continue;
+    if (std::search(bytes.begin() + data, bytes.begin() + data + size, needle.begin(), needle.end()) !=
+        bytes.begin() + data + size)
+      return heap;
+  }
+  throw std::runtime_error("no local heap holds the name " + name);
 }
 
 class ResealedGolden : public ::testing::Test {
@@ -209,6 +242,44 @@ TEST_F(ResealedGolden, LayoutMessagesAreCheckedBeforeTheLibraryOpensADataset) {
                  "object /inputs/x: its data layout message holds less compact data than it says");
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 2, 2, 1); }),
                  "object /inputs/x: its data layout message gives chunks of rank 1, its dataspace rank 2");
+}
+
+// A group's symbol table, which the library walks to look a name up in the group (H5Lexists), and the
+// root group's object header, which H5Fopen decodes: a local heap's data past the end of the file or of
+// 2^64 - 1 bytes (SIGSEGV; an abort in malloc), its free list looping (memory grew until the allocator
+// failed), a B-tree's child or an object header's continuation past the end of the file (SIGSEGV), one
+// group's names where another's are (SIGSEGV: the library's cache took one local heap for the other).
+TEST_F(ResealedGolden, SymbolTablesAreCheckedBeforeTheLibraryLooksANameUp) {
+  constexpr uint64_t kUndefined = ~uint64_t(0);
+  const size_t root_heap = local_heap_of(original_, "config");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, root_heap + 8, kUndefined, 8); }),
+                 "group /: its local heap's data: 18446744073709551615 bytes at address ");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, root_heap + 24, kUndefined, 8); }),
+                 " bytes at address 18446744073709551615 run past the end of the file (malformed HDF5 metadata");
+  const uint64_t free_block = get(original_, root_heap + 16, 8);
+  ASSERT_NE(free_block, 1u) << "the root group's local heap has a free block";
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   put(b, kSealBytes + get(b, root_heap + 24, 8) + free_block, free_block, 8);  // next: itself
+                 }),
+                 "group /: its local heap's free list loops (offset " + std::to_string(free_block) + ")");
+  const size_t tree = offset_of(original_, "TREE");  // the root group's B-tree, a leaf: its first child at 32
+  ASSERT_EQ(get(original_, tree + 4, 2), 0u) << "a group B-tree node of level 0";
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, tree + 32, kUndefined, 8); }),
+                 "group /: its B-tree: its symbol table node at address 18446744073709551615: 328 bytes at address "
+                 "18446744073709551615 run past the end of the file");
+  // The root object header's first block: its messages (type, size, flags, reserved, data) from byte 16.
+  const size_t root = kSealBytes + get(original_, kSealBytes + 64, 8);
+  size_t continuation = root + 16;
+  while (get(original_, continuation, 2) != 0x10) continuation += 8 + get(original_, continuation + 2, 2);
+  ASSERT_LT(continuation, root + 16 + get(original_, root + 8, 4)) << "the root group's header continues";
+  const std::string continued = read_edited([&](std::vector<char>& b) { put(b, continuation + 8, kUndefined, 8); });
+  expect_refused(continued, "object /: its object header: ");
+  expect_refused(continued, " bytes at address 18446744073709551615 run past the end of the file");
+  const size_t inputs = local_heap_of(original_, "dy"), routing = local_heap_of(original_, "topk_idx");
+  const std::string overlap =
+      read_edited([&](std::vector<char>& b) { put(b, routing + 24, get(b, inputs + 24, 8), 8); });
+  expect_refused(overlap, "group /routing: its local heap's data (bytes ");
+  expect_refused(overlap, ") overlaps group /inputs: its local heap's data (bytes ");
 }
 
 std::vector<unsigned char> deflated_zeros(size_t bytes) {
