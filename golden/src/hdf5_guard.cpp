@@ -5,6 +5,7 @@
 // symbol table nodes (a group's symbol table); the global heap collection.
 #include "hdf5_guard.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <system_error>
@@ -137,11 +138,12 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, con
               text(element));
 }
 
-// A name of the local heap `names` at `offset`: the library compares and copies it as a C string.
-void check_name(const std::vector<uint8_t>& names, uint64_t offset, const std::string& what) {
-  if (offset >= names.size() || !std::memchr(&names[offset], 0, names.size() - offset))
+// A name of a group's local heap at `offset`: the library compares and copies it as a C string, so a NUL
+// must follow it inside the heap.
+void check_name(const HeapNames& names, uint64_t offset, const std::string& what) {
+  if (offset >= names.terminated)
     malformed(what + " has its name at offset " + text(offset) + " of the group's local heap, whose " +
-              text(names.size()) + " bytes hold no name there");
+              text(names.bytes.size()) + " bytes hold no name there");
 }
 
 }  // namespace
@@ -234,6 +236,11 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   std::vector<Message> all = messages(address, what);
   uint64_t element = 0;
   int rank = -1;
+  // The library reads the first of each; the checks below would see the last (a second symbol table let
+  // the library walk one these checks never saw).
+  for (const uint16_t type : {kDataspace, kDatatype, kLayout, kSymbolTable})
+    if (std::count_if(all.begin(), all.end(), [&](const Message& m) { return m.type == type; }) > 1)
+      malformed(what + ": its object header holds message type " + text(type) + " more than once");
   for (const Message& m : all) {
     if ((m.type == kDatatype || m.type == kDataspace) && (m.flags & kSharedMessage))
       malformed(what + ": its datatype or dataspace is shared, which no golden has");
@@ -268,14 +275,17 @@ void RawHdf5::check_symbol_table(const std::string& where) {
     malformed(heap_what + " at address " + text(heap_address) + " has no local heap prefix (signature, version 0)");
   const uint64_t data_bytes = le(&prefix[8], 8), free_list = le(&prefix[16], 8), data_address = le(&prefix[24], 8);
   claim(heap_address, kLocalHeapPrefix, "local heap", heap_what);
-  const std::vector<uint8_t> names = read(data_address, data_bytes, heap_what + "'s data");
+  HeapNames names{read(data_address, data_bytes, heap_what + "'s data"), 0};
+  // Found once: a search from each name's offset to the end cost keys x heap bytes.
+  const auto last_nul = std::find(names.bytes.rbegin(), names.bytes.rend(), 0);
+  names.terminated = uint64_t(names.bytes.rend() - last_nul);
   claim(data_address, data_bytes, "local heap data", heap_what + "'s data");
   std::set<uint64_t> free_blocks;
   for (uint64_t at = free_list; at != kFreeListEnd;) {
     if (at > data_bytes || kFreeBlockBytes > data_bytes - at)
       malformed(heap_what + " has a free block at offset " + text(at) + ", past its " + text(data_bytes) + " bytes");
     if (!free_blocks.insert(at).second) malformed(heap_what + "'s free list loops (offset " + text(at) + ")");
-    const uint64_t next = le(&names[at], 8), bytes = le(&names[at + 8], 8);
+    const uint64_t next = le(&names.bytes[at], 8), bytes = le(&names.bytes[at + 8], 8);
     if (bytes < kFreeBlockBytes || bytes > data_bytes - at)
       malformed(heap_what + " has a free block of " + text(bytes) + " bytes at offset " + text(at) + " of its " +
                 text(data_bytes));
@@ -288,7 +298,7 @@ void RawHdf5::check_symbol_table(const std::string& where) {
 // A group B-tree node (its `level`, or any for the root node, -1): the keys name offsets of the heap, the
 // children B-tree nodes one level down or, at level 0, symbol table nodes, whose entries name their
 // objects by heap offset and address.
-void RawHdf5::check_group_node(uint64_t address, int level, const std::vector<uint8_t>& names, std::set<uint64_t>& seen,
+void RawHdf5::check_group_node(uint64_t address, int level, const HeapNames& names, std::set<uint64_t>& seen,
                                const std::string& what) {
   const std::string node = what + " node at address " + text(address);
   if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");

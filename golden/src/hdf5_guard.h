@@ -19,6 +19,13 @@
 
 namespace mok::golden {
 
+// A group's local heap data (its names) and how many of its bytes lie up to its last NUL, inclusive: a
+// name starting below that ends inside the heap.
+struct HeapNames {
+  std::vector<uint8_t> bytes;
+  uint64_t terminated;
+};
+
 class RawHdf5 {
  public:
   // base: HDF5's base address (the user block, the seal's 512 bytes), which addresses are relative to.
@@ -67,7 +74,7 @@ class RawHdf5 {
   // Records that the structure `what` of type `kind` takes `bytes` at `address`: one that overlaps
   // another (unless it is the same one, seen again) is refused.
   void claim(uint64_t address, uint64_t bytes, const std::string& kind, const std::string& what);
-  void check_group_node(uint64_t address, int level, const std::vector<uint8_t>& names, std::set<uint64_t>& seen,
+  void check_group_node(uint64_t address, int level, const HeapNames& names, std::set<uint64_t>& seen,
                         const std::string& what);
   std::vector<Message> messages(uint64_t address, const std::string& what);
   void check_heap_object(uint64_t address, uint32_t index, uint32_t length, const std::string& what);

@@ -248,7 +248,8 @@ TEST_F(ResealedGolden, LayoutMessagesAreCheckedBeforeTheLibraryOpensADataset) {
 // root group's object header, which H5Fopen decodes: a local heap's data past the end of the file or of
 // 2^64 - 1 bytes (SIGSEGV; an abort in malloc), its free list looping (memory grew until the allocator
 // failed), a B-tree's child or an object header's continuation past the end of the file (SIGSEGV), one
-// group's names where another's are (SIGSEGV: the library's cache took one local heap for the other).
+// group's names where another's are (SIGSEGV: the library's cache took one local heap for the other), a
+// second symbol table message.
 TEST_F(ResealedGolden, SymbolTablesAreCheckedBeforeTheLibraryLooksANameUp) {
   constexpr uint64_t kUndefined = ~uint64_t(0);
   const size_t root_heap = local_heap_of(original_, "config");
@@ -280,6 +281,12 @@ TEST_F(ResealedGolden, SymbolTablesAreCheckedBeforeTheLibraryLooksANameUp) {
       read_edited([&](std::vector<char>& b) { put(b, routing + 24, get(b, inputs + 24, 8), 8); });
   expect_refused(overlap, "group /routing: its local heap's data (bytes ");
   expect_refused(overlap, ") overlaps group /inputs: its local heap's data (bytes ");
+  // A second symbol table message (an attribute's made one): the library walks the first, the checks saw the
+  // last, so one that pointed at a looping free list ran the reader out of memory past the checks.
+  size_t attribute = kSealBytes + get(original_, continuation + 8, 8);  // the root header's continuation block
+  while (get(original_, attribute, 2) != 0x0C) attribute += 8 + get(original_, attribute + 2, 2);
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, attribute, 0x11, 2); }),
+                 "object /: its object header holds message type 17 more than once");
 }
 
 std::vector<unsigned char> deflated_zeros(size_t bytes) {

@@ -249,6 +249,14 @@ def _shared_pair(shared) -> tuple[Optional[Tensor], Optional[Tensor]]:
 _PARAMETER_OF = {"router": "router", "w1": "w1", "w2": "w2", "shared[0]": "shared_w1", "shared[1]": "shared_w2"}
 
 
+def _has_own_bytes(t, x: Tensor) -> bool:
+    """Whether t is a tensor whose bytes check_apart can compare: one the op's checks will let through (on x's
+    device, contiguous; the others it refuses by name) and not a functorch wrapper (torch.vmap's, which has no
+    storage to point at)."""
+    return (isinstance(t, Tensor) and t.device == x.device and t.is_contiguous()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+
+
 _INPUT_NAMES = ("x", "router", "expert_bias", "w1", "w2", "shared_w1", "shared_w2", "topk_idx", "topk_w")
 
 
@@ -329,9 +337,7 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     if addresses:  # the op's own checks (op_tensors.cpp), here at the call rather than at the backward
         named = [(label(name), a) for name, a, _ in pairs]
         _C.check_disjoint(named)
-        # Only those the op's checks will let through (on x's device, contiguous): the others it refuses by name.
-        _C.check_apart(named, [(name, t) for name, t in zip(_INPUT_NAMES, inputs)
-                               if isinstance(t, Tensor) and t.device == x.device and t.is_contiguous()])
+        _C.check_apart(named, [(name, t) for name, t in zip(_INPUT_NAMES, inputs) if _has_own_bytes(t, x)])
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -365,9 +371,12 @@ class _IntoAccumulators(torch.autograd.Function):
         acc = ctx.accumulators
         config_ints, config_floats, mode, launch = ctx.lists
         shared_acc = acc.shared if acc.shared is not None else (None, None)
+        # Detached: the same memory and version counter, no view history. Under create_graph the op runs with
+        # grad mode on, and its autograd fallback refused to write into views made under no_grad or by split.
+        into = [None if a is None else a.detach() for a in (acc.router, acc.w1, acc.w2, *shared_acc)]
         dx, d_topk_w, _ = torch.ops.mok.backward_accumulate.default(
-            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), acc.router,
-            acc.w1, acc.w2, *shared_acc, config_ints, config_floats, mode, launch, fp8_weights)
+            x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), *into,
+            config_ints, config_floats, mode, launch, fp8_weights)
         given = mode == ROUTING_MODES.index("given")
         # One per forward input: accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2,
         # topk_idx, topk_w, lists, fp8_weights.

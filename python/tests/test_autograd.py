@@ -405,6 +405,47 @@ def test_double_backward_raises(accumulate):
         (dx.float().square().sum() + x.float().sum()).backward()
 
 
+def test_accumulate_into_views_under_create_graph():
+    """Accumulators that are views of one flat buffer (split, or slices made under no_grad) under create_graph
+    (a gradient penalty's first-order pass): without once_differentiable the op ran with grad mode on, and its
+    autograd fallback refused to write into such views ("A view was created in no_grad mode ..."). They get
+    plain accumulators' bits; the version counter still moves."""
+    layer = make_layer("softmax_shared")
+    weights = (layer.router, layer.w1, layer.w2, layer.shared_w1, layer.shared_w2)
+    sizes = [w.numel() for w in weights]
+
+    def accumulators(parts):
+        return mok.GradAccumulators(*[p.view(w.shape) for p, w in zip(parts[:3], weights)],
+                                    (parts[3].view(layer.shared_w1.shape), parts[4].view(layer.shared_w2.shape)))
+
+    def call(acc):
+        x = layer.x.clone().requires_grad_()
+        loss = (moe_of(layer, x, layer.w1, acc).float() * layer.dy.float()).sum() + x.float().square().sum()
+        torch.autograd.grad(loss, x, create_graph=True)
+        return acc
+
+    plain = call(accumulators_like(layer))
+    split = torch.zeros(sum(sizes))
+    version = split._version
+    with torch.no_grad():
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        sliced = accumulators([torch.zeros(sum(sizes))[s:s + n] for s, n in zip(starts, sizes)])
+    for acc in (call(accumulators(split.split(sizes))), call(sliced)):
+        for a, b, name in zip(acc[:3] + acc.shared, plain[:3] + plain.shared, ("router", "w1", "w2", "s1", "s2")):
+            assert_same_bits(a, b, name)
+    assert split._version > version
+
+
+def test_accumulate_into_under_vmap_without_grad():
+    """torch.vmap's inputs have no storage: the call's overlap check read their data pointers and raised
+    ("Cannot access data pointer of Tensor that doesn't have storage"); they are left to the op, whose
+    per-slice results are the plain calls'."""
+    layer = make_layer("softmax_shared")
+    with torch.no_grad():
+        halves = torch.vmap(lambda x: moe_of(layer, x, layer.w1, accumulators_like(layer)))(layer.x.view(2, 16, -1))
+        assert_same_bits(halves[1], moe_of(layer, layer.x[16:].contiguous(), layer.w1, None))
+
+
 def test_forward_mode_derivative_raises():
     """mok::forward has no forward-mode formula: a dual x (forward_ad) or torch.func.jvp got y's tangent as
     zero (or none) without a word; now NotImplementedError. Without a tangent, dual_level and vmap still run."""
