@@ -252,7 +252,12 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   }
   for (const Message& m : all) {
     if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
-    if (m.type == kLayout) check_layout(m.data, element, rank, what);
+    if (m.type == kLayout) {
+      check_layout(m.data, element, rank, what);
+      std::set<uint64_t> seen;
+      if (m.data[1] == 2 && le(&m.data[3], 8) != kUndefinedAddress)  // chunked, its B-tree allocated
+        check_chunk_node(le(&m.data[3], 8), -1, m.data[2], seen, what + ": its chunk B-tree");
+    }
   }
   headers_[where] = std::move(all);
 }
@@ -343,6 +348,24 @@ void RawHdf5::check_group_node(uint64_t address, int level, const HeapNames& nam
       if (cache == 2) check_name(names, le(entry + 24, 4), named + "'s soft link value");  // its heap offset
     }
   }
+}
+
+// A chunk B-tree node (its `level`, or any for the root node, -1): keys of a chunk's size, filter mask and
+// `ndims` offsets, the children B-tree nodes one level down or, at level 0, chunks (raw data, not read).
+void RawHdf5::check_chunk_node(uint64_t address, int level, uint64_t ndims, std::set<uint64_t>& seen,
+                               const std::string& what) {
+  const std::string node = what + " node at address " + text(address);
+  if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
+  const std::vector<uint8_t> head = read(address, kBtreeHeader, node);
+  if (std::memcmp(head.data(), "TREE", 4) != 0 || head[4] != 1)
+    malformed(node + " is no B-tree node of a dataset's chunks (signature, type 1)");
+  if (level >= 0 && head[5] != level)
+    malformed(node + " is of level " + text(head[5]) + ", its parent's child is of level " + text(uint64_t(level)));
+  if (head[5] == 0) return;
+  const uint64_t used = le(&head[6], 2), key = 8 + 8 * ndims;  // size, filter mask, offsets
+  const std::vector<uint8_t> b = read(address, kBtreeHeader + used * (key + 8) + key, node);
+  for (uint64_t i = 0; i < used; ++i)
+    check_chunk_node(le(&b[kBtreeHeader + i * (key + 8) + key], 8), head[5] - 1, ndims, seen, what);
 }
 
 void RawHdf5::check_string_attribute(const std::string& where, const std::string& name) {

@@ -41,7 +41,9 @@ class RawHdf5 {
   // their blocks; every attribute message's name, datatype, dataspace and data fit the message, its
   // datatype is one a golden holds (integer, float, string, variable-length string of 1-byte
   // characters), unshared; a layout message is version 3, a chunked one with chunk sizes of at least 1,
-  // the last the element size of the datatype message. Keeps the messages for the check below.
+  // the last the element size of the datatype message; its chunk B-tree's inner nodes each one level above
+  // their children and each node reached once (a node its own descendant recursed the library's lookup
+  // until its stack overflowed). Keeps the messages for the check below.
   void check_object_header(const std::string& where, uint64_t address);
 
   // The symbol table of the group at `where` (its object header checked above), which the library walks
@@ -78,6 +80,7 @@ class RawHdf5 {
                         const std::string& what);
   std::vector<Message> messages(uint64_t address, const std::string& what);
   void check_heap_object(uint64_t address, uint32_t index, uint32_t length, const std::string& what);
+  void check_chunk_node(uint64_t address, int level, uint64_t ndims, std::set<uint64_t>& seen, const std::string& what);
 
   std::map<std::string, std::vector<Message>> headers_;  // object path -> its header's messages, once checked
   std::map<uint64_t, Region> regions_;                   // the structures checked, by address

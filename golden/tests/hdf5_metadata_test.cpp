@@ -289,6 +289,25 @@ TEST_F(ResealedGolden, SymbolTablesAreCheckedBeforeTheLibraryLooksANameUp) {
                  "object /: its object header holds message type 17 more than once");
 }
 
+// A dataset's chunk B-tree (version 1, type 1: keys of a chunk's size, filter mask and offsets, one per
+// dimension and the element's; children at 24 + key bytes, after the first key): an inner node whose child
+// is itself recursed the library's lookup until its stack overflowed (SIGSEGV).
+TEST_F(ResealedGolden, ChunkBtreesAreCheckedBeforeTheLibraryLooksAChunkUp) {
+  const size_t layout = layout_message(original_, {32, 64, 2});
+  const uint64_t root = get(original_, layout + 3, 8);
+  const size_t node = kSealBytes + root;
+  ASSERT_EQ(std::string(&original_.at(node), 4), "TREE");
+  ASSERT_EQ(get(original_, node + 4, 2), 1u) << "a chunk B-tree leaf";
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   put(b, node + 5, 1, 1);
+                   put(b, node + 24 + 32, root, 8);
+                 }),
+                 "object /inputs/x: its chunk B-tree reaches its node at address " + std::to_string(root) + " twice");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, layout + 3, get(b, layout + 3, 8) + 1, 8); }),
+                 "object /inputs/x: its chunk B-tree node at address " + std::to_string(root + 1) +
+                     " is no B-tree node of a dataset's chunks");
+}
+
 std::vector<unsigned char> deflated_zeros(size_t bytes) {
   const std::vector<unsigned char> zeros(bytes);
   uLongf size = compressBound(uLong(bytes));
