@@ -25,4 +25,16 @@ void unshuffle(std::vector<uint8_t>& bytes, size_t element);
 void copy_chunk(const uint8_t* chunk, const std::vector<uint64_t>& chunk_dims, const std::vector<uint64_t>& origin,
                 const std::vector<int64_t>& shape, size_t element, uint8_t* out);
 
+// The next chunk's first element in C order (`chunk` elements per axis, inside `shape`), in place; false
+// after the last chunk, `origin` then back at the first. Index: HDF5's hsize_t, or uint64_t.
+template <class Index>
+bool next_chunk(std::vector<Index>& origin, const std::vector<Index>& chunk, const std::vector<int64_t>& shape) {
+  for (size_t axis = shape.size(); axis-- > 0;) {
+    origin[axis] += chunk[axis];
+    if (origin[axis] < Index(shape[axis])) return true;
+    origin[axis] = 0;
+  }
+  return false;
+}
+
 }  // namespace mok::golden

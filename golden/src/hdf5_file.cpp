@@ -333,16 +333,6 @@ std::vector<hsize_t> chunk_dims_of(hid_t ds, const std::string& path, const std:
   return chunk;
 }
 
-// The first element of every chunk, in C order: false after the last.
-bool next_chunk(std::vector<hsize_t>& origin, const std::vector<hsize_t>& chunk, const std::vector<int64_t>& shape) {
-  for (size_t axis = shape.size(); axis-- > 0;) {
-    origin[axis] += chunk[axis];
-    if (origin[axis] < hsize_t(shape[axis])) return true;
-    origin[axis] = 0;
-  }
-  return false;
-}
-
 // The bytes the chunk at `origin` stores: present (the writer writes every chunk), and no more than the
 // file holds.
 hsize_t stored_bytes(hid_t ds, const std::vector<hsize_t>& origin, uintmax_t file_bytes, const std::string& what) {
@@ -386,6 +376,7 @@ std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const Tensor
     throw Error("dataset " + path + ": its chunks claim " + std::to_string(stored) + " bytes, more than the file's " +
                 std::to_string(file_bytes));
   std::vector<uint8_t> out(size_t(Tensor{spec.name, spec.dtype, spec.shape, {}}.elements()) * element);
+  const std::vector<uint64_t> chunk_dims(chunk.begin(), chunk.end());  // copy_chunk's
   // origin is back at the first chunk: next_chunk resets it after the last.
   for (const hsize_t size : sizes) {
     const std::string what = chunk_name(origin);
@@ -397,8 +388,7 @@ std::vector<uint8_t> read_chunks(hid_t ds, const std::string& path, const Tensor
       throw Error(what + " holds " + std::to_string(bytes.size()) + " bytes, its chunk shape " +
                   std::to_string(chunk_bytes));
     if (!(skipped & 1)) unshuffle(bytes, element);
-    copy_chunk(bytes.data(), {chunk.begin(), chunk.end()}, {origin.begin(), origin.end()}, spec.shape, element,
-               out.data());
+    copy_chunk(bytes.data(), chunk_dims, {origin.begin(), origin.end()}, spec.shape, element, out.data());
     next_chunk(origin, chunk, spec.shape);
   }
   return out;

@@ -18,6 +18,7 @@ namespace {
 
 constexpr uint16_t kDataspace = 0x0001, kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C,
                    kContinuation = 0x0010, kSymbolTable = 0x0011;
+constexpr uint8_t kChunkedLayout = 2;     // a data layout message's class of chunked storage
 constexpr uint8_t kSharedMessage = 0x02;  // an object header message flag: the message lives elsewhere
 constexpr uint8_t kIntegerClass = 0, kFloatClass = 1, kStringClass = 3, kVlenClass = 9;
 constexpr uint64_t kVlenElementBytes = 16;    // a variable-length element on disk: length, heap address, index
@@ -126,7 +127,7 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, con
     malformed(bad + "holds less compact data than it says");
   if (m[1] == 1 && m.size() < 18) malformed(bad + "is too short for a contiguous layout");  // address, size
   if (m[1] > 2) malformed(bad + "has layout class " + text(m[1]) + " (0 to 2 exist in version 3)");
-  if (m[1] != 2) return;
+  if (m[1] != kChunkedLayout) return;
   const uint64_t ndims = m[2];
   if (ndims < 2 || ndims > 33 || 11 + 4 * ndims > m.size()) malformed(bad + "has a malformed chunk shape");
   if (int(ndims) != rank + 1)
@@ -144,6 +145,16 @@ void check_name(const HeapNames& names, uint64_t offset, const std::string& what
   if (offset >= names.terminated)
     malformed(what + " has its name at offset " + text(offset) + " of the group's local heap, whose " +
               text(names.bytes.size()) + " bytes hold no name there");
+}
+
+// A version 1 B-tree node's header (`b` from the node's start): its signature, its node type (0 a group's,
+// 1 a dataset's chunks) and its level, one below its parent's (`level`; any for the root node, -1).
+void check_btree_header(const std::vector<uint8_t>& b, uint8_t type, int level, const std::string& node) {
+  if (std::memcmp(b.data(), "TREE", 4) != 0 || b[4] != type)
+    malformed(node + " is no B-tree node of " + (type == 0 ? "a group" : "a dataset's chunks") + " (signature, type " +
+              text(type) + ")");
+  if (level >= 0 && b[5] != level)
+    malformed(node + " is of level " + text(b[5]) + ", its parent's child is of level " + text(uint64_t(level)));
 }
 
 }  // namespace
@@ -169,10 +180,10 @@ std::vector<uint8_t> RawHdf5::read(uint64_t address, uint64_t bytes, const std::
 // continues into one already read is a loop). Bounded by the file: blocks of more bytes in all than it
 // holds (overlapping ones, each read anew) or more messages than a version 1 header counts are refused.
 std::vector<RawHdf5::Message> RawHdf5::messages(uint64_t address, const std::string& what) {
-  const std::vector<uint8_t> prefix = read(address, 16, what + ": its object header");
+  const std::vector<uint8_t> prefix = read(address, kObjectHeaderPrefix, what + ": its object header");
   if (prefix[0] != 1) malformed(what + ": object header version " + text(prefix[0]) + ", the writer makes version 1");
-  std::vector<std::pair<uint64_t, uint64_t>> blocks{{address + 16, le(&prefix[8], 4)}};
-  std::set<uint64_t> seen{address + 16};
+  std::vector<std::pair<uint64_t, uint64_t>> blocks{{address + kObjectHeaderPrefix, le(&prefix[8], 4)}};
+  std::set<uint64_t> seen{address + kObjectHeaderPrefix};
   std::vector<Message> out;
   uint64_t block_bytes = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
@@ -252,11 +263,13 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   }
   for (const Message& m : all) {
     if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
-    if (m.type == kLayout) {
-      check_layout(m.data, element, rank, what);
+    if (m.type != kLayout) continue;
+    check_layout(m.data, element, rank, what);
+    if (m.data[1] != kChunkedLayout) continue;
+    // Chunked (check_layout: the message holds its rank + 1 and its B-tree's address), the tree allocated.
+    if (const uint64_t tree = le(&m.data[3], 8); tree != kUndefinedAddress) {
       std::set<uint64_t> seen;
-      if (m.data[1] == 2 && le(&m.data[3], 8) != kUndefinedAddress)  // chunked, its B-tree allocated
-        check_chunk_node(le(&m.data[3], 8), -1, m.data[2], seen, what + ": its chunk B-tree");
+      check_chunk_node(tree, -1, m.data[2], seen, what + ": its chunk B-tree");
     }
   }
   headers_[where] = std::move(all);
@@ -309,10 +322,7 @@ void RawHdf5::check_group_node(uint64_t address, int level, const HeapNames& nam
   if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
   const uint64_t two_k = 2 * internal_k_, node_bytes = kBtreeHeader + two_k * 8 + (two_k + 1) * 8;
   const std::vector<uint8_t> b = read(address, node_bytes, node);
-  if (std::memcmp(b.data(), "TREE", 4) != 0 || b[4] != 0)
-    malformed(node + " is no B-tree node of a group (signature, type 0)");
-  if (level >= 0 && b[5] != level)
-    malformed(node + " is of level " + text(b[5]) + ", its parent's child is of level " + text(uint64_t(level)));
+  check_btree_header(b, 0, level, node);
   claim(address, node_bytes, "B-tree node", node);
   const uint64_t used = le(&b[6], 2);
   if (used > two_k) malformed(node + " holds " + text(used) + " children, its rank allows " + text(two_k));
@@ -357,10 +367,7 @@ void RawHdf5::check_chunk_node(uint64_t address, int level, uint64_t ndims, std:
   const std::string node = what + " node at address " + text(address);
   if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
   const std::vector<uint8_t> head = read(address, kBtreeHeader, node);
-  if (std::memcmp(head.data(), "TREE", 4) != 0 || head[4] != 1)
-    malformed(node + " is no B-tree node of a dataset's chunks (signature, type 1)");
-  if (level >= 0 && head[5] != level)
-    malformed(node + " is of level " + text(head[5]) + ", its parent's child is of level " + text(uint64_t(level)));
+  check_btree_header(head, 1, level, node);
   if (head[5] == 0) return;
   const uint64_t used = le(&head[6], 2), key = 8 + 8 * ndims;  // size, filter mask, offsets
   const std::vector<uint8_t> b = read(address, kBtreeHeader + used * (key + 8) + key, node);

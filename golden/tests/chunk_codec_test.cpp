@@ -54,16 +54,6 @@ std::vector<uint8_t> chunk_of(const std::vector<uint8_t>& data, const std::vecto
   return out;
 }
 
-// The next chunk's first element in C order; false after the last chunk.
-bool next_origin(std::vector<uint64_t>& origin, const std::vector<uint64_t>& chunk, const std::vector<int64_t>& shape) {
-  for (size_t axis = shape.size(); axis-- > 0;) {
-    origin[axis] += chunk[axis];
-    if (origin[axis] < uint64_t(shape[axis])) return true;
-    origin[axis] = 0;
-  }
-  return false;
-}
-
 TEST(ChunkCodec, EveryChunkOfEveryShapeDecodesToItsElements) {
   std::mt19937 rng(20261205);
   int edge_chunks = 0;
@@ -87,7 +77,7 @@ TEST(ChunkCodec, EveryChunkOfEveryShapeDecodesToItsElements) {
       unshuffle(inflated, element);
       ASSERT_EQ(inflated, stored);
       copy_chunk(inflated.data(), chunk, origin, shape, element, decoded.data());
-    } while (next_origin(origin, chunk, shape));
+    } while (next_chunk(origin, chunk, shape));
     ASSERT_EQ(decoded, data) << "rank " << rank << ", " << element << "-byte elements, trial " << trial;
   }
   EXPECT_GT(edge_chunks, 100) << "the shapes must have partial chunks at their edges";
