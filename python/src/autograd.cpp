@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "op_config.h"
+#include "op_tensors.h"
 
 namespace mok::py {
 namespace {
@@ -37,12 +38,18 @@ ForwardOutputs forward_below_autograd(const Tensor& x, const Tensor& router, con
                  routing_mode, launch, fp8_weights);
 }
 
+// Whether `holds` is true of any tensor input but topk_idx (the layer's tensors and a given topk_w).
+template <class Predicate>
+bool any_input(Predicate holds, const LayerArgs& a, const OptTensor& topk_w) {
+  bool any = topk_w && holds(*topk_w);
+  a.for_each([&](const Tensor& t, const char*) { any = any || holds(t); });
+  return any;
+}
+
 bool requires_grad(const Tensor& t) { return t.requires_grad(); }
-bool requires_grad(const OptTensor& t) { return t && t->requires_grad(); }
 
 // A forward-mode tangent (forward_ad.make_dual, torch.func.jvp), which the layer has no formula for.
 bool has_tangent(const Tensor& t) { return t._fw_grad(/*level=*/0).defined(); }
-bool has_tangent(const OptTensor& t) { return t && has_tangent(*t); }
 
 // python/mok/functional.py's _IntoAccumulators (accumulate_into) saves the same tensors and gives the
 // same gradients but the weights': keep the two in step.
@@ -120,16 +127,14 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
                                 const OptTensor& fp8_weights) {
   // Else the call below returned the primal alone and autograd took the tangent of y as zero (a jvp of 0, or
   // no tangent, without a word).
+  const LayerArgs inputs{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
   TORCH_CHECK_NOT_IMPLEMENTED(
-      !(has_tangent(x) || has_tangent(router) || has_tangent(expert_bias) || has_tangent(w1) || has_tangent(w2) ||
-        has_tangent(shared_w1) || has_tangent(shared_w2) || has_tangent(topk_w)),
+      !any_input(has_tangent, inputs, topk_w),
       "mok::forward has no forward-mode derivative (forward_ad dual tensors, torch.func.jvp): use reverse mode "
       "(backward, torch.autograd.grad)");
   // With no gradient to record (no_grad, or no input requiring one) the call skips the autograd
   // Function: its bookkeeping is about a tenth of a small call's host time (docs/benchmarks.md).
-  if (!at::GradMode::is_enabled() ||
-      !(requires_grad(x) || requires_grad(router) || requires_grad(expert_bias) || requires_grad(w1) ||
-        requires_grad(w2) || requires_grad(shared_w1) || requires_grad(shared_w2) || requires_grad(topk_w)))
+  if (!at::GradMode::is_enabled() || !any_input(requires_grad, inputs, topk_w))
     return forward_below_autograd(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, config_ints,
                                   config_floats, routing_mode, launch, fp8_weights);
   const variable_list out = MoEFunction::apply(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,

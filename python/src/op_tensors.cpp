@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 
 namespace mok::py {
 namespace {
@@ -105,9 +106,13 @@ void check_backward_args(const Checker& check, const Call& call, const LayerArgs
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> named(const Accumulators& acc) {
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  acc.for_each([&](const at::Tensor& t, const char* name) { named.emplace_back(name, t); });
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// The tensors of LayerArgs, SavedArgs or Accumulators, with their names.
+template <class Tensors>
+NamedTensors named(const Tensors& tensors) {
+  NamedTensors named;
+  tensors.for_each([&](const at::Tensor& t, const char* name) { named.emplace_back(name, t); });
   return named;
 }
 
@@ -115,24 +120,10 @@ std::vector<std::pair<std::string, at::Tensor>> named(const Accumulators& acc) {
 // kernels would add into memory other blocks still read, in no fixed order.
 void check_accumulators_apart(const Accumulators& acc, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy,
                               const std::optional<at::Tensor>& fp8_weights) {
-  std::vector<std::pair<std::string, at::Tensor>> reads;
-  const auto read = [&](const at::Tensor& t, const char* name) { reads.emplace_back(name, t); };
-  const auto read_given = [&](const std::optional<at::Tensor>& t, const char* name) {
-    if (t) read(*t, name);
-  };
-  read(a.x, "x");
-  read(a.router, "router");
-  read_given(a.expert_bias, "expert_bias");
-  read(a.w1, "w1");
-  read(a.w2, "w2");
-  read_given(a.shared_w1, "shared_w1");
-  read_given(a.shared_w2, "shared_w2");
-  read(s.topk_idx, "topk_idx");
-  read(s.topk_w, "topk_w");
-  read(s.logits, "logits");
-  read(s.saved, "saved");
-  read(dy, "dy");
-  read_given(fp8_weights, "fp8_weights");
+  NamedTensors reads = named(a);
+  std::ranges::move(named(s), std::back_inserter(reads));
+  reads.emplace_back("dy", dy);
+  if (fp8_weights) reads.emplace_back("fp8_weights", *fp8_weights);
   check_apart(named(acc), reads);
 }
 

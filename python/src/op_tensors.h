@@ -23,6 +23,18 @@ struct LayerArgs {
   const at::Tensor& w2;
   const std::optional<at::Tensor>& shared_w1;
   const std::optional<at::Tensor>& shared_w2;
+
+  // f(tensor, name) for each tensor given.
+  template <class F>
+  void for_each(F f) const {
+    f(x, "x");
+    f(router, "router");
+    if (expert_bias) f(*expert_bias, "expert_bias");
+    f(w1, "w1");
+    f(w2, "w2");
+    if (shared_w1) f(*shared_w1, "shared_w1");
+    if (shared_w2) f(*shared_w2, "shared_w2");
+  }
 };
 
 // mok::quantize_weights' arguments as LayerArgs: only the experts' fields (w1, w2 and the shared expert's)
@@ -36,6 +48,15 @@ struct SavedArgs {
   const at::Tensor& topk_w;
   const at::Tensor& logits;
   const at::Tensor& saved;
+
+  // f(tensor, name) for each tensor.
+  template <class F>
+  void for_each(F f) const {
+    f(topk_idx, "topk_idx");
+    f(topk_w, "topk_w");
+    f(logits, "logits");
+    f(saved, "saved");
+  }
 };
 
 // The weight-gradient accumulators of mok::backward_accumulate: d_router fp32; d_w1, d_w2 and the
