@@ -151,14 +151,17 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
-    return _moe(x, router, w1, w2, config, shared, expert_bias, routing, replay, ring_rows, blocks, recompute,
-                return_routing, group, capacity_rows, fp8_weights, accumulate_into, fp8_weight_gradients)
+    return _moe(x, router, w1, w2, config=config, shared=shared, expert_bias=expert_bias, routing=routing,
+                replay=replay, ring_rows=ring_rows, blocks=blocks, recompute=recompute, return_routing=return_routing,
+                group=group, capacity_rows=capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulate_into,
+                fp8_weight_gradients=fp8_weight_gradients)
 
 
-def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, config: MoEConfig, shared, expert_bias, routing: RoutingArg,
-         replay: Optional[str], ring_rows: int, blocks: int, recompute: bool, return_routing: bool, group,
-         capacity_rows: int, fp8_weights: Optional[Tensor], accumulate_into: Optional[GradAccumulators],
-         fp8_weight_gradients: bool, accumulators_of: Optional[str] = None) -> Union[Tensor, tuple[Tensor, Routing]]:
+def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig, shared, expert_bias,
+         routing: RoutingArg, replay: Optional[str], ring_rows: int, blocks: int, recompute: bool,
+         return_routing: bool, group, capacity_rows: int, fp8_weights: Optional[Tensor],
+         accumulate_into: Optional[GradAccumulators], fp8_weight_gradients: bool,
+         accumulators_of: Optional[str] = None) -> Union[Tensor, tuple[Tensor, Routing]]:
     """moe; accumulators_of: mok.MoE's accumulate_into holds its parameters' "grad" or "main_grad", which its
     errors name (w1.grad, not accumulate_into.w1: the caller passed no accumulate_into)."""
     shared_w1, shared_w2 = _shared_pair(shared)

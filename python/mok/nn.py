@@ -181,9 +181,12 @@ class MoE(torch.nn.Module):
             accumulators = self._accumulators(routing_mode(routing, replay)[0] == ROUTING_MODES.index("given"))
         # mok.moe's, its accumulators' errors naming the parameters' .grad or .main_grad (w1.grad, not
         # accumulate_into.w1, which the caller never passed)
-        return _moe(x, self.router, self.w1, self.w2, self.config, shared, self.expert_bias, routing, replay,
-                    self.ring_rows, self.blocks, self.recompute, return_routing, self.group, self.capacity_rows,
-                    fp8_weights, accumulators, self.fp8_weight_gradients, "main_grad" if self.main_grad else "grad")
+        return _moe(x, self.router, self.w1, self.w2, config=self.config, shared=shared, expert_bias=self.expert_bias,
+                    routing=routing, replay=replay, ring_rows=self.ring_rows, blocks=self.blocks,
+                    recompute=self.recompute, return_routing=return_routing, group=self.group,
+                    capacity_rows=self.capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulators,
+                    fp8_weight_gradients=self.fp8_weight_gradients,
+                    accumulators_of="main_grad" if self.main_grad else "grad")
 
     def _accumulators(self, replay_full: bool) -> GradAccumulators:
         """The parameters' main_grad tensors (main_grad) or their .grad (accumulate_grad; zeros where None) as
