@@ -33,6 +33,9 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--seconds 1e3 --list", "--seconds needs a non-negative integer, not '1e3'"},
       {"--seconds 99999999999 --list", "--seconds is at most 1000000000"},
       {"--backend '' --list", "'--backend' needs a value"},
+      // an option taken for the value: a whole campaign ran into a directory named "--list"
+      {"--property repeat --cases 2 --repro-dir --list", "'--repro-dir' needs a value, not the option '--list'"},
+      {"--replay --list", "'--replay' needs a value, not the option '--list'"},
       {"--backend bogus --list", "unknown backend 'bogus' (reference or gpu)"},
       {"--bogus 1", "unknown flag '--bogus'"},
       {"--cases 5 --seconds 5 --list", "--cases and --seconds exclude each other"},

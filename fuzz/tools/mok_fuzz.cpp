@@ -74,6 +74,9 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) throw Usage("unknown flag or missing value: " + quote_input(flag));
     const std::string v = argv[++i];
     if (v.empty()) throw Usage(quote_input(flag) + " needs a value, not an empty string");
+    // An option where the value should be is a missing value, as mok-verify and mok-golden say it:
+    // `--repro-dir --list` ran a whole campaign into a directory "--list" instead of listing.
+    if (v.rfind("--", 0) == 0) throw Usage(quote_input(flag) + " needs a value, not the option " + quote_input(v));
     const std::string key = flag == "--property" ? flag + " " + v : flag;
     if (was_given(key)) throw Usage(quote_input(key) + " is given twice");
     given.push_back(key);

@@ -84,8 +84,12 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
   require_writable_file(target_);
   // ".<name>.tmp.<pid>.<n>", appended piecewise (GCC 12 warns falsely on "." + std::string temporaries).
+  // The name cut so that the whole stays within NAME_MAX: a target of 230-255 bytes, a name the
+  // system takes, failed as "cannot create .<name>.tmp...: File name too long" once the work was done
+  // (pid and counter keep the temporary unique).
+  constexpr size_t kSuffixBytes = 1 + 5 + 10 + 1 + 10;  // ".", ".tmp.", pid, ".", counter (at most)
   std::string name = ".";
-  name += target_.filename().string();
+  name += target_.filename().string().substr(0, NAME_MAX - kSuffixBytes);
   name += ".tmp." + std::to_string(getpid()) + "." + std::to_string(temp_counter++);
   temp_ = dir / name;
   slot_ = register_temporary(temp_);

@@ -186,12 +186,12 @@ TEST(MokGoldenCli, CheckFailsAFileHoldingAnotherCaseThanItsName) {
 // expert 0's underflow to 0.
 TEST(MokGoldenCli, GenerateAZipfCaseWithAHugeExponent) {
   TempDir dir("golden-cli-zipf");
-  std::ofstream(dir / "zipf.txt") << "ranks = 2\ntokens_per_rank = 4\nexperts = 4\ntop_k = 2\nrouting = zipf\n"
-                                     "zipf_s = 2000\n";
+  std::ofstream(dir / "huge_s.txt") << "ranks = 2\ntokens_per_rank = 4\nexperts = 4\ntop_k = 2\nrouting = zipf\n"
+                                       "zipf_s = 2000\n";
   const testing::ToolRun r =
-      run_tool(dir, "generate --config " + (dir / "zipf.txt").string() + " --out " + (dir / "zipf.h5").string());
+      run_tool(dir, "generate --config " + (dir / "huge_s.txt").string() + " --out " + (dir / "huge_s.h5").string());
   ASSERT_EQ(r.status, 0) << r.output;
-  const GoldenCase g = read_golden(dir / "zipf.h5");
+  const GoldenCase g = read_golden(dir / "huge_s.h5");
   EXPECT_EQ(i32_values(g.tensor("given_topk_idx")),
             (std::vector<int32_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
 }
@@ -246,6 +246,18 @@ TEST(MokGoldenCli, SizesPastMemoryAreRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("tokens N = R * T = 2147483648 is more than 2^31 - 1"), std::string::npos) << r.output;
 }
 
+// Sizes within the checks' bound but past the process's memory said only "std::bad_alloc".
+TEST(MokGoldenCli, OutOfMemoryNamesTheToolAndItsCause) {
+  TempDir dir("golden-cli-oom");
+  std::ofstream(dir / "big.txt") << "tokens_per_rank = 20000000\n";
+  const testing::ToolRun r =
+      testing::run_tool("ulimit -v 2000000 && " + std::string(MOK_GOLDEN_TOOL), dir,
+                        "generate --config " + (dir / "big.txt").string() + " --out " + (dir / "big.h5").string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-golden: out of memory"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "big.h5"));
+}
+
 // A name past the report's 20-character column pushes the rest along (check aborted on it: the padding's
 // length wrapped below zero); a case file's name or ring_rows that no golden may hold is refused, naming
 // the file.
@@ -286,6 +298,12 @@ TEST(MokGoldenCli, UsageErrorsExitTwo) {
   for (const char* args : {"", "frobnicate", "generate", "check --bogus 1", "generate --out . --name nothing"}) {
     const testing::ToolRun r = run_tool(dir, args);
     EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  }
+  // Help took any arguments after it without a word (exit 0), as no other command does.
+  for (const char* args : {"-h extra", "--help --name smoke"}) {
+    const testing::ToolRun r = run_tool(dir, args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("takes no options"), std::string::npos) << args << "\n" << r.output;
   }
   // A repeated option used to be taken at its first value without a word.
   const testing::ToolRun twice = run_tool(dir, "generate --name smoke --out a --out b");
@@ -358,6 +376,20 @@ TEST(MokGoldenCli, AnOptionInPlaceOfAValueIsAMissingValue) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("mok-golden: --out needs a value"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "--name"));
+}
+
+// A case file named for a catalogue case but of another config was written, and check then failed the
+// golden (exit 1) with advice to regenerate the catalogue's case, which would not fix it.
+TEST(MokGoldenCli, GenerateRefusesACaseFileNamedForAnotherCatalogueCase) {
+  TempDir dir("golden-cli-catalogue-name");
+  const auto generate = [&](const std::string& file) {
+    return run_tool(dir, "generate --config " + (dir / file).string() + " --out " + (dir / "out.h5").string());
+  };
+  std::ofstream(dir / "other.txt") << "name = single_token\nexperts = 2\ntop_k = 1\ntokens_per_rank = 1\n";
+  const testing::ToolRun r = generate("other.txt");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("name single_token is a catalogue case's, whose "), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.h5"));
 }
 
 // A regular file given where a directory belongs is named as one (it was "directory ... does not exist"),

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -329,6 +330,15 @@ TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
     EXPECT_EQ(dir_.entries(), std::vector<std::string>{"target.h5"}) << "the temporary was left behind";
     EXPECT_EQ(testing::read_bytes(dir_ / "target.h5"), old);
   }
+}
+
+// A name of NAME_MAX bytes, which the system takes, failed once the golden was written: its temporary
+// ".<name>.tmp.<pid>.<n>" was longer than NAME_MAX ("File name too long").
+TEST_F(GoldenFile, ANameOfTheLongestLengthIsWritten) {
+  const std::filesystem::path target = dir_ / (std::string(NAME_MAX - 3, 'g') + ".h5");
+  write_golden(target, *smoke_);
+  EXPECT_EQ(read_golden(target).name, smoke_->name);
+  EXPECT_EQ(dir_.entries(), std::vector<std::string>{target.filename().string()});
 }
 
 TEST_F(GoldenFile, NotAGolden) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -120,13 +121,48 @@ void generate_one(const CaseSpec& spec, const fs::path& out) {
             << fixed(seconds_since(start), 2) << " s" << std::endl;
 }
 
+// The first field in which a committed golden's recipe differs from the catalogue's, or "".
+std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
+  std::string stale;  // the config's fields (mok/core/fields.h), then the options and the recipe
+  for_each_field(g.config, s.config, [&](const char* name, const auto& a, const auto& b) {
+    if (stale.empty() && !(a == b)) stale = name;
+  });
+  if (!stale.empty()) return stale;
+  const std::pair<const char*, bool> fields[] = {
+      {"step", g.options.step == s.options.step},
+      {"ring_rows", g.options.ring_rows == s.options.ring_rows},
+      {"recompute", g.options.recompute == s.options.recompute},
+      {"fp8_weight_gradients", g.options.fp8_weight_gradients == s.options.fp8_weight_gradients},
+      {"recipe", g.recipe.has_value()},
+      {"seed", g.recipe && g.recipe->seed == s.recipe.seed},
+      {"routing", g.recipe && g.recipe->routing == s.recipe.routing},
+      {"zipf_s", g.recipe && g.recipe->zipf_s == s.recipe.zipf_s},
+  };
+  for (const auto& [name, same] : fields)
+    if (!same) return name;
+  return "";
+}
+
 int generate(const Args& a) {
   if (!a.has("--out")) throw UsageError("generate needs --out");
   if (a.has("--config")) {
     if (a.has("--name")) throw UsageError("--name and --config exclude each other");
     if (same_file(a.get("--config"), a.get("--out")))  // the golden written over the case it was made from
       throw UsageError("--out " + display_name(a.get("--out")) + " is the case file --config reads");
-    generate_one(parse_case_file(a.get("--config")), a.get("--out"));
+    const CaseSpec spec = parse_case_file(a.get("--config"));
+    // check takes a golden named for a catalogue case for that case's (check_file): one of another
+    // config failed every check, exit 1, with advice to regenerate the catalogue's case instead.
+    if (const CaseSpec* listed = find_case(spec.name)) {
+      GoldenCase g;
+      g.config = spec.config;
+      g.options = spec.options;
+      g.recipe = spec.recipe;
+      if (const std::string field = stale_field(g, *listed); !field.empty())
+        throw Error("mok: case file " + display_name(a.get("--config")) + ": name " + spec.name +
+                    " is a catalogue case's, whose " + field +
+                    " differs (mok-golden check would fail it): give it a name of its own (a line name = ...)");
+    }
+    generate_one(spec, a.get("--out"));
     return kEqual;
   }
   const fs::path dir = a.get("--out");
@@ -171,28 +207,6 @@ int compare_cases(const GoldenCase& want, const GoldenCase& got, const char* wan
                 << describe_bits(w.dtype, g->bits(*i)) << "\n";
     }
   return differing;
-}
-
-// The first field in which a committed golden's recipe differs from the catalogue's, or "".
-std::string stale_field(const GoldenCase& g, const CaseSpec& s) {
-  std::string stale;  // the config's fields (mok/core/fields.h), then the options and the recipe
-  for_each_field(g.config, s.config, [&](const char* name, const auto& a, const auto& b) {
-    if (stale.empty() && !(a == b)) stale = name;
-  });
-  if (!stale.empty()) return stale;
-  const std::pair<const char*, bool> fields[] = {
-      {"step", g.options.step == s.options.step},
-      {"ring_rows", g.options.ring_rows == s.options.ring_rows},
-      {"recompute", g.options.recompute == s.options.recompute},
-      {"fp8_weight_gradients", g.options.fp8_weight_gradients == s.options.fp8_weight_gradients},
-      {"recipe", g.recipe.has_value()},
-      {"seed", g.recipe && g.recipe->seed == s.recipe.seed},
-      {"routing", g.recipe && g.recipe->routing == s.recipe.routing},
-      {"zipf_s", g.recipe && g.recipe->zipf_s == s.recipe.zipf_s},
-  };
-  for (const auto& [name, same] : fields)
-    if (!same) return name;
-  return "";
 }
 
 // The first stored fp64-oracle bound that is not this build's (ref::oracle_bound of the tensor in the
@@ -341,6 +355,7 @@ int run(int argc, char** argv) {
     return a.builtin ? check_builtin(a) : check_dir(a);
   }
   if (command == "-h" || command == "--help") {
+    if (argc != 2) throw UsageError(command + " takes no options");  // as list: `-h extra` exited 0
     std::cout << kUsage;
     return kEqual;
   }
@@ -355,6 +370,8 @@ int main(int argc, char** argv) {
     status = run(argc, argv);
   } catch (const UsageError& e) {
     std::cerr << "mok-golden: " << escape_bytes(e.what()) << "\n" << kUsage;
+  } catch (const std::bad_alloc&) {  // its what() is "std::bad_alloc", which names neither tool nor cause
+    std::cerr << "mok-golden: out of memory (the case's tensors and the reference's work did not fit)" << std::endl;
   } catch (const std::exception& e) {
     std::cerr << escape_bytes(e.what()) << std::endl;
   }

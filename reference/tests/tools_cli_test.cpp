@@ -40,6 +40,27 @@ TEST(MokReferenceTimingCli, SizesParseStrictly) {
   EXPECT_NE(ok.output.find("R=1 T=16 H=64 I=64 E=4 k=2"), std::string::npos) << ok.output;
 }
 
+// Its timings written to a full disk were a success (exit 0); the others' tools say so and exit 2.
+TEST(MokReferenceTimingCli, AnUnwritableStandardOutputExitsTwo) {
+  for (const char* args : {"--help", "1 16 64 64 4 2"}) {
+    const std::string to_full = "sh -c 'exec \"$0\" \"$@\" >/dev/full' " + std::string(MOK_REFERENCE_TIMING_TOOL);
+    const ToolRun r = run_tool(to_full, args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("mok-reference-timing: cannot write to standard output"), std::string::npos) << r.output;
+  }
+}
+
+// Sizes past the memory said only "std::bad_alloc".
+TEST(MokReferenceTimingCli, OutOfMemoryNamesTheToolAndTheSizes) {
+  const std::string limited =
+      "sh -c 'ulimit -v 2000000 && exec \"$0\" \"$@\"' " + std::string(MOK_REFERENCE_TIMING_TOOL);
+  const ToolRun r = run_tool(limited, "1 20000000 64 64 1 1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-reference-timing: out of memory for R=1 T=20000000 H=64 I=64 E=1 k=1"),
+            std::string::npos)
+      << r.output;
+}
+
 // --help printed the usage as an error (exit 2); mok_oracle_errors ignored every argument and started its
 // run of minutes (here the 60 s timeout would end it: exit 124).
 TEST(MokReferenceToolsCli, HelpIsHelpAndArgumentsStartNoRun) {

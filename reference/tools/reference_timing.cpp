@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
@@ -13,6 +14,15 @@ namespace {
 
 constexpr const char* kUsage = "usage: mok-reference-timing [R T H I E k]   (default 4 512 512 256 16 4)\n";
 
+// A timing lost to a full disk or a closed pipe is no success (as for mok-golden, mok-verify, mok-fuzz).
+int exit_status(int status) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "mok-reference-timing: cannot write to standard output\n");
+    return 2;
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -20,7 +30,7 @@ int main(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   if (argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::printf("%s", kUsage);
-    return 0;
+    return exit_status(0);
   }
   if (argc != 1 && argc != 7) {
     std::fprintf(stderr, "%s", kUsage);
@@ -56,9 +66,14 @@ int main(int argc, char** argv) {
       std::printf("%-9s forward %7.2f s  backward %7.2f s  (%.2f G multiply-adds/s)\n",
                   step == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma", fwd, bwd, 3 * macs / (fwd + bwd) / 1e9);
     }
-    return 0;
+    return exit_status(0);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    // bad_alloc's what() is "std::bad_alloc": name the tool and what ran out.
+    if (dynamic_cast<const std::bad_alloc*>(&e))
+      std::fprintf(stderr, "mok-reference-timing: out of memory for R=%d T=%d H=%d I=%d E=%d k=%d\n", sizes[0],
+                   sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]);
+    else
+      std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
 }
