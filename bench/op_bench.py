@@ -44,7 +44,7 @@ def draw(shape, std, values="normal"):
     return torch.randn(shape, device="cuda") * std
 
 
-def mok_layer(H, I, E, k, T, precision="bf16", values="normal", shared_intermediate=0):
+def mok_layer(H, I, E, k, precision="bf16", values="normal", shared_intermediate=0):
     """The layer's config and weights; uniform values in ref::make_problem's ranges (the router's twice the
     experts')."""
     config = mok.MoEConfig(experts=E, hidden=H, intermediate=I, top_k=k, precision=precision,
@@ -102,7 +102,7 @@ def time_shape(name, args, peak):
     H, I, E, k, T = SHAPES[name]
     Is = I if args.shared else 0  # one shared expert as wide as a routed one
     gen = torch.Generator().manual_seed(2026)
-    config, router, w1, w2 = mok_layer(H, I, E, k, T, "fp8" if args.fp8 else "bf16", shared_intermediate=Is)
+    config, router, w1, w2 = mok_layer(H, I, E, k, "fp8" if args.fp8 else "bf16", shared_intermediate=Is)
     shared = (draw((2 * Is, H), 1 / H**0.5).bfloat16().requires_grad_(),
               draw((H, Is), 1 / Is**0.5).bfloat16().requires_grad_()) if Is else None
     # The fp8 mode's weights, quantized once as after an optimizer step (not in the steps' times or peaks):
@@ -189,7 +189,7 @@ def time_shape(name, args, peak):
 def op_overhead(args):
     """The op's cost per call on a small problem: eager minus graph replay, and host enqueue time."""
     H, I, E, k, T = 2048, 1024, 64, 8, 256
-    config, router, w1, w2 = mok_layer(H, I, E, k, T)
+    config, router, w1, w2 = mok_layer(H, I, E, k)
     x = torch.randn(T, H, device="cuda").bfloat16()
     idx, w = draw_routing(T, E, k, "uniform", torch.Generator().manual_seed(1))
     idx, w = idx.contiguous(), w.float().contiguous()
@@ -247,7 +247,7 @@ def kernel_times(args):
     CUDA-event time, and the forward's CUDA-graph replay, to tell a slower kernel from work around it."""
     name = "olmoe" if args.shape == "all" else args.shape
     H, I, E, k, T = SHAPES[name]
-    config, router, w1, w2 = mok_layer(H, I, E, k, T, values=args.values)
+    config, router, w1, w2 = mok_layer(H, I, E, k, values=args.values)
     std = 3**-0.5 if args.values == "uniform" else 1.0
     x = draw((T, H), std, args.values).bfloat16().requires_grad_()
     dy = draw((T, H), std, args.values).bfloat16()

@@ -1,7 +1,7 @@
 // The FP8 (E4M3) tensor-core step model (mok/core/fp8_dot.h): properties that hold for every candidate
 // parameter set mok-tc-validate scores (exactness when every term fits, sign symmetry, order within a
 // group, zeros, NaN and Inf), and known answers of hopper() that separate it from its variants.
-// No GPU has checked any candidate yet (docs/numerics.md); these tests pin the model's own claims.
+// The H200 runs that picked hopper() are in docs/numerics.md; these tests pin the model's own claims.
 #include "mok/core/fp8_dot.h"
 
 #include <gtest/gtest.h>

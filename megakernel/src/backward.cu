@@ -93,7 +93,7 @@ template <bool kFp8>
 __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   ring_gemm<kFp8 ? kNT : kNN, kFp8>(
-      pipe, p, cycle, kDownGrad, kTileN, I,
+      pipe, p, cycle, kDownGrad, I,
       [&](const RingItem& it) {
         if constexpr (kFp8)
           return k_major(p.maps.ringq, p.maps.w2tq, it.ring_row, own_expert(p, it.t.expert) * I + it.n0, H,
@@ -227,7 +227,7 @@ template <bool kFp8>
 __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   ring_gemm<kFp8 ? kNT : kNN, kFp8>(
-      pipe, p, cycle, kDxPush, kTileN, H,
+      pipe, p, cycle, kDxPush, H,
       [&](const RingItem& it) {
         if constexpr (kFp8)
           return k_major(p.maps.dhq, p.maps.w1tq, it.ring_row, own_expert(p, it.t.expert) * H + it.n0, 2 * I,

@@ -183,7 +183,7 @@ template <bool kFp8>
 __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
   ring_gemm<kNT, kFp8>(
-      pipe, p, cycle, kExpertDown, kTileN, H,
+      pipe, p, cycle, kExpertDown, H,
       [&](const RingItem& it) {
         const int w = own_expert(p, it.t.expert) * H + it.n0;
         if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});

@@ -26,12 +26,12 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
-// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, `width` of `columns` output
+// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, kTileN of `columns` output
 // columns).
 template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue>
-__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int width, int columns, Load load,
+__device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int columns, Load load,
                           Epilogue epilogue) {
-  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, width), width}, phase, load, epilogue);
+  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, kTileN), kTileN}, phase, load, epilogue);
 }
 
 // The scale exponents of a GEMM's E4M3 operands (TileLoad::a_exp, b_exp).
@@ -83,21 +83,19 @@ __device__ void token_tiles_gemm(Pipeline& pipe, const Params& p, const CUtensor
 
 // token_tiles_gemm with the accumulators of row r, columns col and col + 1 (< n), going to
 // store(r, col, c0, c1).
-template <Majors kM, bool kFp8 = false, class Store>
+template <Majors kM, class Store>
 __device__ void token_gemm(Pipeline& pipe, const Params& p, const CUtensorMap& a, const CUtensorMap& b, int k, int n,
-                           int phase, Store store, OperandScales scales = {}) {
+                           int phase, Store store) {
   const long N = p.shared_tokens.rows();
-  token_tiles_gemm<kM, kFp8>(
-      pipe, p, a, b, k, n, phase,
-      [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        for_each_pair(
-            consumer, acc,
-            [&](int row, int col, float v0, float v1) {
-              if (first + row < N) store(first + row, n0 + col, v0, v1);
-            },
-            min(kTileN, n - n0));
-      },
-      scales);
+  token_tiles_gemm<kM>(pipe, p, a, b, k, n, phase,
+                       [&](long first, int n0, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+                         for_each_pair(
+                             consumer, acc,
+                             [&](int row, int col, float v0, float v1) {
+                               if (first + row < N) store(first + row, n0 + col, v0, v1);
+                             },
+                             min(kTileN, n - n0));
+                       });
 }
 
 // out[r, :] = bf16(a[r, :] b^T) (or b, kNN) for every row r: out [rows, n], through the staging rows

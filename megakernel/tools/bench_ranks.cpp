@@ -141,11 +141,10 @@ std::optional<Measured> measure(const Shape& s, int gpus, const Options& o, ref:
 }
 
 // The slowest rank's median of a call.
-double slowest(const Measured& m, Times RankBench::*call, int* rank = nullptr) {
+double slowest(const Measured& m, Times RankBench::*call) {
   size_t worst = 0;
   for (size_t g = 1; g < m.ranks.size(); ++g)
     if ((m.ranks[g].*call).median_ms > (m.ranks[worst].*call).median_ms) worst = g;
-  if (rank) *rank = int(worst);
   return (m.ranks[worst].*call).median_ms;
 }
 

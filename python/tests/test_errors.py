@@ -104,9 +104,6 @@ def test_moe_refuses_expert_bias_in_softmax_mode_and_the_module_holds_none():
     assert mok.MoE(make_layer("sigmoid_grouped").config).expert_bias is not None
 
 
-GRADIENT_ACCUMULATORS = ("d_router", "d_w1", "d_w2", "d_shared_w1", "d_shared_w2")
-
-
 def backward_args(layer, accumulate=False, launch=None, **replace):
     """mok::backward's (accumulate: mok::backward_accumulate's, fp32 accumulators) arguments after a
     forward, some replaced by functions of them."""

@@ -1,5 +1,5 @@
 // What the fuzzer's properties run: the layer's forward and backward behind one small interface, so
-// the same driver fuzzes the CPU reference now and the megakernel once it plugs in.
+// the same driver fuzzes the CPU reference and the megakernel (src/gpu_backend.cpp).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// A backend runs the layer on a golden's inputs: the CPU reference now, the megakernel later.
+// A backend runs the layer on a golden's inputs: the CPU reference or the megakernel (make_gpu_backend).
 // mok-verify compares what it returns against the golden's bits (tools/mok_verify.cpp keeps the table
 // of backends by name: a new one is a class here or in its own library, and one entry there).
 #pragma once
