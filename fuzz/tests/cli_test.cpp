@@ -42,6 +42,7 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--replay x.h5 --seed 3", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
       {"--replay x.h5 --property repeat", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
       {"--replay x.h5 --repro-dir d", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
+      {"--replay x.h5 --cases 0", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
       {"--seed 1 --seed 2 --list", "'--seed' is given twice"},
       {"--property repeat --property repeat --list", "'--property repeat' is given twice"},
       {"\"$(printf -- '--\\001')\" 1", "unknown flag '--\\x01'"},

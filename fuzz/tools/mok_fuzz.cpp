@@ -106,7 +106,6 @@ Args parse(int argc, char** argv) {
       throw Usage("unknown flag " + quote_input(flag));
     }
   }
-  if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
   const bool cases_given = was_given("--cases"), seconds_given = was_given("--seconds");
   if (cases_given && seconds_given) throw Usage("--cases and --seconds exclude each other: give one");
   if (!a.replay.empty() &&
@@ -114,6 +113,8 @@ Args parse(int argc, char** argv) {
     throw Usage(
         "--replay runs the file's own case and property and writes no repro: --seed, --cases, --seconds, --property "
         "and --repro-dir do not apply");
+  // After the replay's rule: `--replay F --cases 0` was told to give a positive count, which it may not give.
+  if (a.fuzz.cases == 0 && a.fuzz.seconds <= 0) throw Usage("--cases and --seconds need a positive count");
   // Made when missing, but a DIR that names a file (or lies under one) was found only once a failure had
   // shrunk and its repro was due: refused now, before the campaign.
   if (const std::string kind = cannot_make_directory(a.fuzz.repro_dir); !kind.empty())
