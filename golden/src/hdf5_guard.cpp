@@ -1,6 +1,7 @@
 // HDF5 metadata checked on the file's bytes (hdf5_guard.h). Layouts: the HDF5 file format specification
 // (version 0 superblock, 8-byte addresses and lengths): object header version 1, its messages dataspace
-// (0x0001), datatype (0x0003), data layout (0x0008, version 3), attribute (0x000C, versions 1 to 3),
+// (0x0001), datatype (0x0003), fill value (0x0004, and 0x0005 versions 1 to 3), data layout (0x0008,
+// version 3), filter pipeline (0x000B, versions 1 and 2), attribute (0x000C, versions 1 to 3),
 // continuation (0x0010) and symbol table (0x0011); the local heap, version 1 B-tree group nodes and
 // symbol table nodes (a group's symbol table); the global heap collection.
 #include "hdf5_guard.h"
@@ -16,10 +17,14 @@
 namespace mok::golden {
 namespace {
 
-constexpr uint16_t kDataspace = 0x0001, kDatatype = 0x0003, kLayout = 0x0008, kAttribute = 0x000C,
-                   kContinuation = 0x0010, kSymbolTable = 0x0011;
-constexpr uint8_t kChunkedLayout = 2;     // a data layout message's class of chunked storage
-constexpr uint8_t kSharedMessage = 0x02;  // an object header message flag: the message lives elsewhere
+constexpr uint16_t kDataspace = 0x0001, kDatatype = 0x0003, kOldFillValue = 0x0004, kFillValue = 0x0005,
+                   kLayout = 0x0008, kFilterPipeline = 0x000B, kAttribute = 0x000C, kContinuation = 0x0010,
+                   kSymbolTable = 0x0011;
+constexpr uint8_t kFillValueDefined = 0x20;  // a version 3 fill value message's flag: a size and value follow
+constexpr uint64_t kMaxFilters = 32;         // the library's limit on a pipeline's filters
+constexpr uint16_t kFirstNamedFilter = 256;  // a version 2 pipeline names only filters from this id on
+constexpr uint8_t kChunkedLayout = 2;        // a data layout message's class of chunked storage
+constexpr uint8_t kSharedMessage = 0x02;     // an object header message flag: the message lives elsewhere
 constexpr uint8_t kIntegerClass = 0, kFloatClass = 1, kStringClass = 3, kVlenClass = 9;
 constexpr uint64_t kVlenElementBytes = 16;    // a variable-length element on disk: length, heap address, index
 constexpr uint64_t kHeapMinBytes = 4096;      // the smallest global heap collection the library reads
@@ -66,6 +71,8 @@ uint64_t datatype_element_bytes(const uint8_t* p, uint64_t bytes, const std::str
   if (!fits)
     malformed(bad + "has a datatype (class " + text(type_class) + ", " + text(bytes) + " bytes) no golden holds");
   if (type_class != kVlenClass) return size;
+  // The library sizes an attribute's data by `size`, where this guard (and the library's reads) take 16.
+  if (size != kVlenElementBytes) malformed(bad + "is variable-length of " + text(size) + " bytes, not 16");
   const bool string_of_bytes = (p[1] & 0x0f) == 1 && (p[8] & 0x0f) == kIntegerClass && le(p + 12, 4) == 1;
   if (!string_of_bytes) malformed(bad + "is variable-length but no string of 1-byte characters");
   return kVlenElementBytes;
@@ -137,6 +144,62 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, con
   if (le(&m[11 + 4 * (ndims - 1)], 4) != element)
     malformed(bad + "gives a chunk element " + text(le(&m[11 + 4 * (ndims - 1)], 4)) + " bytes, its datatype " +
               text(element));
+}
+
+// A fill value message (either type): its value inside the message and, where given, of the datatype's
+// size (`element`; the library copies the value by the size the message gives, past the message for a
+// version 3 one, and fills chunks with it by the datatype's).
+void check_fill_value(const std::vector<uint8_t>& m, uint16_t type, uint64_t element, const std::string& what) {
+  const std::string bad = what + ": its fill value message ";
+  const int version = type == kOldFillValue ? 0 : m.empty() ? -1 : m[0];
+  uint64_t size_at = 0;  // where the value's size lies, 0 where the message holds none
+  if (type == kOldFillValue)
+    size_at = 0;
+  else if (version == 1 || version == 2)
+    size_at = version == 1 || (m.size() >= 4 && m[3] != 0) ? 4 : 0;
+  else if (version == 3)
+    size_at = m.size() >= 2 && (m[1] & kFillValueDefined) ? 2 : 0;
+  else
+    malformed(bad + "is of version " + text(uint64_t(version < 0 ? 0 : version)) + " (1 to 3 exist)");
+  if (version != 3 && type != kOldFillValue && m.size() < 4) malformed(bad + "is too short");
+  if (type != kOldFillValue && size_at == 0) return;
+  if (m.size() < size_at + 4) malformed(bad + "is too short for its value's size");
+  const uint64_t size = le(&m[size_at], 4);
+  if (size > m.size() - size_at - 4)
+    malformed(bad + "gives a value of " + text(size) + " bytes, more than the " + text(m.size() - size_at - 4) +
+              " after it");
+  if (size != 0 && size != element)
+    malformed(bad + "gives a value of " + text(size) + " bytes, its datatype's elements " + text(element));
+}
+
+// A filter pipeline message (version 1 or 2): at most the library's 32 filters, each filter's name and
+// client data inside the message (the library decodes the next filter wherever the counts put it).
+void check_filter_pipeline(const std::vector<uint8_t>& m, const std::string& what) {
+  const std::string bad = what + ": its filter pipeline message ";
+  const int version = m.size() < 2 ? 0 : m[0];
+  if (version != 1 && version != 2) malformed(bad + "is of version " + text(uint64_t(version)) + " (1 and 2 exist)");
+  const uint64_t filters = m[1];
+  if (filters > kMaxFilters) malformed(bad + "holds " + text(filters) + " filters, more than 32");
+  uint64_t at = version == 1 ? 8 : 2;  // version 1: six reserved bytes
+  for (uint64_t f = 0; f < filters; ++f) {
+    const auto need = [&](uint64_t bytes) {
+      if (bytes > m.size() || at > m.size() - bytes)
+        malformed(bad + "runs past its " + text(m.size()) + " bytes in filter " + text(f));
+    };
+    need(2);
+    const uint64_t id = le(&m[at], 2);
+    const bool named = version == 1 || id >= kFirstNamedFilter;
+    need(named ? 8 : 6);
+    const uint64_t name_bytes = named ? le(&m[at + 2], 2) : 0;
+    const uint64_t values = le(&m[at + (named ? 6 : 4)], 2);
+    at += named ? 8 : 6;
+    need(name_bytes);
+    if (name_bytes > 0 && !std::memchr(&m[at], 0, name_bytes))
+      malformed(bad + "has a filter name that does not end where its length says");
+    at += name_bytes;
+    need(4 * values + (version == 1 && values % 2 ? 4 : 0));  // version 1 pads an odd count
+    at += 4 * values + (version == 1 && values % 2 ? 4 : 0);
+  }
 }
 
 // A name of a group's local heap at `offset`: the library compares and copies it as a C string, so a NUL
@@ -249,12 +312,14 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   int rank = -1;
   // The library reads the first of each; the checks below would see the last (a second symbol table let
   // the library walk one these checks never saw).
-  for (const uint16_t type : {kDataspace, kDatatype, kLayout, kSymbolTable})
+  for (const uint16_t type : {kDataspace, kDatatype, kOldFillValue, kFillValue, kLayout, kFilterPipeline, kSymbolTable})
     if (std::count_if(all.begin(), all.end(), [&](const Message& m) { return m.type == type; }) > 1)
       malformed(what + ": its object header holds message type " + text(type) + " more than once");
   for (const Message& m : all) {
-    if ((m.type == kDatatype || m.type == kDataspace) && (m.flags & kSharedMessage))
-      malformed(what + ": its datatype or dataspace is shared, which no golden has");
+    const bool decoded_here = m.type == kDatatype || m.type == kDataspace || m.type == kOldFillValue ||
+                              m.type == kFillValue || m.type == kFilterPipeline;
+    if (decoded_here && (m.flags & kSharedMessage))
+      malformed(what + ": its message of type " + text(m.type) + " is shared, which no golden has");
     if (m.type == kDatatype) element = datatype_element_bytes(m.data.data(), m.data.size(), what + ": it ");
     if (m.type == kDataspace) {
       dataspace_points(m.data.data(), m.data.size(), what + ": it ");  // its size checked first
@@ -263,6 +328,8 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   }
   for (const Message& m : all) {
     if (m.type == kAttribute) parse_attribute(m.data, m.flags, what);
+    if (m.type == kOldFillValue || m.type == kFillValue) check_fill_value(m.data, m.type, element, what);
+    if (m.type == kFilterPipeline) check_filter_pipeline(m.data, what);
     if (m.type != kLayout) continue;
     check_layout(m.data, element, rank, what);
     if (m.data[1] != kChunkedLayout) continue;

@@ -219,6 +219,37 @@ TEST_F(ResealedGolden, AttributeMessagesAreCheckedBeforeTheLibraryDecodesThem) {
                  "object /inputs/x: attribute 'dtype' is variable-length but no string of 1-byte characters");
 }
 
+// A dataset's fill value and filter pipeline messages, which the library decodes as it opens the dataset
+// (a helper's sweep of eleven goldens, 74,790 edits): a version 3 fill value of 2^31 - 1 bytes made it copy
+// past the message (SIGSEGV in H5O_fill_new_decode), a filter name of 65,528 bytes with no client data made
+// it decode the next filter 64 KB on (SIGSEGV in H5O__pline_decode). A variable-length string datatype of 1
+// byte made it read past the attribute's data (valgrind) before it refused the file.
+TEST_F(ResealedGolden, FillValueAndFilterPipelineMessagesAreCheckedBeforeTheLibraryDecodesThem) {
+  // /inputs/x's fill value message (version 2: allocation and write times, value defined, size 0) after its
+  // message header (type 5, 8 bytes, constant), and its pipeline (version 1: shuffle, then deflate).
+  const size_t fill = offset_of(original_, std::string("\x05\0\x08\0\x01\0\0\0\x02\x03\x02\x01", 12)) + 8;
+  expect_refused(
+      read_edited([&](std::vector<char>& b) {
+        put(b, fill, 3, 1);  // version 3, whose value's size the library did not check
+        put(b, fill + 1, 0x20, 1);
+        put(b, fill + 2, 0x7fffffff, 4);
+      }),
+      "object /inputs/x: its fill value message gives a value of 2147483647 bytes, more than the 2 after it");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, fill + 4, 1, 4); }),
+                 "object /inputs/x: its fill value message gives a value of 1 bytes, more than the 0 after it");
+  const size_t pipeline = offset_of(original_, std::string("shuffle\0", 8)) - 16;
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   put(b, pipeline + 10, 0xfff8, 2);  // the first filter's name length
+                   put(b, pipeline + 14, 0, 2);       // and its client data count
+                 }),
+                 "object /inputs/x: its filter pipeline message runs past its 56 bytes in filter 0");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, pipeline + 1, 33, 1); }),
+                 "object /inputs/x: its filter pipeline message holds 33 filters, more than 32");
+  const size_t dtype = attribute_message(original_, "dtype");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, dtype + 16 + 4, 1, 4); }),
+                 "object /inputs/x: attribute 'dtype' is variable-length of 1 bytes, not 16");
+}
+
 // A chunked layout's version and chunk shape: layout version 2's decoding of version 3's bytes divided by
 // zero (SIGFPE in H5Dopen2), a chunk wider than the dataset made H5Dread copy past its buffer (SIGSEGV),
 // a chunk element of 4 bytes for 2-byte elements read without error. (A chunk size of 0 the library
