@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -151,22 +152,21 @@ void check_layout(const std::vector<uint8_t>& m, uint64_t element, int rank, con
 // version 3 one, and fills chunks with it by the datatype's).
 void check_fill_value(const std::vector<uint8_t>& m, uint16_t type, uint64_t element, const std::string& what) {
   const std::string bad = what + ": its fill value message ";
-  const int version = type == kOldFillValue ? 0 : m.empty() ? -1 : m[0];
-  uint64_t size_at = 0;  // where the value's size lies, 0 where the message holds none
-  if (type == kOldFillValue)
+  std::optional<uint64_t> size_at;  // where the value's size lies, if the message holds a value
+  if (type == kOldFillValue) {
     size_at = 0;
-  else if (version == 1 || version == 2)
-    size_at = version == 1 || (m.size() >= 4 && m[3] != 0) ? 4 : 0;
-  else if (version == 3)
-    size_at = m.size() >= 2 && (m[1] & kFillValueDefined) ? 2 : 0;
-  else
-    malformed(bad + "is of version " + text(uint64_t(version < 0 ? 0 : version)) + " (1 to 3 exist)");
-  if (version != 3 && type != kOldFillValue && m.size() < 4) malformed(bad + "is too short");
-  if (type != kOldFillValue && size_at == 0) return;
-  if (m.size() < size_at + 4) malformed(bad + "is too short for its value's size");
-  const uint64_t size = le(&m[size_at], 4);
-  if (size > m.size() - size_at - 4)
-    malformed(bad + "gives a value of " + text(size) + " bytes, more than the " + text(m.size() - size_at - 4) +
+  } else {
+    const uint8_t version = m.empty() ? 0 : m[0];
+    if (version < 1 || version > 3) malformed(bad + "is of version " + text(version) + " (1 to 3 exist)");
+    const uint64_t header = version == 3 ? 2 : 4;  // version and flags; or version, two times and "defined"
+    if (m.size() < header) malformed(bad + "is too short");
+    if (version == 1 || (version == 2 ? m[3] != 0 : (m[1] & kFillValueDefined) != 0)) size_at = header;
+  }
+  if (!size_at) return;
+  if (m.size() < *size_at + 4) malformed(bad + "is too short for its value's size");
+  const uint64_t size = le(&m[*size_at], 4);
+  if (size > m.size() - *size_at - 4)
+    malformed(bad + "gives a value of " + text(size) + " bytes, more than the " + text(m.size() - *size_at - 4) +
               " after it");
   if (size != 0 && size != element)
     malformed(bad + "gives a value of " + text(size) + " bytes, its datatype's elements " + text(element));
