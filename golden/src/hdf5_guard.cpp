@@ -197,8 +197,9 @@ void check_filter_pipeline(const std::vector<uint8_t>& m, const std::string& wha
     if (name_bytes > 0 && !std::memchr(&m[at], 0, name_bytes))
       malformed(bad + "has a filter name that does not end where its length says");
     at += name_bytes;
-    need(4 * values + (version == 1 && values % 2 ? 4 : 0));  // version 1 pads an odd count
-    at += 4 * values + (version == 1 && values % 2 ? 4 : 0);
+    const uint64_t value_bytes = 4 * values + (version == 1 && values % 2 ? 4 : 0);  // version 1 pads an odd count
+    need(value_bytes);
+    at += value_bytes;
   }
 }
 

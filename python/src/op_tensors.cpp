@@ -106,12 +106,10 @@ void check_backward_args(const Checker& check, const Call& call, const LayerArgs
   check(dy, "dy", at::kBFloat16, {N, c.hidden}, dims(call, "[N, H]", "[N/G, H]"));
 }
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
 // The tensors of LayerArgs, SavedArgs or Accumulators, with their names.
 template <class Tensors>
-NamedTensors named(const Tensors& tensors) {
-  NamedTensors named;
+NamedTensorList named(const Tensors& tensors) {
+  NamedTensorList named;
   tensors.for_each([&](const at::Tensor& t, const char* name) { named.emplace_back(name, t); });
   return named;
 }
@@ -120,7 +118,7 @@ NamedTensors named(const Tensors& tensors) {
 // kernels would add into memory other blocks still read, in no fixed order.
 void check_accumulators_apart(const Accumulators& acc, const LayerArgs& a, const SavedArgs& s, const at::Tensor& dy,
                               const std::optional<at::Tensor>& fp8_weights) {
-  NamedTensors reads = named(a);
+  NamedTensorList reads = named(a);
   std::ranges::move(named(s), std::back_inserter(reads));
   reads.emplace_back("dy", dy);
   if (fp8_weights) reads.emplace_back("fp8_weights", *fp8_weights);
@@ -248,7 +246,7 @@ NamedSpan span_of(const at::Tensor& t, std::string name) {
 
 }  // namespace
 
-void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+void check_disjoint(const NamedTensorList& named) {
   std::vector<NamedSpan> spans;
   for (const auto& [name, t] : named) spans.push_back(span_of(t, name));
   // Sorted by start (ties in the given order, so the message is the same run to run), an overlap shows
@@ -263,8 +261,7 @@ void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named
     });
 }
 
-void check_apart(const std::vector<std::pair<std::string, at::Tensor>>& accumulators,
-                 const std::vector<std::pair<std::string, at::Tensor>>& reads) {
+void check_apart(const NamedTensorList& accumulators, const NamedTensorList& reads) {
   std::vector<NamedSpan> read_spans;
   for (const auto& [name, t] : reads) read_spans.push_back(span_of(t, name));
   for (const auto& [name, t] : accumulators) {

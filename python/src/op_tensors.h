@@ -103,17 +103,19 @@ struct Checkable {
   bool aligned = false, sizes_known = true, addresses = true;
 };
 
+// (name, tensor) pairs in order, as the checks below name them (golden_io.h's NamedTensors: a map by name).
+using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
+
 // Refuses two of the (name, contiguous tensor) pairs that share a byte, naming both: mok::backward_accumulate
 // adds into each accumulator in turn, so each would take the other's gradient too (on the GPU in no fixed
 // order). Disjoint views of one buffer pass. Also mok._C.check_disjoint, which mok.moe calls at the call
 // (eager).
-void check_disjoint(const std::vector<std::pair<std::string, at::Tensor>>& named);
+void check_disjoint(const NamedTensorList& named);
 
 // Refuses an accumulator (name, contiguous tensor) that shares a byte with one of `reads`, the tensors the
 // backward reads, naming both. Also mok._C.check_apart, which mok.moe calls at the call (eager) with the
 // inputs known there.
-void check_apart(const std::vector<std::pair<std::string, at::Tensor>>& accumulators,
-                 const std::vector<std::pair<std::string, at::Tensor>>& reads);
+void check_apart(const NamedTensorList& accumulators, const NamedTensorList& reads);
 
 // Each op's checks, before any work, each a mok::Error naming what is wrong: the config and launch
 // list (parse_call), then every tensor on x's device, of its dtype and the config's shape, contiguous;

@@ -67,13 +67,12 @@ int main(int argc, char** argv) {
                   step == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma", fwd, bwd, 3 * macs / (fwd + bwd) / 1e9);
     }
     return exit_status(0);
+  } catch (const std::bad_alloc&) {  // its what() is "std::bad_alloc": name the tool and what ran out
+    std::fprintf(stderr, "mok-reference-timing: out of memory for R=%d T=%d H=%d I=%d E=%d k=%d\n", sizes[0], sizes[1],
+                 sizes[2], sizes[3], sizes[4], sizes[5]);
+    return 2;
   } catch (const std::exception& e) {
-    // bad_alloc's what() is "std::bad_alloc": name the tool and what ran out.
-    if (dynamic_cast<const std::bad_alloc*>(&e))
-      std::fprintf(stderr, "mok-reference-timing: out of memory for R=%d T=%d H=%d I=%d E=%d k=%d\n", sizes[0],
-                   sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]);
-    else
-      std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
 }
