@@ -1,6 +1,12 @@
 #include "mok/golden/file_kind.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "mok/core/config.h"
@@ -43,6 +49,23 @@ std::string not_a_directory(const std::filesystem::path& path) {
   return ec ? "cannot be examined: " + ec.message() : "is not a directory";
 }
 
+namespace {
+
+// Whether `dir` takes a new file. Its permissions, a read-only mount and a file system such as /proc say
+// no only to a file being made, so one is made (O_EXCL, under a name of this process's) and removed.
+std::string cannot_make_file_in(const std::filesystem::path& dir) {
+  static std::atomic<unsigned> probes{0};
+  const std::filesystem::path probe =
+      dir / (".mok-probe." + std::to_string(::getpid()) + "." + std::to_string(probes++));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot make a file in " + display_name(dir.string()) + ": " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
+}  // namespace
+
 std::string cannot_write_file(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   const fs::path dir = path.has_parent_path() ? path.parent_path() : ".";
@@ -54,7 +77,7 @@ std::string cannot_write_file(const std::filesystem::path& path) {
   if (there == fs::file_type::symlink) return "it is a symbolic link, not a regular file (name the file it points to)";
   if (there != fs::file_type::not_found)
     if (const std::string kind = not_a_regular_file(path); !kind.empty()) return "it " + kind;
-  return "";
+  return cannot_make_file_in(dir);
 }
 
 void require_writable_file(const std::filesystem::path& path) {

@@ -421,15 +421,18 @@ TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
 
 // An output AtomicFile would refuse is refused before the case is computed: this case takes about half a
 // minute on two cores, and generate used to compute it whole before finding that --out's directory
-// does not exist or that --out is a directory.
+// does not exist, that --out is a directory, or that its directory takes no file (/proc: the temporary
+// could not be made).
 TEST(MokGoldenCli, AnUnwritableOutIsRefusedBeforeTheCaseIsComputed) {
   TempDir dir("golden-cli-out-first");
   std::ofstream(dir / "slow.txt")
       << "name = slow\nranks = 1\ntokens_per_rank = 1024\nexperts = 8\nhidden = 1024\nintermediate = 1024\n";
   std::filesystem::create_directory(dir / "a_dir.h5");
   const std::string absent = (dir / "absent").string(), a_dir = (dir / "a_dir.h5").string();
-  for (const auto& [out, why] : {std::pair{absent + "/slow.h5", absent + " does not exist"},
-                                 std::pair{a_dir, std::string("it is a directory, not a regular file")}}) {
+  for (const auto& [out, why] :
+       {std::pair{absent + "/slow.h5", absent + " does not exist"},
+        std::pair{a_dir, std::string("it is a directory, not a regular file")},
+        std::pair{std::string("/proc/slow.h5"), std::string("cannot make a file in /proc: ")}}) {
     const testing::ToolRun r = run_tool(dir, "generate --config " + (dir / "slow.txt").string() + " --out " + out, 10);
     EXPECT_EQ(r.status, 2) << out << "\n" << r.output;
     EXPECT_NE(r.output.find("mok: cannot write " + out + ": " + why), std::string::npos) << r.output;

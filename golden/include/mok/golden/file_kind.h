@@ -15,9 +15,10 @@ std::string not_a_regular_file(const std::filesystem::path& path);
 // "cannot be examined: WHY".
 std::string not_a_directory(const std::filesystem::path& path);
 
-// "" when an AtomicFile can write `path`: its directory exists and the path names nothing or a regular
-// file (a symbolic link is not followed); otherwise why not, as a phrase that completes "cannot write
-// PATH: ...". For a tool to refuse an output before its work rather than after it.
+// "" when an AtomicFile can write `path`: its directory exists and takes a new file (one is made there
+// and removed), and the path names nothing or a regular file (a symbolic link is not followed); otherwise
+// why not, as a phrase that completes "cannot write PATH: ...". For a tool to refuse an output before its
+// work rather than after it.
 std::string cannot_write_file(const std::filesystem::path& path);
 
 // Throws mok::Error("mok: cannot write PATH: WHY") where cannot_write_file gives a reason: AtomicFile's
