@@ -481,6 +481,19 @@ const MutationDef kMutations[] = {
        c.top_k = 2;
      },
      [](const Attempt& a) { return a.config.experts >= 2; }, "exceeds the experts in the kept groups"},
+    {"n_group_in_softmax", Stage::forward,
+     [](Attempt& a, ref::Rng&) {
+       a.config.score_mode = ScoreMode::softmax;
+       a.config.n_group = 2;
+     },
+     nullptr, "n_group = 2 is sigmoid mode's"},
+    {"routed_scale_in_softmax", Stage::forward,
+     [](Attempt& a, ref::Rng&) {
+       a.config.score_mode = ScoreMode::softmax;
+       a.config.n_group = a.config.topk_group = 1;
+       a.config.routed_scale = 16.0f;
+     },
+     nullptr, "routed_scale is sigmoid mode's"},
     {"routed_scale_zero", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = 0; },
      nullptr, "routed_scale must be positive and finite"},
     {"routed_scale_nan", Stage::forward, [](Attempt& a, ref::Rng&) { sigmoid_config(a).routed_scale = kNaNf; },

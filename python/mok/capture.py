@@ -94,7 +94,8 @@ def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[
     if ROUTING_MODES[mode] == "replay_ids":
         raise ValueError("golden format v1 holds a router's routing or a given one, not replayed ids")
     if dy is None:
-        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float32,
+                         device="cpu").to(torch.bfloat16)
     if dy.dim() == 0 or dy.shape[-1] != config.hidden or dy.numel() != x.numel():  # else reshape's error or a misread
         raise ValueError(f"dy must have x's shape (N = {x.shape[0]} tokens by H = {config.hidden}), got shape "
                          f"{list(dy.shape)}")

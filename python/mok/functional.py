@@ -173,6 +173,8 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
         raise ValueError("x must be [..., H] (tokens by hidden), got a 0-d tensor")
     shape, hidden = x.shape, x.shape[-1]
     if x.dim() != 2:
+        if hidden != config.hidden:  # else view(-1, 0)'s error for an x of no hidden elements
+            raise ValueError(f"x must be [..., H] with H = hidden = {config.hidden}, got shape {list(shape)}")
         if not x.is_contiguous():
             raise ValueError("x is not contiguous (mok does not copy its inputs: pass .contiguous())")
         x = x.view(-1, hidden)
@@ -358,7 +360,8 @@ class _IntoAccumulators(torch.autograd.Function):
                                                                  launch, fp8_weights)
         ctx.mark_non_differentiable(idx, w, logits, saved)
         ctx.set_materialize_grads(False)  # no zero gradient of saved's size for the backward (autograd.cpp)
-        ctx.save_for_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights)
+        # expert_bias not saved, as autograd.cpp's: the backward reads the experts it selected from idx.
+        ctx.save_for_backward(x, router, None, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights)
         ctx.accumulators, ctx.lists = accumulators, lists
         return y, idx, w, logits, saved
 

@@ -29,6 +29,10 @@ def _check_launch(config: MoEConfig, launch: list[int]) -> None:
                      *shared, None, None, *config.pack(tokens_per_rank=1), ROUTING_MODES.index("router"), launch, None)
 
 
+def _zero_main_grad_of(p: torch.nn.Parameter) -> Tensor:
+    return torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+
+
 def _check_generator(generator: Optional[torch.Generator]) -> None:
     """The draws are on the CPU: another generator raised randn's TypeError quoting its signatures, or "Expected
     a 'cpu' device type for generator", naming no argument (and in the constructor after the allocation)."""
@@ -130,7 +134,7 @@ class MoE(torch.nn.Module):
         self.reset_parameters(generator)
         if main_grad:
             for p in self.parameters():
-                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+                p.main_grad = _zero_main_grad_of(p)
 
     def _apply(self, fn, recurse=True):
         # Module.to() keeps the Parameter objects (a main_grad would stay on the old device) or makes new
@@ -142,7 +146,7 @@ class MoE(torch.nn.Module):
                 continue
             if g.is_meta and not p.is_meta:  # to_empty() of a meta module: no values to copy ("Cannot copy out of
                 # meta tensor"); zeros, as at construction
-                p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+                p.main_grad = _zero_main_grad_of(p)
             else:
                 p.main_grad = g.to(device=p.device)
         return self
@@ -166,11 +170,11 @@ class MoE(torch.nn.Module):
                 continue
             if p is self.w1 or p is self.w2:
                 for expert in range(e):
-                    values = torch.randn(p.shape[1:], generator=generator)
+                    values = torch.randn(p.shape[1:], generator=generator, dtype=torch.float32, device="cpu")
                     if begin <= expert < begin + own:
                         p[expert - begin].copy_(values * std)
             else:
-                p.copy_(torch.randn(p.shape, generator=generator) * std)
+                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float32, device="cpu") * std)
 
     def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
                 return_routing: bool = False, fp8_weights: Optional[Tensor] = None) -> Tensor | tuple[Tensor, Routing]:
@@ -196,7 +200,11 @@ class MoE(torch.nn.Module):
             if self.main_grad:
                 if getattr(p, "main_grad", None) is None:  # a parameter put in after construction (e.g.
                     # load_state_dict(assign=True)): its main_grad starts at zero, as the module's did
-                    p.main_grad = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.contiguous_format)
+                    if torch.compiler.is_compiling():  # made inside the graph, inductor failed on it, naming nothing
+                        raise ValueError("main_grad under torch.compile needs every parameter's main_grad made before "
+                                         "the compiled call (a parameter put in after construction, e.g. by "
+                                         "load_state_dict(assign=True), has none: zero_main_grad() makes it)")
+                    p.main_grad = _zero_main_grad_of(p)
                 return p.main_grad
             if not p.requires_grad:  # plain autograd would leave its .grad alone
                 raise ValueError("accumulate_grad: a parameter does not require grad; the backward would add its "
@@ -217,12 +225,13 @@ class MoE(torch.nn.Module):
 
     @torch.no_grad()
     def zero_main_grad(self) -> None:
-        """Zeros every parameter's main_grad (main_grad=True), e.g. after the optimizer step that used them."""
+        """Zeros every parameter's main_grad (main_grad=True), e.g. after the optimizer step that used them, and
+        makes those a parameter put in after construction (load_state_dict(assign=True)) lacks."""
         if self.main_grad:
             for p in self.parameters():
-                # A parameter put in after construction (load_state_dict(assign=True)) has none until the next
-                # forward makes it, as zeros.
-                if getattr(p, "main_grad", None) is not None:
+                if getattr(p, "main_grad", None) is None:
+                    p.main_grad = _zero_main_grad_of(p)
+                else:
                     p.main_grad.zero_()
 
     @torch.no_grad()

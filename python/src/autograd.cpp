@@ -68,9 +68,11 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     // one of saved's size (1,769 MiB on kimi-k2, filled twice under deterministic algorithms).
     ctx->set_materialize_grads(false);
     // Absent optional inputs are saved as undefined tensors. The backward reads the forward's fp8_weights
-    // rather than quantizing the weights again.
-    ctx->save_for_backward({x, router, expert_bias.value_or(Tensor()), w1, w2, shared_w1.value_or(Tensor()),
-                            shared_w2.value_or(Tensor()), idx, w, logits, saved, fp8_weights.value_or(Tensor())});
+    // rather than quantizing the weights again. expert_bias is not saved: it only selects the experts, whose
+    // ids the backward reads from idx, and saved it made a balancing update of the bias in place between
+    // the forward and the backward (aux-loss-free balancing) fail autograd's version check.
+    ctx->save_for_backward({x, router, Tensor(), w1, w2, shared_w1.value_or(Tensor()), shared_w2.value_or(Tensor()),
+                            idx, w, logits, saved, fp8_weights.value_or(Tensor())});
     ctx->saved_data["config_ints"] = config_ints.vec();
     ctx->saved_data["config_floats"] = config_floats.vec();
     ctx->saved_data["routing_mode"] = routing_mode;

@@ -244,6 +244,32 @@ def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
 
 
 @pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
+def test_expert_bias_updated_between_forward_and_backward(accumulate):
+    """Aux-loss-free balancing updates expert_bias in place, possibly before a micro-batch's backward: the
+    backward reads the experts the forward selected (idx), not the bias, so it was not to be saved (saved,
+    the update failed autograd's version check with a message naming neither the bias nor mok)."""
+    layer = make_layer("sigmoid_grouped")
+    bias = layer.expert_bias.clone()
+
+    def gradients(update):
+        x, w1 = layer.x.detach().clone().requires_grad_(), layer.w1.detach().clone().requires_grad_()
+        acc = None
+        if accumulate:
+            acc = mok.GradAccumulators(*(torch.zeros_like(w, dtype=torch.float32) for w in (layer.router, w1, layer.w2)))
+        y = mok.moe(x, layer.router, w1, layer.w2, config=layer.config, expert_bias=bias, ring_rows=RING_ROWS,
+                    accumulate_into=acc)
+        before = bias.clone()
+        if update:
+            bias.add_(0.25)
+        y.backward(layer.dy)
+        bias.copy_(before)
+        return x.grad, acc.w1 if accumulate else w1.grad
+
+    for got, want in zip(gradients(update=True), gradients(update=False)):
+        assert_same_bits(got, want, "gradient")
+
+
+@pytest.mark.parametrize("accumulate", (False, True), ids=("grad", "accumulate_into"))
 def test_backward_fills_no_zero_gradient_for_saved(accumulate):
     assert_no_zero_gradient_for_saved(accumulate)
 
@@ -537,14 +563,35 @@ def test_module_main_grad_for_parameters_put_in_after_construction():
 
 
 def test_module_zero_main_grad_after_parameters_put_in_after_construction():
-    """zero_main_grad before the forward that makes a put-in parameter's main_grad: nothing to zero there
-    (it raised AttributeError); the next forward makes it as zeros."""
+    """zero_main_grad before the forward that makes a put-in parameter's main_grad makes it, as zeros (it
+    raised AttributeError, then skipped it); the backward adds into it."""
     layer = make_layer("softmax_shared")
     model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
     model.load_state_dict(mok.MoE(layer.config).state_dict(), assign=True)
     model.zero_main_grad()
+    assert all(p.main_grad.dtype == torch.float32 and not p.main_grad.any() for p in model.parameters())
     model(layer.x).float().sum().backward()
     assert all(p.main_grad.any() for p in model.parameters())
+
+
+def test_compiled_module_refuses_to_make_main_grad_in_the_graph():
+    """A put-in parameter's main_grad made inside a compiled graph failed in inductor ("Node getitem_8 was
+    invalid, but is output"), naming neither main_grad nor the fix; refused by name, and zero_main_grad()
+    before the compiled call makes the compiled step the eager one."""
+    layer = make_layer("softmax_shared")
+    models = []
+    for _ in range(2):
+        model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5), main_grad=True)
+        model.load_state_dict(mok.MoE(layer.config, generator=torch.Generator().manual_seed(6)).state_dict(),
+                              assign=True)
+        models.append(model)
+    with pytest.raises(Exception, match="main_grad under torch.compile needs every parameter's main_grad made"):
+        torch.compile(models[0], fullgraph=True)(layer.x)
+    for model, run in zip(models, (lambda m: m, lambda m: torch.compile(m, fullgraph=True))):
+        model.zero_main_grad()
+        (run(model)(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        assert_same_bits(p.main_grad, q.main_grad, name)
 
 
 def test_module_accumulate_grad_has_plain_autograds_grad_bits():

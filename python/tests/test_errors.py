@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
-from helpers import GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, make_layer  # noqa: E402
+from helpers import GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, assert_same_bits, make_layer  # noqa: E402
 from mok.config import LAUNCH_FIELDS, pack_launch  # noqa: E402
 
 CPU_QUANTIZES = "the CPU op quantizes the fp8 mode's weights in each forward and backward"
@@ -462,6 +462,9 @@ def test_python_entry_points_check_before_they_work(tmp_path):
     layer = make_layer("softmax_shared")
     with pytest.raises(ValueError, match="got a 0-d tensor"):
         mok.moe(layer.x[0, 0], layer.router, layer.w1, layer.w2, config=layer.config)
+    # An x of more dimensions with no hidden elements raised view(-1, 0)'s RuntimeError, naming neither.
+    with pytest.raises(ValueError, match=r"^x must be \[..., H\] with H = hidden = 64, got shape \[2, 3, 0\]$"):
+        mok.moe(layer.x.new_zeros(2, 3, 0), layer.router, layer.w1, layer.w2, config=layer.config)
     model = mok.MoE(layer.config, generator=torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match=r"H = hidden = 64, got shape \[16, 128\]"):
         mok.capture(str(tmp_path / "call.h5"), model, layer.x.reshape(16, 128))
@@ -957,6 +960,40 @@ def test_module_checks_its_launch_values_before_it_allocates():
     mok.MoE(layer.config, ring_rows=256, blocks=3, recompute=True)
     fp8 = mok.MoEConfig(experts=4, hidden=128, intermediate=128, top_k=2, precision="fp8", shared_intermediate=128)
     assert mok.MoE(fp8, fp8_weight_gradients=True).fp8_weight_gradients
+
+
+def test_softmax_mode_refuses_sigmoid_modes_groups_and_scale():
+    """A DeepSeek-V2-like config (softmax scores, groups, routed_scale 16) ran as plain softmax top-k with the
+    same bits as the default config's, without a word: n_group, topk_group and routed_scale are sigmoid mode's."""
+    layer = make_layer("softmax_shared")
+    for field, value, message in (("n_group", 2, r"n_group = 2 is sigmoid mode's \(softmax mode takes 1\)"),
+                                  ("topk_group", 2, r"topk_group = 2 is sigmoid mode's \(softmax mode takes 1\)"),
+                                  ("routed_scale", 16.0, r"routed_scale is sigmoid mode's \(softmax mode takes 1\)")):
+        config = dataclasses.replace(layer.config, **{field: value})
+        with pytest.raises(ValueError, match=f"^mok: invalid input: {message}$"):
+            mok.moe(layer.x, layer.router, layer.w1, layer.w2, config=config, shared=(layer.shared_w1, layer.shared_w2))
+        with pytest.raises(ValueError, match=message):
+            mok.MoE(config)
+
+
+def test_weights_drawn_in_fp32_on_the_cpu_whatever_torchs_defaults():
+    """The draws named no dtype or device: under set_default_dtype(float64) a seed gave other weights, and
+    under a meta default device MoE(device="cpu") raised "Cannot copy out of meta tensor"."""
+    config = make_layer("softmax_shared").config
+    want = mok.MoE(config, generator=torch.Generator().manual_seed(3)).state_dict()
+    for dtype, device in ((torch.float64, None), (None, "meta")):
+        before = torch.get_default_dtype()
+        try:
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            if device is not None:
+                torch.set_default_device(device)
+            got = mok.MoE(config, device="cpu", generator=torch.Generator().manual_seed(3)).state_dict()
+        finally:
+            torch.set_default_dtype(before)
+            torch.set_default_device(None)
+        for name, t in want.items():
+            assert_same_bits(got[name], t, name)
 
 
 def test_generator_that_is_no_cpu_generator_is_named():

@@ -100,6 +100,17 @@ TEST_F(BadInputs, BadConfig) {
   c.topk_group = 1;
   c.top_k = 3;
   expect_forward_error(c, p_, "top_k = 3 exceeds the experts in the kept groups");
+  // Softmax mode has no groups and no scale: a DeepSeek-V2-like config (groups, scale 16) ran as plain
+  // softmax top-k.
+  c = c_;
+  c.n_group = 2;
+  expect_forward_error(c, p_, "n_group = 2 is sigmoid mode's (softmax mode takes 1)");
+  c = c_;
+  c.topk_group = 2;
+  expect_forward_error(c, p_, "topk_group = 2 is sigmoid mode's (softmax mode takes 1)");
+  c = c_;
+  c.routed_scale = 16.0f;
+  expect_forward_error(c, p_, "routed_scale is sigmoid mode's (softmax mode takes 1)");
 }
 
 TEST_F(BadInputs, ExpertIdsOutOfRangeOrDuplicated) {

@@ -241,6 +241,10 @@ inline void validate(const LayerConfig& c) {
             [&] { return n("topk_group", c.topk_group) + " (need 1 <= topk_group <= n_group)"; });
     require(c.top_k <= c.topk_group * (c.experts / c.n_group),
             [&] { return n("top_k", c.top_k) + " exceeds the experts in the kept groups"; });
+  } else {  // softmax mode has no groups and no scale: one given there was ignored without a word
+    for (const auto& [name, v] : {std::pair<const char*, int>{"n_group", c.n_group}, {"topk_group", c.topk_group}})
+      require(v == 1, [&] { return n(name, v) + " is sigmoid mode's (softmax mode takes 1)"; });
+    require(c.routed_scale == 1.0f, [&] { return "routed_scale is sigmoid mode's (softmax mode takes 1)"; });
   }
 }
 
