@@ -40,12 +40,67 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
   require_aligned16(v.data, name);
 }
 
-// The caller's workspace: present, and aligned as every tensor (its sections start at multiples of 256
-// bytes from it).
-uint8_t* checked_workspace(void* workspace) {
-  require(workspace != nullptr, "workspace is missing");
-  require_aligned16(workspace, "workspace");
-  return static_cast<uint8_t*>(workspace);
+// The caller's workspace: present, bytes, at least `needed` of them (a smaller one was written past its
+// end), and aligned as every tensor (its sections start at multiples of 256 bytes from it).
+uint8_t* checked_workspace(const TensorView& workspace, size_t needed, Pass pass) {
+  require(workspace.data != nullptr, "workspace is missing");
+  require(workspace.dtype == DType::u8 && workspace.shape.size() == 1,
+          std::string("workspace has dtype ") + dtype_name(workspace.dtype) + " and shape " +
+              shape_text(workspace.shape) + ", expected uint8 [n] bytes");
+  require(workspace.shape[0] >= 0 && size_t(workspace.shape[0]) >= needed,
+          "workspace has " + std::to_string(workspace.shape[0]) + " bytes, the " +
+              (pass == Pass::forward ? "forward" : "backward") + " needs " + std::to_string(needed) +
+              " (workspace_bytes(Pass::" + (pass == Pass::forward ? "forward" : "backward") + "))");
+  require_aligned16(workspace.data, "workspace");
+  return static_cast<uint8_t*>(workspace.data);
+}
+
+// One tensor of a call as the bytes it spans (none where it is absent), and whether the call writes it.
+struct CallBytes {
+  const char* name;
+  uintptr_t begin = 0, end = 0;
+  bool written = false;
+};
+
+CallBytes bytes_of(const char* name, const TensorView& v, bool written) {
+  if (!v.data) return {name, 0, 0, written};
+  size_t n = dtype_bytes(v.dtype);
+  for (const int64_t d : v.shape) n *= size_t(d);
+  const auto begin = reinterpret_cast<uintptr_t>(v.data);
+  return {name, begin, begin + n, written};
+}
+
+// No tensor a call writes shares a byte with another of its tensors or with its workspace: the kernels
+// would read what they had written (dx over dy gave wrong weight gradients without a word) or race.
+// Tensors the call only reads may share memory.
+void require_apart(const std::vector<CallBytes>& t) {
+  for (size_t i = 0; i < t.size(); ++i)
+    for (size_t j = i + 1; j < t.size(); ++j) {
+      const CallBytes &a = t[i], &b = t[j];
+      if ((a.written || b.written) && std::max(a.begin, b.begin) < std::min(a.end, b.end))
+        require(false, std::string(a.name) + " and " + b.name + " share memory, and the call writes " +
+                           (a.written ? a.name : b.name) + " (no tensor a call writes may overlap another)");
+    }
+}
+
+void add_weights(std::vector<CallBytes>& t, const WeightViews& w, const TensorView& fp8_weights) {
+  for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"router", w.router},
+                                {"expert_bias", w.expert_bias},
+                                {"w1", w.w1},
+                                {"w2", w.w2},
+                                {"shared_w1", w.shared_w1},
+                                {"shared_w2", w.shared_w2},
+                                {"fp8_weights", fp8_weights}})
+    t.push_back(bytes_of(name, v, false));
+}
+
+// The caller's stream is on the Layer's GPU: another GPU's failed at the launch as "invalid resource
+// handle", after the barrier words' reset was enqueued.
+void require_stream_on(cudaStream_t stream, int device) {
+  int on = 0;
+  MOK_CUDA_CHECK(cudaStreamGetDevice(stream, &on));
+  require(on == device,
+          "the stream is on GPU " + std::to_string(on) + ", the Layer's on GPU " + std::to_string(device));
 }
 
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
@@ -93,6 +148,20 @@ void validate_fp8_options(const LayerConfig& c, const LaunchConfig& launch) {
           "fp8_weight_gradients needs precision = fp8 (the bf16 backward's weight gradients are bf16 chains)");
 }
 
+// The current device, the Layer's, is a Hopper GPU. (device_available() looks at devices 0, 1, ... in a
+// row: a Layer on a Hopper GPU after another kind was refused, and one on another kind after a Hopper GPU
+// failed at its first CUDA call with "no kernel image".)
+void require_hopper_current_device() {
+  require(cuda_device_count() > 0, "no CUDA device of compute capability 9.0 (Hopper) is available");
+  int device = 0;
+  MOK_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  MOK_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  require(prop.major == 9 && prop.minor == 0, "GPU " + std::to_string(device) + " (" + prop.name +
+                                                  ") is of compute capability " + std::to_string(prop.major) + "." +
+                                                  std::to_string(prop.minor) + "; mok's kernels run on 9.0 (Hopper)");
+}
+
 // What every Layer's config and launch must be, no device asked (layer_memory checks as much), but for
 // the most GPUs a launch spans.
 void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
@@ -122,7 +191,7 @@ void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
   // Not in layer_memory's checks: it sizes a plan for more GPUs than a launch spans (mok-bench --plan).
   require(launch.gpus <= kMaxGpus,
           "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
-  require(device_available(), "no CUDA device of compute capability 9.0 (Hopper) is available");
+  require_hopper_current_device();
 }
 
 // Ring rows that hold `rows` routed rows of one rank's experts in whole tiles (each expert's last tile
@@ -467,6 +536,45 @@ struct Layer::Impl {
     check_view(g.d_w2, named("d_w2 [E, H, I]", "d_w2 [E/G, H, I]"), wd, {Eg, H, I});
     check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", wd, {2 * Is, H}, Is == 0);
     check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", wd, {H, Is}, Is == 0);
+  }
+
+  // Each call's tensors apart (require_apart). A given routing that is its own output is the routing
+  // read in place.
+  void check_forward_apart(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+    std::vector<CallBytes> t{bytes_of("x", in.x, false)};
+    add_weights(t, in.weights, in.fp8_weights);
+    if (in.topk_idx.data != out.topk_idx.data) t.push_back(bytes_of("given topk_idx", in.topk_idx, false));
+    if (in.topk_w.data != out.topk_w.data) t.push_back(bytes_of("given topk_w", in.topk_w, false));
+    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"y", out.y},
+                                  {"topk_idx", out.topk_idx},
+                                  {"topk_w", out.topk_w},
+                                  {"logits", out.logits},
+                                  {"saved", out.saved},
+                                  {"workspace", workspace}})
+      t.push_back(bytes_of(name, v, true));
+    require_apart(t);
+  }
+  void check_backward_apart(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
+                            const TensorView& dy, const GradOutputs& g) const {
+    std::vector<CallBytes> t{bytes_of("x", in.x, false)};
+    add_weights(t, in.weights, in.fp8_weights);
+    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"topk_idx", fwd.topk_idx},
+                                  {"topk_w", fwd.topk_w},
+                                  {"logits", fwd.logits},
+                                  {"saved", fwd.saved},
+                                  {"dy", dy}})
+      t.push_back(bytes_of(name, v, false));
+    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"dx", g.dx},
+                                  {"d_topk_w", g.d_topk_w},
+                                  {"d_logits", g.d_logits},
+                                  {"d_router", g.d_router},
+                                  {"d_w1", g.d_w1},
+                                  {"d_w2", g.d_w2},
+                                  {"d_shared_w1", g.d_shared_w1},
+                                  {"d_shared_w2", g.d_shared_w2},
+                                  {"workspace", workspace}})
+      t.push_back(bytes_of(name, v, true));
+    require_apart(t);
   }
 
   // ---- kernel parameters ----
@@ -816,13 +924,16 @@ class OnDevice {
   KeepCurrentDevice keep_;
 };
 
-void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out) {
+void Layer::forward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+                    const ForwardOutputs& out) {
   Impl& m = *impl_;
   const OnDevice on(m.device);
   m.raise_pending();
+  require_stream_on(stream, m.device);
   m.refuse_capture(stream);
   m.check_forward(in, out, true);
-  uint8_t* ws = checked_workspace(workspace);
+  uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
+  m.check_forward_apart(workspace, in, out);
   Params p = m.params(Pass::forward, ws, in, out);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
@@ -834,15 +945,17 @@ void Layer::forward(cudaStream_t stream, void* workspace, const ForwardInputs& i
   m.finish_call();
 }
 
-void Layer::backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
-                     const TensorView& dy, const GradOutputs& grads) {
+void Layer::backward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+                     const ForwardOutputs& fwd, const TensorView& dy, const GradOutputs& grads) {
   Impl& m = *impl_;
   const OnDevice on(m.device);
   m.raise_pending();
+  require_stream_on(stream, m.device);
   m.refuse_capture(stream);
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
-  uint8_t* ws = checked_workspace(workspace);
+  uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
+  m.check_backward_apart(workspace, in, fwd, dy, grads);
   Params p = m.params(Pass::backward, ws, in, fwd);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
@@ -873,6 +986,7 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
   const OnDevice on(m.device);
   require(m.c.precision == Precision::fp8,
           "quantize_weights: precision is bf16 (only the fp8 mode quantizes its weights)");
+  require_stream_on(stream, m.device);
   m.check_expert_weights(weights);
   m.check_fp8_weights(fp8_weights, false);
   m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights, true);
@@ -881,21 +995,23 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
 
 void Layer::check() {
   const OnDevice on(impl_->device);
-  if (impl_->launches) MOK_CUDA_CHECK(cudaStreamSynchronize(impl_->last_stream));
+  // The whole GPU, not the last call's stream: a CUDA graph replays the calls on a stream of its own.
+  if (impl_->launches) MOK_CUDA_CHECK(cudaDeviceSynchronize());
   impl_->raise_pending();
 }
 
 Layer::DeviceError Layer::poll_error() const { return impl_->describe(*impl_->host_error.get()); }
 
-void Layer::poison_workspace(cudaStream_t stream, void* workspace) const {
+void Layer::poison_workspace(cudaStream_t stream, const TensorView& workspace) const {
   const OnDevice on(impl_->device);
-  MOK_CUDA_CHECK(cudaMemsetAsync(workspace, 0xff, impl_->ws.bytes, stream));
+  MOK_CUDA_CHECK(
+      cudaMemsetAsync(checked_workspace(workspace, impl_->ws.bytes, Pass::backward), 0xff, impl_->ws.bytes, stream));
 }
 
 std::vector<PhaseTime> Layer::phase_times() const {
   const Impl& m = *impl_;
   const OnDevice on(m.device);
-  if (m.launches) MOK_CUDA_CHECK(cudaStreamSynchronize(m.last_stream));
+  if (m.launches) MOK_CUDA_CHECK(cudaDeviceSynchronize());
   const int count = std::min(m.clock_count.download()[0], kClockEntries);
   const std::vector<long long> ns = m.clock_ns.download();
   const std::vector<int> phase = m.clock_phase.download();

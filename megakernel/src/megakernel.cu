@@ -69,7 +69,7 @@ struct GpuShare {
   int index = 0, device = 0;
   Stream stream;
   std::unique_ptr<Layer> layer;
-  DeviceArray<uint8_t> workspace;
+  DeviceTensor workspace;
   WeightTensors weights;
   ForwardTensors fwd;
   GradTensors grad;
@@ -80,7 +80,7 @@ struct GpuShare {
       : index(g),
         device(d),
         layer(std::make_unique<Layer>(c, launch, g, peers)),
-        workspace(layer->workspace_bytes(Pass::backward)),
+        workspace(DType::u8, {int64_t(layer->workspace_bytes(Pass::backward))}),
         weights(c, w, g, launch.gpus),
         fwd(c, layer->saved_bytes(), launch.gpus),
         grad(c, launch.gpus) {
@@ -243,7 +243,7 @@ void Megakernel::launch_forward() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
   m.run([&](GpuShare& s) {
-    s.layer->forward(s.stream.get(), s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing));
+    s.layer->forward(s.stream.get(), s.workspace.view(), s.inputs(m.routing), s.fwd.views(m.routing));
   });
   m.has_forward = true;
 }
@@ -301,7 +301,7 @@ void Megakernel::set_output_grad(const std::vector<bf16>& dy, bool accumulate) {
     s.grad.poison(accumulate);
     // What the forward left there is not the backward's to read. Waited for, as the poisons above: no
     // timed backward (mok-bench) includes it.
-    s.layer->poison_workspace(nullptr, s.workspace.get());
+    s.layer->poison_workspace(nullptr, s.workspace.view());
     MOK_CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
@@ -310,7 +310,7 @@ void Megakernel::launch_backward() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
   m.run([&](GpuShare& s) {
-    s.layer->backward(s.stream.get(), s.workspace.get(), s.inputs(m.routing), s.fwd.views(m.routing), s.grad.dy.view(),
+    s.layer->backward(s.stream.get(), s.workspace.view(), s.inputs(m.routing), s.fwd.views(m.routing), s.grad.dy.view(),
                       s.grad.views(m.routing, m.accumulate));
   });
 }

@@ -84,8 +84,8 @@ struct Bound {
     grad.poison(accumulate);
   }
   void run(Layer& layer, cudaStream_t stream, bool accumulate = false) {
-    layer.forward(stream, workspace.view().data, inputs(), outputs());
-    layer.backward(stream, workspace.view().data, inputs(), outputs(), grad.dy.view(), grads(accumulate));
+    layer.forward(stream, workspace.view(), inputs(), outputs());
+    layer.backward(stream, workspace.view(), inputs(), outputs(), grad.dy.view(), grads(accumulate));
   }
 };
 
@@ -172,7 +172,7 @@ class LayerApi : public ::testing::Test {
             in.fp8_weights = quantized.view();
           }
           b.poison();
-          void* ws = b.workspace.view().data;
+          const TensorView ws = b.workspace.view();
           layer.poison_workspace(stream_, ws);
           layer.forward(stream_, ws, in, b.outputs());
           layer.poison_workspace(stream_, ws);
@@ -240,7 +240,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), moved);
     Bound b(layer, p, mode);
     b.poison();
-    void* ws = b.workspace.view().data;
+    const TensorView ws = b.workspace.view();
     layer.poison_workspace(stream_, ws);
     layer.forward(stream_, ws, b.inputs(), b.outputs());
     layer.poison_workspace(stream_, ws);  // the backward's activations are its own, not the forward's left over
@@ -336,6 +336,31 @@ TEST_F(LayerApi, GraphReplayEqualsEager) {
   cuda(cudaGraphDestroy(graph));
 }
 
+// A graph replays the calls on a stream of its own: check() waits for the GPU, not for the stream the
+// calls were captured on (it read the error word before the replay's copy landed, and raised nothing).
+TEST_F(LayerApi, CheckWaitsForAGraphReplayedOnAnotherStream) {
+  ref::Problem p = ref::make_problem(shared_sigmoid(), 37, ref::RoutingKind::uniform);
+  Layer layer(p.config, {});
+  Bound b(layer, p, RoutingMode::given);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  b.run(layer, stream_);
+  cuda(cudaStreamEndCapture(stream_, &graph));
+  cuda(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<int32_t> bad = p.routing->topk_idx;
+  bad[7] = p.config.experts;
+  b.fwd.topk_idx.upload(bad);
+  cudaStream_t replay;
+  cuda(cudaStreamCreateWithFlags(&replay, cudaStreamNonBlocking));
+  cuda(cudaGraphLaunch(exec, replay));
+  expect_error([&] { layer.check(); }, "given routing of token " + std::to_string(7 / p.config.top_k));
+  layer.check();  // raised once, then cleared
+  cuda(cudaStreamDestroy(replay));
+  cuda(cudaGraphExecDestroy(exec));
+  cuda(cudaGraphDestroy(graph));
+}
+
 // An expert id out of range in a given routing is found on the device; the call returns at once, the
 // error is raised by check() (or the next call), and the layer works again afterwards.
 TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
@@ -346,7 +371,7 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
   bad[7] = p.config.experts;
   b.fwd.topk_idx.upload(bad);
   b.poison();
-  EXPECT_NO_THROW(layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()));
+  EXPECT_NO_THROW(layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs()));
   try {
     layer.check();
     FAIL() << "the bad expert id was not reported";
@@ -392,7 +417,7 @@ TEST_F(LayerApi, DeviceErrorsNameTheSmallestBadToken) {
     Bound b(layer, *q, mode);
     for (int run = 0; run < 8; ++run) {
       b.poison();
-      layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+      layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
       try {
         layer.check();
         ADD_FAILURE() << "the bad tokens were not reported";
@@ -409,8 +434,8 @@ TEST_F(LayerApi, DeviceErrorsNameTheSmallestBadToken) {
   Bound first(layer, misrouted, RoutingMode::given), second(layer, later, RoutingMode::given);
   std::string raised = "nothing raised";
   try {
-    layer.forward(stream_, first.workspace.view().data, first.inputs(), first.outputs());
-    layer.forward(stream_, second.workspace.view().data, second.inputs(), second.outputs());
+    layer.forward(stream_, first.workspace.view(), first.inputs(), first.outputs());
+    layer.forward(stream_, second.workspace.view(), second.inputs(), second.outputs());
     layer.check();
   } catch (const Error& e) {
     raised = e.what();
@@ -445,9 +470,9 @@ TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
     Bound b(layer, p, RoutingMode::given), other(layer, q, RoutingMode::given);
     b.poison();
     other.poison();
-    void* ws = b.workspace.view().data;
+    const TensorView ws = b.workspace.view();
     layer.forward(stream_, ws, b.inputs(), b.outputs());
-    layer.forward(stream_, other.workspace.view().data, other.inputs(), other.outputs());
+    layer.forward(stream_, other.workspace.view(), other.inputs(), other.outputs());
     layer.check();
     DeviceTensor zeros(DType::u8, {int64_t(layer.saved_bytes())});
     cuda(cudaMemset(zeros.view().data, 0, layer.saved_bytes()));
@@ -477,7 +502,7 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
   std::vector<int32_t> bad = p.routing->topk_idx;
   bad[1] = bad[0];  // an expert twice in token 0
   b.fwd.topk_idx.upload(bad);
-  expect_error([&] { layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs()); },
+  expect_error([&] { layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs()); },
                "the given routing of token 0 has an expert id outside");
 }
 
@@ -493,9 +518,9 @@ TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
   DeviceTensor forward_ws(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
   forward_ws.poison();
   b.poison();
-  layer.poison_workspace(stream_, b.workspace.view().data);
-  layer.forward(stream_, forward_ws.view().data, b.inputs(), b.outputs());
-  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+  layer.poison_workspace(stream_, b.workspace.view());
+  layer.forward(stream_, forward_ws.view(), b.inputs(), b.outputs());
+  layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
   layer.check();
   expect_same(read(b), reference(p, RoutingMode::router));
 }
@@ -536,8 +561,8 @@ void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const La
   GradOutputs grads = b.grads();
   grads.d_w1 = w1.view(), grads.d_w2 = w2.view(), grads.d_shared_w1 = sw1.view(), grads.d_shared_w2 = sw2.view();
   b.poison();
-  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
-  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads);
+  layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
+  layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), grads);
   layer.check();
   const Results want = reference(p, RoutingMode::router, launch);
   const auto rounded = [](const std::vector<float>& v) {
@@ -564,7 +589,7 @@ void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const La
   w1.upload(held(want.d_w1)), w2.upload(held(want.d_w2));
   sw1.upload(held(want.d_sw1)), sw2.upload(held(want.d_sw2));
   grads.accumulate = true;
-  layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads);
+  layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), grads);
   layer.check();
   EXPECT_EQ(first_bit_mismatch("d_w1 added", w1.download<bf16>(), added(held(want.d_w1), want.d_w1)), "");
   EXPECT_EQ(first_bit_mismatch("d_w2 added", w2.download<bf16>(), added(held(want.d_w2), want.d_w2)), "");
@@ -572,9 +597,8 @@ void LayerApi::bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const La
   EXPECT_EQ(first_bit_mismatch("d_shared_w2 added", sw2.download<bf16>(), added(held(want.d_sw2), want.d_sw2)), "");
   grads = b.grads();
   grads.d_w2 = w2.view();  // fp32 d_w1 with a bf16 d_w2
-  expect_error(
-      [&] { layer.backward(stream_, b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
-      "d_w2 [E, H, I] has dtype bfloat16");
+  expect_error([&] { layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
+               "d_w2 [E, H, I] has dtype bfloat16");
 }
 
 // The forward writes every byte of the saved buffer (its gaps are zeroed): forwards into a buffer of
@@ -584,17 +608,51 @@ TEST_F(LayerApi, SavedBytesDoNotDependOnWhatTheDeviceTensorHeld) {
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);
   b.poison();
-  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+  layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
   layer.check();
   const std::vector<uint8_t> over_ff = b.fwd.saved.download<uint8_t>();
   cuda(cudaMemset(b.fwd.saved.view().data, 0, over_ff.size()));
   cuda(cudaDeviceSynchronize());
-  layer.forward(stream_, b.workspace.view().data, b.inputs(), b.outputs());
+  layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
   layer.check();
   const std::vector<uint8_t> over_zero = b.fwd.saved.download<uint8_t>();
   ASSERT_EQ(over_ff.size(), over_zero.size());
   const auto [ff, zero] = std::mismatch(over_ff.begin(), over_ff.end(), over_zero.begin());
   EXPECT_EQ(ff, over_ff.end()) << "saved byte " << (ff - over_ff.begin()) << " of " << over_ff.size() << " differs";
+}
+
+// A tensor a call writes over another of its tensors, or over its workspace, is refused at the call, naming
+// both (dx over dy gave wrong weight gradients without a word: the backward reads dy again after writing
+// dx). A given routing that is its own output is the routing read in place: run, with the reference's bits.
+TEST_F(LayerApi, RefusesTensorsOverlappingWhatTheCallWrites) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 41, ref::RoutingKind::uniform);
+  Layer layer(p.config, {});
+  Bound b(layer, p, RoutingMode::given);
+  const TensorView ws = b.workspace.view();
+  ForwardOutputs out = b.outputs();
+  out.y = b.inputs().x;
+  expect_error([&] { layer.forward(stream_, ws, b.inputs(), out); }, "x and y share memory, and the call writes y");
+  out = b.outputs();
+  out.saved.data = ws.data;  // inside the workspace
+  expect_error([&] { layer.forward(stream_, ws, b.inputs(), out); },
+               "saved and workspace share memory, and the call writes saved");
+  GradOutputs g = b.grads();
+  g.dx = b.grad.dy.view();
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), g); },
+               "dy and dx share memory, and the call writes dx");
+  g = b.grads(true);
+  g.d_w2.data = static_cast<uint8_t*>(g.d_w1.data) + 16;  // inside d_w1
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), g); },
+               "d_w1 and d_w2 share memory");
+  layer.check();  // nothing was enqueued, nothing recorded
+  ForwardInputs in = b.inputs();
+  in.topk_idx = b.outputs().topk_idx;
+  in.topk_w = b.outputs().topk_w;
+  b.poison();
+  layer.forward(stream_, ws, in, b.outputs());
+  layer.backward(stream_, ws, in, b.outputs(), b.grad.dy.view(), b.grads());
+  layer.check();
+  expect_same(read(b), reference(p, RoutingMode::given));
 }
 
 // Bad views and workspaces are refused at the call, naming the tensor, before anything is enqueued.
@@ -603,7 +661,7 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);
   const auto refused = [&](ForwardInputs in, ForwardOutputs out, const char* name) {
-    expect_error([&] { layer.forward(stream_, b.workspace.view().data, in, out); }, name);
+    expect_error([&] { layer.forward(stream_, b.workspace.view(), in, out); }, name);
   };
   ForwardInputs in = b.inputs();
   in.x.dtype = DType::f32;
@@ -630,12 +688,24 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   in.routing = RoutingMode::replay_ids;
   in.topk_w = b.outputs().topk_w;
   refused(in, b.outputs(), "a given topk_w needs routing mode given");
+  const TensorView whole = b.workspace.view();
+  const int64_t bytes = whole.shape[0], forward_bytes = int64_t(layer.workspace_bytes(Pass::forward));
+  const TensorView misaligned{static_cast<uint8_t*>(whole.data) + 8, DType::u8, {bytes}};
   for (const auto& [ws, what] :
-       {std::pair<void*, const char*>{nullptr, "workspace is missing"},
-        {static_cast<uint8_t*>(b.workspace.view().data) + 8, "workspace is not 16-byte aligned"}}) {
+       {std::pair<TensorView, std::string>{TensorView{nullptr, DType::u8, {bytes}}, "workspace is missing"},
+        {misaligned, "workspace is not 16-byte aligned"},
+        {TensorView{whole.data, DType::f32, {bytes / 4}},
+         "workspace has dtype float32 and shape [" + std::to_string(bytes / 4) + "], expected uint8 [n]"},
+        // Smaller than either pass needs: written past its end before.
+        {TensorView{whole.data, DType::u8, {forward_bytes - 16}},
+         "workspace has " + std::to_string(forward_bytes - 16) + " bytes, the "}}) {
     expect_error([&] { layer.forward(stream_, ws, b.inputs(), b.outputs()); }, what);
     expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); }, what);
   }
+  const TensorView forward_sized{whole.data, DType::u8, {forward_bytes}};
+  expect_error([&] { layer.backward(stream_, forward_sized, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
+               "workspace has " + std::to_string(forward_bytes) + " bytes, the backward needs " +
+                   std::to_string(bytes) + " (workspace_bytes(Pass::backward))");
   layer.check();  // nothing was enqueued, nothing recorded
   // A bias in softmax mode, whose selection key it would not move: refused, not ignored.
   const ref::Problem softmax = ref::make_problem(make_config(2, 40, 128, 64, 8, 3), 39);
@@ -643,7 +713,7 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   Bound sb(softmax_layer, softmax, RoutingMode::router);
   in = sb.inputs();
   in.weights.expert_bias = {in.weights.router.data, DType::f32, {softmax.config.experts}};
-  expect_error([&] { softmax_layer.forward(stream_, sb.workspace.view().data, in, sb.outputs()); },
+  expect_error([&] { softmax_layer.forward(stream_, sb.workspace.view(), in, sb.outputs()); },
                "expert_bias is given, but the config's score_mode is softmax");
   softmax_layer.check();
 }
@@ -709,8 +779,8 @@ TEST_F(LayerApi, Fp8WeightsQuantizedOnceGiveTheBitsOfTheForwardThatQuantizes) {
     ForwardInputs in = b.inputs();
     in.fp8_weights = fp8_weights;
     b.poison();
-    layer.poison_workspace(stream_, b.workspace.view().data);
-    layer.forward(stream_, b.workspace.view().data, in, b.outputs());
+    layer.poison_workspace(stream_, b.workspace.view());
+    layer.forward(stream_, b.workspace.view(), in, b.outputs());
     layer.check();
     return read_forward(b);
   };
@@ -761,7 +831,7 @@ TEST_F(LayerApi, Fp8QuantizedWeightsDoNotDependOnTheBufferAndReplayInAGraph) {
   ForwardInputs in = b.inputs();
   in.fp8_weights = q.view();
   b.poison();
-  given.forward(stream_, b.workspace.view().data, in, b.outputs());
+  given.forward(stream_, b.workspace.view(), in, b.outputs());
   given.check();
   const ForwardResults eager = read_forward(b);
   expect_reference_forward(eager, p);
@@ -769,7 +839,7 @@ TEST_F(LayerApi, Fp8QuantizedWeightsDoNotDependOnTheBufferAndReplayInAGraph) {
   cudaGraphExec_t exec;
   cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
   given.quantize_weights(stream_, b.weights.views(), q.view());
-  given.forward(stream_, b.workspace.view().data, in, b.outputs());
+  given.forward(stream_, b.workspace.view(), in, b.outputs());
   cuda(cudaStreamEndCapture(stream_, &graph));
   cuda(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) {
@@ -793,7 +863,7 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
   const int64_t bytes = int64_t(layer.fp8_weights_bytes());
   DeviceTensor q(DType::u8, {bytes + 16});
   const TensorView good{q.view().data, DType::u8, {bytes}};
-  void* ws = b.workspace.view().data;
+  const TensorView ws = b.workspace.view();
   const auto forward_with = [&](const TensorView& fp8_weights) {
     return [&, fp8_weights] {
       ForwardInputs in = b.inputs();
@@ -828,7 +898,7 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
   Bound bf(bf16_layer, ref::make_problem(bf16_config, 54), RoutingMode::router);
   ForwardInputs in = bf.inputs();
   in.fp8_weights = good;
-  expect_error([&] { bf16_layer.forward(stream_, bf.workspace.view().data, in, bf.outputs()); },
+  expect_error([&] { bf16_layer.forward(stream_, bf.workspace.view(), in, bf.outputs()); },
                "fp8_weights is given, but precision is bf16");
   expect_error([&] { bf16_layer.quantize_weights(stream_, bf.weights.views(), good); },
                "quantize_weights: precision is bf16");
@@ -904,12 +974,12 @@ struct Colocated {
   // Every share's launch is enqueued before any is waited for: they meet at the barriers across shares.
   void forward() {
     for (size_t g = 0; g < layers.size(); ++g)
-      layers[g]->forward(streams[g], bound[g]->workspace.view().data, bound[g]->inputs(), bound[g]->outputs());
+      layers[g]->forward(streams[g], bound[g]->workspace.view(), bound[g]->inputs(), bound[g]->outputs());
   }
   void backward() {
     for (size_t g = 0; g < layers.size(); ++g) {
       const Bound& b = *bound[g];
-      layers[g]->backward(streams[g], b.workspace.view().data, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+      layers[g]->backward(streams[g], b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
     }
   }
   // What each share's check() raises ("nothing raised" where it raises nothing).
@@ -991,7 +1061,7 @@ TEST_F(LayerApi, ColocatedLayerRefusesGraphCapture) {
   Colocated shares(p, RoutingMode::router, 2);
   Bound& b = *shares.bound[0];
   cuda(cudaStreamBeginCapture(shares.streams[0], cudaStreamCaptureModeThreadLocal));
-  expect_error([&] { shares.layers[0]->forward(shares.streams[0], b.workspace.view().data, b.inputs(), b.outputs()); },
+  expect_error([&] { shares.layers[0]->forward(shares.streams[0], b.workspace.view(), b.inputs(), b.outputs()); },
                "cannot be captured in a CUDA graph");
   cudaGraph_t graph = nullptr;
   cuda(cudaStreamEndCapture(shares.streams[0], &graph));
@@ -1020,14 +1090,14 @@ TEST_F(LayerApi, ColocatedInterleavedMicroBatchesMatchTheReference) {
   }
   shares.forward();
   for (int g = 0; g < gpus; ++g)
-    shares.layers[g]->forward(shares.streams[g], second[g]->workspace.view().data, second[g]->inputs(),
+    shares.layers[g]->forward(shares.streams[g], second[g]->workspace.view(), second[g]->inputs(),
                               second[g]->outputs());
   shares.backward();
   expect_same(shares.check_and_read(), reference(a, RoutingMode::given));
   std::vector<Results> parts;
   for (int g = 0; g < gpus; ++g) {
     const Bound& s = *second[g];
-    shares.layers[g]->backward(shares.streams[g], s.workspace.view().data, s.inputs(), s.outputs(), s.grad.dy.view(),
+    shares.layers[g]->backward(shares.streams[g], s.workspace.view(), s.inputs(), s.outputs(), s.grad.dy.view(),
                                s.grads());
   }
   for (int g = 0; g < gpus; ++g) {
@@ -1048,7 +1118,7 @@ TEST_F(LayerApi, ColocatedSharesWithOneRingCycleMatchTheReference) {
     Colocated shares(p, RoutingMode::given, 2, 5.0, GivenRouting::in_place, 640, recompute);
     const auto poison = [&] {
       for (size_t g = 0; g < shares.layers.size(); ++g)
-        shares.layers[g]->poison_workspace(shares.streams[g], shares.bound[g]->workspace.view().data);
+        shares.layers[g]->poison_workspace(shares.streams[g], shares.bound[g]->workspace.view());
     };
     poison();
     shares.forward();
@@ -1202,7 +1272,7 @@ TEST_F(LayerApi, ShardedLayerRefusesWholeTensorsNamingTheShare) {
   Layer layer(c, launch, 1, group.get());
   Bound b(layer, p, RoutingMode::router, 1, 2);
   const int64_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts;
-  void* ws = b.workspace.view().data;
+  const TensorView ws = b.workspace.view();
   ForwardInputs in = b.inputs();
   in.weights.w1.shape = {E, 2 * I, H};
   expect_error([&] { layer.forward(stream_, ws, in, b.outputs()); }, "w1 [E/G, 2I, H]");

@@ -60,8 +60,8 @@ int run(int calls) {
   int sms = 0, device = 0;
   MOK_CUDA_CHECK(cudaGetDevice(&device));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  for (int i = 0; i < 20; ++i) layer.forward(stream, workspace.view().data, in, out);  // warm the map cache
-  const double forward = median_us(calls, stream, [&] { layer.forward(stream, workspace.view().data, in, out); });
+  for (int i = 0; i < 20; ++i) layer.forward(stream, workspace.view(), in, out);  // warm the map cache
+  const double forward = median_us(calls, stream, [&] { layer.forward(stream, workspace.view(), in, out); });
   const double plain = median_us(calls, stream, [&] {
     empty_kernel<<<1, 1, 0, stream>>>();
     MOK_CUDA_CHECK(cudaGetLastError());

@@ -93,12 +93,11 @@ void RankTensors::poison() {
 }
 
 void RankTensors::forward(gpu::Layer& layer, cudaStream_t stream) {
-  layer.forward(stream, workspace_.view().data, inputs(), fwd_.views(mode_));
+  layer.forward(stream, workspace_.view(), inputs(), fwd_.views(mode_));
 }
 
 void RankTensors::backward(gpu::Layer& layer, cudaStream_t stream) {
-  layer.backward(stream, workspace_.view().data, inputs(), fwd_.views(mode_), grad_.dy.view(),
-                 grad_.views(mode_, false));
+  layer.backward(stream, workspace_.view(), inputs(), fwd_.views(mode_), grad_.dy.view(), grad_.views(mode_, false));
 }
 
 RankResults RankTensors::download() const {

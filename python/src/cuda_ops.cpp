@@ -189,7 +189,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const std::lock_guard lock(cached.mutex);
     require(cached.layer.saved_bytes() == saved_bytes, "internal: the layer's saved size differs");
     const Tensor ws = workspace(cached.layer, gpu::Pass::forward, x);
-    cached.layer.forward(current_stream(x), ws.data_ptr(), inputs(call, args, topk_idx, topk_w, fp8_weights),
+    cached.layer.forward(current_stream(x), view(ws), inputs(call, args, topk_idx, topk_w, fp8_weights),
                          gpu::ForwardOutputs{view(y), view(idx), view(w), view(logits), view(saved)});
     return std::make_tuple(y, idx, w, logits, saved);
   });
@@ -238,8 +238,8 @@ std::tuple<Tensor, Tensor, Tensor> layer_backward(const Call& call, const LayerA
   grads.dx = view(dx), grads.d_topk_w = view(d_topk_w), grads.d_logits = view(d_logits);
   const std::lock_guard lock(cached.mutex);
   const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
-  cached.layer.backward(current_stream(x), ws.data_ptr(), backward_inputs(call, args, fp8_weights), forward_of(s),
-                        view(dy), grads);
+  cached.layer.backward(current_stream(x), view(ws), backward_inputs(call, args, fp8_weights), forward_of(s), view(dy),
+                        grads);
   return {dx, d_topk_w, d_logits};
 }
 

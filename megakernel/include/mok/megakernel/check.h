@@ -9,10 +9,13 @@
 
 namespace mok::gpu {
 
+// The runtime's last error is cleared first (where the error is not sticky): else a later check of
+// cudaGetLastError(), mok's or the caller's, raised it again, blaming its own launch.
 inline void check_cuda(cudaError_t status, const char* what, const char* file, int line) {
-  if (status != cudaSuccess)
-    throw Error(std::string("mok: CUDA error at ") + file + ":" + std::to_string(line) + " (" + what +
-                "): " + cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  cudaGetLastError();
+  throw Error(std::string("mok: CUDA error at ") + file + ":" + std::to_string(line) + " (" + what +
+              "): " + cudaGetErrorString(status));
 }
 
 // The CUDA devices this process sees: 0 where there is none to see (no device, or no driver at all: a build

@@ -6,10 +6,10 @@
 // refuses capture, see refuse_capture in layer.cu).
 //
 //   mok::gpu::Layer layer(config, {});                        // validates; no weights, no big memory
-//   void* ws = ...;  layer.workspace_bytes(Pass::backward)     // e.g. from the framework's allocator
+//   TensorView ws{p, DType::u8, {n}};  n >= layer.workspace_bytes(Pass::backward)  // e.g. the framework's allocator's
 //   layer.forward(stream, ws, inputs, outputs);                // y, routing, logits, saved
 //   layer.backward(stream, ws, inputs, outputs, dy, grads);    // dx, d topk_w, d logits, dWr, dW1, dW2...
-//   layer.check();                                             // waits for the stream, raises device errors
+//   layer.check();                                             // waits for the GPU, raises device errors
 //   fp8 mode, once per optimizer step:  layer.quantize_weights(stream, weights, q)  (q: fp8_weights_bytes()),
 //   then every forward and backward reads it: ForwardInputs::fp8_weights = q (required with
 //   LaunchConfig::fp8_weights_given)
@@ -18,10 +18,13 @@
 // fp32; w1 [E, 2I, H] and w2 [E, H, I] bf16 (gradients fp32, or bf16: GradOutputs); shared_w1 [2Is, H],
 // shared_w2 [H, Is] bf16; topk_idx [N, k] int32, topk_w and d_topk_w [N, k] fp32; logits, d_logits [N, E] fp32; saved
 // [saved_bytes()] bytes (mok/core/saved_layout.h). Every tensor contiguous, row-major, 16-byte aligned.
+// A tensor a call writes shares no byte with another tensor of the call or with its workspace (the
+// tensors it only reads may share memory).
 // Over G > 1 GPUs each GPU's Layer takes its share (see Layer): the per-token tensors [N/G, ...] and
 // w1, w2, d_w1, d_w2 [E/G, ...].
 //
-// Errors: bad arguments throw mok::Error at the call, before anything is enqueued. Errors found by
+// Errors: bad arguments (a stream on another GPU than the Layer's included) throw mok::Error at the
+// call, before anything is enqueued. Errors found by
 // the kernels (a watchdog, a router-logit overflow, a bad given routing, a saved buffer not of this
 // routing, the capacity, a peer's abort: docs/architecture.md) are recorded on the device, copied to
 // the host behind each launch, and thrown by the next call that sees them or by check(); until then
@@ -33,6 +36,9 @@
 // raises) before any GPU's next call, since the launches across GPUs are numbered call by call and a
 // GPU that raised late would run a call behind its peers. LaunchConfig::synchronous makes each call wait
 // and check (debugging).
+//
+// Threads: a Layer is not thread-safe. Calls on one Layer from several threads must be serialized by the
+// caller (the PyTorch op holds a lock per Layer); distinct Layers may be called concurrently.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -239,15 +245,16 @@ class Layer {
   // Enqueue the call's kernels on `stream` (the forward one; the backward two, its first phases then the rest,
   // and across GPUs with a shared expert a third) (and copies only where the NCCL transport stages its window; in the
   // fp8 mode without ForwardInputs::fp8_weights each call first enqueues the weights' quantization
-  // into the workspace). `workspace`: workspace_bytes(pass) of device memory, 16-byte aligned, not used by
-  // anything else until the call's work on the stream is done.
-  void forward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& out);
+  // into the workspace). `stream` is on the Layer's GPU. `workspace`: device memory, u8 [n] with n at least
+  // workspace_bytes(pass), 16-byte aligned, not used by anything else until the call's work on the stream
+  // is done.
+  void forward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out);
   // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
-  void backward(cudaStream_t stream, void* workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
+  void backward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
                 const TensorView& dy, const GradOutputs& grads);
 
-  // Waits for the stream of this layer's last forward or backward (which must still exist) and throws the first
-  // error its kernels recorded, if any.
+  // Waits for all work on the Layer's GPU (every stream: so also a CUDA graph's replay of its calls, on
+  // whatever stream it runs) and throws the first error its kernels recorded, if any.
   void check();
   // The error recorded by this layer's launches that have completed ("" when none), without waiting;
   // a recorded error stays until raised by check() or the next call.
@@ -257,11 +264,11 @@ class Layer {
   };
   DeviceError poll_error() const;
 
-  // Every byte of a workspace of workspace_bytes(Pass::backward) 0xff (tests: what the kernels read
-  // without writing shows up).
-  void poison_workspace(cudaStream_t stream, void* workspace) const;
+  // Every byte of a workspace (u8 [n], n at least workspace_bytes(Pass::backward)) 0xff (tests: what the
+  // kernels read without writing shows up).
+  void poison_workspace(cudaStream_t stream, const TensorView& workspace) const;
 
-  // Where the last completed call spent its time, phase by phase (waits for the stream); a backward's are
+  // Where the last completed call spent its time, phase by phase (waits for the GPU); a backward's are
   // those of its first kernel and the backward kernel, one clock.
   std::vector<PhaseTime> phase_times() const;
 
