@@ -89,6 +89,24 @@ struct Bound {
   }
 };
 
+// b's forward and backward captured on `stream` into an instantiated graph, destroyed with it.
+struct CapturedRun {
+  cudaGraph_t graph{};
+  cudaGraphExec_t exec{};
+  CapturedRun(Bound& b, Layer& layer, cudaStream_t stream) {
+    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    b.run(layer, stream);
+    cuda(cudaStreamEndCapture(stream, &graph));
+    cuda(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  ~CapturedRun() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  CapturedRun(const CapturedRun&) = delete;
+  CapturedRun& operator=(const CapturedRun&) = delete;
+};
+
 struct Results {
   std::vector<bf16> y, dx;
   std::vector<int32_t> topk_idx;
@@ -320,20 +338,13 @@ TEST_F(LayerApi, GraphReplayEqualsEager) {
   b.run(layer, stream_);
   layer.check();
   const Results eager = read(b);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  b.run(layer, stream_);
-  cuda(cudaStreamEndCapture(stream_, &graph));
-  cuda(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedRun captured(b, layer, stream_);
   for (int replay = 0; replay < 2; ++replay) {
     b.poison();
-    cuda(cudaGraphLaunch(exec, stream_));
+    cuda(cudaGraphLaunch(captured.exec, stream_));
     layer.check();
     expect_same(read(b), eager);
   }
-  cuda(cudaGraphExecDestroy(exec));
-  cuda(cudaGraphDestroy(graph));
 }
 
 // A graph replays the calls on a stream of its own: check() waits for the GPU, not for the stream the
@@ -342,23 +353,16 @@ TEST_F(LayerApi, CheckWaitsForAGraphReplayedOnAnotherStream) {
   ref::Problem p = ref::make_problem(shared_sigmoid(), 37, ref::RoutingKind::uniform);
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::given);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  b.run(layer, stream_);
-  cuda(cudaStreamEndCapture(stream_, &graph));
-  cuda(cudaGraphInstantiate(&exec, graph, 0));
+  const CapturedRun captured(b, layer, stream_);
   std::vector<int32_t> bad = p.routing->topk_idx;
   bad[7] = p.config.experts;
   b.fwd.topk_idx.upload(bad);
   cudaStream_t replay;
   cuda(cudaStreamCreateWithFlags(&replay, cudaStreamNonBlocking));
-  cuda(cudaGraphLaunch(exec, replay));
+  cuda(cudaGraphLaunch(captured.exec, replay));
   expect_error([&] { layer.check(); }, "given routing of token " + std::to_string(7 / p.config.top_k));
   layer.check();  // raised once, then cleared
   cuda(cudaStreamDestroy(replay));
-  cuda(cudaGraphExecDestroy(exec));
-  cuda(cudaGraphDestroy(graph));
 }
 
 // An expert id out of range in a given routing is found on the device; the call returns at once, the
