@@ -44,13 +44,15 @@ void check_view(const TensorView& v, const char* name, DType dtype, std::initial
 // end), and aligned as every tensor (its sections start at multiples of 256 bytes from it).
 uint8_t* checked_workspace(const TensorView& workspace, size_t needed, Pass pass) {
   require(workspace.data != nullptr, "workspace is missing");
-  require(workspace.dtype == DType::u8 && workspace.shape.size() == 1,
-          std::string("workspace has dtype ") + dtype_name(workspace.dtype) + " and shape " +
-              shape_text(workspace.shape) + ", expected uint8 [n] bytes");
-  require(workspace.shape[0] >= 0 && size_t(workspace.shape[0]) >= needed,
-          "workspace has " + std::to_string(workspace.shape[0]) + " bytes, the " +
-              (pass == Pass::forward ? "forward" : "backward") + " needs " + std::to_string(needed) +
-              " (workspace_bytes(Pass::" + (pass == Pass::forward ? "forward" : "backward") + "))");
+  require(workspace.dtype == DType::u8 && workspace.shape.size() == 1, [&] {
+    return std::string("workspace has dtype ") + dtype_name(workspace.dtype) + " and shape " +
+           shape_text(workspace.shape) + ", expected uint8 [n] bytes";
+  });
+  require(workspace.shape[0] >= 0 && size_t(workspace.shape[0]) >= needed, [&] {
+    const std::string name = pass == Pass::forward ? "forward" : "backward";
+    return "workspace has " + std::to_string(workspace.shape[0]) + " bytes, the " + name + " needs " +
+           std::to_string(needed) + " (workspace_bytes(Pass::" + name + "))";
+  });
   require_aligned16(workspace.data, "workspace");
   return static_cast<uint8_t*>(workspace.data);
 }
@@ -95,12 +97,17 @@ void add_weights(std::vector<CallBytes>& t, const WeightViews& w, const TensorVi
 }
 
 // The caller's stream is on the Layer's GPU: another GPU's failed at the launch as "invalid resource
-// handle", after the barrier words' reset was enqueued.
+// handle", after the barrier words' reset was enqueued. Not asked of a capturing stream, where the query
+// is refused and would invalidate the capture (a stream of another GPU still fails at the launch).
 void require_stream_on(cudaStream_t stream, int device) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
   int on = 0;
   MOK_CUDA_CHECK(cudaStreamGetDevice(stream, &on));
-  require(on == device,
-          "the stream is on GPU " + std::to_string(on) + ", the Layer's on GPU " + std::to_string(device));
+  require(on == device, [&] {
+    return "the stream is on GPU " + std::to_string(on) + ", the Layer's on GPU " + std::to_string(device);
+  });
 }
 
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
@@ -827,16 +834,16 @@ struct Layer::Impl {
     return {e.code, m};
   }
 
-  // Throws a recorded error after clearing it (the stream is drained first, so the copy is whole).
+  // Throws a recorded error after clearing it. The GPU is drained first, so the copy is whole, whichever
+  // stream the launch ran on (a graph's replay: the stream it was captured on may be gone), and again
+  // after the reset, which is done before the next call enqueues anything.
   void raise_pending() {
     // volatile: the device's copies land behind the compiler's back.
     if (*reinterpret_cast<volatile int*>(&host_error.get()->code) == kNoError) return;
-    MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
+    MOK_CUDA_CHECK(cudaDeviceSynchronize());
     const DeviceError e = describe(*host_error.get());
-    // On the launches' stream (a plain cudaMemset runs on the legacy stream, which a non-blocking
-    // stream's next launch does not wait for), and done before the next call enqueues anything.
-    MOK_CUDA_CHECK(cudaMemsetAsync(error.get(), 0, sizeof(KernelError), last_stream));
-    MOK_CUDA_CHECK(cudaStreamSynchronize(last_stream));
+    MOK_CUDA_CHECK(cudaMemset(error.get(), 0, sizeof(KernelError)));
+    MOK_CUDA_CHECK(cudaDeviceSynchronize());
     *host_error.get() = KernelError{};
     throw Error(e.message);
   }
