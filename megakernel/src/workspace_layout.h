@@ -1,4 +1,4 @@
-// The workspace's layout (workspace_layout in layer.cu): its sections' byte offsets, for the forward and the
+// The workspace's layout (workspace_layout.cu): its sections' byte offsets, for the forward and the
 // backward. Host arithmetic only, so the host tests check it (LayerMemory.*: sizes; BackwardBuffers.*: that
 // no two buffers live at once share a byte).
 #pragma once
@@ -76,5 +76,17 @@ struct WorkspaceLayout {
 };
 
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace);
+
+// The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
+// tiles (1); zeroed before each launch.
+inline constexpr int kBarrierWords = 4;
+
+// The forward's ring rows (one cycle over the most rows a rank can receive), and the backward's as a
+// launch resolves them (Layer::ring_rows); mok::Error for a ring past int.
+int forward_cycle_rows(const LayerConfig& c);
+int resolved_ring_rows(const LayerConfig& c, const LaunchConfig& launch);
+
+// The quantized weights' buffer of one GPU's `own_experts` and the shared expert (no bytes in bf16).
+Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts);
 
 }  // namespace mok::gpu
