@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "mok/core/tool_exit.h"
 #include "mok/fuzz/driver.h"
 #include "mok/fuzz/properties.h"
 #include "mok/fuzz/repro.h"
@@ -212,12 +213,4 @@ int tool_main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const int status = tool_main(argc, argv);
-  // A table, verdict or list lost to a full disk or a closed pipe is no success.
-  if (golden::standard_output_lost()) {
-    std::cerr << "mok-fuzz: cannot write to standard output" << std::endl;
-    return 2;
-  }
-  return status;
-}
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-fuzz", tool_main(argc, argv)); }

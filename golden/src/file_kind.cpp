@@ -5,9 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <iostream>
 
 #include "mok/core/config.h"
 
@@ -97,11 +95,6 @@ std::string cannot_make_directory(const std::filesystem::path& path) {
     return p == path ? kind : "cannot be made: " + display_name(p.string()) + " " + kind;
   }
   return "";
-}
-
-bool standard_output_lost() {
-  std::cout.flush();
-  return std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout;
 }
 
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {

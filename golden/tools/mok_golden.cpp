@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mok/core/fields.h"
+#include "mok/core/tool_exit.h"
 #include "mok/golden/catalogue.h"
 #include "mok/golden/file_error.h"
 #include "mok/golden/file_kind.h"
@@ -376,9 +377,6 @@ int main(int argc, char** argv) {
     std::cerr << escape_bytes(e.what()) << std::endl;
   }
   // A report or list lost to a full disk or a closed pipe is no success (check exited 0 without its "ok").
-  if (golden::standard_output_lost()) {
-    std::cerr << "mok-golden: cannot write to standard output" << std::endl;
-    return kError;
-  }
-  return status;
+  static_assert(kError == 2, "tool_exit_status's status for lost output");
+  return mok::tool_exit_status("mok-golden", status);
 }

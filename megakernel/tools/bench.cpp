@@ -52,6 +52,7 @@
 
 #include "bench_common.h"
 #include "bench_ranks.h"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/reference/problem.h"
 #include "mok/tools/cli_numbers.h"
@@ -136,15 +137,31 @@ class PhaseRecord {
 };
 
 // One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group.
-void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mok::gpu::LaunchConfig launch,
-                double peak) {
+// The config and launch of one shape in this process (over o.gpus GPUs with --one-process), checked as a
+// Layer checks them but for the device: a bad shape, size or ring was "no Hopper GPU" (exit 77, a test's skip)
+// on a machine without one.
+std::pair<mok::LayerConfig, mok::gpu::LaunchConfig> checked_here(const Shape& s, const Options& o,
+                                                                 mok::gpu::LaunchConfig launch) {
   const int gpus = std::max(o.gpus, 1);
   const mok::LayerConfig c = config_of(s, gpus, o);
+  if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
+  try {
+    mok::validate(c);  // before capacity_rows divides by its sizes
+    launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
+    mok::gpu::layer_memory(c, launch);
+  } catch (const mok::Error& e) {
+    throw mok::Error("mok-bench: " + std::string(s.name) + ": " + e.what());
+  }
+  return {c, launch};
+}
+
+void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& base,
+                double peak) {
+  const auto [c, launch] = checked_here(s, o, base);
+  const int gpus = launch.gpus;
   std::fprintf(stderr, "%s: generating inputs...\n", s.name);
   const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
   const std::vector<Inputs> inputs = input_sets(p, o.sets);
-  if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
-  launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
   mok::gpu::Megakernel mk(c, p.weights, launch);
   const auto input = [&](int i) -> const Inputs& { return inputs[(i % o.sets + o.sets) % o.sets]; };
   const auto set_input = [&](int i) { mk.set_input(input(i).x, input(i).given()); };
@@ -226,11 +243,12 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, mo
 }
 
 int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& launch) {
+  const std::vector<Shape> shapes = selected_shapes(o.shape);
+  for (const Shape& s : shapes) checked_here(s, o, launch);  // before any GPU is looked for
   if (!mok::gpu::device_available()) {
     std::fprintf(stderr, "mok-bench: no Hopper GPU\n");
     return 77;
   }
-  const std::vector<Shape> shapes = selected_shapes(o.shape);
   const double peak = matmul_peak_tflops(peak_matrix(), 3, 10);
   std::printf("bf16 matmul peak (cuBLAS 8192^3, random data): %.0f TFLOP/s\n", peak);
   if (o.gpus > 1) std::printf("across %d GPUs (NCCL windows): peak fractions of %d x that peak\n", o.gpus, o.gpus);
@@ -292,6 +310,8 @@ bool parse(int argc, char** argv, Options& o) {
 }
 
 inline constexpr int kMaxSets = 16;
+// Each run's time is kept (and each launch's phases): --runs 1e9 asked for gigabytes a timing.
+inline constexpr int kMaxRuns = 100000;
 
 void check(const Options& o) {
   // Sets at most kMaxSets: each is a host and a device copy of x and dy (64 MB for olmoe), and --sets 1000 asked
@@ -300,8 +320,10 @@ void check(const Options& o) {
       (o.gpus != kNoGpus && o.gpus < 1) || !(o.capacity_factor >= 0 && std::isfinite(o.capacity_factor)))
     throw mok::Error("mok-bench: --sets must be in [1, " + std::to_string(kMaxSets) +
                      "], --gpus >= 1, --ring-rows, --tokens and --experts >= 0, and --capacity-factor finite and >= 0");
-  if (o.runs < 1 || o.warmup < 0 || !(o.timeout_s > 0) || !(o.sustained_s >= 0 && o.sustained_s <= 3600))
-    throw mok::Error("mok-bench: --runs must be >= 1, --warmup >= 0, --timeout > 0 and --sustained in [0, 3600]");
+  if (o.runs < 1 || o.runs > kMaxRuns || o.warmup < 0 || o.warmup > kMaxRuns ||
+      !(o.timeout_s > 0 && std::isfinite(o.timeout_s)) || !(o.sustained_s >= 0 && o.sustained_s <= 3600))
+    throw mok::Error("mok-bench: --runs must be in [1, " + std::to_string(kMaxRuns) + "], --warmup in [0, " +
+                     std::to_string(kMaxRuns) + "], --timeout finite and > 0 and --sustained in [0, 3600]");
   if (o.one_process && o.gpus == kNoGpus) throw mok::Error("mok-bench: --one-process applies to --gpus G");
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
@@ -319,7 +341,7 @@ void check(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) {
     usage();
@@ -344,3 +366,5 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-bench", bench_main(argc, argv)); }

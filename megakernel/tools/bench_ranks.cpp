@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mok/megakernel/device_tensor.h"
@@ -102,27 +104,29 @@ void run_rank(const Job& job, const tools::Rank& rank) {
   file.commit();
 }
 
-// One rank per GPU of T tokens; an invalid config named with the shape and G.
-LayerConfig checked_config(const Shape& s, int gpus, const Options& o) {
+// One rank per GPU of T tokens, each GPU's Layer on the communicator; a config or launch a Layer would refuse
+// named with the shape and G (the launch was checked only in the ranks, each failing alike: exit 1).
+std::pair<LayerConfig, gpu::LaunchConfig> checked_job(const Shape& s, int gpus, const Options& o,
+                                                      gpu::LaunchConfig launch) {
   const LayerConfig c = config_of(s, gpus, o);
+  launch.gpus = gpus;
+  launch.transport = gpu::Transport::nccl;
   try {
-    validate(c);
+    validate(c);  // before capacity_rows divides by its sizes
+    launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
+    gpu::layer_memory(c, gpu::on_communicator(launch, gpus));
   } catch (const Error& e) {
     throw Error(std::string(kTool) + ": " + s.name + " over " + std::to_string(gpus) +
                 " GPU(s), one rank each: " + e.what());
   }
-  return c;
+  return {c, launch};
 }
 
 // One shape on `gpus` processes; nothing when a rank failed (named on stderr).
 std::optional<Measured> measure(const Shape& s, int gpus, const Options& o, ref::RoutingKind kind,
                                 const gpu::LaunchConfig& base) {
   Job job;
-  job.config = checked_config(s, gpus, o);
-  job.launch = base;
-  job.launch.gpus = gpus;
-  job.launch.transport = gpu::Transport::nccl;
-  job.launch.capacity_rows = capacity_rows(job.config, gpus, o.capacity_factor);
+  std::tie(job.config, job.launch) = checked_job(s, gpus, o, base);
   job.warmup = o.warmup, job.runs = o.runs;
   std::fprintf(stderr, "%s on %d GPU(s): generating inputs...\n", s.name, gpus);
   job.problem = ref::make_problem(job.config, 2026, kind);
@@ -191,7 +195,7 @@ void print(const Shape& s, const Options& o, const Measured& m, const std::optio
 
 int bench_over_processes(const Options& o, ref::RoutingKind kind, const gpu::LaunchConfig& base) {
   const std::vector<Shape> shapes = selected_shapes(o.shape);
-  for (const Shape& s : shapes) checked_config(s, o.gpus, o);  // before any GPU is looked for
+  for (const Shape& s : shapes) checked_job(s, o.gpus, o, base);  // before any GPU is looked for
   if (!tools::have_gpus_for(o.gpus)) {
     std::fprintf(stderr, "%s: no Hopper GPU\n", kTool);
     return tools::kExitSkip;

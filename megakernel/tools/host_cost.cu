@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/problem.h"
@@ -85,7 +86,7 @@ int run(int calls) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   int calls = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -111,3 +112,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-host-cost", tool_main(argc, argv)); }

@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/nccl.h"
+#include "mok/tools/cli_numbers.h"
 
 namespace {
 
@@ -51,17 +53,25 @@ __global__ void copy_from_peer(ncclWindow_t window, const void* own, size_t n16,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
+  // Parsed whole before any GPU is asked for: atoi took "-1" MiB for 2^64 - 2^20 bytes and "4096x" for 4096.
+  int ranks = 0, mib = 256;
+  if (argc > 3 || (argc > 1 && !(mok::tools::parse_int(argv[1], ranks) && ranks >= 1)) ||
+      (argc > 2 && !(mok::tools::parse_int(argv[2], mib) && mib >= 1 && mib <= 65536))) {
+    std::fprintf(stderr, "usage: mok-nccl-probe [ranks >= 1 [MiB per rank in [1, 65536], default 256]]\n");
+    return 2;
+  }
   try {
     const int devices = mok::gpu::cuda_device_count();
     if (devices == 0) {
       std::printf("mok-nccl-probe: no CUDA device (skipped)\n");
       return 77;
     }
-    const int ranks = argc > 1 ? std::atoi(argv[1]) : devices;
-    const size_t bytes = size_t(argc > 2 ? std::atoi(argv[2]) : 256) << 20;
-    if (ranks < 1 || ranks > devices || bytes == 0)
-      throw mok::Error("mok-nccl-probe: need 1 <= ranks <= " + std::to_string(devices) + " and a positive size");
+    if (argc <= 1) ranks = devices;
+    const size_t bytes = size_t(mib) << 20;
+    if (ranks > devices)
+      throw mok::Error("mok-nccl-probe: ranks = " + std::to_string(ranks) + " exceeds the " + std::to_string(devices) +
+                       " GPU(s)");
     int version = 0;
     MOK_NCCL_CHECK(ncclGetVersion(&version));
     std::printf("mok-nccl-probe: NCCL %d, %d rank(s) on %d GPU(s), %zu MiB per rank\n", version, ranks, devices,
@@ -147,3 +157,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-nccl-probe", tool_main(argc, argv)); }

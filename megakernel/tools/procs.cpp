@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mok/core/fields.h"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
@@ -266,7 +267,7 @@ Job make_job(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   Options options;
   if (!parse(argc, argv, options)) {
     usage();
@@ -301,3 +302,6 @@ int main(int argc, char** argv) {
     return mok::tools::kExitError;
   }
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-procs", tool_main(argc, argv)); }

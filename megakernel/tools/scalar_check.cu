@@ -33,6 +33,7 @@
 #include "mok/core/fp8.h"
 #include "mok/core/scalar.h"
 #include "mok/core/swiglu.h"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 
 namespace {
@@ -237,7 +238,7 @@ bool check(const char* name, F f, uint64_t stride, uint32_t* device_out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   try {
     char* end = nullptr;
     const long long stride = argc > 1 ? std::strtoll(argv[1], &end, 10) : 1;
@@ -286,3 +287,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-scalar-check", tool_main(argc, argv)); }

@@ -18,9 +18,11 @@
 
 #include "mok/core/fp8_dot.h"
 #include "mok/core/kstep.h"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/ptx/mma.cuh"
 #include "mok/megakernel/ptx/wgmma.cuh"
+#include "mok/tools/cli_numbers.h"
 
 namespace {
 
@@ -548,14 +550,21 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const double outputs = argc > 1 ? std::atof(argv[1]) : 1.0e8;
-  const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20261129ull;
+// The outputs to check, at least one and at most 10^12 (an hour's work): atof read 1e308 as a count past
+// long, whose tiles came out negative and checked nothing, and "two" as 0; both passed.
+constexpr double kMaxOutputs = 1e12;
+
+int validate_main(int argc, char** argv) {
+  double outputs = 1.0e8;
+  uint64_t seed = 20261129ull;
   const std::string instruction = argc > 3 ? argv[3] : "mma";
-  if (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3" &&
-      instruction != "wgmma-e4m3-n128" && instruction != "wgmma-e4m3-n128-first") {
+  const bool outputs_ok =
+      argc <= 1 || (mok::tools::parse_double(argv[1], outputs) && outputs >= 1 && outputs <= kMaxOutputs);
+  if (!outputs_ok || (argc > 2 && !mok::tools::parse_uint64(argv[2], seed)) || argc > 4 ||
+      (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3" &&
+       instruction != "wgmma-e4m3-n128" && instruction != "wgmma-e4m3-n128-first")) {
     std::fprintf(stderr,
-                 "usage: mok-tc-validate [outputs=1e8] [seed] "
+                 "usage: mok-tc-validate [outputs in [1, 1e12], default 1e8] [seed: an unsigned integer] "
                  "[mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128|wgmma-e4m3-n128-first]\n");
     return 2;
   }
@@ -617,3 +626,5 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-tc-validate", validate_main(argc, argv)); }

@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 
+#include "mok/core/tool_exit.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
 
@@ -14,14 +15,8 @@ namespace {
 
 constexpr const char* kUsage = "usage: mok-reference-timing [R T H I E k]   (default 4 512 512 256 16 4)\n";
 
-// A timing lost to a full disk or a closed pipe is no success (as for mok-golden, mok-verify, mok-fuzz).
-int exit_status(int status) {
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "mok-reference-timing: cannot write to standard output\n");
-    return 2;
-  }
-  return status;
-}
+// A timing lost to a full disk or a closed pipe is no success.
+int exit_status(int status) { return mok::tool_exit_status("mok-reference-timing", status); }
 
 }  // namespace
 

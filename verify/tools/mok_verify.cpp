@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/tool_exit.h"
 #include "mok/core/validate.h"
 #include "mok/golden/file_kind.h"
 #include "mok/golden/golden.h"
@@ -164,11 +165,7 @@ int tool_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int status = tool_main(argc, argv);
   // A report lost to a full disk or a closed pipe is no success: it exited 0 with no EQUAL line written.
-  if (golden::standard_output_lost()) {
-    std::cerr << "mok-verify: cannot write to standard output" << std::endl;
-    return kExitError;
-  }
-  return status;
+  static_assert(kExitError == 2, "tool_exit_status's status for lost output");
+  return mok::tool_exit_status("mok-verify", tool_main(argc, argv));
 }

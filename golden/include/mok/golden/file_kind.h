@@ -30,10 +30,6 @@ void require_writable_file(const std::filesystem::path& path);
 // completes "PATH ...".
 std::string cannot_make_directory(const std::filesystem::path& path);
 
-// Whether what a tool wrote to standard output (through stdio or std::cout) failed to reach it: a full
-// disk, a closed pipe. Flushes both first. A report lost that way is no success: the tool exits 2.
-bool standard_output_lost();
-
 // Whether the two paths name one existing file (links followed): a tool's output that would be written
 // over one of its inputs.
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
