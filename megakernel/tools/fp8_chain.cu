@@ -36,6 +36,7 @@
 #include "device_array.cuh"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
+#include "mok/tools/cli_numbers.h"
 #include "probe_operands.cuh"
 #include "tensor_map.h"
 #include "tile_gemm.cuh"
@@ -310,14 +311,14 @@ void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTi
 
 int main(int argc, char** argv) {
   using namespace mok::gpu;
+  int k_blocks = 20000;  // parsed whole, before the GPU is looked for: atoi ran "5x" as 5
+  if (argc > 2 || (argc > 1 && !(mok::tools::parse_int(argv[1], k_blocks) && k_blocks > 0))) {
+    std::fprintf(stderr, "usage: mok-fp8-chain [k_blocks >= 1, default 20000]\n");
+    return 2;
+  }
   if (!device_available()) {
     std::printf("mok-fp8-chain: no Hopper GPU, skipped\n");
     return 77;
-  }
-  const int k_blocks = argc > 1 ? std::atoi(argv[1]) : 20000;
-  if (k_blocks <= 0) {
-    std::fprintf(stderr, "mok-fp8-chain: k_blocks must be positive, got '%s'\n", argv[1]);
-    return 2;
   }
   try {
     int sms = 0;

@@ -14,6 +14,7 @@
 // (ctest: skip).
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -252,14 +253,14 @@ bool parse(int argc, char** argv, Options& o) {
 
 Job make_job(const Options& o) {
   if (o.gpus < 1) throw Error("mok-procs: --gpus G is required, with G >= 1");
-  if (o.runs < 1 || o.tokens < 0 || !(o.timeout_s > 0))
-    throw Error("mok-procs: --runs must be >= 1, --tokens >= 0 and --timeout > 0");
+  if (o.runs < 1 || o.tokens < 0 || !(o.timeout_s > 0 && std::isfinite(o.timeout_s)))
+    throw Error("mok-procs: --runs must be >= 1, --tokens >= 0 and --timeout finite and > 0");
+  // Before the generator's parser, whose message lists the seven kinds it knows, four of them not ours.
+  if (o.routing != "router" && o.routing != "uniform" && o.routing != "zipf")
+    throw Error("mok-procs: --routing must be router, uniform or zipf, got " + mok::quote_input(o.routing));
   Job job;
   job.config = make_config(o);
   job.kind = mok::ref::routing_kind_from_string(o.routing);
-  if (job.kind != mok::ref::RoutingKind::router && job.kind != mok::ref::RoutingKind::uniform &&
-      job.kind != mok::ref::RoutingKind::zipf)
-    throw Error("mok-procs: --routing must be router, uniform or zipf");
   job.mode = job.kind == mok::ref::RoutingKind::router ? mok::RoutingMode::router : mok::RoutingMode::replay_ids;
   job.runs = o.runs;
   return job;

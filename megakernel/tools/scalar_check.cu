@@ -238,6 +238,28 @@ bool check(const char* name, F f, uint64_t stride, uint32_t* device_out) {
 
 }  // namespace
 
+// Every check, in order, as visit(name, the function on the GPU and the CPU).
+template <class Visit>
+void for_each_check(Visit&& visit) {
+  visit("exp_f32", Exp{});
+  visit("reciprocal_from_one", Reciprocal{});
+  visit("sigmoid_f32", Sigmoid{});
+  visit("sigmoid_f32 as defined", SigmoidAsDefined{});
+  visit("sigmoids_f32 in a batch", SigmoidInBatch{});
+  visit("silu value", SiluValue{});
+  visit("silu gradient", SiluGrad{});
+  visit("to_bf16", ToBf16{});
+  visit("swiglu", Swiglu{0.0f});
+  visit("swiglu clamped", Swiglu{kLimit});
+  visit("swiglu_grad gate", SwigluGradPart{0.0f, false});
+  visit("swiglu_grad up", SwigluGradPart{0.0f, true});
+  visit("swiglu_grad gate clamped", SwigluGradPart{kLimit, false});
+  visit("swiglu_grad up clamped", SwigluGradPart{kLimit, true});
+  visit("to_bf16x2", Bf16Pair{});
+  visit("to_e4m3x2", E4m3Pair{false});
+  visit("to_e4m3x2_scaled", E4m3Pair{true});
+}
+
 int tool_main(int argc, char** argv) {
   try {
     char* end = nullptr;
@@ -246,6 +268,10 @@ int tool_main(int argc, char** argv) {
       std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1 [name of one check]]\n");
       return 2;
     }
+    const char* only = argc > 2 ? argv[2] : nullptr;
+    bool known = !only;  // named before any GPU is looked for (it was after a GPU's whole run: exit 77 here)
+    for_each_check([&](const char* name, auto) { known = known || std::strcmp(name, only) == 0; });
+    if (!known) throw mok::Error(std::string("no check is named ") + mok::quote_input(only));
     const int devices = mok::gpu::cuda_device_count();
     if (devices == 0) {
       std::printf("mok-scalar-check: no GPU, skipped\n");
@@ -254,31 +280,10 @@ int tool_main(int argc, char** argv) {
     uint32_t* out = nullptr;
     MOK_CUDA_CHECK(cudaMalloc(&out, size_t(kChunk) * sizeof(uint32_t)));
     const uint64_t s = uint64_t(stride);
-    const char* only = argc > 2 ? argv[2] : nullptr;
-    bool ok = true, ran = false;
-    const auto run = [&](const char* name, auto f) {
-      if (only && std::strcmp(name, only) != 0) return;
-      ran = true;
-      ok = check(name, f, s, out) && ok;
-    };
-    run("exp_f32", Exp{});
-    run("reciprocal_from_one", Reciprocal{});
-    run("sigmoid_f32", Sigmoid{});
-    run("sigmoid_f32 as defined", SigmoidAsDefined{});
-    run("sigmoids_f32 in a batch", SigmoidInBatch{});
-    run("silu value", SiluValue{});
-    run("silu gradient", SiluGrad{});
-    run("to_bf16", ToBf16{});
-    run("swiglu", Swiglu{0.0f});
-    run("swiglu clamped", Swiglu{kLimit});
-    run("swiglu_grad gate", SwigluGradPart{0.0f, false});
-    run("swiglu_grad up", SwigluGradPart{0.0f, true});
-    run("swiglu_grad gate clamped", SwigluGradPart{kLimit, false});
-    run("swiglu_grad up clamped", SwigluGradPart{kLimit, true});
-    run("to_bf16x2", Bf16Pair{});
-    run("to_e4m3x2", E4m3Pair{false});
-    run("to_e4m3x2_scaled", E4m3Pair{true});
-    if (!ran) throw mok::Error(std::string("no check is named ") + only);
+    bool ok = true;
+    for_each_check([&](const char* name, auto f) {
+      if (!only || std::strcmp(name, only) == 0) ok = check(name, f, s, out) && ok;
+    });
     MOK_CUDA_CHECK(cudaFree(out));
     std::printf("mok-scalar-check: %s\n", ok ? "every output equal" : "MISMATCH");
     return ok ? 0 : 1;
