@@ -193,10 +193,7 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
 // ... and a device to run on (checked before anything is built: a Layer on a communicator checks
 // before its collective window registration).
 void validate_launch(const LayerConfig& c, const LaunchConfig& launch) {
-  validate_launch_config(c, launch);
-  // Not in layer_memory's checks: it sizes a plan for more GPUs than a launch spans (mok-bench --plan).
-  require(launch.gpus <= kMaxGpus,
-          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
+  check_launch(c, launch);
   require_hopper_current_device();
 }
 
@@ -704,6 +701,13 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& c, const Lau
           "gpus = " + std::to_string(launch.gpus) + " but only " + std::to_string(hopper_gpus()) +
               " Hopper GPU(s) are usable");
   return std::make_shared<PeerGroup>(launch.transport, launch.gpus, Exchange::window_bytes(c, launch.gpus));
+}
+
+void check_launch(const LayerConfig& c, const LaunchConfig& launch) {
+  validate_launch_config(c, launch);
+  // Not in layer_memory's checks: it sizes a plan for more GPUs than a launch spans (mok-bench --plan).
+  require(launch.gpus <= kMaxGpus,
+          "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
 }
 
 LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {

@@ -1,4 +1,4 @@
-// Configs the megakernel's tests share, and the workspace's section sizes as layer.cu lays them out.
+// Configs the megakernel's tests share, and the workspace's section sizes as workspace_layout.cu lays them out.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +31,7 @@ inline LayerConfig fp8_every_branch() {
 // The workspace's sections are 256-byte aligned.
 inline std::size_t aligned_section(std::size_t n) { return (n + 255) / 256 * 256; }
 // An E4M3 matrix of the workspace or the weights' buffer and its table of exponents (exp_rows rows
-// of them), as layer.cu lays them out.
+// of them), as workspace_layout.cu lays them out.
 inline std::size_t fp8_section_bytes(std::size_t rows, std::size_t cols, std::size_t exp_rows) {
   return aligned_section(rows * cols) + aligned_section(exp_rows * (cols / 128) * 4);
 }

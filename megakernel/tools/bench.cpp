@@ -148,6 +148,7 @@ std::pair<mok::LayerConfig, mok::gpu::LaunchConfig> checked_here(const Shape& s,
   try {
     mok::validate(c);  // before capacity_rows divides by its sizes
     launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
+    mok::gpu::check_launch(c, launch);
     mok::gpu::layer_memory(c, launch);
   } catch (const mok::Error& e) {
     throw mok::Error("mok-bench: " + std::string(s.name) + ": " + e.what());

@@ -114,6 +114,7 @@ std::pair<LayerConfig, gpu::LaunchConfig> checked_job(const Shape& s, int gpus, 
   try {
     validate(c);  // before capacity_rows divides by its sizes
     launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
+    gpu::check_launch(c, gpu::on_communicator(launch, gpus));
     gpu::layer_memory(c, gpu::on_communicator(launch, gpus));
   } catch (const Error& e) {
     throw Error(std::string(kTool) + ": " + s.name + " over " + std::to_string(gpus) +

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "device_array.cuh"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/tools/cli_numbers.h"
@@ -309,7 +310,7 @@ void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTi
 }  // namespace
 }  // namespace mok::gpu
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   using namespace mok::gpu;
   int k_blocks = 20000;  // parsed whole, before the GPU is looked for: atoi ran "5x" as 5
   if (argc > 2 || (argc > 1 && !(mok::tools::parse_int(argv[1], k_blocks) && k_blocks > 0))) {
@@ -341,3 +342,6 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-fp8-chain", tool_main(argc, argv)); }

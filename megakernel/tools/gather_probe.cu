@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "device_array.cuh"
+#include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/megakernel/ptx/cp_async.cuh"
@@ -246,7 +247,7 @@ int probe(const ProbeShape& s, int sms) {
 }  // namespace
 }  // namespace mok::gpu
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   using namespace mok::gpu;
   const char* name = argc > 1 ? argv[1] : "olmoe";
   const ProbeShape* shape = nullptr;
@@ -269,3 +270,6 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok-gather-probe", tool_main(argc, argv)); }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "mok/core/tool_exit.h"
 #include "mok/reference/oracle.h"
 #include "mok/reference/problem.h"
 
@@ -90,7 +91,7 @@ void print_fp8_weight_gradients(const Case& cs, const Problem& p, const Routing*
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int tool_main(int argc, char** argv) {
   // It takes no arguments and runs for minutes: a --help, or anything else, must not start it.
   if (argc > 1) {
     const bool help = argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help");
@@ -138,3 +139,6 @@ int main(int argc, char** argv) {
   }
   return all_passed ? 0 : 1;
 }
+
+// A report lost to a full disk or a closed pipe is no success.
+int main(int argc, char** argv) { return mok::tool_exit_status("mok_oracle_errors", tool_main(argc, argv)); }

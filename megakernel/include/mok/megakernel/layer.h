@@ -295,6 +295,10 @@ struct LayerMemory {
 };
 LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch);
 
+// Throws mok::Error for a config and launch a Layer would refuse, no device asked: layer_memory's checks
+// and the most GPUs a launch spans (a tool's check before it looks for GPUs).
+void check_launch(const LayerConfig& config, const LaunchConfig& launch);
+
 // The launch a Layer on a communicator of `ranks` ranks runs (its constructor's): as many GPUs, over the
 // nccl transport, so windowed even at one rank; what layer_memory sizes for such a Layer.
 inline LaunchConfig on_communicator(LaunchConfig launch, int ranks) {

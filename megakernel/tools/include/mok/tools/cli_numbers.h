@@ -26,8 +26,8 @@ inline bool parse_double(const char* text, double& out) {
   return end != text && !*end && errno != ERANGE;
 }
 
-// A whole unsigned 64-bit integer, decimal or 0x hexadecimal (no sign: strtoull read "-1" as 2^64 - 1;
-// no trailing text; in range).
+// A whole unsigned 64-bit integer as strtoull's base 0 reads it: decimal, 0x hexadecimal or 0 octal (no
+// sign: it read "-1" as 2^64 - 1; no trailing text; in range).
 inline bool parse_uint64(const char* text, uint64_t& out) {
   if (!std::isdigit(static_cast<unsigned char>(text[0]))) return false;
   char* end = nullptr;
