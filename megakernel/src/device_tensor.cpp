@@ -10,8 +10,7 @@
 
 namespace mok::gpu {
 
-DeviceTensor::DeviceTensor(DType dtype, std::vector<int64_t> shape) : bytes_(dtype_bytes(dtype)) {
-  for (int64_t d : shape) bytes_ *= size_t(d);
+DeviceTensor::DeviceTensor(DType dtype, std::vector<int64_t> shape) : bytes_(tensor_bytes(dtype, shape)) {
   if (bytes_) MOK_CUDA_CHECK(cudaMalloc(&view_.data, bytes_));
   view_.dtype = dtype;
   view_.shape = std::move(shape);

@@ -65,10 +65,8 @@ struct CallBytes {
 
 CallBytes bytes_of(const char* name, const TensorView& v, bool written) {
   if (!v.data) return {name, 0, 0, written};
-  size_t n = dtype_bytes(v.dtype);
-  for (const int64_t d : v.shape) n *= size_t(d);
   const auto begin = reinterpret_cast<uintptr_t>(v.data);
-  return {name, begin, begin + n, written};
+  return {name, begin, begin + tensor_bytes(v.dtype, v.shape), written};
 }
 
 // No tensor a call writes shares a byte with another of its tensors or with its workspace: the kernels
@@ -212,6 +210,12 @@ std::string phase_name(int phase) { return phase >= 0 && phase < kPhaseCount ? k
 }  // namespace
 
 size_t dtype_bytes(DType t) { return t == DType::bf16 ? 2 : t == DType::u8 ? 1 : 4; }
+
+size_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape) {
+  size_t bytes = dtype_bytes(dtype);
+  for (const int64_t d : shape) bytes *= size_t(d);
+  return bytes;
+}
 
 const char* dtype_name(DType t) {
   switch (t) {

@@ -136,26 +136,21 @@ class PhaseRecord {
   std::vector<std::vector<mok::gpu::PhaseTime>> launches_;
 };
 
-// One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group.
-// The config and launch of one shape in this process (over o.gpus GPUs with --one-process), checked as a
-// Layer checks them but for the device: a bad shape, size or ring was "no Hopper GPU" (exit 77, a test's skip)
-// on a machine without one.
+// The config and launch of one shape in this process (over o.gpus GPUs with --one-process), checked.
 std::pair<mok::LayerConfig, mok::gpu::LaunchConfig> checked_here(const Shape& s, const Options& o,
                                                                  mok::gpu::LaunchConfig launch) {
   const int gpus = std::max(o.gpus, 1);
   const mok::LayerConfig c = config_of(s, gpus, o);
   if (gpus > 1) launch.gpus = gpus, launch.transport = mok::gpu::Transport::nccl;
   try {
-    mok::validate(c);  // before capacity_rows divides by its sizes
-    launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
-    mok::gpu::check_launch(c, launch);
-    mok::gpu::layer_memory(c, launch);
+    launch = checked_launch(c, gpus, o, launch);
   } catch (const mok::Error& e) {
     throw mok::Error("mok-bench: " + std::string(s.name) + ": " + e.what());
   }
   return {c, launch};
 }
 
+// One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group.
 void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& base,
                 double peak) {
   const auto [c, launch] = checked_here(s, o, base);

@@ -58,6 +58,14 @@ long capacity_rows(const LayerConfig& c, int gpus, double factor) {
   return rows < double(most) ? long(rows) : most;
 }
 
+gpu::LaunchConfig checked_launch(const LayerConfig& c, int gpus, const Options& o, gpu::LaunchConfig launch) {
+  validate(c);  // before capacity_rows divides by its sizes
+  launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
+  gpu::check_launch(c, launch);
+  gpu::layer_memory(c, launch);  // its sizes' own bounds
+  return launch;
+}
+
 LinkBytes link_bytes(const LayerConfig& c, const std::vector<int32_t>& topk_idx) {
   long pushed = 0, pulled = 0;  // rows across GPUs: (token, slot) pairs, (token, GPU) pairs
   std::vector<int> last_token(c.ranks, -1);

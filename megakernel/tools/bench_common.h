@@ -12,6 +12,7 @@
 #include "mok/core/config.h"
 #include "mok/core/layer_io.h"
 #include "mok/megakernel/check.h"
+#include "mok/megakernel/layer.h"
 #include "mok/reference/problem.h"
 
 namespace mok::bench {
@@ -46,6 +47,11 @@ LayerConfig config_of(const Shape& s, int ranks, const Options& o);
 
 // F times an average GPU's rows, at most the most a GPU can receive; 0 for F = 0.
 long capacity_rows(const LayerConfig& c, int gpus, double factor);
+
+// `launch` (of `gpus` GPUs) with --capacity-factor's rows, checked as a Layer checks it but for the device
+// (mok::Error): before a tool looks for GPUs, a bad shape, size or ring was "no Hopper GPU" (a skip), or
+// failed in every rank.
+gpu::LaunchConfig checked_launch(const LayerConfig& c, int gpus, const Options& o, gpu::LaunchConfig launch);
 
 // Bytes crossing between GPUs per step (one rank per GPU), H bf16 a row: the pulls read a token's row
 // once per other GPU holding some of its experts (x by the forward; dy twice by the backward, for the

@@ -104,18 +104,15 @@ void run_rank(const Job& job, const tools::Rank& rank) {
   file.commit();
 }
 
-// One rank per GPU of T tokens, each GPU's Layer on the communicator; a config or launch a Layer would refuse
-// named with the shape and G (the launch was checked only in the ranks, each failing alike: exit 1).
+// One rank per GPU of T tokens, each GPU's Layer on the communicator, checked (the launch was checked only
+// in the ranks, each failing alike: exit 1); a refusal named with the shape and G.
 std::pair<LayerConfig, gpu::LaunchConfig> checked_job(const Shape& s, int gpus, const Options& o,
                                                       gpu::LaunchConfig launch) {
   const LayerConfig c = config_of(s, gpus, o);
   launch.gpus = gpus;
   launch.transport = gpu::Transport::nccl;
   try {
-    validate(c);  // before capacity_rows divides by its sizes
-    launch.capacity_rows = capacity_rows(c, gpus, o.capacity_factor);
-    gpu::check_launch(c, gpu::on_communicator(launch, gpus));
-    gpu::layer_memory(c, gpu::on_communicator(launch, gpus));
+    launch = checked_launch(c, gpus, o, launch);  // the launch each rank's Layer makes on the communicator
   } catch (const Error& e) {
     throw Error(std::string(kTool) + ": " + s.name + " over " + std::to_string(gpus) +
                 " GPU(s), one rank each: " + e.what());

@@ -163,6 +163,10 @@ class MoE(torch.nn.Module):
             return
         h, e, own = self.config.hidden, self.config.experts, self.w1.shape[0]
         begin = self.expert_begin
+
+        def draw(shape) -> Tensor:  # fp32 on the CPU whatever torch's default dtype and device
+            return torch.randn(shape, generator=generator, dtype=torch.float32, device="cpu")
+
         for p, std in ((self.router, 0.1 / math.sqrt(h)), (self.w1, 1 / math.sqrt(h)),
                        (self.w2, 1 / math.sqrt(self.config.intermediate)), (self.shared_w1, 1 / math.sqrt(h)),
                        (self.shared_w2, 1 / math.sqrt(max(self.config.shared_intermediate, 1)))):
@@ -170,11 +174,11 @@ class MoE(torch.nn.Module):
                 continue
             if p is self.w1 or p is self.w2:
                 for expert in range(e):
-                    values = torch.randn(p.shape[1:], generator=generator, dtype=torch.float32, device="cpu")
+                    values = draw(p.shape[1:])
                     if begin <= expert < begin + own:
                         p[expert - begin].copy_(values * std)
             else:
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float32, device="cpu") * std)
+                p.copy_(draw(p.shape) * std)
 
     def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
                 return_routing: bool = False, fp8_weights: Optional[Tensor] = None) -> Tensor | tuple[Tensor, Routing]:

@@ -70,6 +70,8 @@ int hopper_gpus();
 enum class DType : uint8_t { bf16, f32, i32, u8 };
 const char* dtype_name(DType t);
 size_t dtype_bytes(DType t);
+// The bytes of a contiguous tensor of `dtype` and `shape`.
+size_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape);
 
 // A caller's device tensor: contiguous row-major `shape`. An absent optional tensor has data nullptr.
 struct TensorView {
