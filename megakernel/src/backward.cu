@@ -721,7 +721,11 @@ __device__ __forceinline__ void backward(const Params& p) {
     }
   }
   weight_grads<false>(pipe, p, bf16_grads, grads);
-  if (!grid_sync(b, kWeightGrad, 0)) return;
+  // Across GPUs with no relay after it (given routing, no shared expert), a barrier across GPUs ends the
+  // launch: the dye pull read the peers' topk_w in their windows, which a peer's next forward copies anew
+  // before its first barrier (a relay's waits order that otherwise).
+  const bool closing = across_gpus(p) && !has_router(p) && !p.c.has_shared();
+  if (!(closing ? peer_sync(b, kWeightGrad, 0) : grid_sync(b, kWeightGrad, 0))) return;
   // Across GPUs the router-weight gradient's chains, relayed GPU after GPU (the last GPU's results waited
   // for last).
   if (has_router(p) && across_gpus(p)) {

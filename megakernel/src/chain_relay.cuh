@@ -43,12 +43,7 @@ __device__ __forceinline__ long router_unit(const LayerConfig& c, long tile) {
 // the callers hand on to no GPU.
 __device__ __forceinline__ bool relay_wait(const GridBarrier& b, const ChainRelay& r, long unit, unsigned int value,
                                            int from, int phase) {
-  const long long start = ptx::global_timer_ns();
-  while (int(ptx::load_acquire_sys(r.in_flags + unit) - value) < 0) {
-    if (peer_aborted(b, phase, 0) || watchdog_stop(b, start, kRelayTimeout, phase, 0, from)) return false;
-    __nanosleep(128);
-  }
-  return true;
+  return wait_for_peer(b, r.in_flags + unit, value, ptx::global_timer_ns(), kRelayTimeout, phase, 0, from);
 }
 
 // Where a GPU hands its sums of a unit: the next GPU its partials, or, the last GPU, every other GPU

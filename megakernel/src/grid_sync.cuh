@@ -103,13 +103,32 @@ __device__ inline bool grid_sync(const GridBarrier& b, int phase, int cycle, lon
   return !__syncthreads_or(error_recorded(b));
 }
 
-// A peer's abort mark of this launch in this GPU's abort word: records kPeerAborted naming the peer
-// (true: stop waiting). A mark of an earlier launch is told apart by its epoch.
-__device__ inline bool peer_aborted(const GridBarrier& b, int phase, int cycle) {
-  const PeerSync& s = b.peers;
-  const unsigned long long failed = ptx::load_acquire_sys(s.abort[s.me]) - s.epoch - 1;  // wraps unless current
-  if (failed >= unsigned(s.gpus)) return false;
-  record_error(b, kPeerAborted, phase, cycle, int(failed));
+// The GPU whose abort mark, of this launch or a later one, is in this GPU's abort word, or -1. A later
+// launch's counts: a GPU whose launch failed stops its queued launches too, each marking its own epoch over
+// the last, so a peer still in this launch may find only a later mark. (With three or more GPUs, a GPU that
+// went on and failed in a later launch may so end a slower peer's wait in this one: an error reported
+// early, for a step that failed on a GPU anyway.)
+__device__ inline int stopped_peer(const PeerSync& s) {
+  const unsigned long long mark = ptx::load_acquire_sys(s.abort[s.me]);
+  return mark > s.epoch ? int((mark - 1) % kEpochStride) : -1;
+}
+
+// Waits until a peer's `flag` here reaches `value` (32 bits, compared by difference). A peer's abort mark
+// ends the wait at once, recording kPeerAborted naming it, unless the flag, read again after the mark, has
+// arrived (a peer that handed over, then stopped in a later launch); the watchdog, counting from `start`,
+// records `timeout_code` with `detail`. False: the launch stops on an error.
+__device__ inline bool wait_for_peer(const GridBarrier& b, const unsigned int* flag, unsigned int value,
+                                     long long start, int timeout_code, int phase, int cycle, int detail) {
+  const auto arrived = [&] { return int(ptx::load_acquire_sys(flag) - value) >= 0; };
+  while (!arrived()) {
+    if (const int failed = stopped_peer(b.peers); failed >= 0) {
+      if (arrived()) return true;
+      record_error(b, kPeerAborted, phase, cycle, failed);
+      return false;
+    }
+    if (watchdog_stop(b, start, timeout_code, phase, cycle, detail)) return false;
+    __nanosleep(128);
+  }
   return true;
 }
 
@@ -121,12 +140,9 @@ __device__ inline void peer_barrier(const GridBarrier& b, int phase, int cycle) 
   const PeerSync& s = b.peers;
   const unsigned int number = unsigned(s.epoch) + ++*s.count;
   for (int j = 0; j < s.gpus; ++j) ptx::store_release_sys(s.flags[j] + s.me, number);
-  const long long start = ptx::global_timer_ns();
+  const long long start = ptx::global_timer_ns();  // one limit for the whole wait
   for (int j = 0; j < s.gpus; ++j)
-    while (int(ptx::load_acquire_sys(s.flags[s.me] + j) - number) < 0) {
-      if (peer_aborted(b, phase, cycle) || watchdog_stop(b, start, kPeerTimeout, phase, cycle, j)) return;
-      __nanosleep(256);
-    }
+    if (!wait_for_peer(b, s.flags[s.me] + j, number, start, kPeerTimeout, phase, cycle, j)) return;
 }
 
 // Every block of every GPU: each thread's stores to peers (and its own) are visible to every GPU

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "alignment.h"
 #include "current_device.h"
@@ -241,8 +242,9 @@ struct Layer::Impl {
   WorkspaceLayout ws;
   Fp8WeightLayout fp8w;              // the quantized weights' buffer (no bytes in bf16)
   Exchange exchange;                 // where the ranks' shared buffers live (exchange.h)
-  unsigned long long launches = 0;   // this Layer's
-  const PeerGroup* group = nullptr;  // numbers the launches across GPUs (take_launch), or none
+  unsigned long long launches = 0;   // this Layer's, enqueued
+  unsigned long long numbered = 0;   // this Layer's launch numbers taken, without a group
+  const PeerGroup* group = nullptr;  // numbers the launches across GPUs (take_launches), or none
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
   TensorMapCache map_cache[2];     // per Pass: a forward's maps are the last forward's, mostly
@@ -391,7 +393,8 @@ struct Layer::Impl {
   }
 
   // ---- kernel parameters ----
-  Params params(Pass pass, uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+  Params params(Pass pass, uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out,
+                unsigned long long number) const {
     Params p{};
     p.c = c;
     p.ring_rows = pass == Pass::forward ? forward_cycle_rows(c) : launch.ring_rows;
@@ -409,7 +412,7 @@ struct Layer::Impl {
                             PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
                             {}};
     p.claimed_tiles = words + 3;
-    stamp_launch(p);
+    stamp_launch(p, number);
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);
     p.expert_bias = ptr<float>(w.expert_bias);
@@ -577,11 +580,17 @@ struct Layer::Impl {
             "graph: its barriers across GPUs number each launch on the host, and a replay would reuse the captured "
             "numbers");
   }
-  // The next launch's numbers in p: its epoch across GPUs and its relay values (each launch's are above
-  // every earlier launch's).
-  void stamp_launch(Params& p) const {
-    // 64 bits: the epoch of the abort marks never wraps (PeerSync).
-    const unsigned long long number = group ? group->take_launch(gpu) : launches;
+  // The call's `count` launch numbers (the first returned), taken before anything that may throw: a call
+  // refused on one GPU of a group still uses its numbers, so its peers' launches of them time out and every
+  // GPU's next call has the same numbers (taken after a refusal, a GPU's calls would stay behind its peers'
+  // for good, and its barriers would pass on their older flags).
+  unsigned long long take_launches(unsigned count) {
+    if (group) return group->take_launches(gpu, count);
+    return std::exchange(numbered, numbered + count);
+  }
+  // Launch `number`'s values in p: its epoch across GPUs and its relay values (each launch's are above
+  // every earlier launch's; 64 bits: the epoch of the abort marks never wraps, PeerSync).
+  void stamp_launch(Params& p, unsigned long long number) const {
     p.relay = exchange.relay(number);
     p.barrier.peers = exchange.peer_sync(number, p.barrier.arrived + 2);
   }
@@ -747,6 +756,7 @@ class OnDevice {
 void Layer::forward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
                     const ForwardOutputs& out) {
   Impl& m = *impl_;
+  const unsigned long long number = m.take_launches(1);
   const OnDevice on(m.device);
   m.raise_pending();
   require_stream_on(stream, m.device);
@@ -754,7 +764,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
   m.check_forward_apart(workspace, in, out);
-  Params p = m.params(Pass::forward, ws, in, out);
+  Params p = m.params(Pass::forward, ws, in, out, number);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::forward, p, in.weights, quantized);
@@ -768,6 +778,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
 void Layer::backward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
                      const ForwardOutputs& fwd, const TensorView& dy, const GradOutputs& grads) {
   Impl& m = *impl_;
+  const unsigned long long number = m.take_launches(2);  // the prologue's, the backward kernel's
   const OnDevice on(m.device);
   m.raise_pending();
   require_stream_on(stream, m.device);
@@ -776,7 +787,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.check_grads(in, dy, grads);
   uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
   m.check_backward_apart(workspace, in, fwd, dy, grads);
-  Params p = m.params(Pass::backward, ws, in, fwd);
+  Params p = m.params(Pass::backward, ws, in, fwd, number);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
@@ -789,7 +800,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, true);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_prologue_fp8_kernel : backward_prologue_kernel), stream,
                   p);
-  m.stamp_launch(p);
+  m.stamp_launch(p, number + 1);
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_fp8_kernel : backward_kernel), stream, p);
   // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
   // own (backward.cu, relayed_chains_kernel).

@@ -30,9 +30,9 @@ struct RankBuffers {
 // compared by difference), so flags only grow and are never reset.
 // The abort word: a GPU whose launch stops on an error writes its mark, epoch + its index + 1, into
 // every peer's abort word, and a peer waiting at a barrier across GPUs ends its launch on seeing a mark
-// of this launch. The epoch is 64 bits and a multiple of kEpochStride, so a mark of an earlier launch
-// never reads as one of this launch and the words need no reset (a reset would race with a faster
-// peer's mark for the next launch).
+// of this launch or a later one (grid_sync.cuh, stopped_peer). The epoch is 64 bits and a multiple of kEpochStride, so
+// a mark of an earlier launch never reads as one of this launch and the words need no reset (a reset would race with a
+// faster peer's mark for the next launch).
 inline constexpr int kEpochStride = 16;  // above the barriers across GPUs a launch passes
 static_assert(kMaxGpus < kEpochStride, "a launch's abort marks stay below the next launch's epoch");
 struct PeerSync {

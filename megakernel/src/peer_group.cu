@@ -35,6 +35,26 @@ class NcclGroup {
   bool open_ = true;
 };
 
+// The sizes of the windows the ranks of the caller's communicator allocated (0: a rank whose allocation
+// failed), learnt by every rank before the collective registration: a rank that failed, or whose first call
+// differs (another T, config or launch sizes another window), would otherwise leave its peers waiting in
+// ncclCommWindowRegister, or NCCL would refuse the sizes. One all-reduce (the largest of size and -size).
+struct WindowSizes {
+  long long smallest, largest;
+};
+WindowSizes agree_on_window(ncclComm_t comm, long long mine) {
+  DeviceArray<long long> sizes(std::vector<long long>{mine, -mine});
+  cudaStream_t stream = nullptr;
+  MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const ncclResult_t reduced = ncclAllReduce(sizes.get(), sizes.get(), 2, ncclInt64, ncclMax, comm, stream);
+  const cudaError_t waited = cudaStreamSynchronize(stream);
+  (void)cudaStreamDestroy(stream);
+  check_nccl(reduced, "ncclAllReduce of the ranks' window sizes");
+  MOK_CUDA_CHECK(waited);
+  const std::vector<long long> r = sizes.download();
+  return {-r[1], r[0]};
+}
+
 __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
   for (int j = threadIdx.x; j < gpus; j += blockDim.x) out[j] = ncclGetPeerPointer(window, 0, j);
 }
@@ -103,7 +123,19 @@ void PeerGroup::open_nccl() {
   const KeepCurrentDevice keep;
   for (Member& m : members_) {
     MOK_CUDA_CHECK(cudaSetDevice(m.device));
-    MOK_NCCL_CHECK(ncclMemAlloc(&m.buffer, bytes_));
+    const ncclResult_t allocated = ncclMemAlloc(&m.buffer, bytes_);
+    if (allocated != ncclSuccess) m.buffer = nullptr;  // nothing for release() to free
+    if (!owns_comms_) {                                // the caller's communicator: one rank of several processes
+      const WindowSizes sizes = agree_on_window(m.comm, allocated == ncclSuccess ? (long long)bytes_ : 0);
+      check_nccl(allocated, "ncclMemAlloc");
+      if (sizes.smallest == 0) throw Error("mok: another rank of the communicator could not allocate its window");
+      require(sizes.largest == sizes.smallest, [&] {
+        return "the ranks' first calls of this layer differ: their windows take " + std::to_string(sizes.smallest) +
+               " to " + std::to_string(sizes.largest) +
+               " bytes (every rank makes the same calls: the same tokens per rank, config and launch arguments)";
+      });
+    }
+    check_nccl(allocated, "ncclMemAlloc");
     // The flags of the barrier across GPUs start at zero: zeroed before the registration, which no
     // rank leaves before every rank entered it, so no peer's kernel can write the window earlier.
     MOK_CUDA_CHECK(cudaMemset(m.buffer, 0, bytes_));

@@ -40,11 +40,11 @@ class PeerGroup {
   uint8_t* local(int g) const { return static_cast<uint8_t*>(member(g).buffer); }
   // Every GPU's window as GPU g addresses it (its own included).
   std::vector<uint8_t*> peers(int g) const;
-  // The next launch number of GPU g's Layers on this group, taken once per launch. The barriers across
-  // GPUs and the relay compare the window's flags, which only grow, with it: so every Layer on the group
-  // (one after another, or several side by side) numbers on from the others', each GPU's Layers making
-  // their calls in the same order as every other GPU's.
-  unsigned long long take_launch(int g) const { return member(g).launches->fetch_add(1); }
+  // The next `count` launch numbers of GPU g's Layers on this group (the first returned), taken once per
+  // call. The barriers across GPUs and the relay compare the window's flags, which only grow, with them:
+  // so every Layer on the group (one after another, or several side by side) numbers on from the others',
+  // each GPU's Layers making their calls in the same order as every other GPU's.
+  unsigned long long take_launches(int g, unsigned count) const { return member(g).launches->fetch_add(count); }
 
  private:
   // One GPU whose window this group holds.

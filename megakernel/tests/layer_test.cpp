@@ -1043,7 +1043,7 @@ TEST_F(LayerApi, ColocatedLayersOnTheirSharesMatchTheReference) {
 }
 
 // Layers made again on one peer group (the group outlives its Layers) number their launches on from the
-// first Layers' (PeerGroup::take_launch): the window's flags hold the first Layers' numbers, which a count
+// first Layers' (PeerGroup::take_launches): the window's flags hold the first Layers' numbers, which a count
 // started again from 0 would pass at once, and the barriers across GPUs would not wait.
 TEST_F(LayerApi, ColocatedLayersMadeAgainOnOneGroupMatchTheReference) {
   const ref::Problem p = ref::make_problem(shared_sigmoid_on_4_ranks(), 45, ref::RoutingKind::uniform);
@@ -1170,6 +1170,94 @@ TEST_F(LayerApi, ColocatedErrorOnOneShareEndsTheOthersLaunchAtOnce) {
   EXPECT_NE(raised[1].find("after phase 'router top-k'"), std::string::npos) << raised[1];
   shares.bound[0]->fwd.x.upload(share_of(p.x, 0, 2));
   expect_same(shares.poisoned_step(), reference(p, RoutingMode::router));
+}
+
+// A call refused on the host on one share (an x of another shape) still takes its launch number: the other
+// share's launch of it ends on its watchdog (1 s), and every share's next calls have the same numbers, so both
+// work again with the reference's bits. (Numbered after the checks, the refused share's calls stayed one launch
+// behind for good, and its barriers passed on its peer's older flags.)
+TEST_F(LayerApi, ColocatedCallRefusedOnOneShareKeepsTheSharesLaunchNumbersAlike) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 50);
+  Colocated shares(p, RoutingMode::router, 2, 1.0);
+  const Bound& refused = *shares.bound[0];
+  ForwardInputs in = refused.inputs();
+  in.x.shape[0] -= 1;
+  expect_error([&] { shares.layers[0]->forward(shares.streams[0], refused.workspace.view(), in, refused.outputs()); },
+               "x [N/G, H]");
+  const Bound& other = *shares.bound[1];
+  shares.layers[1]->forward(shares.streams[1], other.workspace.view(), other.inputs(), other.outputs());
+  const std::vector<std::string> raised = shares.raised();
+  EXPECT_EQ(raised[0], "nothing raised");
+  EXPECT_NE(raised[1].find("waited more than 1 s for GPU 0 at the barrier across GPUs"), std::string::npos)
+      << raised[1];
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::router));
+}
+
+// A share whose launch failed stops its queued launches too, each marking its peer's abort word with its own
+// epoch: a peer that reaches a barrier of an earlier launch only after them ends its launch at once, naming
+// the share (a later launch's mark was taken for an old one before, and the peer waited for its watchdog, 30 s).
+// Here share 1's forward, backward and next forward are queued when share 0's forward fails on a NaN; share 0
+// raises its error, then its backward finds share 1's marks of the later launches.
+TEST_F(LayerApi, ColocatedPeerEndsItsWaitOnAMarkOfALaterLaunch) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 49);
+  Colocated shares(p, RoutingMode::router, 2, 30.0);
+  std::vector<bf16> x = share_of(p.x, 0, 2);
+  x[0] = bf16{0x7fc0};  // NaN: token 0's router logits overflow
+  shares.bound[0]->fwd.x.upload(x);
+  const auto call = [&](int g, bool backward) {
+    const Bound& b = *shares.bound[g];
+    if (backward)
+      shares.layers[g]->backward(shares.streams[g], b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(),
+                                 b.grads());
+    else
+      shares.layers[g]->forward(shares.streams[g], b.workspace.view(), b.inputs(), b.outputs());
+  };
+  call(1, false), call(1, true), call(1, false);
+  call(0, false);
+  expect_error([&] { shares.layers[0]->check(); }, "router logit of token 0 overflows");
+  const auto start = std::chrono::steady_clock::now();
+  call(0, true), call(0, false);
+  const std::vector<std::string> raised = shares.raised();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0) << "share 0 waited for its watchdog instead of seeing share 1's later abort marks";
+  EXPECT_NE(raised[0].find("GPU 1 stopped on an error"), std::string::npos) << raised[0];
+  EXPECT_NE(raised[1].find("GPU 0 stopped on an error"), std::string::npos) << raised[1];
+  shares.bound[0]->fwd.x.upload(share_of(p.x, 0, 2));
+  expect_same(shares.poisoned_step(), reference(p, RoutingMode::router));
+}
+
+// Given routing, no shared expert: no relay follows the backward's last barrier across shares, and a share's
+// next forward copies its tokens' topk_w anew into its window, where the other share's dye pull reads them; a
+// closing barrier orders the two. A step's calls enqueued back to back, the next forward (another routing)
+// right behind the backward, give the bits of the same calls waited for one by one. Zipf routing: one share's
+// experts take most rows, so its dye pull runs long after the other share's backward could end.
+TEST_F(LayerApi, ColocatedGivenRoutingCallsBackToBackGiveTheBitsOfCallsWaitedFor) {
+  const LayerConfig c = make_config(2, 2048, 4096, 128, 8, 4);
+  const ref::Problem first = ref::make_problem(c, 55, ref::RoutingKind::zipf);
+  const ref::Problem next = ref::make_problem(c, 56, ref::RoutingKind::uniform);
+  Colocated shares(first, RoutingMode::given, 2);
+  std::vector<std::unique_ptr<Bound>> after;
+  for (int g = 0; g < 2; ++g)
+    after.push_back(std::make_unique<Bound>(*shares.layers[g], next, RoutingMode::given, g, 2));
+  const auto step = [&](bool waited) {
+    const auto wait = [&] {
+      if (waited)
+        for (const auto& layer : shares.layers) layer->check();
+    };
+    for (const auto& b : shares.bound) b->poison();
+    shares.forward();
+    wait();
+    shares.backward();
+    wait();
+    for (int g = 0; g < 2; ++g)
+      shares.layers[g]->forward(shares.streams[g], after[g]->workspace.view(), after[g]->inputs(), after[g]->outputs());
+    return shares.check_and_read();
+  };
+  const Results waited = step(true);
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("back to back, run " + std::to_string(run));
+    expect_same(step(false), waited);
+  }
 }
 
 // Across GPUs each share checks every token's slots (a peer's topk_idx read from its window): a share

@@ -79,6 +79,7 @@ int tool_main(int argc, char** argv) {
     std::vector<int> devs(ranks);
     for (int r = 0; r < ranks; ++r) devs[r] = r;
     std::vector<ncclComm_t> comms(ranks);
+    setenv("NCCL_NVLS_ENABLE", "0", 0);  // as the peer group's: no multicast unless asked (docs/multi-gpu.md)
     MOK_NCCL_CHECK(ncclCommInitAll(comms.data(), ranks, devs.data()));
     std::vector<void*> buf(ranks), local(ranks);
     std::vector<ncclWindow_t> win(ranks);

@@ -7,9 +7,9 @@
 //   --routing: router (the layer routes), uniform or zipf (replayed expert ids: RoutingMode::replay_ids);
 //   --runs: forward and backward N times on every GPU; every run must give the first run's bits;
 //   --timeout: seconds the ranks may take together before all are killed (default 120).
-// One process per GPU (mok/tools/process_ranks.h): each rank builds the whole problem from the seed,
-// uploads its tokens' and experts' slices, runs, and writes its results to a file; the parent assembles
-// them and compares with the reference.
+// One process per GPU (mok/tools/process_ranks.h): the parent builds the whole problem from the seed once;
+// each rank, forked from it, uploads its tokens' and experts' slices, runs, and writes its results to a
+// file; the parent assembles them and compares with the reference.
 // Exit: 0 all equal, 1 a mismatch or a failed rank, 2 bad arguments or a setup error, 77 no Hopper GPU
 // (ctest: skip).
 #include <cuda_runtime.h>
@@ -260,6 +260,7 @@ Job make_job(const Options& o) {
     throw Error("mok-procs: --routing must be router, uniform or zipf, got " + mok::quote_input(o.routing));
   Job job;
   job.config = make_config(o);
+  mok::gpu::check_launch(job.config, mok::gpu::on_communicator({}, o.gpus));  // the ranks' launch, before any GPU
   job.kind = mok::ref::routing_kind_from_string(o.routing);
   job.mode = job.kind == mok::ref::RoutingKind::router ? mok::RoutingMode::router : mok::RoutingMode::replay_ids;
   job.runs = o.runs;
