@@ -36,6 +36,9 @@ std::vector<uint8_t> inflate_exactly(const std::vector<uint8_t>& stream, size_t 
   if (rc != Z_STREAM_END)
     throw Error(bad + (rc == Z_BUF_ERROR ? "ends early" : "is corrupt") +
                 (zlib_message.empty() ? "" : " (zlib: " + zlib_message + ")"));
+  // The writer stores the stream and nothing after it: bytes past its end are no chunk it wrote.
+  if (in_at < stream.size())
+    throw Error(bad + "ends after " + std::to_string(in_at) + " of them: the chunk stores bytes past its stream");
   out.pop_back();
   return out;
 }

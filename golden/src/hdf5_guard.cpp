@@ -39,6 +39,7 @@ constexpr uint64_t kFreeBlockBytes = 16;      // a free block starts with the ne
 constexpr uint64_t kBtreeHeader = 24;         // signature, type, level, entries used, two sibling addresses
 constexpr uint64_t kSymbolNodeHeader = 8, kSymbolEntry = 40;  // a symbol table node; each of its entries
 constexpr uint64_t kUndefinedAddress = UINT64_MAX;
+constexpr uint64_t kChunkTreeK = 32;  // half a chunk B-tree node's entries: a version 0 superblock's fixed rank
 
 uint64_t le(const uint8_t* p, int bytes) {
   uint64_t v = 0;
@@ -311,6 +312,7 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
   std::vector<Message> all = messages(address, what);
   uint64_t element = 0;
   int rank = -1;
+  std::vector<uint64_t> shape;
   // The library reads the first of each; the checks below would see the last (a second symbol table let
   // the library walk one these checks never saw).
   for (const uint16_t type : {kDataspace, kDatatype, kOldFillValue, kFillValue, kLayout, kFilterPipeline, kSymbolTable})
@@ -325,6 +327,7 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
     if (m.type == kDataspace) {
       dataspace_points(m.data.data(), m.data.size(), what + ": it ");  // its size checked first
       rank = m.data[1];
+      for (int i = 0; i < rank; ++i) shape.push_back(le(&m.data[(m.data[0] == 1 ? 8 : 4) + 8 * i], 8));
     }
   }
   for (const Message& m : all) {
@@ -336,8 +339,15 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
     if (m.data[1] != kChunkedLayout) continue;
     // Chunked (check_layout: the message holds its rank + 1 and its B-tree's address), the tree allocated.
     if (const uint64_t tree = le(&m.data[3], 8); tree != kUndefinedAddress) {
-      std::set<uint64_t> seen;
-      check_chunk_node(tree, -1, m.data[2], seen, what + ": its chunk B-tree");
+      ChunkWalk walk{shape, {}};
+      uint64_t needed = 1;
+      for (int i = 0; i < rank; ++i) {
+        walk.chunk.push_back(le(&m.data[11 + 4 * i], 4));
+        needed *= (shape[i] + walk.chunk[i] - 1) / walk.chunk[i];  // check_layout: no chunk dimension of 0
+      }
+      check_chunk_node(tree, -1, walk, what + ": its chunk B-tree");
+      if (walk.chunks != needed)
+        malformed(what + ": its chunk B-tree holds " + text(walk.chunks) + " chunks, its shape needs " + text(needed));
     }
   }
   headers_[where] = std::move(all);
@@ -394,9 +404,7 @@ void RawHdf5::check_group_node(uint64_t address, int level, const HeapNames& nam
   claim(address, node_bytes, "B-tree node", node);
   const uint64_t used = le(&b[6], 2);
   if (used > two_k) malformed(node + " holds " + text(used) + " children, its rank allows " + text(two_k));
-  for (const uint64_t sibling : {le(&b[8], 8), le(&b[16], 8)})
-    if (sibling != kUndefinedAddress && sibling >= size_ - base_)
-      malformed(node + " has a sibling at address " + text(sibling) + ", past the end of the file");
+  check_siblings(b, node);
   for (uint64_t i = 0; i <= used; ++i)
     check_name(names, le(&b[kBtreeHeader + 16 * i], 8), node + ": its key " + text(i));
   for (uint64_t i = 0; i < used; ++i) {
@@ -428,19 +436,60 @@ void RawHdf5::check_group_node(uint64_t address, int level, const HeapNames& nam
   }
 }
 
-// A chunk B-tree node (its `level`, or any for the root node, -1): keys of a chunk's size, filter mask and
-// `ndims` offsets, the children B-tree nodes one level down or, at level 0, chunks (raw data, not read).
-void RawHdf5::check_chunk_node(uint64_t address, int level, uint64_t ndims, std::set<uint64_t>& seen,
-                               const std::string& what) {
+void RawHdf5::check_siblings(const std::vector<uint8_t>& b, const std::string& node) const {
+  for (const uint64_t sibling : {le(&b[8], 8), le(&b[16], 8)})
+    if (sibling != kUndefinedAddress && sibling >= size_ - base_)
+      malformed(node + " has a sibling at address " + text(sibling) + ", past the end of the file");
+}
+
+// A chunk B-tree node (its `level`, or any for the root node, -1), claimed whole (a tree two datasets share
+// was decoded with the first one's key size for the second: libhdf5 read uninitialised keys): 1 to 2K
+// entries, each a key of a chunk's size, filter mask and offsets, then a child: a B-tree node one level
+// down or, at level 0, a chunk.
+void RawHdf5::check_chunk_node(uint64_t address, int level, ChunkWalk& walk, const std::string& what) {
   const std::string node = what + " node at address " + text(address);
-  if (!seen.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
-  const std::vector<uint8_t> head = read(address, kBtreeHeader, node);
-  check_btree_header(head, 1, level, node);
-  if (head[5] == 0) return;
-  const uint64_t used = le(&head[6], 2), key = 8 + 8 * ndims;  // size, filter mask, offsets
-  const std::vector<uint8_t> b = read(address, kBtreeHeader + used * (key + 8) + key, node);
-  for (uint64_t i = 0; i < used; ++i)
-    check_chunk_node(le(&b[kBtreeHeader + i * (key + 8) + key], 8), head[5] - 1, ndims, seen, what);
+  if (!walk.nodes.insert(address).second) malformed(what + " reaches its node at address " + text(address) + " twice");
+  const uint64_t key = 16 + 8 * walk.shape.size(), two_k = 2 * kChunkTreeK;  // the element's offset last
+  const std::vector<uint8_t> b = read(address, kBtreeHeader + two_k * (key + 8) + key, node);
+  check_btree_header(b, 1, level, node);
+  claim(address, b.size(), "chunk B-tree node", node);
+  const uint64_t used = le(&b[6], 2);
+  if (used == 0 || used > two_k)
+    malformed(node + " holds " + text(used) + " entries, a chunk B-tree node holds 1 to " + text(two_k));
+  check_siblings(b, node);
+  for (uint64_t i = 0; i < used; ++i) {
+    const uint8_t* entry = &b[kBtreeHeader + i * (key + 8)];
+    const uint64_t child = le(entry + key, 8);
+    if (b[5] > 0)
+      check_chunk_node(child, b[5] - 1, walk, what);
+    else
+      check_chunk_entry(entry, child, walk, node + ": its entry " + text(i));
+  }
+}
+
+// A leaf's entry: a chunk the writer made (every filter applied, stored bytes inside the file and no other
+// structure's), at offsets on the chunk grid inside the shape, after the last chunk's (libhdf5 takes any key
+// not above the offsets it looks up for theirs).
+void RawHdf5::check_chunk_entry(const uint8_t* key, uint64_t address, ChunkWalk& walk, const std::string& what) {
+  const uint64_t bytes = le(key, 4), mask = le(key + 4, 4), rank = walk.shape.size();
+  std::vector<uint64_t> at(rank);
+  bool on_grid = le(key + 8 + 8 * rank, 8) == 0;  // the element's offset
+  for (uint64_t i = 0; i < rank; ++i) {
+    at[i] = le(key + 8 + 8 * i, 8);
+    on_grid = on_grid && at[i] % walk.chunk[i] == 0 && at[i] < walk.shape[i];
+  }
+  std::string offsets;
+  for (const uint64_t o : at) offsets += (offsets.empty() ? "" : ", ") + text(o);
+  const std::string chunk = what + ", the chunk at [" + offsets + "]";
+  if (!on_grid) malformed(chunk + ", is not on the dataset's chunk grid");
+  if (walk.chunks > 0 && !std::lexicographical_compare(walk.last.begin(), walk.last.end(), at.begin(), at.end()))
+    malformed(chunk + ", does not follow the chunk before it");
+  if (mask != 0) malformed(chunk + ", skips filters (mask " + text(mask) + "): the writer applies every filter");
+  if (bytes == 0 || address >= size_ - base_ || bytes > size_ - base_ - address)
+    malformed(chunk + ", stores " + text(bytes) + " bytes at address " + text(address) + ", not inside the file");
+  claim(address, bytes, "chunk", chunk);
+  walk.last = std::move(at);
+  ++walk.chunks;
 }
 
 void RawHdf5::check_string_attribute(const std::string& where, const std::string& name) {

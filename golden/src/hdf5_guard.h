@@ -26,6 +26,15 @@ struct HeapNames {
   uint64_t terminated;
 };
 
+// A chunked dataset's chunk B-tree as it is walked: the chunk grid its leaves' keys must name, each chunk
+// once, in increasing order.
+struct ChunkWalk {
+  std::vector<uint64_t> shape, chunk;  // the dataspace's dimensions and the chunk's, the element's left out
+  std::set<uint64_t> nodes;            // the nodes reached
+  std::vector<uint64_t> last;          // the last chunk's offsets
+  uint64_t chunks = 0;
+};
+
 class RawHdf5 {
  public:
   // base: HDF5's base address (the user block, the seal's 512 bytes), which addresses are relative to.
@@ -80,7 +89,9 @@ class RawHdf5 {
                         const std::string& what);
   std::vector<Message> messages(uint64_t address, const std::string& what);
   void check_heap_object(uint64_t address, uint32_t index, uint32_t length, const std::string& what);
-  void check_chunk_node(uint64_t address, int level, uint64_t ndims, std::set<uint64_t>& seen, const std::string& what);
+  void check_chunk_node(uint64_t address, int level, ChunkWalk& walk, const std::string& what);
+  void check_chunk_entry(const uint8_t* key, uint64_t address, ChunkWalk& walk, const std::string& what);
+  void check_siblings(const std::vector<uint8_t>& node_bytes, const std::string& node) const;
 
   std::map<std::string, std::vector<Message>> headers_;  // object path -> its header's messages, once checked
   std::map<uint64_t, Region> regions_;                   // the structures checked, by address

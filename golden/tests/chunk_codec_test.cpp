@@ -109,6 +109,10 @@ TEST(ChunkCodec, AStreamInflatesToTheChunksSizeAndNoMore) {
   std::vector<uint8_t> cut(stream.begin(), stream.end() - 3);
   EXPECT_NE(inflate_error(cut, 1000).find("ends early"), std::string::npos);
   EXPECT_NE(inflate_error({}, 1000).find("ends early"), std::string::npos);
+  std::vector<uint8_t> trailed = stream;
+  trailed.push_back(0);
+  EXPECT_NE(inflate_error(trailed, 1000).find("ends after " + std::to_string(stream.size()) + " of them"),
+            std::string::npos);
   std::vector<uint8_t> corrupt = stream;
   corrupt[3] ^= 0xff;
   EXPECT_NE(inflate_error(corrupt, 1000).find("is corrupt"), std::string::npos);

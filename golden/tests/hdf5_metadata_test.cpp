@@ -339,6 +339,27 @@ TEST_F(ResealedGolden, ChunkBtreesAreCheckedBeforeTheLibraryLooksAChunkUp) {
                      " is no B-tree node of a dataset's chunks");
 }
 
+// A chunk B-tree's leaves name the chunks the writer made: each node is claimed whole (a tree two datasets
+// share was read with the first one's key size for the second: libhdf5 read uninitialised keys), holds 1
+// to 64 entries, and each entry names a chunk on the grid, after the last, with every filter applied.
+// /inputs/x's tree is one leaf of one entry: its key at 24 (size, filter mask, offsets at 32, 40, 48), its
+// chunk's address at 56.
+TEST_F(ResealedGolden, ChunkBtreeLeavesNameTheWritersChunks) {
+  const size_t layout = layout_message(original_, {32, 64, 2});
+  const uint64_t root = get(original_, layout + 3, 8);
+  const size_t node = kSealBytes + root;
+  const std::string leaf = "object /inputs/x: its chunk B-tree node at address " + std::to_string(root);
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 6, 0, 2); }),
+                 leaf + " holds 0 entries, a chunk B-tree node holds 1 to 64");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 28, 4, 4); }),
+                 leaf + ": its entry 0, the chunk at [0, 0], skips filters (mask 4)");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 40, 1, 8); }),
+                 leaf + ": its entry 0, the chunk at [0, 1], is not on the dataset's chunk grid");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 56, get(b, layout + 3, 8), 8); }), "overlaps");
+  const size_t offsets = layout_message(original_, {5, 4});  // /routing/offsets, of rank 1, on x's tree
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, offsets + 3, root, 8); }), "overlaps");
+}
+
 std::vector<unsigned char> deflated_zeros(size_t bytes) {
   const std::vector<unsigned char> zeros(bytes);
   uLongf size = compressBound(uLong(bytes));
