@@ -457,6 +457,8 @@ void RawHdf5::check_chunk_node(uint64_t address, int level, ChunkWalk& walk, con
   if (used == 0 || used > two_k)
     malformed(node + " holds " + text(used) + " entries, a chunk B-tree node holds 1 to " + text(two_k));
   check_siblings(b, node);
+  if (level < 0 && (le(&b[8], 8) != kUndefinedAddress || le(&b[16], 8) != kUndefinedAddress))
+    malformed(node + " is the tree's root, which has no sibling, but names one");
   for (uint64_t i = 0; i < used; ++i) {
     const uint8_t* entry = &b[kBtreeHeader + i * (key + 8)];
     const uint64_t child = le(entry + key, 8);

@@ -351,6 +351,8 @@ TEST_F(ResealedGolden, ChunkBtreeLeavesNameTheWritersChunks) {
   const std::string leaf = "object /inputs/x: its chunk B-tree node at address " + std::to_string(root);
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 6, 0, 2); }),
                  leaf + " holds 0 entries, a chunk B-tree node holds 1 to 64");
+  expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 16, 0, 8); }),
+                 leaf + " is the tree's root, which has no sibling, but names one");
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 28, 4, 4); }),
                  leaf + ": its entry 0, the chunk at [0, 0], skips filters (mask 4)");
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 40, 1, 8); }),
