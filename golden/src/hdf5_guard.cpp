@@ -339,11 +339,15 @@ void RawHdf5::check_object_header(const std::string& where, uint64_t address) {
     if (m.data[1] != kChunkedLayout) continue;
     // Chunked (check_layout: the message holds its rank + 1 and its B-tree's address), the tree allocated.
     if (const uint64_t tree = le(&m.data[3], 8); tree != kUndefinedAddress) {
-      ChunkWalk walk{shape, {}};
-      uint64_t needed = 1;
+      ChunkWalk walk;
+      walk.shape = shape;
+      uint64_t needed = 1;  // chunks the shape needs, each at least a byte of the file: bounded by its size
       for (int i = 0; i < rank; ++i) {
-        walk.chunk.push_back(le(&m.data[11 + 4 * i], 4));
-        needed *= (shape[i] + walk.chunk[i] - 1) / walk.chunk[i];  // check_layout: no chunk dimension of 0
+        walk.chunk.push_back(le(&m.data[11 + 4 * i], 4));  // check_layout: no chunk dimension of 0
+        const uint64_t along = shape[i] / walk.chunk[i] + (shape[i] % walk.chunk[i] != 0);
+        if (along != 0 && needed > (size_ - base_) / along)
+          malformed(what + ": its shape needs more chunks than the file has bytes");
+        needed *= along;
       }
       check_chunk_node(tree, -1, walk, what + ": its chunk B-tree");
       if (walk.chunks != needed)

@@ -358,6 +358,21 @@ TEST_F(ResealedGolden, ChunkBtreeLeavesNameTheWritersChunks) {
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 40, 1, 8); }),
                  leaf + ": its entry 0, the chunk at [0, 1], is not on the dataset's chunk grid");
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, node + 56, get(b, layout + 3, 8), 8); }), "overlaps");
+  // x's dataspace (in its object header before the layout message: version 1, rank 2, dims at 8) of
+  // 2^63 + 1 rows and columns: the chunk count, 2^126, wrapped to 1 before it was bounded by the file.
+  std::string dims(16, '\0');
+  dims[0] = 32, dims[8] = 64;
+  const std::string header(original_.begin(), original_.begin() + layout);
+  size_t space = header.rfind(dims);
+  while (space != std::string::npos && space >= 8 && get(original_, space - 8, 2) != 0x0201u)
+    space = header.rfind(dims, space - 1);  // the maximum dimensions follow the dimensions
+  ASSERT_NE(space, std::string::npos) << "no dataspace message of version 1, rank 2, of x's shape";
+  space -= 8;
+  expect_refused(read_edited([&](std::vector<char>& b) {
+                   put(b, space + 8, (uint64_t(1) << 63) + 1, 8);
+                   put(b, space + 16, (uint64_t(1) << 63) + 1, 8);
+                 }),
+                 "object /inputs/x: its shape needs more chunks than the file has bytes");
   const size_t offsets = layout_message(original_, {5, 4});  // /routing/offsets, of rank 1, on x's tree
   expect_refused(read_edited([&](std::vector<char>& b) { put(b, offsets + 3, root, 8); }), "overlaps");
 }
