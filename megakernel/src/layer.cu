@@ -3,10 +3,12 @@
 // on the caller's stream, device errors copied behind each launch and raised by the next call; the
 // peer groups of several GPUs (this process's, colocated, or on a caller's communicator).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "alignment.h"
@@ -14,6 +16,7 @@
 #include "device_array.cuh"
 #include "exchange.h"
 #include "kernels.cuh"
+#include "mok/core/fields.h"
 #include "mok/core/saved_layout.h"
 #include "mok/core/validate.h"
 #include "mok/megakernel/layer.h"
@@ -689,6 +692,29 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, int gpu, const Pe
   impl_->init(c, launch, gpu, peers);
 }
 
+namespace {
+
+// A Layer's config and the sizes its launch gives (layer_memory: the launch options that matter to the ranks
+// alike), hashed (FNV-1a over each value's bits): what the ranks of a communicator compare before they
+// register a window together.
+uint64_t fingerprint(const LayerConfig& c, const LaunchConfig& launch) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto mix = [&](uint64_t v) {
+    for (int byte = 0; byte < 8; ++byte) h = (h ^ (v >> (8 * byte) & 0xff)) * 0x100000001b3ull;
+  };
+  for_each_field(c, [&](const char*, const auto& v) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
+      mix(std::bit_cast<uint32_t>(float(v)));
+    else
+      mix(uint64_t(v));
+  });
+  const LayerMemory m = layer_memory(c, launch);
+  for (const size_t bytes : {m.saved, m.workspace_forward, m.workspace_backward, m.window, m.fp8_weights}) mix(bytes);
+  return h;
+}
+
+}  // namespace
+
 Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, ncclComm_t comm) : impl_(std::make_unique<Impl>()) {
   require(comm != nullptr, "the NCCL communicator is null");
   int count = 0, rank = 0, device = 0, current = 0;
@@ -703,7 +729,7 @@ Layer::Layer(const LayerConfig& c, const LaunchConfig& launch, ncclComm_t comm) 
           "gpus = " + std::to_string(launch.gpus) + ", but the communicator has " + std::to_string(count) + " ranks");
   const LaunchConfig on_comm = on_communicator(launch, count);
   validate_launch(c, on_comm);  // before the collective registration: a refused Layer leaves no window
-  impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c, count));
+  impl_->comm_peers = std::make_unique<PeerGroup>(comm, Exchange::window_bytes(c, count), fingerprint(c, on_comm));
   impl_->init(c, on_comm, rank, impl_->comm_peers.get());
 }
 

@@ -5,6 +5,7 @@
 // is waited for (they meet at the barriers across GPUs); the global results assembled from the shares.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -118,16 +119,23 @@ struct Megakernel::Impl {
       s.use();
       MOK_CUDA_CHECK(cudaDeviceSynchronize());
     }
-    size_t launched = 0;
-    try {
-      for (GpuShare& s : gpus) {
+    // Every GPU makes the call, whichever throws: a call takes its launch numbers before it may throw, so
+    // the GPUs stay numbered alike; those that launched wait for one that did not until their watchdogs
+    // end them, and every GPU's recorded error is then cleared. The first GPU's exception is the one thrown.
+    std::exception_ptr failed;
+    for (GpuShare& s : gpus) try {
         s.use();
         launch_one(s);
-        ++launched;
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
       }
-    } catch (...) {  // the GPUs already running wait for this one until their watchdogs end them
-      for (size_t g = 0; g < launched; ++g) cudaSetDevice(gpus[g].device), cudaDeviceSynchronize();
-      throw;
+    if (failed) {
+      for (GpuShare& s : gpus) try {
+          s.use();
+          s.layer->check();
+        } catch (const Error&) {
+        }
+      std::rethrow_exception(failed);
     }
     std::vector<Layer::DeviceError> errors;
     for (GpuShare& s : gpus) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "current_device.h"
@@ -35,25 +36,40 @@ class NcclGroup {
   bool open_ = true;
 };
 
-// The sizes of the windows the ranks of the caller's communicator allocated (0: a rank whose allocation
-// failed), learnt by every rank before the collective registration: a rank that failed, or whose first call
-// differs (another T, config or launch sizes another window), would otherwise leave its peers waiting in
-// ncclCommWindowRegister, or NCCL would refuse the sizes. One all-reduce (the largest of size and -size).
-struct WindowSizes {
-  long long smallest, largest;
+// What the ranks of the caller's communicator learn of each other before the collective registration: a rank
+// that failed to allocate its window, or whose first call differs (another T, config or launch), would
+// otherwise leave its peers waiting in ncclCommWindowRegister, register a window of another size, or run
+// the layer mismatched. One all-reduce (max) of each value and its negation gives every rank the largest
+// and the smallest. Its buffer and stream are made before the window, so a rank short of memory for the
+// window still takes part.
+class Agreement {
+ public:
+  Agreement() : values_(4) { MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Agreement() { (void)cudaStreamDestroy(stream_); }
+  Agreement(const Agreement&) = delete;
+  Agreement& operator=(const Agreement&) = delete;
+
+  // allocated: this rank's ncclMemAlloc of `window` bytes; fingerprint: its Layer's (63 bits: it negates).
+  void compare(ncclComm_t comm, ncclResult_t allocated, long long window, long long fingerprint) {
+    const long long held = allocated == ncclSuccess ? window : 0;
+    values_.upload({held, -held, fingerprint, -fingerprint});
+    MOK_NCCL_CHECK(ncclAllReduce(values_.get(), values_.get(), 4, ncclInt64, ncclMax, comm, stream_));
+    MOK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<long long> r = values_.download();
+    check_nccl(allocated, "ncclMemAlloc");  // this rank's own failure first
+    if (-r[1] == 0) throw Error("mok: another rank of the communicator could not allocate its window");
+    require(r[0] == -r[1] && r[2] == -r[3], [&] {
+      return "the ranks' first calls of this layer differ (windows of " + std::to_string(-r[1]) + " to " +
+             std::to_string(r[0]) + " bytes, " + (r[2] == -r[3] ? "one" : "several") +
+             " config and launch fingerprint(s)): every rank makes the same calls, with the same tokens per rank, "
+             "config and launch arguments";
+    });
+  }
+
+ private:
+  DeviceArray<long long> values_;
+  cudaStream_t stream_ = nullptr;
 };
-WindowSizes agree_on_window(ncclComm_t comm, long long mine) {
-  DeviceArray<long long> sizes(std::vector<long long>{mine, -mine});
-  cudaStream_t stream = nullptr;
-  MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const ncclResult_t reduced = ncclAllReduce(sizes.get(), sizes.get(), 2, ncclInt64, ncclMax, comm, stream);
-  const cudaError_t waited = cudaStreamSynchronize(stream);
-  (void)cudaStreamDestroy(stream);
-  check_nccl(reduced, "ncclAllReduce of the ranks' window sizes");
-  MOK_CUDA_CHECK(waited);
-  const std::vector<long long> r = sizes.download();
-  return {-r[1], r[0]};
-}
 
 __global__ void peer_windows(ncclWindow_t window, int gpus, void** out) {
   for (int j = threadIdx.x; j < gpus; j += blockDim.x) out[j] = ncclGetPeerPointer(window, 0, j);
@@ -104,7 +120,8 @@ PeerGroup::PeerGroup(Transport transport, int gpus, size_t bytes) : transport_(t
   }
 }
 
-PeerGroup::PeerGroup(ncclComm_t comm, size_t bytes) : transport_(Transport::nccl), gpus_(0), bytes_(bytes) {
+PeerGroup::PeerGroup(ncclComm_t comm, size_t bytes, uint64_t fingerprint)
+    : transport_(Transport::nccl), gpus_(0), bytes_(bytes) {
   Member m;
   m.comm = comm;
   MOK_NCCL_CHECK(ncclCommCount(comm, &gpus_));
@@ -112,29 +129,22 @@ PeerGroup::PeerGroup(ncclComm_t comm, size_t bytes) : transport_(Transport::nccl
   MOK_NCCL_CHECK(ncclCommCuDevice(comm, &m.device));
   members_.push_back(m);
   try {
-    open_nccl();
+    open_nccl(fingerprint);
   } catch (...) {
     release();
     throw;
   }
 }
 
-void PeerGroup::open_nccl() {
+void PeerGroup::open_nccl(uint64_t fingerprint) {
   const KeepCurrentDevice keep;
   for (Member& m : members_) {
     MOK_CUDA_CHECK(cudaSetDevice(m.device));
+    std::optional<Agreement> agreement;  // the caller's communicator: one rank of several processes
+    if (!owns_comms_) agreement.emplace();
     const ncclResult_t allocated = ncclMemAlloc(&m.buffer, bytes_);
     if (allocated != ncclSuccess) m.buffer = nullptr;  // nothing for release() to free
-    if (!owns_comms_) {                                // the caller's communicator: one rank of several processes
-      const WindowSizes sizes = agree_on_window(m.comm, allocated == ncclSuccess ? (long long)bytes_ : 0);
-      check_nccl(allocated, "ncclMemAlloc");
-      if (sizes.smallest == 0) throw Error("mok: another rank of the communicator could not allocate its window");
-      require(sizes.largest == sizes.smallest, [&] {
-        return "the ranks' first calls of this layer differ: their windows take " + std::to_string(sizes.smallest) +
-               " to " + std::to_string(sizes.largest) +
-               " bytes (every rank makes the same calls: the same tokens per rank, config and launch arguments)";
-      });
-    }
+    if (agreement) agreement->compare(m.comm, allocated, (long long)bytes_, (long long)(fingerprint >> 1));
     check_nccl(allocated, "ncclMemAlloc");
     // The flags of the barrier across GPUs start at zero: zeroed before the registration, which no
     // rank leaves before every rank entered it, so no peer's kernel can write the window earlier.

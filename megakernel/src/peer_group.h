@@ -23,8 +23,10 @@ class PeerGroup {
   // Transport::nccl: GPUs 0 .. gpus-1; Transport::colocated: `gpus` shares of the current device.
   // `bytes` of window each, zeroed.
   PeerGroup(Transport transport, int gpus, size_t bytes);
-  // GPU ncclCommUserRank of `comm` (collective: every rank of the communicator makes its group).
-  PeerGroup(ncclComm_t comm, size_t bytes);
+  // GPU ncclCommUserRank of `comm` (collective: every rank of the communicator makes its group). Every rank
+  // must give the same `bytes` and `fingerprint` (of its Layer's config and launch): compared before the
+  // window's registration, a difference is refused on every rank.
+  PeerGroup(ncclComm_t comm, size_t bytes, uint64_t fingerprint);
   ~PeerGroup();
   PeerGroup(const PeerGroup&) = delete;
   PeerGroup& operator=(const PeerGroup&) = delete;
@@ -56,9 +58,9 @@ class PeerGroup {
     std::shared_ptr<std::atomic<unsigned long long>> launches = std::make_shared<std::atomic<unsigned long long>>(0);
   };
   const Member& member(int g) const;
-  void open_nccl();         // allocates, zeroes and registers every member's window
-  void open_colocated();    // plain device memory on the current device
-  void release() noexcept;  // whatever open_*() got so far
+  void open_nccl(uint64_t fingerprint = 0);  // allocates, zeroes and registers every member's window
+  void open_colocated();                     // plain device memory on the current device
+  void release() noexcept;                   // whatever open_*() got so far
 
   Transport transport_;
   int gpus_;

@@ -35,8 +35,8 @@
 // calls on every GPU work again once each has raised its error: every GPU's check() before any GPU's
 // next call. The launches across GPUs are numbered call by call, and a call refused on one GPU (an error
 // raised, a bad argument) still uses its numbers, so the GPUs stay numbered alike, but launches nothing:
-// its peers' launches of those numbers end on their watchdog. LaunchConfig::synchronous makes each call
-// wait and check (debugging).
+// its peers' launches of those numbers end on their watchdog; the refused GPU must not call again before
+// they have (docs/multi-gpu.md). LaunchConfig::synchronous makes each call wait and check (debugging).
 //
 // Threads: a Layer is not thread-safe. Calls on one Layer from several threads must be serialized by the
 // caller (the PyTorch op holds a lock per Layer); distinct Layers may be called concurrently.
@@ -210,8 +210,8 @@ class Layer {
   // 1 or G, launch.transport not colocated. Rules for the callers, as for any NCCL collective:
   //   - construction is collective (it registers a symmetric window on the communicator): every rank
   //     constructs its Layers on the same communicator in the same order, and destroys them in the
-  //     same order, before the communicator (the Layer never destroys it); ranks whose windows differ
-  //     (another config or launch) or whose allocation fails are refused on every rank;
+  //     same order, before the communicator (the Layer never destroys it); ranks whose configs or
+  //     launches differ, or whose window's allocation fails, are refused on every rank;
   //   - every rank makes the same sequence of forward and backward calls on its Layer (each launch
   //     meets the peers' launches of the same number at barriers across GPUs; a missing one is
   //     reported by the watchdog, after watchdog_seconds);
