@@ -223,4 +223,15 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
   return reports;
 }
 
+int campaign_exit_status(const std::vector<PropertyReport>& reports) {
+  long cases = 0;
+  bool failed = false, lost = false;
+  for (const PropertyReport& r : reports) {
+    cases += r.cases;
+    failed |= r.failed;
+    lost |= r.failed && r.repro.empty();
+  }
+  return cases == 0 || lost ? 2 : failed ? 1 : 0;
+}
+
 }  // namespace mok::fuzz

@@ -124,6 +124,13 @@ TEST(MokFuzzCli, AReproDirThatCannotBeADirectoryIsRefused) {
     EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find(" cases in "), std::string::npos) << r.output;  // before the campaign
   }
+  // A directory that takes no file (here under /proc): the campaign ran, shrank its failure and exited 1, its
+  // repro "not written"; refused before any case runs.
+  const ToolRun proc = run_fuzz("--seed 1 --property topk --cases 1 --repro-dir /proc/mok_fuzz_cli_repros");
+  EXPECT_EQ(proc.status, 2) << proc.output;
+  EXPECT_NE(proc.output.find("mok-fuzz: --repro-dir /proc/mok_fuzz_cli_repros takes no file: "), std::string::npos)
+      << proc.output;
+  EXPECT_EQ(proc.output.find(" cases in "), std::string::npos) << proc.output;
   // A directory still to be made, parents and all, is accepted as before.
   EXPECT_EQ(run_fuzz("--seed 1 --property topk --cases 1 --repro-dir " + ::testing::TempDir() + "mok_fuzz_cli_new/a/b")
                 .status,

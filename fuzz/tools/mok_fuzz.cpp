@@ -3,8 +3,8 @@
 //            [--inject FAULT] [--repro-dir DIR]
 //   mok-fuzz --replay FILE [--backend reference|gpu] [--inject FAULT]
 //   mok-fuzz --list
-// Exit status: 0 every property held, 1 a property failed, 2 bad usage, backend not available or
-// standard output not written.
+// Exit status: 0 every property held, 1 a property failed, 2 bad usage, backend not available, no case
+// run, a failure's repro or standard output not written.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +24,7 @@ namespace {
 using namespace mok;
 using namespace mok::fuzz;
 using mok::golden::cannot_make_directory;
+using mok::golden::cannot_write_file;
 
 constexpr const char* kUsage =
     "usage: mok-fuzz [--seed S] [--cases N | --seconds N] [--backend reference|gpu] [--property NAME]...\n"
@@ -123,6 +124,15 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// A repro directory that takes no file (/sys, a read-only mount, no permission) was found once a failure had
+// shrunk: made now, and a file made in it and removed, before the campaign.
+void require_repro_dir(const std::filesystem::path& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  const std::string why = error ? error.message() : cannot_write_file(dir / ".mok-fuzz-probe.h5");
+  if (!why.empty()) throw Error("mok-fuzz: --repro-dir " + display_name(dir.string()) + " takes no file: " + why);
+}
+
 void list() {
   std::cout << "properties:\n";
   for (const Property& p : all_properties()) std::printf("  %-17s %s\n", p.name.c_str(), p.summary.c_str());
@@ -173,17 +183,18 @@ int run(Backend& backend, Args& a) {
                                  : std::to_string(long(a.fuzz.seconds)) + " seconds in all")
             << (a.fuzz.fault != ref::Fault::none ? ", fault " + to_string(a.fuzz.fault) : std::string()) << "\n";
   const std::vector<PropertyReport> reports = run_fuzz(backend, a.fuzz, std::cerr);
-  bool failed = false;
   std::printf("%-17s %7s %8s %8s  %s\n", "property", "cases", "seconds", "cases/s", "result");
   for (const PropertyReport& r : reports) {
+    const char* result = r.failed ? "FAIL" : r.cases > 0 ? "pass" : "none";  // none: the budget left it no case
     std::printf("%-17s %7ld %8.2f %8.2f  %s\n", r.property.c_str(), r.cases, r.seconds,
-                r.cases / std::max(r.seconds, 1e-9), r.failed ? "FAIL" : "pass");
-    failed |= r.failed;
+                r.cases / std::max(r.seconds, 1e-9), result);
   }
   for (const PropertyReport& r : reports)
     if (!r.replay_command.empty()) std::printf("replay %s: %s\n", r.property.c_str(), r.replay_command.c_str());
   print_totals(reports, seconds_since(start), a.fuzz);
-  return failed ? 1 : 0;
+  const int status = campaign_exit_status(reports);
+  if (status == 2) std::fprintf(stderr, "mok-fuzz: no case ran, or a failure's repro was not written (above)\n");
+  return status;
 }
 
 int tool_main(int argc, char** argv) {
@@ -198,7 +209,9 @@ int tool_main(int argc, char** argv) {
       return 0;
     }
     const std::unique_ptr<Backend> backend = make_backend(a.backend);
-    return a.replay.empty() ? run(*backend, a) : replay_file(*backend, a);
+    if (!a.replay.empty()) return replay_file(*backend, a);
+    require_repro_dir(a.fuzz.repro_dir);
+    return run(*backend, a);
   } catch (const Usage& e) {
     std::cerr << "mok-fuzz: " << escape_bytes(e.what(), true) << "\n" << kUsage;
     return 2;

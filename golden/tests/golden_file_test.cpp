@@ -332,6 +332,24 @@ TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
   }
 }
 
+// A write past the file-size limit (`ulimit -f`) is SIGXFSZ, which ends the process: it left the hidden
+// temporary, cut at the limit, beside the target.
+TEST_F(GoldenFile, AWritePastTheFileSizeLimitLeavesNoTemporary) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit no_core{0, 0}, small{4096, 4096};
+    setrlimit(RLIMIT_CORE, &no_core);
+    setrlimit(RLIMIT_FSIZE, &small);
+    write_golden(dir_ / "big.h5", *smoke_);
+    _exit(0);  // not reached: the golden is larger than the limit
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << "status " << status;
+  EXPECT_EQ(dir_.entries(), std::vector<std::string>{}) << "the temporary was left behind";
+}
+
 // A name of NAME_MAX bytes, which the system takes, failed once the golden was written: its temporary
 // ".<name>.tmp.<pid>.<n>" was longer than NAME_MAX ("File name too long").
 TEST_F(GoldenFile, ANameOfTheLongestLengthIsWritten) {

@@ -43,4 +43,8 @@ struct PropertyReport {
 // Progress (cases, cases/s, failures) and every failure's details go to `log`.
 std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& options, std::ostream& log);
 
+// A campaign's exit status: 2 where no case ran at all (nothing was checked) or a failure's repro was not
+// written (the tool's output lost), 1 where a property failed, 0 where every property held.
+int campaign_exit_status(const std::vector<PropertyReport>& reports);
+
 }  // namespace mok::fuzz

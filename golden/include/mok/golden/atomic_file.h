@@ -8,8 +8,10 @@
 namespace mok::golden {
 
 // The signals whose default action ends a process without a core dump or with one (a closed terminal's
-// SIGHUP, Ctrl-C, Ctrl-\, kill, a closed pipe, timers and the user signals).
-inline constexpr int kTerminatingSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2};
+// SIGHUP, Ctrl-C, Ctrl-\, kill, a closed pipe, timers, the user signals, and the file-size and CPU-time
+// limits: a write past `ulimit -f` is SIGXFSZ).
+inline constexpr int kTerminatingSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGPIPE,   SIGALRM,
+                                              SIGUSR1, SIGUSR2, SIGXFSZ, SIGXCPU, SIGVTALRM, SIGPROF};
 
 // The temporary file's name is reserved on construction; the caller writes it (any API), then
 // commit() syncs it to disk and renames it over the target. Destroyed uncommitted, the temporary is
