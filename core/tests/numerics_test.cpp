@@ -477,10 +477,13 @@ TEST(Combine, ChainsRunSlotBySlotGiveTheWholeCombine) {
   EXPECT_EQ(combine_dx_round(dx, router).bits, combine_dx(k, shared, slot, router).bits);
 }
 
-TEST(Combine, WeightedDyRoundsTheProductOnce) {
+TEST(Combine, WeightedDyIsTheFp32ProductRoundedToBf16) {
   // 3 * (1 + 2^-7) = 3 + 3 * 2^-7: bf16 spacing at 2 is 2^-6, so 3.0234375 rounds to 3.03125.
   EXPECT_EQ(weighted_dy(3.0f, to_bf16(1.0f + 0x1p-7f)).bits, to_bf16(3.03125f).bits);
   EXPECT_EQ(weighted_dy(0.5f, to_bf16(-3.0f)).bits, to_bf16(-1.5f).bits);
+  // Two roundings, not the exact product's one: w dy = 0x1.12ffff3cp+0 exactly, 0x1.13p+0 in fp32, a tie in
+  // bf16 that goes to even (0x3f8a), where the exact product rounds once to 0x3f89.
+  EXPECT_EQ(weighted_dy(0x1.00ef2ep+0f, bf16{0x3f89}).bits, 0x3f8a);
 }
 
 }  // namespace

@@ -405,7 +405,7 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
            round_up16(N), gr.d_shared_w2.data());
   }
 
-  // Router backward (not for a replayed routing): per token, then dWr over global token order.
+  // Router backward (not for a given routing, which has no router): per token, then dWr over global token order.
   const bool router = !fwd.logits.empty();
   std::vector<float> router_dx;
   if (router) {
