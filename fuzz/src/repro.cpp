@@ -12,11 +12,21 @@ namespace {
 // The description's last line carries the replay parameters as key=value words.
 constexpr const char* kParamsTag = "mok-fuzz:";
 
+// A key given once: given twice, the first won and the second was ignored (another case's value read silently).
 std::string value_of(const std::string& params, const std::string& key, const std::filesystem::path& file) {
   std::istringstream words(params);
-  for (std::string word; words >> word;)
-    if (word.rfind(key + "=", 0) == 0) return word.substr(key.size() + 1);
-  throw Error("mok-fuzz: " + display_name(file.string()) + " is no mok-fuzz repro: its description lacks " + key + "=");
+  std::optional<std::string> value;
+  for (std::string word; words >> word;) {
+    if (word.rfind(key + "=", 0) != 0) continue;
+    if (value)
+      throw Error("mok-fuzz: " + display_name(file.string()) + " is no mok-fuzz repro: its description gives " + key +
+                  "= twice");
+    value = word.substr(key.size() + 1);
+  }
+  if (!value)
+    throw Error("mok-fuzz: " + display_name(file.string()) + " is no mok-fuzz repro: its description lacks " + key +
+                "=");
+  return *value;
 }
 
 }  // namespace
@@ -34,10 +44,13 @@ void write_repro(const std::filesystem::path& file, const std::string& property,
 
 Repro read_repro(const std::filesystem::path& file) {
   const golden::GoldenCase g = golden::read_golden(file);
+  // The tag starts the description's last line, as write_repro puts it (found anywhere, a word of the
+  // failure's text could have been taken for it).
   const size_t tag = g.description.rfind(kParamsTag);
-  if (tag == std::string::npos)
+  if (tag == std::string::npos || (tag > 0 && g.description[tag - 1] != '\n') ||
+      g.description.find('\n', tag) != std::string::npos)
     throw Error("mok-fuzz: " + display_name(file.string()) + " is a golden file but no mok-fuzz repro (no '" +
-                kParamsTag + "' line in its description)");
+                kParamsTag + "' line ending its description)");
   const std::string params = g.description.substr(tag);
   Repro r;
   const std::string property = value_of(params, "property", file), fault = value_of(params, "fault", file),

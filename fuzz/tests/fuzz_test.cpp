@@ -419,6 +419,34 @@ TEST(Repro, ParamsParseStrictlyAndTheirErrorsNameTheFile) {
   }
 }
 
+// The parameters' line is the description's last, each key in it once: a repeated key's first value won
+// silently, and the tag was taken wherever it stood.
+TEST(Repro, ParamsAreTheLastLineEachKeyOnce) {
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign("mok_fuzz_params_line", log);
+  ASSERT_FALSE(r.repro.empty()) << log.str();
+  const golden::GoldenCase g = golden::read_golden(r.repro);
+  const std::filesystem::path file = r.repro.parent_path() / "edited.h5";
+  const auto refusal = [&](const std::string& description) {
+    golden::GoldenCase h = g;
+    h.description = description;
+    golden::write_golden(file, h);
+    try {
+      read_repro(file);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(g.description + " aux_seed=1").find("its description gives aux_seed= twice"), std::string::npos);
+  EXPECT_NE(refusal(g.description + "\nmore").find("no 'mok-fuzz:' line ending its description"), std::string::npos);
+  const size_t tag = g.description.rfind("mok-fuzz:");
+  EXPECT_NE(refusal(g.description.substr(0, tag) + "x " + g.description.substr(tag))
+                .find("no 'mok-fuzz:' line ending its description"),
+            std::string::npos);
+  EXPECT_EQ(refusal(g.description), "accepted");
+}
+
 // The name lookups return the property or fault, or nothing and leave the error to the caller, who says
 // where the name came from (read_repro the file: it caught find_property's exception and stripped its
 // "mok-fuzz: " prefix); the CLI's throwing forms keep the prefix.

@@ -1,6 +1,7 @@
 #include "mok/golden/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -111,6 +112,11 @@ void AtomicFile::commit() {
   const std::string sync_error = synced ? "" : os_error();
   ::close(fd);
   if (!synced) throw Error("mok: cannot sync " + display_name(temp_.string()) + ": " + sync_error);
+  // A file replaced keeps its permissions (a private 0600 report became 0644 when it was written again).
+  struct stat old {};
+  if (::stat(target_.c_str(), &old) == 0 && ::chmod(temp_.c_str(), old.st_mode & 07777) != 0)
+    throw Error("mok: cannot give " + display_name(temp_.string()) + " the permissions of " +
+                display_name(target_.string()) + ": " + os_error());
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw Error("mok: cannot rename " + display_name(temp_.string()) + " to " + display_name(target_.string()) + ": " +
                 os_error());

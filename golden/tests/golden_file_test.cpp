@@ -332,6 +332,16 @@ TEST_F(GoldenFile, ASignalDuringAWriteLeavesNoTemporary) {
   }
 }
 
+// A file written again keeps its permissions: a private (0600) golden became 0644, the temporary's.
+TEST_F(GoldenFile, AFileWrittenAgainKeepsItsPermissions) {
+  write_golden(dir_ / "private.h5", *smoke_);
+  std::filesystem::permissions(dir_ / "private.h5",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  write_golden(dir_ / "private.h5", *smoke_);
+  EXPECT_EQ(std::filesystem::status(dir_ / "private.h5").permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
 // A write past the file-size limit (`ulimit -f`) is SIGXFSZ, which ends the process: it left the hidden
 // temporary, cut at the limit, beside the target.
 TEST_F(GoldenFile, AWritePastTheFileSizeLimitLeavesNoTemporary) {
