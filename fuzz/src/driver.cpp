@@ -212,6 +212,7 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
           if (backend.name() != "reference") report.replay_command += " --backend " + backend.name();
           log << "  repro: " << display_name(file.string()) << "\n  replay: " << report.replay_command << "\n";
         } catch (const std::exception& e) {
+          report.repro_error = e.what();
           log << "  repro not written: " << escape_bytes(e.what()) << "\n";
         }
       }
@@ -229,7 +230,7 @@ int campaign_exit_status(const std::vector<PropertyReport>& reports) {
   for (const PropertyReport& r : reports) {
     cases += r.cases;
     failed |= r.failed;
-    lost |= r.failed && r.repro.empty();
+    lost |= !r.repro_error.empty();
   }
   return cases == 0 || lost ? 2 : failed ? 1 : 0;
 }

@@ -293,16 +293,16 @@ TEST(RankInvariance, VariesTheRanksWhereNAndEShareNoDivisor) {
 // A campaign that checked nothing (a budget spent before any case) exited 0, and one whose failure's repro
 // could not be written exited 1 as if the repro were there.
 TEST(Driver, ExitStatusSaysWhatWasChecked) {
-  const auto report = [](long cases, bool failed, const char* repro) {
+  const auto report = [](long cases, bool failed, const char* repro_error = "") {
     PropertyReport r;
-    r.cases = cases, r.failed = failed, r.repro = repro;
+    r.cases = cases, r.failed = failed, r.repro_error = repro_error;
     return r;
   };
-  EXPECT_EQ(campaign_exit_status({report(3, false, ""), report(0, false, "")}), 0);
-  EXPECT_EQ(campaign_exit_status({report(3, true, "r.h5"), report(5, false, "")}), 1);
-  EXPECT_EQ(campaign_exit_status({report(0, false, ""), report(0, false, "")}), 2);
+  EXPECT_EQ(campaign_exit_status({report(3, false), report(0, false)}), 0);
+  EXPECT_EQ(campaign_exit_status({report(3, true), report(5, false)}), 1);  // a repro, or no case to keep
+  EXPECT_EQ(campaign_exit_status({report(0, false), report(0, false)}), 2);
   EXPECT_EQ(campaign_exit_status({}), 2);
-  EXPECT_EQ(campaign_exit_status({report(3, true, ""), report(5, false, "")}), 2);
+  EXPECT_EQ(campaign_exit_status({report(3, true, "No space left on device"), report(5, false)}), 2);
 }
 
 TEST(Driver, SameSeedSameRun) {

@@ -108,15 +108,19 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   const int fd = ::open(temp_.c_str(), O_RDONLY);
   if (fd < 0) throw Error("mok: cannot reopen " + display_name(temp_.string()) + " to sync it: " + os_error());
-  const bool synced = ::fsync(fd) == 0;
-  const std::string sync_error = synced ? "" : os_error();
-  ::close(fd);
-  if (!synced) throw Error("mok: cannot sync " + display_name(temp_.string()) + ": " + sync_error);
-  // A file replaced keeps its permissions (a private 0600 report became 0644 when it was written again).
+  // A file replaced keeps its permissions (a private 0600 report became 0644 when it was written again),
+  // set before the sync that makes them durable with the bytes.
   struct stat old {};
-  if (::stat(target_.c_str(), &old) == 0 && ::chmod(temp_.c_str(), old.st_mode & 07777) != 0)
+  const bool replaced = ::stat(target_.c_str(), &old) == 0;
+  const bool moded = !replaced || ::fchmod(fd, old.st_mode & 0777) == 0;
+  const std::string mode_error = moded ? "" : os_error();
+  const bool synced = moded && ::fsync(fd) == 0;
+  const std::string sync_error = synced || !moded ? "" : os_error();
+  ::close(fd);
+  if (!moded)
     throw Error("mok: cannot give " + display_name(temp_.string()) + " the permissions of " +
-                display_name(target_.string()) + ": " + os_error());
+                display_name(target_.string()) + ": " + mode_error);
+  if (!synced) throw Error("mok: cannot sync " + display_name(temp_.string()) + ": " + sync_error);
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw Error("mok: cannot rename " + display_name(temp_.string()) + " to " + display_name(target_.string()) + ": " +
                 os_error());

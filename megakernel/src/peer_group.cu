@@ -52,7 +52,9 @@ class Agreement {
   // allocated: this rank's ncclMemAlloc of `window` bytes; fingerprint: its Layer's (63 bits: it negates).
   void compare(ncclComm_t comm, ncclResult_t allocated, long long window, long long fingerprint) {
     const long long held = allocated == ncclSuccess ? window : 0;
-    values_.upload({held, -held, fingerprint, -fingerprint});
+    const long long mine[4] = {held, -held, fingerprint, -fingerprint};
+    // On the all-reduce's stream: a pageable copy on another may still be in flight when the reduce reads.
+    MOK_CUDA_CHECK(cudaMemcpyAsync(values_.get(), mine, sizeof(mine), cudaMemcpyHostToDevice, stream_));
     MOK_NCCL_CHECK(ncclAllReduce(values_.get(), values_.get(), 4, ncclInt64, ncclMax, comm, stream_));
     MOK_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const std::vector<long long> r = values_.download();

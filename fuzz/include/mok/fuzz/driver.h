@@ -37,14 +37,15 @@ struct PropertyReport {
   std::string counterexample;   // the shrunk case, one line
   int shrink_steps = 0;         // accepted shrinks
   std::filesystem::path repro;  // empty if none was written
+  std::string repro_error;      // why a failing case's repro could not be written, if it could not
   std::string replay_command;   // the command that replays the repro
 };
 
 // Progress (cases, cases/s, failures) and every failure's details go to `log`.
 std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& options, std::ostream& log);
 
-// A campaign's exit status: 2 where no case ran at all (nothing was checked) or a failure's repro was not
-// written (the tool's output lost), 1 where a property failed, 0 where every property held.
+// A campaign's exit status: 2 where no case ran at all (nothing was checked) or a failing case's repro could
+// not be written (the tool's output lost), 1 where a property failed, 0 where every property held.
 int campaign_exit_status(const std::vector<PropertyReport>& reports);
 
 }  // namespace mok::fuzz

@@ -211,7 +211,7 @@ class Layer {
   //   - construction is collective (it registers a symmetric window on the communicator): every rank
   //     constructs its Layers on the same communicator in the same order, and destroys them in the
   //     same order, before the communicator (the Layer never destroys it); ranks whose configs or
-  //     launches differ, or whose window's allocation fails, are refused on every rank;
+  //     launches' sizes differ, or whose window's allocation fails, are refused on every rank;
   //   - every rank makes the same sequence of forward and backward calls on its Layer (each launch
   //     meets the peers' launches of the same number at barriers across GPUs; a missing one is
   //     reported by the watchdog, after watchdog_seconds);
