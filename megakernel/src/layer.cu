@@ -86,15 +86,23 @@ void require_apart(const std::vector<CallBytes>& t) {
     }
 }
 
+using NamedViews = std::initializer_list<std::pair<const char*, const TensorView&>>;
+
+// Each of `views` into t, all read or all written by the call.
+void add_tensors(std::vector<CallBytes>& t, NamedViews views, bool written) {
+  for (const auto& [name, v] : views) t.push_back(bytes_of(name, v, written));
+}
+
 void add_weights(std::vector<CallBytes>& t, const WeightViews& w, const TensorView& fp8_weights) {
-  for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"router", w.router},
-                                {"expert_bias", w.expert_bias},
-                                {"w1", w.w1},
-                                {"w2", w.w2},
-                                {"shared_w1", w.shared_w1},
-                                {"shared_w2", w.shared_w2},
-                                {"fp8_weights", fp8_weights}})
-    t.push_back(bytes_of(name, v, false));
+  add_tensors(t,
+              {{"router", w.router},
+               {"expert_bias", w.expert_bias},
+               {"w1", w.w1},
+               {"w2", w.w2},
+               {"shared_w1", w.shared_w1},
+               {"shared_w2", w.shared_w2},
+               {"fp8_weights", fp8_weights}},
+              false);
 }
 
 // The caller's stream is on the Layer's GPU: another GPU's failed at the launch as "invalid resource
@@ -363,35 +371,35 @@ struct Layer::Impl {
     add_weights(t, in.weights, in.fp8_weights);
     if (in.topk_idx.data != out.topk_idx.data) t.push_back(bytes_of("given topk_idx", in.topk_idx, false));
     if (in.topk_w.data != out.topk_w.data) t.push_back(bytes_of("given topk_w", in.topk_w, false));
-    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"y", out.y},
-                                  {"topk_idx", out.topk_idx},
-                                  {"topk_w", out.topk_w},
-                                  {"logits", out.logits},
-                                  {"saved", out.saved},
-                                  {"workspace", workspace}})
-      t.push_back(bytes_of(name, v, true));
+    add_tensors(t,
+                {{"y", out.y},
+                 {"topk_idx", out.topk_idx},
+                 {"topk_w", out.topk_w},
+                 {"logits", out.logits},
+                 {"saved", out.saved},
+                 {"workspace", workspace}},
+                true);
     require_apart(t);
   }
   void check_backward_apart(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
                             const TensorView& dy, const GradOutputs& g) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
-    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"topk_idx", fwd.topk_idx},
-                                  {"topk_w", fwd.topk_w},
-                                  {"logits", fwd.logits},
-                                  {"saved", fwd.saved},
-                                  {"dy", dy}})
-      t.push_back(bytes_of(name, v, false));
-    for (const auto& [name, v] : {std::pair<const char*, const TensorView&>{"dx", g.dx},
-                                  {"d_topk_w", g.d_topk_w},
-                                  {"d_logits", g.d_logits},
-                                  {"d_router", g.d_router},
-                                  {"d_w1", g.d_w1},
-                                  {"d_w2", g.d_w2},
-                                  {"d_shared_w1", g.d_shared_w1},
-                                  {"d_shared_w2", g.d_shared_w2},
-                                  {"workspace", workspace}})
-      t.push_back(bytes_of(name, v, true));
+    add_tensors(
+        t,
+        {{"topk_idx", fwd.topk_idx}, {"topk_w", fwd.topk_w}, {"logits", fwd.logits}, {"saved", fwd.saved}, {"dy", dy}},
+        false);
+    add_tensors(t,
+                {{"dx", g.dx},
+                 {"d_topk_w", g.d_topk_w},
+                 {"d_logits", g.d_logits},
+                 {"d_router", g.d_router},
+                 {"d_w1", g.d_w1},
+                 {"d_w2", g.d_w2},
+                 {"d_shared_w1", g.d_shared_w1},
+                 {"d_shared_w2", g.d_shared_w2},
+                 {"workspace", workspace}},
+                true);
     require_apart(t);
   }
 
