@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "mok/core/config.h"
+#include "mok/core/fnv1a.h"
 #include "mok/fuzz/generators.h"
 #include "mok/fuzz/properties.h"
 #include "mok/fuzz/repro.h"
@@ -24,12 +25,6 @@ constexpr const char* kTimeUp = "the time budget is spent";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
 }
 
 // Thrown by DeadlineBackend once its deadline has passed. Not a std::exception, so that no property
@@ -170,7 +165,7 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
     });
     rc::detail::TestMetadata metadata;
     metadata.id = metadata.description = prop->name;
-    ref::Rng round_seeds(o.seed ^ fnv1a(prop->name));
+    ref::Rng round_seeds(o.seed ^ fnv1a(prop->name.data(), prop->name.size()));
     Progress progress(prop->name, failures, o.progress_seconds, log);
     while (o.cases > 0 ? progress.cases() < o.cases : !timed.passed()) {
       rc::detail::TestParams params;

@@ -17,6 +17,7 @@
 #include "exchange.h"
 #include "kernels.cuh"
 #include "mok/core/fields.h"
+#include "mok/core/fnv1a.h"
 #include "mok/core/saved_layout.h"
 #include "mok/core/validate.h"
 #include "mok/megakernel/layer.h"
@@ -706,10 +707,8 @@ namespace {
 // alike), hashed (FNV-1a over each value's bits): what the ranks of a communicator compare before they
 // register a window together.
 uint64_t fingerprint(const LayerConfig& c, const LaunchConfig& launch) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto mix = [&](uint64_t v) {
-    for (int byte = 0; byte < 8; ++byte) h = (h ^ (v >> (8 * byte) & 0xff)) * 0x100000001b3ull;
-  };
+  uint64_t h = kFnv1aStart;
+  const auto mix = [&](uint64_t v) { h = fnv1a(&v, sizeof(v), h); };
   for_each_field(c, [&](const char*, const auto& v) {
     if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
       mix(std::bit_cast<uint32_t>(float(v)));
