@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "mok/core/bf16.h"
 #include "mok/core/config.h"
 
 namespace mok::test {
@@ -47,6 +49,23 @@ void expect_error(Call call, const std::string& names) {
     ADD_FAILURE() << "no mok::Error; expected one naming \"" << names << "\"";
   else
     EXPECT_NE(message.find(names), std::string::npos) << "message: " << message;
+}
+
+// v with each element made the largest finite bf16 of its sign (0x7f7f or 0xff7f, about 3.39e38): a dy
+// whose products overflow, so that chains downstream add +Inf and -Inf.
+inline std::vector<bf16> saturated(std::vector<bf16> v) {
+  for (bf16& e : v) e.bits = uint16_t((e.bits & 0x8000u) | 0x7f7fu);
+  return v;
+}
+
+// How many elements of v are NaN; each must be the canonical one (host_device.h), whichever side wrote it.
+inline size_t canonical_nans(const char* name, const std::vector<float>& v) {
+  size_t nans = 0, others = 0, first_other = 0;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != v[i] && ++nans && bits_of(v[i]) != kCanonicalNanF32 && others++ == 0) first_other = i;
+  EXPECT_EQ(others, 0u) << "of " << nans << " NaNs in " << name << ", the first another NaN: [" << first_other
+                        << "] = 0x" << std::hex << bits_of(v[first_other]);
+  return nans;
 }
 
 }  // namespace mok::test

@@ -417,6 +417,18 @@ TEST(FmaChain, PiecesContinueTheWholeChain) {
   EXPECT_EQ(bits_of(pieces), bits_of(chain(100, a.data(), b.data())));
 }
 
+// A NaN result is the GPU's canonical NaN, whichever NaN operand (payload, sign) or Inf * 0 or Inf - Inf
+// made it: x86's fma would keep the payload or write 0xffc00000.
+TEST(FmaChain, ANanResultIsTheCanonicalNan) {
+  const float inf = std::numeric_limits<float>::infinity(), payload = float_of(0xffc01234u);
+  const float inf_terms[2] = {inf, inf}, signs[2] = {1.0f, -1.0f}, zero[2] = {0.0f, 0.0f};
+  const float nan_first[2] = {payload, 1.0f}, ones[2] = {1.0f, 1.0f};
+  EXPECT_EQ(bits_of(chain(2, inf_terms, signs)), kCanonicalNanF32);  // Inf - Inf
+  EXPECT_EQ(bits_of(chain(1, inf_terms, zero)), kCanonicalNanF32);   // Inf * 0
+  EXPECT_EQ(bits_of(chain(2, nan_first, ones)), kCanonicalNanF32);   // a NaN operand's payload
+  EXPECT_EQ(bits_of(chain(2, inf_terms, ones)), bits_of(inf));       // an Inf stays
+}
+
 // ---- combines ----
 
 TEST(Combine, YSumsSlotsInOrderFromTheSharedValue) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -174,6 +175,20 @@ TEST(RouterWeights, ScoresThatUnderflowToZeroGiveZeroWeights) {
 }
 
 // ---- backward ----
+
+// An Inf d topk_w (an overflowed chain) makes d logits NaN through Inf - Inf or Inf * 0: the GPU's
+// canonical NaN on the CPU too, in each score mode.
+TEST(RouterBackward, NanDLogitsAreTheCanonicalNan) {
+  const float dw[2] = {std::numeric_limits<float>::infinity(), 1.0f};
+  const std::vector<int32_t> idx = {0, 1};
+  for (const ScoreMode mode : {ScoreMode::softmax, ScoreMode::sigmoid}) {
+    const LayerConfig c = router_config(mode, 4, 2);
+    const std::vector<float> s = scores_of(c, {1.0f, 0.5f, -1.0f, -2.0f});
+    std::vector<float> d_scores(4), d_logits(4);
+    router_backward(c, s.data(), idx.data(), dw, d_scores.data(), d_logits.data());
+    EXPECT_GT(canonical_nans("d_logits", d_logits), 0u) << (mode == ScoreMode::softmax ? "softmax" : "sigmoid");
+  }
+}
 
 // router_backward against central differences of L(logits) = sum_j dw_j * topk_w_j(logits) with
 // the selection held fixed, all in fp32. Step 2^-7 on logits of size ~2: truncation h^2/6 * L'''

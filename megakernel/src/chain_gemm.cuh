@@ -198,6 +198,11 @@ __device__ void chain_gemm(Pipeline& pipe, long M, long N, long K, A a, B b, Sta
           for (int j = 0; j < kChainMicro; ++j) acc[i][j] = fma32(ar[i], br[j], acc[i][j]);
       }
     }
+    // Each chain ends as fma_chain's does: a NaN is the canonical one.
+#pragma unroll
+    for (int i = 0; i < kChainMicro; ++i)
+#pragma unroll
+      for (int j = 0; j < kChainMicro; ++j) acc[i][j] = canonical_nan(acc[i][j]);
     finish(tile, acc);
   }
   ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages

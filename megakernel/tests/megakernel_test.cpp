@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core_test_support.h"
 #include "hopper_options.h"
@@ -138,6 +139,29 @@ TEST_F(Gpu, ScoresUnderflowingToZeroMatchTheReference) {
   const GpuRun got = run_gpu(p);
   expect_forward_bits(got.fwd, want_f);
   expect_gradient_bits(got.grad, want_g);
+}
+
+// A dy of the largest finite bf16s overflows g, and the chains of d topk_w, d logits and d_router meet
+// +Inf and -Inf: the GPU's NaNs there are the reference's bits (the canonical NaN on both sides), in
+// softmax and sigmoid mode, with a shared expert, and in fp8.
+TEST_F(Gpu, OverflowingGradientsMatchTheReferenceNanForNan) {
+  const ref::Options exact = hopper_options();
+  const std::pair<const char*, LayerConfig> configs[] = {{"softmax", small(2, 40, 8, 2)},
+                                                         {"every_branch", with_every_branch(small(2, 24, 8, 3))},
+                                                         {"fp8_every_branch", fp8_every_branch()}};
+  for (const auto& [name, config] : configs) {
+    SCOPED_TRACE(name);
+    Problem p = make_problem(config, 1234);
+    p.dy = mok::test::saturated(p.dy);
+    const Forward want_f = ref::forward(p.config, p.x, p.weights, nullptr, exact);
+    const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, exact);
+    ASSERT_GT(mok::test::canonical_nans("d_topk_w", want_g.d_topk_w), 0u);
+    ASSERT_GT(mok::test::canonical_nans("d_logits", want_g.d_logits), 0u);
+    ASSERT_GT(mok::test::canonical_nans("d_router", want_g.d_router), 0u);
+    const GpuRun got = run_gpu(p);
+    expect_forward_bits(got.fwd, want_f);
+    expect_gradient_bits(got.grad, want_g);
+  }
 }
 
 // D1: ten runs give the same bits.

@@ -176,6 +176,19 @@ TEST(DeterminismFp8, OnlyTheExpertGemmsChange) {
   EXPECT_GT(differing, bf16_run.f.y.size() / 2) << "the fp8 GEMMs leave y as bf16 computed it";
 }
 
+// A dy of the largest finite bf16s overflows g to +-Inf, and d topk_w's chains then add +Inf and -Inf:
+// the NaNs of d topk_w, d logits and d_router are each the GPU's canonical NaN, not x86's (0xffc00000),
+// so that the two sides' bits can agree.
+TEST(OverflowingGradients, HoldOnlyTheCanonicalNan) {
+  const LayerConfig c = make_config(2, 40, 128, 64, 8, 2);
+  Problem p = make_problem(c, 1234);
+  p.dy = mok::test::saturated(p.dy);
+  const Outputs out = run(c, p, Options{});
+  EXPECT_GT(mok::test::canonical_nans("d_topk_w", out.g.d_topk_w), 0u);
+  EXPECT_GT(mok::test::canonical_nans("d_logits", out.g.d_logits), 0u);
+  EXPECT_GT(mok::test::canonical_nans("d_router", out.g.d_router), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(StepModels, Determinism, ::testing::Values(StepModel::fp32_fma, StepModel::hopper_tc),
                          [](const ::testing::TestParamInfo<StepModel>& info) {
                            return std::string(info.param == StepModel::hopper_tc ? "hopper_tc" : "fp32_fma");

@@ -142,7 +142,8 @@ std::string first_bit_mismatch(const std::string& name, const std::vector<T>& a,
 // The first element whose bytes are all 0xff (bf16 0xffff, fp32 0xffffffff, an index -1), as
 // "name[i]", or "": the GPU tools poison every output so before a launch, so this is an element no
 // launch wrote, on which two GPU runs would agree. No layer output of finite inputs holds it: bf16 NaNs
-// are the canonical 0x7fc0 (to_bf16), fp32 results are finite, and the tables hold no -1.
+// are the canonical 0x7fc0 (to_bf16), fp32 NaNs the canonical 0x7fffffff (host_device.h), and the
+// tables hold no -1.
 template <class T>
 std::string first_poisoned(const std::string& name, const std::vector<T>& v) {
   constexpr uint32_t kPoison = sizeof(T) == 2 ? 0xffffu : 0xffffffffu;

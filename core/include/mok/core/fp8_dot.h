@@ -143,7 +143,7 @@ struct Fp8StepModel {
 
   // The whole step on raw operands: a[0..31], b[0..31] (b is B's column).
   MOK_HD float operator()(float c, const fp8_e4m3* a, const fp8_e4m3* b) const {
-    if ((bits_of(c) & 0x7fffffffu) > 0x7f800000u) return float_of(0x7fffffffu);
+    if ((bits_of(c) & 0x7fffffffu) > 0x7f800000u) return float_of(kCanonicalNanF32);
     int32_t p_sig[kFp8StepK], p_exp[kFp8StepK];
     bool nan = false;
     for (int i = 0; i < kFp8StepK; ++i) {
@@ -156,7 +156,7 @@ struct Fp8StepModel {
       p_sig[i] = as * bs;
       p_exp[i] = ae + be;
     }
-    if (nan) return float_of(0x7fffffffu);
+    if (nan) return float_of(kCanonicalNanF32);
     for (int first = 0; first < kFp8StepK; first += group) c = fused(c, p_sig, p_exp, a, b, first, group);
     return c;
   }

@@ -9,14 +9,10 @@
 
 namespace mok {
 
-inline constexpr uint32_t kCanonicalNanF32 = 0x7fffffffu;
 inline constexpr uint16_t kCanonicalNanBf16 = 0x7fffu;
 
 // held + gradient: one fp32 add, round to nearest even, subnormal inputs and results kept.
-MOK_HD float add_f32_gradient(float held, float gradient) {
-  const float sum = held + gradient;
-  return sum != sum ? float_of(kCanonicalNanF32) : sum;
-}
+MOK_HD float add_f32_gradient(float held, float gradient) { return canonical_nan(held + gradient); }
 
 // autograd's step for a bf16 .grad: the gradient rounded to bf16 (the op's output), then added to what
 // is held in fp32 and rounded again. Rounding a sum of two bf16 values to fp32, then to bf16, is rounding

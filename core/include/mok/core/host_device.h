@@ -57,4 +57,11 @@ MOK_HD float fma32(float a, float b, float c) {
 #endif
 }
 
+// The NaN that the GPU's fp32 arithmetic writes, whichever NaN or invalid operation (Inf * 0, Inf - Inf)
+// made it; x86 keeps an operand's payload, or writes 0xffc00000. An fp32 result that leaves a CUDA-core
+// step (fma_chain, router_backward, add_f32_gradient) is made this NaN on both sides, so that its bits
+// do not depend on which side computed it.
+inline constexpr uint32_t kCanonicalNanF32 = 0x7fffffffu;
+MOK_HD float canonical_nan(float v) { return v != v ? float_of(kCanonicalNanF32) : v; }
+
 }  // namespace mok

@@ -91,7 +91,7 @@ struct HopperBf16StepModel {
                                   const int32_t* b_exp, const bf16* a, const bf16* b) {
     const uint32_t cu = bits_of(c);
     const int32_t c_field = (cu >> 23) & 0xff;
-    if (c_field == 0xff) return (cu & 0x7fffffu) ? float_of(0x7fffffffu) : c;
+    if (c_field == 0xff) return (cu & 0x7fffffu) ? float_of(kCanonicalNanF32) : c;
     const int32_t c_mant = c_field == 0 ? int32_t(cu & 0x7fffffu) : int32_t((cu & 0x7fffffu) | 0x800000u);
     const int32_t c_sig = (cu >> 31) ? -c_mant : c_mant;
     const int32_t c_exp = c_field == 0 ? -126 : c_field - 127;
@@ -125,7 +125,7 @@ struct HopperBf16StepModel {
       else
         pos_inf = true;
     }
-    if (nan || (pos_inf && neg_inf)) return float_of(0x7fffffffu);
+    if (nan || (pos_inf && neg_inf)) return float_of(kCanonicalNanF32);
     return pos_inf ? float_of(0x7f800000u) : float_of(0xff800000u);
   }
 

@@ -130,6 +130,7 @@ MOK_HD void router_weights(const LayerConfig& c, const float* scores, const int3
 //   renormalised:  d s_j = (d w'_j - sum_i d w'_i w'_i) / S,  w'_j = s_j / S  (S the renormalizer)
 //   softmax:       d logit = p * (d p - <d p, p>)
 //   sigmoid:       d logit_e = d s_e * s_e * (1 - s_e)
+// A NaN d logit (an Inf or overflowing d topk_w) is the canonical one, whichever side computed it.
 MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int32_t* topk_idx, const float* d_topk_w,
                             float* d_scores, float* d_logits) {
   const int E = c.experts, k = c.top_k;
@@ -151,12 +152,12 @@ MOK_HD void router_backward(const LayerConfig& c, const float* scores, const int
     d_scores[topk_idx[j]] = !c.renormalize ? dw : zero ? 0.0f : (dw - weighted) / sum;
   }
   if (sigmoid) {
-    for (int e = 0; e < E; ++e) d_logits[e] = d_scores[e] * (scores[e] * (1.0f - scores[e]));
+    for (int e = 0; e < E; ++e) d_logits[e] = canonical_nan(d_scores[e] * (scores[e] * (1.0f - scores[e])));
     return;
   }
   float dot = 0.0f;  // <d p, p> over the selected experts, in slot order
   for (int j = 0; j < k; ++j) dot = fma32(d_scores[topk_idx[j]], scores[topk_idx[j]], dot);
-  for (int e = 0; e < E; ++e) d_logits[e] = scores[e] * (d_scores[e] - dot);
+  for (int e = 0; e < E; ++e) d_logits[e] = canonical_nan(scores[e] * (d_scores[e] - dot));
 }
 
 }  // namespace mok
