@@ -10,6 +10,7 @@ first).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -100,14 +101,37 @@ def communicator(group, device: torch.device, experts: int, ranks: int = 1) -> t
     return comm, gpus
 
 
+def _comm_of(group) -> int:
+    """The group's communicator on its bound device (else the current one), 0 when it has none yet."""
+    backend = _nccl_backend(group)
+    device = getattr(group, "bound_device_id", None) or torch.device("cuda", torch.cuda.current_device())
+    with torch.cuda.device(device):
+        return backend._comm_ptr()
+
+
 def release(group) -> None:
     """Destroys mok's layers cached on the group's communicator (after waiting for their GPU's work).
     Collective, like their construction: call it on every rank at the same point, with no layer call in
     flight, before torch.distributed.destroy_process_group(group) (a layer's window is registered on the
-    communicator, which must outlive it)."""
-    backend = _nccl_backend(group)
-    device = getattr(group, "bound_device_id", None) or torch.device("cuda", torch.cuda.current_device())
-    with torch.cuda.device(device):
-        comm = backend._comm_ptr()
+    communicator, which must outlive it), and after an error on any rank (the layers of a rank whose call
+    failed may be a launch behind their peers': its calls on the group are refused until it releases)."""
+    comm = _comm_of(group)
     if comm:
         _C.release(comm)
+
+
+@contextlib.contextmanager
+def failures_marked(group):
+    """Marks the group's communicator when the body raises (mok._C.mark_failed), so that this rank's next
+    call on it is refused until release(group): a call refused before its layer ran (here, or by the op)
+    took no launch numbers, and the layers would stay a launch behind their peers'."""
+    try:
+        yield
+    except BaseException:
+        try:
+            comm = _comm_of(group) if _C.HAS_CUDA else 0
+        except Exception:  # not a usable NCCL group (or no CUDA): no layer of it exists
+            comm = 0
+        if comm:
+            _C.mark_failed(comm)
+        raise

@@ -157,6 +157,23 @@ def moe(
                 fp8_weight_gradients=fp8_weight_gradients)
 
 
+def _failures_marked(call):
+    """call(..., group=...): with a group, an error it raises marks the group's communicator
+    (mok.distributed.failures_marked)."""
+
+    @functools.wraps(call)
+    def marked(*args, group=None, **kwargs):
+        if group is None:
+            return call(*args, group=None, **kwargs)
+        from mok import distributed
+
+        with distributed.failures_marked(group):
+            return call(*args, group=group, **kwargs)
+
+    return marked
+
+
+@_failures_marked
 def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig, shared, expert_bias,
          routing: RoutingArg, replay: Optional[str], ring_rows: int, blocks: int, recompute: bool,
          return_routing: bool, group, capacity_rows: int, fp8_weights: Optional[Tensor],
@@ -389,6 +406,7 @@ class _IntoAccumulators(torch.autograd.Function):
         return None, dx, None, None, None, None, None, None, None, d_topk_w if given else None, None, None
 
 
+@_failures_marked
 def quantize_weights(
     w1: Tensor,
     w2: Tensor,

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "cuda_layers.h"
@@ -56,6 +57,32 @@ std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
 // frees device memory.
 auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
+// Communicators on which a call failed on this rank since their Layers were last released.
+auto* const failed_comms = new std::set<uintptr_t>();
+
+// An op's call, f(), its mok::Errors raised as ValueError (value_errors). Where its launch list names a
+// communicator, a call that fails on this rank (an argument refused, an allocation, a kernel's error
+// raised) may leave its Layers a launch behind their peers' (a call refused before its Layer ran takes no
+// launch numbers), whose barriers would then pass on other launches' flags: the communicator is marked,
+// and its calls are refused until this rank has released its Layers there (mok.distributed.release, which
+// every rank calls; docs/python.md, "Collective calls").
+template <class F>
+auto op_errors(at::IntArrayRef launch, F&& f) -> decltype(f()) {
+  const uintptr_t comm = launch.size() > kComm ? static_cast<uintptr_t>(launch[kComm]) : 0;
+  if (!comm) return value_errors(f);
+  {
+    const std::lock_guard lock(cache_mutex);
+    TORCH_CHECK(!failed_comms->count(comm),
+                "mok: an earlier call on this process group failed on this rank, so its layers may be a launch "
+                "behind their peers': call mok.distributed.release(group) on every rank before the next call");
+  }
+  try {
+    return value_errors(f);
+  } catch (...) {
+    mark_communicator_failed(comm);
+    throw;
+  }
+}
 
 // The communicator's size must be the call's gpus (the argument checks used it for the shares' shapes).
 void check_communicator(const Call& call) {
@@ -169,7 +196,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
     const OptTensor& shared_w1, const OptTensor& shared_w2, const OptTensor& topk_idx, const OptTensor& topk_w,
     at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
     const OptTensor& fp8_weights) {
-  return value_errors([&] {
+  return op_errors(launch, [&] {
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const Call call = checked_forward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, topk_idx,
                                       topk_w, fp8_weights, {.aligned = true});
@@ -199,7 +226,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
 // by the Layer of the forwards that read them.
 Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                              at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
-  return value_errors([&] {
+  return op_errors(launch, [&] {
     const Call call = checked_quantize(OpKernel::cuda, config_ints, config_floats, launch, w1, w2, shared_w1, shared_w2,
                                        {.aligned = true});
     const c10::cuda::CUDAGuard guard(w1.device());
@@ -248,7 +275,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
     const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
     const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
-  return value_errors([&] {
+  return op_errors(launch, [&] {
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
@@ -276,7 +303,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
     const Tensor& logits, const Tensor& saved, const Tensor& dy, const OptTensor& d_router, const Tensor& d_w1,
     const Tensor& d_w2, const OptTensor& d_shared_w1, const OptTensor& d_shared_w2, at::IntArrayRef config_ints,
     at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
-  return value_errors([&] {
+  return op_errors(launch, [&] {
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     const Accumulators acc{d_router, d_w1, d_w2, d_shared_w1, d_shared_w2};
@@ -318,6 +345,12 @@ void release_cuda_layers(uintptr_t comm) {
     c10::cuda::device_synchronize();
     it = layers->erase(it);  // on a communicator: deregisters its window (collective)
   }
+  failed_comms->erase(comm);
+}
+
+void mark_communicator_failed(uintptr_t comm) {
+  const std::lock_guard lock(cache_mutex);
+  failed_comms->insert(comm);
 }
 
 void set_poison_outputs(bool on) { poison_outputs.store(on, std::memory_order_relaxed); }
@@ -327,7 +360,12 @@ void check_cuda_layers() {
   for (auto& [key, cached] : *layers) {
     const c10::cuda::CUDAGuard guard(key.device);
     const std::lock_guard layer_lock(cached->mutex);
-    cached->layer.check();
+    try {
+      cached->layer.check();
+    } catch (...) {
+      if (key.comm()) failed_comms->insert(key.comm());  // as op_errors' (cache_mutex is held)
+      throw;
+    }
   }
 }
 

@@ -258,6 +258,10 @@ PYBIND11_MODULE(_C, m) {
       "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
       "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
   m.def(
+      "mark_failed", [](int64_t comm) { mark_communicator_failed(static_cast<uintptr_t>(comm)); }, py::arg("comm"),
+      "Refuses the GPU ops' calls on the communicator comm until release(comm) on this rank: a call on it failed "
+      "here (mok.distributed marks the errors it raises before the op; the op marks its own).");
+  m.def(
       "_set_poison_outputs", [](FlagArg on) { set_poison_outputs(flag("on", on.value)); }, py::arg("on"),
       "Tests: the GPU ops fill their outputs and workspace with 0xff bytes before their kernels run, so an "
       "element no kernel wrote shows (a no-op without CUDA).");

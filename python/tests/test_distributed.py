@@ -283,6 +283,32 @@ def test_one_rank_group_module_and_errors(one_rank_group):
     mok.check()
 
 
+@pytest.mark.cuda
+def test_a_rank_whose_call_failed_is_refused_until_it_releases(one_rank_group):
+    """A call that fails on a rank may leave its layers a launch behind their peers': its next call on the group
+    is refused, naming mok.distributed.release, until the release; then the layer gives the bits of a call
+    without the group. The error raised by a kernel (mok.check(): a router overflowing its logits) marks the
+    group, and so does one raised in Python before the op (a capacity on a group of one GPU)."""
+    layer = make_layer("softmax_shared")
+    want = run_layer(layer, ROUTER, "cuda:0")
+    x, router, w1, w2 = (t.to("cuda:0") for t in (layer.x, layer.router, layer.w1, layer.w2))
+    shared = (layer.shared_w1.to("cuda:0"), layer.shared_w2.to("cuda:0"))
+
+    def call(router=router, **kwargs):
+        return mok.moe(x, router, w1, w2, config=layer.config, shared=shared, ring_rows=128, group=one_rank_group,
+                       **kwargs)
+
+    failures = [(lambda: (call(router=torch.full_like(router, 3e38)), mok.check()), ValueError, "overflow"),
+                (lambda: call(capacity_rows=64), ValueError, "on a group of one GPU")]
+    for fail, error, message in failures:
+        with pytest.raises(error, match=message):
+            fail()
+        with pytest.raises(RuntimeError, match=r"call mok\.distributed\.release\(group\) on every rank"):
+            call()
+        mok.distributed.release(one_rank_group)
+        assert_same_results(run_layer(layer, ROUTER, "cuda:0", group=one_rank_group), want, message)
+
+
 def _worker(rank, world, store_path, out_dir):
     """One rank of test (b): its share of every config and mode, and a sharded module's output."""
     import torch.distributed as dist
