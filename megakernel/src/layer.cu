@@ -323,6 +323,9 @@ struct Layer::Impl {
     check_view(out.topk_w, named("topk_w [N, k]", "topk_w [N/G, k]"), DType::f32, {N, k});
     check_view(out.logits, named("logits [N, E]", "logits [N/G, E]"), DType::f32, {N, E},
                in.routing == RoutingMode::given);
+    require(in.routing != RoutingMode::given || !out.logits.data,
+            "logits is given, but routing mode given has no router to compute them: pass none (nothing would "
+            "write it)");
     check_view(out.saved, "saved", DType::u8, {int64_t(saved.bytes)});
     const bool fp8 = c.precision == Precision::fp8;
     require(fp8 || !in.fp8_weights.data,
@@ -358,6 +361,9 @@ struct Layer::Impl {
     check_view(g.d_logits, named("d_logits [N, E]", "d_logits [N/G, E]"), DType::f32, {N, E}, !router);
     check_view(g.d_router, "d_router [E, H]", DType::f32, {E, H}, !router);
     require(!router || (g.d_logits.data && g.d_router.data), "d_logits and d_router are missing");
+    require(router || (!g.d_logits.data && !g.d_router.data),
+            "d_logits or d_router is given, but routing mode given has no router: pass neither (nothing would "
+            "write them)");
     const DType wd = g.d_w1.dtype == DType::bf16 ? DType::bf16 : DType::f32;  // the weight gradients' one dtype
     check_view(g.d_w1, named("d_w1 [E, 2I, H]", "d_w1 [E/G, 2I, H]"), wd, {Eg, 2 * I, H});
     check_view(g.d_w2, named("d_w2 [E, H, I]", "d_w2 [E/G, H, I]"), wd, {Eg, H, I});

@@ -189,6 +189,12 @@ Megakernel::Megakernel(const LayerConfig& c, const LayerWeights& w, const Launch
   const KeepCurrentDevice keep;
   validate(c);
   validate_weights(c, w);
+  // Its GPUs are called one after another from this thread, and a synchronous call would wait for peers
+  // not yet called (until the watchdog).
+  require(!launch.synchronous || launch.gpus == 1,
+          "LaunchConfig::synchronous with gpus = " + std::to_string(launch.gpus) +
+              ": this wrapper calls its GPUs one after another from one thread, and a synchronous call would "
+              "wait for peers not yet called (a process per GPU may use it; Layer::check() waits here)");
   Impl& m = *impl_;
   m.c = c;
   m.launch = launch;

@@ -711,6 +711,18 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
                "workspace has " + std::to_string(forward_bytes) + " bytes, the backward needs " +
                    std::to_string(bytes) + " (workspace_bytes(Pass::backward))");
   layer.check();  // nothing was enqueued, nothing recorded
+  // Mode given has no router: its logits and router gradients would stay unwritten, so they are refused.
+  Bound gb(layer, ref::make_problem(shared_sigmoid(), 39, ref::RoutingKind::zipf), RoutingMode::given);
+  ForwardOutputs with_logits = gb.outputs();
+  with_logits.logits = b.outputs().logits;
+  refused(gb.inputs(), with_logits, "logits is given, but routing mode given has no router");
+  for (const bool logits : {true, false}) {
+    GradOutputs g = gb.grads();
+    (logits ? g.d_logits : g.d_router) = logits ? b.grads().d_logits : b.grads().d_router;
+    expect_error([&] { layer.backward(stream_, gb.workspace.view(), gb.inputs(), gb.outputs(), gb.grad.dy.view(), g); },
+                 "d_logits or d_router is given, but routing mode given has no router");
+  }
+  layer.check();
   // A bias in softmax mode, whose selection key it would not move: refused, not ignored.
   const ref::Problem softmax = ref::make_problem(make_config(2, 40, 128, 64, 8, 3), 39);
   Layer softmax_layer(softmax.config, {});

@@ -628,6 +628,9 @@ TEST_F(Gpu, RejectsBadLaunches) {
                "gpus > 1 needs the nccl or the colocated transport");
   expect_error(launch_with(LaunchConfig{.gpus = 0, .transport = Transport::nccl}), "gpus = 0 is below 1");
   expect_error(launch_with(colocated(2)), "ranks R = 1 is not a multiple of gpus = 2");
+  LaunchConfig synchronous = colocated(2);
+  synchronous.synchronous = true;  // GPU 0's call would wait for share 1's, not yet made
+  expect_error([&] { Megakernel(two_ranks, p.weights, synchronous); }, "LaunchConfig::synchronous with gpus = 2");
   Megakernel mk(p.config, p.weights, {});
   expect_error([&] { mk.backward(p.dy); }, "backward before any forward");
   std::vector<bf16> x = p.x;

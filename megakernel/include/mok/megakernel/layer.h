@@ -107,6 +107,7 @@ struct LaunchConfig {
   int gpus = 1;                                // GPUs 0 .. gpus-1, each executing R / gpus consecutive ranks
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
+                                               // (refused by the Megakernel wrapper with gpus > 1)
   // The backward pulls x into xe again and recomputes the routed experts' h and a from it and W1, and
   // the shared expert's from x and W1s (the forward's pull and GEMM1 + SwiGLU code, the same bits),
   // instead of reading them from `saved`: saved_bytes() is the dispatch layout's alone, P (2 H + 6 I)
