@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "core_test_support.h"
 #include "hopper_options.h"
@@ -143,22 +142,34 @@ TEST_F(Gpu, ScoresUnderflowingToZeroMatchTheReference) {
 
 // A dy of the largest finite bf16s overflows g, and the chains of d topk_w, d logits and d_router meet
 // +Inf and -Inf: the GPU's NaNs there are the reference's bits (the canonical NaN on both sides), in
-// softmax and sigmoid mode, with a shared expert, and in fp8.
+// softmax and sigmoid mode, with a shared expert, and in fp8; with fp8 weight gradients (an expert of
+// 512 rows: blocks of 128 that overflow to +Inf and -Inf) in d_w1 and d_w2 too.
 TEST_F(Gpu, OverflowingGradientsMatchTheReferenceNanForNan) {
-  const ref::Options exact = hopper_options();
-  const std::pair<const char*, LayerConfig> configs[] = {{"softmax", small(2, 40, 8, 2)},
-                                                         {"every_branch", with_every_branch(small(2, 24, 8, 3))},
-                                                         {"fp8_every_branch", fp8_every_branch()}};
-  for (const auto& [name, config] : configs) {
-    SCOPED_TRACE(name);
-    Problem p = make_problem(config, 1234);
+  LayerConfig fp8_rows = make_config(1, 512, 128, 128, 2, 1);
+  fp8_rows.precision = Precision::fp8;
+  const struct {
+    const char* name;
+    LayerConfig config;
+    LaunchConfig launch;
+  } cases[] = {{"softmax", small(2, 40, 8, 2), {}},
+               {"every_branch", with_every_branch(small(2, 24, 8, 3)), {}},
+               {"fp8_every_branch", fp8_every_branch(), {}},
+               {"fp8_weight_gradients", fp8_rows, {.fp8_weight_gradients = true}}};
+  for (const auto& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    Problem p = make_problem(cs.config, 1234);
     p.dy = mok::test::saturated(p.dy);
+    ref::Options exact = hopper_options();
+    exact.fp8_weight_gradients = cs.launch.fp8_weight_gradients;
     const Forward want_f = ref::forward(p.config, p.x, p.weights, nullptr, exact);
     const Gradients want_g = ref::backward(p.config, p.x, p.weights, want_f, p.dy, exact);
     ASSERT_GT(mok::test::canonical_nans("d_topk_w", want_g.d_topk_w), 0u);
     ASSERT_GT(mok::test::canonical_nans("d_logits", want_g.d_logits), 0u);
     ASSERT_GT(mok::test::canonical_nans("d_router", want_g.d_router), 0u);
-    const GpuRun got = run_gpu(p);
+    if (cs.launch.fp8_weight_gradients) {
+      ASSERT_GT(mok::test::canonical_nans("d_w1", want_g.d_w1), 0u);
+    }
+    const GpuRun got = run_gpu(p, cs.launch);
     expect_forward_bits(got.fwd, want_f);
     expect_gradient_bits(got.grad, want_g);
   }

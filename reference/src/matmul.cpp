@@ -28,6 +28,7 @@ void matmul_fp32(const bf16* a, int m, const bf16* b, int n, int k, float* c, bo
       const float* brow = bt.data() + at(q, n);
       for (int j = 0; j < n; ++j) crow[j] = fma32(aq, brow[j], crow[j]);
     }
+    for (int j = 0; j < n; ++j) crow[j] = canonical_nan(crow[j]);  // as every fp32 output's NaN
   }
 }
 

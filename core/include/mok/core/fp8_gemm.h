@@ -61,7 +61,8 @@ MOK_HD int quantize_block(const bf16* src, int rows, int cols, int stride, fp8_e
 // the scale exponents of their k / 128 blocks. Per block: partial = four Fp8StepModel::hopper() steps
 // from +0 (the tensor core's accumulator, 13 fraction bits), then total = total + partial 2^(ea + eb),
 // the product rounded once (scale_by_exp2) and the sum an fp32 add (round to nearest even), total
-// starting from +0: the GPU's promotion from the tensor core to CUDA-core registers every 128 of K.
+// starting from +0: the GPU's promotion from the tensor core to CUDA-core registers every 128 of K. A NaN
+// total (blocks that overflowed to +Inf and -Inf) is the canonical one, as the GPU's add writes it.
 MOK_HD float fp8_gemm_element(const fp8_e4m3* a, const int* a_exp, const fp8_e4m3* b, const int* b_exp, int k) {
   constexpr Fp8StepModel step = Fp8StepModel::hopper();
   float total = 0.0f;
@@ -73,7 +74,7 @@ MOK_HD float fp8_gemm_element(const fp8_e4m3* a, const int* a_exp, const fp8_e4m
     }
     total = total + scale_by_exp2(partial, a_exp[block] + b_exp[block]);
   }
-  return total;
+  return canonical_nan(total);
 }
 
 }  // namespace mok
