@@ -92,8 +92,7 @@ def communicator(group, device: torch.device, experts: int, ranks: int = 1) -> t
     if bound is not None and bound != device:
         raise ValueError(f"x is on {device} but the process group is bound to {bound}: each process runs its "
                          f"share on the group's device")
-    with torch.cuda.device(device):
-        comm = backend._comm_ptr()  # the communicator of the current device, 0 when not created yet
+    comm = _comm_on(backend, device)
     if not comm:
         raise ValueError(f"the process group has no NCCL communicator on {device} yet: create it eagerly with "
                          f"init_process_group(..., device_id=torch.device('cuda', local_rank)), or run one "
@@ -101,35 +100,41 @@ def communicator(group, device: torch.device, experts: int, ranks: int = 1) -> t
     return comm, gpus
 
 
-def _comm_of(group) -> int:
-    """The group's communicator on its bound device (else the current one), 0 when it has none yet."""
-    backend = _nccl_backend(group)
-    device = getattr(group, "bound_device_id", None) or torch.device("cuda", torch.cuda.current_device())
+def _comm_on(backend, device) -> int:
+    """The backend's communicator on `device` (an ncclComm_t as an integer), 0 when not created yet."""
     with torch.cuda.device(device):
         return backend._comm_ptr()
 
 
-def release(group) -> None:
+def _comm_of(group, device=None) -> int:
+    """The group's communicator on its bound device, else on `device`, else on the current one."""
+    device = getattr(group, "bound_device_id", None) or device or torch.device("cuda", torch.cuda.current_device())
+    return _comm_on(_nccl_backend(group), device)
+
+
+def release(group, device=None) -> None:
     """Destroys mok's layers cached on the group's communicator (after waiting for their GPU's work).
     Collective, like their construction: call it on every rank at the same point, with no layer call in
     flight, before torch.distributed.destroy_process_group(group) (a layer's window is registered on the
     communicator, which must outlive it), and after an error on any rank (the layers of a rank whose call
-    failed may be a launch behind their peers': its calls on the group are refused until it releases)."""
-    comm = _comm_of(group)
+    failed may be a launch behind their peers': its calls on the group are refused until it releases).
+    device: the GPU whose communicator, for a group bound to none (default: the current device)."""
+    comm = _comm_of(group, device)
     if comm:
         _C.release(comm)
 
 
 @contextlib.contextmanager
-def failures_marked(group):
-    """Marks the group's communicator when the body raises (mok._C.mark_failed), so that this rank's next
-    call on it is refused until release(group): a call refused before its layer ran (here, or by the op)
-    took no launch numbers, and the layers would stay a launch behind their peers'."""
+def failures_marked(group, device=None):
+    """Marks the group's communicator on `device` (as release finds it) when the body raises
+    (mok._C.mark_failed), so that this rank's next call on it is refused until release(group): a call
+    refused before its layer ran (here, or by the op) took no launch numbers, and the layers would stay a
+    launch behind their peers'. A no-op without a group."""
     try:
         yield
     except BaseException:
         try:
-            comm = _comm_of(group) if _C.HAS_CUDA else 0
+            comm = _comm_of(group, device) if group is not None and _C.HAS_CUDA else 0
         except Exception:  # not a usable NCCL group (or no CUDA): no layer of it exists
             comm = 0
         if comm:

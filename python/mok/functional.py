@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import NamedTuple, Optional, Union
 
@@ -157,18 +158,23 @@ def moe(
                 fp8_weight_gradients=fp8_weight_gradients)
 
 
+def _group_failures_marked(group, x):
+    """With a group, a context in which an error marks the group's communicator on x's device
+    (mok.distributed.failures_marked); without one, nothing."""
+    if group is None:
+        return contextlib.nullcontext()
+    from mok import distributed
+
+    return distributed.failures_marked(group, x.device if isinstance(x, Tensor) and x.is_cuda else None)
+
+
 def _failures_marked(call):
-    """call(..., group=...): with a group, an error it raises marks the group's communicator
-    (mok.distributed.failures_marked)."""
+    """call(x, ..., group=...), an error it raises with a group marking the group (_group_failures_marked)."""
 
     @functools.wraps(call)
-    def marked(*args, group=None, **kwargs):
-        if group is None:
-            return call(*args, group=None, **kwargs)
-        from mok import distributed
-
-        with distributed.failures_marked(group):
-            return call(*args, group=group, **kwargs)
+    def marked(x, *args, group=None, **kwargs):
+        with _group_failures_marked(group, x):
+            return call(x, *args, group=group, **kwargs)
 
     return marked
 
@@ -406,7 +412,6 @@ class _IntoAccumulators(torch.autograd.Function):
         return None, dx, None, None, None, None, None, None, None, d_topk_w if given else None, None, None
 
 
-@_failures_marked
 def quantize_weights(
     w1: Tensor,
     w2: Tensor,

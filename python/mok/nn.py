@@ -10,8 +10,8 @@ from torch import Tensor
 
 from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, _require_int, pack_launch
-from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, _check_capacity, _moe,
-                            quantize_weights, routing_mode)
+from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, _check_capacity,
+                            _group_failures_marked, _moe, quantize_weights, routing_mode)
 
 
 def _check_launch(config: MoEConfig, launch: list[int]) -> None:
@@ -183,6 +183,11 @@ class MoE(torch.nn.Module):
     def forward(self, x: Tensor, routing: RoutingArg = None, replay: Optional[str] = None,
                 return_routing: bool = False, fp8_weights: Optional[Tensor] = None) -> Tensor | tuple[Tensor, Routing]:
         """See mok.functional.moe (x [..., H] bf16 on the module's device; fp8_weights: quantize_weights')."""
+        with _group_failures_marked(self.group, x):  # the checks below too, not only _moe's
+            return self._forward(x, routing, replay, return_routing, fp8_weights)
+
+    def _forward(self, x: Tensor, routing: RoutingArg, replay: Optional[str], return_routing: bool,
+                 fp8_weights: Optional[Tensor]) -> Tensor | tuple[Tensor, Routing]:
         shared = (self.shared_w1, self.shared_w2) if self.shared_w1 is not None else None
         accumulators = None
         if (self.main_grad or self.accumulate_grad) and torch.is_grad_enabled():

@@ -59,6 +59,7 @@ std::mutex cache_mutex;
 auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
 // Communicators on which a call failed on this rank since their Layers were last released.
 auto* const failed_comms = new std::set<uintptr_t>();
+void mark_failed_locked(uintptr_t comm) { failed_comms->insert(comm); }  // cache_mutex held
 
 // An op's call, f(), its mok::Errors raised as ValueError (value_errors). Where its launch list names a
 // communicator, a call that fails on this rank (an argument refused, an allocation, a kernel's error
@@ -226,7 +227,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
 // by the Layer of the forwards that read them.
 Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                              at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
-  return op_errors(launch, [&] {
+  return value_errors([&] {  // no launch numbers taken: a failure leaves the group as it was
     const Call call = checked_quantize(OpKernel::cuda, config_ints, config_floats, launch, w1, w2, shared_w1, shared_w2,
                                        {.aligned = true});
     const c10::cuda::CUDAGuard guard(w1.device());
@@ -350,7 +351,7 @@ void release_cuda_layers(uintptr_t comm) {
 
 void mark_communicator_failed(uintptr_t comm) {
   const std::lock_guard lock(cache_mutex);
-  failed_comms->insert(comm);
+  mark_failed_locked(comm);
 }
 
 void set_poison_outputs(bool on) { poison_outputs.store(on, std::memory_order_relaxed); }
@@ -363,7 +364,7 @@ void check_cuda_layers() {
     try {
       cached->layer.check();
     } catch (...) {
-      if (key.comm()) failed_comms->insert(key.comm());  // as op_errors' (cache_mutex is held)
+      if (key.comm()) mark_failed_locked(key.comm());  // as op_errors'
       throw;
     }
   }

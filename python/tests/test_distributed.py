@@ -152,6 +152,11 @@ def test_a_group_without_nccl_is_refused(tmp_path):
     try:
         with pytest.raises(ValueError, match="NCCL"):
             mok.distributed.check_group(dist.group.WORLD, 8)
+        # An error inside failures_marked comes out as it went in, whether or not a communicator is found to mark.
+        for group in (dist.group.WORLD, None, "not a group"):
+            with pytest.raises(KeyError, match="the body's"):
+                with mok.distributed.failures_marked(group):
+                    raise KeyError("the body's")
     finally:
         dist.destroy_process_group()
 
