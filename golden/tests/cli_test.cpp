@@ -180,6 +180,12 @@ TEST(MokGoldenCli, CheckFailsAFileHoldingAnotherCaseThanItsName) {
       << r.output;
   EXPECT_NE(r.output.find("1 goldens checked"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 failed"), std::string::npos) << r.output;
+  // The README's check --builtin reads the same file: the same failure (it compared the tensors alone).
+  const testing::ToolRun builtin = run_tool(dir, "check --builtin --dir " + dir.path().string());
+  EXPECT_EQ(builtin.status, 1) << builtin.output;
+  EXPECT_NE(builtin.output.find("FAIL  smoke.h5: named for the catalogue case smoke but holds the case"),
+            std::string::npos)
+      << builtin.output;
 }
 
 // routing = zipf with zipf_s = 2000 and k = 2 used to corrupt the heap (SIGABRT): the weights after

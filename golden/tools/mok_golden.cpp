@@ -225,29 +225,29 @@ std::string stale_bound(const GoldenCase& g) {
   return "";
 }
 
-// Regenerates one committed golden (from its recipe, or from its stored inputs) and compares. A file
-// named for a catalogue case must hold that case: the check counts it as that case's golden.
+// Why `golden`, read from `file`, cannot stand for its case (a FAIL line's text), or "": a file named for
+// a catalogue case must hold that case (the check counts it as that case's golden), and the catalogue's
+// fields and this build's oracle bounds must be those it was written with.
+std::string unfit_golden(const fs::path& file, const GoldenCase& golden) {
+  const std::string stem = file.stem().string();
+  const std::string regenerate = ": regenerate it (mok-golden generate --name " + golden.name + ")";
+  if (find_case(stem) && golden.name != stem)
+    return display_name(file.filename().string()) + ": named for the catalogue case " + stem + " but holds the case " +
+           quote_input(golden.name);
+  if (const CaseSpec* spec = find_case(golden.name))
+    if (const std::string field = stale_field(golden, *spec); !field.empty())
+      return golden.name + ": the catalogue's " + field + " differs from the committed golden's" + regenerate;
+  if (const std::string bound = stale_bound(golden); !bound.empty())
+    return golden.name + ": its stored fp64-oracle bound of " + bound + " (this build's)" + regenerate;
+  return "";
+}
+
+// Regenerates one committed golden (from its recipe, or from its stored inputs) and compares.
 int check_file(const fs::path& file) {
   const auto start = std::chrono::steady_clock::now();
   const GoldenCase golden = read_golden(file);
-  const std::string stem = file.stem().string();
-  if (find_case(stem) && golden.name != stem) {
-    std::cout << "FAIL  " << display_name(file.filename().string()) << ": named for the catalogue case " << stem
-              << " but holds the case " << quote_input(golden.name) << std::endl;
-    return kMismatch;
-  }
-  if (const CaseSpec* spec = find_case(golden.name)) {
-    const std::string field = stale_field(golden, *spec);
-    if (!field.empty()) {
-      std::cout << "FAIL  " << golden.name << ": the catalogue's " << field
-                << " differs from the committed golden's: regenerate it (mok-golden generate --name " << golden.name
-                << ")" << std::endl;
-      return kMismatch;
-    }
-  }
-  if (const std::string bound = stale_bound(golden); !bound.empty()) {
-    std::cout << "FAIL  " << golden.name << ": its stored fp64-oracle bound of " << bound
-              << " (this build's): regenerate it (mok-golden generate --name " << golden.name << ")" << std::endl;
+  if (const std::string unfit = unfit_golden(file, golden); !unfit.empty()) {
+    std::cout << "FAIL  " << unfit << std::endl;
     return kMismatch;
   }
   const double read_s = seconds_since(start);
@@ -329,6 +329,10 @@ int check_builtin(const Args& a) {
   } catch (const Error& e) {
     std::cout << "ERROR " << escape_bytes(e.what()) << std::endl;
     return kError;
+  }
+  if (const std::string unfit = unfit_golden(file, golden); !unfit.empty()) {  // as check's
+    std::cout << "FAIL  " << unfit << std::endl;
+    return kMismatch;
   }
   const int against_golden = compare_cases(golden, first, "golden", "run 1");
   std::cout << (against_golden ? "FAIL  " : "ok    ") << "run 1 against " << display_name(file.string())
