@@ -3,6 +3,7 @@
 #include <optional>
 #include <sstream>
 
+#include "mok/core/validate.h"
 #include "mok/fuzz/properties.h"
 #include "mok/golden/golden.h"
 
@@ -69,6 +70,15 @@ Repro read_repro(const std::filesystem::path& file) {
   r.params.options.fault = *f;
   // Strictly the whole word, as --seed: stoull took "-1" as 2^64 - 1 and "12x" as 12, another case.
   if (!parse_whole_number(aux, r.params.aux_seed)) throw refuse("aux_seed " + quote_input(aux) + " is not a number");
+  // Stored inputs the layer refuses are the file's error, as mok-golden and mok-verify say (exit 2), not a
+  // property's failure: write_repro stores a case the reference ran (invalid_inputs mutates its own copies).
+  try {
+    const ref::Problem& pr = r.problem;
+    validate_inputs(pr.config, pr.x, pr.weights, pr.routing ? &*pr.routing : nullptr, r.params.options.replay_ids);
+    validate_tokens(pr.config, pr.dy, "dy [N, H]");
+  } catch (const Error& e) {
+    throw refuse("its stored inputs: " + reason_of(e));
+  }
   r.description = g.description;
   return r;
 }

@@ -447,6 +447,30 @@ TEST(Repro, ParamsAreTheLastLineEachKeyOnce) {
   EXPECT_EQ(refusal(g.description), "accepted");
 }
 
+// A repro whose stored inputs the layer refuses (edited after mok-fuzz wrote it) is the file's error, as
+// mok-golden and mok-verify say (exit 2): replayed, most properties reported it as their failure, and a
+// routing property passed on an expert id out of range.
+TEST(Repro, StoredInputsTheLayerRefusesAreTheFilesError) {
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign("mok_fuzz_stored_inputs", log);
+  ASSERT_FALSE(r.repro.empty()) << log.str();
+  const golden::GoldenCase g = golden::read_golden(r.repro);
+  const std::filesystem::path file = r.repro.parent_path() / "edited_inputs.h5";
+  golden::GoldenCase h = g;
+  for (golden::Tensor& t : h.inputs)
+    if (t.name == "x") t.bytes[0] = 0xc0, t.bytes[1] = 0x7f;  // element 0: bf16 0x7fc0, NaN
+  golden::write_golden(file, h);
+  try {
+    read_repro(file);
+    ADD_FAILURE() << "a NaN in the stored x accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(display_name(file.string()) +
+                                         ": its stored inputs: invalid input: x [N, H] holds NaN or Inf"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The name lookups return the property or fault, or nothing and leave the error to the caller, who says
 // where the name came from (read_repro the file: it caught find_property's exception and stripped its
 // "mok-fuzz: " prefix); the CLI's throwing forms keep the prefix.

@@ -7,7 +7,6 @@
 #include <sstream>
 #include <type_traits>
 
-#include "error_text.h"
 #include "mok/core/fields.h"
 #include "mok/golden/file_kind.h"
 

@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "chunk_codec.h"
-#include "error_text.h"
 #include "hdf5_guard.h"
 #include "mok/core/fields.h"
 #include "mok/core/validate.h"

@@ -21,6 +21,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error's text without its leading "mok: ", for wrapping it in more context.
+inline std::string reason_of(const std::exception& e) {
+  const std::string what = e.what();
+  return what.rfind("mok: ", 0) == 0 ? what.substr(5) : what;
+}
+
 enum class ScoreMode : uint8_t { softmax = 0, sigmoid = 1 };
 
 // The arithmetic of the expert GEMMs of the forward and of the input gradients (docs/numerics.md):
