@@ -263,8 +263,10 @@ void usage() {
 }
 
 bool parse(int argc, char** argv, Options& o) {
+  mok::tools::OptionReader reader("mok-bench");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (!reader.first(arg)) return false;
     bool* flag = arg == "--recompute"              ? &o.recompute
                  : arg == "--fp8"                  ? &o.fp8
                  : arg == "--fp8-weight-gradients" ? &o.fp8_weight_gradients
@@ -276,7 +278,7 @@ bool parse(int argc, char** argv, Options& o) {
       *flag = true;
       continue;
     }
-    if (i + 1 >= argc) return false;
+    if (i + 1 >= argc) return reader.missing_value(arg);
     const char* value = argv[++i];
     bool ok = true;
     if (arg == "--shape")
@@ -298,9 +300,10 @@ bool parse(int argc, char** argv, Options& o) {
                     : arg == "--gpus"      ? &o.gpus
                     : arg == "--experts"   ? &o.experts
                                            : nullptr;
-      ok = target && parse_int(value, *target);
+      if (!target) return reader.unknown(arg);
+      ok = parse_int(value, *target);
     }
-    if (!ok) return false;
+    if (!ok) return reader.bad_value(arg, value);
   }
   return true;
 }

@@ -227,9 +227,11 @@ void usage() {
 
 bool parse(int argc, char** argv, Options& o) {
   using mok::tools::parse_double, mok::tools::parse_int;
+  mok::tools::OptionReader reader("mok-procs");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 >= argc) return false;
+    if (!reader.first(arg)) return false;
+    if (i + 1 >= argc) return reader.missing_value(arg);
     const char* value = argv[++i];
     bool ok = true;
     if (arg == "--gpus")
@@ -245,8 +247,8 @@ bool parse(int argc, char** argv, Options& o) {
     else if (arg == "--timeout")
       ok = parse_double(value, o.timeout_s);
     else
-      ok = false;
-    if (!ok) return false;
+      return reader.unknown(arg);
+    if (!ok) return reader.bad_value(arg, value);
   }
   return true;
 }

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     // Strictly: atoi took "2x" and "1e3" for 2 and 1, and wrapped 99999999999 to another size, which then
     // ran or was refused by a number the user never gave.
     if (!parse_whole_number(argv[i], sizes[i - 1])) {
-      std::fprintf(stderr, "mok-reference-timing: argument %d, %s, is not a decimal integer\n", i,
+      std::fprintf(stderr, "mok-reference-timing: argument %d, %s, is not a decimal integer in int's range\n", i,
                    quote_input(argv[i]).c_str());
       std::fprintf(stderr, "%s", kUsage);
       return 2;
