@@ -24,7 +24,8 @@
 #           olmoe and, with N > 1, mok-bench --gpus N for the shapes in $MOK_SHAPES (nccl.log)
 #   bench   mok-bench beside bench/torch_baseline.py, per shape in $MOK_SHAPES and routing in
 #           $MOK_ROUTINGS (defaults: all six shapes, uniform and zipf; router, the layer's own, runs in
-#           mok-bench only); $MOK_BENCH_ARGS go to mok-bench;
+#           mok-bench only); $MOK_BENCH_ARGS go to mok-bench (not --shape, --routing or --fp8, which the
+#           steps pass themselves: mok-bench refuses an option given twice);
 #           MOK_TORCH=0 skips the baseline, MOK_TORCH_ROUTINGS limits it to those routings,
 #           $MOK_TORCH_ARGS go to torch_baseline.py (--fp8: its FP8 rows, issue 19)
 #   ab      A/B against a baseline tree $MOK_BASELINE (a directory holding another commit's source, built

@@ -168,6 +168,7 @@ TEST_F(Gpu, OverflowingGradientsMatchTheReferenceNanForNan) {
     ASSERT_GT(mok::test::canonical_nans("d_router", want_g.d_router), 0u);
     if (cs.launch.fp8_weight_gradients) {
       ASSERT_GT(mok::test::canonical_nans("d_w1", want_g.d_w1), 0u);
+      ASSERT_GT(mok::test::canonical_nans("d_w2", want_g.d_w2), 0u);
     }
     const GpuRun got = run_gpu(p, cs.launch);
     expect_forward_bits(got.fwd, want_f);

@@ -227,7 +227,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
 // by the Layer of the forwards that read them.
 Tensor quantize_weights_cuda(const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                              at::IntArrayRef config_ints, at::ArrayRef<double> config_floats, at::IntArrayRef launch) {
-  return value_errors([&] {  // no launch numbers taken: a failure leaves the group as it was
+  // Its first call on a group may build the Layer, collectively: a failure marks the group as the others' do.
+  return op_errors(launch, [&] {
     const Call call = checked_quantize(OpKernel::cuda, config_ints, config_floats, launch, w1, w2, shared_w1, shared_w2,
                                        {.aligned = true});
     const c10::cuda::CUDAGuard guard(w1.device());

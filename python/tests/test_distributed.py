@@ -286,7 +286,10 @@ def test_one_rank_group_module_and_errors(one_rank_group):
     with pytest.raises(ValueError, match="runs on its GPU"):
         grouped(x.cpu())
     mok.check()
-    mok.distributed.release(one_rank_group)  # after an error, as every rank must (the next test's first call)
+    with pytest.raises(RuntimeError, match=r"call mok\.distributed\.release\(group\)"):  # MoE's error marked it
+        grouped(x)
+    mok.distributed.release(one_rank_group)  # after an error, as every rank must
+    assert_same_bits(grouped(x), single(x), "y after the release")
 
 
 @pytest.mark.cuda

@@ -50,7 +50,7 @@ class OptionReader {
     return refuse("no value follows " + quote_input(option) + " (or it is no option of " + tool_ + ")");
   }
   bool bad_value(const std::string& option, const char* value) {
-    return refuse(option + " cannot take " + quote_input(value) + " (a decimal number)");
+    return refuse(option + " cannot take " + quote_input(value) + " (a decimal number within range)");
   }
 
  private:
