@@ -386,15 +386,30 @@ TEST(Driver, ProgressWhileAFailureShrinks) {
   EXPECT_NE(log.str().find("shrinking a failure: 1 tries, "), std::string::npos) << log.str();
 }
 
+// The repro caught_router_grad_sign writes into `dir`, read back, and its directory; nullopt (a test
+// failure, with the campaign's log) where none was written.
+struct CaughtRepro {
+  golden::GoldenCase golden;
+  std::filesystem::path dir;
+};
+std::optional<CaughtRepro> caught_repro(const std::string& dir) {
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign(dir, log);
+  if (r.repro.empty()) {
+    ADD_FAILURE() << "no repro written: " << log.str();
+    return std::nullopt;
+  }
+  return CaughtRepro{golden::read_golden(r.repro), r.repro.parent_path()};
+}
+
 // aux_seed parses as strictly as --seed (stoull took "-1" as 2^64 - 1 and "12x" as 12: another case,
 // replayed as if it were the failing one), a property or fault this build does not know is refused, and
 // each error names the file escaped (an unknown name's named no file) and the value quoted.
 TEST(Repro, ParamsParseStrictlyAndTheirErrorsNameTheFile) {
-  std::ostringstream log;
-  const PropertyReport r = caught_router_grad_sign("mok_fuzz_aux_seed", log);
-  ASSERT_FALSE(r.repro.empty()) << log.str();
-  const golden::GoldenCase g = golden::read_golden(r.repro);
-  const std::filesystem::path file = r.repro.parent_path() / "bad\nseed.h5";
+  const std::optional<CaughtRepro> caught = caught_repro("mok_fuzz_aux_seed");
+  ASSERT_TRUE(caught);
+  const golden::GoldenCase& g = caught->golden;
+  const std::filesystem::path file = caught->dir / "bad\nseed.h5";
   const struct {
     std::string key, bad, message;
   } cases[] = {{"aux_seed", "-1", "aux_seed '-1' is not a number"},
@@ -422,11 +437,10 @@ TEST(Repro, ParamsParseStrictlyAndTheirErrorsNameTheFile) {
 // The parameters' line is the description's last, each key in it once: a repeated key's first value won
 // silently, and the tag was taken wherever it stood.
 TEST(Repro, ParamsAreTheLastLineEachKeyOnce) {
-  std::ostringstream log;
-  const PropertyReport r = caught_router_grad_sign("mok_fuzz_params_line", log);
-  ASSERT_FALSE(r.repro.empty()) << log.str();
-  const golden::GoldenCase g = golden::read_golden(r.repro);
-  const std::filesystem::path file = r.repro.parent_path() / "edited.h5";
+  const std::optional<CaughtRepro> caught = caught_repro("mok_fuzz_params_line");
+  ASSERT_TRUE(caught);
+  const golden::GoldenCase& g = caught->golden;
+  const std::filesystem::path file = caught->dir / "edited.h5";
   const auto refusal = [&](const std::string& description) {
     golden::GoldenCase h = g;
     h.description = description;
@@ -451,11 +465,10 @@ TEST(Repro, ParamsAreTheLastLineEachKeyOnce) {
 // mok-golden and mok-verify say (exit 2): replayed, most properties reported it as their failure, and a
 // routing property passed on an expert id out of range.
 TEST(Repro, StoredInputsTheLayerRefusesAreTheFilesError) {
-  std::ostringstream log;
-  const PropertyReport r = caught_router_grad_sign("mok_fuzz_stored_inputs", log);
-  ASSERT_FALSE(r.repro.empty()) << log.str();
-  const golden::GoldenCase g = golden::read_golden(r.repro);
-  const std::filesystem::path file = r.repro.parent_path() / "edited_inputs.h5";
+  const std::optional<CaughtRepro> caught = caught_repro("mok_fuzz_stored_inputs");
+  ASSERT_TRUE(caught);
+  const golden::GoldenCase& g = caught->golden;
+  const std::filesystem::path file = caught->dir / "edited_inputs.h5";
   golden::GoldenCase h = g;
   for (golden::Tensor& t : h.inputs)
     if (t.name == "x") t.bytes[0] = 0xc0, t.bytes[1] = 0x7f;  // element 0: bf16 0x7fc0, NaN
