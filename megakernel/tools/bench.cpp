@@ -305,6 +305,9 @@ bool parse(int argc, char** argv, Options& o) {
     }
     if (!ok) return reader.bad_value(arg, value);
   }
+  // It bounds the processes' run; it was ignored elsewhere.
+  if (reader.given("--timeout") && (o.gpus == kNoGpus || o.one_process))
+    return reader.refuse("--timeout applies to --gpus G in processes of their own (not --one-process)");
   return true;
 }
 

@@ -52,12 +52,14 @@ class OptionReader {
   bool bad_value(const std::string& option, const char* value) {
     return refuse(option + " cannot take " + quote_input(value) + " (a decimal number within range)");
   }
-
- private:
+  bool given(const std::string& option) const { return seen_.count(option) > 0; }
+  // False, saying why on stderr.
   bool refuse(const std::string& why) const {
     std::fprintf(stderr, "%s: %s\n", tool_, why.c_str());
     return false;
   }
+
+ private:
   const char* tool_;
   std::set<std::string> seen_;
 };
