@@ -55,7 +55,7 @@
 #include "mok/core/tool_exit.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/reference/problem.h"
-#include "mok/tools/cli_numbers.h"
+#include "mok/tools/cli_args.h"
 
 namespace {
 

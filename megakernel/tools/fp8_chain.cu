@@ -37,7 +37,7 @@
 #include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/megakernel.h"
-#include "mok/tools/cli_numbers.h"
+#include "mok/tools/cli_args.h"
 #include "probe_operands.cuh"
 #include "tensor_map.h"
 #include "tile_gemm.cuh"

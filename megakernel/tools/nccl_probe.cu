@@ -22,7 +22,7 @@
 #include "mok/core/tool_exit.h"
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/nccl.h"
-#include "mok/tools/cli_numbers.h"
+#include "mok/tools/cli_args.h"
 
 namespace {
 

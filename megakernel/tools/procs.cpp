@@ -27,7 +27,7 @@
 #include "mok/megakernel/layer.h"
 #include "mok/reference/layer.h"
 #include "mok/reference/problem.h"
-#include "mok/tools/cli_numbers.h"
+#include "mok/tools/cli_args.h"
 #include "mok/tools/process_ranks.h"
 #include "mok/tools/rank_layer.h"
 

@@ -22,7 +22,7 @@
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/ptx/mma.cuh"
 #include "mok/megakernel/ptx/wgmma.cuh"
-#include "mok/tools/cli_numbers.h"
+#include "mok/tools/cli_args.h"
 
 namespace {
 

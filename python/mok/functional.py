@@ -152,10 +152,11 @@ def moe(
     x, w dy and a quantized per 128 token rows; the shared expert's stay bf16): other bits than the
     default bf16 weight gradients, the same on CPU and GPU. Slower on the H200 today (docs/benchmarks.md).
     """
-    return _moe(x, router, w1, w2, config=config, shared=shared, expert_bias=expert_bias, routing=routing,
-                replay=replay, ring_rows=ring_rows, blocks=blocks, recompute=recompute, return_routing=return_routing,
-                group=group, capacity_rows=capacity_rows, fp8_weights=fp8_weights, accumulate_into=accumulate_into,
-                fp8_weight_gradients=fp8_weight_gradients)
+    with _group_failures_marked(group, x):  # as mok.MoE's forward, whose own checks come before _moe's
+        return _moe(x, router, w1, w2, config=config, shared=shared, expert_bias=expert_bias, routing=routing,
+                    replay=replay, ring_rows=ring_rows, blocks=blocks, recompute=recompute,
+                    return_routing=return_routing, group=group, capacity_rows=capacity_rows, fp8_weights=fp8_weights,
+                    accumulate_into=accumulate_into, fp8_weight_gradients=fp8_weight_gradients)
 
 
 def _group_failures_marked(group, x):
@@ -168,18 +169,6 @@ def _group_failures_marked(group, x):
     return distributed.failures_marked(group, x.device if isinstance(x, Tensor) and x.is_cuda else None)
 
 
-def _failures_marked(call):
-    """call(x, ..., group=...), an error it raises with a group marking the group (_group_failures_marked)."""
-
-    @functools.wraps(call)
-    def marked(x, *args, group=None, **kwargs):
-        with _group_failures_marked(group, x):
-            return call(x, *args, group=group, **kwargs)
-
-    return marked
-
-
-@_failures_marked
 def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig, shared, expert_bias,
          routing: RoutingArg, replay: Optional[str], ring_rows: int, blocks: int, recompute: bool,
          return_routing: bool, group, capacity_rows: int, fp8_weights: Optional[Tensor],
