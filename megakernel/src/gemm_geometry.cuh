@@ -173,13 +173,6 @@ union StageScales {
 };
 __host__ __device__ constexpr int column_scale_stride(int cols) { return (cols + kTileN - 1) / kTileN * kTileN; }
 
-// Paired blocks (LaunchConfig::paired_blocks, tile_gemm.cuh): whether the launch's blocks are, the pair's
-// meetings so far, and the barrier they meet at (one arrival from each block).
-struct Pairing {
-  uint32_t paired, meetings;
-  uint64_t met;
-};
-
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
   alignas(16) StageScales scales[kStages];  // the fp8 chains' scales, per stage
@@ -187,7 +180,7 @@ struct GemmSmem {
   uint64_t full[kStages];                   // TMA bytes landed
   uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals; paired
                                             // blocks sharing B: and each of the peer's consumer warps, kConsumerWarps)
-  Pairing pairing;                          // paired blocks: whether the launch is, and where the two meet
+  uint64_t pair;                            // paired blocks: where the two meet (one arrival from each)
   // Each consumer's epilogue rows: the bf16 staging rows, or the 64-byte-row chunks of its TMA copies
   // (fp32 or bf16: store_rows_by_tma).
   union {

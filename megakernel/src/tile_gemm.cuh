@@ -78,8 +78,10 @@ inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 struct Pipeline {
   GemmSmem* smem;
   uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
-  // Paired blocks (launch_pipeline; in shared memory, so that no register holds it through a phase).
-  __device__ bool paired() const { return smem->pairing.paired != 0; }
+  // Paired blocks (launch_pipeline): the peer's rank in the cluster, whether this phase's tiles share B
+  // with it (its consumer warps then release this block's stages too), and the pair's meetings so far.
+  bool paired = false, sharing = false;
+  uint32_t peer = 0, meetings = 0;
   // The stage and its phase parity of the K-block `ahead` blocks on.
   __device__ uint32_t stage(uint32_t ahead = 0) const { return (blocks + ahead) % kStages; }
   __device__ uint32_t parity(uint32_t ahead = 0) const { return (blocks + ahead) / kStages & 1u; }
@@ -104,7 +106,6 @@ __device__ inline Pipeline pipeline_init(uint32_t full_arrivals = 1) {
       ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerThreads);
     }
     ptx::fence_barrier_init();
-    pipe.smem->pairing.paired = 0;
   }
   __syncthreads();
   return pipe;
@@ -129,33 +130,28 @@ __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridB
 __device__ inline Pipeline launch_pipeline(bool paired) {
   Pipeline pipe = pipeline_init();
   if (!paired) return pipe;
+  pipe.paired = true;
+  pipe.peer = ptx::cluster_rank() ^ 1u;
   if (threadIdx.x == 0) {
-    pipe.smem->pairing.paired = 1;
-    pipe.smem->pairing.meetings = 0;
-    ptx::mbarrier_init(&pipe.smem->pairing.met, 2);
+    ptx::mbarrier_init(&pipe.smem->pair, 2);
     ptx::fence_barrier_init();
   }
-  ptx::cluster_sync();  // (a cluster barrier is a block barrier too)
+  ptx::cluster_sync();
   return pipe;
 }
-
-// The other block of this block's cluster (paired blocks).
-__device__ __forceinline__ uint32_t peer_block() { return ptx::cluster_rank() ^ 1u; }
 
 // The pair meets (every thread of both blocks; a wait with the watchdog, as a peer may have left on an
 // error): what each block did before is done for the other after. False (in every thread of the block)
 // once the watchdog stops it.
-__device__ inline bool meet_peer(const Pipeline& pipe, const GridBarrier& b, int phase) {
-  Pairing& pairing = pipe.smem->pairing;
+__device__ inline bool meet_peer(Pipeline& pipe, const GridBarrier& b, int phase) {
   __syncthreads();
-  const uint32_t parity = pairing.meetings & 1u;
   if (threadIdx.x == 0) {
-    ptx::mbarrier_arrive_remote_if(&pairing.met, ptx::cluster_rank(), true);
-    ptx::mbarrier_arrive_remote_if(&pairing.met, peer_block(), true);
+    ptx::mbarrier_arrive_remote_if(&pipe.smem->pair, pipe.peer ^ 1u, true);
+    ptx::mbarrier_arrive_remote_if(&pipe.smem->pair, pipe.peer, true);
   }
-  const bool met = __syncthreads_and(pipeline_wait<true>(&pairing.met, parity, b, phase));
-  if (threadIdx.x == 0) ++pairing.meetings;  // read again after the next meeting's __syncthreads
-  return met;
+  const bool met = pipeline_wait<true>(&pipe.smem->pair, pipe.meetings & 1u, b, phase);
+  ++pipe.meetings;
+  return __syncthreads_and(met);
 }
 
 // A GEMM phase's start in a paired launch: the stages' barriers set for this phase's arrivals (sharing:
@@ -171,19 +167,18 @@ __device__ inline bool begin_paired_phase(Pipeline& pipe, bool sharing, const Gr
     ptx::fence_barrier_init();
   }
   pipe.blocks = 0;
+  pipe.sharing = sharing;
   return meet_peer(pipe, b, phase);
 }
 
 // A consumer thread's release of `stage` (arrive: it read the stage and is healthy), predicated in the
-// instructions as mbarrier_arrive_if; kSharing (the pair shares B), also one arrival per warp at the
-// peer's stage, whose B half this block's producer wrote (the warp's lanes converged).
-template <bool kSharing>
+// instructions as mbarrier_arrive_if; where the pair shares B, also one arrival per warp at the peer's
+// stage, whose B half this block's producer wrote (the warp's lanes converged).
 __device__ __forceinline__ void release_stage(const Pipeline& pipe, uint32_t stage, bool arrive) {
   ptx::mbarrier_arrive_if(&pipe.smem->empty[stage], arrive);
-  if constexpr (kSharing) {
-    const bool warp_arrives = __all_sync(~0u, arrive);
-    ptx::mbarrier_arrive_remote_if(&pipe.smem->empty[stage], peer_block(), warp_arrives && threadIdx.x % 32 == 0);
-  }
+  const bool warp_arrives = __all_sync(~0u, arrive);
+  ptx::mbarrier_arrive_remote_if(&pipe.smem->empty[stage], pipe.peer,
+                                 pipe.sharing && warp_arrives && threadIdx.x % 32 == 0);
 }
 
 // Before a producer gives up: lets the copies of its last stages land (bounded by 1 ms), so no block
@@ -246,9 +241,9 @@ __device__ __forceinline__ bool consumers_all(bool v) {
 // mode the scale exponents of A's 128 rows (StageScales::a_exps, a bulk copy) and of B's two halves
 // (GemmSmem::b_exps, stored before the stage's arrival, whose release the consumers' wait acquires),
 // the latter loaded a K-block ahead.
-// kSharing (paired blocks sharing B) with b_half >= 0: this block loads B's half b_half into both blocks'
-// stages, and its peer the other half.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing = false>
+// b_half >= 0 (paired blocks sharing B): this block loads B's half b_half into both blocks' stages, and
+// its peer the other half.
+template <Majors kM, bool kFp8, bool kColumnScales>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase, int b_half = -1) {
   constexpr bool kBExps = kFp8 && !kColumnScales;
   const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
@@ -259,7 +254,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     if (kBExps && kb + 1 < l.k_blocks) next = int2{eb0[kb + 1], eb1[kb + 1]};
     uint64_t* empty = &pipe.smem->empty[pipe.stage()];
     const uint32_t parity = pipe.parity() ^ 1u;
-    if (!pipeline_wait<kSharing>(empty, parity, b, phase)) {
+    if (!(pipe.sharing ? pipeline_wait<true>(empty, parity, b, phase) : pipeline_wait(empty, parity, b, phase))) {
       drain_copies(pipe);
       return false;
     }
@@ -281,7 +276,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     };
     for (int h = 0; h < 2; ++h) {  // A's box h, B's half h (two boxes)
       load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + k);
-      if (!kSharing || b_half < 0) {
+      if (b_half < 0) {
         load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
         load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
       } else if (h == b_half) {
@@ -421,7 +416,7 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 // have read it (kColumnScales: once its promotion has read the stage's ColumnScales). The failure
 // rules are consume()'s.
 // kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns).
-template <bool kColumnScales, bool kSharing = false>
+template <bool kColumnScales>
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
@@ -459,7 +454,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     // The release follows the last read of the stage: the column scales' promotion reads it, the other
     // promotion only registers.
     if constexpr (kColumnScales) promote_columns<kAccumulators / 2>(acc, partial, scales.columns, consumer);
-    release_stage<kSharing>(pipe, pipe.stage(), healthy);
+    release_stage(pipe, pipe.stage(), healthy);
     if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, ea.x + eb.y, ea.y + eb.y);
     healthy = next_healthy;
   }
@@ -473,7 +468,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
 // group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
 // launch reports the error), so no exit leaves a group in flight, and the verdict is the warpgroup's, so no thread
 // leaves its warpgroup behind in a wgmma.
-template <Majors kM, bool kSharing = false>
+template <Majors kM>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup consumer, float (&acc)[kAccumulators],
                                const GridBarrier& b, int phase) {
   uint32_t previous = 0;
@@ -489,12 +484,12 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
     // may still be landing (it fails its own wait instead).
-    release_stage<kSharing>(pipe, previous, healthy && kb > 0);
+    release_stage(pipe, previous, healthy && kb > 0);
     previous = pipe.stage();
   }
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_operands(acc);
-  release_stage<kSharing>(pipe, previous, healthy && l.k_blocks > 0);
+  release_stage(pipe, previous, healthy && l.k_blocks > 0);
   return warpgroup_all(consumer, healthy);  // every thread of the warpgroup gets here
 }
 
@@ -537,25 +532,29 @@ __device__ __forceinline__ bool same_b(const TileLoad& x, const TileLoad& y) {
 // job's state is its own tile's): a block without a tile runs its peer's as a stand-in, and the pair
 // shares B unless both have tiles with different B (then the tiles' K-block counts must agree, as
 // every tile's of an expert phase do).
-template <bool kSharing, class Job>
-__device__ __forceinline__ bool take_tile(Job& job, long t, long tiles, TileLoad& l, PairedTile& pt) {
-  if constexpr (!kSharing) return job(t, l);
+template <class Job>
+__device__ __forceinline__ bool take_tile(const Pipeline& pipe, Job& job, long t, long tiles, TileLoad& l,
+                                          PairedTile& pt) {
+  if (!pipe.sharing) return pt.own = job(t, l);
   TileLoad peer_load;
   const bool peer = (t ^ 1) < tiles && job(t ^ 1, peer_load);
   pt.own = t < tiles && job(t, l);
   if (!pt.own && !peer) return false;
   if (!pt.own) l = peer_load;
-  pt.b_half = !pt.own || !peer || same_b(l, peer_load) ? int(ptx::cluster_rank()) : -1;
+  pt.b_half = !pt.own || !peer || same_b(l, peer_load) ? int(pipe.peer ^ 1u) : -1;
   return true;
 }
 
-// gemm_tiles' tile loop; kSharing: paired blocks sharing B (take_tile), a path of its own, so that the
-// unpaired one keeps its registers.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start>
-__device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job& job,
-                               Epilogue& epilogue, Start& start) {
+// kShareB: an expert phase, whose paired blocks share B (take_tile).
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
+          class Start = ZeroStart>
+__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
+                           Start start = {}) {
+  static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
+  static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
+  if (pipe.paired && !begin_paired_phase(pipe, kShareB, b, phase)) return;
   // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
-  const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
+  const long walked = pipe.sharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
@@ -565,9 +564,9 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
     for (long t = blockIdx.x; t < walked && healthy; t += gridDim.x) {
       TileLoad l;
       PairedTile pt;
-      if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
+      if (!take_tile(pipe, job, t, tiles, l, pt)) continue;
       if (threadIdx.x == 0)
-        healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
+        healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase, pt.b_half);
       else
         pipe.blocks += l.k_blocks;
     }
@@ -585,39 +584,26 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
     for (long t = blockIdx.x; t < walked; t += gridDim.x) {
       TileLoad l;
       PairedTile pt;
-      if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
+      if (!take_tile(pipe, job, t, tiles, l, pt)) continue;
       l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
       const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
-        if (!consume_fp8<kColumnScales, kSharing>(pipe, l, consumer, acc, b, phase)) break;
+        if (!consume_fp8<kColumnScales>(pipe, l, consumer, acc, b, phase)) break;
       } else {
-        if (!kSharing || pt.own)
+        if (pt.own)
           start(t, consumer, acc);
         else
           ZeroStart{}(t, consumer, acc);
-        if (!consume<kM, kSharing>(pipe, l, consumer, acc, b, phase)) break;
+        if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
       }
-      if (!kSharing || pt.own) epilogue(t, consumer, acc);
+      if (pt.own) epilogue(t, consumer, acc);
     }
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
   }
-}
-
-// kShareB: an expert phase, whose paired blocks share B (take_tile).
-template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
-          class Start = ZeroStart>
-__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
-                           Start start = {}) {
-  static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
-  static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
-  if (!pipe.paired())
-    return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start);
-  if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
-  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start);
   // The pair's last arrivals at each other's stages are in before either goes on.
-  meet_peer(pipe, b, phase);
+  if (pipe.paired) meet_peer(pipe, b, phase);
 }
 
 // Visits this thread's accumulator pairs of columns [0, columns): store(row, col, d[col], d[col + 1]).

@@ -237,7 +237,6 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, co
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
   std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
-  if (launch.paired_blocks) std::printf("  paired blocks: %d, in clusters of two\n", mk.blocks());
   std::fflush(stdout);
 }
 
