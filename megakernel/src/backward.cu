@@ -654,7 +654,7 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
 template <bool kFp8>
 __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
-  Pipeline pipe = launch_pipeline(p.paired_blocks);
+  Pipeline pipe = pipeline_init();
   // The prologue's error (or an earlier launch's not raised yet) stops it before anything reads the
   // layout; across GPUs peer_sync announces it, so the peers do not wait for this GPU.
   if (!peer_sync(b, kStart, 0) || __syncthreads_or(error_recorded(b))) return;

@@ -220,7 +220,7 @@ template <bool kFp8>
 __device__ __forceinline__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
-  Pipeline pipe = launch_pipeline(p.paired_blocks);
+  Pipeline pipe = pipeline_init();
   zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;

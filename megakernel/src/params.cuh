@@ -213,7 +213,6 @@ struct Params {
   bool recompute;             // xe, h, a, shared h and a are the workspace's: the backward makes them again first
   bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
-  bool paired_blocks;         // launched in clusters of two blocks: the expert GEMMs' pairs share B (tile_gemm.cuh)
   int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts
   int gpus;                   // GPUs of the launch (1: simulated ranks)
   long padded_rows;           // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)

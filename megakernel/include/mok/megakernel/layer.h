@@ -140,11 +140,6 @@ struct LaunchConfig {
   // (workspace_bytes(Pass::backward) grows by about (3I + 2H) bytes per padded row) and chains E4M3
   // K-steps over them. The shared expert's stay bf16. Needs precision = fp8.
   bool fp8_weight_gradients = false;
-  // Experimental (issue 18; the default until measured faster): the kernels run in clusters of two blocks,
-  // and in the expert GEMM phases the two blocks of a cluster take consecutive tiles in step, loading a B
-  // they share once for both (the TMA's multicast): half the weights' reads from L2. The same bits.
-  // Needs an even `blocks` (0: the co-resident clusters' blocks); not with the colocated transport.
-  bool paired_blocks = false;
 };
 
 struct WeightViews {
