@@ -343,9 +343,11 @@ __device__ __forceinline__ WeightGradTables weight_grad_tables() {
 // Gradients [begin, end) of weight_grad's list. Each tile finds its gradient by binary search over the
 // gradients' first tiles (WeightGradTiles), which the block lays out in shared memory first (a walk
 // over the list per tile cost a tile's worth of latency), the gradients in order_longest_first's
-// order. kFp8: routed gradients on their E4M3 operands (fp8_weight_grad_load).
+// order. kFp8: routed gradients on their E4M3 operands (fp8_weight_grad_load). Inlined by force: the
+// paired kernel calls it too, and left a call (cicc did so) it took the unpaired kernel's pairing at run
+// time (its spills 94 -> 382 bytes).
 template <bool kFp8>
-__device__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end) {
+__device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end) {
   const WeightGradTables tables = weight_grad_tables();
   int *first_tile = tables.first_tile, *order = tables.order;
   const int grads = end - begin;
@@ -651,10 +653,11 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
 
 // The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
 // and registers are those of the bf16 path alone).
-template <bool kFp8>
+// kPaired: the paired blocks' (as forward's).
+template <bool kFp8, bool kPaired>
 __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
-  Pipeline pipe = pipeline_init();
+  Pipeline pipe = launch_pipeline<kPaired>();
   // The prologue's error (or an earlier launch's not raised yet) stops it before anything reads the
   // layout; across GPUs peer_sync announces it, so the peers do not wait for this GPU.
   if (!peer_sync(b, kStart, 0) || __syncthreads_or(error_recorded(b))) return;
@@ -744,9 +747,17 @@ __global__ void __launch_bounds__(kThreads, 1) backward_prologue_kernel(const __
 __global__ void __launch_bounds__(kThreads, 1) backward_prologue_fp8_kernel(const __grid_constant__ Params p) {
   backward_prologue<true>(p);
 }
-__global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) { backward<false>(p); }
+__global__ void __launch_bounds__(kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
+  backward<false, false>(p);
+}
 __global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_constant__ Params p) {
-  backward<true>(p);
+  backward<true, false>(p);
+}
+__global__ void __launch_bounds__(kThreads, 1) backward_paired_kernel(const __grid_constant__ Params p) {
+  backward<false, true>(p);
+}
+__global__ void __launch_bounds__(kThreads, 1) backward_fp8_paired_kernel(const __grid_constant__ Params p) {
+  backward<true, true>(p);
 }
 
 // Across GPUs, after the backward kernel, which leaves them out: the shared expert's weight gradients,

@@ -216,11 +216,13 @@ __device__ void combine(const Params& p) {
 // The forward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
 // and registers are those of the bf16 path alone). Inlined by force, as backward() is: left a call (cicc
 // did so on the GPU machine, host g++ 13), it serializes every wgmma of the kernel (ptxas C7510).
-template <bool kFp8>
+// kPaired: the paired blocks' (LaunchConfig::paired_blocks; kernels of their own, so the others keep their
+// registers).
+template <bool kFp8, bool kPaired>
 __device__ __forceinline__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
-  Pipeline pipe = pipeline_init();
+  Pipeline pipe = launch_pipeline<kPaired>();
   zero_saved_gaps(p);
   // Across GPUs every GPU's copies of this call's inputs into its window land before any peer reads them.
   if (!peer_sync(b, kStart, 0)) return;
@@ -272,9 +274,17 @@ __device__ __forceinline__ void forward(const Params& p) {
   stamp_phase(b, kEnd);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) { forward<false>(p); }
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
+  forward<false, false>(p);
+}
 __global__ void __launch_bounds__(kThreads, 1) forward_fp8_kernel(const __grid_constant__ Params p) {
-  forward<true>(p);
+  forward<true, false>(p);
+}
+__global__ void __launch_bounds__(kThreads, 1) forward_paired_kernel(const __grid_constant__ Params p) {
+  forward<false, true>(p);
+}
+__global__ void __launch_bounds__(kThreads, 1) forward_fp8_paired_kernel(const __grid_constant__ Params p) {
+  forward<true, true>(p);
 }
 
 }  // namespace mok::gpu

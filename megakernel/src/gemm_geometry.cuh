@@ -22,6 +22,7 @@ inline constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 // __syncwarp is as correct, but compute-sanitizer's racecheck does not see that ordering:
 // docs/results/2026-12-03-h200-f/mbarrier_probe.cu).
 inline constexpr int kConsumerThreads = kConsumers * kWarpgroupThreads;
+inline constexpr int kConsumerWarps = kConsumerThreads / 32;
 
 __device__ __forceinline__ Warpgroup warpgroup_role(int warpgroup) { return Warpgroup(warpgroup - 1); }
 __device__ __forceinline__ int consumer_index(Warpgroup consumer) { return int(consumer); }
@@ -172,12 +173,21 @@ union StageScales {
 };
 __host__ __device__ constexpr int column_scale_stride(int cols) { return (cols + kTileN - 1) / kTileN * kTileN; }
 
+// Paired blocks (LaunchConfig::paired_blocks, tile_gemm.cuh): the pair's meetings so far, and the barrier they
+// meet at (one arrival from each block).
+struct Pairing {
+  uint32_t meetings;
+  uint64_t met;
+};
+
 struct GemmSmem {
   alignas(kSwizzleAlign) uint8_t stage[kStages][kStageBytes];
   alignas(16) StageScales scales[kStages];  // the fp8 chains' scales, per stage
   int2 b_exps[kStages];                     // the fp8 weights' chain: the scale exponents of B's two halves, per stage
   uint64_t full[kStages];                   // TMA bytes landed
-  uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals)
+  uint64_t empty[kStages];                  // every consumer thread done reading (kConsumerThreads arrivals; paired
+                                            // blocks sharing B: and each of the peer's consumer warps, kConsumerWarps)
+  Pairing pairing;                          // paired blocks: where the two meet
   // Each consumer's epilogue rows: the bf16 staging rows, or the 64-byte-row chunks of its TMA copies
   // (fp32 or bf16: store_rows_by_tma).
   union {

@@ -16,7 +16,7 @@ template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epi
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
                             Epilogue epilogue) {
   RingItem it;
-  gemm_tiles<kM, kFp8>(
+  gemm_tiles<kM, kFp8, false, true>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
         if (!tiles.lookup(t, it)) return false;

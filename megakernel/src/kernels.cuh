@@ -17,6 +17,11 @@ __global__ void backward_prologue_kernel(const __grid_constant__ Params p);
 __global__ void backward_prologue_fp8_kernel(const __grid_constant__ Params p);
 __global__ void backward_kernel(const __grid_constant__ Params p);
 __global__ void backward_fp8_kernel(const __grid_constant__ Params p);  // the fp8 mode's backward
+// The forward and backward of paired blocks (LaunchConfig::paired_blocks), launched in clusters of two.
+__global__ void forward_paired_kernel(const __grid_constant__ Params p);
+__global__ void forward_fp8_paired_kernel(const __grid_constant__ Params p);
+__global__ void backward_paired_kernel(const __grid_constant__ Params p);
+__global__ void backward_fp8_paired_kernel(const __grid_constant__ Params p);
 // Across GPUs with a shared expert, after the backward: its weight gradients' relayed chains.
 __global__ void relayed_chains_kernel(const __grid_constant__ Params p);
 

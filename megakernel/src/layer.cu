@@ -122,14 +122,35 @@ void require_stream_on(cudaStream_t stream, int device) {
 
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share.
-int resident_blocks(int asked, int shares) {
-  int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max();
+// The kernels' launch of `blocks` blocks on `stream` with `count` attributes.
+cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attributes, unsigned count) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  return config;
+}
+// Clusters of two blocks (LaunchConfig::paired_blocks).
+cudaLaunchAttribute pair_clusters() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim = {2, 1, 1};
+  return a;
+}
+
+// paired: in clusters of two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside.
+int resident_blocks(int asked, int shares, bool paired) {
+  int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max(), pairs = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   for (const void* kernel :
        {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_prologue_kernel,
         (const void*)backward_prologue_fp8_kernel, (const void*)backward_kernel, (const void*)backward_fp8_kernel,
-        (const void*)relayed_chains_kernel}) {
+        (const void*)relayed_chains_kernel, (const void*)forward_paired_kernel, (const void*)forward_fp8_paired_kernel,
+        (const void*)backward_paired_kernel, (const void*)backward_fp8_paired_kernel}) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -141,8 +162,14 @@ int resident_blocks(int asked, int shares) {
     int blocks = 0;
     MOK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes));
     per_sm = std::min(per_sm, blocks);
+    if (!paired) continue;
+    cudaLaunchAttribute cluster = pair_clusters();
+    const cudaLaunchConfig_t config = launch_config(2, nullptr, &cluster, 1);
+    int clusters = 0;
+    MOK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    pairs = std::min(pairs, clusters);
   }
-  const int resident = sms * per_sm / shares;
+  const int resident = paired ? 2 * pairs : sms * per_sm / shares;
   require(resident >= 1,
           "no block of the kernels fits on this device" +
               std::string(shares > 1 ? " per colocated share (" + std::to_string(shares) + " shares)" : ""));
@@ -187,6 +214,10 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   if (launch.ring_rows) validate_ring_rows(launch.ring_rows, kTileRows);
   // Its upper bound, the co-resident blocks, needs the device (resident_blocks).
   require(launch.blocks >= 0, "blocks = " + std::to_string(launch.blocks) + " is negative (0: all co-resident)");
+  require(!launch.paired_blocks || launch.blocks % 2 == 0,
+          "blocks = " + std::to_string(launch.blocks) + " is odd: paired_blocks runs the blocks in pairs");
+  require(!launch.paired_blocks || launch.transport != Transport::colocated,
+          "paired_blocks is not for the colocated transport (its shares' blocks are counted per share)");
   // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
   require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
               launch.watchdog_seconds <= kMaxWatchdogSeconds,
@@ -273,7 +304,8 @@ struct Layer::Impl {
     gpu = g;
     MOK_CUDA_CHECK(cudaGetDevice(&device));
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
-    blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1);
+    blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1,
+                             launch.paired_blocks);
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
     group = peers;
@@ -615,7 +647,15 @@ struct Layer::Impl {
   void launch_kernel(const void* kernel, cudaStream_t stream, Params& p) {
     MOK_CUDA_CHECK(cudaMemsetAsync(p.barrier.arrived, 0, kBarrierWords * sizeof(unsigned int), stream));
     void* args[] = {&p};
-    MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
+    if (launch.paired_blocks) {
+      cudaLaunchAttribute attributes[2] = {pair_clusters(), {}};
+      attributes[1].id = cudaLaunchAttributeCooperative;
+      attributes[1].val.cooperative = 1;
+      const cudaLaunchConfig_t config = launch_config(blocks, stream, attributes, 2);
+      MOK_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
+    } else {
+      MOK_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, kSmemBytes, stream));
+    }
     MOK_CUDA_CHECK(cudaMemcpyAsync(host_error.get(), error.get(), sizeof(KernelError), cudaMemcpyDeviceToHost, stream));
     ++launches;
     last_stream = stream;
@@ -809,7 +849,10 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, false);
-  m.launch_kernel(reinterpret_cast<const void*>(fp8 ? forward_fp8_kernel : forward_kernel), stream, p);
+  const void* kernel = m.launch.paired_blocks
+                           ? (fp8 ? (const void*)forward_fp8_paired_kernel : (const void*)forward_paired_kernel)
+                           : (fp8 ? (const void*)forward_fp8_kernel : (const void*)forward_kernel);
+  m.launch_kernel(kernel, stream, p);
   m.exchange.after_forward(stream, in, out);
   m.finish_call();
 }
@@ -840,7 +883,10 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_prologue_fp8_kernel : backward_prologue_kernel), stream,
                   p);
   m.stamp_launch(p, number + 1);
-  m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_fp8_kernel : backward_kernel), stream, p);
+  const void* kernel = m.launch.paired_blocks
+                           ? (fp8 ? (const void*)backward_fp8_paired_kernel : (const void*)backward_paired_kernel)
+                           : (fp8 ? (const void*)backward_fp8_kernel : (const void*)backward_kernel);
+  m.launch_kernel(kernel, stream, p);
   // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
   // own (backward.cu, relayed_chains_kernel).
   if (m.launch.gpus > 1 && m.c.has_shared())

@@ -13,6 +13,12 @@
 // the next tile while the consumers finish their epilogue.
 // The fp8 mode's tiles (kFp8: E4M3 operands, both K-major) use the same stages and boxes with K-blocks
 // of 128 (a box row is 128 bytes either way); their consumers run the FP8 chain (consume_fp8).
+// Paired blocks (LaunchConfig::paired_blocks: a launch in clusters of two): in the expert GEMM phases the
+// two blocks of a cluster run tiles t and t ^ 1 (consecutive tiles of the banded order: the same B where
+// they are an expert's consecutive row tiles) in step, and where their B is the same each block's
+// producer loads one half of it into both blocks' stages (the TMA's multicast), so B leaves L2 once for
+// two tiles. Where one of the two has no tile it runs a stand-in (its peer's operands, no epilogue), so
+// that the two pipelines stay in step. Every other phase runs its blocks unpaired.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +26,7 @@
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
 #include "mok/core/fp8_gemm.h"
+#include "mok/megakernel/ptx/cluster.cuh"
 #include "mok/megakernel/ptx/named_barrier.cuh"
 #include "mok/megakernel/ptx/setmaxnreg.cuh"
 #include "mok/megakernel/ptx/timer.cuh"
@@ -71,6 +78,9 @@ inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 struct Pipeline {
   GemmSmem* smem;
   uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
+  // Paired blocks (launch_pipeline<true>: the paired kernels'; a constant once inlined, so the other kernels
+  // hold no trace of the paired path).
+  bool paired = false;
   // The stage and its phase parity of the K-block `ahead` blocks on.
   __device__ uint32_t stage(uint32_t ahead = 0) const { return (blocks + ahead) % kStages; }
   __device__ uint32_t parity(uint32_t ahead = 0) const { return (blocks + ahead) / kStages & 1u; }
@@ -101,12 +111,80 @@ __device__ inline Pipeline pipeline_init(uint32_t full_arrivals = 1) {
 }
 
 // A bounded wait: false once the watchdog stops it (checked every 256 tries: each try is a bounded
-// hardware wait already).
+// hardware wait already). kCluster: acquire at cluster scope (arrivals of the peer block).
+template <bool kCluster = false>
 __device__ inline bool pipeline_wait(uint64_t* bar, uint32_t parity, const GridBarrier& b, int phase) {
   const long long start = ptx::global_timer_ns();
-  for (uint32_t spin = 1; !ptx::mbarrier_try_wait(bar, parity); ++spin)
+  const auto done = [&] {
+    return kCluster ? ptx::mbarrier_try_wait_cluster(bar, parity) : ptx::mbarrier_try_wait(bar, parity);
+  };
+  for (uint32_t spin = 1; !done(); ++spin)
     if (spin % 256 == 0 && watchdog_stop(b, start, kPipelineTimeout, phase, 0, int(blockIdx.x))) return false;
   return true;
+}
+
+// The launch's pipeline. kPaired (the paired kernels', launched in clusters of two blocks,
+// LaunchConfig::paired_blocks): the blocks of a cluster meet once its barriers are set (at the cluster's
+// barrier, where no block can have left yet).
+template <bool kPaired>
+__device__ inline Pipeline launch_pipeline() {
+  Pipeline pipe = pipeline_init();
+  if constexpr (!kPaired) return pipe;
+  pipe.paired = true;
+  if (threadIdx.x == 0) {
+    pipe.smem->pairing.meetings = 0;
+    ptx::mbarrier_init(&pipe.smem->pairing.met, 2);
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();  // (a cluster barrier is a block barrier too)
+  return pipe;
+}
+
+// The other block of this block's cluster (paired blocks).
+__device__ __forceinline__ uint32_t peer_block() { return ptx::cluster_rank() ^ 1u; }
+
+// The pair meets (every thread of both blocks; a wait with the watchdog, as a peer may have left on an
+// error): what each block did before is done for the other after. False (in every thread of the block)
+// once the watchdog stops it.
+__device__ inline bool meet_peer(const Pipeline& pipe, const GridBarrier& b, int phase) {
+  Pairing& pairing = pipe.smem->pairing;
+  __syncthreads();
+  const uint32_t parity = pairing.meetings & 1u;
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_arrive_remote_release(&pairing.met, ptx::cluster_rank());
+    ptx::mbarrier_arrive_remote_release(&pairing.met, peer_block());
+  }
+  const bool met = __syncthreads_and(pipeline_wait<true>(&pairing.met, parity, b, phase));
+  if (threadIdx.x == 0) ++pairing.meetings;  // read again after the next meeting's __syncthreads
+  return met;
+}
+
+// A GEMM phase's start in a paired launch: the stages' barriers set for this phase's arrivals (sharing:
+// the peer's consumer warps release this block's stages too) and the pipeline's count from zero, in both
+// blocks, then the pair meets, so no arrival of the peer reaches a barrier before it is set. (The last
+// phase's end was a meeting, so none of its arrivals is still to come.)
+__device__ inline bool begin_paired_phase(Pipeline& pipe, bool sharing, const GridBarrier& b, int phase) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&pipe.smem->full[s], 1);
+      ptx::mbarrier_init(&pipe.smem->empty[s], kConsumerThreads + (sharing ? kConsumerWarps : 0));
+    }
+    ptx::fence_barrier_init();
+  }
+  pipe.blocks = 0;
+  return meet_peer(pipe, b, phase);
+}
+
+// A consumer thread's release of `stage` (arrive: it read the stage and is healthy), predicated in the
+// instructions as mbarrier_arrive_if; kSharing (the pair shares B), also one arrival per warp at the
+// peer's stage, whose B half this block's producer wrote (the warp's lanes converged).
+template <bool kSharing>
+__device__ __forceinline__ void release_stage(const Pipeline& pipe, uint32_t stage, bool arrive) {
+  ptx::mbarrier_arrive_if(&pipe.smem->empty[stage], arrive);
+  if constexpr (kSharing) {
+    const bool warp_arrives = __all_sync(~0u, arrive);
+    ptx::mbarrier_arrive_remote_if(&pipe.smem->empty[stage], peer_block(), warp_arrives && threadIdx.x % 32 == 0);
+  }
 }
 
 // Before a producer gives up: lets the copies of its last stages land (bounded by 1 ms), so no block
@@ -169,8 +247,10 @@ __device__ __forceinline__ bool consumers_all(bool v) {
 // mode the scale exponents of A's 128 rows (StageScales::a_exps, a bulk copy) and of B's two halves
 // (GemmSmem::b_exps, stored before the stage's arrival, whose release the consumers' wait acquires),
 // the latter loaded a K-block ahead.
-template <Majors kM, bool kFp8, bool kColumnScales>
-__device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase) {
+// kSharing (paired blocks sharing B) with b_half >= 0: this block loads B's half b_half into both blocks'
+// stages, and its peer the other half.
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing = false>
+__device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase, int b_half = -1) {
   constexpr bool kBExps = kFp8 && !kColumnScales;
   const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
   const int32_t* eb1 = kBExps ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : nullptr;
@@ -178,7 +258,9 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     const int2 exps = next;
     if (kBExps && kb + 1 < l.k_blocks) next = int2{eb0[kb + 1], eb1[kb + 1]};
-    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
+    uint64_t* empty = &pipe.smem->empty[pipe.stage()];
+    const uint32_t parity = pipe.parity() ^ 1u;
+    if (!pipeline_wait(empty, parity, b, phase)) {
       drain_copies(pipe);
       return false;
     }
@@ -193,10 +275,20 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
       ptx::tma_load_2d(st + box * kBoxBytes, map, mn ? at : k, mn ? k : at, full);
     };
     const int k = (kFp8 ? kFp8Block : kBox) * kb;
+    // Both blocks' stages at once: the same offset in each, each copy completing on its block's barrier.
+    const auto load_both = [&](int box, int at) {
+      ptx::tma_load_2d_multicast(st + box * kBoxBytes, l.mb, kM.b_mn ? at : l.b_k + k, kM.b_mn ? l.b_k + k : at, full,
+                                 0b11);
+    };
     for (int h = 0; h < 2; ++h) {  // A's box h, B's half h (two boxes)
       load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + k);
-      load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
-      load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
+      if (!kSharing || b_half < 0) {
+        load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
+        load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
+      } else if (h == b_half) {
+        load_both(kABoxes + 2 * h, l.b[h]);
+        load_both(kABoxes + 2 * h + 1, l.b[h] + kBox);
+      }
     }
     if constexpr (kBExps) {  // the tile's 128 rows of A's K-block: whole, as the activation stores them
       static_assert(kTileRows == kFp8Block, "an activation's exponents come in tiles of rows (Fp8Matrix)");
@@ -330,7 +422,7 @@ __device__ __forceinline__ void fp8_half_done(float (&partial)[kAccumulators / 2
 // have read it (kColumnScales: once its promotion has read the stage's ColumnScales). The failure
 // rules are consume()'s.
 // kColumnScales (the fp8 weight gradients'): scales per row of A and per column (promote_columns).
-template <bool kColumnScales>
+template <bool kColumnScales, bool kSharing = false>
 __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                             float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
@@ -368,7 +460,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
     // The release follows the last read of the stage: the column scales' promotion reads it, the other
     // promotion only registers.
     if constexpr (kColumnScales) promote_columns<kAccumulators / 2>(acc, partial, scales.columns, consumer);
-    ptx::mbarrier_arrive_if(&pipe.smem->empty[pipe.stage()], healthy);
+    release_stage<kSharing>(pipe, pipe.stage(), healthy);
     if constexpr (!kColumnScales) promote<kAccumulators / 2>(acc, partial, ea.x + eb.y, ea.y + eb.y);
     healthy = next_healthy;
   }
@@ -382,7 +474,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
 // group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
 // launch reports the error), so no exit leaves a group in flight, and the verdict is the warpgroup's, so no thread
 // leaves its warpgroup behind in a wgmma.
-template <Majors kM>
+template <Majors kM, bool kSharing = false>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup consumer, float (&acc)[kAccumulators],
                                const GridBarrier& b, int phase) {
   uint32_t previous = 0;
@@ -398,12 +490,12 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
     // may still be landing (it fails its own wait instead).
-    ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && kb > 0);
+    release_stage<kSharing>(pipe, previous, healthy && kb > 0);
     previous = pipe.stage();
   }
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_operands(acc);
-  ptx::mbarrier_arrive_if(&pipe.smem->empty[previous], healthy && l.k_blocks > 0);
+  release_stage<kSharing>(pipe, previous, healthy && l.k_blocks > 0);
   return warpgroup_all(consumer, healthy);  // every thread of the warpgroup gets here
 }
 
@@ -428,22 +520,55 @@ struct ZeroStart {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   }
 };
-template <Majors kM, bool kFp8 = false, bool kColumnScales = false, class Job, class Epilogue, class Start = ZeroStart>
-__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
-                           Start start = {}) {
-  static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
-  static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
+// A tile as a block of a pair runs it (take_tile): whether it is the block's own (else a stand-in: no
+// epilogue), and the half of B the block loads for both (-1: the block loads all of B itself).
+struct PairedTile {
+  bool own = true;
+  int b_half = -1;
+};
+
+// Whether two tiles' B is the same K-blocks of the same rows.
+__device__ __forceinline__ bool same_b(const TileLoad& x, const TileLoad& y) {
+  return x.mb == y.mb && x.b[0] == y.b[0] && x.b[1] == y.b[1] && x.b_k == y.b_k && x.k_blocks == y.k_blocks &&
+         x.b_exp == y.b_exp;
+}
+
+// Tile t of this block in a phase of `tiles` (false: nothing to run). Paired blocks sharing B run t and
+// t ^ 1 in step (the pair's tiles; every role of both blocks computes both jobs, its own last, so the
+// job's state is its own tile's): a block without a tile runs its peer's as a stand-in, and the pair
+// shares B unless both have tiles with different B (then the tiles' K-block counts must agree, as
+// every tile's of an expert phase do).
+template <bool kSharing, class Job>
+__device__ __forceinline__ bool take_tile(Job& job, long t, long tiles, TileLoad& l, PairedTile& pt) {
+  if constexpr (!kSharing) return job(t, l);
+  TileLoad peer_load;
+  const bool peer = (t ^ 1) < tiles && job(t ^ 1, peer_load);
+  pt.own = t < tiles && job(t, l);
+  if (!pt.own && !peer) return false;
+  if (!pt.own) l = peer_load;
+  pt.b_half = !pt.own || !peer || same_b(l, peer_load) ? int(ptx::cluster_rank()) : -1;
+  return true;
+}
+
+// gemm_tiles' tile loop; kSharing: paired blocks sharing B (take_tile), a path of its own, so that the
+// unpaired one keeps its registers.
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start>
+__device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job& job,
+                               Epilogue& epilogue, Start& start) {
+  // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
+  const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
     ptx::setmaxnreg_dec<kProducerRegisters>();
     block_sync();
     bool healthy = true;
-    for (long t = blockIdx.x; t < tiles && healthy; t += gridDim.x) {
+    for (long t = blockIdx.x; t < walked && healthy; t += gridDim.x) {
       TileLoad l;
-      if (!job(t, l)) continue;
+      PairedTile pt;
+      if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
       if (threadIdx.x == 0)
-        healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase);
+        healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
       else
         pipe.blocks += l.k_blocks;
     }
@@ -458,23 +583,41 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
     // count read from a table): broadcast, they keep the stage index and the wgmma descriptors in
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
-    for (long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (long t = blockIdx.x; t < walked; t += gridDim.x) {
       TileLoad l;
-      if (!job(t, l)) continue;
+      PairedTile pt;
+      if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
       l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
       const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
-        if (!consume_fp8<kColumnScales>(pipe, l, consumer, acc, b, phase)) break;
+        if (!consume_fp8<kColumnScales, kSharing>(pipe, l, consumer, acc, b, phase)) break;
       } else {
-        start(t, consumer, acc);
-        if (!consume<kM>(pipe, l, consumer, acc, b, phase)) break;
+        if (!kSharing || pt.own)
+          start(t, consumer, acc);
+        else
+          ZeroStart{}(t, consumer, acc);
+        if (!consume<kM, kSharing>(pipe, l, consumer, acc, b, phase)) break;
       }
-      epilogue(t, consumer, acc);
+      if (!kSharing || pt.own) epilogue(t, consumer, acc);
     }
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
   }
+}
+
+// kShareB: an expert phase, whose paired blocks share B (take_tile).
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
+          class Start = ZeroStart>
+__device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
+                           Start start = {}) {
+  static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
+  static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
+  if (!pipe.paired) return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start);
+  if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
+  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start);
+  // The pair's last arrivals at each other's stages are in before either goes on.
+  meet_peer(pipe, b, phase);
 }
 
 // Visits this thread's accumulator pairs of columns [0, columns): store(row, col, d[col], d[col + 1]).

@@ -7,7 +7,7 @@
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
-//             [--accumulate]
+//             [--accumulate] [--paired-blocks]
 //   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
 //           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
 //           beforehand);
@@ -33,6 +33,8 @@
 //   --accumulate: each backward adds its weight gradients into the fp32 ones it holds, as training adds
 //          a micro-batch's into its accumulators (GradOutputs::accumulate; the PyTorch op's
 //          accumulate_into), rather than storing them (one process);
+//   --paired-blocks: the kernels in clusters of two blocks, the expert GEMMs' weights multicast to both
+//          (LaunchConfig::paired_blocks, experimental);
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
@@ -235,6 +237,7 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, co
               mk.workspace_bytes(mok::gpu::Pass::backward) / 1048576.0);
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
   std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
+  if (launch.paired_blocks) std::printf("  paired blocks: %d, in clusters of two\n", mk.blocks());
   std::fflush(stdout);
 }
 
@@ -259,7 +262,7 @@ void usage() {
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
                "[--fp8 [--fp8-weight-gradients]] "
-               "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate]\n");
+               "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks]\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -273,6 +276,7 @@ bool parse(int argc, char** argv, Options& o) {
                  : arg == "--plan"                 ? &o.plan
                  : arg == "--one-process"          ? &o.one_process
                  : arg == "--accumulate"           ? &o.accumulate
+                 : arg == "--paired-blocks"        ? &o.paired_blocks
                                                    : nullptr;
     if (flag) {
       *flag = true;
@@ -330,6 +334,8 @@ void check(const Options& o) {
   if (o.fp8 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --fp8 runs in one process (without --gpus, or with --one-process)");
   if (o.fp8_weight_gradients && !o.fp8) throw mok::Error("mok-bench: --fp8-weight-gradients needs --fp8");
+  if (o.paired_blocks && o.gpus != kNoGpus)
+    throw mok::Error("mok-bench: --paired-blocks runs on one GPU (without --gpus)");
   if (o.accumulate && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --accumulate runs in one process (without --gpus, or with --one-process)");
   if (o.routing == "router" && o.gpus != kNoGpus)
@@ -356,6 +362,7 @@ int bench_main(int argc, char** argv) {
     launch.recompute = o.recompute;
     launch.fp8_weights_given = o.fp8;  // quantized once beforehand, as in training
     launch.fp8_weight_gradients = o.fp8_weight_gradients;
+    launch.paired_blocks = o.paired_blocks;
     if (o.plan) {
       for (const Shape& s : selected_shapes(o.shape)) print_plan(s, o, launch);
       return 0;
