@@ -755,9 +755,11 @@ __global__ void __launch_bounds__(kThreads, 1) backward_fp8_kernel(const __grid_
 }
 __global__ void __launch_bounds__(kThreads, 1) backward_paired_kernel(const __grid_constant__ Params p) {
   backward<false, true>(p);
+  ptx::cluster_sync();  // neither block leaves while its peer may still reach its shared memory
 }
 __global__ void __launch_bounds__(kThreads, 1) backward_fp8_paired_kernel(const __grid_constant__ Params p) {
   backward<true, true>(p);
+  ptx::cluster_sync();  // neither block leaves while its peer may still reach its shared memory
 }
 
 // Across GPUs, after the backward kernel, which leaves them out: the shared expert's weight gradients,

@@ -282,9 +282,11 @@ __global__ void __launch_bounds__(kThreads, 1) forward_fp8_kernel(const __grid_c
 }
 __global__ void __launch_bounds__(kThreads, 1) forward_paired_kernel(const __grid_constant__ Params p) {
   forward<false, true>(p);
+  ptx::cluster_sync();  // neither block leaves while its peer may still reach its shared memory
 }
 __global__ void __launch_bounds__(kThreads, 1) forward_fp8_paired_kernel(const __grid_constant__ Params p) {
   forward<true, true>(p);
+  ptx::cluster_sync();  // neither block leaves while its peer may still reach its shared memory
 }
 
 }  // namespace mok::gpu

@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "alignment.h"
 #include "current_device.h"
@@ -120,8 +121,6 @@ void require_stream_on(cudaStream_t stream, int device) {
   });
 }
 
-// Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
-// colocated Layers, whose kernels must be resident at once, that many per share.
 // The kernels' launch of `blocks` blocks on `stream` with `count` attributes.
 cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute* attributes, unsigned count) {
   cudaLaunchConfig_t config{};
@@ -141,16 +140,21 @@ cudaLaunchAttribute pair_clusters() {
   return a;
 }
 
-// paired: in clusters of two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside.
+// Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
+// colocated Layers, whose kernels must be resident at once, that many per share; paired: in clusters of
+// two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside, the paired kernels' too.
 int resident_blocks(int asked, int shares, bool paired) {
   int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max(), pairs = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  for (const void* kernel :
-       {(const void*)forward_kernel, (const void*)forward_fp8_kernel, (const void*)backward_prologue_kernel,
-        (const void*)backward_prologue_fp8_kernel, (const void*)backward_kernel, (const void*)backward_fp8_kernel,
-        (const void*)relayed_chains_kernel, (const void*)forward_paired_kernel, (const void*)forward_fp8_paired_kernel,
-        (const void*)backward_paired_kernel, (const void*)backward_fp8_paired_kernel}) {
+  std::vector<const void*> kernels = {(const void*)forward_kernel,           (const void*)forward_fp8_kernel,
+                                      (const void*)backward_prologue_kernel, (const void*)backward_prologue_fp8_kernel,
+                                      (const void*)backward_kernel,          (const void*)backward_fp8_kernel,
+                                      (const void*)relayed_chains_kernel};
+  if (paired)
+    kernels.insert(kernels.end(), {(const void*)forward_paired_kernel, (const void*)forward_fp8_paired_kernel,
+                                   (const void*)backward_paired_kernel, (const void*)backward_fp8_paired_kernel});
+  for (const void* kernel : kernels) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
     // that gave the kernels fewer registers would hang in it.
@@ -216,8 +220,7 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   require(launch.blocks >= 0, "blocks = " + std::to_string(launch.blocks) + " is negative (0: all co-resident)");
   require(!launch.paired_blocks || launch.blocks % 2 == 0,
           "blocks = " + std::to_string(launch.blocks) + " is odd: paired_blocks runs the blocks in pairs");
-  require(!launch.paired_blocks || launch.transport != Transport::colocated,
-          "paired_blocks is not for the colocated transport (its shares' blocks are counted per share)");
+  require(!launch.paired_blocks || launch.gpus == 1, "paired_blocks runs on one GPU (gpus = 1)");
   // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
   require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
               launch.watchdog_seconds <= kMaxWatchdogSeconds,

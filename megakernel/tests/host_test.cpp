@@ -135,7 +135,7 @@ TEST(LayerMemory, Fp8WeightGradientsAddTheirOperandsToTheBackwardWorkspace) {
 
 // layer_memory refuses what a Layer refuses (no device needed for either check): a ring that is not
 // whole tiles, a negative block count, simulated ranks over several GPUs, a watchdog that is not a finite positive
-// number of seconds up to kMaxWatchdogSeconds, paired blocks of an odd count or on the colocated transport.
+// number of seconds up to kMaxWatchdogSeconds, paired blocks of an odd count or over several GPUs.
 TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   const LayerConfig c = make_config(2, 256, 256, 128, 8, 2);
   const auto refused = [&](const LaunchConfig& launch, const std::string& what) {
@@ -146,8 +146,7 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   refused({.blocks = -1}, "blocks = -1 is negative");
   refused({.gpus = 2}, "gpus > 1 needs the nccl or the colocated transport");
   refused({.blocks = 3, .paired_blocks = true}, "blocks = 3 is odd: paired_blocks runs the blocks in pairs");
-  refused({.gpus = 2, .transport = Transport::colocated, .paired_blocks = true},
-          "paired_blocks is not for the colocated");
+  refused({.gpus = 2, .transport = Transport::colocated, .paired_blocks = true}, "paired_blocks runs on one GPU");
   EXPECT_NO_THROW(layer_memory(c, {.blocks = 4, .paired_blocks = true}));
   for (const double seconds :
        {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e12})

@@ -501,25 +501,33 @@ TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
 
 // Blocks in pairs (LaunchConfig::paired_blocks: an expert GEMM's two blocks of a cluster load a B their
 // tiles share once for both, and a block without a tile runs its peer's as a stand-in): the reference's
-// bits, bf16 and fp8, saved and recomputed h and a, on a skewed routing whose experts hold odd and even
-// tile counts, with a few blocks (many tiles each, pairs that share B and pairs that do not) and with all.
+// bits, bf16 and fp8 (its weight gradients bf16 and fp8), saved and recomputed h and a, on a skewed routing
+// whose experts hold odd and even tile counts (empty ring slots: stand-ins), with a few blocks (many tiles
+// each, pairs that share B and pairs across experts that do not) and with all.
 TEST_F(LayerApi, PairedBlocksMatchTheReference) {
   LayerConfig bf16 = with_every_branch(make_config(2, 320, 256, 256, 8, 3)), fp8 = bf16;
   fp8.shared_intermediate = 128;
   fp8.precision = Precision::fp8;
   for (const LayerConfig& c : {bf16, fp8})
     for (const int blocks : {4, 0})
-      for (const bool recompute : {false, true}) {
-        SCOPED_TRACE(std::string(c.precision == Precision::fp8 ? "fp8" : "bf16") + ", blocks " +
-                     std::to_string(blocks) + (recompute ? ", recompute" : ""));
-        const ref::Problem p = ref::make_problem(c, 61, ref::RoutingKind::zipf);
-        Layer layer(c, LaunchConfig{.blocks = blocks, .recompute = recompute, .paired_blocks = true});
-        Bound b(layer, p, RoutingMode::given);
-        b.poison();
-        b.run(layer, stream_);
-        layer.check();
-        expect_same(read(b), reference(p, RoutingMode::given, {.recompute = recompute}));
-      }
+      for (const bool recompute : {false, true})
+        for (const bool fp8_weight_gradients : {false, true}) {
+          if (fp8_weight_gradients && c.precision != Precision::fp8) continue;
+          SCOPED_TRACE(std::string(c.precision == Precision::fp8 ? "fp8" : "bf16") + ", blocks " +
+                       std::to_string(blocks) + (recompute ? ", recompute" : "") +
+                       (fp8_weight_gradients ? ", fp8 weight gradients" : ""));
+          const ref::Problem p = ref::make_problem(c, 61, ref::RoutingKind::zipf);
+          const LaunchConfig launch{.blocks = blocks,
+                                    .recompute = recompute,
+                                    .fp8_weight_gradients = fp8_weight_gradients,
+                                    .paired_blocks = true};
+          Layer layer(c, launch);
+          Bound b(layer, p, RoutingMode::given);
+          b.poison();
+          b.run(layer, stream_);
+          layer.check();
+          expect_same(read(b), reference(p, RoutingMode::given, launch));
+        }
 }
 
 TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {

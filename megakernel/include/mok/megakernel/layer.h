@@ -143,7 +143,7 @@ struct LaunchConfig {
   // Experimental (issue 18; off: slower so far, docs/benchmarks.md session 57): kernels of their own, in
   // clusters of two blocks, whose expert GEMM phases run a cluster's two blocks on consecutive tiles in step,
   // loading a B they share once for both (the TMA's multicast): half the weights' reads from L2. The same
-  // bits. Needs an even `blocks` (0: the co-resident clusters' blocks); not with the colocated transport.
+  // bits. Needs an even `blocks` (0: the co-resident clusters' blocks) and gpus = 1.
   bool paired_blocks = false;
 };
 
