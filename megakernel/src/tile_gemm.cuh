@@ -258,9 +258,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     const int2 exps = next;
     if (kBExps && kb + 1 < l.k_blocks) next = int2{eb0[kb + 1], eb1[kb + 1]};
-    uint64_t* empty = &pipe.smem->empty[pipe.stage()];
-    const uint32_t parity = pipe.parity() ^ 1u;
-    if (!pipeline_wait(empty, parity, b, phase)) {
+    if (!pipeline_wait(&pipe.smem->empty[pipe.stage()], pipe.parity() ^ 1u, b, phase)) {
       drain_copies(pipe);
       return false;
     }
