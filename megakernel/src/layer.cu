@@ -23,6 +23,7 @@
 #include "mok/core/validate.h"
 #include "mok/megakernel/layer.h"
 #include "mok/megakernel/nccl.h"
+#include "nan_fill.h"
 #include "peer_group.h"
 #include "quantize_fp8.h"
 #include "tensor_map.h"
@@ -86,6 +87,31 @@ void require_apart(const std::vector<CallBytes>& t) {
         require(false, std::string(a.name) + " and " + b.name + " share memory, and the call writes " +
                            (a.written ? a.name : b.name) + " (no tensor a call writes may overlap another)");
     }
+}
+
+// Every tensor of a call is memory of the Layer's GPU (device or managed): host memory or another GPU's
+// failed inside the kernels as an illegal address, which ends the context. Its first byte asked only: the
+// lookup costs the driver a fraction of a microsecond, and a call has two dozen tensors.
+void require_on_gpu(const std::vector<CallBytes>& t, int device) {
+  const auto where = [](const cudaPointerAttributes& a) -> std::string {
+    switch (a.type) {
+      case cudaMemoryTypeUnregistered:
+        return "host memory";
+      case cudaMemoryTypeHost:
+        return "pinned host memory";
+      default:
+        return "memory of GPU " + std::to_string(a.device);
+    }
+  };
+  for (const CallBytes& b : t) {
+    if (b.begin == b.end) continue;
+    cudaPointerAttributes a{};
+    MOK_CUDA_CHECK(cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(b.begin)));
+    const bool on = (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == device;
+    require(on, [&] {
+      return std::string(b.name) + " is " + where(a) + ", not memory of the Layer's GPU " + std::to_string(device);
+    });
+  }
 }
 
 using NamedViews = std::initializer_list<std::pair<const char*, const TensorView&>>;
@@ -406,9 +432,9 @@ struct Layer::Impl {
     check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", wd, {H, Is}, Is == 0);
   }
 
-  // Each call's tensors apart (require_apart). A given routing that is its own output is the routing
-  // read in place.
-  void check_forward_apart(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+  // Each call's tensors apart (require_apart) and on the Layer's GPU (require_on_gpu). A given routing that
+  // is its own output is the routing read in place.
+  void check_forward_memory(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
     if (in.topk_idx.data != out.topk_idx.data) t.push_back(bytes_of("given topk_idx", in.topk_idx, false));
@@ -422,9 +448,10 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
+    require_on_gpu(t, device);
   }
-  void check_backward_apart(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
-                            const TensorView& dy, const GradOutputs& g) const {
+  void check_backward_memory(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
+                             const TensorView& dy, const GradOutputs& g) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
     add_tensors(
@@ -443,6 +470,7 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
+    require_on_gpu(t, device);
   }
 
   // ---- kernel parameters ----
@@ -676,6 +704,8 @@ struct Layer::Impl {
       m = "mok: invalid input: the given routing of token " + std::to_string(e.bad_token()) +
           " has an expert id outside [0, E = " + std::to_string(c.experts) +
           "), an expert twice, or a non-finite weight";
+    else if (e.code == kExpertBias)
+      m = "mok: invalid input: expert_bias of expert " + std::to_string(e.detail) + " is NaN or Inf";
     else if (e.code == kSavedLayout)  // a bad row, or tables of no layout: no token (past the last)
       m = "mok: invalid input: " + (e.bad_token() < unsigned(c.tokens())
                                         ? saved_of_another_routing(e.bad_token(), where)
@@ -845,7 +875,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.refuse_capture(stream);
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
-  m.check_forward_apart(workspace, in, out);
+  m.check_forward_memory(workspace, in, out);
   Params p = m.params(Pass::forward, ws, in, out, number);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
@@ -857,6 +887,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
                            : (fp8 ? (const void*)forward_fp8_kernel : (const void*)forward_kernel);
   m.launch_kernel(kernel, stream, p);
   m.exchange.after_forward(stream, in, out);
+  fill_nan_on_error(stream, &m.error.get()->code, {out.y});
   m.finish_call();
 }
 
@@ -871,7 +902,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
   uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
-  m.check_backward_apart(workspace, in, fwd, dy, grads);
+  m.check_backward_memory(workspace, in, fwd, dy, grads);
   Params p = m.params(Pass::backward, ws, in, fwd, number);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
@@ -895,6 +926,11 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   if (m.launch.gpus > 1 && m.c.has_shared())
     m.launch_kernel(reinterpret_cast<const void*>(relayed_chains_kernel), stream, p);
   m.exchange.after_backward(stream, grads);
+  // Accumulators keep what they held (a failed call's share of them is not in them).
+  const auto written = [&](const TensorView& v) { return grads.accumulate ? TensorView{} : v; };
+  fill_nan_on_error(stream, &m.error.get()->code,
+                    {grads.dx, grads.d_topk_w, grads.d_logits, written(grads.d_router), written(grads.d_w1),
+                     written(grads.d_w2), written(grads.d_shared_w1), written(grads.d_shared_w2)});
   m.finish_call();
 }
 
@@ -908,6 +944,11 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
   require_stream_on(stream, m.device);
   m.check_expert_weights(weights);
   m.check_fp8_weights(fp8_weights, false);
+  std::vector<CallBytes> t;
+  add_tensors(t, {{"w1", weights.w1}, {"w2", weights.w2}}, false);
+  add_tensors(t, {{"fp8_weights", fp8_weights}}, true);
+  require_apart(t);
+  require_on_gpu(t, m.device);
   m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights, true);
   if (m.launch.synchronous) MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

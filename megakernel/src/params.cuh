@@ -81,6 +81,7 @@ enum ErrorCode : int {
   kRingCycles = 8,    // detail: the ring cycles the backward needs where its workspace allows one
   kRelayTimeout = 9,  // detail: the GPU whose partial sums did not come (ChainRelay)
   kSavedLayout = 10,  // the saved dispatch layout is not the routing's: at a token, or (no token) no layout
+  kExpertBias = 11,   // detail: the smallest expert whose expert_bias is not finite
 };
 
 // The grid barriers of the persistent kernels, each named after the phase it closes (watchdog reports);

@@ -11,11 +11,14 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -391,6 +394,76 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
   expect_same(read(b), reference(p, RoutingMode::given));
 }
 
+// Every element of `t` is the canonical NaN of its dtype (Word: uint16_t for bf16, uint32_t for fp32).
+template <class Word>
+void expect_all_nan(const DeviceTensor& t, Word nan, const char* name) {
+  const std::vector<Word> words = t.download<Word>();
+  const auto other = std::find_if(words.begin(), words.end(), [&](Word w) { return w != nan; });
+  EXPECT_EQ(other, words.end()) << name << " element " << (other - words.begin()) << " of " << words.size()
+                                << " is not NaN";
+}
+
+// A call queued behind a launch that stops on an error (here a given expert id out of range) fills its
+// outputs with NaN: the forward's y, the backward's dx, d_topk_w and weight gradients, but not the
+// accumulators it would add into. The stream is held by a host function until both calls are queued, so
+// that the backward is enqueued before the forward's error can be raised at its call.
+TEST_F(LayerApi, CallsBehindAnErrorFillTheirOutputsWithNan) {
+  ref::Problem p = ref::make_problem(shared_sigmoid(), 44, ref::RoutingKind::uniform);
+  Layer layer(p.config, {});
+  for (const bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "write");
+    Bound b(layer, p, RoutingMode::given);
+    std::vector<int32_t> bad = p.routing->topk_idx;
+    bad[5] = p.config.experts;
+    b.fwd.topk_idx.upload(bad);
+    b.poison(accumulate);  // 0xff bytes: a NaN, but not the canonical one
+    const std::vector<float> held(b.grad.d_w1.download<float>().size(), 0.5f);
+    if (accumulate) b.grad.d_w1.upload(held);
+    std::atomic<bool> go{false};
+    const auto hold = [](void* flag) {
+      while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+    };
+    cuda(cudaLaunchHostFunc(stream_, hold, &go));
+    b.run(layer, stream_, accumulate);
+    go = true;
+    cuda(cudaStreamSynchronize(stream_));
+    expect_all_nan(b.fwd.y, kCanonicalNanBf16, "y");
+    expect_all_nan(b.grad.dx, kCanonicalNanBf16, "dx");
+    expect_all_nan(b.grad.d_topk_w, kCanonicalNanF32, "d_topk_w");
+    if (accumulate)
+      EXPECT_EQ(b.grad.d_w1.download<float>(), held) << "an accumulator was written";
+    else
+      for (const DeviceTensor* t : {&b.grad.d_w1, &b.grad.d_w2, &b.grad.d_shared_w1, &b.grad.d_shared_w2})
+        expect_all_nan(*t, kCanonicalNanF32, "a weight gradient");
+    expect_error([&] { layer.check(); }, "given routing of token " + std::to_string(5 / p.config.top_k));
+  }
+  Bound b(layer, p, RoutingMode::given);
+  b.poison();
+  b.run(layer, stream_);
+  layer.check();
+  expect_same(read(b), reference(p, RoutingMode::given));
+}
+
+// A non-finite expert_bias (which the reference refuses) is found on the device before any token is
+// selected, naming the smallest such expert; the layer works again afterwards.
+TEST_F(LayerApi, NonFiniteExpertBiasIsRaisedNamingTheExpert) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 45);
+  ASSERT_EQ(p.weights.expert_bias.size(), size_t(p.config.experts));
+  LayerWeights bad = p.weights;
+  bad.expert_bias[5] = std::numeric_limits<float>::infinity();
+  bad.expert_bias[3] = std::numeric_limits<float>::quiet_NaN();
+  Layer layer(p.config, {});
+  Bound b(layer, p, RoutingMode::router);
+  b.set_weights(bad);
+  layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
+  expect_error([&] { layer.check(); }, "expert_bias of expert 3 is NaN or Inf");
+  b.set_weights(p.weights);
+  b.poison();
+  b.run(layer, stream_);
+  layer.check();
+  expect_same(read(b), reference(p, RoutingMode::router));
+}
+
 // Bad tokens found by threads of many blocks at once: the error names the smallest, launch after launch,
 // as the reference does. Finite inputs whose logits overflow (the largest bf16 in a token's row, router
 // weights 1), and a given routing with an expert id out of range.
@@ -688,6 +761,37 @@ TEST_F(LayerApi, RefusesTensorsOverlappingWhatTheCallWrites) {
   layer.backward(stream_, ws, in, b.outputs(), b.grad.dy.view(), b.grads());
   layer.check();
   expect_same(read(b), reference(p, RoutingMode::given));
+}
+
+// A tensor in host memory, pageable or pinned, is refused at the call, naming it (the kernels' first read of
+// it was an illegal address, which ends the context). The same Layer then runs with the reference's bits.
+TEST_F(LayerApi, RefusesTensorsOffTheLayersGpu) {
+  const ref::Problem p = ref::make_problem(shared_sigmoid(), 43, ref::RoutingKind::uniform);
+  Layer layer(p.config, {});
+  Bound b(layer, p, RoutingMode::router);
+  const TensorView ws = b.workspace.view();
+  const size_t y_bytes = tensor_bytes(b.outputs().y.dtype, b.outputs().y.shape);
+  std::vector<uint64_t> pageable(y_bytes / sizeof(uint64_t) + 1);
+  void* pinned = nullptr;
+  cuda(cudaMallocHost(&pinned, y_bytes));
+  ForwardInputs in = b.inputs();
+  in.x.data = pageable.data();
+  expect_error([&] { layer.forward(stream_, ws, in, b.outputs()); }, "x is host memory, not memory of the Layer's GPU");
+  ForwardOutputs out = b.outputs();
+  out.y.data = pinned;
+  expect_error([&] { layer.forward(stream_, ws, b.inputs(), out); },
+               "y is pinned host memory, not memory of the Layer's GPU");
+  GradOutputs g = b.grads();
+  g.dx.data = pinned;
+  expect_error([&] { layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), g); },
+               "dx is pinned host memory");
+  cuda(cudaFreeHost(pinned));
+  layer.check();  // nothing was enqueued, nothing recorded
+  b.poison();
+  layer.forward(stream_, ws, b.inputs(), b.outputs());
+  layer.backward(stream_, ws, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+  layer.check();
+  expect_same(read(b), reference(p, RoutingMode::router));
 }
 
 // Bad views and workspaces are refused at the call, naming the tensor, before anything is enqueued.

@@ -421,9 +421,10 @@ def test_kernel_errors_raise_at_check_then_clear():
     """Errors only the kernels see are raised by mok.check() (or the layer's next call), then cleared."""
     layer = make_layer("softmax_shared").to("cuda")
     huge = torch.full_like(layer.router, 3e38)
-    torch.ops.mok.forward(layer.x, huge, *layer.weights()[2:], None, None, *layer.op_args())
+    y = torch.ops.mok.forward(layer.x, huge, *layer.weights()[2:], None, None, *layer.op_args())[0]
     with pytest.raises(ValueError, match="overflow"):
         mok.check()
+    assert torch.isnan(y).all()  # the failed launch's y: NaN, not stale memory
     _, idx, w, _, _ = layer.forward()
     bad = idx.clone()
     bad[0, 0] = 99
@@ -433,6 +434,20 @@ def test_kernel_errors_raise_at_check_then_clear():
     fwd = layer.forward()  # works again
     mok.check()
     assert_same_bits(fwd[0].cpu(), make_layer("softmax_shared").forward()[0])
+
+
+def test_non_finite_expert_bias_raises_naming_the_expert():
+    """The kernel checks expert_bias before any token is selected (the CPU op refuses it at the call)."""
+    layer = make_layer("sigmoid_grouped").to("cuda")
+    bias = layer.expert_bias.clone()
+    bias[6], bias[2] = float("inf"), float("nan")
+    y = dataclasses.replace(layer, expert_bias=bias).forward()[0]
+    with pytest.raises(ValueError, match="expert_bias of expert 2 is NaN or Inf"):
+        mok.check()
+    assert torch.isnan(y).all()
+    fwd = layer.forward()  # works again
+    mok.check()
+    assert_same_bits(fwd[0].cpu(), make_layer("sigmoid_grouped").forward()[0])
 
 
 def test_backward_refuses_another_forwards_saved_buffer_on_the_gpu():

@@ -263,8 +263,12 @@ class Layer {
   void backward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
                 const TensorView& dy, const GradOutputs& grads);
 
-  // Waits for all work on the Layer's GPU (every stream: so also a CUDA graph's replay of its calls, on
-  // whatever stream it runs) and throws the first error its kernels recorded, if any.
+  // A call whose kernels stop on an error (or run while an earlier call's error is not raised yet) fills
+  // the outputs it would write with NaN behind them: the forward's y; the backward's dx, d_topk_w,
+  // d_logits and, unless it accumulates into them, d_router and the weight gradients (accumulators keep
+  // what they held). Its other outputs hold whatever they held.
+  // check() waits for all work on the Layer's GPU (every stream: so also a CUDA graph's replay of its calls,
+  // on whatever stream it runs) and throws the first error its kernels recorded, if any.
   void check();
   // The error recorded by this layer's launches that have completed ("" when none), without waiting;
   // a recorded error stays until raised by check() or the next call.
