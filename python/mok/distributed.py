@@ -97,6 +97,7 @@ def communicator(group, device: torch.device, experts: int, ranks: int = 1) -> t
         raise ValueError(f"the process group has no NCCL communicator on {device} yet: create it eagerly with "
                          f"init_process_group(..., device_id=torch.device('cuda', local_rank)), or run one "
                          f"collective on the group first")
+    _C.register_communicator(comm)
     return comm, gpus
 
 

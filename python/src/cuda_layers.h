@@ -18,6 +18,10 @@ void check_cuda_layers();
 // devices: collective (each deregisters its window), so every rank calls it at the same point, with no
 // call on those Layers in flight, and before the communicator is destroyed.
 void release_cuda_layers(uintptr_t comm);
+// Makes `comm` (an ncclComm_t, from mok.distributed.communicator) one the op's calls may name: a Layer is
+// built only on a registered communicator (any other integer was dereferenced as one: a crash), until
+// release_cuda_layers(comm).
+void register_communicator(uintptr_t comm);
 // Refuses the op's calls on the communicator `comm` until release_cuda_layers(comm): a call on it failed on
 // this rank (the op marks its own failures; the Python layer marks those it raises before the op).
 void mark_communicator_failed(uintptr_t comm);
@@ -32,6 +36,7 @@ void set_poison_outputs(bool on);
 inline constexpr bool kHaveCudaLayers = false;
 inline void check_cuda_layers() {}
 inline void release_cuda_layers(uintptr_t) {}
+inline void register_communicator(uintptr_t) {}
 inline void mark_communicator_failed(uintptr_t) {}
 inline void set_poison_outputs(bool) {}
 inline std::pair<size_t, size_t> cuda_workspace_bytes(const Call&) { throw Error("mok was built without its GPU ops"); }

@@ -57,6 +57,8 @@ std::mutex cache_mutex;
 // Never destroyed: at interpreter exit the CUDA context may already be gone, and a Layer's destructor
 // frees device memory.
 auto* const layers = new std::map<LayerKey, std::unique_ptr<CachedLayer>>();
+// Communicators mok.distributed.communicator handed out (register_communicator), until released.
+auto* const known_comms = new std::set<uintptr_t>();
 // Communicators on which a call failed on this rank since their Layers were last released.
 auto* const failed_comms = new std::set<uintptr_t>();
 void mark_failed_locked(uintptr_t comm) { failed_comms->insert(comm); }  // cache_mutex held
@@ -121,6 +123,10 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weigh
     // (on a communicator, the communicator's device must be it: the Layer checks).
     std::unique_ptr<CachedLayer> made;
     if (call.comm) {
+      require(known_comms->count(call.comm), [&] {
+        return "comm = " + std::to_string(call.comm) +
+               " is not a communicator mok.distributed.communicator handed out (or it was released since)";
+      });
       check_communicator(call);
       // Collective: every rank of the communicator builds this Layer in the same order (its first call).
       made = std::make_unique<CachedLayer>(call.config, launch, reinterpret_cast<ncclComm_t>(call.comm));
@@ -348,6 +354,12 @@ void release_cuda_layers(uintptr_t comm) {
     it = layers->erase(it);  // on a communicator: deregisters its window (collective)
   }
   failed_comms->erase(comm);
+  known_comms->erase(comm);
+}
+
+void register_communicator(uintptr_t comm) {
+  const std::lock_guard lock(cache_mutex);
+  known_comms->insert(comm);
 }
 
 void mark_communicator_failed(uintptr_t comm) {

@@ -258,6 +258,11 @@ PYBIND11_MODULE(_C, m) {
       "Destroys the GPU layers cached on the communicator comm (an ncclComm_t as an integer), after waiting for "
       "their devices. Collective: every rank calls it at the same point, before the communicator is destroyed.");
   m.def(
+      "register_communicator", [](int64_t comm) { register_communicator(static_cast<uintptr_t>(comm)); },
+      py::arg("comm"),
+      "Lets the GPU ops build layers on the communicator comm (an ncclComm_t as an integer; "
+      "mok.distributed.communicator registers each it hands out) until release(comm).");
+  m.def(
       "mark_failed", [](int64_t comm) { mark_communicator_failed(static_cast<uintptr_t>(comm)); }, py::arg("comm"),
       "Refuses the GPU ops' calls on the communicator comm until release(comm) on this rank: a call on it failed "
       "here (mok.distributed marks the errors it raises before the op; the op marks its own).");

@@ -450,6 +450,17 @@ def test_non_finite_expert_bias_raises_naming_the_expert():
     assert_same_bits(fwd[0].cpu(), make_layer("sigmoid_grouped").forward()[0])
 
 
+def test_raw_op_refuses_an_unknown_communicator():
+    """A launch list naming an integer mok.distributed.communicator did not hand out is refused (it was
+    dereferenced as an ncclComm_t: a crash)."""
+    layer = make_layer("softmax_shared").to("cuda")
+    launch = pack_launch(RING_ROWS, comm=12345)
+    with pytest.raises(ValueError, match="comm = 12345 is not a communicator mok.distributed.communicator"):
+        torch.ops.mok.forward(*layer.weights(), None, None, *layer.config.pack(), ROUTER, launch)
+    layer.forward()  # works
+    mok.check()
+
+
 def test_backward_refuses_another_forwards_saved_buffer_on_the_gpu():
     """The kernel checks the saved layout against topk_idx (the host could not without a copy) and names
     the first token the routings differ at, as the CPU op does (test_errors)."""
