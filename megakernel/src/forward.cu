@@ -50,14 +50,16 @@ __device__ void router_logits(Pipeline& pipe, const Params& p) {
 
 // A non-finite expert_bias would order the selection keys arbitrarily (a NaN key that is the best so far
 // never loses, one that is not never wins) where the reference refuses it: block 0's first warp records
-// the smallest such expert (kExpertBias) before any token is selected.
+// the smallest such expert (kExpertBias); the launch stops at the selection's barrier, before anything
+// reads the routing. After the logits' barrier, so that a logit overflow, recorded before it, is the one
+// message where both are found, run to run.
 __device__ void check_expert_bias(const Params& p) {
   if (blockIdx.x != 0 || threadIdx.x >= 32 || !p.expert_bias || p.routing != RoutingMode::router) return;
   for (int first = 0; first < p.c.experts; first += 32) {
     const int e = first + int(threadIdx.x);
     const float bias = e < p.c.experts ? p.expert_bias[e] : 0.0f;
     if (const unsigned bad = __ballot_sync(~0u, bias - bias != 0.0f)) {
-      if (threadIdx.x == 0) record_error(p.barrier, kExpertBias, kRouterLogits, 0, first + __ffs(int(bad)) - 1);
+      if (threadIdx.x == 0) record_error(p.barrier, kExpertBias, kRouterSelect, 0, first + __ffs(int(bad)) - 1);
       return;
     }
   }
@@ -255,8 +257,8 @@ __device__ __forceinline__ void forward(const Params& p) {
   }
   if (has_router(p)) {
     router_logits(pipe, p);
-    check_expert_bias(p);
     if (!grid_sync(b, kRouterLogits, 0)) return;
+    check_expert_bias(p);
     router_select_tokens(pipe, p);
     if (!grid_sync(b, kRouterSelect, 0)) return;
     if (across_gpus(p) && p.routing == RoutingMode::router) {  // every GPU lays out every token's top-k

@@ -89,10 +89,20 @@ void require_apart(const std::vector<CallBytes>& t) {
     }
 }
 
-// Every tensor of a call is memory of the Layer's GPU (device or managed): host memory or another GPU's
-// failed inside the kernels as an illegal address, which ends the context. Its first byte asked only: the
-// lookup costs the driver a fraction of a microsecond, and a call has two dozen tensors.
-void require_on_gpu(const std::vector<CallBytes>& t, int device) {
+// Whether `stream` is capturing into a CUDA graph.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Every tensor of a call is device memory of the Layer's GPU, or managed memory: host memory or another
+// GPU's failed inside the kernels as an illegal address, which ends the context. Its first byte asked
+// only (a call has two dozen tensors). Not asked while `stream` captures: memory the capture allocates
+// (cudaMallocAsync in the graph) is mapped when the graph runs, and what the driver says of it before is
+// not documented.
+void require_on_gpu(const std::vector<CallBytes>& t, int device, cudaStream_t stream) {
+  if (capturing(stream)) return;
   const auto where = [](const cudaPointerAttributes& a) -> std::string {
     switch (a.type) {
       case cudaMemoryTypeUnregistered:
@@ -107,7 +117,8 @@ void require_on_gpu(const std::vector<CallBytes>& t, int device) {
     if (b.begin == b.end) continue;
     cudaPointerAttributes a{};
     MOK_CUDA_CHECK(cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(b.begin)));
-    const bool on = (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device == device;
+    // A managed allocation's device is the one current when it was made, not where its pages are.
+    const bool on = a.type == cudaMemoryTypeManaged || (a.type == cudaMemoryTypeDevice && a.device == device);
     require(on, [&] {
       return std::string(b.name) + " is " + where(a) + ", not memory of the Layer's GPU " + std::to_string(device);
     });
@@ -137,9 +148,7 @@ void add_weights(std::vector<CallBytes>& t, const WeightViews& w, const TensorVi
 // handle", after the barrier words' reset was enqueued. Not asked of a capturing stream, where the query
 // is refused and would invalidate the capture (a stream of another GPU still fails at the launch).
 void require_stream_on(cudaStream_t stream, int device) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return;
+  if (capturing(stream)) return;
   int on = 0;
   MOK_CUDA_CHECK(cudaStreamGetDevice(stream, &on));
   require(on == device, [&] {
@@ -434,7 +443,8 @@ struct Layer::Impl {
 
   // Each call's tensors apart (require_apart) and on the Layer's GPU (require_on_gpu). A given routing that
   // is its own output is the routing read in place.
-  void check_forward_memory(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out) const {
+  void check_forward_memory(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+                            const ForwardOutputs& out) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
     if (in.topk_idx.data != out.topk_idx.data) t.push_back(bytes_of("given topk_idx", in.topk_idx, false));
@@ -448,10 +458,10 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
-    require_on_gpu(t, device);
+    require_on_gpu(t, device, stream);
   }
-  void check_backward_memory(const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
-                             const TensorView& dy, const GradOutputs& g) const {
+  void check_backward_memory(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+                             const ForwardOutputs& fwd, const TensorView& dy, const GradOutputs& g) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
     add_tensors(
@@ -470,7 +480,7 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
-    require_on_gpu(t, device);
+    require_on_gpu(t, device, stream);
   }
 
   // ---- kernel parameters ----
@@ -654,9 +664,7 @@ struct Layer::Impl {
   // numbers, which the flags have passed, and its barriers would not wait. So it is not captured.
   void refuse_capture(cudaStream_t stream) const {
     if (!exchange.windowed()) return;
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    require(status == cudaStreamCaptureStatusNone,
+    require(!capturing(stream),
             "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) cannot be captured in a CUDA "
             "graph: its barriers across GPUs number each launch on the host, and a replay would reuse the captured "
             "numbers");
@@ -875,7 +883,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.refuse_capture(stream);
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
-  m.check_forward_memory(workspace, in, out);
+  m.check_forward_memory(stream, workspace, in, out);
   Params p = m.params(Pass::forward, ws, in, out, number);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
@@ -902,7 +910,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
   uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
-  m.check_backward_memory(workspace, in, fwd, dy, grads);
+  m.check_backward_memory(stream, workspace, in, fwd, dy, grads);
   Params p = m.params(Pass::backward, ws, in, fwd, number);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
@@ -926,7 +934,8 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   if (m.launch.gpus > 1 && m.c.has_shared())
     m.launch_kernel(reinterpret_cast<const void*>(relayed_chains_kernel), stream, p);
   m.exchange.after_backward(stream, grads);
-  // Accumulators keep what they held (a failed call's share of them is not in them).
+  // Accumulators are not filled: an input error stops the call before it adds into them (after a watchdog's
+  // or a peer's error they may hold part of its sums: layer.h).
   const auto written = [&](const TensorView& v) { return grads.accumulate ? TensorView{} : v; };
   fill_nan_on_error(stream, &m.error.get()->code,
                     {grads.dx, grads.d_topk_w, grads.d_logits, written(grads.d_router), written(grads.d_w1),
@@ -948,7 +957,7 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
   add_tensors(t, {{"w1", weights.w1}, {"w2", weights.w2}}, false);
   add_tensors(t, {{"fp8_weights", fp8_weights}}, true);
   require_apart(t);
-  require_on_gpu(t, m.device);
+  require_on_gpu(t, m.device, stream);
   m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights, true);
   if (m.launch.synchronous) MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

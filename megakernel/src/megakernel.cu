@@ -22,8 +22,9 @@ namespace {
 
 // Cause first: a GPU that stopped on an error ends the others' launches at their next barrier across
 // GPUs (kPeerAborted), or leaves them waiting for it (kPeerTimeout).
-constexpr int kErrorPriority[] = {kLogitOverflow,   kBadRouting,     kSavedLayout,  kCapacity,    kRingCycles,
-                                  kPipelineTimeout, kBarrierTimeout, kRelayTimeout, kPeerTimeout, kPeerAborted};
+constexpr int kErrorPriority[] = {kLogitOverflow, kExpertBias,  kBadRouting,      kSavedLayout,
+                                  kCapacity,      kRingCycles,  kPipelineTimeout, kBarrierTimeout,
+                                  kRelayTimeout,  kPeerTimeout, kPeerAborted};
 
 // A stream of the wrapper's, one per share: on one stream, or on the legacy default stream (whose work
 // waits for all work before it), colocated shares' kernels would run one after another and never meet

@@ -14,7 +14,7 @@ namespace mok::gpu {
 
 // Fills each present bf16 or fp32 view of `outputs` with NaN when *error_code (device memory) is not zero
 // as the stream reaches it; otherwise the kernel reads that one word and ends. Stream-ordered, no
-// allocation; a view of another dtype throws mok::Error before anything is enqueued.
+// allocation; a view of another dtype throws mok::Error without enqueueing the fill.
 void fill_nan_on_error(cudaStream_t stream, const int* error_code, std::initializer_list<TensorView> outputs);
 
 }  // namespace mok::gpu

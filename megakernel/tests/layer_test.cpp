@@ -394,6 +394,31 @@ TEST_F(LayerApi, DeviceErrorsAreRaisedByCheckThenCleared) {
   expect_same(read(b), reference(p, RoutingMode::given));
 }
 
+// Holds `stream` at a host function until release() (or the destructor, which also waits for the stream,
+// so that a test failing between the two leaves no stream blocked and no function reading a freed flag).
+class StreamHold {
+ public:
+  explicit StreamHold(cudaStream_t stream) : stream_(stream) {
+    cuda(cudaLaunchHostFunc(
+        stream,
+        [](void* go) {
+          while (!static_cast<std::atomic<bool>*>(go)->load()) std::this_thread::yield();
+        },
+        &go_));
+  }
+  ~StreamHold() {
+    release();
+    (void)cudaStreamSynchronize(stream_);  // a destructor cannot throw; the test checks the stream after
+  }
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  void release() { go_ = true; }
+
+ private:
+  cudaStream_t stream_;
+  std::atomic<bool> go_{false};
+};
+
 // Every element of `t` is the canonical NaN of its dtype (Word: uint16_t for bf16, uint32_t for fp32).
 template <class Word>
 void expect_all_nan(const DeviceTensor& t, Word nan, const char* name) {
@@ -419,13 +444,9 @@ TEST_F(LayerApi, CallsBehindAnErrorFillTheirOutputsWithNan) {
     b.poison(accumulate);  // 0xff bytes: a NaN, but not the canonical one
     const std::vector<float> held(b.grad.d_w1.download<float>().size(), 0.5f);
     if (accumulate) b.grad.d_w1.upload(held);
-    std::atomic<bool> go{false};
-    const auto hold = [](void* flag) {
-      while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
-    };
-    cuda(cudaLaunchHostFunc(stream_, hold, &go));
+    StreamHold hold(stream_);
     b.run(layer, stream_, accumulate);
-    go = true;
+    hold.release();
     cuda(cudaStreamSynchronize(stream_));
     expect_all_nan(b.fwd.y, kCanonicalNanBf16, "y");
     expect_all_nan(b.grad.dx, kCanonicalNanBf16, "dx");
@@ -771,7 +792,7 @@ TEST_F(LayerApi, RefusesTensorsOffTheLayersGpu) {
   Bound b(layer, p, RoutingMode::router);
   const TensorView ws = b.workspace.view();
   const size_t y_bytes = tensor_bytes(b.outputs().y.dtype, b.outputs().y.shape);
-  std::vector<uint64_t> pageable(y_bytes / sizeof(uint64_t) + 1);
+  std::vector<uint4> pageable(y_bytes / sizeof(uint4) + 1);  // 16-byte aligned, as the Layer requires
   void* pinned = nullptr;
   cuda(cudaMallocHost(&pinned, y_bytes));
   ForwardInputs in = b.inputs();

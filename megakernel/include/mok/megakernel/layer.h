@@ -265,8 +265,9 @@ class Layer {
 
   // A call whose kernels stop on an error (or run while an earlier call's error is not raised yet) fills
   // the outputs it would write with NaN behind them: the forward's y; the backward's dx, d_topk_w,
-  // d_logits and, unless it accumulates into them, d_router and the weight gradients (accumulators keep
-  // what they held). Its other outputs hold whatever they held.
+  // d_logits and, unless it accumulates into them, d_router and the weight gradients. Accumulators are not
+  // filled: an input error stops the call before it adds into them, but after a watchdog's or a peer's
+  // error they may hold part of its sums (discard them). Its other outputs hold whatever they held.
   // check() waits for all work on the Layer's GPU (every stream: so also a CUDA graph's replay of its calls,
   // on whatever stream it runs) and throws the first error its kernels recorded, if any.
   void check();
