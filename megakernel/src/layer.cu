@@ -89,7 +89,7 @@ void require_apart(const std::vector<CallBytes>& t) {
     }
 }
 
-// Whether `stream` is capturing into a CUDA graph.
+// Whether `stream` is capturing into a CUDA graph (asked once a call: its checks take the answer).
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MOK_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
@@ -98,11 +98,11 @@ bool capturing(cudaStream_t stream) {
 
 // Every tensor of a call is device memory of the Layer's GPU, or managed memory: host memory or another
 // GPU's failed inside the kernels as an illegal address, which ends the context. Its first byte asked
-// only (a call has two dozen tensors). Not asked while `stream` captures: memory the capture allocates
+// only (a call has two dozen tensors). Not asked of a call being captured: memory the capture allocates
 // (cudaMallocAsync in the graph) is mapped when the graph runs, and what the driver says of it before is
 // not documented.
-void require_on_gpu(const std::vector<CallBytes>& t, int device, cudaStream_t stream) {
-  if (capturing(stream)) return;
+void require_on_gpu(const std::vector<CallBytes>& t, int device, bool captured) {
+  if (captured) return;
   const auto where = [](const cudaPointerAttributes& a) -> std::string {
     switch (a.type) {
       case cudaMemoryTypeUnregistered:
@@ -147,8 +147,8 @@ void add_weights(std::vector<CallBytes>& t, const WeightViews& w, const TensorVi
 // The caller's stream is on the Layer's GPU: another GPU's failed at the launch as "invalid resource
 // handle", after the barrier words' reset was enqueued. Not asked of a capturing stream, where the query
 // is refused and would invalidate the capture (a stream of another GPU still fails at the launch).
-void require_stream_on(cudaStream_t stream, int device) {
-  if (capturing(stream)) return;
+void require_stream_on(cudaStream_t stream, int device, bool captured) {
+  if (captured) return;
   int on = 0;
   MOK_CUDA_CHECK(cudaStreamGetDevice(stream, &on));
   require(on == device, [&] {
@@ -443,7 +443,7 @@ struct Layer::Impl {
 
   // Each call's tensors apart (require_apart) and on the Layer's GPU (require_on_gpu). A given routing that
   // is its own output is the routing read in place.
-  void check_forward_memory(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+  void check_forward_memory(bool captured, const TensorView& workspace, const ForwardInputs& in,
                             const ForwardOutputs& out) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
@@ -458,9 +458,9 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
-    require_on_gpu(t, device, stream);
+    require_on_gpu(t, device, captured);
   }
-  void check_backward_memory(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in,
+  void check_backward_memory(bool captured, const TensorView& workspace, const ForwardInputs& in,
                              const ForwardOutputs& fwd, const TensorView& dy, const GradOutputs& g) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
@@ -480,7 +480,7 @@ struct Layer::Impl {
                  {"workspace", workspace}},
                 true);
     require_apart(t);
-    require_on_gpu(t, device, stream);
+    require_on_gpu(t, device, captured);
   }
 
   // ---- kernel parameters ----
@@ -662,9 +662,9 @@ struct Layer::Impl {
   // A peer group's Layer numbers each launch's barriers across GPUs and relay values on the host
   // (stamp_launch), and the peers' flags only grow: a CUDA graph's replay would launch with the captured
   // numbers, which the flags have passed, and its barriers would not wait. So it is not captured.
-  void refuse_capture(cudaStream_t stream) const {
+  void refuse_capture(bool captured) const {
     if (!exchange.windowed()) return;
-    require(!capturing(stream),
+    require(!captured,
             "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) cannot be captured in a CUDA "
             "graph: its barriers across GPUs number each launch on the host, and a replay would reuse the captured "
             "numbers");
@@ -879,11 +879,12 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   const unsigned long long number = m.take_launches(1);
   const OnDevice on(m.device);
   m.raise_pending();
-  require_stream_on(stream, m.device);
-  m.refuse_capture(stream);
+  const bool captured = capturing(stream);
+  require_stream_on(stream, m.device, captured);
+  m.refuse_capture(captured);
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
-  m.check_forward_memory(stream, workspace, in, out);
+  m.check_forward_memory(captured, workspace, in, out);
   Params p = m.params(Pass::forward, ws, in, out, number);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
@@ -905,12 +906,13 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   const unsigned long long number = m.take_launches(2);  // the prologue's, the backward kernel's
   const OnDevice on(m.device);
   m.raise_pending();
-  require_stream_on(stream, m.device);
-  m.refuse_capture(stream);
+  const bool captured = capturing(stream);
+  require_stream_on(stream, m.device, captured);
+  m.refuse_capture(captured);
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
   uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
-  m.check_backward_memory(stream, workspace, in, fwd, dy, grads);
+  m.check_backward_memory(captured, workspace, in, fwd, dy, grads);
   Params p = m.params(Pass::backward, ws, in, fwd, number);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
@@ -950,14 +952,15 @@ void Layer::quantize_weights(cudaStream_t stream, const WeightViews& weights, co
   const OnDevice on(m.device);
   require(m.c.precision == Precision::fp8,
           "quantize_weights: precision is bf16 (only the fp8 mode quantizes its weights)");
-  require_stream_on(stream, m.device);
+  const bool captured = capturing(stream);
+  require_stream_on(stream, m.device, captured);
   m.check_expert_weights(weights);
   m.check_fp8_weights(fp8_weights, false);
   std::vector<CallBytes> t;
   add_tensors(t, {{"w1", weights.w1}, {"w2", weights.w2}}, false);
   add_tensors(t, {{"fp8_weights", fp8_weights}}, true);
   require_apart(t);
-  require_on_gpu(t, m.device, stream);
+  require_on_gpu(t, m.device, captured);
   m.quantize_weights(stream, static_cast<uint8_t*>(fp8_weights.data), weights, true);
   if (m.launch.synchronous) MOK_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -140,7 +140,7 @@ struct LaunchConfig {
   // (workspace_bytes(Pass::backward) grows by about (3I + 2H) bytes per padded row) and chains E4M3
   // K-steps over them. The shared expert's stay bf16. Needs precision = fp8.
   bool fp8_weight_gradients = false;
-  // Experimental (issue 18; off: slower so far, docs/benchmarks.md session 57): kernels of their own, in
+  // Experimental (issue 18; off: slower so far, docs/benchmarks.md sessions 57 and 58): kernels of their own, in
   // clusters of two blocks, whose expert GEMM phases run a cluster's two blocks on consecutive tiles in step,
   // loading a B they share once for both (the TMA's multicast): half the weights' reads from L2. The same
   // bits. Needs an even `blocks` (0: the co-resident clusters' blocks) and gpus = 1.

@@ -77,7 +77,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensor
 }
 
 // Every thread of every block of the cluster meets here (the hardware's cluster barrier: no watchdog, so
-// only where no block of the cluster can have left, at a launch's start).
+// only where every block of the cluster comes whatever happened: a paired launch's start and its end).
 __device__ __forceinline__ void cluster_sync() {
   asm volatile(
       "barrier.cluster.arrive.release;\n"
