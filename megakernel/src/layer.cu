@@ -896,7 +896,9 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
                            : (fp8 ? (const void*)forward_fp8_kernel : (const void*)forward_kernel);
   m.launch_kernel(kernel, stream, p);
   m.exchange.after_forward(stream, in, out);
-  fill_nan_on_error(stream, &m.error.get()->code, {out.y});
+  // topk_w is an output unless a given routing is read in place (then it is the caller's input).
+  const bool topk_w_written = in.routing != RoutingMode::given || (in.topk_w.data && in.topk_w.data != out.topk_w.data);
+  fill_nan_on_error(stream, &m.error.get()->code, {out.y, out.logits, topk_w_written ? out.topk_w : TensorView{}});
   m.finish_call();
 }
 

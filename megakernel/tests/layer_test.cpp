@@ -429,9 +429,9 @@ void expect_all_nan(const DeviceTensor& t, Word nan, const char* name) {
 }
 
 // A call queued behind a launch that stops on an error (here a given expert id out of range) fills its
-// outputs with NaN: the forward's y, the backward's dx, d_topk_w and weight gradients, but not the
-// accumulators it would add into. The stream is held by a host function until both calls are queued, so
-// that the backward is enqueued before the forward's error can be raised at its call.
+// outputs with NaN: the forward's y (not the routing it reads in place), the backward's dx, d_topk_w and weight
+// gradients, but not the accumulators it would add into. The stream is held by a host function until both calls are
+// queued, so that the backward is enqueued before the forward's error can be raised at its call.
 TEST_F(LayerApi, CallsBehindAnErrorFillTheirOutputsWithNan) {
   ref::Problem p = ref::make_problem(shared_sigmoid(), 44, ref::RoutingKind::uniform);
   Layer layer(p.config, {});
@@ -449,6 +449,7 @@ TEST_F(LayerApi, CallsBehindAnErrorFillTheirOutputsWithNan) {
     hold.release();
     cuda(cudaStreamSynchronize(stream_));
     expect_all_nan(b.fwd.y, kCanonicalNanBf16, "y");
+    EXPECT_EQ(b.fwd.topk_w.download<float>(), p.routing->topk_w) << "the routing read in place was written";
     expect_all_nan(b.grad.dx, kCanonicalNanBf16, "dx");
     expect_all_nan(b.grad.d_topk_w, kCanonicalNanF32, "d_topk_w");
     if (accumulate)
@@ -476,8 +477,11 @@ TEST_F(LayerApi, NonFiniteExpertBiasIsRaisedNamingTheExpert) {
   Layer layer(p.config, {});
   Bound b(layer, p, RoutingMode::router);
   b.set_weights(bad);
+  b.poison();
   layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
   expect_error([&] { layer.check(); }, "expert_bias of expert 3 is NaN or Inf");
+  expect_all_nan(b.fwd.logits, kCanonicalNanF32, "logits");  // the router's outputs, filled behind the error
+  expect_all_nan(b.fwd.topk_w, kCanonicalNanF32, "topk_w");
   b.set_weights(p.weights);
   b.poison();
   b.run(layer, stream_);

@@ -264,7 +264,8 @@ class Layer {
                 const TensorView& dy, const GradOutputs& grads);
 
   // A call whose kernels stop on an error (or run while an earlier call's error is not raised yet) fills
-  // the outputs it would write with NaN behind them: the forward's y; the backward's dx, d_topk_w,
+  // the outputs it would write with NaN behind them: the forward's y, logits and topk_w (not a given
+  // routing read in place from it); the backward's dx, d_topk_w,
   // d_logits and, unless it accumulates into them, d_router and the weight gradients. Accumulators are not
   // filled: an input error stops the call before it adds into them, but after a watchdog's or a peer's
   // error they may hold part of its sums (discard them). Its other outputs hold whatever they held.
