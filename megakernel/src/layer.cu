@@ -175,6 +175,17 @@ cudaLaunchAttribute pair_clusters() {
   return a;
 }
 
+// A pass's megakernel (the backward's after its prologue) by precision and block pairing.
+const void* megakernel_of(Pass pass, bool fp8, bool paired) {
+  // [pass][fp8][paired]
+  static const void* const kernels[2][2][2] = {
+      {{(const void*)forward_kernel, (const void*)forward_paired_kernel},
+       {(const void*)forward_fp8_kernel, (const void*)forward_fp8_paired_kernel}},
+      {{(const void*)backward_kernel, (const void*)backward_paired_kernel},
+       {(const void*)backward_fp8_kernel, (const void*)backward_fp8_paired_kernel}}};
+  return kernels[pass == Pass::backward][fp8][paired];
+}
+
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share; paired: in clusters of
 // two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside, the paired kernels' too.
@@ -182,13 +193,11 @@ int resident_blocks(int asked, int shares, bool paired) {
   int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max(), pairs = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  std::vector<const void*> kernels = {(const void*)forward_kernel,           (const void*)forward_fp8_kernel,
-                                      (const void*)backward_prologue_kernel, (const void*)backward_prologue_fp8_kernel,
-                                      (const void*)backward_kernel,          (const void*)backward_fp8_kernel,
+  std::vector<const void*> kernels = {(const void*)backward_prologue_kernel, (const void*)backward_prologue_fp8_kernel,
                                       (const void*)relayed_chains_kernel};
-  if (paired)
-    kernels.insert(kernels.end(), {(const void*)forward_paired_kernel, (const void*)forward_fp8_paired_kernel,
-                                   (const void*)backward_paired_kernel, (const void*)backward_fp8_paired_kernel});
+  for (const Pass pass : {Pass::forward, Pass::backward})
+    for (const bool fp8 : {false, true})
+      for (int pairs = 0; pairs <= int(paired); ++pairs) kernels.push_back(megakernel_of(pass, fp8, pairs));
   for (const void* kernel : kernels) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
@@ -891,10 +900,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, false);
-  const void* kernel = m.launch.paired_blocks
-                           ? (fp8 ? (const void*)forward_fp8_paired_kernel : (const void*)forward_paired_kernel)
-                           : (fp8 ? (const void*)forward_fp8_kernel : (const void*)forward_kernel);
-  m.launch_kernel(kernel, stream, p);
+  m.launch_kernel(megakernel_of(Pass::forward, fp8, m.launch.paired_blocks), stream, p);
   m.exchange.after_forward(stream, in, out);
   // topk_w is an output unless a given routing is read in place (then it is the caller's input).
   const bool topk_w_written = in.routing != RoutingMode::given || (in.topk_w.data && in.topk_w.data != out.topk_w.data);
@@ -929,10 +935,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_prologue_fp8_kernel : backward_prologue_kernel), stream,
                   p);
   m.stamp_launch(p, number + 1);
-  const void* kernel = m.launch.paired_blocks
-                           ? (fp8 ? (const void*)backward_fp8_paired_kernel : (const void*)backward_paired_kernel)
-                           : (fp8 ? (const void*)backward_fp8_kernel : (const void*)backward_kernel);
-  m.launch_kernel(kernel, stream, p);
+  m.launch_kernel(megakernel_of(Pass::backward, fp8, m.launch.paired_blocks), stream, p);
   // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
   // own (backward.cu, relayed_chains_kernel).
   if (m.launch.gpus > 1 && m.c.has_shared())
