@@ -186,6 +186,18 @@ const void* megakernel_of(Pass pass, bool fp8, bool paired) {
   return kernels[pass == Pass::backward][fp8][paired];
 }
 
+// The small kernels a call launches beside the megakernels (resident_blocks loads those), loaded on the
+// current device now. CUDA loads a kernel at its first launch (lazy loading, the default), and a load may
+// wait for the work running on the GPU: a colocated share's first NaN fill, launched behind its megakernel,
+// which waits at its start for the next share's megakernel, launched after it, would hold the calls until
+// that megakernel's watchdog; a stream held by a host function would hold the call itself.
+void load_small_kernels() {
+  for (const void* kernel : {nan_fill_kernel(), quantize_kernel()}) {
+    cudaFuncAttributes attributes{};
+    MOK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  }
+}
+
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share; paired: in clusters of
 // two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside, the paired kernels' too.
@@ -353,6 +365,7 @@ struct Layer::Impl {
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
     blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1,
                              launch.paired_blocks);
+    load_small_kernels();
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
     group = peers;

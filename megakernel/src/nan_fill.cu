@@ -51,4 +51,6 @@ void fill_nan_on_error(cudaStream_t stream, const int* error_code, std::initiali
   MOK_CUDA_CHECK(cudaGetLastError());
 }
 
+const void* nan_fill_kernel() { return reinterpret_cast<const void*>(fill_nan_kernel); }
+
 }  // namespace mok::gpu

@@ -16,5 +16,7 @@ namespace mok::gpu {
 // as the stream reaches it; otherwise the kernel reads that one word and ends. Stream-ordered, no
 // allocation; a view of another dtype throws mok::Error without enqueueing the fill.
 void fill_nan_on_error(cudaStream_t stream, const int* error_code, std::initializer_list<TensorView> outputs);
+// The fill's kernel (to load it before the first call: Layer's construction).
+const void* nan_fill_kernel();
 
 }  // namespace mok::gpu

@@ -151,4 +151,6 @@ void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int 
   MOK_CUDA_CHECK(cudaGetLastError());
 }
 
+const void* quantize_kernel() { return reinterpret_cast<const void*>(quantize_blocks); }
+
 }  // namespace mok::gpu

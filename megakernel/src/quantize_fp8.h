@@ -23,5 +23,7 @@ namespace mok::gpu {
 // a failed launch throws mok::Error too.
 void quantize_weights_fp8(cudaStream_t stream, const bf16* w, int matrices, int rows, int cols, fp8_e4m3* q,
                           fp8_e4m3* q_t, int32_t* exps, int32_t* exps_t = nullptr);
+// Its kernel (to load it before the first call: Layer's construction).
+const void* quantize_kernel();
 
 }  // namespace mok::gpu
