@@ -54,6 +54,15 @@ TEST(Bf16, NanIsCanonicalQuietNan) {
   EXPECT_TRUE(is_finite(bf16{0x7f7f}));
 }
 
+// is_finite(float), the device's expert_bias check and the reference's input validation: every NaN and
+// both infinities are not finite; the extremes of the finite floats are.
+TEST(Float, IsFiniteOnTheEdgesOfTheFloats) {
+  for (uint32_t u : {0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fc00000u, 0xffffffffu})
+    EXPECT_FALSE(is_finite(float_of(u))) << std::hex << u;
+  for (uint32_t u : {0x00000000u, 0x80000000u, 0x00000001u, 0x7f7fffffu, 0xff7fffffu, 0x3f800000u})
+    EXPECT_TRUE(is_finite(float_of(u))) << std::hex << u;
+}
+
 TEST(Bf16, SubnormalsAndSignedZero) {
   EXPECT_EQ(bf16_bits_of(0x80000000u), 0x8000);  // -0 keeps its sign
   EXPECT_EQ(bf16_bits_of(0x00008000u), 0x0000);  // half the smallest bf16 subnormal: tie to even 0

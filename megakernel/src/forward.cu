@@ -58,7 +58,7 @@ __device__ void check_expert_bias(const Params& p) {
   for (int first = 0; first < p.c.experts; first += 32) {
     const int e = first + int(threadIdx.x);
     const float bias = e < p.c.experts ? p.expert_bias[e] : 0.0f;
-    if (const unsigned bad = __ballot_sync(~0u, bias - bias != 0.0f)) {
+    if (const unsigned bad = __ballot_sync(~0u, !is_finite(bias))) {
       if (threadIdx.x == 0) record_error(p.barrier, kExpertBias, kRouterSelect, 0, first + __ffs(int(bad)) - 1);
       return;
     }

@@ -62,6 +62,10 @@ MOK_HD float fma32(float a, float b, float c) {
 // step (fma_chain, router_backward, add_f32_gradient) is made this NaN on both sides, so that its bits
 // do not depend on which side computed it.
 inline constexpr uint32_t kCanonicalNanF32 = 0x7fffffffu;
+
+// Neither NaN nor Inf (x - x is 0 only for finite x; no libm call, the same test on both sides).
+MOK_HD bool is_finite(float f) { return f - f == 0.0f; }
+
 MOK_HD float canonical_nan(float v) { return v != v ? float_of(kCanonicalNanF32) : v; }
 
 }  // namespace mok

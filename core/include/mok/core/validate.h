@@ -28,7 +28,7 @@ inline bool all_finite(const std::vector<bf16>& v) {
 }
 
 inline bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float f) { return f - f == 0.0f; });
+  return std::all_of(v.begin(), v.end(), [](float f) { return is_finite(f); });
 }
 
 // A receive ring of `rows` rows per rank, in whole units of `granularity` rows: K-steps for the
