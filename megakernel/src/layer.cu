@@ -209,7 +209,8 @@ int resident_blocks(int asked, int shares, bool paired) {
                                       (const void*)relayed_chains_kernel};
   for (const Pass pass : {Pass::forward, Pass::backward})
     for (const bool fp8 : {false, true})
-      for (int pairs = 0; pairs <= int(paired); ++pairs) kernels.push_back(megakernel_of(pass, fp8, pairs));
+      for (const bool in_pairs : {false, true})
+        if (!in_pairs || paired) kernels.push_back(megakernel_of(pass, fp8, in_pairs));
   for (const void* kernel : kernels) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
