@@ -301,9 +301,9 @@ __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& 
 }
 
 // The gradients longest chain first (K rows descending, then list order): the persistent blocks take
-// the tiles round-robin, so the last tiles to start are the shortest, and a skewed routing's hot
-// expert (the longest chains) does not finish alone at the end of the phase. Which block computes a
-// tile changes no bit. k_rows: each gradient's K rows, in shared memory (the count reads it grads^2
+// the tiles in snake order (SnakeOrder), so the last tiles to start are the shortest, and a skewed
+// routing's hot expert (the longest chains) does not finish alone at the end of the phase. Which block
+// computes a tile changes no bit. k_rows: each gradient's K rows, in shared memory (the count reads it grads^2
 // times).
 __device__ void order_longest_first(const int* k_rows, int grads, int* order) {
   for (int w = threadIdx.x; w < grads; w += blockDim.x) {
@@ -363,11 +363,14 @@ __device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, in
   }
   __syncthreads();
   const WeightGradTiles tiles{first_tile, grads};
+  const SnakeOrder snake{tiles.count(), int(gridDim.x)};
   WeightGrad wg;
   int m0 = 0, n0 = 0;
   gemm_tiles<kFp8 ? kNT : kTN, kFp8, kFp8>(
-      pipe, tiles.count(), p.barrier, kWeightGrad,
-      [&](long t, TileLoad& l) {
+      pipe, snake.walked(), p.barrier, kWeightGrad,
+      [&](long walked, TileLoad& l) {
+        const long t = snake.tile(walked);
+        if (t < 0) return false;
         const int i = tiles.place(t), w = begin + order[i];
         wg = weight_grad(p, w);
         wg.origin(t - tiles.first[i], m0, n0);
