@@ -300,8 +300,8 @@ __device__ __forceinline__ void store_weight_grad(Pipeline& pipe, const Params& 
     store_rows_by_tma<float>(pipe, consumer, acc, map, n0, row0, columns, p.accumulate);
 }
 
-// The gradients longest chain first (K rows descending, then list order): the persistent blocks take
-// the tiles in snake order (SnakeOrder), so the last tiles to start are the shortest, and a skewed
+// The gradients longest chain first (K rows descending, then list order): the persistent blocks claim
+// the tiles in that order (ClaimedWalk), so the last tiles to start are the shortest, and a skewed
 // routing's hot expert (the longest chains) does not finish alone at the end of the phase. Which block
 // computes a tile changes no bit. k_rows: each gradient's K rows, in shared memory (the count reads it grads^2
 // times).
@@ -336,8 +336,9 @@ struct WeightGradTables {
 __device__ __forceinline__ WeightGradTables weight_grad_tables() {
   constexpr int kMostGrads = 2 * kMaxExperts + 2;  // two gradients per expert and the shared expert's
   __shared__ int first_tile[kMostGrads + 1], order[kMostGrads];
-  static_assert(kSmemBytes + sizeof(first_tile) + sizeof(order) + sizeof(unsigned int) <= kMaxSmemPerBlock,
-                "the block's dynamic and static shared memory (with ClaimedTiles' word)");
+  static_assert(
+      kSmemBytes + sizeof(first_tile) + sizeof(order) + sizeof(unsigned int) + sizeof(TileQueue) <= kMaxSmemPerBlock,
+      "the block's dynamic and static shared memory (with ClaimedTiles' word and the TileQueue)");
   return {first_tile, order};
 }
 // Gradients [begin, end) of weight_grad's list. Each tile finds its gradient by binary search over the
@@ -363,14 +364,11 @@ __device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, in
   }
   __syncthreads();
   const WeightGradTiles tiles{first_tile, grads};
-  const SnakeOrder snake{tiles.count(), int(gridDim.x)};
   WeightGrad wg;
   int m0 = 0, n0 = 0;
   gemm_tiles<kFp8 ? kNT : kTN, kFp8, kFp8>(
-      pipe, snake.walked(), p.barrier, kWeightGrad,
-      [&](long walked, TileLoad& l) {
-        const long t = snake.tile(walked);
-        if (t < 0) return false;
+      pipe, tiles.count(), p.barrier, kWeightGrad,
+      [&](long t, TileLoad& l) {
         const int i = tiles.place(t), w = begin + order[i];
         wg = weight_grad(p, w);
         wg.origin(t - tiles.first[i], m0, n0);
@@ -379,7 +377,8 @@ __device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, in
       },
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
-      });
+      },
+      ZeroStart{}, ClaimedWalk{p.claimed_weight_grads + (kFp8 ? 0 : 1)});
   finish_chunk_copies();
 }
 
@@ -661,6 +660,7 @@ template <bool kFp8, bool kPaired>
 __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
   Pipeline pipe = launch_pipeline<kPaired>();
+  init_tile_queue();  // (the barrier below orders it before the weight gradients)
   // The prologue's error (or an earlier launch's not raised yet) stops it before anything reads the
   // layout; across GPUs peer_sync announces it, so the peers do not wait for this GPU.
   if (!peer_sync(b, kStart, 0) || __syncthreads_or(error_recorded(b))) return;

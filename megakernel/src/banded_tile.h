@@ -1,5 +1,5 @@
-// The order of a GEMM phase's tiles over its grid of output tiles, and of a list of tiles over the
-// persistent blocks (tile_schedules.cuh), kept apart so that the host tests check them.
+// The order of a GEMM phase's tiles over its grid of output tiles (tile_schedules.cuh), kept apart so
+// that the host tests check it.
 #pragma once
 
 #include "mok/core/host_device.h"
@@ -19,25 +19,5 @@ MOK_HD GridTile banded_tile(int item, int rows, int cols) {
   const int left = rows - band * kBandRows, band_rows = left < kBandRows ? left : kBandRows;
   return {band * kBandRows + in_band % band_rows, in_band / band_rows};
 }
-
-// A list of tiles (longest first) walked in snake order: gemm_tiles hands its numbers round-robin (block
-// b of G takes b, b + G, ...), and every other round of G numbers here runs the list backwards, so the
-// block that took a round's last (shortest) tile takes the next round's first. Round-robin alone gave
-// the low blocks the long end of every round: their free times drifted apart, and a long gradient's
-// tiles, which read the same operands, started scattered in time, each group re-reading them from DRAM
-// (Zipf's hot experts; docs/benchmarks.md, session 61). Which block runs a tile changes no bit.
-struct SnakeOrder {
-  long tiles;
-  int blocks;
-
-  // The numbers to walk: whole rounds (tile() of a number in the last round may be past the list).
-  MOK_HD long walked() const { return (tiles + blocks - 1) / blocks * blocks; }
-  // The list's tile of walked number t, or -1 past the list.
-  MOK_HD long tile(long t) const {
-    const long round = t / blocks, in_round = round % 2 ? blocks - 1 - t % blocks : t % blocks;
-    const long at = round * blocks + in_round;
-    return at < tiles ? at : -1;
-  }
-};
 
 }  // namespace mok::gpu

@@ -526,6 +526,7 @@ struct Layer::Impl {
                             PhaseClock{clock_ns.get(), clock_phase.get(), clock_count.get()},
                             {}};
     p.claimed_tiles = words + 3;
+    p.claimed_weight_grads = words + 4;
     stamp_launch(p, number);
     const WeightViews& w = in.weights;
     p.router_w = ptr<float>(w.router);

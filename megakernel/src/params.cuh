@@ -220,6 +220,8 @@ struct Params {
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   unsigned int* claimed_tiles;  // combine_dx's tiles taken (ClaimedTiles), zeroed before each launch
+  // The weight gradients' tiles taken (ClaimedWalk): the fp8 phase's, then the bf16 one's; zeroed so too.
+  unsigned int* claimed_weight_grads;
   TensorMaps maps;
 
   // Weights. The router's are every expert's; w1 and w2 (read through the maps) this GPU's experts'

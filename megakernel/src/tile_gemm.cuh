@@ -9,8 +9,9 @@
 // ran at 51-71% of peak) and half the wgmma instructions; its 128 accumulators per consumer thread
 // come from the producer warpgroup's registers (setmaxnreg) for the length of a GEMM phase.
 // Tiles are handed out round-robin over the persistent blocks (the tile scheduler); every role walks
-// the same sequence, so the pipeline's counters agree without talking. The producer runs ahead into
-// the next tile while the consumers finish their epilogue.
+// the same sequence, so the pipeline's counters agree without talking. The weight gradients' blocks
+// claim their tiles at run time instead (ClaimedWalk), the producer handing them to the consumers. The
+// producer runs ahead into the next tile while the consumers finish their epilogue.
 // The fp8 mode's tiles (kFp8: E4M3 operands, both K-major) use the same stages and boxes with K-blocks
 // of 128 (a box row is 128 bytes either way); their consumers run the FP8 chain (consume_fp8).
 // Paired blocks (LaunchConfig::paired_blocks: a launch in clusters of two): in the expert GEMM phases the
@@ -22,6 +23,8 @@
 #pragma once
 
 #include <cuda.h>
+
+#include <type_traits>
 
 #include "gemm_geometry.cuh"
 #include "grid_sync.cuh"
@@ -518,6 +521,76 @@ struct ZeroStart {
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   }
 };
+// How a phase's blocks take its tiles. RoundRobin (gemm_tiles' default): block b of G takes b, b + G, ...
+// ClaimedWalk: each block takes the next tile no block has taken when its producer is free, as greedy
+// list scheduling does, for a list of unequal chains (the weight gradients, longest first: round-robin
+// let the blocks' free times drift apart, a long gradient's tiles, which read the same operands, then
+// started scattered in time and read them from DRAM again and again; docs/benchmarks.md, session 61).
+// The producer thread claims from `counter` (zeroed before the launch; one per phase) and hands the
+// numbers to the consumers through the block's TileQueue, the list's end as -1; the producer
+// warpgroup's other threads walk none and take the pipeline's count at the phase's end. Which block
+// runs a tile changes no bit.
+struct RoundRobin {};
+struct ClaimedWalk {
+  unsigned int* counter;
+};
+inline constexpr int kQueueSlots = 4;
+struct TileQueue {
+  uint64_t full[kQueueSlots];   // a number posted (the producer thread's arrival)
+  uint64_t empty[kQueueSlots];  // a number read (every consumer thread's arrival)
+  long tile[kQueueSlots];
+  uint32_t handed;  // numbers through the queue so far in the launch: the slots' phases
+  uint32_t blocks;  // the producer thread's pipeline count at a claimed phase's end
+};
+// Static shared memory, so that only the kernels with a claimed phase hold it.
+__device__ __forceinline__ TileQueue& tile_queue() {
+  __shared__ TileQueue queue;
+  return queue;
+}
+// A launch's queue, before its first claimed phase (a block barrier follows before that).
+__device__ inline void init_tile_queue() {
+  TileQueue& q = tile_queue();
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < kQueueSlots; ++s) {
+    ptx::mbarrier_init(&q.full[s], 1);
+    ptx::mbarrier_init(&q.empty[s], kConsumerThreads);
+  }
+  q.handed = 0;
+  ptx::fence_barrier_init();
+}
+// The producer thread's walk of a claimed phase: claim, post, produce, until a claim past the list
+// (posted as -1; after an error, -1 at once).
+template <Majors kM, bool kFp8, bool kColumnScales, class Job>
+__device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long tiles, uint32_t handed, Job& job,
+                                const GridBarrier& b, int phase) {
+  TileQueue& q = tile_queue();
+  bool healthy = true;
+  for (uint32_t n = handed;; ++n) {
+    const long claimed = healthy ? long(atomicAdd(walk.counter, 1u)) : tiles;
+    const long t = claimed < tiles ? claimed : -1;
+    const uint32_t slot = n % kQueueSlots;
+    if (!pipeline_wait(&q.empty[slot], (n / kQueueSlots & 1u) ^ 1u, b, phase)) break;
+    q.tile[slot] = t;
+    ptx::mbarrier_arrive(&q.full[slot]);  // releases the number to the consumers' waits
+    if (t < 0) {
+      q.handed = n + 1;
+      break;
+    }
+    TileLoad l;
+    if (job(t, l)) healthy = produce<kM, kFp8, kColumnScales>(pipe, l, b, phase);
+  }
+  q.blocks = pipe.blocks;
+}
+// A consumer thread's n-th number of the launch's queue (-1: the list's end, or a failed wait).
+__device__ inline long take_claimed(uint32_t n, const GridBarrier& b, int phase) {
+  TileQueue& q = tile_queue();
+  const uint32_t slot = n % kQueueSlots;
+  if (!pipeline_wait(&q.full[slot], n / kQueueSlots & 1u, b, phase)) return -1;
+  const long t = q.tile[slot];
+  ptx::mbarrier_arrive(&q.empty[slot]);
+  return t;
+}
+
 // A tile as a block of a pair runs it (take_tile): whether it is the block's own (else a stand-in: no
 // epilogue), and the half of B the block loads for both (-1: the block loads all of B itself).
 struct PairedTile {
@@ -550,28 +623,37 @@ __device__ __forceinline__ bool take_tile(Job& job, long t, long tiles, TileLoad
 
 // gemm_tiles' tile loop; kSharing: paired blocks sharing B (take_tile), a path of its own, so that the
 // unpaired one keeps its registers.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start>
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start, class Walk>
 __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job& job,
-                               Epilogue& epilogue, Start& start) {
+                               Epilogue& epilogue, Start& start, const Walk& walk) {
+  constexpr bool kClaimed = std::is_same_v<Walk, ClaimedWalk>;
+  static_assert(!kClaimed || !kSharing, "paired blocks sharing B walk their pairs' tiles in step");
   // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
   const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
+  uint32_t handed = 0;  // a claimed phase's first queue number, read before the producer thread moves it on
+  if constexpr (kClaimed) handed = tile_queue().handed;
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
     ptx::setmaxnreg_dec<kProducerRegisters>();
     block_sync();
-    bool healthy = true;
-    for (long t = blockIdx.x; t < walked && healthy; t += gridDim.x) {
-      TileLoad l;
-      PairedTile pt;
-      if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
-      if (threadIdx.x == 0)
-        healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
-      else
-        pipe.blocks += l.k_blocks;
+    if constexpr (kClaimed) {
+      if (threadIdx.x == 0) produce_claimed<kM, kFp8, kColumnScales>(pipe, walk, tiles, handed, job, b, phase);
+    } else {
+      bool healthy = true;
+      for (long t = blockIdx.x; t < walked && healthy; t += gridDim.x) {
+        TileLoad l;
+        PairedTile pt;
+        if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
+        if (threadIdx.x == 0)
+          healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
+        else
+          pipe.blocks += l.k_blocks;
+      }
     }
     __syncwarp();  // thread 0 may have left the loop early; the barrier and setmaxnreg are warp-aligned
     block_sync();
+    if constexpr (kClaimed) pipe.blocks = tile_queue().blocks;
     ptx::setmaxnreg_inc<kKernelRegisters>();
   } else {
     block_sync();
@@ -581,7 +663,13 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
     // count read from a table): broadcast, they keep the stage index and the wgmma descriptors in
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
-    for (long t = blockIdx.x; t < walked; t += gridDim.x) {
+    for (long n = kClaimed ? long(handed) : long(blockIdx.x);; n += kClaimed ? 1 : gridDim.x) {
+      long t = n;
+      if constexpr (kClaimed) {
+        if ((t = take_claimed(uint32_t(n), b, phase)) < 0) break;
+      } else if (t >= walked) {
+        break;
+      }
       TileLoad l;
       PairedTile pt;
       if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
@@ -604,16 +692,18 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
   }
 }
 
-// kShareB: an expert phase, whose paired blocks share B (take_tile).
+// kShareB: an expert phase, whose paired blocks share B (take_tile); walk: how the blocks take the tiles
+// (RoundRobin, ClaimedWalk).
 template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
-          class Start = ZeroStart>
+          class Start = ZeroStart, class Walk = RoundRobin>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
-                           Start start = {}) {
+                           Start start = {}, Walk walk = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
-  if (!pipe.paired) return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start);
+  if (!pipe.paired)
+    return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start, walk);
   if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
-  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start);
+  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start, walk);
   // The pair's last arrivals at each other's stages are in before either goes on.
   meet_peer(pipe, b, phase);
 }

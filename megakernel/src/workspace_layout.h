@@ -78,8 +78,8 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace);
 
 // The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
-// tiles (1); zeroed before each launch.
-inline constexpr int kBarrierWords = 4;
+// tiles (1), the weight gradients' (2); zeroed before each launch.
+inline constexpr int kBarrierWords = 6;
 
 // The forward's ring rows (one cycle over the most rows a rank can receive), and the backward's as a
 // launch resolves them (Layer::ring_rows); mok::Error for a ring past int.

@@ -58,41 +58,6 @@ TEST(BandedTiles, VisitEachTileOnceBandByBandColumnByColumn) {
     }
 }
 
-// The weight gradients' snake order: the walked numbers (whole rounds of the blocks, gemm_tiles handing
-// them round-robin) give every tile of the list once, every other round backwards; on a list of
-// decreasing lengths (the gradients longest first) the most loaded block carries less than round-robin
-// gives the first block, and within one longest tile of the mean.
-TEST(SnakeOrder, EachTileOnceEveryOtherRoundReversedBlocksEvenlyLoaded) {
-  for (const int blocks : {1, 2, 7, 132})
-    for (const long tiles : {1L, 6L, 131L, 132L, 133L, 264L, 1000L}) {
-      SCOPED_TRACE(std::to_string(tiles) + " tiles over " + std::to_string(blocks) + " blocks");
-      const SnakeOrder snake{tiles, blocks};
-      ASSERT_EQ(snake.walked() % blocks, 0);
-      ASSERT_LT(snake.walked() - tiles, blocks);
-      std::vector<int> visits(size_t(tiles), 0);
-      std::vector<long> snake_load(size_t(blocks), 0), round_robin_load(size_t(blocks), 0);
-      const auto length = [&](long t) { return 4 * (tiles - t) + 1; };  // decreasing, as the list's chains
-      for (long n = 0; n < snake.walked(); ++n) {
-        const long t = snake.tile(n), round = n / blocks, block = n % blocks;
-        if (n < tiles) round_robin_load[size_t(block)] += length(n);
-        if (t < 0) {
-          EXPECT_GE(round * blocks + (round % 2 ? blocks - 1 - block : block), tiles) << "number " << n;
-          continue;
-        }
-        ASSERT_LT(t, tiles) << "number " << n;
-        ++visits[size_t(t)];
-        EXPECT_EQ(t, round % 2 ? (round + 1) * blocks - 1 - block : n) << "number " << n;
-        snake_load[size_t(block)] += length(t);
-      }
-      EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
-      const long most = *std::max_element(snake_load.begin(), snake_load.end());
-      long total = 0;
-      for (const long l : snake_load) total += l;
-      EXPECT_LE(most, round_robin_load[0]);
-      EXPECT_LE(most, total / blocks + length(0));
-    }
-}
-
 // The verify and fuzz GPU backends map a reference ring onto whole GPU tiles, and a ring
 // the reference rejects stays rejected.
 TEST(WholeTileRingRows, RoundsAReferenceRingUpAndRejectsAnInvalidOne) {
