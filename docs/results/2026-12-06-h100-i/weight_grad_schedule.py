@@ -63,8 +63,9 @@ def makespans(H, I, E, k, T, zipf):
     return max(rows) / (T * k / E), max(round_robin) / ideal, max(snake) / ideal, greedy / ideal
 
 
-for name in sys.argv[1:] or SHAPES:
-    for zipf in (False, True):
-        hot, rr, sn, lpt = makespans(*SHAPES[name], zipf)
-        print(f"{name:14s} {'zipf' if zipf else 'uniform':7s} hottest expert {hot:4.1f}x the mean  "
-              f"last block / ideal: round-robin {rr:.3f}  snake {sn:.3f}  greedy {lpt:.3f}")
+if __name__ == "__main__":  # (session 61's l2_model.py imports its shapes and routings)
+    for name in sys.argv[1:] or SHAPES:
+        for zipf in (False, True):
+            hot, rr, sn, lpt = makespans(*SHAPES[name], zipf)
+            print(f"{name:14s} {'zipf' if zipf else 'uniform':7s} hottest expert {hot:4.1f}x the mean  "
+                  f"last block / ideal: round-robin {rr:.3f}  snake {sn:.3f}  greedy {lpt:.3f}")

@@ -1,6 +1,6 @@
 """The weight-gradient phase's operand reads from DRAM through an LRU L2, per tile order (session 61; CPU only).
 
-Per shape, the per-expert rows of a routing drawn as weight_grad_schedule.py (session 60) draws them, the weight
+Per shape, the per-expert rows of a routing drawn by weight_grad_schedule.py's expert_rows (session 60, imported), the weight
 gradients' tiles (dW1_e: (2I / 128) x (H / 256), dW2_e: (H / 128) x (I / 256), longest chain first; with `seg`,
 each chain cut into segments of seg K-blocks of 64 rows, segment-major, whose partials' traffic is NOT counted), each
 tile's start over 132 blocks for three assignments (rr: round-robin, gemm_tile_loop's before session 61; snake: every
@@ -12,26 +12,17 @@ DRAM reads. Output: GB read and the span (time units) per shape, routing, segmen
 
     python3 l2_model.py [shape ...]      # default: qwen3-30b-a3b olmoe (minutes each)
 """
-import heapq, random, sys
+import heapq
+import os
+import random
+import sys
 from collections import OrderedDict
-SHAPES = {"kimi-k2": (7168, 2048, 32, 8, 8192), "glm-5": (6144, 2048, 32, 8, 8192),
-          "qwen3.5-397b": (4096, 1024, 64, 10, 8192), "deepseek-v4": (7168, 3072, 32, 6, 8192),
-          "qwen3-30b-a3b": (2048, 768, 128, 8, 16384), "olmoe": (2048, 1024, 64, 8, 8192)}
-BLOCKS, EPI, S = 132, 4, 1.2
 
-def expert_rows(E, k, T, zipf, rng):
-    w = [1 / (e + 1) ** S if zipf else 1.0 for e in range(E)]
-    rows = [0] * E
-    for _ in range(T):
-        taken = set()
-        for _ in range(k):
-            u = rng.random() * sum(w[e] for e in range(E) if e not in taken)
-            for e in range(E):
-                if e in taken: continue
-                u -= w[e]
-                if u <= 0: break
-            taken.add(e); rows[e] += 1
-    return rows
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "2026-12-06-h100-i"))
+from weight_grad_schedule import BLOCKS, SHAPES, expert_rows  # session 60's shapes and routings
+
+EPI = 4  # K-blocks' worth of time for a tile's store, as weight_grad_schedule.py's EPILOGUE
+
 
 def tiles_of(H, I, rows, seg):
     """(gradient id, tile (mi, ni), k_first, k_blocks, M, N) items, longest first, segments segment-major."""
