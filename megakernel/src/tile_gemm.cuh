@@ -80,7 +80,9 @@ inline constexpr Majors kNT{false, false}, kNN{false, true}, kTN{true, true};
 
 struct Pipeline {
   GemmSmem* smem;
-  uint32_t blocks = 0;  // K-blocks through the pipeline so far, counted alike by every role
+  // K-blocks through the pipeline so far, counted alike by every role (in a claimed phase the producer
+  // warpgroup's other threads take the producer thread's count at its end: ClaimedWalk).
+  uint32_t blocks = 0;
   // Paired blocks (launch_pipeline<true>: the paired kernels'; a constant once inlined, so the other kernels
   // hold no trace of the paired path).
   bool paired = false;
@@ -539,7 +541,7 @@ struct TileQueue {
   uint64_t full[kQueueSlots];   // a number posted (the producer thread's arrival)
   uint64_t empty[kQueueSlots];  // a number read (every consumer thread's arrival)
   long tile[kQueueSlots];
-  uint32_t handed;  // numbers through the queue so far in the launch: the slots' phases
+  uint32_t handed;  // numbers through the queue so far in the launch (the slots' phases), until an error
   uint32_t blocks;  // the producer thread's pipeline count at a claimed phase's end
 };
 // Static shared memory, so that only the kernels with a claimed phase hold it.
@@ -559,7 +561,8 @@ __device__ inline void init_tile_queue() {
   ptx::fence_barrier_init();
 }
 // The producer thread's walk of a claimed phase: claim, post, produce, until a claim past the list
-// (posted as -1; after an error, -1 at once).
+// (posted as -1; after its own produce failed, -1 next; after a failed wait for a slot, nothing more: the
+// consumers' waits fail too, and the launch stops before another claimed phase).
 template <Majors kM, bool kFp8, bool kColumnScales, class Job>
 __device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long tiles, uint32_t handed, Job& job,
                                 const GridBarrier& b, int phase) {
@@ -581,11 +584,13 @@ __device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long ti
   }
   q.blocks = pipe.blocks;
 }
-// A consumer thread's n-th number of the launch's queue (-1: the list's end, or a failed wait).
-__device__ inline long take_claimed(uint32_t n, const GridBarrier& b, int phase) {
+// A consumer thread's n-th number of the launch's queue (-1: the list's end, or a failed wait). The
+// verdict is the warpgroup's, as consume's: threads split by an error landing mid-wait would leave
+// some of their warpgroup behind in its named barriers and its wgmma.
+__device__ inline long take_claimed(Warpgroup consumer, uint32_t n, const GridBarrier& b, int phase) {
   TileQueue& q = tile_queue();
   const uint32_t slot = n % kQueueSlots;
-  if (!pipeline_wait(&q.full[slot], n / kQueueSlots & 1u, b, phase)) return -1;
+  if (!warpgroup_all(consumer, pipeline_wait(&q.full[slot], n / kQueueSlots & 1u, b, phase))) return -1;
   const long t = q.tile[slot];
   ptx::mbarrier_arrive(&q.empty[slot]);
   return t;
@@ -663,10 +668,11 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
     // count read from a table): broadcast, they keep the stage index and the wgmma descriptors in
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
+    const Warpgroup consumer = warpgroup_role(warpgroup);
     for (long n = kClaimed ? long(handed) : long(blockIdx.x);; n += kClaimed ? 1 : gridDim.x) {
       long t = n;
       if constexpr (kClaimed) {
-        if ((t = take_claimed(uint32_t(n), b, phase)) < 0) break;
+        if ((t = take_claimed(consumer, uint32_t(n), b, phase)) < 0) break;
       } else if (t >= walked) {
         break;
       }
@@ -674,7 +680,6 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
       PairedTile pt;
       if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
       l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
-      const Warpgroup consumer = warpgroup_role(warpgroup);
       float acc[kAccumulators];
       if constexpr (kFp8) {
         if (!consume_fp8<kColumnScales, kSharing>(pipe, l, consumer, acc, b, phase)) break;

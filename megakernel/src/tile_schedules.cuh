@@ -1,5 +1,6 @@
 // The GEMM phases' tile schedules: each lists one phase's output tiles, with their count and a lookup
-// from a tile's number (gemm_tiles hands the numbers round-robin to the persistent blocks).
+// from a tile's number (gemm_tiles hands the numbers to the persistent blocks round-robin, or as they
+// claim them: the weight gradients', ClaimedWalk).
 #pragma once
 
 #include "banded_tile.h"
