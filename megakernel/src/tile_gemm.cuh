@@ -590,7 +590,9 @@ __device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long ti
 __device__ inline long take_claimed(Warpgroup consumer, uint32_t n, const GridBarrier& b, int phase) {
   TileQueue& q = tile_queue();
   const uint32_t slot = n % kQueueSlots;
-  if (!warpgroup_all(consumer, pipeline_wait(&q.full[slot], n / kQueueSlots & 1u, b, phase))) return -1;
+  const bool posted = pipeline_wait(&q.full[slot], n / kQueueSlots & 1u, b, phase);
+  __syncwarp();  // bar.red is aligned: the warp's lanes meet again after their waits
+  if (!warpgroup_all(consumer, posted)) return -1;
   const long t = q.tile[slot];
   ptx::mbarrier_arrive(&q.empty[slot]);
   return t;
