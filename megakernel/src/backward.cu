@@ -723,7 +723,7 @@ __device__ __forceinline__ void backward(const Params& p) {
       quantize_grad_operands(pipe, p);
       if (!grid_sync(b, kGradOperands, 0)) return;
       weight_grads<true>(pipe, p, 0, 2 * own);
-      // After an error the claimed walk's queue may be out of step (TileQueue::handed): no second walk.
+      // After an error the claimed walk's queue may be out of step (Pipeline::queued): no second walk.
       if (__syncthreads_or(error_recorded(b))) return;
       bf16_grads = 2 * own;
     }

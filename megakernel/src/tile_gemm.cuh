@@ -83,6 +83,9 @@ struct Pipeline {
   // K-blocks through the pipeline so far, counted alike by every role (in a claimed phase the producer
   // warpgroup's other threads take the producer thread's count at its end: ClaimedWalk).
   uint32_t blocks = 0;
+  // Numbers through the block's TileQueue so far (its slots' phases), counted alike by the producer
+  // thread and the consumers, the only roles that use the queue (ClaimedWalk).
+  uint32_t queued = 0;
   // Paired blocks (launch_pipeline<true>: the paired kernels'; a constant once inlined, so the other kernels
   // hold no trace of the paired path).
   bool paired = false;
@@ -541,7 +544,6 @@ struct TileQueue {
   uint64_t full[kQueueSlots];   // a number posted (the producer thread's arrival)
   uint64_t empty[kQueueSlots];  // a number read (every consumer thread's arrival)
   long tile[kQueueSlots];
-  uint32_t handed;  // numbers through the queue so far in the launch (the slots' phases), until an error
   uint32_t blocks;  // the producer thread's pipeline count at a claimed phase's end
 };
 // Static shared memory, so that only the kernels with a claimed phase hold it.
@@ -557,18 +559,17 @@ __device__ inline void init_tile_queue() {
     ptx::mbarrier_init(&q.full[s], 1);
     ptx::mbarrier_init(&q.empty[s], kConsumerThreads);
   }
-  q.handed = 0;
   ptx::fence_barrier_init();
 }
 // The producer thread's walk of a claimed phase: claim, post, produce, until a claim past the list
 // (posted as -1; after its own produce failed, -1 next; after a failed wait for a slot, nothing more: the
 // consumers' waits fail too, and the launch stops before another claimed phase).
 template <Majors kM, bool kFp8, bool kColumnScales, class Job>
-__device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long tiles, uint32_t handed, Job& job,
-                                const GridBarrier& b, int phase) {
+__device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long tiles, Job& job, const GridBarrier& b,
+                                int phase) {
   TileQueue& q = tile_queue();
   bool healthy = true;
-  for (uint32_t n = handed;; ++n) {
+  for (uint32_t n = pipe.queued;; ++n) {
     const long claimed = healthy ? long(atomicAdd(walk.counter, 1u)) : tiles;
     const long t = claimed < tiles ? claimed : -1;
     const uint32_t slot = n % kQueueSlots;
@@ -576,7 +577,7 @@ __device__ void produce_claimed(Pipeline& pipe, const ClaimedWalk& walk, long ti
     q.tile[slot] = t;
     ptx::mbarrier_arrive(&q.full[slot]);  // releases the number to the consumers' waits
     if (t < 0) {
-      q.handed = n + 1;
+      pipe.queued = n + 1;
       break;
     }
     TileLoad l;
@@ -638,14 +639,12 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
   // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
   const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
-  uint32_t handed = 0;  // a claimed phase's first queue number, read before the producer thread moves it on
-  if constexpr (kClaimed) handed = tile_queue().handed;
   // Each role's path is straight, so the compiler sees every instruction's register budget.
   if (warpgroup == 0) {  // the producer; the consumers' role (warpgroup_role) is computed on their path
     ptx::setmaxnreg_dec<kProducerRegisters>();
     block_sync();
     if constexpr (kClaimed) {
-      if (threadIdx.x == 0) produce_claimed<kM, kFp8, kColumnScales>(pipe, walk, tiles, handed, job, b, phase);
+      if (threadIdx.x == 0) produce_claimed<kM, kFp8, kColumnScales>(pipe, walk, tiles, job, b, phase);
     } else {
       bool healthy = true;
       for (long t = blockIdx.x; t < walked && healthy; t += gridDim.x) {
@@ -671,10 +670,13 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
     // uniform registers (else 16 R2UR a K-block in the bf16 loops, 32 in the fp8 ones).
     pipe.blocks = __shfl_sync(~0u, pipe.blocks, 0);
     const Warpgroup consumer = warpgroup_role(warpgroup);
-    for (long n = kClaimed ? long(handed) : long(blockIdx.x);; n += kClaimed ? 1 : gridDim.x) {
+    for (long n = kClaimed ? long(pipe.queued) : long(blockIdx.x);; n += kClaimed ? 1 : gridDim.x) {
       long t = n;
       if constexpr (kClaimed) {
-        if ((t = take_claimed(consumer, uint32_t(n), b, phase)) < 0) break;
+        if ((t = take_claimed(consumer, uint32_t(n), b, phase)) < 0) {
+          pipe.queued = uint32_t(n + 1);
+          break;
+        }
       } else if (t >= walked) {
         break;
       }
