@@ -170,7 +170,8 @@ for step in "$@"; do
         # at ncclCommInitRank (cudaFuncGetAttributes, cuMemCreate), which NCCL handles.
         timeout 240 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 1 \
           build/megakernel/tests/mok_megakernel_tests --gtest_filter="$filter" >"$out/sanitize.tmp" 2>&1
-        echo "$tool exit $?: $(grep 'ERROR SUMMARY' "$out/sanitize.tmp" | tail -1)" | tee -a "$out/summary.log"
+        # racecheck names its hazards in a summary of its own.
+        echo "$tool exit $?: $(grep -E '(ERROR|RACECHECK) SUMMARY' "$out/sanitize.tmp" | tail -1)" | tee -a "$out/summary.log"
         { echo "== compute-sanitizer $tool"; head -c 200000 "$out/sanitize.tmp"; } >>"$out/sanitize.log" && rm "$out/sanitize.tmp"
       done
       ;;
