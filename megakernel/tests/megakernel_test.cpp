@@ -102,7 +102,7 @@ std::vector<Case> cases() {
           {"one_token", small(1, 1, 4, 4), RoutingKind::router},
           {"wider_shapes", wide, RoutingKind::uniform},
           {"past_one_tile", past_one_tile, RoutingKind::router},
-          // The layout scan's warps (forward.cu, layout_scan): E 72 in three lane groups, the last 8 of
+          // The layout scan's warps (forward.cuh, layout_scan): E 72 in three lane groups, the last 8 of
           // 32 lanes, 19 chunks in four runs; E 400 in more groups than a block has warps.
           {"experts_in_three_lane_groups", small(2, 300, 72, 4), RoutingKind::uniform},
           {"experts_past_the_warps", small(1, 96, 400, 2), RoutingKind::uniform}};

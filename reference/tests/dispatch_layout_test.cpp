@@ -44,7 +44,7 @@ TEST(DispatchLayout, ChunkedBuildEqualsExpertThenTokenOrder) {
   EXPECT_EQ(l.offsets.back(), c.routed_rows());
 }
 
-// The GPU's scan (forward.cu, layout_scan) cuts the chunks into runs: each run's rows by expert_rows over
+// The GPU's scan (forward.cuh, layout_scan) cuts the chunks into runs: each run's rows by expert_rows over
 // its range, then scan_expert over it from the expert's offset plus the earlier runs' rows. Any cut
 // gives scan_chunks' chunk_base, runs longer than, as long as and shorter than one chunk among them.
 TEST(DispatchLayout, RunsOfChunksGiveTheWholeScan) {

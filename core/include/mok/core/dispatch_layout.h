@@ -46,7 +46,7 @@ MOK_HD int32_t expert_rows(const int32_t* counts_by_chunk, int begin, int end, i
 // Column e of chunk_base over chunks [begin, end): the first layout row of expert e's rows from each
 // chunk, its rows from chunk `begin` starting at layout row `first`. Experts are independent given their
 // offsets, and a run of chunks given its first row, so the GPU scans runs of chunks of 32 experts a warp
-// (forward.cu, layout_scan).
+// (forward.cuh, layout_scan).
 MOK_HD void scan_expert(const int32_t* counts_by_chunk, int begin, int end, int experts, int e, int32_t first,
                         int32_t* chunk_base) {
   for (int c = begin; c < end; ++c) {
