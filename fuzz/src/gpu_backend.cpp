@@ -12,7 +12,9 @@ namespace {
 class GpuBackend final : public Backend {
  public:
   GpuBackend() {
-    require(gpu::device_available(), "mok-fuzz: the gpu backend needs a Hopper GPU (compute capability 9.0)");
+    // The machine's lack, not the input's: no "invalid input" prefix.
+    if (!gpu::device_available())
+      throw Error("mok-fuzz: the gpu backend needs a Hopper GPU (compute capability 9.0); none found");
   }
 
   std::string name() const override { return "gpu"; }

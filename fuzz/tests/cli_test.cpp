@@ -28,9 +28,9 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--seed ' 1' --list", "--seed needs an unsigned 64-bit integer, not ' 1'"},
       {"--seed +1 --list", "--seed needs an unsigned 64-bit integer, not '+1'"},
       {"--seed 18446744073709551616 --list", "not '18446744073709551616'"},
-      {"--cases -5 --list", "--cases needs a non-negative integer, not '-5'"},
-      {"--cases 5x --list", "--cases needs a non-negative integer, not '5x'"},
-      {"--seconds 1e3 --list", "--seconds needs a non-negative integer, not '1e3'"},
+      {"--cases -5 --list", "--cases needs a positive integer, not '-5'"},
+      {"--cases 5x --list", "--cases needs a positive integer, not '5x'"},
+      {"--seconds 1e3 --list", "--seconds needs a positive integer, not '1e3'"},
       {"--seconds 99999999999 --list", "--seconds is at most 1000000000"},
       {"--backend '' --list", "'--backend' needs a value"},
       // an option taken for the value: a whole campaign ran into a directory named "--list"

@@ -86,10 +86,10 @@ Args parse(int argc, char** argv) {
       a.fuzz.seed = to_number<uint64_t>(flag, v, "an unsigned 64-bit integer");
       a.seed_given = true;
     } else if (flag == "--cases") {
-      a.fuzz.cases = to_number<long>(flag, v, "a non-negative integer");
+      a.fuzz.cases = to_number<long>(flag, v, "a positive integer");
       a.fuzz.seconds = 0;
     } else if (flag == "--seconds") {
-      a.fuzz.seconds = double(to_number<long>(flag, v, "a non-negative integer"));
+      a.fuzz.seconds = double(to_number<long>(flag, v, "a positive integer"));
       if (a.fuzz.seconds > kMaxSeconds) throw Usage("--seconds is at most " + std::to_string(long(kMaxSeconds)));
       a.fuzz.cases = 0;
     } else if (flag == "--backend") {

@@ -251,7 +251,7 @@ CaseSpec parse_case_text(const std::string& text, const std::string& source, con
 CaseSpec parse_case_file(const std::filesystem::path& path) {
   // Checked before opening: a directory reads as empty text (a case of all defaults), a FIFO blocks.
   if (const std::string kind = not_a_regular_file(path); !kind.empty())
-    throw Error("mok: case file " + display_name(path.string()) + " " + kind);
+    throw Error("mok: case file " + display_name(path.string()) + ": " + kind);
   std::ifstream in(path);
   if (!in) throw Error("mok: cannot read case file " + display_name(path.string()) + ": " + std::strerror(errno));
   std::ostringstream text;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -81,6 +82,18 @@ std::string cannot_write_file(const std::filesystem::path& path) {
 void require_writable_file(const std::filesystem::path& path) {
   if (const std::string why = cannot_write_file(path); !why.empty())
     throw Error("mok: cannot write " + display_name(path.string()) + ": " + why);
+}
+
+std::vector<std::filesystem::path> h5_files_in(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  // Error codes: a directory that cannot be read threw std::filesystem_error, whose text names no tool.
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".h5") files.push_back(it->path());
+  if (ec) throw Error("mok: cannot list directory " + display_name(dir.string()) + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::string cannot_make_directory(const std::filesystem::path& path) {

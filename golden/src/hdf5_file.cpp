@@ -308,7 +308,7 @@ std::string filter_names(const std::vector<H5Z_filter_t>& filters) {
 // this reader does not decode (external files, a virtual dataset's sources in other files).
 std::vector<hsize_t> chunk_dims_of(hid_t ds, const std::string& path, const std::vector<int64_t>& shape) {
   Handle dcpl(H5Dget_create_plist(ds), H5Pclose, "cannot get the storage properties of dataset " + path);
-  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  const H5D_layout_t layout = check(H5Pget_layout(dcpl.get()), "cannot get the storage layout of dataset " + path);
   if (layout != H5D_CHUNKED)
     throw Error("dataset " + path + " is stored " + layout_name(layout) + ", format v1 stores datasets in chunks");
   std::vector<H5Z_filter_t> filters;

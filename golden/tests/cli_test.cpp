@@ -1,8 +1,10 @@
 // mok-golden as CI runs it: exit status 0 / 1 / 2 and the first differing element named.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 
@@ -233,7 +235,7 @@ TEST(MokGoldenCli, GenerateRefusesAConfigThatIsNoRegularFile) {
   for (const auto& c : cases) {
     const testing::ToolRun r = run_tool(dir, "generate --config " + c.path + " --out " + (dir / "out.h5").string(), 30);
     EXPECT_EQ(r.status, 2) << c.path << "\n" << r.output;
-    EXPECT_NE(r.output.find("mok: case file " + c.path + " " + c.what), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("mok: case file " + c.path + ": " + c.what), std::string::npos) << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "out.h5")) << c.path;
   }
 }
@@ -423,6 +425,39 @@ TEST(MokGoldenCli, AFileGivenForADirectoryIsNamedAsOne) {
     EXPECT_NE(r.output.find("mok: golden directory " + path + " " + what), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("run 1"), std::string::npos) << r.output;
   }
+}
+
+// A directory here that exists but cannot be listed, or "" (a directory of mode 000 refuses its owner unless it is
+// root; /proc/1/map_files refuses root without CAP_SYS_ADMIN, as on the CI machine).
+std::string unlistable_directory(const TempDir& dir) {
+  const std::string locked = (dir / "locked").string();
+  std::filesystem::create_directory(locked);
+  chmod(locked.c_str(), 0);
+  for (const std::string& d : {locked, std::string("/proc/1/map_files")}) {
+    DIR* listing = opendir(d.c_str());  // map_files opens, and refuses the reads past "." and ".."
+    int why = listing ? 0 : errno;
+    if (listing) {
+      errno = 0;
+      while (readdir(listing)) {
+      }
+      why = errno;
+      closedir(listing);
+    }
+    if (why == EACCES || why == EPERM) return d;
+  }
+  return "";
+}
+
+// check --dir of a directory it cannot list names the directory and why, as mok-verify does (the library's
+// filesystem_error escaped bare: "filesystem error: directory iterator cannot open directory: ...").
+TEST(MokGoldenCli, CheckNamesADirectoryItCannotList) {
+  TempDir dir("golden-cli-unlistable");
+  const std::string locked = unlistable_directory(dir);
+  if (locked.empty()) GTEST_SKIP() << "no directory here refuses its listing";
+  const testing::ToolRun r = run_tool(dir, "check --dir " + locked);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok: cannot list directory " + locked + ": "), std::string::npos) << r.output;
+  chmod((dir / "locked").c_str(), 0700);  // for TempDir's removal
 }
 
 // An output AtomicFile would refuse is refused before the case is computed: this case takes about half a

@@ -279,9 +279,7 @@ int check_dir(const Args& a) {
   if (a.has("--name")) {
     files.push_back(dir / (a.get("--name") + ".h5"));
   } else {
-    for (const auto& entry : fs::directory_iterator(dir))
-      if (entry.path().extension() == ".h5") files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
+    files = h5_files_in(dir);
   }
   const auto start = std::chrono::steady_clock::now();
   int status = kEqual, failed = 0, missing = 0;  // failed: of the files checked; missing: catalogue cases

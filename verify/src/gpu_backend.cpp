@@ -15,8 +15,9 @@ class GpuBackend : public Backend {
     require(!flags.step || *flags.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     // Across processes the GPUs are counted in a child at the first run: CUDA stays uninitialised
     // here, since a context does not survive the fork of the ranks.
-    if (!across_processes())
-      require(gpu::device_available(), "the gpu backend needs a Hopper GPU (compute capability 9.0); none found");
+    // The machine's lack, not the input's: no "invalid input" prefix.
+    if (!across_processes() && !gpu::device_available())
+      throw Error("the gpu backend needs a Hopper GPU (compute capability 9.0); none found");
   }
 
   std::string name() const override {

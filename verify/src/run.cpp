@@ -22,23 +22,23 @@ constexpr int64_t kProgressElements = int64_t(1) << 20;  // per-tensor progress 
 // checking nothing must not pass.
 std::vector<fs::path> golden_files(const std::vector<fs::path>& given, std::vector<std::string>& errors) {
   std::vector<fs::path> files;
-  // Error codes, not exceptions: a path that cannot be examined (a symbolic link loop, a name too long)
-  // escaped as std::filesystem_error, ending the run without its --json report.
+  // No std::filesystem_error escapes: a path that cannot be examined (a symbolic link loop, a name too long)
+  // ended the run without its --json report. A directory that cannot be listed is an error in `errors`.
   for (const fs::path& p : given) {
     std::error_code ec;
     if (!fs::is_directory(p, ec)) {  // a file, or no path at all: read_golden names which and why
       files.push_back(p);
       continue;
     }
-    std::vector<fs::path> in_dir;
-    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().extension() == ".h5") in_dir.push_back(it->path());
-    if (ec)
-      errors.push_back("mok: cannot list directory " + display_name(p.string()) + ": " + ec.message());
-    else if (in_dir.empty())
-      errors.push_back("mok: directory " + display_name(p.string()) + " holds no *.h5 golden file: nothing to verify");
-    std::sort(in_dir.begin(), in_dir.end());
-    files.insert(files.end(), in_dir.begin(), in_dir.end());
+    try {
+      const std::vector<fs::path> in_dir = golden::h5_files_in(p);
+      if (in_dir.empty())
+        errors.push_back("mok: directory " + display_name(p.string()) +
+                         " holds no *.h5 golden file: nothing to verify");
+      files.insert(files.end(), in_dir.begin(), in_dir.end());
+    } catch (const Error& e) {
+      errors.push_back(e.what());
+    }
   }
   return files;
 }

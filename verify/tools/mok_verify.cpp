@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,7 +66,8 @@ struct Args {
 int positive_int(const std::string& option, const std::string& value) {
   int v = 0;
   if (!parse_whole_number(value, v) || v <= 0)
-    throw UsageError(option + " needs a positive integer, got " + quote_input(value));
+    throw UsageError(option + " needs an integer from 1 to " + std::to_string(std::numeric_limits<int>::max()) +
+                     ", got " + quote_input(value));
   return v;
 }
 

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace mok::golden {
 
@@ -29,6 +30,10 @@ void require_writable_file(const std::filesystem::path& path);
 // it and its parents that exists is a directory); otherwise what is in the way, as a phrase that
 // completes "PATH ...".
 std::string cannot_make_directory(const std::filesystem::path& path);
+
+// The directory's *.h5 files (golden files, by name), sorted. Throws mok::Error("mok: cannot list directory DIR:
+// WHY") where it cannot be read (mok-golden check and mok-verify name the directory alike).
+std::vector<std::filesystem::path> h5_files_in(const std::filesystem::path& dir);
 
 // Whether the two paths name one existing file (links followed): a tool's output that would be written
 // over one of its inputs.
