@@ -220,14 +220,13 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
 }
 
 int campaign_exit_status(const std::vector<PropertyReport>& reports) {
-  long cases = 0;
-  bool failed = false, lost = false;
+  bool failed = false, lost = false, starved = reports.empty();
   for (const PropertyReport& r : reports) {
-    cases += r.cases;
     failed |= r.failed;
     lost |= !r.repro_error.empty();
+    starved |= r.cases == 0 && !r.failed;
   }
-  return cases == 0 || lost ? 2 : failed ? 1 : 0;
+  return starved || lost ? 2 : failed ? 1 : 0;
 }
 
 }  // namespace mok::fuzz

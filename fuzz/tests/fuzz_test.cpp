@@ -290,15 +290,17 @@ TEST(RankInvariance, VariesTheRanksWhereNAndEShareNoDivisor) {
   }
 }
 
-// A campaign that checked nothing (a budget spent before any case) exited 0, and one whose failure's repro
-// could not be written exited 1 as if the repro were there.
+// A campaign that checked nothing (a budget spent before any case) exited 0, and so did one that left a
+// property unchecked; one whose failure's repro could not be written exited 1 as if the repro were there.
 TEST(Driver, ExitStatusSaysWhatWasChecked) {
   const auto report = [](long cases, bool failed, const char* repro_error = "") {
     PropertyReport r;
     r.cases = cases, r.failed = failed, r.repro_error = repro_error;
     return r;
   };
-  EXPECT_EQ(campaign_exit_status({report(3, false), report(0, false)}), 0);
+  EXPECT_EQ(campaign_exit_status({report(3, false), report(4, false)}), 0);
+  EXPECT_EQ(campaign_exit_status({report(3, false), report(0, false)}), 2);  // the second property unchecked
+  EXPECT_EQ(campaign_exit_status({report(3, true), report(0, false)}), 2);
   EXPECT_EQ(campaign_exit_status({report(3, true), report(5, false)}), 1);  // a repro, or no case to keep
   EXPECT_EQ(campaign_exit_status({report(0, false), report(0, false)}), 2);
   EXPECT_EQ(campaign_exit_status({}), 2);

@@ -193,7 +193,10 @@ int run(Backend& backend, Args& a) {
     if (!r.replay_command.empty()) std::printf("replay %s: %s\n", r.property.c_str(), r.replay_command.c_str());
   print_totals(reports, seconds_since(start), a.fuzz);
   const int status = campaign_exit_status(reports);
-  if (status == 2) std::fprintf(stderr, "mok-fuzz: no case ran, or a failing case's repro was not written (above)\n");
+  if (status == 2)
+    std::fprintf(stderr,
+                 "mok-fuzz: a property ran no case (give more --seconds), or a failing case's repro was not "
+                 "written (above)\n");
   return status;
 }
 

@@ -44,8 +44,9 @@ struct PropertyReport {
 // Progress (cases, cases/s, failures) and every failure's details go to `log`.
 std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& options, std::ostream& log);
 
-// A campaign's exit status: 2 where no case ran at all (nothing was checked) or a failing case's repro could
-// not be written (the tool's output lost), 1 where a property failed, 0 where every property held.
+// A campaign's exit status: 2 where a property it was asked for ran no case (the time budget spent before
+// its share: that property was not checked) or a failing case's repro could not be written (the tool's
+// output lost), 1 where a property failed, 0 where every property held.
 int campaign_exit_status(const std::vector<PropertyReport>& reports);
 
 }  // namespace mok::fuzz
