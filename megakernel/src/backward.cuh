@@ -115,115 +115,104 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
       });
 }
 
-// d topk_w = <g, a> pushed to the source rank, one lane per ring row: each chain is sequential in I
-// (the core's fma_chain order), so rows run side by side. A warp stages 32 rows x 32 columns of g
-// and a in shared memory at a time (the GEMM stages, idle in this phase), so every load is a run of
-// whole lines rather than one word per row.
-__device__ void expert_topk_weight_grad(Pipeline& pipe, const Params& p, int cycle) {
-  constexpr int kRows = 32, kCols = 32, kPitch = kCols + 1;  // the pad makes the lane-per-row reads conflict-free
-  using Panel = float[kRows][kPitch];
-  static_assert(sizeof(Panel) * 2 * (kThreads / 32) <= sizeof(pipe.smem->stage));
-  Panel* panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0]) + 2 * (threadIdx.x / 32);
-  Panel &gs = panel[0], &as = panel[1];
-  const int I = p.c.intermediate, lane = lane_id();
-  const long rows = cycle_ring_rows(p);
-  for (long first = warp_id() * kRows; first < rows; first += warp_count() * kRows) {
-    const RingRow mine = ring_row(p, cycle, first + lane);
-    const unsigned valid = __ballot_sync(~0u, mine.valid);
-    if (valid == 0) continue;
+// The gradients through the router weight and SwiGLU, in one pass over g (fp32, the pass's largest
+// operand): per ring row, d topk_w = <g, a> pushed to the source rank (a chain over I in the core's
+// fma_chain order, one lane per row, so rows run side by side) and dh = bf16(swiglu_grad(w g)), zeros in
+// the padding rows. In the fp8 mode (kFp8) dh is also quantized per ring row into dhq (dx_j's A; dW1 reads
+// the bf16 dh). A warp takes kRows rows, a panel of kFp8Block columns at a time: lane l holds 16 bytes of
+// h (8 columns) of row 2 i + l / 16 for each item i, so a half warp holds one row's 1 x 128 block
+// (quantize_half_warp). g and a reach the lane that chains their row through shared memory (the GEMM
+// stages, idle in this phase).
+template <bool kFp8>
+__device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
+  constexpr int kRows = 16, kCols = kFp8Block, kItems = kRows * kCols / 8 / 32, kBatch = 2;
+  struct Panel {
+    float g[kRows][kCols + 1];  // the pads make the lane-per-row reads conflict-free
+    bf16 a[kRows][kCols + 2];
+  };
+  static_assert(kItems % kBatch == 0 && sizeof(Panel) * (kThreads / 32) <= sizeof(pipe.smem->stage));
+  Panel& panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0])[threadIdx.x / 32];
+  // h's gate and up vectors, a's and g's matching 8 columns of one row.
+  struct Operands {
+    uint4 gate, up, a;
+    float4 g0, g1;
+  };
+  const int I = p.c.intermediate, lane = lane_id(), col8 = lane % 16 * 8;
+  const float limit = p.c.swiglu_limit;
+  for (long first = warp_id() * kRows; first < cycle_ring_rows(p); first += warp_count() * kRows) {
+    const RingRow mine = ring_row(p, cycle, first + lane % kRows);
+    const unsigned in_tile = __ballot_sync(~0u, mine.in_tile) & 0xffffu,
+                   valid = __ballot_sync(~0u, mine.valid) & 0xffffu;
+    if (in_tile == 0) continue;
+    const RankBuffers* src = nullptr;
+    const long slot = mine.valid ? source_slot(p, mine, src) : 0;
+    const float mine_w = mine.valid ? src->topk_w[slot] : 0.0f;
     float acc = 0.0f;
     for (int i0 = 0; i0 < I; i0 += kCols) {
-      const int n = min(kCols, I - i0);
-      // Every load of the panel is issued before the first store: the compiler cannot tell the panels
-      // (generic pointers) from g and a, and interleaved it ran the 32 rows' loads one after another.
-      // a stays as loaded bits until stored: converted beside its load, each a made the thread wait for
-      // its load there, and the panel's loads ran as several round trips.
-      float gv[kRows];
-      uint32_t a_bits[kRows];
-      const float* g_row = p.g + first * I + i0 + lane;  // g per ring row: the warp's 32 rows follow
+      const int n = min(kCols, I - i0), col = i0 + col8;
+      for (int b0 = 0; b0 < kItems; b0 += kBatch) {
+        Operands o[kBatch];
+        int pads[kBatch];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r, g_row += I) {
-        const long at = __shfl_sync(~0u, mine.pad, r) * I + i0 + lane;  // a per padded row
-        const bool load = (valid >> r & 1u) && lane < n;
-        gv[r] = load ? *g_row : 0.0f;
-        a_bits[r] = load ? p.a[at].bits : 0u;
-      }
+        for (int b = 0; b < kBatch; ++b) {
+          const int r = 2 * (b0 + b) + lane / 16;
+          pads[b] = __shfl_sync(~0u, int(mine.pad), r);
+          o[b] = Operands{};
+          if ((valid >> r & 1u) && col8 < n) {
+            const uint4* h = reinterpret_cast<const uint4*>(p.h + long(pads[b]) * 2 * I + col);
+            const float4* g = reinterpret_cast<const float4*>(p.g + (first + r) * I + col);
+            o[b] = Operands{h[0], h[I / 8], *reinterpret_cast<const uint4*>(p.a + long(pads[b]) * I + col), g[0], g[1]};
+          }
+        }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) gs[r][lane] = gv[r], as[r][lane] = to_float(bf16{uint16_t(a_bits[r])});
-      __syncwarp();
-      acc = fma_chain(
-          n, [&](int i) { return gs[lane][i]; }, [&](int i) { return as[lane][i]; }, acc);
-      __syncwarp();
-    }
-    if (mine.valid) {
-      const RankBuffers* src;
-      const long slot = source_slot(p, mine, src);
-      src->d_topk_w[slot] = acc;
-    }
-  }
-  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
-}
-
-// Per ring row (one warp): dh = bf16(swiglu_grad(w g)); zeros in the padding rows. Rows are 16-byte
-// vectors per lane (I is a multiple of 64). In the fp8 mode (kFp8) dh is also quantized per ring row
-// into dhq (dx_j's A; dW1 reads the bf16 dh): a half warp's 16 vectors are one 1 x 128 block of the
-// gate or the up half (I is a multiple of 128), quantized as the pull quantizes a row (quantize_half_warp).
-template <bool kFp8>
-__device__ void expert_row_grad(const Params& p, int cycle) {
-  const int I = p.c.intermediate;
-  for_each_tile_row(p, cycle, [&](const RingRow& row) {
-    bf16* dh = p.dh + row.pad * 2 * I;
-    const long ring = ring_base(p, row.r) + row.q;
-    if (!row.valid) {
-      if constexpr (kFp8)
-        quantize_row(p.dhq.row(ring, 2 * I), dh, nullptr, 2 * I);
-      else
-        copy_row(dh, nullptr, 2 * I);
-      return;
-    }
-    const RankBuffers* src;
-    const long slot = source_slot(p, row, src);
-    const float w = src->topk_w[slot];
-    // h's gate and up vectors (4 words each) and g's matching 8 floats, per 8 columns.
-    struct Operands {
-      uint4 gate, up;
-      float4 g0, g1;
-    };
-    const float4* g = reinterpret_cast<const float4*>(p.g + ring * I);
-    const uint4* h = reinterpret_cast<const uint4*>(p.h + row.pad * 2 * I);
-    uint4* dh_vec = reinterpret_cast<uint4*>(dh);
-    const float limit = p.c.swiglu_limit;
-    warp_row_pass<4>(
-        I / 8,
-        [&](int c) {
-          return Operands{h[c], h[I / 8 + c], g[2 * c], g[2 * c + 1]};
-        },
-        [&](int c, const Operands& o, bool in_row) {
-          const uint32_t gate[4] = {o.gate.x, o.gate.y, o.gate.z, o.gate.w}, up[4] = {o.up.x, o.up.y, o.up.z, o.up.w};
-          const float gv[8] = {o.g0.x, o.g0.y, o.g0.z, o.g0.w, o.g1.x, o.g1.y, o.g1.z, o.g1.w};
-          uint32_t d_gate[4], d_up[4];
-          float s[8];
-          gate_sigmoids<4>(gate, limit, s);
+        for (int b = 0; b < kBatch; ++b) {
+          const int r = 2 * (b0 + b) + lane / 16;
+          const float w = __shfl_sync(~0u, mine_w, r);
+          const uint32_t gate[4] = {o[b].gate.x, o[b].gate.y, o[b].gate.z, o[b].gate.w};
+          const uint32_t up[4] = {o[b].up.x, o[b].up.y, o[b].up.z, o[b].up.w};
+          const float gv[8] = {o[b].g0.x, o[b].g0.y, o[b].g0.z, o[b].g0.w, o[b].g1.x, o[b].g1.y, o[b].g1.z, o[b].g1.w};
+          const uint32_t a_words[4] = {o[b].a.x, o[b].a.y, o[b].a.z, o[b].a.w};
+          uint32_t d_gate[4] = {}, d_up[4] = {};
+          if (valid >> r & 1u) {
+            float s[8];
+            gate_sigmoids<4>(gate, limit, s);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const SwigluGrad lo =
-                swiglu_grad_given_sigmoid(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit, s[2 * j]);
-            const SwigluGrad hi = swiglu_grad_given_sigmoid(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1],
-                                                            limit, s[2 * j + 1]);
-            d_gate[j] = pack_bf16(lo.gate, hi.gate);
-            d_up[j] = pack_bf16(lo.up, hi.up);
+            for (int j = 0; j < 4; ++j) {
+              const SwigluGrad lo =
+                  swiglu_grad_given_sigmoid(low_float(gate[j]), low_float(up[j]), w * gv[2 * j], limit, s[2 * j]);
+              const SwigluGrad hi = swiglu_grad_given_sigmoid(high_float(gate[j]), high_float(up[j]), w * gv[2 * j + 1],
+                                                              limit, s[2 * j + 1]);
+              d_gate[j] = pack_bf16(lo.gate, hi.gate);
+              d_up[j] = pack_bf16(lo.up, hi.up);
+            }
           }
           const uint4 gate_vec{d_gate[0], d_gate[1], d_gate[2], d_gate[3]}, up_vec{d_up[0], d_up[1], d_up[2], d_up[3]};
+          const bool in_row = (in_tile >> r & 1u) && col8 < n;
           if (in_row) {
-            dh_vec[c] = gate_vec;
-            dh_vec[I / 8 + c] = up_vec;
+            uint4* dh = reinterpret_cast<uint4*>(p.dh + long(pads[b]) * 2 * I + col);
+            dh[0] = gate_vec;
+            dh[I / 8] = up_vec;
           }
-          if constexpr (kFp8) {  // every lane: the quantization shuffles across the warp
-            store_quantized(p.dhq.row(ring, 2 * I), c, gate_vec, in_row);
-            store_quantized(p.dhq.row(ring, 2 * I), I / 8 + c, up_vec, in_row);
+          if constexpr (kFp8) {  // every lane: the quantization shuffles across the half warp
+            const Fp8Matrix q = p.dhq.row(first + r, 2 * I);
+            store_quantized(q, col / 8, gate_vec, in_row);
+            store_quantized(q, (I + col) / 8, up_vec, in_row);
           }
-        });
-  });
+#pragma unroll
+          for (int j = 0; j < 8; ++j) panel.g[r][col8 + j] = gv[j];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) reinterpret_cast<uint32_t*>(&panel.a[r][col8])[j] = a_words[j];
+        }
+      }
+      __syncwarp();
+      if (lane < kRows)
+        acc = fma_chain(
+            n, [&](int i) { return panel.g[lane][i]; }, [&](int i) { return to_float(panel.a[lane][i]); }, acc);
+      __syncwarp();
+    }
+    if (lane < kRows && mine.valid) src->d_topk_w[slot] = acc;
+  }
+  ptx::fence_async_shared();  // these generic writes come before the next GEMM's TMA writes to the stages
 }
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored (in
@@ -684,8 +673,7 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (!grid_sync(b, kPull, cycle)) return;
     expert_down_grad<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDownGrad, cycle)) return;
-    expert_topk_weight_grad(pipe, p, cycle);
-    expert_row_grad<kFp8>(p, cycle);
+    expert_row_grads<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
     expert_dx_push<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDxPush, cycle)) return;
