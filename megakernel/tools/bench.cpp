@@ -257,8 +257,8 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
   return 0;
 }
 
-void usage() {
-  std::fprintf(stderr,
+void usage(FILE* to) {
+  std::fprintf(to,
                "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
                "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
                "[--fp8 [--fp8-weight-gradients]] "
@@ -350,9 +350,13 @@ void check(const Options& o) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
+  if (mok::asks_for_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
   Options o;
   if (!parse(argc, argv, o)) {
-    usage();
+    usage(stderr);
     return 2;
   }
   try {

@@ -148,7 +148,7 @@ Args parse_args(int argc, char** argv) {
 }
 
 int tool_main(int argc, char** argv) {
-  if (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+  if (asks_for_help(argc, argv)) {
     std::cout << kUsage;
     return kExitEqual;
   }

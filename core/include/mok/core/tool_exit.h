@@ -1,10 +1,11 @@
 // A command-line tool's exit status: what it wrote to standard output must have reached it. A report, table
 // or verdict lost to a full disk or a closed pipe is no success (mok-bench --plan > /dev/full exited 0).
-// Shared by every tool of every module, so here at the bottom of the build.
+// And its --help. Shared by every tool of every module, so here at the bottom of the build.
 #pragma once
 
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 namespace mok {
 
@@ -20,6 +21,12 @@ inline int tool_exit_status(const char* tool, int status) {
   if (!standard_output_lost()) return status;
   std::cerr << tool << ": cannot write to standard output" << std::endl;
   return 2;
+}
+
+// --help or -h as the only argument: the tool prints its usage on standard output and exits 0 (mok-bench and
+// mok-procs took it for an option without its value: exit 2). With other arguments it is no option.
+inline bool asks_for_help(int argc, char** argv) {
+  return argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h");
 }
 
 }  // namespace mok
