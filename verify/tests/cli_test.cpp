@@ -306,6 +306,19 @@ TEST_F(MokVerifyCli, AMissingOrRepeatedOptionValueIsAUsageError) {
   r = verify(golden_path() + " --candidate " + golden_path() + " --candidate " + (dir_ / "other.h5").string());
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("mok-verify: '--candidate' is given twice"), std::string::npos) << r.output;
+  r = verify(golden_path() + " --backend reference --quiet --quiet");  // a flag too (it was accepted)
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok-verify: '--quiet' is given twice"), std::string::npos) << r.output;
+}
+
+// `--json -` wrote the report into a file named "-", exit 0: refused (standard output holds the report).
+TEST_F(MokVerifyCli, JsonToADashIsAUsageError) {
+  const std::string in_dir = "cd " + dir_.path().string() + " && " + MOK_VERIFY_TOOL;
+  const ToolRun r = golden::testing::run_tool(in_dir, dir_, golden_path() + " --backend reference --json -");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--json needs a file name ('-': standard output holds the report)"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "-"));
 }
 
 // A golden path that cannot be examined (here a symbolic link loop) is a file error like any other: it

@@ -74,15 +74,17 @@ int positive_int(const std::string& option, const std::string& value) {
 Args parse_args(int argc, char** argv) {
   Args a;
   bool runs_given = false;
-  std::vector<std::string> given;  // the options with a value seen so far: a repeat is refused, not overridden
+  std::vector<std::string> given;  // the options seen so far: a repeat is refused, not overridden
+  const auto first_time = [&](const std::string& arg) {
+    if (std::find(given.begin(), given.end(), arg) != given.end())
+      throw UsageError(quote_input(arg) + " is given twice");
+    given.push_back(arg);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--quiet") {
-      a.request.quiet = true;
-      continue;
-    }
-    if (arg == "--one-process") {
-      a.flags.one_process = true;
+    if (arg == "--quiet" || arg == "--one-process") {
+      first_time(arg);
+      (arg == "--quiet" ? a.request.quiet : a.flags.one_process) = true;
       continue;
     }
     if (arg.rfind("-", 0) != 0 || arg == "-") {
@@ -93,18 +95,18 @@ Args parse_args(int argc, char** argv) {
       // An option where the value should be is a missing value (`--json --quiet` wrote a file "--quiet").
       if (i + 1 >= argc || !*argv[i + 1] || std::string(argv[i + 1]).rfind("--", 0) == 0)
         throw UsageError(quote_input(arg) + " needs a value");
-      if (std::find(given.begin(), given.end(), arg) != given.end())
-        throw UsageError(quote_input(arg) + " is given twice");
-      given.push_back(arg);
+      first_time(arg);
       return argv[++i];
     };
     if (arg == "--candidate")
       a.request.candidate = value();
     else if (arg == "--backend")
       a.backend = value();
-    else if (arg == "--json")
+    else if (arg == "--json") {
       a.request.json = value();
-    else if (arg == "--step") {
+      // It wrote a file named "-": standard output is the report's.
+      if (a.request.json == "-") throw UsageError("--json needs a file name ('-': standard output holds the report)");
+    } else if (arg == "--step") {
       const std::string step = value();
       if (step != "fp32" && step != "fp32_fma" && step != "hopper_tc")
         throw UsageError("--step takes hopper_tc or fp32 (fp32_fma), got " + quote_input(step));
