@@ -45,6 +45,7 @@ TEST(MokFuzzCli, BadValuesExitTwoNamingThem) {
       {"--replay x.h5 --cases 0", "--seed, --cases, --seconds, --property and --repro-dir do not apply"},
       {"--seed 1 --seed 2 --list", "'--seed' is given twice"},
       {"--property repeat --property repeat --list", "'--property repeat' is given twice"},
+      {"--list --list", "'--list' is given twice"},
       {"\"$(printf -- '--\\001')\" 1", "unknown flag '--\\x01'"},
   };
   for (const auto& c : cases) {

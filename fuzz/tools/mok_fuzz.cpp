@@ -70,6 +70,8 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--list" || flag == "--help" || flag == "-h") {
+      if (was_given(flag)) throw Usage(quote_input(flag) + " is given twice");
+      given.push_back(flag);
       (flag == "--list" ? a.list : a.help) = true;
       continue;
     }

@@ -310,11 +310,14 @@ void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTi
 }  // namespace
 }  // namespace mok::gpu
 
+constexpr const char* kUsage = "usage: mok-fp8-chain [k_blocks >= 1, default 20000]\n";
+
 int tool_main(int argc, char** argv) {
   using namespace mok::gpu;
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   int k_blocks = 20000;  // parsed whole, before the GPU is looked for: atoi ran "5x" as 5
   if (argc > 2 || (argc > 1 && !(mok::tools::parse_int(argv[1], k_blocks) && k_blocks > 0))) {
-    std::fprintf(stderr, "usage: mok-fp8-chain [k_blocks >= 1, default 20000]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   if (!device_available()) {

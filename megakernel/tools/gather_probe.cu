@@ -247,8 +247,15 @@ int probe(const ProbeShape& s, int sms) {
 }  // namespace
 }  // namespace mok::gpu
 
+constexpr const char* kUsage = "usage: mok-gather-probe [olmoe|kimi-k2]\n";
+
 int tool_main(int argc, char** argv) {
   using namespace mok::gpu;
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
+  if (argc > 2) {  // an extra argument was ignored
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
   const char* name = argc > 1 ? argv[1] : "olmoe";
   const ProbeShape* shape = nullptr;
   for (const ProbeShape& s : kShapes)

@@ -86,7 +86,11 @@ int run(int calls) {
 
 }  // namespace
 
+constexpr const char* kUsage = "usage: mok-host-cost [--calls N]   (1 <= N <= 1000000, default 200)\n";
+static_assert(kMaxCalls == 1000000, "kUsage names it");
+
 int tool_main(int argc, char** argv) {
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   int calls = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -98,7 +102,7 @@ int tool_main(int argc, char** argv) {
       std::fprintf(stderr, "mok-host-cost: --calls needs a whole number in [1, %d], got %s\n", kMaxCalls,
                    quote_input(value).c_str());
     }
-    std::fprintf(stderr, "usage: mok-host-cost [--calls N]   (1 <= N <= %d, default 200)\n", kMaxCalls);
+    std::fputs(kUsage, stderr);
     return 2;
   }
   if (!device_available()) {

@@ -53,12 +53,15 @@ __global__ void copy_from_peer(ncclWindow_t window, const void* own, size_t n16,
 
 }  // namespace
 
+constexpr const char* kUsage = "usage: mok-nccl-probe [ranks >= 1 [MiB per rank in [1, 65536], default 256]]\n";
+
 int tool_main(int argc, char** argv) {
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   // Parsed whole before any GPU is asked for: atoi took "-1" MiB for 2^64 - 2^20 bytes and "4096x" for 4096.
   int ranks = 0, mib = 256;
   if (argc > 3 || (argc > 1 && !(mok::tools::parse_int(argv[1], ranks) && ranks >= 1)) ||
       (argc > 2 && !(mok::tools::parse_int(argv[2], mib) && mib >= 1 && mib <= 65536))) {
-    std::fprintf(stderr, "usage: mok-nccl-probe [ranks >= 1 [MiB per rank in [1, 65536], default 256]]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   try {

@@ -260,12 +260,15 @@ void for_each_check(Visit&& visit) {
   visit("to_e4m3x2_scaled", E4m3Pair{true});
 }
 
+constexpr const char* kUsage = "usage: mok-scalar-check [stride >= 1 [name of one check]]\n";
+
 int tool_main(int argc, char** argv) {
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   try {
     char* end = nullptr;
     const long long stride = argc > 1 ? std::strtoll(argv[1], &end, 10) : 1;
     if (argc > 3 || stride < 1 || stride > (1ll << 32) || (argc > 1 && (end == argv[1] || *end != '\0'))) {
-      std::fprintf(stderr, "usage: mok-scalar-check [stride >= 1 [name of one check]]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
     const char* only = argc > 2 ? argv[2] : nullptr;

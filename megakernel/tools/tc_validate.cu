@@ -554,7 +554,12 @@ int run_e4m3(double outputs, uint64_t seed, const cudaDeviceProp& prop) {
 // long, whose tiles came out negative and checked nothing, and "two" as 0; both passed.
 constexpr double kMaxOutputs = 1e12;
 
+constexpr const char* kUsage =
+    "usage: mok-tc-validate [outputs in [1, 1e12], default 1e8] [seed: an unsigned integer] "
+    "[mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128|wgmma-e4m3-n128-first]\n";
+
 int validate_main(int argc, char** argv) {
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   double outputs = 1.0e8;
   uint64_t seed = 20261129ull;
   const std::string instruction = argc > 3 ? argv[3] : "mma";
@@ -563,9 +568,7 @@ int validate_main(int argc, char** argv) {
   if (!outputs_ok || (argc > 2 && !mok::tools::parse_uint64(argv[2], seed)) || argc > 4 ||
       (instruction != "mma" && instruction != "wgmma" && instruction != "wgmma-e4m3" &&
        instruction != "wgmma-e4m3-n128" && instruction != "wgmma-e4m3-n128-first")) {
-    std::fprintf(stderr,
-                 "usage: mok-tc-validate [outputs in [1, 1e12], default 1e8] [seed: an unsigned integer] "
-                 "[mma|wgmma|wgmma-e4m3|wgmma-e4m3-n128|wgmma-e4m3-n128-first]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   const bool wgmma = instruction == "wgmma";

@@ -29,4 +29,11 @@ inline bool asks_for_help(int argc, char** argv) {
   return argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h");
 }
 
+// Whether it asked: then `usage` is printed on standard output, and the tool returns 0.
+inline bool printed_help(int argc, char** argv, const char* usage) {
+  if (!asks_for_help(argc, argv)) return false;
+  std::fputs(usage, stdout);
+  return true;
+}
+
 }  // namespace mok
