@@ -154,6 +154,14 @@ TEST(ErrorText, QuotesAndBackslashesInQuotedInputAreEscaped) {
   EXPECT_EQ(quote_input("it's a\\x0a"), "'it\\'s a\\\\x0a'");
 }
 
+// A long input is cut, the cut said (a 100 MB line of a case file made a 420 MB message); a name is shown whole.
+TEST(ErrorText, LongInputIsCutANameIsWhole) {
+  const std::string line(kQuotedBytes + 5, '\0');
+  EXPECT_EQ(quote_input(line).size(), 2 + 4 * kQuotedBytes + std::string(" (its first 200 of 205 bytes)").size());
+  EXPECT_NE(quote_input(line).find("' (its first 200 of 205 bytes)"), std::string::npos);
+  EXPECT_EQ(display_name(line).size(), 2 + 4 * line.size());
+}
+
 // Plain names print as they are; a name with a newline, control byte, quote or backslash is quoted and
 // escaped, so that it cannot forge a line of a tool's output (they were printed raw).
 TEST(ErrorText, NamesArePlainOrQuotedAndEscaped) {

@@ -126,10 +126,13 @@ bool parse_whole_number(std::string_view text, T& out) {
 }
 
 // Input text as an error message echoes it: quoted, escaped. A quote or backslash in it is escaped too,
-// so that the quoted text ends where it seems to and \xNN always means an escaped byte.
-inline std::string quote_input(const std::string& text) {
+// so that the quoted text ends where it seems to and \xNN always means an escaped byte. Past `most` bytes
+// it is cut, the cut said (a 100 MB line of a case file made a 420 MB message).
+inline constexpr size_t kQuotedBytes = 200;
+inline std::string quote_input(const std::string& text, size_t most = kQuotedBytes) {
   std::string quoted(1, '\'');  // appended, not "'" + ...: GCC 12 warns (-Wrestrict) on that form
-  for (const unsigned char ch : text) {
+  for (size_t i = 0; i < text.size() && i < most; ++i) {
+    const unsigned char ch = text[i];
     if (ch == '\'' || ch == '\\') quoted += '\\';
     if (printable_ascii(ch))
       quoted += char(ch);
@@ -137,6 +140,8 @@ inline std::string quote_input(const std::string& text) {
       quoted += hex_escape(ch);
   }
   quoted += '\'';
+  if (text.size() > most)
+    quoted += " (its first " + std::to_string(most) + " of " + std::to_string(text.size()) + " bytes)";
   return quoted;
 }
 
@@ -146,7 +151,7 @@ inline std::string quote_input(const std::string& text) {
 inline std::string display_name(const std::string& name) {
   bool plain = !name.empty();
   for (const unsigned char ch : name) plain = plain && printable_ascii(ch) && ch != '\'' && ch != '"' && ch != '\\';
-  return plain ? name : quote_input(name);
+  return plain ? name : quote_input(name, name.size());  // a name whole, however long
 }
 
 // Products the code indexes with int (token ids g * k + j, logits g * E + e, 2I rows of W1, router
