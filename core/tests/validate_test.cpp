@@ -4,8 +4,11 @@
 #include "mok/core/validate.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -110,8 +113,32 @@ TEST(Memory, AProblemLargerThanTheLimitIsRefusedWithItsSize) {
   EXPECT_NEAR(problem_bytes(c) / double(1ull << 30), 72.0, 0.01);
   EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 30)); }),
             "mok: invalid input: this problem (R = 1, T = 1, E = 16, H = 16384, I = 16384) needs 72.0 GiB of host "
-            "memory for its tensors, more than the 1.0 GiB this machine has");
+            "memory for its tensors, more than the 1.0 GiB this process may take (the machine's memory, or its "
+            "cgroup's limit)");
   EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 40)); }), "");
+}
+
+// A cgroup's memory limit (a container's, a batch job's) bounds what a problem may take: the smallest along the
+// group's path up to the mount's root, v2's memory.max ("max": none) and v1's memory controller alike.
+TEST(Memory, TheCgroupsSmallestLimitIsFound) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("mok_cgroup_test_" + std::to_string(getpid()));
+  const auto write = [&](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  write(root / "job/step/memory.max", "max");
+  write(root / "job/memory.max", "3000000000");
+  write(root / "memory/batch/memory.limit_in_bytes", "2000000000");
+  write(root / "memory/memory.limit_in_bytes", "9223372036854771712");
+  EXPECT_EQ(cgroup_memory_limit_bytes("0::/job/step\n", root.string()), 3e9);
+  EXPECT_EQ(cgroup_memory_limit_bytes("4:memory:/batch\n1:cpu,cpuacct:/x\n", root.string()), 2e9);
+  EXPECT_EQ(cgroup_memory_limit_bytes("4:cpu,memory:/batch\n0::/job/step\n", root.string()), 2e9);
+  EXPECT_EQ(cgroup_memory_limit_bytes("3:cpu:/job\n0::/elsewhere\n", root.string()), 0.0);  // none set
+  EXPECT_EQ(cgroup_memory_limit_bytes("no colon\n", root.string()), 0.0);
+  fs::remove_all(root);
+  EXPECT_GT(memory_limit_bytes(), 0.0);
+  EXPECT_LE(memory_limit_bytes(), physical_memory_bytes());
 }
 
 // The widest config within the int32 limits (I = Is = 2^30 - 64 on 2^31 - 1 tokens) needs 2.8e19 bytes

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <span>
+#include <sstream>
 #include <string>
 
 #include "mok/core/config.h"
@@ -115,6 +118,41 @@ inline double physical_memory_bytes() {
   return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
 }
 
+// The smallest memory limit of a process's cgroups and their ancestors (v2: memory.max, v1: the memory
+// controller's memory.limit_in_bytes) in bytes, or 0 where none is set: `groups` is /proc/self/cgroup's
+// text, `root` the directory the cgroup file systems are mounted under. A container's or a batch job's
+// limit is below the machine's memory, and its OOM killer ended a problem too large for it without a
+// word (exit 137). The group's path is tried up to the mount's root: in a container it may be the host's.
+inline double cgroup_memory_limit_bytes(const std::string& groups, const std::string& root = "/sys/fs/cgroup") {
+  double limit = 0.0;
+  std::istringstream lines(groups);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t a = line.find(':'), b = line.find(':', a == std::string::npos ? a : a + 1);
+    if (b == std::string::npos) continue;
+    std::string controllers(1, ',');  // appended, not "," + ...: GCC 12 warns (-Wrestrict) on that form
+    controllers += line.substr(a + 1, b - a - 1) + ",";
+    const bool v2 = line.compare(0, a, "0") == 0 && controllers == ",,",
+               v1 = controllers.find(",memory,") != std::string::npos;
+    if (!v2 && !v1) continue;
+    const std::string mount = root + (v2 ? "" : "/memory"), file = v2 ? "/memory.max" : "/memory.limit_in_bytes";
+    for (std::string path = line.substr(b + 1);; path.erase(path.rfind('/'))) {
+      std::ifstream in(mount + path + file);
+      double bytes = 0.0;  // v2's "max" reads as no number: no limit
+      if (in >> bytes && bytes > 0.0 && (limit == 0.0 || bytes < limit)) limit = bytes;
+      if (path.rfind('/') == std::string::npos) break;
+    }
+  }
+  return limit;
+}
+
+// The memory this process may take: the machine's, or its cgroups' limit where that is smaller (0: unknown).
+inline double memory_limit_bytes() {
+  std::ifstream in("/proc/self/cgroup");
+  const std::string groups((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const double machine = physical_memory_bytes(), group = cgroup_memory_limit_bytes(groups);
+  return group > 0.0 && (machine <= 0.0 || group < machine) ? group : machine;
+}
+
 // "12.5 GiB"
 inline std::string gib_text(double bytes) {
   char text[32];
@@ -123,15 +161,16 @@ inline std::string gib_text(double bytes) {
 }
 
 // Refuses, before anything is allocated, a problem whose tensors alone need more than `limit` bytes
-// (default: this machine's physical memory): the host-side tools would otherwise allocate until the
+// (default: the memory this process may take): the host-side tools would otherwise allocate until the
 // system kills them.
-inline void require_fits_in_memory(const LayerConfig& c, double limit = physical_memory_bytes()) {
+inline void require_fits_in_memory(const LayerConfig& c, double limit = memory_limit_bytes()) {
   const double need = problem_bytes(c);
-  require(limit <= 0 || need <= limit,
-          "this problem (R = " + std::to_string(c.ranks) + ", T = " + std::to_string(c.tokens_per_rank) +
-              ", E = " + std::to_string(c.experts) + ", H = " + std::to_string(c.hidden) +
-              ", I = " + std::to_string(c.intermediate) + ") needs " + gib_text(need) +
-              " of host memory for its tensors, more than the " + gib_text(limit) + " this machine has");
+  require(limit <= 0 || need <= limit, "this problem (R = " + std::to_string(c.ranks) +
+                                           ", T = " + std::to_string(c.tokens_per_rank) +
+                                           ", E = " + std::to_string(c.experts) + ", H = " + std::to_string(c.hidden) +
+                                           ", I = " + std::to_string(c.intermediate) + ") needs " + gib_text(need) +
+                                           " of host memory for its tensors, more than the " + gib_text(limit) +
+                                           " this process may take (the machine's memory, or its cgroup's limit)");
 }
 
 // The layout's tables for N tokens of k slots: sizes, offsets from 0 rising to N k by at most N an
