@@ -1,5 +1,6 @@
 #include "mok/golden/seal.h"
 
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -27,16 +28,21 @@ std::string digest_after_block(std::istream& in) {
   return to_hex(sha.finish());
 }
 
+// The seal block of a file of `size` bytes whose bytes after the block have SHA-256 `sha` (hex), NUL-padded.
+std::string seal_block(uintmax_t size, const std::string& sha) {
+  std::string seal =
+      kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(size) + "\nsha256 " + sha + "\n";
+  seal.resize(kSealBytes, '\0');
+  return seal;
+}
+
 }  // namespace
 
 void seal_image(std::string& image) {
   if (image.size() < kSealBytes) throw Error("the file image is shorter than its seal block");
   Sha256 sha;  // of the bytes after the block, read in place (no copy of a large capture's image)
   sha.update(image.data() + kSealBytes, image.size() - kSealBytes);
-  std::string seal = kMagic + std::to_string(kFormatVersion) + "\nsize " + std::to_string(image.size()) + "\nsha256 " +
-                     to_hex(sha.finish()) + "\n";
-  seal.resize(kSealBytes, '\0');
-  image.replace(0, kSealBytes, seal);
+  image.replace(0, kSealBytes, seal_block(image.size(), to_hex(sha.finish())));
 }
 
 void seal_file(const std::filesystem::path& path) {
@@ -77,7 +83,8 @@ void check_seal(const std::filesystem::path& path) {
   // A size is digits only: operator>> would take "-5" for 2^64 - 5.
   if (header.peek() < '0' || header.peek() > '9') header.setstate(std::ios::failbit);
   header >> size >> sha_key >> sha;
-  if (!header || size_key != "size" || sha_key != "sha256" || sha.size() != 64)
+  // The block is the one seal_image writes, byte for byte: a changed byte in its padding was taken.
+  if (!header || size_key != "size" || sha_key != "sha256" || sha.size() != 64 || block != seal_block(size, sha))
     throw Error("the seal block is damaged: the file is corrupt");
   const uintmax_t actual = std::filesystem::file_size(path);
   if (actual != size)

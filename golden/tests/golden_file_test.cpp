@@ -418,6 +418,28 @@ TEST_F(GoldenFile, SealOfAnotherVersionIsNamedAndASignedSizeIsDamage) {
   EXPECT_NE(error.find("the seal block is damaged"), std::string::npos) << error;
 }
 
+// The seal block is the one the writer writes, byte for byte: a byte changed in its NUL padding (or a
+// space doubled in its text) was read as an intact seal, EQUAL, exit 0.
+TEST_F(GoldenFile, ABlockChangedInItsPaddingIsDamage) {
+  write_golden(dir_ / "p.h5", *smoke_);
+  const std::vector<char> original = testing::read_bytes(dir_ / "p.h5");
+  for (const size_t at : {size_t(kSealBytes - 1), size_t(300)}) {
+    std::vector<char> bytes = original;
+    ASSERT_EQ(bytes[at], '\0');
+    bytes[at] = 1;
+    testing::write_bytes(dir_ / "p.h5", bytes);
+    const std::string error = read_error(dir_ / "p.h5");
+    EXPECT_NE(error.find("the seal block is damaged"), std::string::npos) << at << ": " << error;
+  }
+  std::vector<char> bytes = original;
+  const std::string text(bytes.begin(), bytes.begin() + kSealBytes);
+  const size_t space = text.find("size ") + 4;
+  bytes.insert(bytes.begin() + long(space), ' ');  // "size  N": the same fields, another text
+  bytes.erase(bytes.begin() + long(text.find('\0')) + 1);
+  testing::write_bytes(dir_ / "p.h5", bytes);
+  EXPECT_NE(read_error(dir_ / "p.h5").find("the seal block is damaged"), std::string::npos);
+}
+
 TEST_F(GoldenFile, WrongNumericsVersion) {
   write_golden(dir_ / "n.h5", *smoke_);
   RawGolden(dir_ / "n.h5").set_root_i32("numerics_model_version", kNumericsModelVersion + 1);
