@@ -31,6 +31,17 @@ TEST(MokGoldenCli, CheckPassesOnFreshGoldens) {
   EXPECT_NE(r.output.find("ok    single_token"), std::string::npos) << r.output;
 }
 
+// A golden whose file is not named after its case is checked as that file: its line names both (`ok smoke` for
+// o5.h5 stood beside "catalogue case has no golden .../smoke.h5").
+TEST(MokGoldenCli, CheckNamesAFileNotNamedAfterItsCase) {
+  TempDir dir("golden-cli-renamed");
+  std::filesystem::create_directory(dir / "data");
+  write_golden(dir / "data" / "o5.h5", make_case(*find_case("single_token")));
+  const testing::ToolRun r = run_tool(dir, "check --name o5 --dir " + (dir / "data").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("ok    single_token (o5.h5)\n"), std::string::npos) << r.output;
+}
+
 TEST(MokGoldenCli, CheckNamesTheFirstDifferingElement) {
   TempDir dir("golden-cli-diff");
   std::filesystem::create_directory(dir / "data");

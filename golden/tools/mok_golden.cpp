@@ -256,7 +256,10 @@ int check_file(const fs::path& file) {
   std::cout << in_column(golden.name) << shape_text(golden.config) << "  read " << fixed(read_s, 2) << " s, regenerate "
             << fixed(total_s - read_s, 2) << " s" << std::endl;
   const int differing = compare_cases(golden, fresh, "golden", "reference");
-  std::cout << (differing ? "FAIL  " : "ok    ") << golden.name
+  // The file too where its name is not the case's: `ok smoke` for o5.h5 read beside "catalogue case has no
+  // golden smoke.h5".
+  const std::string file_name = file.stem() == golden.name ? "" : " (" + display_name(file.filename().string()) + ")";
+  std::cout << (differing ? "FAIL  " : "ok    ") << golden.name << file_name
             << (differing ? ": " + std::to_string(differing) + " tensors differ" : "") << std::endl;
   return differing ? kMismatch : kEqual;
 }
