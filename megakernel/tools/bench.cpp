@@ -67,26 +67,29 @@ using mok::tools::parse_double, mok::tools::parse_int;
 // The --plan table of one shape (GB = 1e9 bytes).
 void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& base) {
   const mok::LayerConfig one = config_of(s, 1, o);
-  // Every row is sized before any is printed: a G whose sizes are refused leaves no half table.
+  // Every row is sized before any is printed. A G the layer refuses (--paired-blocks over G > 1, N E past 2^31
+  // with G's tokens) is named under the table: it failed the whole plan. None sized fails it.
   struct Row {
     int gpus;
     mok::LayerConfig config;
     mok::gpu::LayerMemory memory;
   };
   std::vector<Row> rows;
+  std::vector<std::string> refused;
   for (const int g : {1, 2, 8, 64}) {
     if (one.experts % g) continue;
-    const mok::LayerConfig c = config_of(s, g, o);
-    mok::gpu::LaunchConfig launch = base;
-    launch.gpus = g;
-    if (g > 1) launch = mok::gpu::on_communicator(launch, g);  // a process per GPU, its window
-    launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
     try {
+      const mok::LayerConfig c = config_of(s, g, o);
+      mok::gpu::LaunchConfig launch = base;
+      launch.gpus = g;
+      if (g > 1) launch = mok::gpu::on_communicator(launch, g);  // a process per GPU, its window
+      launch.capacity_rows = capacity_rows(c, g, o.capacity_factor);
       rows.push_back({g, c, mok::gpu::layer_memory(c, launch)});
     } catch (const mok::Error& e) {
-      throw mok::Error("mok-bench --plan: " + std::string(s.name) + " over G = " + std::to_string(g) + ": " + e.what());
+      refused.push_back(std::string(s.name) + " over G = " + std::to_string(g) + ": " + e.what());
     }
   }
+  if (rows.empty()) throw mok::Error("mok-bench --plan: " + refused.front());
   char capacity[64] = "the most rows a GPU can receive";
   if (o.capacity_factor > 0) std::snprintf(capacity, sizeof capacity, "%g x an average GPU's rows", o.capacity_factor);
   std::printf("%s, T = %d tokens per GPU, E = %d, %s, recompute %s, capacity %s (GB per GPU)\n", s.name,
@@ -107,6 +110,7 @@ void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& 
     std::printf("%6d %8d %14.1f %8.1f %8.1f %10.2f %9.2f %8.1f\n", g, c.experts / g, weights / 1e9, m.saved / 1e9,
                 m.window / 1e9, m.workspace_backward / 1e9, m.workspace_forward / 1e9, total / 1e9);
   }
+  for (const std::string& why : refused) std::printf("  not sized: %s\n", why.c_str());
 }
 
 // Block 0's phase clock of each timed launch: one launch's phase times moved by up to a quarter between runs
