@@ -97,6 +97,10 @@ int tool_main(int argc, char** argv) {
     // Strictly: atoi took "2x" for 2 and "4294967297" for 1; a million calls at most (a median's buffer of
     // 2^31 - 1 took 16 GiB).
     if (arg == "--calls" && i + 1 < argc) {
+      if (i > 1) {  // the second --calls (the first option is the only one, at argv[1]) won silently
+        std::fprintf(stderr, "mok-host-cost: --calls is given twice\n");
+        return 2;
+      }
       const std::string value = argv[++i];
       if (parse_whole_number(value, calls) && calls >= 1 && calls <= kMaxCalls) continue;
       std::fprintf(stderr, "mok-host-cost: --calls needs a whole number in [1, %d], got %s\n", kMaxCalls,
