@@ -125,6 +125,7 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
 // stages, idle in this phase).
 template <bool kFp8>
 __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
+  // kBatch items' loads in flight per lane: four spilled (424 bytes of spill loads in the bf16 kernel).
   constexpr int kRows = 16, kCols = kFp8Block, kItems = kRows * kCols / 8 / 32, kBatch = 2;
   struct Panel {
     float g[kRows][kCols + 1];  // the pads make the lane-per-row reads conflict-free
