@@ -261,13 +261,11 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
   return 0;
 }
 
-void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
-               "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
-               "[--fp8 [--fp8-weight-gradients]] "
-               "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks]\n");
-}
+constexpr const char* kUsage =
+    "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
+    "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
+    "[--fp8 [--fp8-weight-gradients]] "
+    "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   mok::tools::OptionReader reader("mok-bench");
@@ -354,13 +352,10 @@ void check(const Options& o) {
 }  // namespace
 
 int bench_main(int argc, char** argv) {
-  if (mok::asks_for_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   Options o;
   if (!parse(argc, argv, o)) {
-    usage(stderr);
+    std::fputs(kUsage, stderr);
     return 2;
   }
   try {

@@ -18,6 +18,7 @@
 #include "mok/megakernel/check.h"
 #include "mok/megakernel/layer_tensors.h"
 #include "mok/reference/problem.h"
+#include "mok/tools/cli_args.h"
 
 namespace {
 
@@ -92,15 +93,13 @@ static_assert(kMaxCalls == 1000000, "kUsage names it");
 int tool_main(int argc, char** argv) {
   if (mok::printed_help(argc, argv, kUsage)) return 0;
   int calls = 200;
+  mok::tools::OptionReader reader("mok-host-cost");  // --calls given twice: the second won silently
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (!reader.first(arg)) return 2;
     // Strictly: atoi took "2x" for 2 and "4294967297" for 1; a million calls at most (a median's buffer of
     // 2^31 - 1 took 16 GiB).
     if (arg == "--calls" && i + 1 < argc) {
-      if (i > 1) {  // the second --calls (the first option is the only one, at argv[1]) won silently
-        std::fprintf(stderr, "mok-host-cost: --calls is given twice\n");
-        return 2;
-      }
       const std::string value = argv[++i];
       if (parse_whole_number(value, calls) && calls >= 1 && calls <= kMaxCalls) continue;
       std::fprintf(stderr, "mok-host-cost: --calls needs a whole number in [1, %d], got %s\n", kMaxCalls,

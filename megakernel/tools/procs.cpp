@@ -219,11 +219,9 @@ bool check_results(const Job& job, const mok::tools::TempDir& dir) {
   return problems.empty() && fwd_equal && grad_equal;
 }
 
-void usage(FILE* to) {
-  std::fprintf(to,
-               "usage: mok-procs --gpus G [--shape small|kimi-k2|glm-5|qwen3.5-397b|deepseek-v4|qwen3-30b-a3b|olmoe] "
-               "[--tokens T] [--routing router|uniform|zipf] [--runs N] [--timeout S]\n");
-}
+constexpr const char* kUsage =
+    "usage: mok-procs --gpus G [--shape small|kimi-k2|glm-5|qwen3.5-397b|deepseek-v4|qwen3-30b-a3b|olmoe] "
+    "[--tokens T] [--routing router|uniform|zipf] [--runs N] [--timeout S]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   using mok::tools::parse_double, mok::tools::parse_int;
@@ -272,13 +270,10 @@ Job make_job(const Options& o) {
 }  // namespace
 
 int tool_main(int argc, char** argv) {
-  if (mok::asks_for_help(argc, argv)) {
-    usage(stdout);
-    return 0;
-  }
+  if (mok::printed_help(argc, argv, kUsage)) return 0;
   Options options;
   if (!parse(argc, argv, options)) {
-    usage(stderr);
+    std::fputs(kUsage, stderr);
     return mok::tools::kExitError;
   }
   try {

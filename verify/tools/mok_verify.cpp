@@ -150,10 +150,7 @@ Args parse_args(int argc, char** argv) {
 }
 
 int tool_main(int argc, char** argv) {
-  if (asks_for_help(argc, argv)) {
-    std::cout << kUsage;
-    return kExitEqual;
-  }
+  if (printed_help(argc, argv, kUsage)) return kExitEqual;
   try {
     const Args args = parse_args(argc, argv);
     const std::unique_ptr<Backend> backend = args.backend.empty() ? nullptr : backends().at(args.backend)(args.flags);

@@ -23,15 +23,11 @@ inline int tool_exit_status(const char* tool, int status) {
   return 2;
 }
 
-// --help or -h as the only argument: the tool prints its usage on standard output and exits 0 (mok-bench and
-// mok-procs took it for an option without its value: exit 2). With other arguments it is no option.
-inline bool asks_for_help(int argc, char** argv) {
-  return argc == 2 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h");
-}
-
-// Whether it asked: then `usage` is printed on standard output, and the tool returns 0.
+// Whether the tool was asked for --help or -h as its only argument: then `usage` is printed on standard
+// output, and the tool returns 0 (mok-bench and mok-procs took it for an option without its value, the probes
+// for a bad argument: exit 2). With other arguments it is no option.
 inline bool printed_help(int argc, char** argv, const char* usage) {
-  if (!asks_for_help(argc, argv)) return false;
+  if (argc != 2 || (std::string_view(argv[1]) != "--help" && std::string_view(argv[1]) != "-h")) return false;
   std::fputs(usage, stdout);
   return true;
 }
