@@ -644,7 +644,7 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
   // The ring phases read h and a of any of this GPU's tiles, the shared phase its own.
   Pipeline pipe = pipeline_init();
   recompute_up<kFp8>(pipe, p);
-  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp);
+  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp, false);
   stamp_phase(b, kExpertUp);
 }
 

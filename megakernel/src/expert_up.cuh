@@ -19,11 +19,11 @@ namespace mok::gpu {
 // the source ranks' buffers straight into xe (per padded row: GEMM1's A, and dW1's operand in the
 // backward), a warp per token, which reads its x once for all of its rows (for_each_token_slots); with
 // `padding` the padding rows zero as well. In the fp8 mode (kFp8) each row is also quantized into xq
-// (GEMM1's A).
+// (GEMM1's A), and without `copy` only that.
 template <bool kFp8, class ToRow>
-__device__ void pull_x_rows(const Params& p, bool padding, ToRow to_row) {
+__device__ void pull_x_rows(const Params& p, bool padding, bool copy, ToRow to_row) {
   const int H = p.c.hidden;
-  const auto xe = [&](long pad) { return p.xe + pad * H; };
+  const auto xe = [&](long pad) { return copy ? p.xe + pad * H : nullptr; };
   const auto xq = [&](long pad) { return p.xq.row(pad, H); };
   if (padding)
     for_each_padding_row(p, [&](ExpertTileRow row) {
@@ -42,10 +42,11 @@ __device__ void pull_x_rows(const Params& p, bool padding, ToRow to_row) {
 }
 
 // The forward's pull of this cycle's tile rows; the padding rows once, in the first (xe holds every
-// cycle's rows).
+// cycle's rows). The fp8 mode's GEMM1 reads xq, so in recompute mode, whose backward pulls xe again,
+// the forward writes no xe.
 template <bool kFp8>
 __device__ void pull_x(const Params& p, int cycle) {
-  pull_x_rows<kFp8>(p, cycle == 0,
+  pull_x_rows<kFp8>(p, cycle == 0, !(kFp8 && p.recompute),
                     [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; });
 }
 
@@ -53,7 +54,7 @@ __device__ void pull_x(const Params& p, int cycle) {
 // this GPU's experts, padding rows included.
 template <bool kFp8>
 __device__ void pull_own_x(const Params& p) {
-  pull_x_rows<kFp8>(p, true, [&](ExpertTileRow row) { return pad_row(p, row); });
+  pull_x_rows<kFp8>(p, true, true, [&](ExpertTileRow row) { return pad_row(p, row); });
 }
 
 // A quad's 16-bit pieces of one row, transposed: each of the quad's threads q holds piece c (columns
@@ -135,15 +136,28 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
   }
 }
 
+// Where a GEMM1 epilogue writes h, a and, in the fp8 mode, a quantized (aq: GEMM2's operand); h and a
+// null: not written. The forward writes what its GEMM2 and the backward read; in recompute mode the
+// backward makes h and a again, so the forward writes GEMM2's operand alone (a, or in the fp8 mode aq).
+// The backward's recompute writes aq too (not read: the branch costs the fp8 forward's epilogue spills).
+struct UpOutputs {
+  bf16 *h, *a;
+  Fp8Matrix aq;
+};
+template <bool kFp8>
+__device__ __forceinline__ UpOutputs up_outputs(const Params& p, bool forward, bf16* h, bf16* a, const Fp8Matrix& aq) {
+  if (!forward || !p.recompute) return {h, a, aq};
+  return {nullptr, kFp8 ? nullptr : a, aq};
+}
+
 // The GEMM1 epilogue: the tile's columns 0-127 are gate columns n0.., 128-255 the matching up
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
-// a = bf16(swiglu(h)) for rows < valid, into rows first.. of h, a, and in the fp8 mode (aq) a quantized
-// for GEMM2. All of a is computed in registers first, its SwiGLUs in batches (swiglu_words), so the
-// compiler interleaves them (one by one they were most of this epilogue's time).
+// a = bf16(swiglu(h)) for rows < valid, into rows first.. of out's h, a, and in the fp8 mode (aq) a
+// quantized for GEMM2. All of a is computed in registers first, its SwiGLUs in batches (swiglu_words), so
+// the compiler interleaves them (one by one they were most of this epilogue's time).
 template <bool kFp8 = false>
 __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, const float (&acc)[kAccumulators],
-                                       int inter, int n0, int valid, long first, bf16* h, bf16* a,
-                                       const Fp8Matrix& aq = {}) {
+                                       int inter, int n0, int valid, long first, const UpOutputs& out) {
   constexpr int kUp = kAccumulators / 2;        // accumulator i's up partner: i + kUp
   constexpr int kGateGroups = kTileN / 2 / 32;  // 32-column groups of gate columns; the up ones follow
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
@@ -153,16 +167,17 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
   static_assert(kUp / 2 % kBatch == 0, "whole batches of a's words");
 #pragma unroll
   for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
-  if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, aq);
+  if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, out.aq);
   // h and a leave from registers after a quad transpose, 16 bytes a lane: no staging rows, no barriers
   // (staged, olmoe's fp8 GEMM1 took 5-7% longer; the other bf16 epilogues were slower from registers:
   // docs/results/2026-12-03-h200-h, call 3).
   const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
+  const int h_rows = out.h ? valid : 0, a_rows = out.a ? valid : 0;  // rows stored
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows
     const int row = acc_row(consumer, 2 * half);
-    bf16* const h_row = row < valid ? h + (first + row) * 2 * inter + n0 : nullptr;
-    bf16* const a_row = row < valid ? a + (first + row) * inter + n0 : nullptr;
+    bf16* const h_row = row < h_rows ? out.h + (first + row) * 2 * inter + n0 : nullptr;
+    bf16* const a_row = row < a_rows ? out.a + (first + row) * inter + n0 : nullptr;
 #pragma unroll
     for (int g = 0; g < kGateGroups; ++g) {
       if (n0 + 32 * g >= inter) continue;  // another matrix's columns (the whole warp's)
@@ -179,11 +194,13 @@ static_assert(kGateCols == kFp8Block,
               "a GEMM1 tile's a columns are one fp8 block of each row (quantize_block_columns)");
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
-// (RingTiles or OwnTiles, 128 columns of I per tile) into p.h and p.a (and p.aq). Padding rows (zero in xe) are
-// written too: their a is zero, as the weight gradients expect.
+// (RingTiles or OwnTiles, 128 columns of I per tile) into p.h, p.a and p.aq, those up_outputs names (the
+// forward's, or the backward's recompute). Padding rows (zero in xe) are written too: their a is zero, as
+// the weight gradients expect.
 template <bool kFp8, class Tiles>
-__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
+__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles, bool forward) {
   const int I = p.c.intermediate, H = p.c.hidden;
+  const UpOutputs out = up_outputs<kFp8>(p, forward, p.h, p.a, p.aq);
   expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {
@@ -192,14 +209,14 @@ __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& ti
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue<kFp8>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, p.h, p.a, p.aq);
+        swiglu_epilogue<kFp8>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, out);
       });
 }
 
 // The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).
 template <bool kFp8>
 __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+  expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols}, true);
 }
 
 // The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass
@@ -207,17 +224,18 @@ __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
 // written too and not read).
 template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
-  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
+  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols}, false);
 }
 
 // The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; in the fp8 mode, kFp8, on
-// x quantized into shared_xq by quantize_shared_rows) into shared_h, shared_a (and shared_aq): tiles of
-// 128 tokens x 128 intermediate columns. The forward's, and in recompute mode the backward's (whose
-// shared_aq, the forward's GEMM2 operand, is written too and not read); `phase`: the one it runs in.
+// x quantized into shared_xq by quantize_shared_rows) into shared_h, shared_a and shared_aq, those
+// up_outputs names: tiles of 128 tokens x 128 intermediate columns. The forward's, and in recompute mode
+// the backward's (`forward` false; its shared_aq is written too and not read); `phase`: the one it runs in.
 template <bool kFp8>
-__device__ void shared_up(Pipeline& pipe, const Params& p, int phase) {
+__device__ void shared_up(Pipeline& pipe, const Params& p, int phase, bool forward) {
   const int N = int(p.shared_tokens.rows()), Is = p.c.shared_intermediate, H = p.c.hidden;
   const TokenTiles tiles{N, ceil_div(Is, kGateCols), kGateCols};
+  const UpOutputs out = up_outputs<kFp8>(p, forward, p.shared_h, p.shared_a, p.shared_aq);
   gemm_tiles<kNT, kFp8>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
@@ -230,8 +248,7 @@ __device__ void shared_up(Pipeline& pipe, const Params& p, int phase) {
       },
       [&](long t, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         const long first = tiles.first_token(t);
-        swiglu_epilogue<kFp8>(p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first,
-                              p.shared_h, p.shared_a, p.shared_aq);
+        swiglu_epilogue<kFp8>(p, consumer, acc, Is, tiles.n0(t), int(min(long(kTileRows), N - first)), first, out);
       });
 }
 

@@ -174,8 +174,10 @@ __device__ void zero_saved_gaps(const Params& p) {
 
 // Padded rows past this GPU's last expert's tiles, and the shared expert's rows past its last token:
 // no tile writes them, so they are zeroed here and the saved buffer holds the same bytes run to run
-// (D1) also where nothing reads it.
+// (D1) also where nothing reads it. In recompute mode they are the workspace's (some past the forward's:
+// workspace_layout), and nothing reads them.
 __device__ void zero_unused_rows(const Params& p) {
+  if (p.recompute) return;
   const int H = p.c.hidden, I = p.c.intermediate, Is = p.c.shared_intermediate;
   for (long row = own_tile_rows(p) + warp_id(); row < p.padded_rows; row += warp_count()) {
     copy_row(p.xe + row * H, nullptr, H);
@@ -279,7 +281,7 @@ __device__ __forceinline__ void forward(const Params& p) {
   layout_place(pipe, p);
   index_tiles(p);
   zero_unused_rows(p);
-  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kLayoutPlace);
+  if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kLayoutPlace, true);
   if (!grid_sync(b, kLayoutPlace, 0)) return;
   if (p.c.has_shared()) shared_down<kFp8>(pipe, p);
   const int cycles = ring_cycles(p);

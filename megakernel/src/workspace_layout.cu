@@ -131,13 +131,14 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
   const size_t slots_end = sections.bytes();
   // Recompute mode: the saved buffer's activations (saved_layout) are the workspace's, no later section
-  // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase).
-  l.shared_h = sections.take(launch.recompute ? S * 2 * Is * 2 : 0);
-  l.shared_a = sections.take(launch.recompute ? S * Is * 2 : 0);
-  l.xe = sections.take(launch.recompute ? P * H * 2 : 0);
-  l.a = sections.take(launch.recompute ? P * I * 2 : 0);
-  l.h = sections.take(launch.recompute ? dh : 0);  // last of a bf16 forward's: see below
-  const size_t h_end = sections.bytes();
+  // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase). The
+  // forward writes its GEMMs' bf16 operands among them (xe, a, shared_a; the fp8 mode's GEMMs read E4M3
+  // ones), within its workspace; h and shared_h (and in the fp8 mode all five) only the backward writes,
+  // past the forward's workspace.
+  const bool recompute = launch.recompute, bf16_operands = recompute && !fp8;
+  l.xe = sections.take(bf16_operands ? P * H * 2 : 0);
+  l.a = sections.take(bf16_operands ? P * I * 2 : 0);
+  l.shared_a = sections.take(bf16_operands ? S * Is * 2 : 0);
   const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
   if (fp8) {
@@ -148,11 +149,19 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
-  const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;      // own ranks' rings
+  if (recompute && fp8) {
+    l.xe = sections.take(P * H * 2);
+    l.a = sections.take(P * I * 2);
+    l.shared_a = sections.take(S * Is * 2);
+  }
+  l.shared_h = sections.take(recompute ? S * 2 * Is * 2 : 0);
+  l.h = sections.take(recompute ? dh : 0);  // last of a recompute forward's: see below
+  const size_t h_end = sections.bytes();
+  const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
-  // recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends a
-  // bf16 forward's sections (an fp8 forward's E4M3 sections follow it).
+  // bf16 recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends
+  // the sections before them.
   // Without recompute the backward reads none of the forward's E4M3 activations but shared_xq (as
   // shared_dyq, before the slots): with the weights given (no bytes after them), its own sections lie
   // over xq, aq and shared_aq.
@@ -166,8 +175,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   const size_t base = dx_slots_past_dh ? l.slots : over_activations ? l.fp8.xq.values : sections.bytes();
   require(!dx_slots_past_dh || (fp8 ? l.fp8.xq.values : sections.bytes()) == slots_end,
           "internal: the slots are not followed by the backward's dead sections alone");
-  const size_t late_base = !one_cycle && launch.recompute && !fp8 ? l.h : base;
-  require(late_base == base || h_end == base, "internal: h is not the forward's last section");
+  const size_t late_base = !one_cycle && bf16_operands ? l.h : base;
+  require(late_base == base || h_end == base, "internal: h is not the last section before the backward's");
   Sections cycles(kSectionAlign), late(kSectionAlign), after(kSectionAlign);
   if (fp8)
     l.ringq = offset_by(base, activation_section(cycles, ring_rows, H));

@@ -195,7 +195,9 @@ TEST(LayerMemory, TheLargestRingsOfTheLargestConfigDoNotWrap) {
   const double g = double(c.ranks) * ring * c.intermediate * 4;  // g: fp32 [R ring_rows, I], apart from the rest
   EXPECT_GE(double(m.workspace_backward), g);
   EXPECT_LT(double(m.workspace_backward), 0x1p63);
-  EXPECT_GE(double(m.workspace_forward), double(own_padded_rows(c, 1, 0)) * 6 * c.intermediate);  // h and a
+  const double P = double(own_padded_rows(c, 1, 0));
+  EXPECT_GE(double(m.workspace_forward), P * 2 * (c.hidden + c.intermediate));  // xe and a
+  EXPECT_GE(double(m.workspace_backward), P * 6 * c.intermediate);              // h and a
 }
 
 // A peer group's Layer keeps the (token, slot) rows in its window, one GPU's too: layer_memory gives it
@@ -210,8 +212,10 @@ TEST(LayerMemory, APeerGroupsLayerHasAWindowAndNoSlotsInItsWorkspace) {
 }
 
 // Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) and
-// the shared expert's h and a from the saved buffer into the forward's workspace sections: the saved
-// buffer keeps the layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too.
+// the shared expert's h and a from the saved buffer into the workspace: the saved buffer keeps the
+// layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too. The forward's
+// workspace grows by the bf16 operands of its GEMMs alone (xe, a and the shared expert's a; in the fp8
+// mode none, its GEMMs read E4M3 ones); h and the shared expert's h only the backward writes.
 TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
   const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
@@ -229,9 +233,12 @@ TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
       const size_t S = shared_rows_capacity(c, saving.gpus);
       const size_t moved = P * (2 * size_t(c.hidden) + 6 * size_t(c.intermediate)) + aligned_section(S * 2 * Is * 2) +
                            aligned_section(S * Is * 2);
+      const size_t bf16_operands =
+          P * (2 * size_t(c.hidden) + 2 * size_t(c.intermediate)) + aligned_section(S * Is * 2);
+      const size_t operands = c.precision == Precision::fp8 ? 0 : bf16_operands;
       ASSERT_GT(Is, 0u);
       EXPECT_EQ(with.saved - without.saved, moved);
-      EXPECT_EQ(without.workspace_forward - with.workspace_forward, moved);
+      EXPECT_EQ(without.workspace_forward - with.workspace_forward, operands);
       // What stays: the layout, offsets and tile offsets [E + 1], row_source and slot_row [N k] (int32).
       const size_t E = c.experts, Nk = size_t(c.tokens()) * c.top_k;
       EXPECT_EQ(without.saved, 2 * aligned_section((E + 1) * 4) + 2 * aligned_section(Nk * 4));
@@ -250,7 +257,8 @@ struct SectionCase {
 
 // The backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
 // buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
-// and in recompute mode with several cycles over the forward's h too (ending its sections); with one
+// and in recompute mode with several cycles over h too (which, with the shared expert's h, only the
+// backward writes: they lie past the forward's workspace, h last); with one
 // ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part tile per
 // expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. With one cycle,
 // the (token, slot) buffer in the workspace (simulated ranks) and no recompute, the dx_j lie past dh
@@ -295,7 +303,8 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
                  rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
     const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
     const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
-    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the forward's last section
+    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;     // the last section before the backward's
+    const size_t backward_only = t.launch.recompute ? shared_dh + h : 0;  // h and the shared expert's h
     const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
     const bool dx_slots_past_dh = t.one_cycle && !t.launch.recompute && t.launch.transport == Transport::simulated;
     const size_t slots = aligned(size_t(c.tokens()) * c.top_k * H * 2);
@@ -303,7 +312,7 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
                        : t.one_cycle    ? std::max(std::max(ring, dh) + g, dh + late)
                                         : dh + std::max(ring + g, past_h);
     const LayerMemory m = layer_memory(c, t.launch);
-    EXPECT_EQ(m.workspace_backward - m.workspace_forward + (dx_slots_past_dh ? slots : 0), own);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward + (dx_slots_past_dh ? slots : 0), backward_only + own);
     // Each section apart, g per padded row (the layout before): every case holds less.
     EXPECT_LT(own, ring + aligned(P * I * 4) + dh + dye + shared_dh);
   }
@@ -315,8 +324,9 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // ring (after dh with one cycle), g past both; shared dh quantized after shared_dh; the shared
 // expert's tokens' dy quantized in the forward's shared_xq section (no bytes of its own). Without recompute and with
 // the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
-// own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. Computed here
-// from that rule.
+// own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. In recompute
+// mode the activations the backward makes again (xe, a, h, the shared expert's a and h), which the fp8 forward does not
+// write, lie past the transposed copies. Computed here from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
@@ -366,10 +376,13 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     // dh and dhq, dye over them.
     const bool dx_slots_past_dh = t.one_cycle && dead && t.launch.transport == Transport::simulated;
     const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
-    const size_t own = transposed + (dx_slots_past_dh ? std::max(std::max(ringq, dh + dhq) + g,
-                                                                 dh + dhq + std::max(slots, dye) + shared)
-                                     : t.one_cycle    ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
-                                                      : dh + std::max(std::max(ringq, dhq) + g, late));
+    const size_t recomputed =
+        t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + aligned(S * Is * 2) + shared_dh + dh : 0;
+    const size_t own =
+        transposed + recomputed +
+        (dx_slots_past_dh ? std::max(std::max(ringq, dh + dhq) + g, dh + dhq + std::max(slots, dye) + shared)
+         : t.one_cycle    ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
+                          : dh + std::max(std::max(ringq, dhq) + g, late));
     const LayerMemory m = layer_memory(c, t.launch);
     EXPECT_EQ(m.workspace_backward - m.workspace_forward, std::max(own, slots + dead) - slots - dead);
   }

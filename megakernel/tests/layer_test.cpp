@@ -639,23 +639,36 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
                "the given routing of token 0 has an expert id outside");
 }
 
-// The forward needs only its prefix of the workspace (its own allocation here, poisoned, so a read
-// past it would fail under memcheck); the backward with a one-tile ring runs many cycles. Both give
-// the reference's bits.
+// The forward needs only its prefix of the workspace: given the prefix of a poisoned allocation of the
+// backward's size, it leaves the bytes past it as they were (in recompute mode h and the shared expert's
+// h lie there, in the fp8 mode also xe and a: only the backward writes them), and a read past it would
+// fail under memcheck; the backward, on a workspace of its own, with a one-tile ring runs many cycles.
+// Both give the reference's bits, bf16 and fp8, saved and recomputed.
 TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
-  const ref::Problem p = ref::make_problem(shared_sigmoid(), 40);
-  Layer layer(p.config, LaunchConfig{.ring_rows = 128});
-  EXPECT_EQ(layer.ring_rows(), 128);
-  ASSERT_LT(layer.workspace_bytes(Pass::forward), layer.workspace_bytes(Pass::backward));
-  Bound b(layer, p, RoutingMode::router);
-  DeviceTensor forward_ws(DType::u8, {int64_t(layer.workspace_bytes(Pass::forward))});
-  forward_ws.poison();
-  b.poison();
-  layer.poison_workspace(stream_, b.workspace.view());
-  layer.forward(stream_, forward_ws.view(), b.inputs(), b.outputs());
-  layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
-  layer.check();
-  expect_same(read(b), reference(p, RoutingMode::router));
+  for (const LayerConfig& config : {shared_sigmoid(), fp8_every_branch()})
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE(std::string(config.precision == Precision::fp8 ? "fp8" : "bf16") + (recompute ? ", recompute" : ""));
+      const ref::Problem p = ref::make_problem(config, 40);
+      const LaunchConfig launch{.ring_rows = 128, .recompute = recompute};
+      Layer layer(p.config, launch);
+      EXPECT_EQ(layer.ring_rows(), 128);
+      const size_t forward_bytes = layer.workspace_bytes(Pass::forward);
+      const size_t backward_bytes = layer.workspace_bytes(Pass::backward);
+      ASSERT_LT(forward_bytes, backward_bytes);
+      Bound b(layer, p, RoutingMode::router);
+      DeviceTensor forward_ws(DType::u8, {int64_t(backward_bytes)});
+      forward_ws.poison();
+      TensorView prefix = forward_ws.view();
+      prefix.shape = {int64_t(forward_bytes)};
+      b.poison();
+      layer.poison_workspace(stream_, b.workspace.view());
+      layer.forward(stream_, prefix, b.inputs(), b.outputs());
+      layer.backward(stream_, b.workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), b.grads());
+      layer.check();
+      const std::vector<uint8_t> past = forward_ws.download<uint8_t>(forward_bytes, backward_bytes - forward_bytes);
+      EXPECT_EQ(std::count(past.begin(), past.end(), uint8_t(0xff)), long(past.size()));
+      expect_same(read(b), reference(p, RoutingMode::router, launch));
+    }
 }
 
 // The default ring holds an average rank's rows in whole tiles: N k / R, plus a part-empty tile per

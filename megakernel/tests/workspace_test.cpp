@@ -158,6 +158,7 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
       {"fp8, one-tile ring, weights given", fp8_one_rank, launch({.fp8_weights_given = true}, 128)},
       {"fp8, H = 16 I, one cycle, weights given", fp8_wide, launch({.fp8_weights_given = true}, 4096)},
       {"fp8, one cycle, recompute", fp8_one_rank, launch({.recompute = true}, 1152)},
+      {"fp8, one-tile ring, recompute", fp8_one_rank, launch({.recompute = true}, 128)},
       {"fp8, one cycle, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 1152)},
       {"fp8, two ranks", fp8_every_branch(), launch({}, 512)},
       {"olmoe", olmoe, launch({}, olmoe_ring)},
@@ -170,6 +171,35 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
     const Buffers b = backward_buffers(t.c, t.launch, l);
     b.expect_disjoint_where_live_together();
     b.expect_within(l.bytes);
+  }
+}
+
+// Recompute mode's forward writes its GEMMs' bf16 operands (xe, a, shared_a; in the fp8 mode none: its
+// GEMMs read E4M3 ones) and none of what the backward recomputes for itself (h, shared_h), so its
+// workspace ends before those: a forward-only call needs no room for them.
+TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
+  LayerConfig bf16 = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  bf16.shared_intermediate = 128;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  const LaunchConfig recompute{.ring_rows = 1152, .recompute = true};
+  const size_t H = bf16.hidden, I = bf16.intermediate, Is = bf16.shared_intermediate;
+  const size_t P = own_padded_rows(bf16, 1, 0), S = shared_rows_capacity(bf16, 1);
+  for (const LayerConfig& c : {bf16, fp8}) {
+    const bool is_fp8 = c.precision == Precision::fp8;
+    SCOPED_TRACE(is_fp8 ? "fp8" : "bf16");
+    const WorkspaceLayout l = workspace_layout(c, recompute, true);
+    const size_t forward_end = l.forward_bytes;
+    for (const auto& [name, at, bytes] : std::initializer_list<std::tuple<const char*, size_t, size_t>>{
+             {"xe", l.xe, P * H * 2}, {"a", l.a, P * I * 2}, {"shared_a", l.shared_a, S * Is * 2}}) {
+      if (is_fp8)
+        EXPECT_GE(at, forward_end) << name;
+      else
+        EXPECT_LE(at + bytes, forward_end) << name;
+    }
+    EXPECT_GE(l.h, forward_end);
+    EXPECT_GE(l.shared_h, forward_end);
+    EXPECT_LE(l.h + P * 2 * I * 2, l.bytes);
   }
 }
 

@@ -125,7 +125,9 @@ def moe(
     (sigmoid mode's selection bias; refused in softmax mode). Tensors must be contiguous, on one device
     (CPU: the reference; CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
     recompute: autograd saves the dispatch layout alone (no xe, h and a, nor the shared expert's h and
-    a); the backward pulls x and recomputes them, with the same bits.
+    a); the backward pulls x and recomputes them, with the same bits. Its forward writes no h (nor, in the
+    fp8 mode, xe and a) and needs that much less workspace, so a call autograd does not record (no_grad,
+    inference_mode, or no input requiring a gradient) runs in recompute mode without a group: the same y.
 
     group: a torch.distributed process group with an NCCL backend, one process per GPU (expert
     parallelism on the group's communicator; mok.distributed). Rank g of G holds its own tokens x
@@ -196,11 +198,18 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
         from mok import distributed
 
         comm, gpus = distributed.communicator(group, x.device, config.experts, config.ranks)
-    config_ints, config_floats, launch = _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute,
-                                                           comm, gpus, capacity_rows, fp8_weight_gradients)
+
+    def op_lists(recompute):
+        return _checked_op_lists(config, tokens_per_rank, ring_rows, blocks, recompute, comm, gpus, capacity_rows,
+                                 fp8_weight_gradients)
+
+    config_ints, config_floats, launch = op_lists(recompute)
     _check_capacity(capacity_rows, gpus, group)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
+    if recompute is False and group is None and not _records_backward(inputs, accumulate_into):
+        # Nothing will read `saved`: recompute mode's keeps the layout alone, and its forward writes no h.
+        config_ints, config_floats, launch = op_lists(True)
     if accumulate_into is not None:
         _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of, inputs)
     if accumulate_into is not None and torch.is_grad_enabled():
@@ -212,6 +221,15 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
     if len(shape) != 2:
         y = y.view(shape)
     return (y, Routing(idx, w, logits)) if return_routing else y
+
+
+def _records_backward(inputs: tuple, accumulate_into: Optional[GradAccumulators]) -> bool:
+    """Whether autograd records this call, so that its backward may read the forward's saved activations:
+    the op's own rule (grad mode on and an input requiring a gradient), or accumulators to add into. A
+    call it does not record runs in recompute mode on one device (mok.moe's docstring)."""
+    if not torch.is_grad_enabled():
+        return False
+    return accumulate_into is not None or any(isinstance(t, Tensor) and t.requires_grad for t in inputs)
 
 
 def _check_arguments(config: MoEConfig, optional: Optional[dict] = None, **tensors) -> None:

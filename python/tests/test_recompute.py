@@ -57,3 +57,32 @@ def test_module_recompute_is_the_module():
         grads.append([x.grad.clone()] + [p.grad for p in model.parameters()])
     for a, b in zip(*grads):
         assert_same_bits(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_call_autograd_does_not_record_runs_in_recompute_mode(device, monkeypatch):
+    """mok.moe under no_grad, or with no input requiring a gradient, launches in recompute mode (nothing will
+    read its saved buffer, and that forward writes no h), with the recorded call's y; a recorded call keeps
+    the caller's choice."""
+    layer = make_layer("softmax_shared").to(on(device))
+    launched = []
+    checked_op_lists = mok.functional._checked_op_lists
+
+    def spy(*args):
+        launched.append(args[4])  # the launch's recompute
+        return checked_op_lists(*args)
+
+    monkeypatch.setattr(mok.functional, "_checked_op_lists", spy)
+
+    def call(x):
+        return mok.moe(x, layer.router, layer.w1, layer.w2, config=layer.config,
+                       shared=(layer.shared_w1, layer.shared_w2), ring_rows=RING_ROWS)
+
+    recorded = call(layer.x.clone().requires_grad_())
+    assert launched[-1] is False
+    with torch.no_grad():
+        assert_same_bits(call(layer.x), recorded)
+    assert launched[-1] is True
+    launched.clear()
+    assert_same_bits(call(layer.x), recorded)  # grad mode on, no input requiring a gradient
+    assert launched[-1] is True
