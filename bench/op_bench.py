@@ -1,6 +1,7 @@
 """mok through its PyTorch op beside the deterministic torch layer, in one process (docs/benchmarks.md).
 
-Per shape: the forward (no_grad) and forward+backward (autograd through mok.moe: mok::forward, then
+Per shape: the forward (no_grad, which mok.moe runs in recompute mode: no saved activations, no h written;
+before session 64 the saving mode's forward) and forward+backward (autograd through mok.moe: mok::forward, then
 mok::backward, the weight gradients written in bf16 by its epilogue) timed with CUDA events
 (median of --runs after --warmup, inputs rotated over --sets), the peak memory of each step
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
@@ -167,13 +168,17 @@ def time_shape(name, args, peak):
               f"{fp8_weights.numel() / 2**20:.0f} MiB", flush=True)
     else:  # what the op allocates in a forward, by the layer's own sizes: beside the peak, nothing is added
         ints, floats = config.pack(tokens_per_rank=T)
-        launch = mok.config.pack_launch(args.ring_rows, recompute=args.recompute)
-        ws_forward, ws_backward = mok._C.workspace_bytes(ints, floats, launch)
+        # The forward column's steps run under no_grad, which the op runs in recompute mode (mok.moe).
+        ws_forward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows, recompute=True))[0]
+        ws_backward = mok._C.workspace_bytes(ints, floats,
+                                             mok.config.pack_launch(args.ring_rows, recompute=args.recompute))[1]
         logits = T * E * 4 if routes else 0  # [T, E] fp32: an output, saved for the backward; d logits as large
-        outputs = mok._C.saved_bytes(ints, floats, args.recompute) + T * H * 2 + 2 * T * k * 4 + logits
-        print(f"  {name}: the layer's forward bytes (workspace {ws_forward / 2**20:.0f} + saved and outputs "
-              f"{outputs / 2**20:.0f}) = {(ws_forward + outputs) / 2**20:.0f} MiB; backward workspace "
-              f"{ws_backward / 2**20:.0f} MiB", flush=True)
+        returned = T * H * 2 + 2 * T * k * 4 + logits
+        outputs = mok._C.saved_bytes(ints, floats, args.recompute) + returned  # the f+b step's forward
+        forward_outputs = mok._C.saved_bytes(ints, floats, True) + returned
+        print(f"  {name}: the layer's forward bytes under no_grad (workspace {ws_forward / 2**20:.0f} + saved and "
+              f"outputs {forward_outputs / 2**20:.0f}) = {(ws_forward + forward_outputs) / 2**20:.0f} MiB; backward "
+              f"workspace {ws_backward / 2**20:.0f} MiB", flush=True)
         # The f+b step's peak against the op's own tensors at the backward: what autograd or the op adds
         # beyond them (a zero gradient of saved's size did, before session 17: docs/benchmarks.md).
         # A given routing (replay="full") gives the router no gradient; with its own, its fp32 one.

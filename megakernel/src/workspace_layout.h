@@ -12,11 +12,12 @@ namespace mok::gpu {
 
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
 // the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a, and the shared
-// expert's h and a, are the forward's sections (its GEMM1s read xe and x, its GEMM2s a and shared a),
-// which the backward overwrites with the same bits before reading them (xe pulled from x again, the h
-// and a recomputed), the shared expert's and xe first: the backward reads them past its ring cycles (xe
-// to its last phase, dW1), while its own sections may start at h; otherwise they take no bytes (they
-// are saved).
+// expert's h and a, are the workspace's (otherwise they take no bytes: they are saved): those the
+// forward's bf16 GEMMs read (xe, a, shared a) are forward sections, before the E4M3 copies; the rest (h
+// and shared h; in the fp8 mode, whose GEMMs read E4M3 copies, all five) only the backward writes, past
+// the forward's sections and the transposed weights, h last. The backward writes them all (xe pulled
+// from x again, h and a recomputed) before reading them, past its ring cycles (xe to its last phase,
+// dW1), while its own sections may start at h (bf16, several cycles).
 // The backward's own sections share bytes where their lifetimes are disjoint (docs/architecture.md,
 // "The backward's buffers"): the ring (dy) lives in a cycle from its pull to dy W2, g (ring rows) from
 // dy W2 to the per-row phase, dh from the per-row phase to the weight gradients, shared_dh from the
@@ -27,8 +28,8 @@ namespace mok::gpu {
 // fp8 with the weights given, the backward's own start at the forward's slots, the dx_j lie past dh (and
 // dhq) over g, and dye over them (dx_slots_past_dh).
 // The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections too: each matrix's
-// values, then its scale exponents; none in bf16. shared_xq comes before the slots, the rest after the
-// recompute sections. The quantized weights are laid out as the caller's
+// values, then its scale exponents; none in bf16. shared_xq comes before the slots, the rest after them.
+// The quantized weights are laid out as the caller's
 // buffer of them (Fp8WeightLayout, ForwardInputs::fp8_weights), of no bytes with
 // LaunchConfig::fp8_weights_given: the forward's copies are the forward's last section, the transposed
 // copies (the backward's) follow them, so they are the backward's first bytes.

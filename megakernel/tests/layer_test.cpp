@@ -242,9 +242,10 @@ TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
 }
 
 // Recompute mode: the saved buffer holds no xe, h and a, nor the shared expert's h and a (exactly their
-// sections fewer, that many more workspace bytes), the backward pulls xe and recomputes h and a, and
-// the shared expert's, with the forward's code into a workspace poisoned after the forward, and every
-// output and gradient is the reference's in recompute mode.
+// sections fewer, that many more backward workspace bytes; the forward's holds its GEMMs' operands xe, a
+// and the shared expert's a alone), the backward pulls xe and recomputes h and a, and the shared
+// expert's, with the forward's code into a workspace poisoned after the forward, and every output and
+// gradient is the reference's in recompute mode.
 TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
   for (RoutingMode mode : {RoutingMode::router, RoutingMode::replay_ids, RoutingMode::given}) {
     SCOPED_TRACE("mode " + std::to_string(int(mode)));
@@ -252,12 +253,13 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     const LayerConfig& c = p.config;
     const auto section = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
     const size_t N = c.tokens(), Is = c.shared_intermediate;
-    const size_t moved =
-        size_t(padded_rows(c)) * (2 * c.hidden + 6 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
+    const size_t P = padded_rows(c);
+    const size_t moved = P * (2 * c.hidden + 6 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
+    const size_t operands = P * (2 * c.hidden + 2 * c.intermediate) + section(N * Is * 2);
     const Layer saving(c, {});
     Layer layer(c, LaunchConfig{.recompute = true});
     EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), moved);
-    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), moved);
+    EXPECT_EQ(layer.workspace_bytes(Pass::forward) - saving.workspace_bytes(Pass::forward), operands);
     EXPECT_EQ(layer.workspace_bytes(Pass::backward) - saving.workspace_bytes(Pass::backward), moved);
     Bound b(layer, p, mode);
     b.poison();
@@ -641,9 +643,9 @@ TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
 
 // The forward needs only its prefix of the workspace: given the prefix of a poisoned allocation of the
 // backward's size, it leaves the bytes past it as they were (in recompute mode h and the shared expert's
-// h lie there, in the fp8 mode also xe and a: only the backward writes them), and a read past it would
-// fail under memcheck; the backward, on a workspace of its own, with a one-tile ring runs many cycles.
-// Both give the reference's bits, bf16 and fp8, saved and recomputed.
+// h lie there, in the fp8 mode also xe and a: only the backward writes them), and what it reads there
+// would be poison; the backward, on a workspace of its own, with a one-tile ring runs many cycles. Both
+// give the reference's bits, bf16 and fp8, saved and recomputed.
 TEST_F(LayerApi, ForwardWorkspacePrefixAndSmallRing) {
   for (const LayerConfig& config : {shared_sigmoid(), fp8_every_branch()})
     for (const bool recompute : {false, true}) {

@@ -207,7 +207,7 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
     _check_capacity(capacity_rows, gpus, group)
     mode, topk_idx, topk_w = routing_mode(routing, replay)
     inputs = (x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w)
-    if recompute is False and group is None and not _records_backward(inputs, accumulate_into):
+    if not recompute and group is None and not _records_backward(inputs, accumulate_into):
         # Nothing will read `saved`: recompute mode's keeps the layout alone, and its forward writes no h.
         config_ints, config_floats, launch = op_lists(True)
     if accumulate_into is not None:

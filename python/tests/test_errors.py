@@ -440,9 +440,10 @@ def test_workspace_bytes_need_no_gpu():
     child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == repr((forward, backward))
-    # Recompute moves the saved activations into the forward's workspace (mok::gpu::LaunchConfig).
+    # Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
+    # those its GEMMs read (xe and a; h only the backward writes).
     recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
-    assert recompute - forward == mok._C.saved_bytes(ints, floats, False) - mok._C.saved_bytes(ints, floats, True)
+    assert 0 < recompute - forward < mok._C.saved_bytes(ints, floats, False) - mok._C.saved_bytes(ints, floats, True)
     # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
     c = layer.config
     slots = (c.tokens * c.top_k * c.hidden * 2 + 255) // 256 * 256
