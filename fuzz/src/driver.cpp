@@ -37,7 +37,7 @@ class DeadlineBackend final : public Backend {
  public:
   explicit DeadlineBackend(Backend& inner) : inner_(inner) {}
 
-  void set_deadline(Clock::time_point deadline) { deadline_ = deadline; }
+  void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
   bool passed() const { return deadline_ && Clock::now() >= *deadline_; }
 
   std::string name() const override { return inner_.name(); }
@@ -135,21 +135,26 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
   for (const std::string& name : o.properties) selected.push_back(&find_property(name));
   if (o.properties.empty())
     for (const Property& p : all_properties()) selected.push_back(&p);
-  // With a time budget, each property gets an equal share of what is left when it starts.
+  // With a time budget, each property gets an equal share of what is left when it starts, past its first
+  // case: that one runs whole, so every property asked for is checked (under load a slow first case, cut
+  // at its share, left a property with none: exit 2), and a run may end one case per property late.
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   DeadlineBackend timed(backend);
   std::vector<PropertyReport> reports;
   int failures = 0;
   for (const Property* prop : selected) {
-    if (o.cases == 0) timed.set_deadline(Clock::now() + (end - Clock::now()) / long(selected.size() - reports.size()));
+    std::optional<Clock::time_point> share;
+    if (o.cases == 0) share = Clock::now() + (end - Clock::now()) / long(selected.size() - reports.size());
     PropertyReport report;
     report.property = prop->name;
+    Progress progress(prop->name, failures, o.progress_seconds, log);
     std::optional<FuzzCase> failing;  // the last failing case: after shrinking, the minimal one
     const rc::detail::Property property = rc::detail::toProperty([&] {
       FuzzCase fc = *gen_fuzz_case();
       fc.params.options.fault = o.fault;
       if (const auto step = backend.fixed_step()) fc.params.options.step = *step;
+      timed.set_deadline(progress.cases() > 0 ? share : std::nullopt);
       if (timed.passed()) RC_DISCARD(kTimeUp);
       Verdict v;
       try {
@@ -166,8 +171,7 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
     rc::detail::TestMetadata metadata;
     metadata.id = metadata.description = prop->name;
     ref::Rng round_seeds(o.seed ^ fnv1a(prop->name.data(), prop->name.size()));
-    Progress progress(prop->name, failures, o.progress_seconds, log);
-    while (o.cases > 0 ? progress.cases() < o.cases : !timed.passed()) {
+    while (o.cases > 0 ? progress.cases() < o.cases : progress.cases() == 0 || Clock::now() < *share) {
       rc::detail::TestParams params;
       params.seed = round_seeds.next();
       params.maxSuccess = int(o.cases > 0 ? std::min<long>(kRoundCases, o.cases - progress.cases()) : kRoundCases);

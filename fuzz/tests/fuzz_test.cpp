@@ -366,6 +366,26 @@ TEST(Driver, TimeBudgetHoldsWithinOneLayerRun) {
   EXPECT_LT(seconds, 2.0) << log.str();
 }
 
+// A property's first case runs whole, whatever its share: with a budget two slow first cases outlast, each
+// property still checks one case (the first was cut at its share, the second started past the end: a
+// loaded CI machine's mok_fuzz_ci left invalid_inputs without a case), and none runs a second.
+TEST(Driver, EveryPropertyRunsItsFirstCaseWhole) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 0;
+  o.seconds = 0.1;
+  o.properties = {"repeat", "topk"};
+  SlowBackend backend(std::chrono::milliseconds(100));
+  std::ostringstream log;
+  const std::vector<PropertyReport> reports = run_fuzz(backend, o, log);
+  ASSERT_EQ(reports.size(), 2u);
+  for (const PropertyReport& r : reports) {
+    EXPECT_FALSE(r.failed) << r.property << ": " << r.failure;
+    EXPECT_EQ(r.cases, 1) << r.property << "\n" << log.str();
+  }
+  EXPECT_EQ(campaign_exit_status(reports), 0);
+}
+
 // seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`.
 PropertyReport caught_router_grad_sign(const std::string& dir, std::ostream& log, double progress_seconds = 5) {
   FuzzOptions o;

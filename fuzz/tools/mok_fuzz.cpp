@@ -163,7 +163,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The cases that ran and the time they took, against the budget; properties the budget left no case.
+// The cases that ran and the time they took, against the budget; properties that ran no case.
 void print_totals(const std::vector<PropertyReport>& reports, double seconds, const FuzzOptions& o) {
   long cases = 0;
   std::string starved;
@@ -174,7 +174,7 @@ void print_totals(const std::vector<PropertyReport>& reports, double seconds, co
   std::printf("%ld cases in %.1f s", cases, seconds);
   if (o.cases == 0) std::printf(" (budget %.0f s)", o.seconds);
   std::printf("\n");
-  if (!starved.empty()) std::printf("no case ran (the budget was spent) for:%s\n", starved.c_str());
+  if (!starved.empty()) std::printf("no case ran for:%s\n", starved.c_str());
 }
 
 int run(Backend& backend, Args& a) {
@@ -187,7 +187,7 @@ int run(Backend& backend, Args& a) {
   const std::vector<PropertyReport> reports = run_fuzz(backend, a.fuzz, std::cerr);
   std::printf("%-17s %7s %8s %8s  %s\n", "property", "cases", "seconds", "cases/s", "result");
   for (const PropertyReport& r : reports) {
-    const char* result = r.failed ? "FAIL" : r.cases > 0 ? "pass" : "none";  // none: the budget left it no case
+    const char* result = r.failed ? "FAIL" : r.cases > 0 ? "pass" : "none";  // none: no case ran
     std::printf("%-17s %7ld %8.2f %8.2f  %s\n", r.property.c_str(), r.cases, r.seconds,
                 r.cases / std::max(r.seconds, 1e-9), result);
   }
@@ -196,9 +196,7 @@ int run(Backend& backend, Args& a) {
   print_totals(reports, seconds_since(start), a.fuzz);
   const int status = campaign_exit_status(reports);
   if (status == 2)
-    std::fprintf(stderr,
-                 "mok-fuzz: a property ran no case (give more --seconds), or a failing case's repro was not "
-                 "written (above)\n");
+    std::fprintf(stderr, "mok-fuzz: a property ran no case, or a failing case's repro was not written (above)\n");
   return status;
 }
 

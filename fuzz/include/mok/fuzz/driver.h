@@ -17,9 +17,10 @@ namespace mok::fuzz {
 struct FuzzOptions {
   uint64_t seed = 1;
   long cases = 100;  // per property; 0: run for `seconds` instead
-  // In all: each property gets an equal share of the time left when it starts. The deadline is checked
-  // before every case and every layer run (a case it cuts short is dropped), so a run ends within one
-  // layer run (and the oracle) of it; a property whose share is gone runs no case.
+  // In all: each property gets an equal share of the time left when it starts, past its first case, which
+  // runs whole. The deadline is checked before every later case and every layer run (a case it cuts short
+  // is dropped), so a run ends within one layer run (and the oracle) of it, or one case per property
+  // whose share its first case outlasted.
   double seconds = 0;
   std::vector<std::string> properties;  // empty: all, in all_properties() order
   ref::Fault fault = ref::Fault::none;
@@ -44,9 +45,9 @@ struct PropertyReport {
 // Progress (cases, cases/s, failures) and every failure's details go to `log`.
 std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& options, std::ostream& log);
 
-// A campaign's exit status: 2 where a property it was asked for ran no case (the time budget spent before
-// its share: that property was not checked) or a failing case's repro could not be written (the tool's
-// output lost), 1 where a property failed, 0 where every property held.
+// A campaign's exit status: 2 where a property it was asked for ran no case (that property was not checked)
+// or a failing case's repro could not be written (the tool's output lost), 1 where a property failed, 0
+// where every property held.
 int campaign_exit_status(const std::vector<PropertyReport>& reports);
 
 }  // namespace mok::fuzz
