@@ -67,11 +67,14 @@ Args parse(int argc, char** argv) {
   const auto was_given = [&](const std::string& key) {
     return std::find(given.begin(), given.end(), key) != given.end();
   };
+  const auto first_time = [&](const std::string& key) {  // a repeat is refused, not overridden
+    if (was_given(key)) throw Usage(quote_input(key) + " is given twice");
+    given.push_back(key);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--list" || flag == "--help" || flag == "-h") {
-      if (was_given(flag)) throw Usage(quote_input(flag) + " is given twice");
-      given.push_back(flag);
+      first_time(flag);
       (flag == "--list" ? a.list : a.help) = true;
       continue;
     }
@@ -82,8 +85,7 @@ Args parse(int argc, char** argv) {
     // `--repro-dir --list` ran a whole campaign into a directory "--list" instead of listing.
     if (v.rfind("--", 0) == 0) throw Usage(quote_input(flag) + " needs a value, not the option " + quote_input(v));
     const std::string key = flag == "--property" ? flag + " " + v : flag;
-    if (was_given(key)) throw Usage(quote_input(key) + " is given twice");
-    given.push_back(key);
+    first_time(key);
     if (flag == "--seed") {
       a.fuzz.seed = to_number<uint64_t>(flag, v, "an unsigned 64-bit integer");
       a.seed_given = true;

@@ -22,11 +22,16 @@ testing::ToolRun run_tool(const TempDir& dir, const std::string& args, int timeo
   return testing::run_tool(MOK_GOLDEN_TOOL, dir, args, timeout_s);
 }
 
+// `mok-golden check` of the golden g written as dir/data/<stem>.h5.
+testing::ToolRun check_as(const TempDir& dir, const std::string& stem, const GoldenCase& g) {
+  std::filesystem::create_directory(dir / "data");
+  write_golden(dir / "data" / (stem + ".h5"), g);
+  return run_tool(dir, "check --name " + stem + " --dir " + (dir / "data").string());
+}
+
 TEST(MokGoldenCli, CheckPassesOnFreshGoldens) {
   TempDir dir("golden-cli-ok");
-  std::filesystem::create_directory(dir / "data");
-  write_golden(dir / "data" / "single_token.h5", make_case(*find_case("single_token")));
-  const testing::ToolRun r = run_tool(dir, "check --name single_token --dir " + (dir / "data").string());
+  const testing::ToolRun r = check_as(dir, "single_token", make_case(*find_case("single_token")));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("ok    single_token"), std::string::npos) << r.output;
 }
@@ -35,22 +40,18 @@ TEST(MokGoldenCli, CheckPassesOnFreshGoldens) {
 // o5.h5 stood beside "catalogue case has no golden .../smoke.h5").
 TEST(MokGoldenCli, CheckNamesAFileNotNamedAfterItsCase) {
   TempDir dir("golden-cli-renamed");
-  std::filesystem::create_directory(dir / "data");
-  write_golden(dir / "data" / "o5.h5", make_case(*find_case("single_token")));
-  const testing::ToolRun r = run_tool(dir, "check --name o5 --dir " + (dir / "data").string());
+  const testing::ToolRun r = check_as(dir, "o5", make_case(*find_case("single_token")));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("ok    single_token (o5.h5)\n"), std::string::npos) << r.output;
 }
 
 TEST(MokGoldenCli, CheckNamesTheFirstDifferingElement) {
   TempDir dir("golden-cli-diff");
-  std::filesystem::create_directory(dir / "data");
   GoldenCase g = make_case(*find_case("single_token"));
   Tensor& y = g.results.outputs.front();
   ASSERT_EQ(y.name, "y");
   y.bytes[2 * 70] ^= 1;  // element 70 = y[1, 6]: rank 1, token 0
-  write_golden(dir / "data" / "single_token.h5", g);
-  const testing::ToolRun r = run_tool(dir, "check --name single_token --dir " + (dir / "data").string());
+  const testing::ToolRun r = check_as(dir, "single_token", g);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("first difference y[1, 6] (rank 1, token 0 (global 1), column 6): golden 0x"),
             std::string::npos)

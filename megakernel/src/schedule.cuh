@@ -235,14 +235,4 @@ __device__ inline long source_slot(const Params& p, const RingRow& row, const Ra
 // Ring rows of this cycle over the executed ranks (a multiple of 32: rings are whole tiles).
 __device__ __forceinline__ long cycle_ring_rows(const Params& p) { return long(executed_ranks(p)) * p.ring_rows; }
 
-// A warp's share of this cycle's tile rows, one row per call of row(RingRow): the ring rows that hold
-// a tile, its padding rows included (valid false).
-template <class Row>
-__device__ __forceinline__ void for_each_tile_row(const Params& p, int cycle, Row row) {
-  for (long item = warp_id(); item < cycle_ring_rows(p); item += warp_count()) {
-    const RingRow r = ring_row(p, cycle, item);
-    if (r.in_tile) row(r);
-  }
-}
-
 }  // namespace mok::gpu
