@@ -112,12 +112,24 @@ gpu::LaunchConfig launch_config(const Call& call, bool fp8_weights_given) {
   return launch;
 }
 
+// A Layer allocates device memory when it is built, which a CUDA graph capture on the stream makes fail
+// with CUDA's error, naming neither the layer nor the fix.
+void refuse_building_in_capture(c10::DeviceIndex device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device).stream(), &status));
+  require(status == cudaStreamCaptureStatusNone,
+          "a CUDA graph is capturing this call, the first of its config and launch on this device (a call autograd "
+          "does not record runs in recompute mode, and calls given fp8_weights on a Layer of their own), which "
+          "builds that Layer, and a Layer allocates device memory. Make the same call once before capturing");
+}
+
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
   const auto [ints, floats] = pack_config(call.config);
   const LayerKey key{device, ints, pack_launch(call), floats, fp8_weights_given};
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
+    refuse_building_in_capture(device);
     const gpu::LaunchConfig launch = launch_config(call, fp8_weights_given);
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
     // (on a communicator, the communicator's device must be it: the Layer checks).

@@ -168,6 +168,29 @@ def test_cuda_graph_replay():
         assert_all_same_bits(grads, eager_grads, GRADIENTS)
 
 
+def test_a_layers_first_call_in_graph_capture_raises_naming_the_fix():
+    """A call of a config and launch no call has run yet builds its Layer, which allocates: inside a CUDA graph
+    capture it raises, naming the fix (CUDA's own error named neither), and once made eagerly it captures."""
+    layer = make_layer("softmax_shared").to("cuda")
+    ints, floats = layer.config.pack()
+    launch = pack_launch(RING_ROWS, blocks=5)  # a launch no other test builds a Layer of
+
+    def run():
+        return torch.ops.mok.forward(*layer.weights(), None, None, ints, floats, ROUTER, launch)
+
+    with pytest.raises(ValueError, match="Make the same call once before capturing"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            run()
+    eager = run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    mok.check()
+    assert_all_same_bits(captured, eager, FORWARD_OUTPUTS)
+
+
 def test_non_default_stream():
     layer = make_layer("sigmoid_grouped").to("cuda")
     want = layer.forward()
