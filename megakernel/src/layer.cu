@@ -550,7 +550,9 @@ struct Layer::Impl {
       return reinterpret_cast<bf16*>(is_saved ? s + in_saved : workspace + in_workspace);
     };
     const bool saving = !launch.recompute;
-    p.xe = activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
+    // The fp8 forward neither reads nor writes xe (its GEMM1 reads xq): null, its map empty.
+    const bool forward_without_xe = pass == Pass::forward && c.precision == Precision::fp8;
+    p.xe = forward_without_xe ? nullptr : activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
     p.h = activation(ws.h, saved.h, saving);
     p.a = activation(ws.a, saved.a, saving);
     p.shared_h = activation(ws.shared_h, saved.shared_h, saving);
@@ -606,7 +608,7 @@ struct Layer::Impl {
     encode(maps.a, p.a, P, I);
     encode(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
     encode(maps.dye, p.dye, p.dye ? P : 0, H);
-    encode(maps.xe, p.xe, P, H);
+    encode(maps.xe, p.xe, p.xe ? P : 0, H);
     encode(maps.x, p.x, S, H);
     encode(maps.dy, p.dy, p.dy ? S : 0, H);
     // Without a shared expert (Is = 0) its maps are empty.

@@ -208,8 +208,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
     l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);
   }
   // The forward's workspace is a prefix of the backward's also where the backward's own lie over its
-  // dead tail (from the slots, the forward's E4M3 activations may outweigh dh, dhq and the dx_j; with the
-  // apart xe that saves_xe gives the fp8 mode's backward, none of today's layouts reach that floor).
+  // dead tail (from the slots, the forward's E4M3 activations outweighed dh, dhq and the dx_j at H = 16 I
+  // until the fp8 saving backward's xe, 2 P H bytes against xq's P H, came apart: no layout reaches it now).
   l.bytes = std::max(end + after.bytes(), l.forward_bytes);
   return l;
 }

@@ -127,6 +127,9 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
 
 TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
+  LaunchConfig colocated_capacity_given = colocated;
+  colocated_capacity_given.capacity_rows = 128;
+  colocated_capacity_given.fp8_weights_given = true;
   const auto launch = [](LaunchConfig l, int ring_rows) {
     l.ring_rows = ring_rows;
     return l;
@@ -161,6 +164,13 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
       {"fp8, one-tile ring, recompute", fp8_one_rank, launch({.recompute = true}, 128)},
       {"fp8, one cycle, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 1152)},
       {"fp8, two ranks", fp8_every_branch(), launch({}, 512)},
+      {"fp8, two GPUs", fp8_every_branch(), launch(colocated, 512)},
+      {"fp8, two GPUs, a capacity, weights given", fp8_every_branch(), launch(colocated_capacity_given, 512)},
+      {"fp8, one cycle, weights given, fp8 weight gradients", fp8_one_rank,
+       launch({.fp8_weights_given = true, .fp8_weight_gradients = true}, 1152)},
+      {"fp8, one-tile ring, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 128)},
+      {"fp8, one cycle, recompute, fp8 weight gradients", fp8_one_rank,
+       launch({.recompute = true, .fp8_weight_gradients = true}, 1152)},
       {"olmoe", olmoe, launch({}, olmoe_ring)},
       {"olmoe, recompute", olmoe, launch({.recompute = true}, olmoe_ring)},
       {"olmoe, fp8, weights given", fp8_olmoe, launch({.fp8_weights_given = true}, olmoe_ring)}};

@@ -113,14 +113,19 @@ gpu::LaunchConfig launch_config(const Call& call, bool fp8_weights_given) {
 }
 
 // A Layer allocates device memory when it is built, which a CUDA graph capture on the stream makes fail
-// with CUDA's error, naming neither the layer nor the fix.
-void refuse_building_in_capture(c10::DeviceIndex device) {
+// with CUDA's error, naming neither the layer nor the fix. A process group's Layer is never captured
+// (Layer::forward refuses it): its first call says so.
+void refuse_building_in_capture(const Call& call, c10::DeviceIndex device) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device).stream(), &status));
-  require(status == cudaStreamCaptureStatusNone,
-          "a CUDA graph is capturing this call, the first of its config and launch on this device (a call autograd "
-          "does not record runs in recompute mode, and calls given fp8_weights on a Layer of their own), which "
-          "builds that Layer, and a Layer allocates device memory. Make the same call once before capturing");
+  if (status == cudaStreamCaptureStatusNone) return;
+  require(!call.comm,
+          "a call on a process group cannot be captured in a CUDA graph: its Layer's barriers across "
+          "GPUs number each launch on the host, and a replay would reuse the captured numbers");
+  throw Error(
+      "a CUDA graph is capturing this call, the first of its config and launch on this device (a call autograd "
+      "does not record runs in recompute mode, and calls given fp8_weights on a Layer of their own), which "
+      "builds that Layer, and a Layer allocates device memory. Make the same call once before capturing");
 }
 
 CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weights_given = false) {
@@ -129,7 +134,7 @@ CachedLayer& layer_for(const Call& call, c10::DeviceIndex device, bool fp8_weigh
   const std::lock_guard lock(cache_mutex);
   auto it = layers->find(key);
   if (it == layers->end()) {
-    refuse_building_in_capture(device);
+    refuse_building_in_capture(call, device);
     const gpu::LaunchConfig launch = launch_config(call, fp8_weights_given);
     // The caller's CUDAGuard made `device` current: a Layer lives on the device current at construction
     // (on a communicator, the communicator's device must be it: the Layer checks).
