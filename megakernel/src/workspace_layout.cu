@@ -136,9 +136,12 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // ones), within its workspace; h and shared_h (and in the fp8 mode all five) only the backward writes,
   // past the forward's workspace.
   const bool recompute = launch.recompute, bf16_operands = recompute && !fp8;
-  l.xe = sections.take(bf16_operands ? P * H * 2 : 0);
-  l.a = sections.take(bf16_operands ? P * I * 2 : 0);
-  l.shared_a = sections.take(bf16_operands ? S * Is * 2 : 0);
+  const auto take_operands = [&] {  // xe, a, shared_a: forward sections in bf16, past the forward's in fp8
+    l.xe = sections.take(P * H * 2);
+    l.a = sections.take(P * I * 2);
+    l.shared_a = sections.take(S * Is * 2);
+  };
+  if (bf16_operands) take_operands();
   const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
   const Fp8WeightLayout fp8w = fp8_weight_layout(c, E / launch.gpus);
   if (fp8) {
@@ -149,11 +152,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
-  if (recompute && fp8) {
-    l.xe = sections.take(P * H * 2);
-    l.a = sections.take(P * I * 2);
-    l.shared_a = sections.take(S * Is * 2);
-  }
+  if (recompute && fp8) take_operands();
   l.shared_h = sections.take(recompute ? S * 2 * Is * 2 : 0);
   l.h = sections.take(recompute ? dh : 0);  // last of a recompute forward's: see below
   const size_t h_end = sections.bytes();
