@@ -631,7 +631,11 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
   if (!peer_sync(b, kStart, 0)) return;
   if (saved_layout_is_the_routings(p)) {
     index_tiles(p);
-    if (p.recompute) pull_own_x<kFp8>(p);  // from the layout alone: no tile index needed
+    // From the layout alone: no tile index needed. The fp8 mode's saving backward pulls dW1's xe alone.
+    if (p.recompute)
+      pull_own_x<kFp8>(p);
+    else if (!saves_xe(p.c, false))
+      pull_own_x<false>(p);
   }
   if (p.c.has_shared()) {
     gather_next_rows(p, p.dy, &RankBuffers::dy);

@@ -42,16 +42,16 @@ __device__ void pull_x_rows(const Params& p, bool padding, bool copy, ToRow to_r
 }
 
 // The forward's pull of this cycle's tile rows; the padding rows once, in the first (xe holds every
-// cycle's rows). The fp8 mode's GEMM1 reads xq, so in recompute mode, whose backward pulls xe again,
-// the forward writes no xe.
+// cycle's rows). The fp8 mode's GEMM1 reads xq, and its backward pulls xe for itself (saves_xe), so its
+// forward writes no xe.
 template <bool kFp8>
 __device__ void pull_x(const Params& p, int cycle) {
-  pull_x_rows<kFp8>(p, cycle == 0, !(kFp8 && p.recompute),
+  pull_x_rows<kFp8>(p, cycle == 0, !kFp8,
                     [&](ExpertTileRow row) { return ring_item(p, cycle, row) >= 0 ? pad_row(p, row) : -1; });
 }
 
-// The recompute backward's pull (Params::recompute: the saved buffer holds no xe): every tile row of
-// this GPU's experts, padding rows included.
+// The backward's pull where the saved buffer holds no xe (saves_xe): every tile row of this GPU's
+// experts, padding rows included; kFp8 (recompute mode's GEMM1s) quantizes each into xq too.
 template <bool kFp8>
 __device__ void pull_own_x(const Params& p) {
   pull_x_rows<kFp8>(p, true, true, [&](ExpertTileRow row) { return pad_row(p, row); });

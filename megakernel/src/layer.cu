@@ -544,15 +544,19 @@ struct Layer::Impl {
     p.one_ring_cycle = ws.one_cycle;
     p.fp8_weight_gradients = launch.fp8_weight_gradients;
     // In recompute mode xe, h, a and the shared expert's h and a are the workspace's (the saved buffer
-    // holds none); the maps read p.xe, p.a and p.shared_a.
-    const auto activation = [&](size_t in_workspace, size_t in_saved) {
-      return reinterpret_cast<bf16*>(launch.recompute ? workspace + in_workspace : s + in_saved);
+    // holds none), and so is xe wherever the saved buffer holds none (saves_xe); the maps read p.xe, p.a
+    // and p.shared_a.
+    const auto activation = [&](size_t in_workspace, size_t in_saved, bool is_saved) {
+      return reinterpret_cast<bf16*>(is_saved ? s + in_saved : workspace + in_workspace);
     };
-    p.xe = activation(ws.xe, saved.xe);
-    p.h = activation(ws.h, saved.h);
-    p.a = activation(ws.a, saved.a);
-    p.shared_h = activation(ws.shared_h, saved.shared_h);
-    p.shared_a = activation(ws.shared_a, saved.shared_a);
+    const bool saving = !launch.recompute;
+    // The fp8 forward neither reads nor writes xe (its GEMM1 reads xq): null, its map empty.
+    const bool forward_without_xe = pass == Pass::forward && c.precision == Precision::fp8;
+    p.xe = forward_without_xe ? nullptr : activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
+    p.h = activation(ws.h, saved.h, saving);
+    p.a = activation(ws.a, saved.a, saving);
+    p.shared_h = activation(ws.shared_h, saved.shared_h, saving);
+    p.shared_a = activation(ws.shared_a, saved.shared_a, saving);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
     p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
     p.tile_expert = reinterpret_cast<int32_t*>(workspace + ws.tile_expert);
@@ -604,7 +608,7 @@ struct Layer::Impl {
     encode(maps.a, p.a, P, I);
     encode(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
     encode(maps.dye, p.dye, p.dye ? P : 0, H);
-    encode(maps.xe, p.xe, P, H);
+    encode(maps.xe, p.xe, p.xe ? P : 0, H);
     encode(maps.x, p.x, S, H);
     encode(maps.dy, p.dy, p.dy ? S : 0, H);
     // Without a shared expert (Is = 0) its maps are empty.

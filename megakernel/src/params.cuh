@@ -262,8 +262,8 @@ struct Params {
   float* g;              // [R/G ring_rows, I]  dy W2 (backward): per ring row, not padded row
   bf16* dh;              // [P, 2I]  (backward)
   bf16* dye;             // [P, H]   bf16(w dy) (backward, after the ring cycles)
-  bf16* xe;              // [P, H]   the row's token x, pulled by the forward (GEMM1's A, dW1's operand), in
-                         //          recompute mode a workspace section the backward pulls again
+  bf16* xe;              // [P, H]   the row's token x, pulled by the bf16 forward (GEMM1's A, dW1's operand);
+                         //          in recompute mode and in fp8 (saves_xe) a workspace section the backward pulls
   SavedGaps saved_gaps;  // zeroed by the forward
 
   // The fp8 mode (c.precision, forward_fp8_kernel): the forward's GEMMs read these E4M3 copies (maps xq, w1q, ...). The

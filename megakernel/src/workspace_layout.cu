@@ -200,12 +200,15 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
-  if (fp8 && launch.fp8_weight_gradients) {     // apart: written beside dh, xe, dye and a, which they copy
+  // The fp8 mode saves no xe (saves_xe) and its forward writes none: the backward pulls it for dW1, apart.
+  if (!launch.recompute && !saves_xe(c, false)) l.xe = end + after.take(P * H * 2);
+  if (fp8 && launch.fp8_weight_gradients) {  // apart: written beside dh, xe, dye and a, which they copy
     const auto columns = [&](size_t cols, bool b) { return columns_section(after, end, P, cols, b); };
     l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);
   }
   // The forward's workspace is a prefix of the backward's also where the backward's own lie over its
-  // dead tail (from the slots, the forward's E4M3 activations may outweigh dh, dhq and the dx_j).
+  // dead tail (from the slots, the forward's E4M3 activations outweighed dh, dhq and the dx_j at H = 16 I
+  // until the fp8 saving backward's xe, 2 P H bytes against xq's P H, came apart: no layout reaches it now).
   l.bytes = std::max(end + after.bytes(), l.forward_bytes);
   return l;
 }

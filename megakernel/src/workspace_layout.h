@@ -12,7 +12,8 @@ namespace mok::gpu {
 
 // The workspace's sections (each 256-byte aligned): the forward's first, then the backward's own, so
 // the forward's workspace is a prefix of the backward's. In recompute mode xe, h and a, and the shared
-// expert's h and a, are the workspace's (otherwise they take no bytes: they are saved): those the
+// expert's h and a, are the workspace's (otherwise they take no bytes: they are saved, but for the fp8
+// mode's xe, which is never saved and lies apart past the saving backward's own sections): those the
 // forward's bf16 GEMMs read (xe, a, shared a) are forward sections, before the E4M3 copies; the rest (h
 // and shared h; in the fp8 mode, whose GEMMs read E4M3 copies, all five) only the backward writes, past
 // the forward's sections and the transposed weights, h last. The backward writes them all (xe pulled

@@ -215,7 +215,8 @@ TEST(LayerMemory, APeerGroupsLayerHasAWindowAndNoSlotsInItsWorkspace) {
 // the shared expert's h and a from the saved buffer into the workspace: the saved buffer keeps the
 // layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too. The forward's
 // workspace grows by the bf16 operands of its GEMMs alone (xe, a and the shared expert's a; in the fp8
-// mode none, its GEMMs read E4M3 ones); h and the shared expert's h only the backward writes.
+// mode none, its GEMMs read E4M3 ones); h and the shared expert's h only the backward writes. The fp8
+// mode saves no xe in either mode (saves_xe): its saving backward's workspace holds it.
 TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
   const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
@@ -236,8 +237,9 @@ TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
       const size_t bf16_operands =
           P * (2 * size_t(c.hidden) + 2 * size_t(c.intermediate)) + aligned_section(S * Is * 2);
       const size_t operands = c.precision == Precision::fp8 ? 0 : bf16_operands;
+      const size_t xe_in_workspace = saves_xe(c, false) ? 0 : P * size_t(c.hidden) * 2;
       ASSERT_GT(Is, 0u);
-      EXPECT_EQ(with.saved - without.saved, moved);
+      EXPECT_EQ(with.saved - without.saved, moved - xe_in_workspace);
       EXPECT_EQ(without.workspace_forward - with.workspace_forward, operands);
       // What stays: the layout, offsets and tile offsets [E + 1], row_source and slot_row [N k] (int32).
       const size_t E = c.experts, Nk = size_t(c.tokens()) * c.top_k;
@@ -326,13 +328,14 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
 // own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. In recompute
 // mode the activations the backward makes again (xe, a, h, the shared expert's a and h), which the fp8 forward does not
-// write, lie past the transposed copies. Computed here from that rule.
+// write, lie past the transposed copies; without it, xe, which the forward saves none of (saves_xe), apart past them
+// all. Computed here from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
   one_rank.precision = Precision::fp8;
   const LayerConfig two_ranks = fp8_every_branch();  // R 2, T 40
-  // H = 16 I: from the slots, the forward's E4M3 activations outweigh the backward's own sections.
+  // H = 16 I: the forward's E4M3 activations past the slots outweigh the backward's own sections but xe.
   LayerConfig wide = with_every_branch(make_config(1, 1024, 2048, 128, 8, 3));
   wide.shared_intermediate = 128;
   wide.precision = Precision::fp8;
@@ -378,17 +381,15 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
     const size_t recomputed =
         t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + aligned(S * Is * 2) + shared_dh + dh : 0;
+    const size_t pulled_xe = t.launch.recompute ? 0 : aligned(P * H * 2);  // the saving backward's, apart (saves_xe)
     const size_t own =
-        transposed + recomputed +
+        transposed + recomputed + pulled_xe +
         (dx_slots_past_dh ? std::max(std::max(ringq, dh + dhq) + g, dh + dhq + std::max(slots, dye) + shared)
          : t.one_cycle    ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
                           : dh + std::max(std::max(ringq, dhq) + g, late));
     const LayerMemory m = layer_memory(c, t.launch);
-    EXPECT_EQ(m.workspace_backward - m.workspace_forward, std::max(own, slots + dead) - slots - dead);
+    EXPECT_EQ(m.workspace_backward - m.workspace_forward, own - slots - dead);
   }
-  // That case's backward keeps the forward's length (the layout's floor), which the rule above reaches.
-  const LayerMemory m = layer_memory(wide, given);
-  EXPECT_EQ(m.workspace_backward, m.workspace_forward);
 }
 
 }  // namespace

@@ -99,8 +99,8 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
   b.add("shared_dh", l.shared_dh, S * 2 * Is * 2, ph.router(), end);
   if (c.has_shared()) b.add("shared_y", l.shared_y, S * H * 2, ph.shared_dx(), ph.combine());
   b.add("dye", l.dye, P * H * 2, ph.dye_pull(), end);
+  if (!saves_xe(c, recompute)) b.add("xe", l.xe, P * H * 2, Phases::kPrologue, end);
   if (recompute) {
-    b.add("xe", l.xe, P * H * 2, Phases::kPrologue, end);
     b.add("h", l.h, P * 2 * I * 2, Phases::kRecompute, last_row);
     b.add("a", l.a, P * I * 2, Phases::kRecompute, end);
     b.add("shared_h", l.shared_h, S * 2 * Is * 2, Phases::kRecompute, ph.router());

@@ -160,6 +160,27 @@ TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   expect_error([&] { backward(c, p.x, p.weights, back, p.dy, {}); }, "forward saved no activations: use recompute");
 }
 
+// The fp8 mode saves no xe (saves_xe: its backward pulls xe from x): the bf16 buffer without that section,
+// and the h, a and shared expert's sections after it pack and unpack as they do in bf16.
+TEST(SavedBuffer, Fp8LayoutHoldsNoXe) {
+  LayerConfig bf16 = make_config(1, 64, 128, 128, 8, 2);
+  bf16.shared_intermediate = 128;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  const SavedLayout with_xe = saved_layout(bf16), without = saved_layout(fp8);
+  EXPECT_EQ(without.h, with_xe.xe);
+  EXPECT_EQ(with_xe.bytes - without.bytes, size_t(padded_rows(bf16)) * bf16.hidden * 2);
+  const Problem p = make_problem(fp8, 8);
+  const Forward f = forward(fp8, p.x, p.weights, nullptr, {});
+  const std::vector<uint8_t> saved = pack_saved(fp8, f, p.x);
+  ASSERT_EQ(saved.size(), without.bytes);
+  const Forward back = unpack_saved(fp8, saved);
+  EXPECT_PRED_FORMAT2(same_bits, back.h, f.h);
+  EXPECT_PRED_FORMAT2(same_bits, back.a, f.a);
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
+  EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
+}
+
 // A buffer of another size, or whose tables hold no layout: offsets of -1, a forward's with one tile
 // count off or two rows' sources swapped without their slots' rows (no longer inverse).
 TEST(SavedBuffer, RejectsAForeignBuffer) {

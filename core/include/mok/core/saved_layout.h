@@ -1,6 +1,6 @@
 // What the forward saves for the backward, as one byte buffer whose size depends only on the config
-// and the recompute choice: the dispatch layout, each padded row's x (xe), h and a, and the shared
-// expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) all but the layout are
+// and the recompute choice: the dispatch layout, each padded row's x (xe; bf16 only: saves_xe), h and a,
+// and the shared expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) all but the layout are
 // empty: the backward pulls x into xe again and recomputes h and a from it and W1, and the shared
 // expert's from x and W1s (the forward's own code, the same bits), so that between the passes the layer
 // keeps nothing but the layout. The GPU
@@ -127,6 +127,12 @@ class Sections {
   size_t align_, at_ = 0;
 };
 
+// Whether the saved buffer holds xe, x of each padded row (dW1's operand). The fp8 mode's forward GEMM1
+// reads the E4M3 xq, not xe, so it saves none: its backward pulls xe from x (as recompute mode's does),
+// which costs the backward about what writing it cost the forward, and the buffer a model holds per layer
+// between the passes drops by [P, H] bf16 (docs/benchmarks.md, session 65).
+MOK_HD bool saves_xe(const LayerConfig& c, bool recompute) { return !recompute && c.precision == Precision::bf16; }
+
 // Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16).
 struct SavedLayout {
   size_t offsets, tile_offsets, row_source, slot_row;  // int32 [E + 1], [E + 1], [N k], [N k]
@@ -135,10 +141,10 @@ struct SavedLayout {
   size_t bytes;
 };
 
-// recompute: xe, h, a, shared_h and shared_a take no bytes (their offsets are where they would start),
-// so the buffer is the layout's alone. P, the per-row sections' rows: own_padded_rows of the GPU's share;
-// S, the shared expert's rows: shared_rows_capacity of the share's GPUs (N on one GPU; rows past the
-// GPU's shared_token_rows are zero).
+// Without saves_xe, xe takes no bytes. recompute: xe, h, a, shared_h and shared_a take no bytes (their offsets are
+// where they would start), so the buffer is the layout's alone. P, the per-row sections' rows: own_padded_rows of the
+// GPU's share; S, the shared expert's rows: shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's
+// shared_token_rows are zero).
 inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, RowShare share = {}) {
   const size_t N = c.tokens(), k = c.top_k, E = c.experts, H = c.hidden, I = c.intermediate;
   const size_t Is = c.shared_intermediate, P = own_padded_rows(c, share.gpus, share.capacity_rows);
@@ -149,7 +155,7 @@ inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, Ro
   l.tile_offsets = sections.take((E + 1) * 4);
   l.row_source = sections.take(N * k * 4);
   l.slot_row = sections.take(N * k * 4);
-  l.xe = sections.take(recompute ? 0 : P * H * 2);
+  l.xe = sections.take(saves_xe(c, recompute) ? P * H * 2 : 0);
   l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
   l.a = sections.take(recompute ? 0 : P * I * 2);
   l.shared_h = sections.take(recompute ? 0 : S * 2 * Is * 2);
@@ -203,8 +209,8 @@ inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const
 }  // namespace saved_detail
 
 // The reference's Forward (with its saved h and a and the shared expert's, or in recompute mode
-// without) and the tokens x, as the GPU would have saved them (xe from x, or in recompute mode the
-// layout alone).
+// without) and the tokens x, as the GPU would have saved them (xe from x where saves_xe, or in
+// recompute mode the layout alone).
 inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x,
                                        bool recompute = false) {
   using namespace saved_detail;
@@ -222,7 +228,7 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
               f.shared_a.size() == N * Is,
           "pack_saved: the forward holds no h and a (a recompute-mode forward packs with recompute)");
   for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
-    put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
+    if (saves_xe(c, false)) put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
     put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
     put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
   });
