@@ -693,9 +693,7 @@ struct Layer::Impl {
   void refuse_capture(bool captured) const {
     if (!exchange.windowed()) return;
     require(!captured,
-            "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) cannot be captured in a CUDA "
-            "graph: its barriers across GPUs number each launch on the host, and a replay would reuse the captured "
-            "numbers");
+            "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) " + peer_group_capture_refusal);
   }
   // The call's `count` launch numbers (the first returned), taken before anything that may throw: a call
   // refused on one GPU of a group still uses its numbers, so its peers' launches of them time out and every

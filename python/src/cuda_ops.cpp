@@ -119,9 +119,7 @@ void refuse_building_in_capture(const Call& call, c10::DeviceIndex device) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device).stream(), &status));
   if (status == cudaStreamCaptureStatusNone) return;
-  require(!call.comm,
-          "a call on a process group cannot be captured in a CUDA graph: its Layer's barriers across "
-          "GPUs number each launch on the host, and a replay would reuse the captured numbers");
+  require(!call.comm, "a call on a process group (a peer group's Layer) " + gpu::peer_group_capture_refusal);
   throw Error(
       "a CUDA graph is capturing this call, the first of its config and launch on this device (a call autograd "
       "does not record runs in recompute mode, and calls given fp8_weights on a Layer of their own), which "

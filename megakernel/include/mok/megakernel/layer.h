@@ -198,6 +198,12 @@ struct PhaseTime {
   double ms;
 };
 
+// Why a peer group's Layer (gpus > 1, or the nccl or colocated transport) is never captured in a CUDA
+// graph: the reason its calls, and the PyTorch op's calls on a process group, give when refusing.
+inline const std::string peer_group_capture_refusal =
+    "cannot be captured in a CUDA graph: its barriers across GPUs number each launch on the host, and a "
+    "replay would reuse the captured numbers";
+
 // One GPU's share of the layer: ranks [g R / G, (g + 1) R / G) of the config (GPU g of G), on the
 // device current at construction. With G > 1 every GPU runs its own Layer, and a Layer's tensors are
 // its share: x, y, dy, dx, topk_idx, topk_w, logits, d_topk_w, d_logits hold its ranks' N / G tokens
