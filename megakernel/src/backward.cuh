@@ -116,13 +116,14 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
 }
 
 // The gradients through the router weight and SwiGLU, in one pass over g (fp32, the pass's largest
-// operand): per ring row, d topk_w = <g, a> pushed to the source rank (a chain over I in the core's
-// fma_chain order, one lane per row, so rows run side by side) and dh = bf16(swiglu_grad(w g)), zeros in
-// the padding rows. In the fp8 mode (kFp8) dh is also quantized per ring row into dhq (dx_j's A; dW1 reads
-// the bf16 dh). A warp takes kRows rows, a panel of kFp8Block columns at a time: lane l holds 16 bytes of
-// h (8 columns) of row 2 i + l / 16 for each item i, so a half warp holds one row's 1 x 128 block
-// (quantize_half_warp). g and a reach the lane that chains their row through shared memory (the GEMM
-// stages, idle in this phase).
+// operand): per ring row, a = bf16(swiglu(h)) from the gate sigmoids that swiglu_grad takes too (the
+// forward's swiglu_words, the same bits; no saved buffer holds a: saved_layout), stored for dW2,
+// d topk_w = <g, a> pushed to the source rank (a chain over I in the core's fma_chain order, one lane
+// per row, so rows run side by side) and dh = bf16(swiglu_grad(w g)); a and dh zero in the padding rows. In the fp8
+// mode (kFp8) dh is also quantized per ring row into dhq (dx_j's A; dW1 reads the bf16 dh). A warp takes kRows rows, a
+// panel of kFp8Block columns at a time: lane l holds 16 bytes of h (8 columns) of row 2 i + l / 16 for each item i, so
+// a half warp holds one row's 1 x 128 block (quantize_half_warp). g and a reach the lane that chains their row through
+// shared memory (the GEMM stages, idle in this phase).
 template <bool kFp8>
 __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
   // kBatch items' loads in flight per lane: four spilled (424 bytes of spill loads in the bf16 kernel).
@@ -133,9 +134,9 @@ __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
   };
   static_assert(kItems % kBatch == 0 && sizeof(Panel) * (kThreads / 32) <= sizeof(pipe.smem->stage));
   Panel& panel = reinterpret_cast<Panel*>(&pipe.smem->stage[0][0])[threadIdx.x / 32];
-  // h's gate and up vectors, a's and g's matching 8 columns of one row.
+  // h's gate and up vectors and g's matching 8 columns of one row.
   struct Operands {
-    uint4 gate, up, a;
+    uint4 gate, up;
     float4 g0, g1;
   };
   const int I = p.c.intermediate, lane = lane_id(), col8 = lane % 16 * 8;
@@ -162,7 +163,7 @@ __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
           if ((valid >> r & 1u) && col8 < n) {
             const uint4* h = reinterpret_cast<const uint4*>(p.h + long(pads[b]) * 2 * I + col);
             const float4* g = reinterpret_cast<const float4*>(p.g + (first + r) * I + col);
-            o[b] = Operands{h[0], h[I / 8], *reinterpret_cast<const uint4*>(p.a + long(pads[b]) * I + col), g[0], g[1]};
+            o[b] = Operands{h[0], h[I / 8], g[0], g[1]};
           }
         }
 #pragma unroll
@@ -172,11 +173,11 @@ __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
           const uint32_t gate[4] = {o[b].gate.x, o[b].gate.y, o[b].gate.z, o[b].gate.w};
           const uint32_t up[4] = {o[b].up.x, o[b].up.y, o[b].up.z, o[b].up.w};
           const float gv[8] = {o[b].g0.x, o[b].g0.y, o[b].g0.z, o[b].g0.w, o[b].g1.x, o[b].g1.y, o[b].g1.z, o[b].g1.w};
-          const uint32_t a_words[4] = {o[b].a.x, o[b].a.y, o[b].a.z, o[b].a.w};
-          uint32_t d_gate[4] = {}, d_up[4] = {};
+          uint32_t a_words[4] = {}, d_gate[4] = {}, d_up[4] = {};
           if (valid >> r & 1u) {
             float s[8];
             gate_sigmoids<4>(gate, limit, s);
+            swiglu_words_given_sigmoids<4>(gate, up, limit, s, a_words);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const SwigluGrad lo =
@@ -193,6 +194,8 @@ __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
             uint4* dh = reinterpret_cast<uint4*>(p.dh + long(pads[b]) * 2 * I + col);
             dh[0] = gate_vec;
             dh[I / 8] = up_vec;
+            *reinterpret_cast<uint4*>(p.a + long(pads[b]) * I + col) =
+                uint4{a_words[0], a_words[1], a_words[2], a_words[3]};
           }
           if constexpr (kFp8) {  // every lane: the quantization shuffles across the half warp
             const Fp8Matrix q = p.dhq.row(first + r, 2 * I);

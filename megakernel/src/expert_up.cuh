@@ -139,6 +139,7 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
 // Where a GEMM1 epilogue writes h, a and, in the fp8 mode, a quantized (aq: GEMM2's operand); h and a
 // null: not written. The forward writes what its GEMM2 and the backward read; in recompute mode the
 // backward makes h and a again, so the forward writes GEMM2's operand alone (a, or in the fp8 mode aq).
+// The routed experts' a is GEMM2's operand alone (expert_up_tiles): the backward makes it from h.
 // The backward's recompute writes aq too (not read: the branch costs the fp8 forward's epilogue spills).
 struct UpOutputs {
   bf16 *h, *a;
@@ -195,12 +196,13 @@ static_assert(kGateCols == kFp8Block,
 
 // GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
 // (RingTiles or OwnTiles, 128 columns of I per tile) into p.h, p.a and p.aq, those up_outputs names (the
-// forward's, or the backward's recompute). Padding rows (zero in xe) are written too: their a is zero, as
-// the weight gradients expect.
+// forward's, or the backward's recompute), and a only in the bf16 forward. Padding rows (zero in xe) are written too:
+// their a is zero, as the weight gradients expect.
 template <bool kFp8, class Tiles>
 __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles, bool forward) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  const UpOutputs out = up_outputs<kFp8>(p, forward, p.h, p.a, p.aq);
+  UpOutputs out = up_outputs<kFp8>(p, forward, p.h, p.a, p.aq);
+  out.a = forward && !kFp8 ? p.a : nullptr;  // no saved buffer holds it: expert_row_grads makes it from h
   expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {

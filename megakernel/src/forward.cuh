@@ -175,7 +175,8 @@ __device__ void zero_saved_gaps(const Params& p) {
 // Padded rows past this GPU's last expert's tiles, and the shared expert's rows past its last token:
 // no tile writes them, so they are zeroed here and the saved buffer holds the same bytes run to run
 // (D1) also where nothing reads it. In recompute mode they are the workspace's (some past the forward's:
-// workspace_layout), and nothing reads them; so is xe where the saved buffer holds none (saves_xe).
+// workspace_layout), and nothing reads them; so are the routed a, which no saved buffer holds, and xe
+// where the saved buffer holds none (saves_xe).
 __device__ void zero_unused_rows(const Params& p) {
   if (p.recompute) return;
   const int H = p.c.hidden, I = p.c.intermediate, Is = p.c.shared_intermediate;
@@ -183,7 +184,6 @@ __device__ void zero_unused_rows(const Params& p) {
   for (long row = own_tile_rows(p) + warp_id(); row < p.padded_rows; row += warp_count()) {
     if (xe_saved) copy_row(p.xe + row * H, nullptr, H);
     copy_row(p.h + row * 2 * I, nullptr, 2 * I);
-    copy_row(p.a + row * I, nullptr, I);
   }
   for (long row = p.shared_tokens.rows() + warp_id(); row < p.shared_capacity; row += warp_count()) {
     copy_row(p.shared_h + row * 2 * Is, nullptr, 2 * Is);

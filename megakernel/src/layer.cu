@@ -543,18 +543,18 @@ struct Layer::Impl {
     p.recompute = launch.recompute;
     p.one_ring_cycle = ws.one_cycle;
     p.fp8_weight_gradients = launch.fp8_weight_gradients;
-    // In recompute mode xe, h, a and the shared expert's h and a are the workspace's (the saved buffer
-    // holds none), and so is xe wherever the saved buffer holds none (saves_xe); the maps read p.xe, p.a
-    // and p.shared_a.
+    // In recompute mode xe, h and the shared expert's h and a are the workspace's (the saved buffer
+    // holds none), and so is xe wherever the saved buffer holds none (saves_xe); the routed a always is
+    // (no saved buffer holds it); the maps read p.xe, p.a and p.shared_a.
     const auto activation = [&](size_t in_workspace, size_t in_saved, bool is_saved) {
       return reinterpret_cast<bf16*>(is_saved ? s + in_saved : workspace + in_workspace);
     };
     const bool saving = !launch.recompute;
-    // The fp8 forward neither reads nor writes xe (its GEMM1 reads xq): null, its map empty.
-    const bool forward_without_xe = pass == Pass::forward && c.precision == Precision::fp8;
-    p.xe = forward_without_xe ? nullptr : activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
+    // The fp8 forward neither reads nor writes xe and a (its GEMMs read xq and aq): null, their maps empty.
+    const bool fp8_forward = pass == Pass::forward && c.precision == Precision::fp8;
+    p.xe = fp8_forward ? nullptr : activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
     p.h = activation(ws.h, saved.h, saving);
-    p.a = activation(ws.a, saved.a, saving);
+    p.a = fp8_forward ? nullptr : reinterpret_cast<bf16*>(workspace + ws.a);
     p.shared_h = activation(ws.shared_h, saved.shared_h, saving);
     p.shared_a = activation(ws.shared_a, saved.shared_a, saving);
     p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
@@ -605,7 +605,7 @@ struct Layer::Impl {
     encode(maps.ring, p.ring, p.ring ? long(rank_end - rank_begin) * launch.ring_rows : 0, H);
     encode(maps.w1, w.w1.data, E * 2 * I, H);
     encode(maps.w2, w.w2.data, E * H, I);
-    encode(maps.a, p.a, P, I);
+    encode(maps.a, p.a, p.a ? P : 0, I);
     encode(maps.dh, p.dh, p.dh ? P : 0, 2 * I);
     encode(maps.dye, p.dye, p.dye ? P : 0, H);
     encode(maps.xe, p.xe, p.xe ? P : 0, H);

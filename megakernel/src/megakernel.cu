@@ -288,7 +288,6 @@ Forward Megakernel::read_forward() const {
   f.layout = gpu0.layout;
   if (m.launch.recompute) return f;  // no activations are saved: none, as the reference's
   f.h = m.expert_rows(&Forward::h, 2 * I, gpu0, per_gpu_saved);
-  f.a = m.expert_rows(&Forward::a, I, gpu0, per_gpu_saved);
   // The shared expert's rows of each GPU's own tokens (it computed a few of the next GPU's too).
   const size_t T = m.c.tokens() / m.launch.gpus, Is = m.c.shared_intermediate;
   const auto own_token_rows = [&](std::vector<bf16> Forward::*field, size_t width) {

@@ -125,6 +125,11 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.tile_expert = sections.take(padded_rows(c) / kTileRows * 4);  // the layout's tiles, at most
   l.shared_y = sections.take(c.has_shared() ? S * H * 2 : 0);     // read only with a shared expert
   const bool fp8 = c.precision == Precision::fp8;
+  // The routed a, which no saved buffer holds (saved_layout): the bf16 forward's GEMM2 operand and dW2's,
+  // which the backward's per-row phase writes from h. Saving in bf16, here, before the slots: none of the
+  // backward's own sections lie over it; in fp8, whose forward reads aq, apart (below); in recompute
+  // mode among take_operands'.
+  if (!launch.recompute && !fp8) l.a = sections.take(P * I * 2);
   // The fp8 shared expert's x quantized before the slots: the backward's shared_dyq, live while the
   // sections past it are dead (the backward's own may start at the slots or at xq).
   if (fp8) l.fp8.shared_xq = activation_section(sections, S, Is ? H : 0);
@@ -202,6 +207,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
   // The fp8 mode saves no xe (saves_xe) and its forward writes none: the backward pulls it for dW1, apart.
   if (!launch.recompute && !saves_xe(c, false)) l.xe = end + after.take(P * H * 2);
+  if (!launch.recompute && fp8) l.a = end + after.take(P * I * 2);  // from the per-row phase on
   if (fp8 && launch.fp8_weight_gradients) {  // apart: written beside dh, xe, dye and a, which they copy
     const auto columns = [&](size_t cols, bool b) { return columns_section(after, end, P, cols, b); };
     l.dhtq = columns(2 * I, false), l.xetq = columns(H, true), l.dyetq = columns(H, false), l.atq = columns(I, true);

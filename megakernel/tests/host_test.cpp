@@ -211,12 +211,13 @@ TEST(LayerMemory, APeerGroupsLayerHasAWindowAndNoSlotsInItsWorkspace) {
             aligned_section(size_t(c.tokens()) * c.top_k * c.hidden * 2));
 }
 
-// Recompute mode moves each routed row's xe, h and a (P (2 H + 6 I) bytes, P a GPU's per-row rows) and
+// Recompute mode moves each routed row's xe and h (P (2 H + 4 I) bytes, P a GPU's per-row rows) and
 // the shared expert's h and a from the saved buffer into the workspace: the saved buffer keeps the
 // layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too. The forward's
-// workspace grows by the bf16 operands of its GEMMs alone (xe, a and the shared expert's a; in the fp8
-// mode none, its GEMMs read E4M3 ones); h and the shared expert's h only the backward writes. The fp8
-// mode saves no xe in either mode (saves_xe): its saving backward's workspace holds it.
+// workspace grows by the bf16 operands of its GEMMs alone (xe and the shared expert's a; the routed a
+// is the bf16 forward's in either mode, as no saved buffer holds it; in the fp8 mode none, its GEMMs
+// read E4M3 ones); h and the shared expert's h only the backward writes. The fp8 mode saves no xe in
+// either mode (saves_xe): its saving backward's workspace holds it.
 TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
   const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
@@ -229,13 +230,12 @@ TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
       LaunchConfig recomputing = saving;
       recomputing.recompute = true;
       const LayerMemory with = layer_memory(c, saving), without = layer_memory(c, recomputing);
-      // xe, h and a [P, H], [P, 2I], [P, I] and the shared expert's h and a [S, 2 Is], [S, Is] (bf16).
+      // xe and h [P, H], [P, 2I] and the shared expert's h and a [S, 2 Is], [S, Is] (bf16).
       const size_t P = own_padded_rows(c, saving.gpus, saving.capacity_rows), Is = c.shared_intermediate;
       const size_t S = shared_rows_capacity(c, saving.gpus);
-      const size_t moved = P * (2 * size_t(c.hidden) + 6 * size_t(c.intermediate)) + aligned_section(S * 2 * Is * 2) +
+      const size_t moved = P * (2 * size_t(c.hidden) + 4 * size_t(c.intermediate)) + aligned_section(S * 2 * Is * 2) +
                            aligned_section(S * Is * 2);
-      const size_t bf16_operands =
-          P * (2 * size_t(c.hidden) + 2 * size_t(c.intermediate)) + aligned_section(S * Is * 2);
+      const size_t bf16_operands = P * 2 * size_t(c.hidden) + aligned_section(S * Is * 2);
       const size_t operands = c.precision == Precision::fp8 ? 0 : bf16_operands;
       const size_t xe_in_workspace = saves_xe(c, false) ? 0 : P * size_t(c.hidden) * 2;
       ASSERT_GT(Is, 0u);
@@ -328,8 +328,8 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
 // own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. In recompute
 // mode the activations the backward makes again (xe, a, h, the shared expert's a and h), which the fp8 forward does not
-// write, lie past the transposed copies; without it, xe, which the forward saves none of (saves_xe), apart past them
-// all. Computed here from that rule.
+// write, lie past the transposed copies; without it, xe, which the forward saves none of (saves_xe), and the routed
+// a, which no saved buffer holds, apart past them all. Computed here from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
@@ -381,9 +381,10 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
     const size_t recomputed =
         t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + aligned(S * Is * 2) + shared_dh + dh : 0;
-    const size_t pulled_xe = t.launch.recompute ? 0 : aligned(P * H * 2);  // the saving backward's, apart (saves_xe)
+    // The saving backward's xe (pulled: saves_xe) and a (from h: never saved), apart.
+    const size_t apart = t.launch.recompute ? 0 : aligned(P * H * 2) + aligned(P * I * 2);
     const size_t own =
-        transposed + recomputed + pulled_xe +
+        transposed + recomputed + apart +
         (dx_slots_past_dh ? std::max(std::max(ringq, dh + dhq) + g, dh + dhq + std::max(slots, dye) + shared)
          : t.one_cycle    ? std::max(std::max(ringq, dh + dhq) + g, dh + late)
                           : dh + std::max(std::max(ringq, dhq) + g, late));

@@ -241,9 +241,10 @@ TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
   }
 }
 
-// Recompute mode: the saved buffer holds no xe, h and a, nor the shared expert's h and a (exactly their
-// sections fewer, that many more backward workspace bytes; the forward's holds its GEMMs' operands xe, a
-// and the shared expert's a alone), the backward pulls xe and recomputes h and a, and the shared
+// Recompute mode: the saved buffer holds no xe and h, nor the shared expert's h and a (exactly their
+// sections fewer, that many more backward workspace bytes; the forward's holds its GEMMs' operands xe
+// and the shared expert's a more: the routed a is the workspace's in either mode), the backward pulls
+// xe and recomputes h (and a from it, as from a saved h), and the shared
 // expert's, with the forward's code into a workspace poisoned after the forward, and every output and
 // gradient is the reference's in recompute mode.
 TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
@@ -254,8 +255,8 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     const auto section = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
     const size_t N = c.tokens(), Is = c.shared_intermediate;
     const size_t P = padded_rows(c);
-    const size_t moved = P * (2 * c.hidden + 6 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
-    const size_t operands = P * (2 * c.hidden + 2 * c.intermediate) + section(N * Is * 2);
+    const size_t moved = P * (2 * c.hidden + 4 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
+    const size_t operands = P * 2 * c.hidden + section(N * Is * 2);
     const Layer saving(c, {});
     Layer layer(c, LaunchConfig{.recompute = true});
     EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), moved);

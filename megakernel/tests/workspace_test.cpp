@@ -21,7 +21,7 @@ namespace {
 // cycle's buffers reuse the first's bytes).
 struct Phases {
   int cycles;
-  static constexpr int kPrologue = 0, kRecompute = 1;  // the tile table; recompute mode's h and a
+  static constexpr int kPrologue = 0, kRecompute = 1;  // the tile table; recompute mode's h
   int pull(int c) const { return 2 + 4 * c; }
   int down(int c) const { return 3 + 4 * c; }
   int row(int c) const { return 4 + 4 * c; }
@@ -100,9 +100,9 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
   if (c.has_shared()) b.add("shared_y", l.shared_y, S * H * 2, ph.shared_dx(), ph.combine());
   b.add("dye", l.dye, P * H * 2, ph.dye_pull(), end);
   if (!saves_xe(c, recompute)) b.add("xe", l.xe, P * H * 2, Phases::kPrologue, end);
+  b.add("a", l.a, P * I * 2, ph.row(0), end);  // from h, by the per-row phase (no saved buffer holds it)
   if (recompute) {
     b.add("h", l.h, P * 2 * I * 2, Phases::kRecompute, last_row);
-    b.add("a", l.a, P * I * 2, Phases::kRecompute, end);
     b.add("shared_h", l.shared_h, S * 2 * Is * 2, Phases::kRecompute, ph.router());
     b.add("shared_a", l.shared_a, S * Is * 2, Phases::kRecompute, end);
   }
@@ -210,6 +210,23 @@ TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
     EXPECT_GE(l.h, forward_end);
     EXPECT_GE(l.shared_h, forward_end);
     EXPECT_LE(l.h + P * 2 * I * 2, l.bytes);
+  }
+}
+
+// The saving forward's routed a (no saved buffer holds it): in bf16 its GEMM2's operand, a forward
+// section before the slots, over which the backward's own sections may start; in fp8, whose GEMM2 reads
+// aq, past the forward's sections.
+TEST(ForwardBuffers, SavingForwardHoldsTheRoutedAInBf16Alone) {
+  LayerConfig bf16 = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  const size_t I = bf16.intermediate, P = own_padded_rows(bf16, 1, 0);
+  for (const LaunchConfig& launch : {LaunchConfig{.ring_rows = 1152}, LaunchConfig{.ring_rows = 128}}) {
+    SCOPED_TRACE(launch.ring_rows);
+    const WorkspaceLayout b = workspace_layout(bf16, launch, true), f = workspace_layout(fp8, launch, true);
+    EXPECT_LE(b.a + P * I * 2, b.slots);
+    EXPECT_GE(f.a, f.forward_bytes);
+    EXPECT_LE(f.a + P * I * 2, f.bytes);
   }
 }
 

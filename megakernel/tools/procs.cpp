@@ -146,10 +146,8 @@ void run_rank(const Job& job, const mok::tools::Rank& rank) {
 
 // ---- the parent ----
 
-// The fields a rank returns (the reference's h and a are not among them).
-bool from_device(const std::string& name) {
-  return name != "h" && name != "a" && name != "shared_h" && name != "shared_a";
-}
+// The fields a rank returns (the reference's h and the shared expert's h and a are not among them).
+bool from_device(const std::string& name) { return name != "h" && name != "shared_h" && name != "shared_a"; }
 
 // One line per tensor; true when every one holds the reference's bits.
 template <class S>

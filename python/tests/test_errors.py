@@ -373,19 +373,19 @@ def test_saved_bytes_checks_the_share():
 
 
 def test_saved_bytes_of_a_config_past_one_pebibyte_is_refused():
-    """The widest config within the int32 limits (I = Is = 2^30 - 64 on 2^31 - 1 tokens) needs 2.8e19 bytes
-    of saved activations, past 64 bits: saved_bytes gave them wrapped, 9.2e18. Configs whose tensors pass
+    """The widest config within the int32 limits (I = Is = 2^30 - 64 on 2^31 - 1 tokens) needs 2.3e19 bytes
+    of saved activations, past 64 bits: saved_bytes gave them wrapped. Configs whose tensors pass
     1 PiB are refused, as check_config (mok.MoE) and every call refuse them."""
     wide = mok.MoEConfig(experts=1, hidden=448, intermediate=2**30 - 64, top_k=1, shared_intermediate=2**30 - 64)
     ints, floats = wide.pack(tokens_per_rank=2**31 - 1)
-    message = r"problem too large: its tensors need 2\.31e\+19 bytes, more than 2\^50 \(1 PiB"
+    message = r"problem too large: its tensors need 1\.84e\+19 bytes, more than 2\^50 \(1 PiB"
     with pytest.raises(ValueError, match=message):
         mok._C.saved_bytes(ints, floats)
     with pytest.raises(ValueError, match=message):
         mok._C.check_config(ints, floats)
-    ints, floats = wide.pack(tokens_per_rank=2**16)  # 7.1e14 bytes of tensors: sized exactly
+    ints, floats = wide.pack(tokens_per_rank=2**16)  # 5.8e14 bytes of tensors: sized exactly
     n, p, i = 2**16, 128 * (2**16 // 128 + 1), 2**30 - 64
-    assert mok._C.saved_bytes(ints, floats) == 2 * 256 + 2 * n * 4 + p * (2 * 448 + 6 * i) + n * 6 * i
+    assert mok._C.saved_bytes(ints, floats) == 2 * 256 + 2 * n * 4 + p * (2 * 448 + 4 * i) + n * 6 * i
 
 
 def test_flag_arguments_of_the_extension_take_bools_alone():

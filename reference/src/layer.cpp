@@ -61,6 +61,16 @@ void for_each_minibatch(const LayerConfig& c, const DispatchLayout& l, int ring_
         visit(e, l.offsets[e] + done, std::min(ring_rows, l.counts[e] - done));
 }
 
+// a = bf16(swiglu(h)) for m rows of h (gate | up, [m, 2 inter]): the forward's, and the backward's
+// again from the saved h (a Forward keeps no routed a).
+void swiglu_rows(const LayerConfig& c, const bf16* h, int m, int inter, bf16* a) {
+  for (int row = 0; row < m; ++row)
+    for (int i = 0; i < inter; ++i) {
+      const bf16* hr = h + at(row, 2 * inter);
+      a[at(row, inter) + i] = to_bf16(swiglu(to_float(hr[i]), to_float(hr[inter + i]), c.swiglu_limit));
+    }
+}
+
 // h = bf16(x W1^T) and a = bf16(swiglu(h)) for m rows.
 void swiglu_mlp_up(const LayerConfig& c, StepModel step, const bf16* x, int m, const bf16* w1, int inter, bf16* h,
                    bf16* a) {
@@ -68,11 +78,7 @@ void swiglu_mlp_up(const LayerConfig& c, StepModel step, const bf16* x, int m, c
   std::vector<float> acc(at(m, 2 * inter));
   matmul(step, c.precision, x, m, w1, 2 * inter, H, acc.data());
   for (size_t i = 0; i < acc.size(); ++i) h[i] = to_bf16(acc[i]);
-  for (int row = 0; row < m; ++row)
-    for (int i = 0; i < inter; ++i) {
-      const bf16* hr = h + at(row, 2 * inter);
-      a[at(row, inter) + i] = to_bf16(swiglu(to_float(hr[i]), to_float(hr[inter + i]), c.swiglu_limit));
-    }
+  swiglu_rows(c, h, m, inter, a);
 }
 
 // bf16(a b^T): the layer's GEMMs whose results are bf16 (y_e, dx_j), in the config's precision.
@@ -252,10 +258,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
   f.layout = build_dispatch_layout(c, f.routing.topk_idx);
   if (opt.fault == Fault::layout_off_by_one) shift_first_boundary(f.layout);
   std::vector<RankMemory> ranks = rank_table(c, x.data(), nullptr, f.routing.topk_w.data());
-  if (!opt.recompute) {
-    f.h.resize(at(at(N, k), 2 * I));
-    f.a.resize(at(at(N, k), I));
-  }
+  if (!opt.recompute) f.h.resize(at(at(N, k), 2 * I));
   std::vector<bf16> ring_x, ring_h, ring_a;
   for_each_minibatch(c, f.layout, opt.ring_rows, [&](int e, int first, int m) {
     if (opt.fault == Fault::drop_overflow) m = std::clamp(drop_capacity(c) - (first - f.layout.offsets[e]), 0, m);
@@ -267,10 +270,7 @@ Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const LayerWei
       std::copy_n(ranks[s.rank].x + at(s.t, H), H, ring_x.begin() + at(i, H));
     }
     swiglu_mlp_up(c, opt.step, ring_x.data(), m, w.w1.data() + at(e, at(2 * I, H)), I, ring_h.data(), ring_a.data());
-    if (!opt.recompute) {
-      std::copy(ring_h.begin(), ring_h.end(), f.h.begin() + at(first, 2 * I));
-      std::copy(ring_a.begin(), ring_a.end(), f.a.begin() + at(first, I));
-    }
+    if (!opt.recompute) std::copy(ring_h.begin(), ring_h.end(), f.h.begin() + at(first, 2 * I));
     const std::vector<bf16> ye = matmul_bf16(c, opt.step, ring_a.data(), m, w.w2.data() + at(e, at(H, I)), H, I);
     for (int i = 0; i < m; ++i) {  // push combine: into the (token, slot) buffer of the source rank
       const SlotHome s = home_of(c, f.layout.row_source[first + i]);
@@ -347,7 +347,8 @@ Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const Layer
       swiglu_mlp_up(c, opt.step, ring_x.data(), m, w.w1.data() + at(e, at(2 * I, H)), I, ring_h.data(), ring_a.data());
     } else {
       ring_h.assign(fwd.h.begin() + at(first, 2 * I), fwd.h.begin() + at(first + m, 2 * I));
-      ring_a.assign(fwd.a.begin() + at(first, I), fwd.a.begin() + at(first + m, I));
+      ring_a.resize(at(m, I));
+      swiglu_rows(c, ring_h.data(), m, I, ring_a.data());
     }
     dh.resize(at(m, 2 * I));
     d_w.resize(m);

@@ -101,20 +101,22 @@ TEST(ReplayIds, RejectsOutOfRangeIds) {
 }
 
 // The saved buffer holds what the backward needs: unpacked, it gives the layout and activations back,
-// and the backward from it equals the backward from the Forward.
+// and the backward from it equals the backward from the Forward. Between h and the shared expert's h
+// it holds nothing: no routed a, which the backward makes from h again.
 TEST(SavedBuffer, RoundTripsTheForward) {
   const LayerConfig c = sigmoid_shared();
   const Problem p = make_problem(c, 8);
   const Forward f = forward(c, p.x, p.weights, nullptr, {});
   const std::vector<uint8_t> saved = pack_saved(c, f, p.x);
-  EXPECT_EQ(saved.size(), saved_layout(c).bytes);
+  const SavedLayout s = saved_layout(c);
+  EXPECT_EQ(saved.size(), s.bytes);
+  EXPECT_EQ(s.shared_h - s.h, (size_t(padded_rows(c)) * 2 * c.intermediate * 2 + 255) / 256 * 256);
   Forward back = unpack_saved(c, saved);
   EXPECT_EQ(back.layout.offsets, f.layout.offsets);
   EXPECT_EQ(back.layout.counts, f.layout.counts);
   EXPECT_EQ(back.layout.row_source, f.layout.row_source);
   EXPECT_EQ(back.layout.slot_row, f.layout.slot_row);
   EXPECT_PRED_FORMAT2(same_bits, back.h, f.h);
-  EXPECT_PRED_FORMAT2(same_bits, back.a, f.a);
   EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
   EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
   back.routing = f.routing;
@@ -126,8 +128,8 @@ TEST(SavedBuffer, RoundTripsTheForward) {
 }
 
 // The GPU's recompute mode (LaunchConfig::recompute) saves the layout alone: the same buffer without its
-// xe, h and a sections (P (2 H + 6 I) bytes) nor the shared expert's. It unpacks as the reference's
-// Forward in recompute mode (no h, a, shared_h or shared_a); a recompute-mode forward packs into it,
+// xe and h sections (P (2 H + 4 I) bytes) nor the shared expert's. It unpacks as the reference's
+// Forward in recompute mode (no h, shared_h or shared_a); a recompute-mode forward packs into it,
 // and the backward from it equals the saving backward's.
 TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   const LayerConfig c = sigmoid_shared();
@@ -142,13 +144,12 @@ TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   Options recomputing;
   recomputing.recompute = true;
   const Forward recomputed = forward(c, p.x, p.weights, nullptr, recomputing);
-  EXPECT_TRUE(recomputed.h.empty() && recomputed.a.empty() && recomputed.shared_h.empty() &&
-              recomputed.shared_a.empty());
+  EXPECT_TRUE(recomputed.h.empty() && recomputed.shared_h.empty() && recomputed.shared_a.empty());
   EXPECT_EQ(pack_saved(c, recomputed, p.x, true), saved);
-  expect_error([&] { pack_saved(c, recomputed, p.x); }, "pack_saved: the forward holds no h and a");
+  expect_error([&] { pack_saved(c, recomputed, p.x); }, "pack_saved: the forward holds no h");
   Forward back = unpack_saved(c, saved, true);
   EXPECT_EQ(back.layout.row_source, f.layout.row_source);
-  EXPECT_TRUE(back.h.empty() && back.a.empty() && back.shared_h.empty() && back.shared_a.empty());
+  EXPECT_TRUE(back.h.empty() && back.shared_h.empty() && back.shared_a.empty());
   expect_error([&] { unpack_saved(c, whole, true); }, "saved buffer has " + std::to_string(whole.size()) + " bytes");
   back.routing = f.routing;
   back.logits = f.logits;
@@ -157,11 +158,14 @@ TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w1, want.d_shared_w1);
   EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w2, want.d_shared_w2);
   EXPECT_PRED_FORMAT2(same_bits, got.dx, want.dx);
+  // a: the recomputing backward's from its GEMM1, the saving one's from the saved h
+  EXPECT_PRED_FORMAT2(same_bits, got.d_w2, want.d_w2);
+  EXPECT_PRED_FORMAT2(same_bits, got.d_topk_w, want.d_topk_w);
   expect_error([&] { backward(c, p.x, p.weights, back, p.dy, {}); }, "forward saved no activations: use recompute");
 }
 
 // The fp8 mode saves no xe (saves_xe: its backward pulls xe from x): the bf16 buffer without that section,
-// and the h, a and shared expert's sections after it pack and unpack as they do in bf16.
+// and the h and shared expert's sections after it pack and unpack as they do in bf16.
 TEST(SavedBuffer, Fp8LayoutHoldsNoXe) {
   LayerConfig bf16 = make_config(1, 64, 128, 128, 8, 2);
   bf16.shared_intermediate = 128;
@@ -176,7 +180,6 @@ TEST(SavedBuffer, Fp8LayoutHoldsNoXe) {
   ASSERT_EQ(saved.size(), without.bytes);
   const Forward back = unpack_saved(fp8, saved);
   EXPECT_PRED_FORMAT2(same_bits, back.h, f.h);
-  EXPECT_PRED_FORMAT2(same_bits, back.a, f.a);
   EXPECT_PRED_FORMAT2(same_bits, back.shared_h, f.shared_h);
   EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
 }

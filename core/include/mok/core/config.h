@@ -190,7 +190,7 @@ inline double problem_bytes(const LayerConfig& c) {
   const double expert_weights = E * 3 * I * H + 3 * Is * H;               // W1 [E, 2I, H], W2 [E, H, I], shared
   const double inputs = 2 * N * H * 2 + E * H * 4 + expert_weights * 2;   // bf16 x, dy, weights; fp32 router
   const double forward = N * k * (4 + 4 + 2 * 4) + N * E * 4 + N * H * 2  // routing, layout, logits, y
-                         + N * k * (H + 3 * I) * 2 + N * 2 * Is * 2;      // slots, h and a, shared h
+                         + N * k * (H + 2 * I) * 2 + N * 2 * Is * 2;      // slots, h, shared h
   const double gradients = N * H * 2 + N * (k + E) * 4 + E * H * 4 + expert_weights * 4;
   return inputs + forward + gradients;
 }
@@ -199,7 +199,7 @@ inline double problem_bytes(const LayerConfig& c) {
 // far below 2^63: every buffer mok sizes in size_t (the saved buffer, a GPU's workspace, window and
 // quantized weights) is at most a few hundred times it (a rank's ring is sized for all of N min(k, E/R)
 // rows), so none wraps 64 bits nor passes torch's int64 sizes. Within the int32 limits above it could:
-// I = Is = 2^30 - 64 on 2^31 - 1 tokens (H = 448, E = k = 1) gave a saved buffer of 9.2e18 bytes for 2.8e19.
+// I = Is = 2^30 - 64 on 2^31 - 1 tokens (H = 448, E = k = 1) needs a saved buffer of 2.3e19 bytes, which wrapped.
 inline constexpr double kMaxProblemBytes = double(int64_t(1) << 50);
 
 inline void validate(const LayerConfig& c) {

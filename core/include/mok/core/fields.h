@@ -3,7 +3,7 @@
 //   for_each_field(fwd, f)        calls f("y", fwd.y) for every tensor of a Forward, in this order;
 //   for_each_field(a, b, f)       calls f("y", a.y, b.y): two of the same struct side by side;
 // the same for Gradients, and for LayerConfig's scalar fields. Names are those of the golden files
-// (format v1: /routing/..., /outputs/..., /config attributes); h, a, shared_h and shared_a are not
+// (format v1: /routing/..., /outputs/..., /config attributes); h, shared_h and shared_a are not
 // stored in goldens. A new field is added here once, and every user sees it.
 //
 // Bitwise comparison, shared by every consumer that compares results bit for bit:
@@ -41,7 +41,6 @@ void forward_fields(F&& f, S&... s) {
   f("slot_row", s.layout.slot_row...);
   f("y", s.y...);
   f("h", s.h...);
-  f("a", s.a...);
   f("shared_h", s.shared_h...);
   f("shared_a", s.shared_a...);
 }

@@ -41,9 +41,10 @@ struct Forward {
   Routing routing;
   std::vector<float> logits;  // [N, E]; empty when the routing was given (replay)
   DispatchLayout layout;
-  std::vector<bf16> y;         // [N, H]
-  std::vector<bf16> h;         // [N * k, 2I] layout order, bf16(x W1^T); empty in recompute mode
-  std::vector<bf16> a;         // [N * k, I]  layout order, bf16(swiglu(h)); empty in recompute mode
+  std::vector<bf16> y;  // [N, H]
+  // [N * k, 2I] layout order, bf16(x W1^T); empty in recompute mode. Its a = bf16(swiglu(h)) is not
+  // kept: the backward makes it from h again (the same bits), so a saved buffer holds none.
+  std::vector<bf16> h;
   std::vector<bf16> shared_h;  // [N, 2Is]; empty in recompute mode
   std::vector<bf16> shared_a;  // [N, Is];  empty in recompute mode
 };

@@ -133,15 +133,19 @@ class Sections {
 // between the passes drops by [P, H] bf16 (docs/benchmarks.md, session 65).
 MOK_HD bool saves_xe(const LayerConfig& c, bool recompute) { return !recompute && c.precision == Precision::bf16; }
 
-// Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16).
+// Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16). It holds no
+// routed a = bf16(swiglu(h)): the backward's per-row phase, which reads h and computes the sigmoids of
+// its gates anyway, makes a again (the same function, the same bits) and writes it into its workspace
+// for dW2, in the time it took to read it, so the buffer a model holds per layer between the passes is
+// [P, I] bf16 smaller. The shared expert's a (S rows, small) is saved.
 struct SavedLayout {
   size_t offsets, tile_offsets, row_source, slot_row;  // int32 [E + 1], [E + 1], [N k], [N k]
-  size_t xe, h, a;                                     // bf16 [P, H], [P, 2I], [P, I]
+  size_t xe, h;                                        // bf16 [P, H], [P, 2I]
   size_t shared_h, shared_a;                           // bf16 [S, 2Is], [S, Is]
   size_t bytes;
 };
 
-// Without saves_xe, xe takes no bytes. recompute: xe, h, a, shared_h and shared_a take no bytes (their offsets are
+// Without saves_xe, xe takes no bytes. recompute: xe, h, shared_h and shared_a take no bytes (their offsets are
 // where they would start), so the buffer is the layout's alone. P, the per-row sections' rows: own_padded_rows of the
 // GPU's share; S, the shared expert's rows: shared_rows_capacity of the share's GPUs (N on one GPU; rows past the GPU's
 // shared_token_rows are zero).
@@ -157,7 +161,6 @@ inline SavedLayout saved_layout(const LayerConfig& c, bool recompute = false, Ro
   l.slot_row = sections.take(N * k * 4);
   l.xe = sections.take(saves_xe(c, recompute) ? P * H * 2 : 0);
   l.h = sections.take(recompute ? 0 : P * 2 * I * 2);
-  l.a = sections.take(recompute ? 0 : P * I * 2);
   l.shared_h = sections.take(recompute ? 0 : S * 2 * Is * 2);
   l.shared_a = sections.take(recompute ? 0 : S * Is * 2);
   l.bytes = sections.bytes();
@@ -208,7 +211,7 @@ inline void validate_layout(const LayerConfig& c, const DispatchLayout& l, const
 
 }  // namespace saved_detail
 
-// The reference's Forward (with its saved h and a and the shared expert's, or in recompute mode
+// The reference's Forward (with its saved h and the shared expert's h and a, or in recompute mode
 // without) and the tokens x, as the GPU would have saved them (xe from x where saves_xe, or in
 // recompute mode the layout alone).
 inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, const std::vector<bf16>& x,
@@ -224,13 +227,11 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
   put(out, s.slot_row, f.layout.slot_row.data(), f.layout.slot_row.size());
   if (recompute) return out;
   const size_t rows = f.layout.row_source.size(), N = c.tokens(), Is = c.shared_intermediate;
-  require(f.h.size() == rows * 2 * I && f.a.size() == rows * I && f.shared_h.size() == N * 2 * Is &&
-              f.shared_a.size() == N * Is,
-          "pack_saved: the forward holds no h and a (a recompute-mode forward packs with recompute)");
+  require(f.h.size() == rows * 2 * I && f.shared_h.size() == N * 2 * Is && f.shared_a.size() == N * Is,
+          "pack_saved: the forward holds no h (a recompute-mode forward packs with recompute)");
   for_each_padded_row<bf16>(c, f.layout, tiles, RowShare{}, [&](size_t row, size_t pad) {
     if (saves_xe(c, false)) put(out, s.xe + pad * H * 2, x.data() + size_t(f.layout.row_source[row]) / k * H, H);
     put(out, s.h + pad * 2 * I * 2, f.h.data() + row * 2 * I, 2 * I);
-    put(out, s.a + pad * I * 2, f.a.data() + row * I, I);
   });
   put(out, s.shared_h, f.shared_h.data(), f.shared_h.size());
   put(out, s.shared_a, f.shared_a.data(), f.shared_a.size());
@@ -238,10 +239,10 @@ inline std::vector<uint8_t> pack_saved(const LayerConfig& c, const Forward& f, c
 }
 
 // The layout and saved activations of a saved buffer (routing and logits are the caller's tensors);
-// one of recompute mode holds the layout alone, and its Forward has no h and a, nor the shared
-// expert's (as the reference's in that mode).
-// A GPU's share over several holds h and a of its own experts' rows only, and the shared expert's h and
-// a of its shared_token_rows only (the others' stay zero).
+// one of recompute mode holds the layout alone, and its Forward has no h, nor the shared expert's h
+// and a (as the reference's in that mode).
+// A GPU's share over several holds h of its own experts' rows only, and the shared expert's h and a of
+// its shared_token_rows only (the others' stay zero).
 inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& saved, bool recompute = false,
                             const RowShare& share = {}) {
   using namespace saved_detail;
@@ -269,10 +270,8 @@ inline Forward unpack_saved(const LayerConfig& c, const std::vector<uint8_t>& sa
   for (size_t e = 0; e < E; ++e) f.layout.counts[e] = f.layout.offsets[e + 1] - f.layout.offsets[e];
   if (recompute) return f;
   f.h.resize(N * k * 2 * I);
-  f.a.resize(N * k * I);
   for_each_padded_row<bf16>(c, f.layout, tiles, share, [&](size_t row, size_t pad) {
     std::memcpy(f.h.data() + row * 2 * I, saved.data() + s.h + pad * 2 * I * 2, 2 * I * 2);
-    std::memcpy(f.a.data() + row * I, saved.data() + s.a + pad * I * 2, I * 2);
   });
   const TokenRows shared = shared_token_rows(c, share.gpus, share.gpu);
   f.shared_h.resize(N * 2 * Is);
