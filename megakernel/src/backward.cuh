@@ -1,5 +1,5 @@
 // The persistent backward. First backward_prologue_kernel: the check that the saved layout is
-// the routing's, the tile index, and in recompute mode xe pulled from x again and h and a from it, and
+// the routing's, the tile index, and in recompute mode xe pulled from x again and h from it, and
 // the shared expert's h and a from x (the forward's pull and GEMM1 + SwiGLU, expert_up.cuh). Then
 // backward_kernel: ring cycles of pull reverse-combine (dy), g = dy W2, the fused router-weight gradient d topk_w = <g,
 // a> with the SwiGLU backward, dx_j = dh W1 pushed back to the source ranks; then the shared expert's dy W2 and the
@@ -126,7 +126,8 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
 // shared memory (the GEMM stages, idle in this phase).
 template <bool kFp8>
 __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
-  // kBatch items' loads in flight per lane: four spilled (424 bytes of spill loads in the bf16 kernel).
+  // kBatch items' loads in flight per lane (four spilled: 424 bytes of spill loads in the bf16 kernel,
+  // when a was loaded beside h and g).
   constexpr int kRows = 16, kCols = kFp8Block, kItems = kRows * kCols / 8 / 32, kBatch = 2;
   struct Panel {
     float g[kRows][kCols + 1];  // the pads make the lane-per-row reads conflict-free
@@ -648,7 +649,7 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
   // The fp8 mode's shared-expert A operand, x of its tokens, read from their ranks' buffers.
   if (kFp8 && p.c.has_shared()) quantize_shared_rows(p, p.shared_xq, &RankBuffers::x);
   if (!grid_sync(b, kTileTable, 0)) return;
-  // The ring phases read h and a of any of this GPU's tiles, the shared phase its own.
+  // The ring phases read h of any of this GPU's tiles (and write a from it), the shared phase its own.
   Pipeline pipe = pipeline_init();
   recompute_up<kFp8>(pipe, p);
   if (p.c.has_shared()) shared_up<kFp8>(pipe, p, kExpertUp, false);

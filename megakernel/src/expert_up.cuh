@@ -221,7 +221,7 @@ __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
   expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols}, true);
 }
 
-// The backward's recompute (Params::recompute): h and a of every tile of this GPU's experts in one pass
+// The backward's recompute (Params::recompute): h of every tile of this GPU's experts in one pass
 // (from xe, or in the fp8 mode xq, which pull_own_x fills first; its aq, the forward's GEMM2 operand, is
 // written too and not read).
 template <bool kFp8>

@@ -211,7 +211,7 @@ struct Params {
   RoutingMode routing;        // replay_ids, given: the routing read from given_topk_idx (and given_topk_w)
   bool accumulate;            // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
   bool grads_bf16;            // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
-  bool recompute;             // xe, h, a, shared h and a are the workspace's: the backward makes them again first
+  bool recompute;             // xe, h, shared h and a are the workspace's: the backward makes them again first
   bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
   bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
   int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts
@@ -258,7 +258,7 @@ struct Params {
 
   // Per padded layout row (P rows: mok/core/saved_layout.h, schedule.cuh).
   bf16* h;               // [P, 2I]  saved, or the workspace's (recompute)
-  bf16* a;               // [P, I]   saved, or the workspace's (recompute)
+  bf16* a;               // [P, I]   the workspace's (never saved; the backward's from h); null in the fp8 forward
   float* g;              // [R/G ring_rows, I]  dy W2 (backward): per ring row, not padded row
   bf16* dh;              // [P, 2I]  (backward)
   bf16* dye;             // [P, H]   bf16(w dy) (backward, after the ring cycles)

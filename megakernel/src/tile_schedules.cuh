@@ -36,7 +36,7 @@ struct RingTiles {
 };
 
 // The output tiles of one pass over every expert tile of this GPU's experts, whatever the ring holds
-// (the backward's recompute of h and a, which reads xe per padded row, not the ring): (tile, column
+// (the backward's recompute of h, which reads xe per padded row, not the ring): (tile, column
 // tile of `width` columns), banded (banded_tile). Its items have no ring row.
 struct OwnTiles {
   const Params& p;

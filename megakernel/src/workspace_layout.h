@@ -14,8 +14,8 @@ namespace mok::gpu {
 // the forward's workspace is a prefix of the backward's. The routed a = bf16(swiglu(h)) is never saved:
 // the bf16 forward writes it for GEMM2 and the backward's per-row phase again from h for dW2; saving, it
 // lies before the slots in bf16 and, in fp8 (whose forward writes none), apart past the backward's own
-// sections. In recompute mode xe, h and a, and the shared
-// expert's h and a, are the workspace's (otherwise they take no bytes: they are saved, but for the fp8
+// sections. In recompute mode xe and h, and the shared
+// expert's h and a, are the workspace's too (otherwise they take no bytes: they are saved, but for the fp8
 // mode's xe, which is never saved and lies apart past the saving backward's own sections): those the
 // forward's bf16 GEMMs read (xe, a, shared a) are forward sections, before the E4M3 copies; the rest (h
 // and shared h; in the fp8 mode, whose GEMMs read E4M3 copies, all five) only the backward writes, past

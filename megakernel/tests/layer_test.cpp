@@ -172,7 +172,7 @@ class LayerApi : public ::testing::Test {
     if (stream_) cudaStreamDestroy(stream_);
   }
   void bf16_weight_gradients_are_the_fp32_ones_rounded_or_added(const LayerConfig& config, const LaunchConfig& launch);
-  // Each (config, ring rows) with h and a saved and recomputed, skewed routing, the workspace poisoned
+  // Each (config, ring rows) with h saved and recomputed, skewed routing, the workspace poisoned
   // before the forward and again before the backward: the reference's bits.
   void expect_sections_over_one_another_match(std::span<const std::pair<LayerConfig, int>> runs, uint64_t seed) {
     for (const auto& [c, ring_rows] : runs)
@@ -278,7 +278,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
 // with one ring cycle whatever the routing (one rank's default ring; two ranks' ring of a rank's most
 // tiles) dh over the ring, the dx_j past dh over g and dye over them, all over the forward's slots
 // (recomputing, dye and shared_dh over the ring and g); with several cycles (a one-tile ring) dye and
-// shared_dh over the ring and g. Skewed routing, a shared expert, h and a saved or recomputed;
+// shared_dh over the ring and g. Skewed routing, a shared expert, h saved or recomputed;
 // the workspace poisoned before the forward and again before the backward: the reference's bits.
 TEST_F(LayerApi, BackwardSectionsOverOneAnotherMatchTheReference) {
   const LayerConfig one_rank = with_every_branch(make_config(1, 80, 128, 64, 8, 3));
@@ -570,7 +570,7 @@ TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 52, ref::RoutingKind::uniform);
   const ref::Problem q = rerouted(p, 57, 1);
   for (const bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "saved h and a");
+    SCOPED_TRACE(recompute ? "recompute" : "saved h");
     Layer layer(p.config, LaunchConfig{.recompute = recompute});
     Bound b(layer, p, RoutingMode::given), other(layer, q, RoutingMode::given);
     b.poison();
@@ -602,7 +602,7 @@ TEST_F(LayerApi, BackwardRefusesTheSavedBufferOfAnotherRouting) {
 
 // Blocks in pairs (LaunchConfig::paired_blocks: an expert GEMM's two blocks of a cluster load a B their
 // tiles share once for both, and a block without a tile runs its peer's as a stand-in): the reference's
-// bits, bf16 and fp8 (its weight gradients bf16 and fp8), saved and recomputed h and a, on a skewed routing
+// bits, bf16 and fp8 (its weight gradients bf16 and fp8), h saved and recomputed, on a skewed routing
 // whose experts hold odd and even tile counts (empty ring slots: stand-ins), with a few blocks (many tiles
 // each, pairs that share B and pairs across experts that do not) and with all.
 TEST_F(LayerApi, PairedBlocksMatchTheReference) {
@@ -1101,7 +1101,7 @@ TEST_F(LayerApi, Fp8WeightsAreRefusedNamingTheProblem) {
 
 // The fp8 backward's sections over one another (LayerMemory.Fp8BackwardSectionsShareBytesByLifetime):
 // one cycle (one rank's default ring; two ranks' ring of a rank's most tiles: dh and its quantized copy
-// over the ring) and several (a one-tile ring), h and a saved or recomputed (xe pulled and quantized again), a
+// over the ring) and several (a one-tile ring), h saved or recomputed (xe pulled and quantized again), a
 // shared expert over N = 80 tokens, skewed routing; the workspace poisoned before the forward and again
 // before the backward, so the backward reads only what it writes (its quantized weights, dy, dh and
 // their scales, the padding rows' zero blocks): the reference's bits. Also with the weights given
@@ -1308,7 +1308,7 @@ TEST_F(LayerApi, ColocatedInterleavedMicroBatchesMatchTheReference) {
 TEST_F(LayerApi, ColocatedSharesWithOneRingCycleMatchTheReference) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 47, ref::RoutingKind::zipf);
   for (const bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "h and a saved");
+    SCOPED_TRACE(recompute ? "recompute" : "h saved");
     Colocated shares(p, RoutingMode::given, 2, 5.0, GivenRouting::in_place, 640, recompute);
     const auto poison = [&] {
       for (size_t g = 0; g < shares.layers.size(); ++g)

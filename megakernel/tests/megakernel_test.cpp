@@ -302,7 +302,7 @@ TEST_F(Gpu, ColocatedEveryRoutingModeMatchesTheReference) {
 
 // Recompute mode through the wrapper, every case: with a one-tile ring (many backward cycles after one
 // recompute pass) and on 2 colocated shares (each recomputes its own experts' tiles), the reference's
-// bits in recompute mode, with no h and a returned, as the reference's.
+// bits in recompute mode, with no h returned, as the reference's.
 TEST_F(Gpu, RecomputeModeMatchesTheReference) {
   const ref::Options opt = hopper_options(true);
   for (const Case& cs : cases()) {

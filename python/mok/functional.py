@@ -124,7 +124,7 @@ def moe(
     w2 [E, H, I] bf16; shared = (shared_w1 [2Is, H], shared_w2 [H, Is]) bf16; expert_bias [E] fp32
     (sigmoid mode's selection bias; refused in softmax mode). Tensors must be contiguous, on one device
     (CPU: the reference; CUDA: the megakernel; the same bits). The tokens are x's leading dimensions, R * T of them.
-    recompute: autograd saves the dispatch layout alone (no xe, h and a, nor the shared expert's h and
+    recompute: autograd saves the dispatch layout alone (no xe and h, nor the shared expert's h and
     a); the backward pulls x and recomputes them, with the same bits. Its forward writes no h (nor, in the
     fp8 mode, xe and a) and needs that much less workspace, so a call autograd does not record (no_grad,
     inference_mode, or no input requiring a gradient) runs in recompute mode without a group: the same y.

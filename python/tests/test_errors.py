@@ -441,7 +441,8 @@ def test_workspace_bytes_need_no_gpu():
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == repr((forward, backward))
     # Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
-    # those its GEMMs read (xe and a; h only the backward writes).
+    # those its GEMMs read (xe and the shared expert's a; h only the backward writes, and the routed a is the
+    # forward's workspace's in either mode).
     recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
     assert 0 < recompute - forward < mok._C.saved_bytes(ints, floats, False) - mok._C.saved_bytes(ints, floats, True)
     # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.

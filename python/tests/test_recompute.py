@@ -1,4 +1,4 @@
-"""Recompute mode through the op: saved holds the dispatch layout alone (no xe, h and a, nor the shared
+"""Recompute mode through the op: saved holds the dispatch layout alone (no xe and h, nor the shared
 expert's h and a), and every output and gradient has the bits of the saving mode, on the CPU and (where
 there is one) the GPU; through autograd, too."""
 

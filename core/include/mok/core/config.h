@@ -181,7 +181,7 @@ inline bool valid_swiglu_limit(float limit) {
 }
 
 // The bytes of a problem's tensors on the host: its inputs (x, dy, router, W1, W2, shared weights), the
-// forward's results and saved activations (routing, logits, the k slots per token, h and a) and the
+// forward's results and saved activations (routing, logits, the k slots per token, h) and the
 // gradients (fp32 weight gradients). A lower bound of what the reference, a golden or a fuzz case holds
 // at once. In double: with every dimension below 2^31 the products can pass 2^64.
 inline double problem_bytes(const LayerConfig& c) {

@@ -1,10 +1,9 @@
 // What the forward saves for the backward, as one byte buffer whose size depends only on the config
-// and the recompute choice: the dispatch layout, each padded row's x (xe; bf16 only: saves_xe), h and a,
-// and the shared expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) all but the layout are
-// empty: the backward pulls x into xe again and recomputes h and a from it and W1, and the shared
-// expert's from x and W1s (the forward's own code, the same bits), so that between the passes the layer
-// keeps nothing but the layout. The GPU
-// layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
+// and the recompute choice: the dispatch layout, each padded row's x (xe; bf16 only: saves_xe) and h (not
+// a: SavedLayout), and the shared expert's h and a. In the GPU's recompute mode (LaunchConfig::recompute) all but the
+// layout are empty: the backward pulls x into xe again and recomputes h (and a) from it and W1, and the shared expert's
+// from x and W1s (the forward's own code, the same bits), so that between the passes the layer keeps nothing but the
+// layout. The GPU layer writes it in place; the CPU reference's results are packed into the same layout (pack_saved),
 // so a saved buffer is one thing to a caller (the PyTorch op saves it for autograd) whichever device
 // made it, and unpack_saved turns either back into the reference's Forward (the PyTorch op's CPU
 // path packs in the call's recompute choice).

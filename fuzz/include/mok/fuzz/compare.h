@@ -25,7 +25,7 @@ Verdict compare_rows(const std::string& name, const std::vector<T>& a, const std
 template <class T>
 Verdict compare_bits(const std::string& name, const std::vector<T>& a, const std::vector<T>& b, int width);
 
-// Every field of two forward passes (h, a, shared_h and shared_a only when `activations`) and of two backward passes,
+// Every field of two forward passes (h, shared_h and shared_a only when `activations`) and of two backward passes,
 // in the order of mok::for_each_field, each viewed as rows of its width in this config. Also a difference: a run
 // without its y or dx (N x H), or an element of the GPU tools' poison (mok::first_poisoned).
 Verdict compare_forward(const LayerConfig& c, const ref::Forward& a, const ref::Forward& b, bool activations);

@@ -108,14 +108,15 @@ struct LaunchConfig {
   Transport transport = Transport::simulated;  // gpus > 1 needs nccl or colocated
   bool synchronous = false;                    // every call waits for its kernel and raises its errors
                                                // (refused by the Megakernel wrapper with gpus > 1)
-  // The backward pulls x into xe again and recomputes the routed experts' h and a from it and W1, and
-  // the shared expert's from x and W1s (the forward's pull and GEMM1 + SwiGLU code, the same bits),
-  // instead of reading them from `saved`: saved_bytes() is the dispatch layout's alone, P (2 H + 6 I)
-  // + S 6 Is bytes smaller (in fp8, whose saved buffer holds no xe either way, P 6 I + S 6 Is:
-  // mok/core/saved_layout.h, saves_xe), the backward's workspace that much larger (or
-  // less where its sections after the cycles lie over h: docs/architecture.md), the forward's only by
-  // its GEMMs' bf16 operands xe, a and shared a (P (2 H + 2 I) + S 2 Is; none in the fp8 mode: it writes
-  // no h, nor in fp8 xe and a), and the backward runs the pull and both GEMM1s again. The forward and
+  // The backward pulls x into xe again and recomputes the routed experts' h from it and W1 (a from h,
+  // as in either mode: no saved buffer holds the routed a), and the shared expert's h and a from x and
+  // W1s (the forward's pull and GEMM1 + SwiGLU code, the same bits), instead of reading them from
+  // `saved`: saved_bytes() is the dispatch layout's alone, P (2 H + 4 I) + S 6 Is bytes smaller (in fp8,
+  // whose saved buffer holds no xe either way, P 4 I + S 6 Is: mok/core/saved_layout.h, saves_xe), the
+  // backward's workspace that much larger (or less where its sections after the cycles lie over h:
+  // docs/architecture.md), the forward's only by its GEMMs' bf16 operands xe and shared a (P 2 H + S 2 Is;
+  // none in the fp8 mode: it writes no h, nor in fp8 xe), and the backward runs the pull and both GEMM1s
+  // again. The forward and
   // the backward of one step must both run on Layers of the same recompute choice.
   bool recompute = false;
   // Routed rows this GPU's experts can hold: the per-row buffers (xe, h, a and the backward's

@@ -45,7 +45,7 @@ class Megakernel {
   Megakernel& operator=(const Megakernel&) = delete;
 
   // given: a routing to replay (nullptr: the router runs on the GPU; replay_ids: only its expert ids are
-  // replayed). Returns every forward result (routing, logits, dispatch layout, y, saved h and a: none
+  // replayed). Returns every forward result (routing, logits, dispatch layout, y, saved h and shared h and a: none
   // with LaunchConfig::recompute, as the reference's Forward in recompute mode).
   // = set_input + launch_forward + read_forward.
   Forward forward(const std::vector<bf16>& x, const Routing* given, bool replay_ids = false);

@@ -35,7 +35,7 @@ struct Options {
   // The K-step model of the bf16 GEMMs (in the fp8 mode: the weight gradients' only).
   StepModel step = StepModel::hopper_tc;
   int ring_rows = 256;      // rows of the receive ring per minibatch: a positive multiple of 16
-  bool recompute = false;   // the backward recomputes h and a instead of reading them saved
+  bool recompute = false;   // the backward recomputes h instead of reading it saved
   bool replay_ids = false;  // with a given routing: replay its expert ids only; weights (and logits, and the
                             // router's gradients) from the live router (RoutingMode::replay_ids)
   // The fp8 mode's E4M3 weight gradients (docs/accuracy.md, "FP8 weight gradients"; the GPU's

@@ -34,7 +34,7 @@ class Stream {
 // Device memory in use on the current device (cudaMemGetInfo: total - free; other processes' included).
 uint64_t device_memory_in_use();
 
-// What the Layer returns, and the dispatch layout read from its saved buffer (h and a are not returned).
+// What the Layer returns, and the dispatch layout read from its saved buffer (h is not returned).
 struct RankResults {
   Forward fwd;
   Gradients grads;
