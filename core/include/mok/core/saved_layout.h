@@ -129,7 +129,7 @@ class Sections {
 // Whether the saved buffer holds xe, x of each padded row (dW1's operand). The fp8 mode's forward GEMM1
 // reads the E4M3 xq, not xe, so it saves none: its backward pulls xe from x (as recompute mode's does),
 // which costs the backward about what writing it cost the forward, and the buffer a model holds per layer
-// between the passes drops by [P, H] bf16 (docs/benchmarks.md, session 65).
+// between the passes drops by [P, H] bf16 (docs/benchmarks.md, session 66).
 MOK_HD bool saves_xe(const LayerConfig& c, bool recompute) { return !recompute && c.precision == Precision::bf16; }
 
 // Byte offsets of the saved buffer's sections (each 256-byte aligned: TMA bases need 16). It holds no
