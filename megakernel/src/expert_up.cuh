@@ -201,8 +201,9 @@ static_assert(kGateCols == kFp8Block,
 template <bool kFp8, class Tiles>
 __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles, bool forward) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  UpOutputs out = up_outputs<kFp8>(p, forward, p.h, p.a, p.aq);
-  out.a = forward && !kFp8 ? p.a : nullptr;  // no saved buffer holds it: expert_row_grads makes it from h
+  // The routed a: GEMM2's operand in the bf16 forward alone (no saved buffer holds it: expert_row_grads
+  // makes it from h).
+  const UpOutputs out = up_outputs<kFp8>(p, forward, p.h, forward && !kFp8 ? p.a : nullptr, p.aq);
   expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {
