@@ -692,8 +692,8 @@ struct Layer::Impl {
   // numbers, which the flags have passed, and its barriers would not wait. So it is not captured.
   void refuse_capture(bool captured) const {
     if (!exchange.windowed()) return;
-    require(!captured,
-            "a Layer of a peer group (gpus > 1, or the nccl or colocated transport) " + peer_group_capture_refusal);
+    require(!captured, std::string("a Layer of a peer group (gpus > 1, or the nccl or colocated transport) ") +
+                           peer_group_capture_refusal);
   }
   // The call's `count` launch numbers (the first returned), taken before anything that may throw: a call
   // refused on one GPU of a group still uses its numbers, so its peers' launches of them time out and every

@@ -119,7 +119,8 @@ void refuse_building_in_capture(const Call& call, c10::DeviceIndex device) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device).stream(), &status));
   if (status == cudaStreamCaptureStatusNone) return;
-  require(!call.comm, "a call on a process group (a peer group's Layer) " + gpu::peer_group_capture_refusal);
+  require(!call.comm,
+          std::string("a call on a process group (a peer group's Layer) ") + gpu::peer_group_capture_refusal);
   throw Error(
       "a CUDA graph is capturing this call, the first of its config and launch on this device (a call autograd "
       "does not record runs in recompute mode, and calls given fp8_weights on a Layer of their own), which "

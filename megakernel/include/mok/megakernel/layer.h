@@ -201,7 +201,7 @@ struct PhaseTime {
 
 // Why a peer group's Layer (gpus > 1, or the nccl or colocated transport) is never captured in a CUDA
 // graph: the reason its calls, and the PyTorch op's calls on a process group, give when refusing.
-inline const std::string peer_group_capture_refusal =
+inline constexpr char peer_group_capture_refusal[] =
     "cannot be captured in a CUDA graph: its barriers across GPUs number each launch on the host, and a "
     "replay would reuse the captured numbers";
 
