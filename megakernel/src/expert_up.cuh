@@ -140,7 +140,8 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
 // null: not written. The forward writes what its GEMM2 and the backward read; in recompute mode the
 // backward makes h and a again, so the forward writes GEMM2's operand alone (a, or in the fp8 mode aq).
 // The routed experts' a is GEMM2's operand alone (expert_up_tiles): the backward makes it from h.
-// The backward's recompute writes aq too (not read: the branch costs the fp8 forward's epilogue spills).
+// The shared expert's recompute writes shared_aq too (not read: S rows; a branch on aq cost the fp8
+// forward's epilogue spills).
 struct UpOutputs {
   bf16 *h, *a;
   Fp8Matrix aq;
@@ -155,8 +156,10 @@ __device__ __forceinline__ UpOutputs up_outputs(const Params& p, bool forward, b
 // columns (those at or past inter - n0 are another matrix's: not written); h = bf16(gate | up) and
 // a = bf16(swiglu(h)) for rows < valid, into rows first.. of out's h, a, and in the fp8 mode (aq) a
 // quantized for GEMM2. All of a is computed in registers first, its SwiGLUs in batches (swiglu_words), so
-// the compiler interleaves them (one by one they were most of this epilogue's time).
-template <bool kFp8 = false>
+// the compiler interleaves them (one by one they were most of this epilogue's time). kWithA false: h
+// alone (out.a null, out.aq not written), no SwiGLU: the routed experts' recompute in the backward, whose
+// per-row phase makes a from h.
+template <bool kFp8 = false, bool kWithA = true>
 __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, const float (&acc)[kAccumulators],
                                        int inter, int n0, int valid, long first, const UpOutputs& out) {
   constexpr int kUp = kAccumulators / 2;        // accumulator i's up partner: i + kUp
@@ -164,16 +167,18 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
   uint32_t hw[kAccumulators / 2], aw[kUp / 2];
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) hw[i / 2] = pack_bf16(acc[i], acc[i + 1]);
-  constexpr int kBatch = 8;  // words of a per batch of sigmoids
-  static_assert(kUp / 2 % kBatch == 0, "whole batches of a's words");
+  if constexpr (kWithA) {
+    constexpr int kBatch = 8;  // words of a per batch of sigmoids
+    static_assert(kUp / 2 % kBatch == 0, "whole batches of a's words");
 #pragma unroll
-  for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
-  if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, out.aq);
+    for (int j = 0; j < kUp / 2; j += kBatch) swiglu_words<kBatch>(hw + j, hw + kUp / 2 + j, p.c.swiglu_limit, aw + j);
+    if constexpr (kFp8) quantize_block_columns(aw, consumer, inter, n0, valid, first, out.aq);
+  }
   // h and a leave from registers after a quad transpose, 16 bytes a lane: no staging rows, no barriers
   // (staged, olmoe's fp8 GEMM1 took 5-7% longer; the other bf16 epilogues were slower from registers:
   // docs/results/2026-12-03-h200-h, call 3).
   const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
-  const int h_rows = out.h ? valid : 0, a_rows = out.a ? valid : 0;  // rows stored
+  const int h_rows = out.h ? valid : 0, a_rows = kWithA && out.a ? valid : 0;  // rows stored
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows
     const int row = acc_row(consumer, 2 * half);
@@ -184,7 +189,7 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
       if (n0 + 32 * g >= inter) continue;  // another matrix's columns (the whole warp's)
       store_word_group(hw, half, g, at(h_row, 32 * g));
       store_word_group(hw, half, kGateGroups + g, at(h_row, inter + 32 * g));
-      store_word_group(aw, half, g, at(a_row, 32 * g));
+      if constexpr (kWithA) store_word_group(aw, half, g, at(a_row, 32 * g));
     }
   }
 }
@@ -194,16 +199,16 @@ inline constexpr int kGateCols = kTileN / 2;
 static_assert(kGateCols == kFp8Block,
               "a GEMM1 tile's a columns are one fp8 block of each row (quantize_block_columns)");
 
-// GEMM1 + SwiGLU on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert tiles of `tiles`
-// (RingTiles or OwnTiles, 128 columns of I per tile) into p.h, p.a and p.aq, those up_outputs names (the
-// forward's, or the backward's recompute), and a only in the bf16 forward. Padding rows (zero in xe) are written too:
-// their a is zero, as the weight gradients expect.
-template <bool kFp8, class Tiles>
-__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles, bool forward) {
+// GEMM1 (+ SwiGLU in the forward, kForward) on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert
+// tiles of `tiles` (RingTiles or OwnTiles, 128 columns of I per tile) into p.h, p.a and p.aq, those
+// up_outputs names: the forward's; the backward's recompute writes h alone. a only in the bf16 forward.
+// Padding rows (zero in xe) are written too: their a is zero, as the weight gradients expect.
+template <bool kFp8, bool kForward, class Tiles>
+__device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
   const int I = p.c.intermediate, H = p.c.hidden;
   // The routed a: GEMM2's operand in the bf16 forward alone (no saved buffer holds it: expert_row_grads
   // makes it from h).
-  const UpOutputs out = up_outputs<kFp8>(p, forward, p.h, forward && !kFp8 ? p.a : nullptr, p.aq);
+  const UpOutputs out = up_outputs<kFp8>(p, kForward, p.h, kForward && !kFp8 ? p.a : nullptr, p.aq);
   expert_gemm<kNT, kFp8>(
       pipe, p, tiles, kExpertUp,
       [&](const RingItem& it) {
@@ -212,22 +217,21 @@ __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& ti
         return k_major(p.maps.xe, p.maps.w1, it.t.pad_row, w, w + I, H);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        swiglu_epilogue<kFp8>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, out);
+        swiglu_epilogue<kFp8, kForward>(p, consumer, acc, I, it.n0, kTileRows, it.t.pad_row, out);
       });
 }
 
 // The forward's GEMM1 + SwiGLU on this cycle's tiles: (rank, ring slot, column tile).
 template <bool kFp8>
 __device__ inline void expert_up(Pipeline& pipe, const Params& p, int cycle) {
-  expert_up_tiles<kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols}, true);
+  expert_up_tiles<kFp8, true>(pipe, p, RingTiles{p, cycle, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 // The backward's recompute (Params::recompute): h of every tile of this GPU's experts in one pass
-// (from xe, or in the fp8 mode xq, which pull_own_x fills first; its aq, the forward's GEMM2 operand, is
-// written too and not read).
+// (from xe, or in the fp8 mode xq, which pull_own_x fills first); no SwiGLU, no aq.
 template <bool kFp8>
 __device__ inline void recompute_up(Pipeline& pipe, const Params& p) {
-  expert_up_tiles<kFp8>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols}, false);
+  expert_up_tiles<kFp8, false>(pipe, p, OwnTiles{p, ceil_div(p.c.intermediate, kGateCols), kGateCols});
 }
 
 // The shared expert's GEMM1 + SwiGLU over its tokens (Params::shared_tokens; in the fp8 mode, kFp8, on
