@@ -109,9 +109,8 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
   if (fp8) {
     b.add("shared_xq as shared_dyq", l.fp8.shared_xq, S * (Is ? H : 0), Phases::kPrologue, ph.router());
     b.add("shared_dhq", l.shared_dhq, S * 2 * Is, ph.router(), ph.shared_dx());
-    if (recompute) {  // the GEMM1s read xq and write aq and shared_aq, which nothing reads
+    if (recompute) {  // the GEMM1s read xq; the shared one writes shared_aq, which nothing reads (the routed h alone)
       b.add("xq", l.fp8.xq, P * H, Phases::kPrologue, Phases::kRecompute);
-      b.add("aq", l.fp8.aq, P * I, Phases::kRecompute, Phases::kRecompute);
       b.add("shared_aq", l.fp8.shared_aq, S * Is, Phases::kRecompute, Phases::kRecompute);
     }
     if (!launch.fp8_weights_given)  // both copies, quantized before the launch

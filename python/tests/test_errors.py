@@ -441,14 +441,18 @@ def test_workspace_bytes_need_no_gpu():
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == repr((forward, backward))
     # Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
-    # those its GEMMs read (xe and the shared expert's a; h only the backward writes, and the routed a is the
-    # forward's workspace's in either mode).
-    recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
-    assert 0 < recompute - forward < mok._C.saved_bytes(ints, floats, False) - mok._C.saved_bytes(ints, floats, True)
-    # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
+    # those its GEMMs read: xe of the P padded rows (the layout's N k rows, each expert's last tile padded) and the
+    # shared expert's a of its N rows (h only the backward writes; the routed a is the forward's in either mode).
+    # Each section takes whole 256-byte blocks.
     c = layer.config
-    slots = (c.tokens * c.top_k * c.hidden * 2 + 255) // 256 * 256
-    assert forward - mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0] == slots
+    section = lambda size: (size + 255) // 256 * 256  # noqa: E731
+    padded_rows = 128 * (-(-c.tokens * c.top_k // 128) + c.experts)
+    recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
+    assert recompute - forward == section(padded_rows * c.hidden * 2) + section(c.tokens * c.shared_intermediate * 2)
+    # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
+    assert forward - mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0] == section(
+        c.tokens * c.top_k * c.hidden * 2
+    )
 
 
 def test_python_entry_points_check_before_they_work(tmp_path):
