@@ -33,7 +33,8 @@
 #           fp8, fp8 adding --fp8 to the tool's arguments; default: the arguments as given), runs in the
 #           order $MOK_AB_ORDER (default "B N B N"; B the baseline, N this tree), alternating so that the
 #           clock's drift falls on both;
-#           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS $MOK_AB_ARGS, ab.log) or op (bench/op_bench.py
+#           $MOK_AB_TOOL bench (default: mok-bench $MOK_BENCH_ARGS $MOK_AB_ARGS, ab.log; $MOK_AB_ARGS, e.g.
+#           --recompute, go to the A/B's runs alone, not to the bench step's) or op (bench/op_bench.py
 #           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
 #           ignored path (.snap*), so the device call must carry it. More trees (candidates: this tree with
 #           a patch each) in $MOK_AB_TREES as LETTER=DIR pairs, e.g. "R=.snapR H=.snapH", built as the

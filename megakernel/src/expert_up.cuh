@@ -1,8 +1,8 @@
 // The pull of x into xe and GEMM1 + SwiGLU of the routed experts (h = bf16(xe W1^T), a = bf16(swiglu(h))
 // per padded row) with its epilogue, and the shared expert's GEMM1 + SwiGLU, shared by the forward
 // (this cycle's tiles) and, in recompute mode, the backward (every tile of this GPU's experts, and the
-// shared expert's tokens, before its ring cycles): one code, so the pulled xe and the recomputed h and
-// a are the forward's bits.
+// shared expert's tokens, before its ring cycles): one code, so the pulled xe and the recomputed h (and
+// the shared expert's a) are the forward's bits.
 #pragma once
 
 #include "bf16_words.cuh"
@@ -140,8 +140,8 @@ __device__ inline void quantize_block_columns(const uint32_t (&aw)[kWords], Warp
 // null: not written. The forward writes what its GEMM2 and the backward read; in recompute mode the
 // backward makes h and a again, so the forward writes GEMM2's operand alone (a, or in the fp8 mode aq).
 // The routed experts' a is GEMM2's operand alone (expert_up_tiles): the backward makes it from h.
-// The shared expert's recompute writes shared_aq too (not read: S rows; a branch on aq cost the fp8
-// forward's epilogue spills).
+// The shared expert's recompute writes shared_aq too (not read; S rows, not worth an instantiation of its
+// own).
 struct UpOutputs {
   bf16 *h, *a;
   Fp8Matrix aq;
@@ -157,7 +157,7 @@ __device__ __forceinline__ UpOutputs up_outputs(const Params& p, bool forward, b
 // a = bf16(swiglu(h)) for rows < valid, into rows first.. of out's h, a, and in the fp8 mode (aq) a
 // quantized for GEMM2. All of a is computed in registers first, its SwiGLUs in batches (swiglu_words), so
 // the compiler interleaves them (one by one they were most of this epilogue's time). kWithA false: h
-// alone (out.a null, out.aq not written), no SwiGLU: the routed experts' recompute in the backward, whose
+// alone (out.a and out.aq ignored), no SwiGLU: the routed experts' recompute in the backward, whose
 // per-row phase makes a from h.
 template <bool kFp8 = false, bool kWithA = true>
 __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, const float (&acc)[kAccumulators],
@@ -178,7 +178,7 @@ __device__ inline void swiglu_epilogue(const Params& p, Warpgroup consumer, cons
   // (staged, olmoe's fp8 GEMM1 took 5-7% longer; the other bf16 epilogues were slower from registers:
   // docs/results/2026-12-03-h200-h, call 3).
   const auto at = [](bf16* row, long col) { return row ? row + col : nullptr; };
-  const int h_rows = out.h ? valid : 0, a_rows = kWithA && out.a ? valid : 0;  // rows stored
+  const int h_rows = out.h ? valid : 0, a_rows = out.a ? valid : 0;  // rows stored
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // the thread's two rows
     const int row = acc_row(consumer, 2 * half);
@@ -202,7 +202,7 @@ static_assert(kGateCols == kFp8Block,
 // GEMM1 (+ SwiGLU in the forward, kForward) on the rows of xe (in the fp8 mode, kFp8: of xq) of the expert
 // tiles of `tiles` (RingTiles or OwnTiles, 128 columns of I per tile) into p.h, p.a and p.aq, those
 // up_outputs names: the forward's; the backward's recompute writes h alone. a only in the bf16 forward.
-// Padding rows (zero in xe) are written too: their a is zero, as the weight gradients expect.
+// Padding rows (zero in xe) are written too: zero h, and in the forward zero a (GEMM2 reads whole tiles).
 template <bool kFp8, bool kForward, class Tiles>
 __device__ void expert_up_tiles(Pipeline& pipe, const Params& p, const Tiles& tiles) {
   const int I = p.c.intermediate, H = p.c.hidden;

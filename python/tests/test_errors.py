@@ -441,12 +441,12 @@ def test_workspace_bytes_need_no_gpu():
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == repr((forward, backward))
     # Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
-    # those its GEMMs read: xe of the P padded rows (the layout's N k rows, each expert's last tile padded) and the
+    # those its GEMMs read: xe of the P padded rows (N min(k, E) rows, each expert's last tile padded) and the
     # shared expert's a of its N rows (h only the backward writes; the routed a is the forward's in either mode).
     # Each section takes whole 256-byte blocks.
     c = layer.config
     section = lambda size: (size + 255) // 256 * 256  # noqa: E731
-    padded_rows = 128 * (-(-c.tokens * c.top_k // 128) + c.experts)
+    padded_rows = 128 * (-(-c.tokens * min(c.top_k, c.experts) // 128) + c.experts)
     recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
     assert recompute - forward == section(padded_rows * c.hidden * 2) + section(c.tokens * c.shared_intermediate * 2)
     # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
