@@ -37,10 +37,10 @@ namespace mok::gpu {
 // backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized per ring row (dhq: written
 // with dh by the per-row phase, read by that cycle's dx push) lies over the ring, after dh with one cycle (both are
 // written at once), and g past both; shared_dhq (written with shared_dh, read by the shared dx) after shared_dh; the
-// shared expert's tokens' dy quantized (shared_dyq: from the tile-table phase to the shared expert's dy W2 after the
-// cycles) in the forward's shared_xq section, of its shape and not read in the backward. Without recompute and with the
-// weights given, they all start over the forward's xq, aq and shared_aq, which such a backward does not read, or with
-// one cycle and simulated ranks over the slots too.
+// shared expert's tokens' dy quantized (shared_dyq: from the first cycle's pull to the shared expert's dy W2 after
+// the cycles) in the forward's shared_xq section, of its shape and not read in the backward. Without recompute and with
+// the weights given, they all start over the forward's xq, aq and shared_aq, which such a backward does not read, or
+// with one cycle and simulated ranks over the slots too.
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap

@@ -275,16 +275,20 @@ TEST(ReferenceVsOracleEdges, TopOneRenormalisedRouterGradientsAreExactlyZero) {
     opt.step = StepModel::fp32_fma;
     const Forward f = forward(c, p.x, p.weights, nullptr, opt);
     const OracleResult o = oracle(oracle_inputs(c, p.x, p.weights, p.dy, f));
+    ASSERT_FALSE(o.d_logits.empty() || o.d_router.empty() || o.d_logits_scale.empty());
     for (double v : o.d_logits) ASSERT_EQ(v, 0.0) << "d_logits";
     for (double v : o.d_router) ASSERT_EQ(v, 0.0) << "d_router";
     for (double v : o.d_logits_scale) ASSERT_EQ(v, 0.0) << "d_logits_scale";
+    int router_checks = 0;  // d_logits and d_router: both must be among the checks
     for (const OracleCheck& ch : checks_of(c, p)) {
       EXPECT_TRUE(ch.passed()) << to_string(ch.tensor) << ": relative " << ch.error.relative << ", bound " << ch.bound;
       if (ch.tensor == OracleTensor::d_logits || ch.tensor == OracleTensor::d_router) {
+        ++router_checks;
         EXPECT_EQ(ch.error.relative, 0.0) << to_string(ch.tensor);
         EXPECT_EQ(ch.error.max_abs, 0.0) << to_string(ch.tensor);
       }
     }
+    EXPECT_EQ(router_checks, 2);
   }
 }
 

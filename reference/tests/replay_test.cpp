@@ -35,11 +35,8 @@ TEST(ReplayIds, OfTheRoutersOwnChoiceIsTheRouter) {
   EXPECT_PRED_FORMAT2(same_bits, replayed.logits, routed.logits);
   EXPECT_PRED_FORMAT2(same_bits, replayed.routing.topk_w, routed.routing.topk_w);
   EXPECT_PRED_FORMAT2(same_bits, replayed.y, routed.y);
-  const Gradients a = backward(c, p.x, p.weights, routed, p.dy, opt);
-  const Gradients b = backward(c, p.x, p.weights, replayed, p.dy, replay);
-  EXPECT_PRED_FORMAT2(same_bits, b.d_router, a.d_router);
-  EXPECT_PRED_FORMAT2(same_bits, b.d_logits, a.d_logits);
-  EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
+  expect_same_gradients(backward(c, p.x, p.weights, replayed, p.dy, replay),
+                        backward(c, p.x, p.weights, routed, p.dy, opt));
 }
 
 // Replayed ids that differ from the router's choice: the weights are the live router's scores of the
@@ -121,10 +118,7 @@ TEST(SavedBuffer, RoundTripsTheForward) {
   EXPECT_PRED_FORMAT2(same_bits, back.shared_a, f.shared_a);
   back.routing = f.routing;
   back.logits = f.logits;
-  const Gradients a = backward(c, p.x, p.weights, f, p.dy, {});
-  const Gradients b = backward(c, p.x, p.weights, back, p.dy, {});
-  EXPECT_PRED_FORMAT2(same_bits, b.d_w1, a.d_w1);
-  EXPECT_PRED_FORMAT2(same_bits, b.dx, a.dx);
+  expect_same_gradients(backward(c, p.x, p.weights, back, p.dy, {}), backward(c, p.x, p.weights, f, p.dy, {}));
 }
 
 // The GPU's recompute mode (LaunchConfig::recompute) saves the layout alone: the same buffer without its
@@ -153,14 +147,8 @@ TEST(SavedBuffer, RecomputeLayoutHoldsTheLayoutAlone) {
   expect_error([&] { unpack_saved(c, whole, true); }, "saved buffer has " + std::to_string(whole.size()) + " bytes");
   back.routing = f.routing;
   back.logits = f.logits;
-  const Gradients want = backward(c, p.x, p.weights, f, p.dy, {});
-  const Gradients got = backward(c, p.x, p.weights, back, p.dy, recomputing);
-  EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w1, want.d_shared_w1);
-  EXPECT_PRED_FORMAT2(same_bits, got.d_shared_w2, want.d_shared_w2);
-  EXPECT_PRED_FORMAT2(same_bits, got.dx, want.dx);
-  // a: the recomputing backward's from its GEMM1, the saving one's from the saved h
-  EXPECT_PRED_FORMAT2(same_bits, got.d_w2, want.d_w2);
-  EXPECT_PRED_FORMAT2(same_bits, got.d_topk_w, want.d_topk_w);
+  // h: the recomputing backward's from its GEMM1, the saving one's from the buffer; a from h in both.
+  expect_same_gradients(backward(c, p.x, p.weights, back, p.dy, recomputing), backward(c, p.x, p.weights, f, p.dy, {}));
   expect_error([&] { backward(c, p.x, p.weights, back, p.dy, {}); }, "forward saved no activations: use recompute");
 }
 

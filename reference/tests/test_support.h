@@ -50,4 +50,11 @@ template <class T>
   return ::testing::AssertionSuccess();
 }
 
+// Every gradient of two backwards bit for bit (fields.h's list; same_bits, so each must hold a non-zero:
+// for problems with a router and a shared expert).
+inline void expect_same_gradients(const Gradients& got, const Gradients& want) {
+  for_each_field(got, want,
+                 [](const char* name, const auto& a, const auto& b) { EXPECT_PRED_FORMAT2(same_bits, a, b) << name; });
+}
+
 }  // namespace mok::ref::test
