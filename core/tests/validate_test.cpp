@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -144,7 +145,8 @@ TEST(Memory, TheCgroupsSmallestLimitIsFound) {
 // The widest config within the int32 limits (I = Is = 2^30 - 64 on 2^31 - 1 tokens) needs 2.3e19 bytes
 // of saved activations, past size_t: saved_layout gave them wrapped. Refused past 1 PiB of tensors, the
 // sizes of what is accepted are exact: halving T from that config until validate accepts it, the saved
-// buffer's bytes are its sections' sum taken in double (no wrap), below 2^63 (torch's int64 sizes).
+// buffer's bytes are its sections' sum, each in whole 256-byte blocks, taken in double (no wrap; exact below
+// 2^53), below 2^63 (torch's int64 sizes).
 TEST(Validate, AProblemPastOnePebibyteIsRefusedBeforeItsSizesWrap) {
   LayerConfig c = make_config(1, std::numeric_limits<int32_t>::max(), 448, (1 << 30) - 64, 1, 1);
   c.shared_intermediate = c.intermediate;
@@ -157,9 +159,13 @@ TEST(Validate, AProblemPastOnePebibyteIsRefusedBeforeItsSizesWrap) {
   EXPECT_GT(problem_bytes(c), kMaxProblemBytes / 2) << "the largest T accepted, to a factor 2";
   const double N = c.tokens(), P = own_padded_rows(c, 1, 0), H = c.hidden, I = c.intermediate,
                Is = c.shared_intermediate;
-  const double sections = 2 * 4 * (c.experts + 1) + 2 * 4 * N * c.top_k + P * (2 * H + 4 * I) + N * 6 * Is;
+  const auto section = [](double bytes) { return std::ceil(bytes / 256) * 256; };
+  // offsets and tile_offsets, row_source and slot_row, xe, h, the shared expert's h and a (S = N rows)
+  const double sections = 2 * section(4 * (c.experts + 1)) + 2 * section(4 * N * c.top_k) + section(P * H * 2) +
+                          section(P * 2 * I * 2) + section(N * 2 * Is * 2) + section(N * Is * 2);
+  ASSERT_LT(sections, 0x1p53);
   const double saved = double(saved_layout(c).bytes);
-  EXPECT_NEAR(saved / sections, 1.0, 1e-6);
+  EXPECT_EQ(saved, sections);
   EXPECT_LT(saved, 0x1p63);
 }
 

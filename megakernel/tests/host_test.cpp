@@ -179,10 +179,10 @@ TEST(LayerMemory, ARingPastARanksMostRowsIsThatRing) {
   }
 }
 
-// At validate's bounds the workspace's sizes are exact: R = 64 ranks' rings, each of a rank's most rows
-// (the whole batch), and g beside them at I = 2^30 - 64 (T halved until validate accepts the config:
-// its tensors within 1 PiB) are at most a few hundred times the tensors, far below 2^63, where the
-// size_t sums wrapped before.
+// At validate's bounds the workspace's sizes do not wrap: with R = 64 ranks' rings, each of a rank's most
+// rows (the whole batch), and g beside them at I = 2^30 - 64 (T halved until validate accepts the config:
+// its tensors within 1 PiB), each workspace holds at least its largest sections (taken in double) and stays
+// below 2^63, where the size_t sums wrapped before. (validate_test has the saved buffer's exact size.)
 TEST(LayerMemory, TheLargestRingsOfTheLargestConfigDoNotWrap) {
   LayerConfig c = make_config(64, std::numeric_limits<int>::max() / 64 / 512, 64, (1 << 30) - 64, 512, 8);
   c.shared_intermediate = c.intermediate;
