@@ -29,8 +29,17 @@ for name in ("x", "dy"):
     assert np.all((v.view(np.uint32) & 0xFFFF) == 0), "a bf16 decoded to float32 has a zero low half"
     assert np.all(np.abs(v) <= 1), "x and dy are uniform in [-1, 1), rounded to bf16"
 y = g["outputs"]["y"]
-assert y.dtype == np.float32 and y.shape == (N, H) and np.all(np.isfinite(y))
+assert y.dtype == np.float32 and y.shape == (N, H) and np.all(np.isfinite(y)) and np.any(y != 0)
 assert g["routing"]["offsets"][-1] == N * c["top_k"]
+
+# Every tensor decoded is the file's bits: a bf16's its top half, the rest as stored (read here without the snippet).
+with h5py.File(golden, "r") as f:
+    for group in ("inputs", "routing", "outputs"):
+        assert sorted(g[group]) == sorted(f[group]), (group, sorted(g[group]))
+        for name, ds in f[group].items():
+            raw, got = ds[()], g[group][name]
+            want = raw.astype(np.uint32) << 16 if ds.attrs["dtype"] == "bf16" else raw.view(raw.dtype)
+            assert got.shape == raw.shape and np.array_equal(got.view(want.dtype), want), f"/{group}/{name}"
 
 # The seal check rejects a corrupt copy.
 data = bytearray(open(golden, "rb").read())
