@@ -1,6 +1,7 @@
 // The determinism contract on the reference (docs/design.md): D1 run to run, D2 rank-count
 // invariance, and invariance to the ring's minibatch size and to the recompute mode.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <string>
@@ -69,10 +70,20 @@ class Determinism : public ::testing::TestWithParam<StepModel> {
   }
 };
 
+// Run to run, and over 1, 3 or this machine's threads: the reference's GEMMs run their rows in parallel where
+// the work is large enough (this problem's experts' GEMMs are), each output element's chain in one thread.
 TEST_P(Determinism, D1SameInputsSameBits) {
   const LayerConfig c = global_batch(4);
   const Problem p = make_problem(c, 31);
-  expect_same_outputs(run(c, p, options()), run(c, p, options()), true, true);
+  const Outputs first = run(c, p, options());
+  expect_same_outputs(first, run(c, p, options()), true, true);
+  const int threads = omp_get_max_threads();
+  for (const int n : {1, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " threads");
+    omp_set_num_threads(n);
+    expect_same_outputs(first, run(c, p, options()), true, true);
+  }
+  omp_set_num_threads(threads);
 }
 
 // The same global batch (same x, weights, dy: make_problem draws them from N = R * T) split over
