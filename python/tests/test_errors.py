@@ -421,18 +421,29 @@ def test_size_queries_check_the_launch_list_with_or_without_gpu_ops():
                 query(ints, floats, launch)
 
 
+GPU_OPS = pytest.mark.skipif(not mok._C.HAS_CUDA, reason="mok was built without its GPU ops")
+
+
+def workspace_args():
+    layer = make_layer("softmax_shared")
+    return layer.config, *layer.config.pack()
+
+
+@pytest.mark.skipif(mok._C.HAS_CUDA, reason="mok was built with its GPU ops")
+def test_workspace_bytes_without_the_gpu_ops_raise():
+    _, ints, floats = workspace_args()
+    with pytest.raises(ValueError, match="mok was built without its GPU ops"):
+        mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS))
+
+
+@GPU_OPS
 def test_workspace_bytes_need_no_gpu():
     """mok._C.workspace_bytes is the Layer's arithmetic on the host: a process that sees no GPU gets the
     sizes (it built the call's Layer on torch's current device: torch's AcceleratorError, naming no mok
     argument, where there was none), and a launch on a communicator makes no NCCL call (comm is not
-    read). Without the GPU ops it raises ValueError."""
-    layer = make_layer("softmax_shared")
-    ints, floats = layer.config.pack()
+    read)."""
+    _, ints, floats = workspace_args()
     launch = pack_launch(RING_ROWS)
-    if not mok._C.HAS_CUDA:
-        with pytest.raises(ValueError, match="mok was built without its GPU ops"):
-            mok._C.workspace_bytes(ints, floats, launch)
-        return
     forward, backward = mok._C.workspace_bytes(ints, floats, launch)
     assert 0 < forward <= backward  # the forward's is a prefix of the backward's
     code = f"import mok; print(mok._C.workspace_bytes({ints!r}, {floats!r}, {launch!r}))"
@@ -440,19 +451,23 @@ def test_workspace_bytes_need_no_gpu():
     child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == repr((forward, backward))
-    # Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
-    # those its GEMMs read: xe of the P padded rows (N min(k, E) rows, each expert's last tile padded) and the
-    # shared expert's a of its N rows (h only the backward writes; the routed a is the forward's in either mode).
-    # Each section takes whole 256-byte blocks.
-    c = layer.config
+
+
+@GPU_OPS
+def test_workspace_bytes_of_recompute_and_of_a_communicator():
+    """Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
+    those its GEMMs read: xe of the P padded rows (N min(k, E) rows, each expert's last tile padded) and the
+    shared expert's a of its N rows (h only the backward writes; the routed a is the forward's in either
+    mode). A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its
+    workspace. Each section takes whole 256-byte blocks."""
+    c, ints, floats = workspace_args()
+    forward = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS))[0]
     section = lambda size: (size + 255) // 256 * 256  # noqa: E731
     padded_rows = 128 * (-(-c.tokens * min(c.top_k, c.experts) // 128) + c.experts)
     recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
     assert recompute - forward == section(padded_rows * c.hidden * 2) + section(c.tokens * c.shared_intermediate * 2)
-    # A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its workspace.
-    assert forward - mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0] == section(
-        c.tokens * c.top_k * c.hidden * 2
-    )
+    on_comm = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0]
+    assert forward - on_comm == section(c.tokens * c.top_k * c.hidden * 2)
 
 
 def test_python_entry_points_check_before_they_work(tmp_path):
