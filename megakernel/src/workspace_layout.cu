@@ -141,10 +141,15 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // ones), within its workspace; h and shared_h (and in the fp8 mode all five) only the backward writes,
   // past the forward's workspace.
   const bool recompute = launch.recompute, bf16_operands = recompute && !fp8;
+  // In the fp8 mode the shared expert's h and a, which only the backward writes, lie over aq where they fit:
+  // the recompute backward's GEMM1 writes h alone, so it neither writes nor reads aq.
+  Sections over_aq(kSectionAlign);
+  const size_t shared_h_over_aq = over_aq.take(S * 2 * Is * 2), shared_a_over_aq = over_aq.take(S * Is * 2);
+  const bool shared_over_aq = recompute && fp8 && over_aq.bytes() <= P * I;
   const auto take_operands = [&] {  // xe, a, shared_a: forward sections in bf16, past the forward's in fp8
     l.xe = sections.take(P * H * 2);
     l.a = sections.take(P * I * 2);
-    l.shared_a = sections.take(S * Is * 2);
+    if (!shared_over_aq) l.shared_a = sections.take(S * Is * 2);
   };
   if (bf16_operands) take_operands();
   const bool one_cycle = l.one_cycle = one_ring_cycle(c, launch);
@@ -158,7 +163,12 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
   if (recompute && fp8) take_operands();
-  l.shared_h = sections.take(recompute ? S * 2 * Is * 2 : 0);
+  if (shared_over_aq) {
+    l.shared_h = l.fp8.aq.values + shared_h_over_aq;
+    l.shared_a = l.fp8.aq.values + shared_a_over_aq;
+  } else {
+    l.shared_h = sections.take(recompute ? S * 2 * Is * 2 : 0);
+  }
   l.h = sections.take(recompute ? dh : 0);  // last of a recompute forward's: see below
   const size_t h_end = sections.bytes();
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings

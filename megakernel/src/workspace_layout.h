@@ -19,19 +19,20 @@ namespace mok::gpu {
 // mode's xe, which is never saved and lies apart past the saving backward's own sections): those the
 // forward's bf16 GEMMs read (xe, a, shared a) are forward sections, before the E4M3 copies; the rest (h
 // and shared h; in the fp8 mode, whose GEMMs read E4M3 copies, all five) only the backward writes, past
-// the forward's sections and the transposed weights, h last. The backward writes them all (xe pulled
-// from x again, h recomputed, a from h by the per-row phase) before reading them, past its ring cycles (xe to its last
-// phase, dW1), while its own sections may start at h (bf16, several cycles). The backward's own sections share bytes
-// where their lifetimes are disjoint (docs/architecture.md, "The backward's buffers"): the ring (dy) lives in a cycle
-// from its pull to dy W2, g (ring rows) from dy W2 to the per-row phase, dh from the per-row phase to the weight
-// gradients, shared_dh from the phase after the cycles and dye from its pull (after the dx combine) to the weight
-// gradients. So dye and shared_dh lie over the ring and g, and with one ring cycle (one_ring_cycle) dh lies over the
-// ring too (dead once dy W2 has read it; never over g, which the per-row phase reads as it writes dh). With one cycle,
-// simulated ranks (the (token, slot) buffer in the workspace) and no recompute, in bf16 or in fp8 with the weights
-// given, the backward's own start at the forward's slots, the dx_j lie past dh (and dhq) over g, and dye over them
-// (dx_slots_past_dh). The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward sections
-// too: each matrix's values, then its scale exponents; none in bf16. shared_xq comes before the slots, the rest after
-// them. The quantized weights are laid out as the caller's buffer of them (Fp8WeightLayout,
+// the forward's sections and the transposed weights, h last, but for the fp8 mode's shared h and a, which lie
+// over the forward's aq where they fit (the recompute backward writes no aq and reads none). The backward writes them
+// all (xe pulled from x again, h recomputed, a from h by the per-row phase) before reading them, past its ring cycles
+// (xe to its last phase, dW1), while its own sections may start at h (bf16, several cycles). The backward's own
+// sections share bytes where their lifetimes are disjoint (docs/architecture.md, "The backward's buffers"): the ring
+// (dy) lives in a cycle from its pull to dy W2, g (ring rows) from dy W2 to the per-row phase, dh from the per-row
+// phase to the weight gradients, shared_dh from the phase after the cycles and dye from its pull (after the dx combine)
+// to the weight gradients. So dye and shared_dh lie over the ring and g, and with one ring cycle (one_ring_cycle) dh
+// lies over the ring too (dead once dy W2 has read it; never over g, which the per-row phase reads as it writes dh).
+// With one cycle, simulated ranks (the (token, slot) buffer in the workspace) and no recompute, in bf16 or in fp8 with
+// the weights given, the backward's own start at the forward's slots, the dx_j lie past dh (and dhq) over g, and dye
+// over them (dx_slots_past_dh). The fp8 mode's E4M3 copies (Params::xq, aq, shared_xq, shared_aq, *_exp) are forward
+// sections too: each matrix's values, then its scale exponents; none in bf16. shared_xq comes before the slots, the
+// rest after them. The quantized weights are laid out as the caller's buffer of them (Fp8WeightLayout,
 // ForwardInputs::fp8_weights), of no bytes with LaunchConfig::fp8_weights_given: the forward's copies are the forward's
 // last section, the transposed copies (the backward's) follow them, so they are the backward's first bytes. The fp8
 // backward's own: the ring holds dy quantized (ringq) in the bf16 ring's place; dh quantized per ring row (dhq: written

@@ -328,8 +328,9 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
 // the weights given, all of them over the forward's xq, aq and shared_aq (only the bytes past those are the backward's
 // own), and with one cycle and simulated ranks from the slots, the dx_j past dh and dhq, dye over them. In recompute
 // mode the activations the backward makes again (xe, a, h, the shared expert's a and h), which the fp8 forward does not
-// write, lie past the transposed copies; without it, xe, which the forward saves none of (saves_xe), and the routed
-// a, which no saved buffer holds, apart past them all. Computed here from that rule.
+// write, lie past the transposed copies, but for the shared expert's h and a where they fit over the forward's aq
+// (which the recompute backward does not touch); without it, xe, which the forward saves none of (saves_xe), and the
+// routed a, which no saved buffer holds, apart past them all. Computed here from that rule.
 TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   LayerConfig one_rank = with_every_branch(make_config(1, 80, 256, 128, 8, 3));  // N 80, k 3, E 8
   one_rank.shared_intermediate = 128;
@@ -345,6 +346,8 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   const LaunchConfig given_recompute{.recompute = true, .fp8_weights_given = true};
   LaunchConfig colocated_given = colocated;
   colocated_given.fp8_weights_given = true;
+  LayerConfig wide_shared = one_rank;  // the shared expert's h and a too large to lie over aq
+  wide_shared.shared_intermediate = 1024;
   const SectionCase cases[] = {
       {"one rank, default ring", one_rank, {}, 1152, true},
       {"one rank, default ring, weights given", one_rank, given, 1152, true},
@@ -352,6 +355,7 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
       {"one rank, default ring, recompute, weights given", one_rank, given_recompute, 1152, true},
       {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
       {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
+      {"one rank, default ring, recompute, a wide shared expert", wide_shared, {.recompute = true}, 1152, true},
       {"two ranks, default ring", two_ranks, {}, 512, false},
       {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
       {"two GPUs, default ring", two_ranks, colocated, 512, false},
@@ -379,8 +383,9 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     // dh and dhq, dye over them.
     const bool dx_slots_past_dh = t.one_cycle && dead && t.launch.transport == Transport::simulated;
     const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
-    const size_t recomputed =
-        t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + aligned(S * Is * 2) + shared_dh + dh : 0;
+    const size_t shared_h_and_a = shared_dh + aligned(S * Is * 2), aq = P * I;
+    const size_t shared_apart = shared_h_and_a <= aq ? 0 : shared_h_and_a;
+    const size_t recomputed = t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + shared_apart + dh : 0;
     // The saving backward's xe (pulled: saves_xe) and a (from h: never saved), apart.
     const size_t apart = t.launch.recompute ? 0 : aligned(P * H * 2) + aligned(P * I * 2);
     const size_t own =

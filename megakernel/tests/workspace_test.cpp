@@ -145,6 +145,8 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
   fp8_wide.precision = Precision::fp8;
   LayerConfig fp8_olmoe = olmoe;
   fp8_olmoe.precision = Precision::fp8;
+  LayerConfig fp8_wide_shared = fp8_one_rank;  // the shared expert's h and a too large to lie over aq
+  fp8_wide_shared.shared_intermediate = 1024;
   const int olmoe_ring = (8192 * 8 / 128 + 64) * 128;  // the default ring: an average rank's rows
   const std::vector<LayoutCase> cases = {
       {"one rank, one cycle", one_rank, launch({}, 1152)},
@@ -161,6 +163,7 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
       {"fp8, H = 16 I, one cycle, weights given", fp8_wide, launch({.fp8_weights_given = true}, 4096)},
       {"fp8, one cycle, recompute", fp8_one_rank, launch({.recompute = true}, 1152)},
       {"fp8, one-tile ring, recompute", fp8_one_rank, launch({.recompute = true}, 128)},
+      {"fp8, one cycle, recompute, a wide shared expert", fp8_wide_shared, launch({.recompute = true}, 1152)},
       {"fp8, one cycle, fp8 weight gradients", fp8_one_rank, launch({.fp8_weight_gradients = true}, 1152)},
       {"fp8, two ranks", fp8_every_branch(), launch({}, 512)},
       {"fp8, two GPUs", fp8_every_branch(), launch(colocated, 512)},
@@ -185,7 +188,8 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
 
 // Recompute mode's forward writes its GEMMs' bf16 operands (xe, a, shared_a; in the fp8 mode none: its
 // GEMMs read E4M3 ones) and none of what the backward recomputes for itself (h, shared_h), so its
-// workspace ends before those: a forward-only call needs no room for them.
+// workspace ends before those: a forward-only call needs no room for them. In the fp8 mode the shared
+// expert's h and a lie over the forward's aq, which the recompute backward does not touch.
 TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
   LayerConfig bf16 = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
   bf16.shared_intermediate = 128;
@@ -201,15 +205,43 @@ TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
     const size_t forward_end = l.forward_bytes;
     for (const auto& [name, at, bytes] : std::initializer_list<std::tuple<const char*, size_t, size_t>>{
              {"xe", l.xe, P * H * 2}, {"a", l.a, P * I * 2}, {"shared_a", l.shared_a, S * Is * 2}}) {
-      if (is_fp8)
-        EXPECT_GE(at, forward_end) << name;
-      else
+      if (!is_fp8) {
         EXPECT_LE(at + bytes, forward_end) << name;
+      } else if (name != std::string("shared_a")) {
+        EXPECT_GE(at, forward_end) << name;
+      }
     }
     EXPECT_GE(l.h, forward_end);
-    EXPECT_GE(l.shared_h, forward_end);
     EXPECT_LE(l.h + P * 2 * I * 2, l.bytes);
+    if (!is_fp8) {
+      EXPECT_GE(l.shared_h, forward_end);
+      continue;
+    }
+    for (const auto& [name, at, bytes] : std::initializer_list<std::tuple<const char*, size_t, size_t>>{
+             {"shared_h", l.shared_h, S * 2 * Is * 2}, {"shared_a", l.shared_a, S * Is * 2}}) {
+      EXPECT_GE(at, l.fp8.aq.values) << name;
+      EXPECT_LE(at + bytes, l.fp8.aq.values + P * I) << name;
+    }
   }
+}
+
+// Where the shared expert's h and a do not fit over aq (Is large against I), the fp8 recompute backward
+// takes them past the forward's workspace, before h; where they fit, nothing lies between its a and h.
+TEST(ForwardBuffers, Fp8RecomputeTakesTheSharedActivationsPastTheForwardWhereAqIsTooSmall) {
+  LayerConfig fits = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  fits.shared_intermediate = 128;
+  fits.precision = Precision::fp8;
+  LayerConfig wide = fits;
+  wide.shared_intermediate = 1024;  // S 2 Is 2 + S Is 2 = 480 KiB against aq's P I = 160 KiB
+  const LaunchConfig recompute{.ring_rows = 1152, .recompute = true};
+  const size_t I = fits.intermediate, P = own_padded_rows(fits, 1, 0), S = shared_rows_capacity(wide, 1);
+  const size_t Is = wide.shared_intermediate;
+  const WorkspaceLayout l = workspace_layout(wide, recompute, true);
+  EXPECT_EQ(l.shared_a, l.a + aligned_section(P * I * 2));
+  EXPECT_EQ(l.shared_h, l.shared_a + aligned_section(S * Is * 2));
+  EXPECT_EQ(l.h, l.shared_h + aligned_section(S * 2 * Is * 2));
+  const WorkspaceLayout over = workspace_layout(fits, recompute, true);
+  EXPECT_EQ(over.h, over.a + aligned_section(P * I * 2));
 }
 
 // The saving forward's routed a (no saved buffer holds it): in bf16 its GEMM2's operand, a forward
