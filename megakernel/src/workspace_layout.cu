@@ -139,10 +139,9 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase). The
   // forward writes its GEMMs' bf16 operands among them (xe, a, shared_a; the fp8 mode's GEMMs read E4M3
   // ones), within its workspace; h and shared_h (and in the fp8 mode all five) only the backward writes,
-  // past the forward's workspace.
-  const bool recompute = launch.recompute, bf16_operands = recompute && !fp8;
-  // In the fp8 mode the shared expert's h and a, which only the backward writes, lie over aq where they fit:
+  // past the forward's workspace, but for the fp8 mode's shared h and a, which lie over aq where they fit:
   // the recompute backward's GEMM1 writes h alone, so it neither writes nor reads aq.
+  const bool recompute = launch.recompute, bf16_operands = recompute && !fp8;
   Sections over_aq(kSectionAlign);
   const size_t shared_h_over_aq = over_aq.take(S * 2 * Is * 2), shared_a_over_aq = over_aq.take(S * Is * 2);
   const bool shared_over_aq = recompute && fp8 && over_aq.bytes() <= P * I;

@@ -346,6 +346,8 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
   const LaunchConfig given_recompute{.recompute = true, .fp8_weights_given = true};
   LaunchConfig colocated_given = colocated;
   colocated_given.fp8_weights_given = true;
+  LaunchConfig colocated_recompute = colocated;
+  colocated_recompute.recompute = true;
   LayerConfig wide_shared = one_rank;  // the shared expert's h and a too large to lie over aq
   wide_shared.shared_intermediate = 1024;
   const SectionCase cases[] = {
@@ -356,6 +358,7 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
       {"one rank, one-tile ring", one_rank, {.ring_rows = 128}, 128, false},
       {"one rank, one-tile ring, recompute", one_rank, {.ring_rows = 128, .recompute = true}, 128, false},
       {"one rank, default ring, recompute, a wide shared expert", wide_shared, {.recompute = true}, 1152, true},
+      {"two GPUs, default ring, recompute", two_ranks, colocated_recompute, 512, false},
       {"two ranks, default ring", two_ranks, {}, 512, false},
       {"two ranks, 5-tile ring", two_ranks, {.ring_rows = 640}, 640, true},
       {"two GPUs, default ring", two_ranks, colocated, 512, false},
@@ -383,7 +386,7 @@ TEST(LayerMemory, Fp8BackwardSectionsShareBytesByLifetime) {
     // dh and dhq, dye over them.
     const bool dx_slots_past_dh = t.one_cycle && dead && t.launch.transport == Transport::simulated;
     const size_t slots = dx_slots_past_dh ? aligned(size_t(c.tokens()) * c.top_k * H * 2) : 0;
-    const size_t shared_h_and_a = shared_dh + aligned(S * Is * 2), aq = P * I;
+    const size_t shared_h = aligned(S * 2 * Is * 2), shared_h_and_a = shared_h + aligned(S * Is * 2), aq = P * I;
     const size_t shared_apart = shared_h_and_a <= aq ? 0 : shared_h_and_a;
     const size_t recomputed = t.launch.recompute ? aligned(P * H * 2) + aligned(P * I * 2) + shared_apart + dh : 0;
     // The saving backward's xe (pulled: saves_xe) and a (from h: never saved), apart.

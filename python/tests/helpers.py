@@ -71,7 +71,7 @@ def make_layer(name: str = "softmax_shared", seed: int = 0, device="cpu", tokens
                **fields) -> Layer:
     """CONFIGS[name] with seeded inputs; tokens and config fields given replace the config's."""
     config, default_tokens = CONFIGS[name]
-    tokens = tokens or default_tokens
+    tokens = default_tokens if tokens is None else tokens
     config = dataclasses.replace(config, tokens_per_rank=tokens // config.ranks, **fields)
     g = torch.Generator().manual_seed(seed)
     e, h, i, s = config.experts, config.hidden, config.intermediate, config.shared_intermediate
@@ -108,18 +108,21 @@ def assert_written(t: torch.Tensor, name: str = "") -> None:
     assert poisoned.numel() == 0, f"{name}: element {poisoned[0].tolist()} holds the poison: no kernel wrote it"
 
 
-# The outputs a problem may lack, as tensors of no elements: the router's under a given routing, the shared
-# expert's gradients without one.
-MAY_BE_ABSENT = ("logits", "d_logits", "d_router", "d_shared_w1", "d_shared_w2")
+def absent_outputs(has_shared: bool, mode: int = ROUTER) -> tuple:
+    """The outputs (FORWARD_OUTPUTS' and GRADIENTS' names) a problem lacks, which the ops return as tensors of
+    no elements: the router's under a given routing, the shared expert's gradients without one."""
+    return (("logits", "d_logits", "d_router") if mode == GIVEN else ()) + \
+        (() if has_shared else ("d_shared_w1", "d_shared_w2"))
 
 
-def assert_same_bits(a: torch.Tensor, b: torch.Tensor, name: str = "", may_be_absent: bool = False) -> None:
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor, name: str = "", absent: bool = False) -> None:
     """a and b hold the same bits. Agreement on nothing or on zeros proves nothing: an empty tensor fails
-    unless may_be_absent, and so does a floating-point one all zeros (ids all 0 are a routing: all_to_one's)."""
+    unless the output is absent from the problem (absent_outputs), and so does a floating-point one all zeros
+    (ids all 0 are a routing: all_to_one's)."""
     assert a.dtype == b.dtype and a.shape == b.shape, \
         f"{name}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
     if a.numel() == 0:
-        assert may_be_absent, f"{name}: empty: nothing was compared"
+        assert absent, f"{name}: empty: nothing was compared"
         return
     diff = (bits(a) != bits(b)).nonzero()
     assert diff.numel() == 0, f"{name}: {diff.shape[0]} of {a.numel()} elements differ, first at {diff[0].tolist()}"
@@ -129,10 +132,11 @@ def assert_same_bits(a: torch.Tensor, b: torch.Tensor, name: str = "", may_be_ab
     assert_written(b, name)
 
 
-def assert_all_same_bits(a, b, names=None) -> None:
+def assert_all_same_bits(a, b, names=None, absent=()) -> None:
+    """assert_same_bits over two lists; absent: the names of the outputs the problem lacks (absent_outputs)."""
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
         name = names[i] if names else str(i)
-        assert_same_bits(x, y, name, may_be_absent=name in MAY_BE_ABSENT)
+        assert_same_bits(x, y, name, absent=name in absent)
 
 
 def cuda_available() -> bool:
