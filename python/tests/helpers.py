@@ -62,6 +62,10 @@ class Layer:
         _, topk_idx, topk_w, logits, saved = fwd
         return backward_float32(*self.weights(), topk_idx, topk_w, logits, saved, self.dy, *self.op_args(mode))
 
+    def absent_outputs(self, mode: int = ROUTER) -> tuple:
+        """The outputs this problem lacks in `mode` (absent_outputs)."""
+        return absent_outputs(self.shared_w1 is not None, mode)
+
     def to(self, device) -> Layer:
         moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(self).items()}
         return Layer(**moved)

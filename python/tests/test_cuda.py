@@ -13,7 +13,7 @@ import test_capture  # noqa: E402
 import test_errors  # noqa: E402
 import test_training  # noqa: E402
 from helpers import (CONFIGS, FORWARD_OUTPUTS, GIVEN, GRADIENTS, REPLAY_IDS, RING_ROWS, ROUTER,  # noqa: E402
-                     absent_outputs, assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
+                     assert_all_same_bits, assert_same_bits, cuda_available, make_layer)
 from mok.config import pack_launch  # noqa: E402
 from test_autograd import fp8_models  # noqa: E402
 
@@ -47,7 +47,7 @@ def both(layer, mode):
 def test_gpu_bits_are_the_cpu_bits(name, mode):
     layer = make_layer(name)
     (cpu, cpu_grads), (gpu, gpu_grads) = both(layer, mode)
-    absent = absent_outputs(layer.shared_w1 is not None, mode)
+    absent = layer.absent_outputs(mode)
     assert_all_same_bits(gpu[:4], cpu[:4], FORWARD_OUTPUTS, absent)
     assert_all_same_bits(gpu_grads, cpu_grads, GRADIENTS, absent)
     # saved is compared through its reader (its alignment gaps and spare rows are not specified):
@@ -203,7 +203,7 @@ def test_non_default_stream():
     stream.synchronize()
     mok.check()
     assert_all_same_bits(got, want, FORWARD_OUTPUTS)
-    assert_all_same_bits(grads, layer.backward(want), GRADIENTS, absent_outputs(False))  # no shared expert
+    assert_all_same_bits(grads, layer.backward(want), GRADIENTS, layer.absent_outputs())
 
 
 def test_fp8_accumulate_grad_gives_plain_autograds_grad_bits():

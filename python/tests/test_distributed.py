@@ -22,8 +22,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the mok package needs PyTorch")
 
 import mok  # noqa: E402
-from helpers import (CONFIGS, GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, absent_outputs, assert_same_bits,  # noqa: E402
-                     make_layer)
+from helpers import CONFIGS, GIVEN, REPLAY_IDS, RING_ROWS, ROUTER, assert_same_bits, make_layer  # noqa: E402
 from mok.config import LAUNCH_FIELDS, MoEConfig, pack_launch  # noqa: E402
 
 MODES = {"router": ROUTER, "replay_ids": REPLAY_IDS, "given": GIVEN}
@@ -273,7 +272,7 @@ def test_one_rank_group_gives_the_bits_without_it(one_rank_group, name, mode):
     layer = make_layer(name)
     want = run_layer(layer, mode, "cuda:0")
     got = run_layer(layer, mode, "cuda:0", group=one_rank_group)
-    assert_same_results(got, want, f"{name}/{mode}", absent_outputs(layer.shared_w1 is not None, mode))
+    assert_same_results(got, want, f"{name}/{mode}", layer.absent_outputs(mode))
 
 
 @pytest.mark.cuda
@@ -440,7 +439,7 @@ def test_two_ranks_give_the_single_process_bits(tmp_path):
             for r, results in enumerate(ranks):
                 got = results[(name, mode_name)]
                 what = f"{name}/{mode_name} rank {r}"
-                absent = absent_outputs(layer.shared_w1 is not None, mode)
+                absent = layer.absent_outputs(mode)
                 assert got.keys() == want.keys(), what
                 for k, v in want.items():
                     if v is None:
