@@ -3,6 +3,14 @@
 
 Run from the repo root:   python3 bench/deepgemm_baseline.py [--shapes kimi-k2,olmoe] [--precisions fp8,bf16]
 
+The source tree (carried to the GPU machine, which has no network; 29 MB): DeepGEMM at 54e2261 with its
+submodules' headers at their pinned commits, from any clone of the three repositories:
+    mkdir -p .deps/deepgemm/third-party/cutlass .deps/deepgemm/third-party/fmt
+    git -C DeepGEMM archive 54e22612409371d6364144b69086735beb54e98b | tar -x -C .deps/deepgemm
+    git -C cutlass archive f3fde58372d33e9a5650ba7b80fc48b3b49d40c8 include LICENSE.txt | tar -x -C .deps/deepgemm/third-party/cutlass
+    git -C fmt archive 553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28 include LICENSE | tar -x -C .deps/deepgemm/third-party/fmt
+(docs/results/2026-12-07-h100-d/call3/DEPS_PROVENANCE.txt, copied into .deps/deepgemm, names them.)
+
 What it does
   1. Copies the vendored DeepGEMM tree (.deps/deepgemm: DeepGEMM + cutlass/fmt headers at the
      submodule commits, see .deps/deepgemm/DEPS_PROVENANCE.txt) to $DG_BENCH_BUILD_ROOT
@@ -41,6 +49,9 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shapes import SHAPES  # noqa: E402  (bench/shapes.py: name -> (H, I, E, k, T), as mok-bench runs them)
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = Path(os.environ.get('DG_BENCH_SRC', REPO / '.deps' / 'deepgemm'))
 BUILD_ROOT = Path(os.environ.get('DG_BENCH_BUILD_ROOT', '/tmp/deepgemm_bench'))
@@ -50,15 +61,6 @@ BUILD_LOG = BUILD_ROOT / 'build.log'
 STAMP = BUILD_ROOT / 'build_stamp.json'
 CUDA_HOME = os.environ.get('CUDA_HOME') or os.environ.get('CUDA_PATH') or '/usr/local/cuda'
 
-# name: (hidden H, intermediate I, experts E, top-k k, tokens T)
-SHAPES = {
-    'kimi-k2':       (7168, 2048, 32, 8, 8192),
-    'glm-5':         (6144, 2048, 32, 8, 8192),
-    'qwen3.5-397b':  (4096, 1024, 64, 10, 8192),
-    'deepseek-v4':   (7168, 3072, 32, 6, 8192),
-    'qwen3-30b-a3b': (2048, 768, 128, 8, 16384),
-    'olmoe':         (2048, 1024, 64, 8, 8192),
-}
 PRECISIONS = ('fp8', 'bf16')
 GEMMS = ('gemm1', 'gemm2')
 REL_ERR_TOL = 1e-2
@@ -153,12 +155,19 @@ def torch_build_info():
     }
 
 
+def host_cxx() -> str:
+    """The C++ compiler of the host extension: $CXX, else the system's g++. A g++ of its own on PATH (the GPU
+    machine's /opt/gcc) built an extension whose std::regex crashed at the first GEMM call, in the locale code of
+    a second libstdc++ beside the one torch loads (docs/benchmarks.md, sessions 68 and 69)."""
+    return os.environ.get('CXX') or ('/usr/bin/g++' if os.path.exists('/usr/bin/g++') else 'g++')
+
+
 def detect_cxx_std(info) -> str:
     """DeepGEMM's setup.py hard-codes -std=c++17; newer torch headers #error unless C++20."""
     forced = os.environ.get('DG_BENCH_CXX_STD')
     if forced:
         return forced
-    cxx = os.environ.get('CXX', 'g++')
+    cxx = host_cxx()
     py_inc = sysconfig.get_paths()['include']
     incs = [f'-I{p}' for p in info['torch_includes'] + [py_inc, f'{CUDA_HOME}/include']]
     try:
@@ -237,6 +246,7 @@ def build_with_setup_py(info, shim: str, timeout: int) -> bool:
         'DG_FORCE_BUILD': '1',         # never try to download a prebuilt wheel (only bdist_wheel would)
         'DG_SKIP_CUDA_BUILD': '0',
         'MAX_JOBS': str(os.cpu_count() or 16),
+        'CXX': host_cxx(),  # torch's cpp_extension compiles and links with $CXX
         # no rpath in setup.py; make libcudart/libnvrtc resolvable even if torch did not preload them
         'LDFLAGS': (env.get('LDFLAGS', '') + f' -Wl,-rpath,{CUDA_HOME}/lib64').strip(),
         # python's sysconfig adds -g; -g0 (last wins) makes the heavy single TU compile faster
@@ -260,7 +270,7 @@ def build_with_setup_py(info, shim: str, timeout: int) -> bool:
 
 def build_direct(info, cxx_std: str, timeout: int) -> bool:
     """Fallback: the same TU and flags setup.py would use, compiled and linked by one g++ call."""
-    cxx = os.environ.get('CXX', 'g++')
+    cxx = host_cxx()
     out = WORK / 'deep_gemm' / f'_C{info["ext_suffix"]}'
     incs = [f'{CUDA_HOME}/include', f'{CUDA_HOME}/include/cccl', 'deep_gemm/include',
             'third-party/cutlass/include', 'third-party/fmt/include',
@@ -289,7 +299,7 @@ def build_deepgemm(args) -> bool:
     info = torch_build_info()
     log(f'torch {info["torch"]} (CUDA {info["torch_cuda"]}, cxx11_abi={info["cxx11_abi"]}), python {info["python"]}')
     stamp = {'src': source_fingerprint(), 'torch': info['torch'], 'python': info['python'],
-             'cuda_home': CUDA_HOME, 'cxx_std_override': os.environ.get('DG_BENCH_CXX_STD', '')}
+             'cuda_home': CUDA_HOME, 'cxx': host_cxx(), 'cxx_std_override': os.environ.get('DG_BENCH_CXX_STD', '')}
     if (not args.rebuild and STAMP.exists() and glob.glob(str(WORK / 'deep_gemm' / '_C*.so'))
             and json.loads(STAMP.read_text()) == stamp):
         log(f'build: cached build in {WORK} matches the sources and toolchain; skipping the build')

@@ -15,6 +15,9 @@
 #           shape in $MOK_SHAPES, with peak memory, and the op's per-call cost (op_bench.log)
 #   gather  mok-gather-probe on olmoe and kimi-k2: GEMM1 with its rows gathered from x, against the boxed
 #           loads of xe (gather.log)
+#   deepgemm bench/deepgemm_baseline.py: DeepGEMM's two grouped forward GEMMs alone (fp8 and bf16), per shape
+#           in $MOK_SHAPES, built on the machine from the carried .deps/deepgemm (its docstring says how to make
+#           it; none there: the step says so) (deepgemm.log, deepgemm.json)
 #   fuzz    mok-fuzz --backend gpu for $MOK_FUZZ_SECONDS (default 120), seed $MOK_FUZZ_SEED (default:
 #           a fresh one from the clock, printed)
 #   profile Nsight Compute on the first three megakernel launches (forward, forward, backward) of
@@ -126,6 +129,7 @@ step_seconds() {
     bench) echo $((25 * $(wc -w <<<"$shapes") * $(wc -w <<<"$routings"))) ;;
     op) echo $((15 * $(wc -w <<<"$shapes") + 20)) ;;
     gather) echo 30 ;;
+    deepgemm) echo $((60 + 15 * $(wc -w <<<"$shapes"))) ;;  # its build (about 45 s) and 2 precisions a shape
     *) echo 60 ;;
   esac
 }
@@ -198,6 +202,17 @@ for step in "$@"; do
         echo "mok-gather-probe $s exit $?" | tee -a "$out/summary.log"
       done
       tail -12 "$out/gather.log"
+      ;;
+    deepgemm)
+      if [ ! -f .deps/deepgemm/setup.py ]; then
+        echo "deepgemm: no .deps/deepgemm (carried?); bench/deepgemm_baseline.py says how to make it" | tee -a "$out/summary.log"
+      else
+        log "bench/deepgemm_baseline.py --shapes ${shapes// /,}"
+        timeout 400 python3 bench/deepgemm_baseline.py --shapes "${shapes// /,}" --time-budget 330 \
+          --json "$out/deepgemm.json" >"$out/deepgemm.log" 2>&1
+        echo "deepgemm_baseline exit $?" | tee -a "$out/summary.log"
+        grep -E "^($(tr ' ' '|' <<<"$shapes")) |^dense peak" "$out/deepgemm.log" | tee -a "$out/summary.log"
+      fi
       ;;
     fuzz)
       seed=${MOK_FUZZ_SEED:-$(date +%s%N | cut -c7-16)}
