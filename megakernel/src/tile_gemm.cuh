@@ -256,12 +256,14 @@ __device__ __forceinline__ bool consumers_all(bool v) {
 // (GemmSmem::b_exps, stored before the stage's arrival, whose release the consumers' wait acquires),
 // the latter loaded a K-block ahead.
 // kSharing (paired blocks sharing B) with b_half >= 0: this block loads B's half b_half into both blocks'
-// stages, and its peer the other half.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing = false>
+// stages, and its peer the other half. kBHalves 1 (narrow tiles: consume_fp8_narrow's):
+// B's half 0 alone (the stage's second half unwritten; its exponent half 0's, unread).
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing = false, int kBHalves = 2>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase, int b_half = -1) {
+  static_assert(kBHalves == 2 || (kBHalves == 1 && !kSharing), "B's two halves, or half 0 alone unshared");
   constexpr bool kBExps = kFp8 && !kColumnScales;
   const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
-  const int32_t* eb1 = kBExps ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : nullptr;
+  const int32_t* eb1 = kBExps && kBHalves == 2 ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : eb0;
   int2 next = kBExps && l.k_blocks > 0 ? int2{eb0[0], eb1[0]} : int2{};
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
     const int2 exps = next;
@@ -273,9 +275,11 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     if constexpr (kBExps) pipe.smem->b_exps[pipe.stage()] = exps;
     uint64_t* full = &pipe.smem->full[pipe.stage()];
     uint8_t* st = pipe.smem->stage[pipe.stage()];
-    ptx::mbarrier_arrive_expect_tx(full, kStageBytes + (kColumnScales ? sizeof(ColumnScales)
-                                                        : kBExps      ? sizeof(StageScales::a_exps)
-                                                                      : 0));
+    constexpr int kUnloaded = (2 - kBHalves) * 2 * kBoxBytes;  // B's second half's two boxes, if unloaded
+    ptx::mbarrier_arrive_expect_tx(full, kStageBytes - kUnloaded +
+                                             (kColumnScales ? sizeof(ColumnScales)
+                                              : kBExps      ? sizeof(StageScales::a_exps)
+                                                            : 0));
     // A box at (column, row) of its map: K runs along the rows of an MN-major operand.
     const auto load = [&](int box, const CUtensorMap* map, bool mn, int at, int k) {
       ptx::tma_load_2d(st + box * kBoxBytes, map, mn ? at : k, mn ? k : at, full);
@@ -288,6 +292,7 @@ __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarr
     };
     for (int h = 0; h < 2; ++h) {  // A's box h, B's half h (two boxes)
       load(h, l.ma, kM.a_mn, l.a + kBox * h, l.a_k + k);
+      if (h >= kBHalves) continue;
       if (!kSharing || b_half < 0) {
         load(kABoxes + 2 * h, l.mb, kM.b_mn, l.b[h], l.b_k + k);
         load(kABoxes + 2 * h + 1, l.mb, kM.b_mn, l.b[h] + kBox, l.b_k + k);
@@ -475,6 +480,37 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   return consumers_all(healthy);
 }
 
+// consume_fp8's chain on a narrow tile (produce<..., kBHalves = 1>: 128 x 128, each consumer 64 x 128; the fp8 ring
+// phases' with kFp8NarrowRingTiles, and mok-fp8-chain's fed-kimi-k2-n128): one group a K-block, B's half 0, promoted
+// into acc's first half (the second stays 0), so a consumer waits for its group once a K-block, not twice. Each
+// output's K-steps and promotions are consume_fp8's (the same m64n128k32 groups from +0, in K order): the same bits.
+__device__ __forceinline__ bool consume_fp8_narrow(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
+                                                   float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  const int row = acc_row(consumer, 0);
+  const auto wait_stage = [&](uint32_t ahead) {
+    return pipeline_wait(&pipe.smem->full[pipe.stage(ahead)], pipe.parity(ahead), b, phase);
+  };
+  bool healthy = l.k_blocks == 0 || wait_stage(0);
+  float partial[kAccumulators / 2];
+  for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
+    __syncwarp();
+    const StageScales& scales = pipe.smem->scales[pipe.stage()];
+    const int2 ea{scales.a_exps[row], scales.a_exps[row + 8]};
+    const int eb = pipe.smem->b_exps[pipe.stage()].x;
+    const uint8_t* st = pipe.smem->stage[pipe.stage()];
+    fp8_half_block<0>(st, ptx::smem_descriptor_sw128(st + consumer_index(consumer) * kBoxBytes), partial);
+    const bool next_healthy = healthy && (kb + 1 == l.k_blocks || wait_stage(1));
+    __syncwarp();
+    fp8_half_done(partial);
+    release_stage<false>(pipe, pipe.stage(), healthy);
+    promote<0>(acc, partial, ea.x + eb, ea.y + eb);
+    healthy = next_healthy;
+  }
+  return warpgroup_all(consumer, healthy);
+}
+
 // One tile's chain on this consumer warpgroup's 64 rows, continued from acc's values. One stage's wgmma group stays in
 // flight while the next is issued (the accumulators' K-steps still run in issue order); a stage is released once the
 // group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
@@ -630,12 +666,14 @@ __device__ __forceinline__ bool take_tile(Job& job, long t, long tiles, TileLoad
 }
 
 // gemm_tiles' tile loop; kSharing: paired blocks sharing B (take_tile), a path of its own, so that the
-// unpaired one keeps its registers.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start, class Walk>
+// unpaired one keeps its registers. kBHalves 1: narrow tiles (produce's), consume_fp8_narrow's chain.
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, int kBHalves, class Job, class Epilogue, class Start,
+          class Walk>
 __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job& job,
                                Epilogue& epilogue, Start& start, const Walk& walk) {
   constexpr bool kClaimed = std::is_same_v<Walk, ClaimedWalk>;
   static_assert(!kClaimed || !kSharing, "paired blocks sharing B walk their pairs' tiles in step");
+  static_assert(kBHalves == 2 || (kFp8 && !kColumnScales && !kClaimed), "narrow tiles are the fp8 ring phases'");
   // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
   const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
@@ -652,7 +690,7 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
         PairedTile pt;
         if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
         if (threadIdx.x == 0)
-          healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
+          healthy = produce<kM, kFp8, kColumnScales, kSharing, kBHalves>(pipe, l, b, phase, pt.b_half);
         else
           pipe.blocks += l.k_blocks;
       }
@@ -685,7 +723,9 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
       if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
       l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
       float acc[kAccumulators];
-      if constexpr (kFp8) {
+      if constexpr (kFp8 && kBHalves == 1) {
+        if (!consume_fp8_narrow(pipe, l, consumer, acc, b, phase)) break;
+      } else if constexpr (kFp8) {
         if (!consume_fp8<kColumnScales, kSharing>(pipe, l, consumer, acc, b, phase)) break;
       } else {
         if (!kSharing || pt.own)
@@ -702,17 +742,17 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
 }
 
 // kShareB: an expert phase, whose paired blocks share B (take_tile); walk: how the blocks take the tiles
-// (RoundRobin, ClaimedWalk).
-template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
-          class Start = ZeroStart, class Walk = RoundRobin>
+// (RoundRobin, ClaimedWalk); kBHalves 1: narrow tiles (the fp8 ring phases' with kFp8NarrowRingTiles).
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, int kBHalves = 2, class Job,
+          class Epilogue, class Start = ZeroStart, class Walk = RoundRobin>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
                            Start start = {}, Walk walk = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
   if (!pipe.paired)
-    return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start, walk);
+    return gemm_tile_loop<kM, kFp8, kColumnScales, false, kBHalves>(pipe, tiles, b, phase, job, epilogue, start, walk);
   if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
-  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start, walk);
+  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB, kBHalves>(pipe, tiles, b, phase, job, epilogue, start, walk);
   // The pair's last arrivals at each other's stages are in before either goes on.
   meet_peer(pipe, b, phase);
 }

@@ -16,7 +16,9 @@
 //                epilogue: the chain alone against the chain fed. On one expert (A [16384, 7168], B
 //                [4096, 7168]) with every code 1.0 (fed-ones) or random codes (fed-random), and on
 //                kimi-k2's GEMM1 (fed-kimi-k2: 32 experts of 2048 rows, each its own B; random codes);
-//                fed-kimi-k2-bf16: that one on bf16 operands through consume() (K-blocks of 64).
+//                fed-kimi-k2-bf16: that one on bf16 operands through consume() (K-blocks of 64);
+//                fed-kimi-k2-n128: that one in narrow tiles (128 x 128: produce() of B's half 0 alone,
+//                consume_fp8_narrow(), one group a K-block; twice the tiles, each half the products).
 // (Two partials with one group in flight while the other is promoted, which 64 totals would leave
 // registers for, make ptxas serialize the wgmmas (C7514): the promotion reads accumulator registers
 // while a group runs.)
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(int k_blocks, int s,
   record(times, consumer, start, k_blocks);
 }
 
-// The fed variants' operands: A [experts tiles_m 128, K] and B [experts tiles_n 256, K] (expert e's
+// The fed variants' operands: A [experts tiles_m 128, K] and B [experts tiles_n columns, K] (expert e's
 // tiles of A times its own rows of B), read through the megakernel's tensor maps, and their scale
 // exponents ([rows, k_blocks] and [rows / 128, k_blocks]).
 struct FedOperands {
@@ -175,10 +177,10 @@ struct FedOperands {
   int k_blocks;
 };
 
-// Every tile of C = A B^T through produce() and consume_fp8() (kFp8) or consume(), round-robin over
-// the blocks, expert by expert with n fastest (the tiles in flight share A's rows and the expert's
-// B, as a ring phase's do); no epilogue.
-template <bool kFp8>
+// Every tile of C = A B^T through produce() and consume_fp8() (kFp8; kNarrow: B's half 0 alone and
+// consume_fp8_narrow()) or consume(), round-robin over the blocks, expert by expert with n fastest (the tiles in
+// flight share A's rows and the expert's B, as a ring phase's do); no epilogue.
+template <bool kFp8, bool kNarrow = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fed_kernel(const __grid_constant__ FedOperands op, GridBarrier b, float* sink, ConsumerTime* times) {
   Pipeline pipe = pipeline_init();
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x == 0)
       for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-        if (!produce<kNT, kFp8, false>(pipe, load_of(t), b, 0)) break;
+        if (!produce < kNT, kFp8, false, false, kNarrow ? 1 : 2 > (pipe, load_of(t), b, 0)) break;
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
@@ -205,8 +207,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;  // consume() continues from acc's values
     }
-    const bool healthy = kFp8 ? consume_fp8<false>(pipe, load_of(t), consumer, acc, b, 0)
-                              : consume<kNT>(pipe, load_of(t), consumer, acc, b, 0);
+    const bool healthy = kNarrow ? consume_fp8_narrow(pipe, load_of(t), consumer, acc, b, 0)
+                         : kFp8  ? consume_fp8<false>(pipe, load_of(t), consumer, acc, b, 0)
+                                 : consume<kNT>(pipe, load_of(t), consumer, acc, b, 0);
     if (!healthy) break;
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) v += acc[i];  // every accumulator read: no promotion left out
@@ -270,10 +273,12 @@ struct FedShape {
   bool random;
 };
 
-template <bool kFp8>
+template <bool kFp8, bool kNarrow = false>
 void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTime>& times) {
-  constexpr int kTilesN = 16, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;  // kimi-k2's GEMM1: N 4096, K 7168
-  const long rows_a = long(shape.experts) * shape.tiles_m * kTileRows, rows_b = long(shape.experts) * kTilesN * kTileN;
+  static_assert(kFp8 || !kNarrow, "narrow tiles are fp8's");
+  constexpr int kN = 4096, kK = 7168, kDepth = kFp8 ? kFp8Block : kBox;  // kimi-k2's GEMM1
+  constexpr int kColumns = kNarrow ? kTileN / 2 : kTileN, kTilesN = kN / kColumns;
+  const long rows_a = long(shape.experts) * shape.tiles_m * kTileRows, rows_b = long(shape.experts) * kN;
   constexpr size_t kElementBytes = kFp8 ? 1 : 2;
   auto op = std::make_unique<FedOperands>();  // on the heap: CUtensorMap's alignment
   constexpr int kOne = 0x38;                  // E4M3 1.0 (the ones variant is fp8's)
@@ -284,17 +289,17 @@ void run_fed(const FedShape& shape, int sms, float* sink, DeviceArray<ConsumerTi
   DeviceArray<int32_t> a_exp(kFp8 ? rows_a * op->k_blocks : 0), b_exp(kFp8 ? rows_b / kFp8Block * op->k_blocks : 0);
   a_exp.zero(), b_exp.zero();
   op->a_exp = a_exp.get(), op->b_exp = b_exp.get();
-  op->tiles = ExpertTiles{shape.experts, shape.tiles_m, kTilesN};
+  op->tiles = ExpertTiles{shape.experts, shape.tiles_m, kTilesN, kColumns};
   const MapElement element = kFp8 ? MapElement::e4m3 : MapElement::bf16;
   encode_tensor_map(op->a, a.get(), rows_a, kK, element);
   encode_tensor_map(op->b, b.get(), rows_b, kK, element);
   DeviceArray<KernelError> error(1);
   error.zero();
   const GridBarrier barrier{nullptr, nullptr, error.get(), 2'000'000'000, {}, {}};  // a 2 s watchdog
-  const auto kernel = fed_kernel<kFp8>;
+  const auto kernel = fed_kernel<kFp8, kNarrow>;
   MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   report(
-      shape.name, kTileN, kDepth, times,
+      shape.name, kColumns, kDepth, times,
       [&](bool) {
         kernel<<<sms, kThreads, kSmemBytes>>>(*op, barrier, sink, times.get());
         MOK_CUDA_CHECK(cudaGetLastError());
@@ -339,6 +344,7 @@ int tool_main(int argc, char** argv) {
     run_fed<true>({"fed-random", 1, 128, true}, sms, sink.get(), times);
     run_fed<true>({"fed-kimi-k2", 32, 16, true}, sms, sink.get(), times);
     run_fed<false>({"fed-kimi-k2-bf16", 32, 16, true}, sms, sink.get(), times);
+    run_fed<true, true>({"fed-kimi-k2-n128", 32, 16, true}, sms, sink.get(), times);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mok-fp8-chain: %s\n", e.what());
     return 2;

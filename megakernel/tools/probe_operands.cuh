@@ -47,14 +47,14 @@ inline DeviceArray<uint8_t> device_bytes(size_t bytes, bool random, bool fp8, in
 }
 
 // The tiles of C = A B^T over experts: each expert's tiles_m row tiles of A (128 rows) times its own
-// tiles_n column tiles of B (256 rows), numbered expert by expert, n fastest (the tiles in flight share
-// A's rows and the expert's B, as a ring phase's do).
+// tiles_n column tiles of B (`columns` rows: 256, or mok-fp8-chain's narrow 128), numbered expert by expert, n
+// fastest (the tiles in flight share A's rows and the expert's B, as a ring phase's do).
 struct ExpertTiles {
-  int experts, tiles_m, tiles_n;
+  int experts, tiles_m, tiles_n, columns = kTileN;
 
   __host__ __device__ int count() const { return experts * tiles_m * tiles_n; }
   __device__ int a_row(int t) const { return t / tiles_n * kTileRows; }  // tile t's first row of A
-  __device__ int b_row(int t) const { return (t / tiles_n / tiles_m * tiles_n + t % tiles_n) * kTileN; }  // of B
+  __device__ int b_row(int t) const { return (t / tiles_n / tiles_m * tiles_n + t % tiles_n) * columns; }  // of B
 };
 
 }  // namespace mok::gpu
