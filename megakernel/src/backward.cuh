@@ -111,7 +111,7 @@ __device__ void expert_down_grad(Pipeline& pipe, const Params& p, int cycle) {
             [&](int row, int col, float v0, float v1) {
               *reinterpret_cast<float2*>(p.g + long(it.ring_row + row) * I + it.n0 + col) = float2{v0, v1};
             },
-            min(kRingTileColumns<kFp8>, I - it.n0));
+            min(kTileN, I - it.n0));
       });
 }
 
@@ -234,7 +234,7 @@ __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
         return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        push_to_slots<kRingTileColumns<kFp8>>(pipe, p, it, consumer, acc);
+        push_to_slots(pipe, p, it, consumer, acc);
       });
 }
 

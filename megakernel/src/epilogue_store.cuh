@@ -119,14 +119,12 @@ __device__ __forceinline__ void finish_chunk_copies() {
   __syncthreads();
 }
 
-// Push: a finished half tile of kWidth columns (the ring phase's), each valid row rounded to bf16 into the
-// (token, slot) buffer of its source rank (y_j in the forward, dx_j in the backward).
-template <int kWidth>
+// Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
+// source rank (y_j in the forward, dx_j in the backward).
 __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
                                      const float (&acc)[kAccumulators]) {
   const int H = p.c.hidden;
-  // (store_rows_bf16 stores kTileN columns at the most: no min for a whole tile.)
-  store_rows_bf16(pipe, consumer, acc, kWidth < kTileN ? min(kWidth, H - it.n0) : H - it.n0, [&](int r) -> bf16* {
+  store_rows_bf16(pipe, consumer, acc, H - it.n0, [&](int r) -> bf16* {
     if (r >= it.t.rows) return nullptr;
     const RankBuffers* src;
     const long slot = source_slot(p, it.t.first_row + r, src);

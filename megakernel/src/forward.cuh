@@ -214,7 +214,7 @@ __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
         return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
       },
       [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-        push_to_slots<kRingTileColumns<kFp8>>(pipe, p, it, consumer, acc);
+        push_to_slots(pipe, p, it, consumer, acc);
       });
 }
 

@@ -41,9 +41,6 @@ enum class NamedBarrier : int {
 // The output tile: kTileRows (mok/core/saved_layout.h: experts' rows are padded to whole tiles) x
 // kTileN, one wgmma m64n256k16 chain per consumer and K-step.
 inline constexpr int kWgmmaM = 64, kWgmmaK = 16, kTileN = 256;
-// The fp8 ring phases (GEMM2, dy W2, the dx push: ring_gemm's) in narrow tiles of kTileN / 2 columns, one wgmma group
-// a K-block (consume_fp8_narrow), instead of kTileN in two: the same bits (issue 19's candidate, session 69).
-inline constexpr bool kFp8NarrowRingTiles = false;
 static_assert(kConsumers * kWgmmaM == kTileRows, "the consumers' rows make the tile experts are padded to");
 
 // TMA: 64 x 64 bf16 boxes, rows of 128 bytes (the swizzle's span). A stage holds one K-block of 64:

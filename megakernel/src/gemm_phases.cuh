@@ -11,12 +11,12 @@ namespace mok::gpu {
 
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
 // operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
-// tile. kBHalves 1: narrow tiles (tiles of kTileN / 2 columns; their paired blocks share no B).
-template <Majors kM = kNT, bool kFp8 = false, int kBHalves = 2, class Tiles, class Load, class Epilogue>
+// tile.
+template <Majors kM = kNT, bool kFp8 = false, class Tiles, class Load, class Epilogue>
 __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles, int phase, Load load,
                             Epilogue epilogue) {
   RingItem it;
-  gemm_tiles<kM, kFp8, false, kBHalves == 2, kBHalves>(
+  gemm_tiles<kM, kFp8, false, true>(
       pipe, tiles.count(), p.barrier, phase,
       [&](long t, TileLoad& l) {
         if (!tiles.lookup(t, it)) return false;
@@ -26,18 +26,12 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
-// A ring phase's tile columns: kTileN, or in the fp8 mode with kFp8NarrowRingTiles kTileN / 2.
-template <bool kFp8>
-inline constexpr int kRingTileColumns = (kFp8 && kFp8NarrowRingTiles) ? kTileN / 2 : kTileN;
-
-// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, kRingTileColumns of `columns` output
-// columns); an epilogue's valid columns are min(kRingTileColumns<kFp8>, columns - it.n0).
+// A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, kTileN of `columns` output
+// columns).
 template <Majors kM = kNT, bool kFp8 = false, class Load, class Epilogue>
 __device__ void ring_gemm(Pipeline& pipe, const Params& p, int cycle, int phase, int columns, Load load,
                           Epilogue epilogue) {
-  constexpr int kWidth = kRingTileColumns<kFp8>;
-  expert_gemm<kM, kFp8, kWidth == kTileN ? 2 : 1>(pipe, p, RingTiles{p, cycle, ceil_div(columns, kWidth), kWidth},
-                                                  phase, load, epilogue);
+  expert_gemm<kM, kFp8>(pipe, p, RingTiles{p, cycle, ceil_div(columns, kTileN), kTileN}, phase, load, epilogue);
 }
 
 // The scale exponents of a GEMM's E4M3 operands (TileLoad::a_exp, b_exp).

@@ -480,10 +480,11 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
   return consumers_all(healthy);
 }
 
-// consume_fp8's chain on a narrow tile (produce<..., kBHalves = 1>: 128 x 128, each consumer 64 x 128; the fp8 ring
-// phases' with kFp8NarrowRingTiles, and mok-fp8-chain's fed-kimi-k2-n128): one group a K-block, B's half 0, promoted
-// into acc's first half (the second stays 0), so a consumer waits for its group once a K-block, not twice. Each
-// output's K-steps and promotions are consume_fp8's (the same m64n128k32 groups from +0, in K order): the same bits.
+// consume_fp8's chain on a narrow tile (produce<..., kBHalves = 1>: 128 x 128, each consumer 64 x 128; mok-fp8-chain's
+// fed-kimi-k2-n128): one group a K-block, B's half 0, promoted into acc's first half (the second stays 0), so a
+// consumer waits for its group once a K-block, not twice. Each output's K-steps and promotions are consume_fp8's (the
+// same m64n128k32 groups from +0, in K order): the same bits. In the fp8 ring phases it ran bit for bit and 12-18%
+// slower (docs/benchmarks.md, session 69: a narrow tile's feed, a third more bytes a product).
 __device__ __forceinline__ bool consume_fp8_narrow(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                                    float (&acc)[kAccumulators], const GridBarrier& b, int phase) {
 #pragma unroll
@@ -666,14 +667,12 @@ __device__ __forceinline__ bool take_tile(Job& job, long t, long tiles, TileLoad
 }
 
 // gemm_tiles' tile loop; kSharing: paired blocks sharing B (take_tile), a path of its own, so that the
-// unpaired one keeps its registers. kBHalves 1: narrow tiles (produce's), consume_fp8_narrow's chain.
-template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, int kBHalves, class Job, class Epilogue, class Start,
-          class Walk>
+// unpaired one keeps its registers.
+template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing, class Job, class Epilogue, class Start, class Walk>
 __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job& job,
                                Epilogue& epilogue, Start& start, const Walk& walk) {
   constexpr bool kClaimed = std::is_same_v<Walk, ClaimedWalk>;
   static_assert(!kClaimed || !kSharing, "paired blocks sharing B walk their pairs' tiles in step");
-  static_assert(kBHalves == 2 || (kFp8 && !kColumnScales && !kClaimed), "narrow tiles are the fp8 ring phases'");
   // Paired blocks sharing B walk the pairs' tiles (both blocks alike: the grid's block count is even).
   const long walked = kSharing ? (tiles + 1) & ~1L : tiles;
   const int warpgroup = __shfl_sync(~0u, int(threadIdx.x) / kWarpgroupThreads, 0);  // warp-uniform, visibly
@@ -690,7 +689,7 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
         PairedTile pt;
         if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
         if (threadIdx.x == 0)
-          healthy = produce<kM, kFp8, kColumnScales, kSharing, kBHalves>(pipe, l, b, phase, pt.b_half);
+          healthy = produce<kM, kFp8, kColumnScales, kSharing>(pipe, l, b, phase, pt.b_half);
         else
           pipe.blocks += l.k_blocks;
       }
@@ -723,9 +722,7 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
       if (!take_tile<kSharing>(job, t, tiles, l, pt)) continue;
       l.k_blocks = __shfl_sync(~0u, l.k_blocks, 0);
       float acc[kAccumulators];
-      if constexpr (kFp8 && kBHalves == 1) {
-        if (!consume_fp8_narrow(pipe, l, consumer, acc, b, phase)) break;
-      } else if constexpr (kFp8) {
+      if constexpr (kFp8) {
         if (!consume_fp8<kColumnScales, kSharing>(pipe, l, consumer, acc, b, phase)) break;
       } else {
         if (!kSharing || pt.own)
@@ -742,17 +739,17 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
 }
 
 // kShareB: an expert phase, whose paired blocks share B (take_tile); walk: how the blocks take the tiles
-// (RoundRobin, ClaimedWalk); kBHalves 1: narrow tiles (the fp8 ring phases' with kFp8NarrowRingTiles).
-template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, int kBHalves = 2, class Job,
-          class Epilogue, class Start = ZeroStart, class Walk = RoundRobin>
+// (RoundRobin, ClaimedWalk).
+template <Majors kM, bool kFp8 = false, bool kColumnScales = false, bool kShareB = false, class Job, class Epilogue,
+          class Start = ZeroStart, class Walk = RoundRobin>
 __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int phase, Job job, Epilogue epilogue,
                            Start start = {}, Walk walk = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
   if (!pipe.paired)
-    return gemm_tile_loop<kM, kFp8, kColumnScales, false, kBHalves>(pipe, tiles, b, phase, job, epilogue, start, walk);
+    return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start, walk);
   if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
-  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB, kBHalves>(pipe, tiles, b, phase, job, epilogue, start, walk);
+  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start, walk);
   // The pair's last arrivals at each other's stages are in before either goes on.
   meet_peer(pipe, b, phase);
 }
