@@ -155,11 +155,21 @@ def torch_build_info():
     }
 
 
+def system_compiler(name: str, override: str, inherited: str) -> str:
+    """$override (DG_BENCH_CXX, DG_BENCH_CC), else the system's /usr/bin/<name>, else $inherited (CXX, CC), else <name>.
+    The system's before an inherited $CXX / $CC: the GPU machine sets both to its own /opt/gcc, whose build of the
+    extension crashed at the first GEMM call in std::regex's locale code, a second libstdc++ beside the one torch
+    loads (docs/benchmarks.md, sessions 68 and 69). setuptools compiles the C++ sources and links with $CC, so both."""
+    system = f'/usr/bin/{name}'
+    return os.environ.get(override) or (system if os.path.exists(system) else os.environ.get(inherited) or name)
+
+
 def host_cxx() -> str:
-    """The C++ compiler of the host extension: $CXX, else the system's g++. A g++ of its own on PATH (the GPU
-    machine's /opt/gcc) built an extension whose std::regex crashed at the first GEMM call, in the locale code of
-    a second libstdc++ beside the one torch loads (docs/benchmarks.md, sessions 68 and 69)."""
-    return os.environ.get('CXX') or ('/usr/bin/g++' if os.path.exists('/usr/bin/g++') else 'g++')
+    return system_compiler('g++', 'DG_BENCH_CXX', 'CXX')
+
+
+def host_cc() -> str:
+    return system_compiler('gcc', 'DG_BENCH_CC', 'CC')
 
 
 def detect_cxx_std(info) -> str:
@@ -246,7 +256,9 @@ def build_with_setup_py(info, shim: str, timeout: int) -> bool:
         'DG_FORCE_BUILD': '1',         # never try to download a prebuilt wheel (only bdist_wheel would)
         'DG_SKIP_CUDA_BUILD': '0',
         'MAX_JOBS': str(os.cpu_count() or 16),
-        'CXX': host_cxx(),  # torch's cpp_extension compiles and links with $CXX
+        'CXX': host_cxx(),
+        'CC': host_cc(),
+        'PATH': os.path.dirname(host_cc()) + os.pathsep + env.get('PATH', ''),  # no other gcc or ld found first
         # no rpath in setup.py; make libcudart/libnvrtc resolvable even if torch did not preload them
         'LDFLAGS': (env.get('LDFLAGS', '') + f' -Wl,-rpath,{CUDA_HOME}/lib64').strip(),
         # python's sysconfig adds -g; -g0 (last wins) makes the heavy single TU compile faster
@@ -256,7 +268,7 @@ def build_with_setup_py(info, shim: str, timeout: int) -> bool:
     if shim:
         env['PYTHONPATH'] = shim + os.pathsep + env.get('PYTHONPATH', '')
     cmd = [sys.executable, 'setup.py', 'build_ext', '--inplace', '--build-temp', str(BUILD_ROOT / 'build_temp')]
-    log(f'build (setup.py): cd {WORK} && {" ".join(cmd)}')
+    log(f'build (setup.py, CC={env["CC"]}, CXX={env["CXX"]}): cd {WORK} && {" ".join(cmd)}')
     with open(BUILD_LOG, 'w') as f:
         f.write(f'$ cd {WORK} && {" ".join(cmd)}\n')
         f.flush()
@@ -299,7 +311,7 @@ def build_deepgemm(args) -> bool:
     info = torch_build_info()
     log(f'torch {info["torch"]} (CUDA {info["torch_cuda"]}, cxx11_abi={info["cxx11_abi"]}), python {info["python"]}')
     stamp = {'src': source_fingerprint(), 'torch': info['torch'], 'python': info['python'],
-             'cuda_home': CUDA_HOME, 'cxx': host_cxx(), 'cxx_std_override': os.environ.get('DG_BENCH_CXX_STD', '')}
+             'cuda_home': CUDA_HOME, 'cxx': host_cxx(), 'cc': host_cc(), 'cxx_std_override': os.environ.get('DG_BENCH_CXX_STD', '')}
     if (not args.rebuild and STAMP.exists() and glob.glob(str(WORK / 'deep_gemm' / '_C*.so'))
             and json.loads(STAMP.read_text()) == stamp):
         log(f'build: cached build in {WORK} matches the sources and toolchain; skipping the build')
