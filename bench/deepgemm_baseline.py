@@ -9,7 +9,7 @@ submodules' headers at their pinned commits, from any clone of the three reposit
     git -C DeepGEMM archive 54e22612409371d6364144b69086735beb54e98b | tar -x -C .deps/deepgemm
     git -C cutlass archive f3fde58372d33e9a5650ba7b80fc48b3b49d40c8 include LICENSE.txt | tar -x -C .deps/deepgemm/third-party/cutlass
     git -C fmt archive 553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28 include LICENSE | tar -x -C .deps/deepgemm/third-party/fmt
-(docs/results/2026-12-07-h100-d/call3/DEPS_PROVENANCE.txt, copied into .deps/deepgemm, names them.)
+    cp docs/results/2026-12-07-h100-d/call3/DEPS_PROVENANCE.txt .deps/deepgemm/   # names them; part of the build stamp
 
 What it does
   1. Copies the vendored DeepGEMM tree (.deps/deepgemm: DeepGEMM + cutlass/fmt headers at the
@@ -258,7 +258,8 @@ def build_with_setup_py(info, shim: str, timeout: int) -> bool:
         'MAX_JOBS': str(os.cpu_count() or 16),
         'CXX': host_cxx(),
         'CC': host_cc(),
-        'PATH': os.path.dirname(host_cc()) + os.pathsep + env.get('PATH', ''),  # no other gcc or ld found first
+        # The compilers' folder first, as call 7 of results/2026-12-07-h100-e ran it (setup.py runs as sys.executable).
+        'PATH': os.pathsep.join(p for p in (os.path.dirname(host_cc()), env.get('PATH', '')) if p),
         # no rpath in setup.py; make libcudart/libnvrtc resolvable even if torch did not preload them
         'LDFLAGS': (env.get('LDFLAGS', '') + f' -Wl,-rpath,{CUDA_HOME}/lib64').strip(),
         # python's sysconfig adds -g; -g0 (last wins) makes the heavy single TU compile faster

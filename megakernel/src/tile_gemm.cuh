@@ -260,7 +260,8 @@ __device__ __forceinline__ bool consumers_all(bool v) {
 // B's half 0 alone (the stage's second half unwritten; its exponent half 0's, unread).
 template <Majors kM, bool kFp8, bool kColumnScales, bool kSharing = false, int kBHalves = 2>
 __device__ inline bool produce(Pipeline& pipe, const TileLoad& l, const GridBarrier& b, int phase, int b_half = -1) {
-  static_assert(kBHalves == 2 || (kBHalves == 1 && !kSharing), "B's two halves, or half 0 alone unshared");
+  static_assert(kBHalves == 2 || (kBHalves == 1 && kFp8 && !kColumnScales && !kSharing),
+                "B's two halves, or half 0 alone for consume_fp8_narrow (unshared, exponents per block)");
   constexpr bool kBExps = kFp8 && !kColumnScales;
   const int32_t* eb0 = kBExps ? l.b_exp + long(l.b[0] / kFp8Block) * l.k_blocks : nullptr;
   const int32_t* eb1 = kBExps && kBHalves == 2 ? l.b_exp + long(l.b[1] / kFp8Block) * l.k_blocks : eb0;
@@ -483,7 +484,7 @@ __device__ __forceinline__ bool consume_fp8(Pipeline& pipe, const TileLoad& l, W
 // consume_fp8's chain on a narrow tile (produce<..., kBHalves = 1>: 128 x 128, each consumer 64 x 128; mok-fp8-chain's
 // fed-kimi-k2-n128): one group a K-block, B's half 0, promoted into acc's first half (the second stays 0), so a
 // consumer waits for its group once a K-block, not twice. Each output's K-steps and promotions are consume_fp8's (the
-// same m64n128k32 groups from +0, in K order): the same bits. In the fp8 ring phases it ran bit for bit and 12-18%
+// same m64n128k32 groups from +0, in K order): the same bits. In the fp8 ring phases it ran bit for bit and 11-18%
 // slower (docs/benchmarks.md, session 69: a narrow tile's feed, a third more bytes a product).
 __device__ __forceinline__ bool consume_fp8_narrow(Pipeline& pipe, const TileLoad& l, Warpgroup consumer,
                                                    float (&acc)[kAccumulators], const GridBarrier& b, int phase) {

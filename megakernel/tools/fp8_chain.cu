@@ -183,6 +183,7 @@ struct FedOperands {
 template <bool kFp8, bool kNarrow = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fed_kernel(const __grid_constant__ FedOperands op, GridBarrier b, float* sink, ConsumerTime* times) {
+  constexpr int kBHalves = kNarrow ? 1 : 2;  // B's halves a stage loads
   Pipeline pipe = pipeline_init();
   const int tiles = op.tiles.count();
   const auto load_of = [&](int t) {
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (threadIdx.x == 0)
       for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-        if (!produce < kNT, kFp8, false, false, kNarrow ? 1 : 2 > (pipe, load_of(t), b, 0)) break;
+        if (!produce<kNT, kFp8, false, false, kBHalves>(pipe, load_of(t), b, 0)) break;
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
