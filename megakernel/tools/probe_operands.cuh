@@ -47,9 +47,9 @@ inline DeviceArray<uint8_t> device_bytes(size_t bytes, bool random, bool fp8, in
 }
 
 // The tiles of C = A B^T over experts: each expert's tiles_m row tiles of A (128 rows) times its own
-// tiles_n column tiles of B (`columns` rows: 256, or mok-fp8-chain's narrow 128; mok-gather-probe loads 256), numbered
-// expert by expert, n
-// fastest (the tiles in flight share A's rows and the expert's B, as a ring phase's do).
+// tiles_n column tiles of B (`columns` rows: 256, or mok-fp8-chain's narrow 128; mok-gather-probe loads 256),
+// numbered expert by expert, n fastest (the tiles in flight share A's rows and the expert's B, as a ring
+// phase's do).
 struct ExpertTiles {
   int experts, tiles_m, tiles_n, columns = kTileN;
 
