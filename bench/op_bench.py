@@ -170,8 +170,9 @@ def time_shape(name, args, peak):
         ints, floats = config.pack(tokens_per_rank=T)
         # The forward column's steps run under no_grad, which the op runs in recompute mode (mok.moe).
         ws_forward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows, recompute=True))[0]
-        ws_backward = mok._C.workspace_bytes(ints, floats,
-                                             mok.config.pack_launch(args.ring_rows, recompute=args.recompute))[1]
+        # The f+b step's backward: autograd's mok::backward_consuming, or mok::backward_accumulate.
+        ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(
+            args.ring_rows, recompute=args.recompute))[3 if args.accumulate else 2]
         logits = T * E * 4 if routes else 0  # [T, E] fp32: an output, saved for the backward; d logits as large
         returned = T * H * 2 + 2 * T * k * 4 + logits
         outputs = mok._C.saved_bytes(ints, floats, args.recompute) + returned  # the f+b step's forward

@@ -340,22 +340,29 @@ __device__ __forceinline__ WeightGradTables weight_grad_tables() {
       "the block's dynamic and static shared memory (with ClaimedTiles' word and the TileQueue)");
   return {first_tile, order};
 }
-// Gradients [begin, end) of weight_grad's list. Each tile finds its gradient by binary search over the
-// gradients' first tiles (WeightGradTiles), which the block lays out in shared memory first (a walk
-// over the list per tile cost a tile's worth of latency), the gradients in order_longest_first's
-// order. kFp8: routed gradients on their E4M3 operands (fp8_weight_grad_load). Inlined by force: the
-// paired kernel calls it too, and left a call (cicc did so) it took the unpaired kernel's pairing at run
-// time (its spills 94 -> 382 bytes).
+// The gradients of weight_grad's list that one walk takes: `count` of them, from `first`, `step` apart
+// (all from 0, step 1; dW2's alone, from 1, step 2; dW1's from 0, step 2), claimed through word `walk` of
+// Params::claimed_weight_grads.
+struct GradWalk {
+  int first, count, step, walk;
+  __device__ int grad(int i) const { return first + step * i; }
+};
+
+// One walk's gradients. Each tile finds its gradient by binary search over the gradients' first tiles
+// (WeightGradTiles), which the block lays out in shared memory first (a walk over the list per tile cost a
+// tile's worth of latency), the gradients in order_longest_first's order. kFp8: routed gradients on their
+// E4M3 operands (fp8_weight_grad_load). Inlined by force: the paired kernel calls it too, and left a call
+// (cicc did so) it took the unpaired kernel's pairing at run time (its spills 94 -> 382 bytes).
 template <bool kFp8>
-__device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, int begin, int end) {
+__device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, const GradWalk& walk) {
   const WeightGradTables tables = weight_grad_tables();
   int *first_tile = tables.first_tile, *order = tables.order;
-  const int grads = end - begin;
-  for (int w = threadIdx.x; w < grads; w += blockDim.x) first_tile[w] = weight_grad(p, begin + w).k_rows;
+  const int grads = walk.count;
+  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i] = weight_grad(p, walk.grad(i)).k_rows;
   __syncthreads();
   order_longest_first(first_tile, grads, order);
   __syncthreads();
-  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i + 1] = weight_grad(p, begin + order[i]).tiles();
+  for (int i = threadIdx.x; i < grads; i += blockDim.x) first_tile[i + 1] = weight_grad(p, walk.grad(order[i])).tiles();
   __syncthreads();
   if (threadIdx.x == 0) {
     first_tile[0] = 0;
@@ -368,7 +375,7 @@ __device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, in
   gemm_tiles<kFp8 ? kNT : kTN, kFp8, kFp8>(
       pipe, tiles.count(), p.barrier, kWeightGrad,
       [&](long t, TileLoad& l) {
-        const int i = tiles.place(t), w = begin + order[i];
+        const int i = tiles.place(t), w = walk.grad(order[i]);
         wg = weight_grad(p, w);
         wg.origin(t - tiles.first[i], m0, n0);
         l = kFp8 ? fp8_weight_grad_load(p, w, wg, m0, n0) : wg.load(p.maps, m0, n0, ceil_div(wg.k_rows, kBox));
@@ -377,7 +384,7 @@ __device__ __forceinline__ void weight_grads(Pipeline& pipe, const Params& p, in
       [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) {
         store_weight_grad(pipe, p, wg, m0, n0, consumer, acc);
       },
-      ZeroStart{}, ClaimedWalk{p.claimed_weight_grads + (kFp8 ? 0 : 1)});
+      ZeroStart{}, ClaimedWalk{p.claimed_weight_grads + walk.walk});
   finish_chunk_copies();
 }
 
@@ -724,13 +731,19 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (p.fp8_weight_gradients) {  // the routed experts' on E4M3 operands, the shared expert's bf16
       quantize_grad_operands(pipe, p);
       if (!grid_sync(b, kGradOperands, 0)) return;
-      weight_grads<true>(pipe, p, 0, 2 * own);
+      weight_grads<true>(pipe, p, GradWalk{0, 2 * own, 1, 0});
       // After an error the claimed walk's queue may be out of step (Pipeline::queued): no second walk.
       if (__syncthreads_or(error_recorded(b))) return;
       bf16_grads = 2 * own;
     }
   }
-  weight_grads<false>(pipe, p, bf16_grads, grads);
+  if (!kFp8 && p.dw2_first) {  // dye and a lie in d_w1 (bf16 alone: workspace_layout) until dW2's tiles read them
+    weight_grads<false>(pipe, p, GradWalk{1, grads / 2, 2, 0});
+    if (!grid_sync(b, kDownWeightGrad, 0)) return;
+    weight_grads<false>(pipe, p, GradWalk{0, grads / 2, 2, 1});
+  } else {
+    weight_grads<false>(pipe, p, GradWalk{bf16_grads, grads - bf16_grads, 1, 1});
+  }
   // Across GPUs with no relay after it (given routing, no shared expert), a barrier across GPUs ends the
   // launch: the dye pull read the peers' topk_w in their windows, which a peer's next forward copies anew
   // before its first barrier (a relay's waits order that otherwise).

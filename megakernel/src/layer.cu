@@ -57,7 +57,8 @@ uint8_t* checked_workspace(const TensorView& workspace, size_t needed, Pass pass
   require(workspace.shape[0] >= 0 && size_t(workspace.shape[0]) >= needed, [&] {
     const std::string name = pass == Pass::forward ? "forward" : "backward";
     return "workspace has " + std::to_string(workspace.shape[0]) + " bytes, the " + name + " needs " +
-           std::to_string(needed) + " (workspace_bytes(Pass::" + name + "))";
+           std::to_string(needed) + " (workspace_bytes(Pass::" + name +
+           (pass == Pass::backward ? ", GradOutputs::scratch))" : "))");
   });
   require_aligned16(workspace.data, "workspace");
   return static_cast<uint8_t*>(workspace.data);
@@ -342,12 +343,13 @@ struct Layer::Impl {
   int gpu = 0, device = 0, blocks = 0;
   int rank_begin = 0, rank_end = 0;
   SavedLayout saved;
-  WorkspaceLayout ws;
-  Fp8WeightLayout fp8w;              // the quantized weights' buffer (no bytes in bf16)
-  Exchange exchange;                 // where the ranks' shared buffers live (exchange.h)
-  unsigned long long launches = 0;   // this Layer's, enqueued
-  unsigned long long numbered = 0;   // this Layer's launch numbers taken, without a group
-  const PeerGroup* group = nullptr;  // numbers the launches across GPUs (take_launches), or none
+  WorkspaceLayout ws;                  // the forward's, and a backward's given no scratch
+  WorkspaceLayout scratch_layouts[4];  // a backward's given each BackwardScratch (backward_layout)
+  Fp8WeightLayout fp8w;                // the quantized weights' buffer (no bytes in bf16)
+  Exchange exchange;                   // where the ranks' shared buffers live (exchange.h)
+  unsigned long long launches = 0;     // this Layer's, enqueued
+  unsigned long long numbered = 0;     // this Layer's launch numbers taken, without a group
+  const PeerGroup* group = nullptr;    // numbers the launches across GPUs (take_launches), or none
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
   TensorMapCache map_cache[2];     // per Pass: a forward's maps are the last forward's, mostly
@@ -370,7 +372,9 @@ struct Layer::Impl {
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
     group = peers;
-    ws = workspace_layout(c, launch, !exchange.windowed());
+    for (int i = 0; i < 4; ++i)
+      scratch_layouts[i] = workspace_layout(c, launch, !exchange.windowed(), BackwardScratch{bool(i & 1), bool(i & 2)});
+    ws = scratch_layouts[0];
     fp8w = fp8_weight_layout(c, own_experts());
     error = DeviceArray<KernelError>(1);
     error.zero();
@@ -381,6 +385,9 @@ struct Layer::Impl {
     clock_count.zero();
   }
 
+  const WorkspaceLayout& backward_layout(BackwardScratch s) const {
+    return scratch_layouts[int(s.in_d_w1) + 2 * int(s.dh_over_saved_h)];
+  }
   RowShare row_share() const { return RowShare{launch.gpus, gpu, launch.capacity_rows}; }
   long shared_capacity() const { return shared_rows_capacity(c, launch.gpus); }
   long own_padded() const { return own_padded_rows(c, launch.gpus, launch.capacity_rows); }
@@ -462,6 +469,9 @@ struct Layer::Impl {
     check_view(g.d_w2, named("d_w2 [E, H, I]", "d_w2 [E/G, H, I]"), wd, {Eg, H, I});
     check_view(g.d_shared_w1, "d_shared_w1 [2Is, H]", wd, {2 * Is, H}, Is == 0);
     check_view(g.d_shared_w2, "d_shared_w2 [H, Is]", wd, {H, Is}, Is == 0);
+    require(!g.accumulate || !g.scratch.in_d_w1,
+            "GradOutputs::scratch.in_d_w1 with accumulate: d_w1 holds the sums this backward adds into, so it cannot "
+            "hold its scratch");
   }
 
   // Each call's tensors apart (require_apart) and on the Layer's GPU (require_on_gpu). A given routing that
@@ -507,8 +517,10 @@ struct Layer::Impl {
   }
 
   // ---- kernel parameters ----
-  Params params(Pass pass, uint8_t* workspace, const ForwardInputs& in, const ForwardOutputs& out,
-                unsigned long long number) const {
+  // `layout`: ws, or a backward's given scratch (backward_layout), whose sections in d_w1 (in_d_w1) are
+  // `d_w1`'s bytes.
+  Params params(Pass pass, const WorkspaceLayout& layout, uint8_t* workspace, uint8_t* d_w1, const ForwardInputs& in,
+                const ForwardOutputs& out, unsigned long long number) const {
     Params p{};
     p.c = c;
     p.ring_rows = pass == Pass::forward ? forward_cycle_rows(c) : launch.ring_rows;
@@ -518,7 +530,7 @@ struct Layer::Impl {
     p.padded_rows = own_padded();
     p.shared_tokens = shared_token_rows(c, launch.gpus, gpu);
     p.shared_capacity = shared_capacity();
-    auto* words = reinterpret_cast<unsigned int*>(workspace + ws.barrier);
+    auto* words = reinterpret_cast<unsigned int*>(workspace + layout.barrier);
     p.barrier = GridBarrier{words,
                             words + 1,
                             error.get(),
@@ -541,7 +553,7 @@ struct Layer::Impl {
     p.row_source = reinterpret_cast<int32_t*>(s + saved.row_source);
     p.slot_row = reinterpret_cast<int32_t*>(s + saved.slot_row);
     p.recompute = launch.recompute;
-    p.one_ring_cycle = ws.one_cycle;
+    p.one_ring_cycle = layout.one_cycle;
     p.fp8_weight_gradients = launch.fp8_weight_gradients;
     // In recompute mode xe, h and the shared expert's h and a are the workspace's (the saved buffer
     // holds none), and so is xe wherever the saved buffer holds none (saves_xe); the routed a always is
@@ -552,41 +564,43 @@ struct Layer::Impl {
     const bool saving = !launch.recompute;
     // The fp8 forward neither reads nor writes xe and a (its GEMMs read xq and aq): null, their maps empty.
     const bool fp8_forward = pass == Pass::forward && c.precision == Precision::fp8;
-    p.xe = fp8_forward ? nullptr : activation(ws.xe, saved.xe, saves_xe(c, launch.recompute));
-    p.h = activation(ws.h, saved.h, saving);
-    p.a = fp8_forward ? nullptr : reinterpret_cast<bf16*>(workspace + ws.a);
-    p.shared_h = activation(ws.shared_h, saved.shared_h, saving);
-    p.shared_a = activation(ws.shared_a, saved.shared_a, saving);
-    p.chunk_counts = reinterpret_cast<int32_t*>(workspace + ws.chunk_counts);
-    p.chunk_base = reinterpret_cast<int32_t*>(workspace + ws.chunk_base);
-    p.tile_expert = reinterpret_cast<int32_t*>(workspace + ws.tile_expert);
-    p.shared_y = reinterpret_cast<bf16*>(workspace + ws.shared_y);
+    p.xe = fp8_forward ? nullptr : activation(layout.xe, saved.xe, saves_xe(c, launch.recompute));
+    p.h = activation(layout.h, saved.h, saving);
+    uint8_t* const scratch = layout.in_d_w1 ? d_w1 : workspace;  // the ring, g, a, dye and the dx_j
+    p.a = fp8_forward ? nullptr : reinterpret_cast<bf16*>(scratch + layout.a);
+    p.shared_h = activation(layout.shared_h, saved.shared_h, saving);
+    p.shared_a = activation(layout.shared_a, saved.shared_a, saving);
+    p.chunk_counts = reinterpret_cast<int32_t*>(workspace + layout.chunk_counts);
+    p.chunk_base = reinterpret_cast<int32_t*>(workspace + layout.chunk_base);
+    p.tile_expert = reinterpret_cast<int32_t*>(workspace + layout.tile_expert);
+    p.shared_y = reinterpret_cast<bf16*>(workspace + layout.shared_y);
     p.y = ptr<bf16>(out.y);
     if (c.precision == Precision::fp8) {
       const auto matrix = [&](const Fp8Section& at) { return in_buffer(workspace, at); };
-      const Fp8Sections& f = ws.fp8;
+      const Fp8Sections& f = layout.fp8;
       p.xq = matrix(f.xq), p.aq = matrix(f.aq), p.shared_xq = matrix(f.shared_xq), p.shared_aq = matrix(f.shared_aq);
       uint8_t* q = quantized_weights(workspace, in);
       p.w1_exp = in_buffer(q, fp8w.w1).exps, p.w2_exp = in_buffer(q, fp8w.w2).exps;
       p.shared_w1_exp = in_buffer(q, fp8w.shared_w1).exps, p.shared_w2_exp = in_buffer(q, fp8w.shared_w2).exps;
     }
     if (pass == Pass::forward) return p;  // its workspace ends before the backward's sections
-    p.g = reinterpret_cast<float*>(workspace + ws.g);
-    p.dh = reinterpret_cast<bf16*>(workspace + ws.dh);
-    p.dye = reinterpret_cast<bf16*>(workspace + ws.dye);
-    p.shared_dh = reinterpret_cast<bf16*>(workspace + ws.shared_dh);
+    p.g = reinterpret_cast<float*>(scratch + layout.g);
+    p.dh = layout.dh_over_h ? p.h : reinterpret_cast<bf16*>(workspace + layout.dh);
+    p.dye = reinterpret_cast<bf16*>(scratch + layout.dye);
+    p.shared_dh = reinterpret_cast<bf16*>(workspace + layout.shared_dh);
+    p.dw2_first = layout.in_d_w1;
     if (c.precision != Precision::fp8) {
-      p.ring = reinterpret_cast<bf16*>(workspace + ws.ring);
+      p.ring = reinterpret_cast<bf16*>(scratch + layout.ring);
       return p;
     }
-    p.ringq = in_buffer(workspace, ws.ringq), p.dhq = in_buffer(workspace, ws.dhq);
-    p.shared_dyq = in_buffer(workspace, ws.shared_dyq), p.shared_dhq = in_buffer(workspace, ws.shared_dhq);
+    p.ringq = in_buffer(workspace, layout.ringq), p.dhq = in_buffer(workspace, layout.dhq);
+    p.shared_dyq = in_buffer(workspace, layout.shared_dyq), p.shared_dhq = in_buffer(workspace, layout.shared_dhq);
     uint8_t* q = quantized_weights(workspace, in);
     p.w1t_exp = in_buffer(q, fp8w.w1t).exps, p.w2t_exp = in_buffer(q, fp8w.w2t).exps;
     p.shared_w1t_exp = in_buffer(q, fp8w.shared_w1t).exps, p.shared_w2t_exp = in_buffer(q, fp8w.shared_w2t).exps;
     if (launch.fp8_weight_gradients) {
-      p.dhtq = in_buffer(workspace, ws.dhtq), p.xetq = in_buffer(workspace, ws.xetq);
-      p.dyetq = in_buffer(workspace, ws.dyetq), p.atq = in_buffer(workspace, ws.atq);
+      p.dhtq = in_buffer(workspace, layout.dhtq), p.xetq = in_buffer(workspace, layout.xetq);
+      p.dyetq = in_buffer(workspace, layout.dyetq), p.atq = in_buffer(workspace, layout.atq);
     }
     return p;
   }
@@ -746,7 +760,8 @@ struct Layer::Impl {
                                         : saved_holds_no_layout(where));
     else if (e.code == kRingCycles)
       m = "mok: internal: the backward" + where + " needs " + std::to_string(e.detail) +
-          " ring cycles, but its workspace lays dh over the ring, which allows one (LaunchConfig::ring_rows = " +
+          " ring cycles, but its layout lays dh or the routed a over the ring, which allows one "
+          "(LaunchConfig::ring_rows = " +
           std::to_string(launch.ring_rows) + " holds every rank's tiles whatever the routing, by the layout's bound)";
     else if (e.code == kCapacity)
       m = "mok: capacity: the routing gives GPU " + std::to_string(e.cycle) + "'s experts " + std::to_string(e.detail) +
@@ -869,12 +884,12 @@ void check_launch(const LayerConfig& c, const LaunchConfig& launch) {
           "gpus = " + std::to_string(launch.gpus) + " is outside [1, " + std::to_string(kMaxGpus) + "]");
 }
 
-LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
+LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch, BackwardScratch scratch) {
   validate_launch_config(c, launch);
   LaunchConfig resolved = launch;
   resolved.ring_rows = resolved_ring_rows(c, launch);
   const bool windowed = launch.transport != Transport::simulated;  // a peer group's Layer, one GPU's too
-  const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed);
+  const WorkspaceLayout ws = workspace_layout(c, resolved, !windowed, scratch);
   const RowShare share{launch.gpus, 0, launch.capacity_rows};
   return {saved_layout(c, launch.recompute, share).bytes, ws.forward_bytes, ws.bytes,
           windowed ? Exchange::window_bytes(c, launch.gpus) : 0, fp8_weight_layout(c, c.experts / launch.gpus).bytes};
@@ -883,8 +898,8 @@ LayerMemory layer_memory(const LayerConfig& c, const LaunchConfig& launch) {
 Layer::~Layer() = default;
 
 const LayerConfig& Layer::config() const { return impl_->c; }
-size_t Layer::workspace_bytes(Pass pass) const {
-  return pass == Pass::forward ? impl_->ws.forward_bytes : impl_->ws.bytes;
+size_t Layer::workspace_bytes(Pass pass, BackwardScratch scratch) const {
+  return pass == Pass::forward ? impl_->ws.forward_bytes : impl_->backward_layout(scratch).bytes;
 }
 int Layer::ring_rows() const { return impl_->launch.ring_rows; }
 size_t Layer::saved_bytes() const { return impl_->saved.bytes; }
@@ -911,7 +926,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.check_forward(in, out, true);
   uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
   m.check_forward_memory(captured, workspace, in, out);
-  Params p = m.params(Pass::forward, ws, in, out, number);
+  Params p = m.params(Pass::forward, m.ws, ws, nullptr, in, out, number);
   m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::forward, p, in.weights, quantized);
@@ -936,14 +951,16 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.refuse_capture(captured);
   m.check_forward(in, fwd, false);
   m.check_grads(in, dy, grads);
-  uint8_t* ws = checked_workspace(workspace, m.ws.bytes, Pass::backward);
+  const WorkspaceLayout& layout = m.backward_layout(grads.scratch);
+  uint8_t* ws = checked_workspace(workspace, layout.bytes, Pass::backward);
   m.check_backward_memory(captured, workspace, in, fwd, dy, grads);
-  Params p = m.params(Pass::backward, ws, in, fwd, number);
+  uint8_t* d_w1 = ptr<uint8_t>(grads.d_w1);
+  Params p = m.params(Pass::backward, layout, ws, d_w1, in, fwd, number);
   p.accumulate = grads.accumulate;
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
   p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
-  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, ws + m.ws.dx_slots);
+  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, (layout.in_d_w1 ? d_w1 : ws) + layout.dx_slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::backward, p, in.weights, quantized, grads);
   const bool fp8 = m.c.precision == Precision::fp8;

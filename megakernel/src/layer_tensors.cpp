@@ -51,7 +51,7 @@ GradTensors::GradTensors(const LayerConfig& c, int shares) {
   d_shared_w2 = DeviceTensor(DType::f32, {H, Is});
 }
 
-GradOutputs GradTensors::views(RoutingMode mode, bool accumulate) const {
+GradOutputs GradTensors::views(RoutingMode mode, bool accumulate, BackwardScratch scratch) const {
   const bool router = mode != RoutingMode::given;
   return {dx.view(),
           d_topk_w.view(),
@@ -61,7 +61,8 @@ GradOutputs GradTensors::views(RoutingMode mode, bool accumulate) const {
           d_w2.view(),
           d_shared_w1.view(),
           d_shared_w2.view(),
-          accumulate};
+          accumulate,
+          scratch};
 }
 
 void GradTensors::poison(bool accumulate) {

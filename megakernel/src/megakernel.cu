@@ -323,9 +323,11 @@ void Megakernel::set_output_grad(const std::vector<bf16>& dy, bool accumulate) {
 void Megakernel::launch_backward() {
   const KeepCurrentDevice keep;
   Impl& m = *impl_;
+  // A storing backward keeps its scratch in d_w1, as the PyTorch op's does (so the goldens, mok-verify and the
+  // fuzzer run that path); an accumulating one in the workspace.
   m.run([&](GpuShare& s) {
     s.layer->backward(s.stream.get(), s.workspace.view(), s.inputs(m.routing), s.fwd.views(m.routing), s.grad.dy.view(),
-                      s.grad.views(m.routing, m.accumulate));
+                      s.grad.views(m.routing, m.accumulate, {.in_d_w1 = !m.accumulate}));
   });
 }
 

@@ -107,6 +107,7 @@ enum Phase : int {
   kSharedDx,
   kCombineDx,
   kDyePull,
+  kDownWeightGrad,
   kRouterWeightChains,
   kEnd,
   kPhaseCount
@@ -131,6 +132,7 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"start (GPUs meet)",
                                                          "shared expert dx",
                                                          "dx combine (+ other blocks' router-weight tiles)",
                                                          "dye pull",
+                                                         "dW2 weight gradients (first: the scratch in d_w1)",
                                                          "router-weight gradient (block 0's tiles)",
                                                          "after the last barrier (block 0's share)"};
 static_assert(kPhaseNames[kPhaseCount - 1] != nullptr, "a phase without a name (kPhaseNames is short)");
@@ -212,15 +214,17 @@ struct Params {
   bool accumulate;            // the backward adds its weight gradients into d_router, d_w1, ... (GradOutputs)
   bool grads_bf16;            // d_w1, d_w2, d_shared_* are bf16 (GradOutputs), else fp32
   bool recompute;             // xe, h, shared h and a are the workspace's: the backward makes them again first
-  bool one_ring_cycle;        // dh lies over the ring (workspace_layout): a second ring cycle would overwrite it
+  bool one_ring_cycle;        // dh or a lies over the ring (workspace_layout): a second cycle would overwrite it
   bool fp8_weight_gradients;  // the fp8 backward's routed weight gradients on E4M3 operands (dhtq, xetq, dyetq, atq)
+  bool dw2_first;             // the scratch lies in d_w1 (BackwardScratch::in_d_w1): dW2's tiles, a barrier, dW1's
   int rank_begin, rank_end;   // the ranks this GPU executes: its tokens, rings and experts
   int gpus;                   // GPUs of the launch (1: simulated ranks)
   long padded_rows;           // rows of the per-row buffers: this GPU's experts' tiles (own_padded_rows)
   RankBuffers rank[kMaxRanks];
   GridBarrier barrier;
   unsigned int* claimed_tiles;  // combine_dx's tiles taken (ClaimedTiles), zeroed before each launch
-  // The weight gradients' tiles taken (ClaimedWalk): the fp8 phase's, then the bf16 one's; zeroed so too.
+  // The weight gradients' tiles taken (ClaimedWalk), a word per walk: the first (the fp8 phase's, or dW2's
+  // with dw2_first), then the second (the bf16 one's, or dW1's); zeroed so too.
   unsigned int* claimed_weight_grads;
   TensorMaps maps;
 

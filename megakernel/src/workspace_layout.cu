@@ -112,7 +112,8 @@ Fp8WeightLayout fp8_weight_layout(const LayerConfig& c, size_t own_experts) {
   return l;
 }
 
-WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace) {
+WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace,
+                                 BackwardScratch scratch) {
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, k = c.top_k;
   const size_t Is = c.shared_intermediate, chunks = layout_chunks(c.tokens());
   const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows), S = shared_rows_capacity(c, launch.gpus);
@@ -171,6 +172,27 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.h = sections.take(recompute ? dh : 0);  // last of a recompute forward's: see below
   const size_t h_end = sections.bytes();
   const size_t ring_rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // own ranks' rings
+  const bool dh_over_h = l.dh_over_h = scratch.dh_over_saved_h && !recompute;
+  if (scratch.in_d_w1 && !fp8 && !recompute) {  // the scratch in d_w1, where it fits (workspace_layout.h)
+    Sections in_cycles(kSectionAlign), rest(kSectionAlign);
+    const size_t ring = in_cycles.take(ring_rows * H * 2), g = in_cycles.take(ring_rows * I * 4);
+    const size_t rest_base = one_cycle && P * I * 2 <= g - ring ? 0 : in_cycles.bytes();
+    const size_t a = rest_base + rest.take(P * I * 2);
+    const size_t dx = rest_base + rest.take(std::max(slots_in_workspace ? N * k * H * 2 : 0, P * H * 2));
+    const size_t d_w1_bytes = std::max(in_cycles.bytes(), rest_base + rest.bytes());
+    if (d_w1_bytes <= E / launch.gpus * 2 * I * H * 2) {
+      // The forward's a and slots, its last sections, are dead in such a backward: its own start there.
+      const size_t base = l.a;
+      require(l.forward_bytes == slots_end, "internal: the forward's a and slots are not its last sections");
+      Sections own(kSectionAlign);
+      if (!dh_over_h) l.dh = base + own.take(dh);
+      l.shared_dh = base + own.take(S * 2 * Is * 2);
+      l.ring = ring, l.g = g, l.a = a, l.dx_slots = l.dye = dx;
+      l.in_d_w1 = true, l.d_w1_bytes = d_w1_bytes;
+      l.bytes = base + own.bytes();
+      return l;
+    }
+  }
   // Over one another from base: the ring and g, dead after the last per-row phase; and what is written
   // after them (dye, shared_dh), or with one cycle after that cycle's dy W2 (dh). With several cycles in
   // bf16 recompute mode, dye and shared_dh start at h (the per-row phase is its last reader), which ends
@@ -195,7 +217,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
     l.ringq = offset_by(base, activation_section(cycles, ring_rows, H));
   else
     l.ring = base + cycles.take(ring_rows * H * 2);
-  if (one_cycle) l.dh = base + late.take(dh);
+  if (one_cycle && !dh_over_h) l.dh = base + late.take(dh);
   Sections row_grad = late;  // the per-row phase's outputs: dh (one cycle) and dhq
   if (fp8) l.dhq = offset_by(base, activation_section(row_grad, ring_rows, 2 * I));
   if (row_grad.bytes() > cycles.bytes()) cycles.take(row_grad.bytes() - cycles.bytes());  // g past them
@@ -213,7 +235,7 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
     l.shared_dyq = l.fp8.shared_xq;
   }
   const size_t end = std::max(base + cycles.bytes(), late_base + late.bytes());
-  if (!one_cycle) l.dh = end + after.take(dh);  // apart: live from the first cycle to the weight gradients
+  if (!one_cycle && !dh_over_h) l.dh = end + after.take(dh);  // apart: from the first cycle to the weight gradients
   // The fp8 mode saves no xe (saves_xe) and its forward writes none: the backward pulls it for dW1, apart.
   if (!launch.recompute && !saves_xe(c, false)) l.xe = end + after.take(P * H * 2);
   if (!launch.recompute && fp8) l.a = end + after.take(P * I * 2);  // from the per-row phase on

@@ -76,9 +76,19 @@ struct WorkspaceLayout {
   // The backward's (token, slot) buffer (its dx_j): the forward's slots, or (dx_slots_past_dh in
   // workspace_layout) the section past dh that dye takes once the dx combine has read it.
   size_t dx_slots;
+  bool dh_over_h;     // dh is the saved buffer's h (BackwardScratch::dh_over_saved_h): l.dh unused
+  bool in_d_w1;       // ring, g, a, dye and dx_slots are offsets in d_w1 (BackwardScratch::in_d_w1)
+  size_t d_w1_bytes;  // the scratch's bytes in d_w1
 };
 
-WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace);
+// A backward's layout given `scratch` (BackwardScratch; the forward's is that of none). With the scratch
+// in d_w1 (bf16, no recompute, where it fits in d_w1's bytes as bf16): d_w1 holds the ring and g, then a
+// (from the per-row phase to dW2's tiles; with one ring cycle over the ring, dead once dy W2 has read it,
+// where it fits there), the dx_j past a (with one cycle over the rest of the ring and g, dead once the
+// per-row phase has read g) and dye over the dx_j; the workspace keeps the forward's sections before its
+// a, then dh (unless over the saved h) and shared_dh: it may be shorter than the forward's.
+WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launch, bool slots_in_workspace,
+                                 BackwardScratch scratch = {});
 
 // The workspace's first words: the grid barrier (2), the barriers across GPUs (1), combine_dx's claimed
 // tiles (1), the weight gradients' (2); zeroed before each launch.

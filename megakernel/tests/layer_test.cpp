@@ -286,6 +286,45 @@ TEST_F(LayerApi, BackwardSectionsOverOneAnotherMatchTheReference) {
   expect_sections_over_one_another_match(runs, 44);
 }
 
+// A backward given BackwardScratch (the PyTorch op's storing backward gives both): its scratch in d_w1, dW2's
+// tiles before dW1's, and dh over the saved h, with one ring cycle (a over the ring, the dx_j over the rest)
+// and several; skewed routing, a shared expert, bf16 and fp8 (dh over h alone: the scratch stays in the
+// workspace). Its workspace exactly workspace_bytes(Pass::backward, scratch) and poisoned, d_w1 poisoned
+// (GradTensors::poison): the reference's bits. With accumulate, the scratch in d_w1 is refused.
+TEST_F(LayerApi, BackwardScratchInDw1AndOverSavedHMatchesTheReference) {
+  LayerConfig bf16 = with_every_branch(make_config(1, 80, 512, 256, 8, 3));  // a scratch that fits in d_w1
+  bf16.shared_intermediate = 128;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  const std::pair<LayerConfig, int> runs[] = {{bf16, 0}, {bf16, 128}, {fp8, 0}};
+  for (const auto& [c, ring_rows] : runs)
+    for (const BackwardScratch scratch :
+         {BackwardScratch{true, false}, BackwardScratch{false, true}, BackwardScratch{true, true}}) {
+      SCOPED_TRACE(std::string(c.precision == Precision::fp8 ? "fp8" : "bf16") + ", ring " + std::to_string(ring_rows) +
+                   (scratch.in_d_w1 ? ", in d_w1" : "") + (scratch.dh_over_saved_h ? ", dh over h" : ""));
+      const ref::Problem p = ref::make_problem(c, 46, ref::RoutingKind::zipf);
+      Layer layer(c, LaunchConfig{.ring_rows = ring_rows});
+      const size_t bytes = layer.workspace_bytes(Pass::backward, scratch);
+      if (scratch.in_d_w1 && c.precision == Precision::bf16) {
+        EXPECT_LT(bytes, layer.workspace_bytes(Pass::backward));
+      }
+      Bound b(layer, p, RoutingMode::given);
+      b.poison();
+      layer.forward(stream_, b.workspace.view(), b.inputs(), b.outputs());
+      DeviceTensor workspace(DType::u8, {int64_t(bytes)});
+      workspace.poison();
+      GradOutputs grads = b.grads();
+      grads.scratch = scratch;
+      layer.backward(stream_, workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), grads);
+      layer.check();
+      expect_same(read(b), reference(p, RoutingMode::given));
+      if (!scratch.in_d_w1) continue;
+      grads.accumulate = true;
+      expect_error([&] { layer.backward(stream_, workspace.view(), b.inputs(), b.outputs(), b.grad.dy.view(), grads); },
+                   "GradOutputs::scratch.in_d_w1 with accumulate");
+    }
+}
+
 // The weights are read through the pointers of each call: new weights, same layer, new results.
 TEST_F(LayerApi, ReadsTheWeightsOfEachCall) {
   const ref::Problem p = ref::make_problem(shared_sigmoid(), 32);

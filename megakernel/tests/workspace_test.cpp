@@ -30,38 +30,41 @@ struct Phases {
   int shared_dx() const { return router() + 1; }
   int combine() const { return router() + 2; }
   int dye_pull() const { return router() + 3; }
-  int operands() const { return router() + 4; }  // the fp8 weight gradients' operands
-  int weight_grads() const { return router() + 5; }
+  int operands() const { return router() + 4; }      // the fp8 weight gradients' operands
+  int weight_grads() const { return router() + 5; }  // all of them, or dW2's first (the scratch in d_w1)
+  int dw1_grads() const { return router() + 6; }     // dW1's after dW2's, or (one walk) still the same walk
 };
 
-// Bytes [begin, end) of the workspace, live from phase `first` to phase `last`, both included.
+// Bytes [begin, end) of the workspace (or of d_w1: in_d_w1), live from phase `first` to phase `last`, both
+// included.
 struct Buffer {
   std::string name;
   size_t begin, end;
   int first, last;
+  bool in_d_w1;
 };
 
 class Buffers {
  public:
-  void add(const std::string& name, size_t at, size_t bytes, int first, int last) {
-    if (bytes) list_.push_back({name, at, at + bytes, first, last});
+  void add(const std::string& name, size_t at, size_t bytes, int first, int last, bool in_d_w1 = false) {
+    if (bytes) list_.push_back({name, at, at + bytes, first, last, in_d_w1});
   }
   void add(const std::string& name, const Fp8Section& at, size_t values, int first, int last) {
     add(name, at.values, values, first, last);
     add(name + " exponents", at.exps, at.exp_bytes, first, last);
   }
-  // Every pair sharing a byte is live in no phase together.
+  // Every pair sharing a byte (of one buffer) is live in no phase together.
   void expect_disjoint_where_live_together() const {
     for (size_t i = 0; i < list_.size(); ++i)
       for (size_t j = i + 1; j < list_.size(); ++j) {
         const Buffer &a = list_[i], &b = list_[j];
-        const bool share_bytes = a.begin < b.end && b.begin < a.end;
+        const bool share_bytes = a.in_d_w1 == b.in_d_w1 && a.begin < b.end && b.begin < a.end;
         const bool live_together = a.first <= b.last && b.first <= a.last;
         EXPECT_FALSE(share_bytes && live_together) << a.name << " and " << b.name << " share bytes while both live";
       }
   }
-  void expect_within(size_t bytes) const {
-    for (const Buffer& b : list_) EXPECT_LE(b.end, bytes) << b.name;
+  void expect_within(size_t workspace_bytes, size_t d_w1_bytes) const {  // d_w1's: as bf16
+    for (const Buffer& b : list_) EXPECT_LE(b.end, b.in_d_w1 ? d_w1_bytes : workspace_bytes) << b.name;
   }
 
  private:
@@ -79,9 +82,11 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
   const size_t N = c.tokens(), H = c.hidden, I = c.intermediate, Is = c.shared_intermediate, k = c.top_k;
   const size_t P = own_padded_rows(c, launch.gpus, launch.capacity_rows), S = shared_rows_capacity(c, launch.gpus);
   const size_t rows = size_t(c.ranks / launch.gpus) * launch.ring_rows;  // the GPU's rings
-  const bool fp8 = c.precision == Precision::fp8, recompute = launch.recompute;
+  const bool fp8 = c.precision == Precision::fp8, recompute = launch.recompute, d = l.in_d_w1;
   const Phases ph{l.one_cycle ? 1 : 2};
-  const int end = ph.weight_grads(), last_row = ph.row(ph.cycles - 1);
+  const int end = ph.dw1_grads(), last_row = ph.row(ph.cycles - 1);
+  // dW2's operands: read until dW1's tiles start where the scratch lies in d_w1 (dW2's first), else to the end.
+  const int dw2_end = d ? ph.weight_grads() : end;
   Buffers b;
   b.add("barrier and layout tables", l.barrier, l.shared_y - l.barrier, Phases::kPrologue, end);
   for (int cycle = 0; cycle < ph.cycles; ++cycle) {
@@ -90,17 +95,20 @@ Buffers backward_buffers(const LayerConfig& c, const LaunchConfig& launch, const
       b.add("ringq" + in, l.ringq, rows * H, ph.pull(cycle), ph.down(cycle));
       b.add("dhq" + in, l.dhq, rows * 2 * I, ph.row(cycle), ph.push(cycle));
     } else {
-      b.add("ring" + in, l.ring, rows * H * 2, ph.pull(cycle), ph.down(cycle));
+      b.add("ring" + in, l.ring, rows * H * 2, ph.pull(cycle), ph.down(cycle), d);
     }
-    b.add("g" + in, l.g, rows * I * 4, ph.down(cycle), ph.row(cycle));
+    b.add("g" + in, l.g, rows * I * 4, ph.down(cycle), ph.row(cycle), d);
   }
-  b.add("dh", l.dh, P * 2 * I * 2, ph.row(0), end);
-  if (launch.transport == Transport::simulated) b.add("dx slots", l.dx_slots, N * k * H * 2, ph.push(0), ph.combine());
+  if (!l.dh_over_h) b.add("dh", l.dh, P * 2 * I * 2, ph.row(0), end);  // else in the saved buffer, over h
+  if (launch.transport == Transport::simulated)
+    b.add("dx slots", l.dx_slots, N * k * H * 2, ph.push(0), ph.combine(), d);
   b.add("shared_dh", l.shared_dh, S * 2 * Is * 2, ph.router(), end);
   if (c.has_shared()) b.add("shared_y", l.shared_y, S * H * 2, ph.shared_dx(), ph.combine());
-  b.add("dye", l.dye, P * H * 2, ph.dye_pull(), end);
+  b.add("dye", l.dye, P * H * 2, ph.dye_pull(), dw2_end, d);
   if (!saves_xe(c, recompute)) b.add("xe", l.xe, P * H * 2, Phases::kPrologue, end);
-  b.add("a", l.a, P * I * 2, ph.row(0), end);  // from h, by the per-row phase (no saved buffer holds it)
+  b.add("a", l.a, P * I * 2, ph.row(0), dw2_end, d);  // from h, by the per-row phase (no saved buffer holds it)
+  // d_w1 itself, written by dW1's tiles.
+  if (d) b.add("d_w1's gradients", 0, c.experts / launch.gpus * 2 * I * H * 2, ph.dw1_grads(), end, true);
   if (recompute) {
     b.add("h", l.h, P * 2 * I * 2, Phases::kRecompute, last_row);
     b.add("shared_h", l.shared_h, S * 2 * Is * 2, Phases::kRecompute, ph.router());
@@ -152,6 +160,9 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
   LayerConfig fp8_wide_shared = fp8_one_rank;  // the shared expert's h and a too large to lie over aq
   fp8_wide_shared.shared_intermediate = 1024;
   const int olmoe_ring = (8192 * 8 / 128 + 64) * 128;  // the default ring: an average rank's rows
+  // H = 512, I = 256: the scratch fits in d_w1 (BackwardScratch::in_d_w1), with one ring cycle or several.
+  const LayerConfig scratch_fits = with_every_branch(make_config(1, 80, 512, 256, 8, 3));
+  const LayerConfig scratch_fits_two_ranks = with_every_branch(make_config(2, 40, 512, 256, 8, 3));
   const std::vector<LayoutCase> cases = {
       {"one rank, one cycle", one_rank, launch({}, 1152)},
       {"one rank, one-tile ring", one_rank, launch({}, 128)},
@@ -180,15 +191,53 @@ TEST(BackwardBuffers, NoTwoLiveTogetherShareAByte) {
        launch({.recompute = true, .fp8_weight_gradients = true}, 1152)},
       {"olmoe", olmoe, launch({}, olmoe_ring)},
       {"olmoe, recompute", olmoe, launch({.recompute = true}, olmoe_ring)},
-      {"olmoe, fp8, weights given", fp8_olmoe, launch({.fp8_weights_given = true}, olmoe_ring)}};
+      {"olmoe, fp8, weights given", fp8_olmoe, launch({.fp8_weights_given = true}, olmoe_ring)},
+      {"scratch fits d_w1, one cycle", scratch_fits, launch({}, 1152)},
+      {"scratch fits d_w1, one-tile ring", scratch_fits, launch({}, 128)},
+      {"scratch fits d_w1, two GPUs, one cycle", scratch_fits_two_ranks, launch(colocated, 640)}};
+  int in_d_w1 = 0;  // layouts with the scratch in d_w1: the three above
   for (const LayoutCase& t : cases) {
     SCOPED_TRACE(t.name);
     const bool slots_in_workspace = t.launch.transport == Transport::simulated;
-    const WorkspaceLayout l = workspace_layout(t.c, t.launch, slots_in_workspace);
-    const Buffers b = backward_buffers(t.c, t.launch, l);
-    b.expect_disjoint_where_live_together();
-    b.expect_within(l.bytes);
+    for (const BackwardScratch scratch :
+         {BackwardScratch{}, BackwardScratch{true, false}, BackwardScratch{false, true}, BackwardScratch{true, true}}) {
+      SCOPED_TRACE(std::string(scratch.in_d_w1 ? "scratch in d_w1" : "") +
+                   (scratch.dh_over_saved_h ? ", dh over h" : ""));
+      const WorkspaceLayout l = workspace_layout(t.c, t.launch, slots_in_workspace, scratch);
+      const Buffers b = backward_buffers(t.c, t.launch, l);
+      b.expect_disjoint_where_live_together();
+      b.expect_within(l.bytes, size_t(t.c.experts / t.launch.gpus) * 2 * t.c.intermediate * t.c.hidden * 2);
+      in_d_w1 += l.in_d_w1 && scratch.dh_over_saved_h;
+    }
   }
+  EXPECT_EQ(in_d_w1, 3);
+}
+
+// The scratch in d_w1 (BackwardScratch::in_d_w1): where it fits in d_w1's bytes as bf16, the backward's
+// workspace ends where the forward's a begins (with no shared expert, and dh over the saved h), shorter than
+// the forward's; where it does not fit, the layout is the one without it. Sizes of bench/shapes.py.
+TEST(BackwardBuffers, ScratchInDw1EndsTheWorkspaceAtTheForwardsA) {
+  const LayerConfig deepseek_v4 = make_config(1, 8192, 7168, 3072, 32, 6),
+                    kimi_k2 = make_config(1, 8192, 7168, 2048, 32, 8);
+  for (const LayerConfig& c : {deepseek_v4, kimi_k2}) {
+    const LaunchConfig launch{.ring_rows = resolved_ring_rows(c, {})};
+    const WorkspaceLayout kept = workspace_layout(c, launch, true);
+    const WorkspaceLayout both = workspace_layout(c, launch, true, {true, true});
+    EXPECT_TRUE(both.in_d_w1 && both.dh_over_h && both.one_cycle);
+    EXPECT_EQ(both.bytes, kept.a);
+    EXPECT_LT(both.bytes, kept.forward_bytes);
+    EXPECT_LE(both.d_w1_bytes, size_t(c.experts) * 2 * c.intermediate * c.hidden * 2);
+    const WorkspaceLayout d_w1_alone = workspace_layout(c, launch, true, {true, false});
+    EXPECT_EQ(d_w1_alone.bytes, kept.a + aligned_section(own_padded_rows(c, 1, 0) * 2 * c.intermediate * 2));
+  }
+  // Eight experts of I = 64: their d_w1 (256 KiB) holds less than one cycle's ring and g.
+  const LayerConfig small = make_config(1, 80, 128, 64, 8, 3);
+  const LaunchConfig launch{.ring_rows = 1152};
+  const WorkspaceLayout over_h = workspace_layout(small, launch, true, {false, true});
+  const WorkspaceLayout both = workspace_layout(small, launch, true, {true, true});
+  EXPECT_FALSE(both.in_d_w1);
+  EXPECT_EQ(both.bytes, over_h.bytes);
+  EXPECT_EQ(both.dye, over_h.dye);
 }
 
 // Recompute mode's forward writes its GEMMs' bf16 operands (xe, a, shared_a; in the fp8 mode none: its

@@ -73,6 +73,9 @@ def _backward_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_id
     return _gradient_fakes(x, config_ints, config_floats, routing_mode, launch)
 
 
+torch.library.register_fake("mok::backward_consuming")(_backward_fake)  # saved is written, not resized
+
+
 @torch.library.register_fake("mok::backward_accumulate")
 def _backward_accumulate_fake(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
                               dy, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2, config_ints, config_floats,

@@ -2,6 +2,7 @@
 // goes from the dispatcher to the device's kernel without a Python frame: y is the only differentiable
 // output; its backward is mok::backward. topk_idx, topk_w, logits and saved carry no gradient (the
 // backward derives the router's from dy alone; docs/python.md).
+#include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -48,6 +49,11 @@ bool any_input(Predicate holds, const LayerArgs& a, const OptTensor& topk_w) {
 
 bool requires_grad(const Tensor& t) { return t.requires_grad(); }
 
+// A tensor of a trace (a fake or functional tensor, a proxy's: a Python dispatch key) rather than of an eager call.
+bool traced(const Tensor& t) {
+  return t.unsafeGetTensorImpl()->is_python_dispatch() || at::functionalization::impl::isFunctionalTensor(t);
+}
+
 // A forward-mode tangent (forward_ad.make_dual, torch.func.jvp), which the layer has no formula for.
 bool has_tangent(const Tensor& t) { return t._fw_grad(/*level=*/0).defined(); }
 
@@ -82,18 +88,26 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
 
   static constexpr size_t kInputs = 14;  // forward's, after ctx
 
-  // One gradient per input of forward (undefined: none).
+  // One gradient per input of forward (undefined: none). Eager, mok::backward_consuming: on the GPU dh is written
+  // over saved's h (a smaller workspace). Traced (torch.compile, opcheck: saved is a fake, functional or proxy
+  // tensor), mok::backward, which writes no input: AOTAutograd's partitioner cannot keep a forward output that
+  // the backward writes. Either way a second backward of this forward (retain_graph) is refused.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // y's gradient, the only one read. Undefined where none reached y: then no input gets one either.
     if (!grads[0].defined()) return variable_list(kInputs);
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("mok::backward", "")
-            .typed<BackwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
-                                   const OptTensor&, const OptTensor&, const Tensor&, const Tensor&, const Tensor&,
-                                   const Tensor&, const Tensor&, at::IntArrayRef, at::ArrayRef<double>, int64_t,
-                                   at::IntArrayRef, const OptTensor&)>();
+    TORCH_CHECK(ctx->saved_data.count("consumed") == 0,
+                "mok: this forward's backward already ran, and it consumed the saved activations (its dh is written "
+                "over h); run the forward again for another backward (retain_graph cannot keep them)");
+    using Signature =
+        BackwardOutputs(const Tensor&, const Tensor&, const OptTensor&, const Tensor&, const Tensor&, const OptTensor&,
+                        const OptTensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        at::IntArrayRef, at::ArrayRef<double>, int64_t, at::IntArrayRef, const OptTensor&);
+    const auto find = [](const char* name) {
+      return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+    };
+    static const auto consuming = find("mok::backward_consuming"), keeping = find("mok::backward");
     const variable_list s = ctx->get_saved_variables();
+    const auto& op = traced(s[10]) ? keeping : consuming;
     const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
     const std::vector<int64_t> ints = ctx->saved_data["config_ints"].toIntVector();
     const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
@@ -103,6 +117,7 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
         op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10], dy,
                 ints, floats, mode, launch, optional(s[11]));
+    ctx->saved_data["consumed"] = true;
     const bool given = mode == int64_t(RoutingMode::given);
     const bool shared = s[5].defined();
     return {dx,
@@ -151,6 +166,7 @@ ForwardOutputs forward_autograd(const Tensor& x, const Tensor& router, const Opt
 TORCH_LIBRARY_IMPL(mok, Autograd, m) {
   m.impl("forward", &forward_autograd);
   m.impl("backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("backward_consuming", torch::autograd::autogradNotImplementedFallback());
   m.impl("backward_accumulate", torch::autograd::autogradNotImplementedFallback());
 }
 

@@ -83,6 +83,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backw
   });
 }
 
+// The CPU op reads saved without writing it; its version moves as the GPU op's does (one autograd rule).
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backward_consuming_cpu(
+    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
+    const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
+    const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
+    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
+  value_errors([&] { require_consumable(saved); });
+  auto gradients = backward_cpu(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved,
+                                dy, config_ints, config_floats, routing_mode, launch, fp8_weights);
+  consumed(saved);
+  return gradients;
+}
+
 // acc += g as the GPU's GradOutputs::accumulate adds (core gradient_add.h): in fp32 one rounding per
 // element, in bf16 autograd's two.
 void add_into(const OptTensor& acc, const std::vector<float>& g) {
@@ -133,6 +146,7 @@ TORCH_LIBRARY_IMPL(mok, CPU, m) {
   m.impl("quantize_weights", &quantize_weights_cpu);
   m.impl("forward", &forward_cpu);
   m.impl("backward", &backward_cpu);
+  m.impl("backward_consuming", &backward_consuming_cpu);
   m.impl("backward_accumulate", &backward_accumulate_cpu);
 }
 

@@ -210,8 +210,8 @@ Tensor uninitialized(at::IntArrayRef sizes, const at::TensorOptions& options) {
 
 cudaStream_t current_stream(const Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 
-Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x) {
-  return uninitialized({int64_t(layer.workspace_bytes(pass))}, x.options().dtype(at::kByte));
+Tensor workspace(const gpu::Layer& layer, gpu::Pass pass, const Tensor& x, gpu::BackwardScratch scratch = {}) {
+  return uninitialized({int64_t(layer.workspace_bytes(pass, scratch))}, x.options().dtype(at::kByte));
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> forward_cuda(
@@ -288,37 +288,67 @@ std::tuple<Tensor, Tensor, Tensor> layer_backward(const Call& call, const LayerA
   auto [dx, d_topk_w, d_logits] = input_gradients(call, x);
   grads.dx = view(dx), grads.d_topk_w = view(d_topk_w), grads.d_logits = view(d_logits);
   const std::lock_guard lock(cached.mutex);
-  const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x);
+  const Tensor ws = workspace(cached.layer, gpu::Pass::backward, x, grads.scratch);
   cached.layer.backward(current_stream(x), view(ws), backward_inputs(call, args, fp8_weights), forward_of(s), view(dy),
                         grads);
   return {dx, d_topk_w, d_logits};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> backward_cuda(
-    const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1, const Tensor& w2,
-    const OptTensor& shared_w1, const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
-    const Tensor& logits, const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
-    at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
+using BackwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+// mok::backward, and with `consume` mok::backward_consuming: dh over saved's h (BackwardScratch), its version
+// moved.
+BackwardOutputs storing_backward(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
+                                 const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                                 const Tensor& topk_idx, const Tensor& topk_w, const Tensor& logits,
+                                 const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
+                                 at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
+                                 const OptTensor& fp8_weights, bool consume) {
   return op_errors(launch, [&] {
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
                                        nullptr, fp8_weights, {.aligned = true});
+    if (consume) require_consumable(saved);
     const c10::cuda::CUDAGuard guard(x.device());
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = call.own_experts(), Is = c.shared_intermediate;
     Tensor d_router = uninitialized(d_router_shape(call), x.options().dtype(at::kFloat));
-    // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass).
+    // bf16 as the weights: the epilogue rounds each fp32 gradient once (no fp32 copy, no cast pass). d_w1 holds
+    // the backward's scratch until dW1's tiles overwrite it (BackwardScratch::in_d_w1): a smaller workspace.
     Tensor d_w1 = uninitialized({E, 2 * I, H}, w1.options());
     Tensor d_w2 = uninitialized({E, H, I}, w1.options());
     Tensor d_shared_w1 = uninitialized({2 * Is, H}, w1.options());
     Tensor d_shared_w2 = uninitialized({H, Is}, w1.options());
-    auto [dx, d_topk_w, d_logits] = layer_backward(
-        call, args, s, dy, fp8_weights,
-        gpu::GradOutputs{
-            {}, {}, {}, view(d_router), view(d_w1), view(d_w2), view(d_shared_w1), view(d_shared_w2), false});
+    const gpu::GradOutputs grads{.d_router = view(d_router),
+                                 .d_w1 = view(d_w1),
+                                 .d_w2 = view(d_w2),
+                                 .d_shared_w1 = view(d_shared_w1),
+                                 .d_shared_w2 = view(d_shared_w2),
+                                 .scratch = {.in_d_w1 = true, .dh_over_saved_h = consume}};
+    auto [dx, d_topk_w, d_logits] = layer_backward(call, args, s, dy, fp8_weights, grads);
+    if (consume) consumed(saved);
     return std::make_tuple(dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2);
   });
+}
+
+BackwardOutputs backward_cuda(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
+                              const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
+                              const Tensor& topk_idx, const Tensor& topk_w, const Tensor& logits, const Tensor& saved,
+                              const Tensor& dy, at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
+                              int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
+  return storing_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+                          config_ints, config_floats, routing_mode, launch, fp8_weights, false);
+}
+
+BackwardOutputs backward_consuming_cuda(const Tensor& x, const Tensor& router, const OptTensor& expert_bias,
+                                        const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1,
+                                        const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
+                                        const Tensor& logits, const Tensor& saved, const Tensor& dy,
+                                        at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
+                                        int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
+  return storing_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
+                          config_ints, config_floats, routing_mode, launch, fp8_weights, true);
 }
 
 std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
@@ -348,9 +378,13 @@ std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
 // layer_memory's sizes, those the call's Layer takes (its own arithmetic, no device asked): a size query
 // needs no GPU (torch's current_device() raised its AcceleratorError without one), builds no Layer and on a
 // communicator makes no collective call.
-std::pair<size_t, size_t> cuda_workspace_bytes(const Call& call) {
-  const gpu::LayerMemory m = gpu::layer_memory(call.config, launch_config(call, false));
-  return {m.workspace_forward, m.workspace_backward};
+WorkspaceBytes cuda_workspace_bytes(const Call& call) {
+  const gpu::LaunchConfig launch = launch_config(call, false);
+  const gpu::LayerMemory m = gpu::layer_memory(call.config, launch);
+  const auto storing = [&](bool consume) {
+    return gpu::layer_memory(call.config, launch, {.in_d_w1 = true, .dh_over_saved_h = consume}).workspace_backward;
+  };
+  return {m.workspace_forward, storing(false), storing(true), m.workspace_backward};
 }
 
 size_t cuda_fp8_weights_bytes(const Call& call) {
@@ -403,6 +437,7 @@ TORCH_LIBRARY_IMPL(mok, CUDA, m) {
   m.impl("forward", &forward_cuda);
   m.impl("quantize_weights", &quantize_weights_cuda);
   m.impl("backward", &backward_cuda);
+  m.impl("backward_consuming", &backward_consuming_cuda);
   m.impl("backward_accumulate", &backward_accumulate_cuda);
 }
 

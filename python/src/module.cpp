@@ -39,6 +39,15 @@ TORCH_LIBRARY(mok, m) {
       "int[] config_ints, float[] config_floats, int routing_mode, int[] launch, Tensor? fp8_weights=None) -> "
       "(Tensor dx, Tensor d_topk_w, Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, "
       "Tensor d_shared_w1, Tensor d_shared_w2)");
+  // mok::backward that consumes saved: on the GPU dh is written over its h (a smaller workspace, as the layer's
+  // BackwardScratch::dh_over_saved_h), so saved serves no second backward; its version moves. The autograd
+  // formula's (autograd.cpp), which runs one backward per forward and refuses a second.
+  m.def(
+      "backward_consuming(Tensor x, Tensor router, Tensor? expert_bias, Tensor w1, Tensor w2, Tensor? shared_w1, "
+      "Tensor? shared_w2, Tensor topk_idx, Tensor topk_w, Tensor logits, Tensor(a!) saved, Tensor dy, "
+      "int[] config_ints, float[] config_floats, int routing_mode, int[] launch, Tensor? fp8_weights=None) -> "
+      "(Tensor dx, Tensor d_topk_w, Tensor d_logits, Tensor d_router, Tensor d_w1, Tensor d_w2, "
+      "Tensor d_shared_w1, Tensor d_shared_w2)");
   // The weight gradients added into accumulators (gradient accumulation over micro-batches): d_router
   // fp32, the others all fp32 or all bf16 (added as autograd adds into a bf16 .grad).
   m.def(
@@ -216,8 +225,10 @@ PYBIND11_MODULE(_C, m) {
         // Parsed here: a bad list is named as a call names it, without the GPU ops too.
         return cuda_workspace_bytes(parse_call(ints, floats, int64_t(mok::RoutingMode::router), launch));
       },
-      "(forward, backward) workspace bytes of the GPU layer for this config and launch list (the op allocates "
-      "exactly these, beside its outputs; computed on the host: no GPU needed, no Layer built).");
+      "(forward, backward, backward_consuming, backward_accumulate) workspace bytes of the GPU layer for this config "
+      "and launch list: mok::forward's, mok::backward's (its scratch in its d_w1 where it fits), "
+      "mok::backward_consuming's (and dh over saved's h) and mok::backward_accumulate's (the op allocates exactly "
+      "these, beside its outputs; computed on the host: no GPU needed, no Layer built).");
   m.def(
       "fp8_weights_bytes",
       [](const std::vector<int64_t>& ints, const std::vector<double>& floats, const std::vector<int64_t>& launch) {

@@ -278,4 +278,12 @@ void bump_versions(const Accumulators& acc) {
   acc.for_each([](const at::Tensor& t, const char*) { torch::autograd::impl::bump_version(t); });
 }
 
+void require_consumable(const at::Tensor& saved) {
+  require(!saved.is_inference(),
+          "saved is an inference tensor (made under torch.inference_mode), which mok::backward_consuming may not "
+          "write: use mok::backward");
+}
+
+void consumed(const at::Tensor& saved) { torch::autograd::impl::bump_version(saved); }
+
 }  // namespace mok::py

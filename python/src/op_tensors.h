@@ -83,6 +83,11 @@ struct Accumulators {
 // a graph that saved one refuses its backward rather than reading the new values.
 void bump_versions(const Accumulators& acc);
 
+// mok::backward_consuming's saved (dh written over its h on the GPU): refused where it has no version counter
+// (before any work), its version moved after the call, so that a graph holding it refuses a second backward.
+void require_consumable(const at::Tensor& saved);
+void consumed(const at::Tensor& saved);
+
 // Shapes of the tensors a routing mode may lack: their first dimension is 0 where the mode has none
 // (logits and d_logits [N, E], d_router [E, H] in mode given). With a communicator (Call::gpus = G)
 // the per-token tensors are this GPU's N / G tokens and w1, w2 and their gradients its E / G experts;

@@ -424,11 +424,25 @@ def test_double_backward_raises(accumulate):
     # Either backward op's autograd fallback: a node that raises. The Python Function's was once_differentiable,
     # which gave dx no graph (dy needs none): a loss of dx beside another term of x took its second derivative
     # as zero without a word.
-    op = "backward_accumulate" if accumulate else "backward"
+    op = "backward_accumulate" if accumulate else "backward_consuming"
     with pytest.raises(RuntimeError, match=f"derivative for mok::{op} is not implemented"):
         torch.autograd.grad(dx.float().sum(), (x, w1), allow_unused=True)
     with pytest.raises(RuntimeError, match=f"derivative for mok::{op} is not implemented"):
         (dx.float().square().sum() + x.float().sum()).backward()
+
+
+def test_a_second_backward_of_one_forward_is_refused(device="cpu"):
+    """autograd's backward (mok::backward_consuming) writes dh over the saved h on the GPU: a second backward of the
+    same forward (retain_graph) is refused, naming why, and adds no gradient; the first one's are the backward
+    op's (test_gradients_are_the_backward_ops)."""
+    layer = make_layer("softmax_shared").to(device)
+    x = layer.x.detach().clone().requires_grad_()
+    y = moe_of(layer, x, layer.w1, None)
+    (y.float() * layer.dy.float()).sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    with pytest.raises(RuntimeError, match="already ran, and it consumed the saved activations"):
+        (y.float() * layer.dy.float()).sum().backward()
+    assert_same_bits(x.grad, first, "x.grad (the first backward's alone)")
 
 
 def test_accumulate_into_views_under_create_graph():

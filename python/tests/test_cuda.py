@@ -116,6 +116,24 @@ def test_backward_fills_no_zero_gradient_for_saved(accumulate):
     test_autograd.assert_no_zero_gradient_for_saved(accumulate, "cuda")
 
 
+def test_a_second_backward_of_one_forward_is_refused():
+    test_autograd.test_a_second_backward_of_one_forward_is_refused("cuda")
+
+
+@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
+def test_backward_scratch_in_d_w1_gives_the_cpus_bits(mode):
+    """A layer whose backward's scratch fits in its d_w1 (the sizes say so: mok::backward's workspace shorter than
+    mok::backward_accumulate's, mok::backward_consuming's shorter still, by dh): autograd's gradients on the GPU
+    (mok::backward_consuming: the ring, g, a, dye and the dx_j in d_w1, dW2's tiles before dW1's, dh over the saved
+    h) are the CPU op's bits."""
+    layer = make_layer("softmax_shared", tokens=80, experts=8, hidden=256, intermediate=256, top_k=3,
+                       shared_intermediate=128)
+    ints, floats, _, _ = layer.op_args()
+    _, backward, consuming, accumulating = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS))
+    assert consuming < backward < accumulating
+    assert_functional_is_the_cpus(layer, mode)
+
+
 @pytest.mark.parametrize("recompute", (False, True), ids=("saving", "recompute"))
 def test_workspace_bytes_are_what_the_op_allocates(recompute):
     """mok._C.workspace_bytes, the Layer's sizes computed on the host (no Layer built), is the workspace a
@@ -124,7 +142,7 @@ def test_workspace_bytes_are_what_the_op_allocates(recompute):
     layer = make_layer("softmax_shared").to("cuda")
     ints, floats, mode, _ = layer.op_args()
     launch = pack_launch(RING_ROWS, recompute=recompute)
-    forward, backward = mok._C.workspace_bytes(ints, floats, launch)
+    forward, backward, _, _ = mok._C.workspace_bytes(ints, floats, launch)
 
     def block(n):  # the caching allocator's sizes (all here below a megabyte: one block each)
         return -(-n // 512) * 512 if n else 0
@@ -397,17 +415,20 @@ def test_quantize_weights_fake_with_symbolic_sizes_checks_what_it_can():
         torch.ops.mok.quantize_weights(*symbolic(mode, (narrow_w1, w2, sw1, sw2)), *config.pack(), pack_launch(0))
 
 
-@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
-def test_compile_on_gpu_is_eager_and_cpu(mode):
-    layer = make_layer("softmax_shared")
+def assert_functional_is_the_cpus(layer, mode, fn=mok.moe):
+    """y and every input gradient through autograd on the GPU (fn) are the CPU op's bits."""
     cpu_y, cpu_grads = test_autograd.run_functional(layer, mode)
-    gpu_layer = layer.to("cuda")
-    y, grads = test_autograd.run_functional(gpu_layer, mode, torch.compile(mok.moe, fullgraph=True))
+    y, grads = test_autograd.run_functional(layer.to("cuda"), mode, fn)
     assert_same_bits(y, cpu_y, "y")
     for k, v in cpu_grads.items():
         assert (grads[k] is None) == (v is None), k
         if v is not None:
             assert_same_bits(grads[k], v, k)
+
+
+@pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
+def test_compile_on_gpu_is_eager_and_cpu(mode):
+    assert_functional_is_the_cpus(make_layer("softmax_shared"), mode, torch.compile(mok.moe, fullgraph=True))
 
 
 def test_a_cpu_tensor_or_misaligned_data_is_named():

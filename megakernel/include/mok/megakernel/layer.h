@@ -179,6 +179,20 @@ struct ForwardOutputs {
   TensorView y, topk_idx, topk_w, logits, saved;
 };
 
+// Where a backward may keep its scratch besides its workspace, so that the workspace is smaller
+// (Layer::workspace_bytes(Pass::backward, scratch); docs/architecture.md, "The backward's buffers").
+//   in_d_w1          the dy ring, g, the routed a, dye and the (token, slot) rows lie in GradOutputs::d_w1
+//                    until dW1's tiles overwrite them: dW2's tiles run first, a grid barrier before dW1's.
+//                    Needs accumulate = false (refused otherwise). In bf16 without recompute, where they
+//                    fit in d_w1's bytes as bf16; elsewhere (the fp8 mode, recompute, a layout they do not
+//                    fit) it changes nothing.
+//   dh_over_saved_h  dh is written over the saved buffer's h (the per-row phase reads each row of h and
+//                    writes its dh in place), so the backward consumes ForwardOutputs::saved: a second
+//                    backward from that buffer would read dh as h. Not in recompute mode (no h is saved).
+struct BackwardScratch {
+  bool in_d_w1 = false, dh_over_saved_h = false;
+};
+
 // Gradients. d_logits and d_router are absent in mode given. d_w1, d_w2 and d_shared_* are fp32 or bf16
 // (all four alike; d_router is fp32). accumulate: the weight gradients are added into what the tensors
 // hold (gradient accumulation over micro-batches), as core/gradient_add.h adds: in fp32 one rounding per
@@ -187,8 +201,9 @@ struct ForwardOutputs {
 // overwritten; in bf16 each element is the fp32 gradient rounded once to nearest even, the bits of
 // rounding the fp32 result afterwards, without its memory and its pass (bf16 parameters' gradients).
 struct GradOutputs {
-  TensorView dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
+  TensorView dx{}, d_topk_w{}, d_logits{}, d_router{}, d_w1{}, d_w2{}, d_shared_w1{}, d_shared_w2{};
   bool accumulate = false;
+  BackwardScratch scratch{};  // the workspace given holds workspace_bytes(Pass::backward, scratch) at least
 };
 
 // Where the last launch spent its time: from the previous grid barrier (or the kernel's start) to the
@@ -238,8 +253,10 @@ class Layer {
 
   const LayerConfig& config() const;
   // Device memory a call of `pass` needs besides the caller's tensors (the forward's is a prefix of
-  // the backward's: one workspace of workspace_bytes(Pass::backward) serves both).
-  size_t workspace_bytes(Pass pass) const;
+  // the backward's: one workspace of workspace_bytes(Pass::backward) serves both). A backward given
+  // GradOutputs::scratch needs workspace_bytes(Pass::backward, scratch), which may be smaller than the
+  // forward's.
+  size_t workspace_bytes(Pass pass, BackwardScratch scratch = {}) const;
   size_t saved_bytes() const;  // ForwardOutputs::saved
   int blocks() const;          // persistent blocks per launch (LaunchConfig::blocks resolved)
   int ring_rows() const;       // rows of each rank's dy ring (LaunchConfig::ring_rows resolved)
@@ -318,7 +335,8 @@ std::shared_ptr<const PeerGroup> make_peer_group(const LayerConfig& config, cons
 struct LayerMemory {
   size_t saved, workspace_forward, workspace_backward, window, fp8_weights;
 };
-LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch);
+// workspace_backward: that of a backward given `scratch` (GradOutputs::scratch).
+LayerMemory layer_memory(const LayerConfig& config, const LaunchConfig& launch, BackwardScratch scratch = {});
 
 // Throws mok::Error for a config and launch a Layer would refuse, no device asked: layer_memory's checks
 // and the most GPUs a launch spans (a tool's check before it looks for GPUs).

@@ -34,7 +34,8 @@ struct GradTensors {
   DeviceTensor dy, dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2;
 
   GradTensors(const LayerConfig& c, int shares);
-  GradOutputs views(RoutingMode mode, bool accumulate) const;  // d_logits, d_router absent in mode given
+  // d_logits, d_router absent in mode given
+  GradOutputs views(RoutingMode mode, bool accumulate, BackwardScratch scratch = {}) const;
   // What the backward writes; accumulated weight gradients keep their sums.
   void poison(bool accumulate);
 };
