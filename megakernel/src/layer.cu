@@ -497,10 +497,9 @@ struct Layer::Impl {
                              const ForwardOutputs& fwd, const TensorView& dy, const GradOutputs& g) const {
     std::vector<CallBytes> t{bytes_of("x", in.x, false)};
     add_weights(t, in.weights, in.fp8_weights);
-    add_tensors(
-        t,
-        {{"topk_idx", fwd.topk_idx}, {"topk_w", fwd.topk_w}, {"logits", fwd.logits}, {"saved", fwd.saved}, {"dy", dy}},
-        false);
+    add_tensors(t, {{"topk_idx", fwd.topk_idx}, {"topk_w", fwd.topk_w}, {"logits", fwd.logits}, {"dy", dy}}, false);
+    // dh over its h (BackwardScratch::dh_over_saved_h): then written, so apart from every other tensor.
+    add_tensors(t, {{"saved", fwd.saved}}, backward_layout(g.scratch).dh_over_h);
     add_tensors(t,
                 {{"dx", g.dx},
                  {"d_topk_w", g.d_topk_w},

@@ -42,6 +42,8 @@ namespace mok::gpu {
 // the cycles) in the forward's shared_xq section, of its shape and not read in the backward. Without recompute and with
 // the weights given, they all start over the forward's xq, aq and shared_aq, which such a backward does not read, or
 // with one cycle and simulated ranks over the slots too.
+// With BackwardScratch::in_d_w1 (workspace_layout below) the backward's workspace ends before the forward's a:
+// then the forward's is no prefix of it.
 struct Fp8Section {
   size_t values, exps;
   size_t exp_bytes;  // the exponents' section as reserved: the table, its padding and the alignment gap
@@ -72,9 +74,10 @@ struct WorkspaceLayout {
   size_t ring, g, dh, dye, shared_dh, bytes;
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
   ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
-  bool one_cycle;                                 // dh lies over the ring (one_ring_cycle)
+  bool one_cycle;                                 // dh (or, in d_w1, a) lies over the ring (one_ring_cycle)
   // The backward's (token, slot) buffer (its dx_j): the forward's slots, or (dx_slots_past_dh in
-  // workspace_layout) the section past dh that dye takes once the dx combine has read it.
+  // workspace_layout) the section past dh that dye takes once the dx combine has read it, or (in_d_w1)
+  // d_w1's section past a, under dye too.
   size_t dx_slots;
   bool dh_over_h;     // dh is the saved buffer's h (BackwardScratch::dh_over_saved_h): l.dh unused
   bool in_d_w1;       // ring, g, a, dye and dx_slots are offsets in d_w1 (BackwardScratch::in_d_w1)

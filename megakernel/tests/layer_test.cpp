@@ -926,7 +926,7 @@ TEST_F(LayerApi, RefusesBadViewsNamingThem) {
   const TensorView forward_sized{whole.data, DType::u8, {forward_bytes}};
   expect_error([&] { layer.backward(stream_, forward_sized, b.inputs(), b.outputs(), b.grad.dy.view(), b.grads()); },
                "workspace has " + std::to_string(forward_bytes) + " bytes, the backward needs " +
-                   std::to_string(bytes) + " (workspace_bytes(Pass::backward))");
+                   std::to_string(bytes) + " (workspace_bytes(Pass::backward, GradOutputs::scratch))");
   layer.check();  // nothing was enqueued, nothing recorded
   // Mode given has no router: its logits and router gradients would stay unwritten, so they are refused.
   Bound gb(layer, ref::make_problem(shared_sigmoid(), 39, ref::RoutingKind::zipf), RoutingMode::given);

@@ -1,7 +1,7 @@
 // The autograd formula of mok::forward, in C++ (the Autograd dispatch key), so a call under autograd
 // goes from the dispatcher to the device's kernel without a Python frame: y is the only differentiable
-// output; its backward is mok::backward. topk_idx, topk_w, logits and saved carry no gradient (the
-// backward derives the router's from dy alone; docs/python.md).
+// output; its backward is mok::backward_consuming (traced, mok::backward). topk_idx, topk_w, logits and saved carry no
+// gradient (the backward derives the router's from dy alone; docs/python.md).
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -108,6 +108,7 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     static const auto consuming = find("mok::backward_consuming"), keeping = find("mok::backward");
     const variable_list s = ctx->get_saved_variables();
     const auto& op = traced(s[10]) ? keeping : consuming;
+    ctx->saved_data["consumed"] = true;  // before the call: an error after its launch may leave h part dh
     const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
     const std::vector<int64_t> ints = ctx->saved_data["config_ints"].toIntVector();
     const std::vector<double> floats = ctx->saved_data["config_floats"].toDoubleVector();
@@ -117,7 +118,6 @@ class MoEFunction : public torch::autograd::Function<MoEFunction> {
     const auto [dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2] =
         op.call(s[0], s[1], optional(s[2]), s[3], s[4], optional(s[5]), optional(s[6]), s[7], s[8], s[9], s[10], dy,
                 ints, floats, mode, launch, optional(s[11]));
-    ctx->saved_data["consumed"] = true;
     const bool given = mode == int64_t(RoutingMode::given);
     const bool shared = s[5].defined();
     return {dx,

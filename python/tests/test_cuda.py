@@ -89,6 +89,23 @@ def test_opcheck(mode):
     torch.library.opcheck(torch.ops.mok.backward.default, (*args, *layer.op_args(mode)))
 
 
+def test_backward_keeps_saved_and_backward_consuming_writes_it():
+    """mok::backward writes no input: saved keeps its bits (its scratch lies in its own d_w1, where it fits), so
+    it can run again; mok::backward_consuming (autograd's) writes dh over saved's h and moves its version, with
+    the same outputs."""
+    layer = make_layer("softmax_shared", tokens=80, experts=8, hidden=256, intermediate=256, top_k=3,
+                       shared_intermediate=128).to("cuda")
+    _, idx, w, logits, saved = layer.forward()
+    before = saved.clone()
+    args = (*layer.weights(), idx, w, logits, saved, layer.dy, *layer.op_args())
+    kept = torch.ops.mok.backward(*args)
+    assert torch.equal(saved, before)
+    version = saved._version
+    consumed = torch.ops.mok.backward_consuming(*args)
+    assert saved._version > version and not torch.equal(saved, before)
+    assert_all_same_bits(list(consumed), list(kept), GRADIENTS)
+
+
 def test_accumulate_matches_cpu():
     layer = make_layer("softmax_shared")
     results = []

@@ -41,6 +41,7 @@ def test_opcheck_backward(mode):
     _, topk_idx, topk_w, logits, saved = layer.forward(mode, idx, w)
     args = (*layer.weights(), topk_idx, topk_w, logits, saved, layer.dy)
     torch.library.opcheck(torch.ops.mok.backward.default, (*args, *layer.op_args(mode)))
+    torch.library.opcheck(torch.ops.mok.backward_consuming.default, (*args, *layer.op_args(mode)))
     accumulators = [torch.randn(g.shape) if g.numel() else None for g in layer.backward(layer.forward(mode, idx, w),
                                                                                          mode)[3:]]
     torch.library.opcheck(torch.ops.mok.backward_accumulate.default, (*args, *accumulators, *layer.op_args(mode)))

@@ -183,9 +183,9 @@ struct ForwardOutputs {
 // (Layer::workspace_bytes(Pass::backward, scratch); docs/architecture.md, "The backward's buffers").
 //   in_d_w1          the dy ring, g, the routed a, dye and the (token, slot) rows lie in GradOutputs::d_w1
 //                    until dW1's tiles overwrite them: dW2's tiles run first, a grid barrier before dW1's.
-//                    Needs accumulate = false (refused otherwise). In bf16 without recompute, where they
-//                    fit in d_w1's bytes as bf16; elsewhere (the fp8 mode, recompute, a layout they do not
-//                    fit) it changes nothing.
+//                    Needs accumulate = false (refused otherwise, in every mode). In bf16 without
+//                    recompute, where they fit in d_w1's bytes as bf16; elsewhere (the fp8 mode,
+//                    recompute, a layout they do not fit) it changes nothing else.
 //   dh_over_saved_h  dh is written over the saved buffer's h (the per-row phase reads each row of h and
 //                    writes its dh in place), so the backward consumes ForwardOutputs::saved: a second
 //                    backward from that buffer would read dh as h. Not in recompute mode (no h is saved).
