@@ -351,12 +351,13 @@ def test_fp8_backward_reads_the_forwards_fp8_weights():
     assert_all_same_bits(accumulated(q), accumulated())
     assert not torch.equal(accumulated(other)[0], quantizing[0]), "backward_accumulate's dx ignores fp8_weights"
     # Through autograd the backward reads the forward's buffer: given another layer's, dx is the op's
-    # given that buffer, not the op's that quantizes w1 and w2 itself.
+    # given that buffer, not the op's that quantizes w1 and w2 itself. The ops first: autograd's backward
+    # consumes the forward's saved buffer (mok::backward_consuming), mok::backward keeps it.
     x_grad = inputs[0].clone().requires_grad_()
     y, *forward_outputs = torch.ops.mok.forward.default(x_grad, *inputs[1:], None, None, *args, other)
-    y.backward(dy)
     reading_other = torch.ops.mok.backward.default(*inputs, *forward_outputs, dy, *args, other)[0]
     quantizing_w = torch.ops.mok.backward.default(*inputs, *forward_outputs, dy, *args)[0]
+    y.backward(dy)
     assert_same_bits(x_grad.grad, reading_other, "dx through autograd given another layer's fp8_weights")
     assert not torch.equal(x_grad.grad, quantizing_w), "autograd's backward quantized w1 and w2 itself"
     with pytest.raises(ValueError, match=r"fp8_weights \[fp8_weights_bytes\(\)\] has shape"):
