@@ -1,4 +1,4 @@
-"""The MoE layer as a function of its tensors (mok::forward, with autograd through mok::backward)."""
+"""The MoE layer as a function of its tensors (mok::forward, with autograd through mok::backward_consuming)."""
 
 from __future__ import annotations
 
@@ -400,7 +400,7 @@ class _IntoAccumulators(torch.autograd.Function):
         # Not once_differentiable, which runs the op under no_grad and raises only where dy requires grad: under
         # create_graph dx then required no grad, and a second derivative through it was taken as zero without a
         # word. Here the op's autograd fallback (autograd.cpp) gives dx and d_topk_w a node that raises, as
-        # mok::backward's.
+        # mok::backward_consuming's.
         if dy is None:  # no gradient reached y: none for the inputs, nothing to add (autograd.cpp)
             return (None,) * 12
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors

@@ -154,12 +154,12 @@ def test_backward_scratch_in_d_w1_gives_the_cpus_bits(mode):
 @pytest.mark.parametrize("recompute", (False, True), ids=("saving", "recompute"))
 def test_workspace_bytes_are_what_the_op_allocates(recompute):
     """mok._C.workspace_bytes, the Layer's sizes computed on the host (no Layer built), is the workspace a
-    forward and a backward take from torch's allocator beside their outputs: each call's peak over what
+    forward and each backward op take from torch's allocator beside their outputs: each call's peak over what
     was allocated before (the Layer's own device words are not torch's)."""
     layer = make_layer("softmax_shared").to("cuda")
     ints, floats, mode, _ = layer.op_args()
     launch = pack_launch(RING_ROWS, recompute=recompute)
-    forward, backward, _, _ = mok._C.workspace_bytes(ints, floats, launch)
+    forward, backward, consuming, accumulating = mok._C.workspace_bytes(ints, floats, launch)
 
     def block(n):  # the caching allocator's sizes (all here below a megabyte: one block each)
         return -(-n // 512) * 512 if n else 0
@@ -178,9 +178,16 @@ def test_workspace_bytes_are_what_the_op_allocates(recompute):
     used, outputs = peak(run_forward)
     assert used == outputs + block(forward)
     _, idx, w, logits, saved = fwd
-    used, outputs = peak(lambda: torch.ops.mok.backward(*layer.weights(), idx, w, logits, saved, layer.dy, ints, floats,
-                                                        mode, launch))
+    saved_args = (*layer.weights(), idx, w, logits, saved, layer.dy)
+    used, outputs = peak(lambda: torch.ops.mok.backward(*saved_args, ints, floats, mode, launch))
     assert used == outputs + block(backward)
+    accumulators = [torch.zeros_like(g, dtype=torch.float32) if g.numel() else None
+                    for g in torch.ops.mok.backward(*saved_args, ints, floats, mode, launch)[3:]]
+    used, outputs = peak(lambda: torch.ops.mok.backward_accumulate(*saved_args, *accumulators, ints, floats, mode,
+                                                                   launch))
+    assert used == outputs + block(accumulating)
+    used, outputs = peak(lambda: torch.ops.mok.backward_consuming(*saved_args, ints, floats, mode, launch))
+    assert used == outputs + block(consuming)
 
 
 def test_cuda_graph_replay():
