@@ -285,7 +285,8 @@ class Layer {
   // workspace_bytes(pass), 16-byte aligned, not used by anything else until the call's work on the stream
   // is done.
   void forward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& out);
-  // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy.
+  // backward reads the forward's routing, logits and saved (not y, which may be absent) and dy; given
+  // GradOutputs::scratch.dh_over_saved_h it also writes over saved's h (saved then serves no other backward).
   void backward(cudaStream_t stream, const TensorView& workspace, const ForwardInputs& in, const ForwardOutputs& fwd,
                 const TensorView& dy, const GradOutputs& grads);
 
