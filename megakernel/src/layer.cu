@@ -343,13 +343,12 @@ struct Layer::Impl {
   int gpu = 0, device = 0, blocks = 0;
   int rank_begin = 0, rank_end = 0;
   SavedLayout saved;
-  WorkspaceLayout ws;                  // the forward's, and a backward's given no scratch
-  WorkspaceLayout scratch_layouts[4];  // a backward's given each BackwardScratch (backward_layout)
-  Fp8WeightLayout fp8w;                // the quantized weights' buffer (no bytes in bf16)
-  Exchange exchange;                   // where the ranks' shared buffers live (exchange.h)
-  unsigned long long launches = 0;     // this Layer's, enqueued
-  unsigned long long numbered = 0;     // this Layer's launch numbers taken, without a group
-  const PeerGroup* group = nullptr;    // numbers the launches across GPUs (take_launches), or none
+  WorkspaceLayout layouts[4];        // a backward's given each BackwardScratch (backward_layout; ws(): none)
+  Fp8WeightLayout fp8w;              // the quantized weights' buffer (no bytes in bf16)
+  Exchange exchange;                 // where the ranks' shared buffers live (exchange.h)
+  unsigned long long launches = 0;   // this Layer's, enqueued
+  unsigned long long numbered = 0;   // this Layer's launch numbers taken, without a group
+  const PeerGroup* group = nullptr;  // numbers the launches across GPUs (take_launches), or none
   cudaStream_t last_stream = nullptr;
   DeviceArray<KernelError> error;  // sticky: the kernels record only into an empty word
   TensorMapCache map_cache[2];     // per Pass: a forward's maps are the last forward's, mostly
@@ -373,8 +372,7 @@ struct Layer::Impl {
     exchange = Exchange(c, g, peers);
     group = peers;
     for (int i = 0; i < 4; ++i)
-      scratch_layouts[i] = workspace_layout(c, launch, !exchange.windowed(), BackwardScratch{bool(i & 1), bool(i & 2)});
-    ws = scratch_layouts[0];
+      layouts[i] = workspace_layout(c, launch, !exchange.windowed(), BackwardScratch{bool(i & 1), bool(i & 2)});
     fp8w = fp8_weight_layout(c, own_experts());
     error = DeviceArray<KernelError>(1);
     error.zero();
@@ -386,8 +384,9 @@ struct Layer::Impl {
   }
 
   const WorkspaceLayout& backward_layout(BackwardScratch s) const {
-    return scratch_layouts[int(s.in_d_w1) + 2 * int(s.dh_over_saved_h)];
+    return layouts[int(s.in_d_w1) + 2 * int(s.dh_over_saved_h)];
   }
+  const WorkspaceLayout& ws() const { return layouts[0]; }  // the forward's, and a backward's given no scratch
   RowShare row_share() const { return RowShare{launch.gpus, gpu, launch.capacity_rows}; }
   long shared_capacity() const { return shared_rows_capacity(c, launch.gpus); }
   long own_padded() const { return own_padded_rows(c, launch.gpus, launch.capacity_rows); }
@@ -448,7 +447,7 @@ struct Layer::Impl {
   }
   // Where the forward reads the quantized weights: the caller's buffer, or the workspace's section.
   uint8_t* quantized_weights(uint8_t* workspace, const ForwardInputs& in) const {
-    return in.fp8_weights.data ? static_cast<uint8_t*>(in.fp8_weights.data) : workspace + ws.fp8_weights;
+    return in.fp8_weights.data ? static_cast<uint8_t*>(in.fp8_weights.data) : workspace + ws().fp8_weights;
   }
 
   void check_grads(const ForwardInputs& in, const TensorView& dy, const GradOutputs& g) const {
@@ -516,7 +515,7 @@ struct Layer::Impl {
   }
 
   // ---- kernel parameters ----
-  // `layout`: ws, or a backward's given scratch (backward_layout), whose sections in d_w1 (in_d_w1) are
+  // `layout`: ws(), or a backward's given scratch (backward_layout), whose sections in d_w1 (in_d_w1) are
   // `d_w1`'s bytes.
   Params params(Pass pass, const WorkspaceLayout& layout, uint8_t* workspace, uint8_t* d_w1, const ForwardInputs& in,
                 const ForwardOutputs& out, unsigned long long number) const {
@@ -898,7 +897,7 @@ Layer::~Layer() = default;
 
 const LayerConfig& Layer::config() const { return impl_->c; }
 size_t Layer::workspace_bytes(Pass pass, BackwardScratch scratch) const {
-  return pass == Pass::forward ? impl_->ws.forward_bytes : impl_->backward_layout(scratch).bytes;
+  return pass == Pass::forward ? impl_->ws().forward_bytes : impl_->backward_layout(scratch).bytes;
 }
 int Layer::ring_rows() const { return impl_->launch.ring_rows; }
 size_t Layer::saved_bytes() const { return impl_->saved.bytes; }
@@ -923,10 +922,10 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   require_stream_on(stream, m.device, captured);
   m.refuse_capture(captured);
   m.check_forward(in, out, true);
-  uint8_t* ws = checked_workspace(workspace, m.ws.forward_bytes, Pass::forward);
+  uint8_t* ws = checked_workspace(workspace, m.ws().forward_bytes, Pass::forward);
   m.check_forward_memory(captured, workspace, in, out);
-  Params p = m.params(Pass::forward, m.ws, ws, nullptr, in, out, number);
-  m.exchange.bind_forward(p, stream, in, out, ws + m.ws.slots);
+  Params p = m.params(Pass::forward, m.ws(), ws, nullptr, in, out, number);
+  m.exchange.bind_forward(p, stream, in, out, ws + m.ws().slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
@@ -1014,8 +1013,8 @@ Layer::DeviceError Layer::poll_error() const { return impl_->describe(*impl_->ho
 
 void Layer::poison_workspace(cudaStream_t stream, const TensorView& workspace) const {
   const OnDevice on(impl_->device);
-  MOK_CUDA_CHECK(
-      cudaMemsetAsync(checked_workspace(workspace, impl_->ws.bytes, Pass::backward), 0xff, impl_->ws.bytes, stream));
+  MOK_CUDA_CHECK(cudaMemsetAsync(checked_workspace(workspace, impl_->ws().bytes, Pass::backward), 0xff,
+                                 impl_->ws().bytes, stream));
 }
 
 std::vector<PhaseTime> Layer::phase_times() const {

@@ -296,20 +296,21 @@ std::tuple<Tensor, Tensor, Tensor> layer_backward(const Call& call, const LayerA
 
 using BackwardOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
 
-// mok::backward, and with `consume` mok::backward_consuming: dh over saved's h (BackwardScratch), its version
+// mok::backward, and with kConsume mok::backward_consuming: dh over saved's h (BackwardScratch), its version
 // moved.
+template <bool kConsume>
 BackwardOutputs storing_backward(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
                                  const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
                                  const Tensor& topk_idx, const Tensor& topk_w, const Tensor& logits,
                                  const Tensor& saved, const Tensor& dy, at::IntArrayRef config_ints,
                                  at::ArrayRef<double> config_floats, int64_t routing_mode, at::IntArrayRef launch,
-                                 const OptTensor& fp8_weights, bool consume) {
+                                 const OptTensor& fp8_weights) {
   return op_errors(launch, [&] {
     const LayerArgs args{x, router, expert_bias, w1, w2, shared_w1, shared_w2};
     const SavedArgs s{topk_idx, topk_w, logits, saved};
     const Call call = checked_backward(OpKernel::cuda, config_ints, config_floats, routing_mode, launch, args, s, dy,
                                        nullptr, fp8_weights, {.aligned = true});
-    if (consume) require_consumable(saved);
+    if (kConsume) require_consumable(saved);
     const c10::cuda::CUDAGuard guard(x.device());
     const LayerConfig& c = call.config;
     const int64_t H = c.hidden, I = c.intermediate, E = call.own_experts(), Is = c.shared_intermediate;
@@ -325,30 +326,11 @@ BackwardOutputs storing_backward(const Tensor& x, const Tensor& router, const Op
                                  .d_w2 = view(d_w2),
                                  .d_shared_w1 = view(d_shared_w1),
                                  .d_shared_w2 = view(d_shared_w2),
-                                 .scratch = {.in_d_w1 = true, .dh_over_saved_h = consume}};
+                                 .scratch = {.in_d_w1 = true, .dh_over_saved_h = kConsume}};
     auto [dx, d_topk_w, d_logits] = layer_backward(call, args, s, dy, fp8_weights, grads);
-    if (consume) consumed(saved);
+    if (kConsume) consumed(saved);
     return std::make_tuple(dx, d_topk_w, d_logits, d_router, d_w1, d_w2, d_shared_w1, d_shared_w2);
   });
-}
-
-BackwardOutputs backward_cuda(const Tensor& x, const Tensor& router, const OptTensor& expert_bias, const Tensor& w1,
-                              const Tensor& w2, const OptTensor& shared_w1, const OptTensor& shared_w2,
-                              const Tensor& topk_idx, const Tensor& topk_w, const Tensor& logits, const Tensor& saved,
-                              const Tensor& dy, at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
-                              int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
-  return storing_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
-                          config_ints, config_floats, routing_mode, launch, fp8_weights, false);
-}
-
-BackwardOutputs backward_consuming_cuda(const Tensor& x, const Tensor& router, const OptTensor& expert_bias,
-                                        const Tensor& w1, const Tensor& w2, const OptTensor& shared_w1,
-                                        const OptTensor& shared_w2, const Tensor& topk_idx, const Tensor& topk_w,
-                                        const Tensor& logits, const Tensor& saved, const Tensor& dy,
-                                        at::IntArrayRef config_ints, at::ArrayRef<double> config_floats,
-                                        int64_t routing_mode, at::IntArrayRef launch, const OptTensor& fp8_weights) {
-  return storing_backward(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
-                          config_ints, config_floats, routing_mode, launch, fp8_weights, true);
 }
 
 std::tuple<Tensor, Tensor, Tensor> backward_accumulate_cuda(
@@ -436,8 +418,8 @@ void check_cuda_layers() {
 TORCH_LIBRARY_IMPL(mok, CUDA, m) {
   m.impl("forward", &forward_cuda);
   m.impl("quantize_weights", &quantize_weights_cuda);
-  m.impl("backward", &backward_cuda);
-  m.impl("backward_consuming", &backward_consuming_cuda);
+  m.impl("backward", &storing_backward<false>);
+  m.impl("backward_consuming", &storing_backward<true>);
   m.impl("backward_accumulate", &backward_accumulate_cuda);
 }
 

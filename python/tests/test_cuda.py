@@ -89,12 +89,18 @@ def test_opcheck(mode):
     torch.library.opcheck(torch.ops.mok.backward.default, (*args, *layer.op_args(mode)))
 
 
+def scratch_fits_layer():
+    """A layer whose storing backward's scratch fits in its d_w1 (test_backward_scratch_in_d_w1_gives_the_cpus_bits
+    checks the sizes)."""
+    return make_layer("softmax_shared", tokens=80, experts=8, hidden=256, intermediate=256, top_k=3,
+                      shared_intermediate=128)
+
+
 def test_backward_keeps_saved_and_backward_consuming_writes_it():
     """mok::backward writes no input: saved keeps its bits (its scratch lies in its own d_w1, where it fits), so
     it can run again; mok::backward_consuming (autograd's) writes dh over saved's h and moves its version, with
     the same outputs."""
-    layer = make_layer("softmax_shared", tokens=80, experts=8, hidden=256, intermediate=256, top_k=3,
-                       shared_intermediate=128).to("cuda")
+    layer = scratch_fits_layer().to("cuda")
     _, idx, w, logits, saved = layer.forward()
     before = saved.clone()
     args = (*layer.weights(), idx, w, logits, saved, layer.dy, *layer.op_args())
@@ -143,8 +149,7 @@ def test_backward_scratch_in_d_w1_gives_the_cpus_bits(mode):
     mok::backward_accumulate's, mok::backward_consuming's shorter still, by dh): autograd's gradients on the GPU
     (mok::backward_consuming: the ring, g, a, dye and the dx_j in d_w1, dW2's tiles before dW1's, dh over the saved
     h) are the CPU op's bits."""
-    layer = make_layer("softmax_shared", tokens=80, experts=8, hidden=256, intermediate=256, top_k=3,
-                       shared_intermediate=128)
+    layer = scratch_fits_layer()
     ints, floats, _, _ = layer.op_args()
     _, backward, consuming, accumulating = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS))
     assert consuming < backward < accumulating
