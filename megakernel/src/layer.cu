@@ -564,7 +564,7 @@ struct Layer::Impl {
     const bool fp8_forward = pass == Pass::forward && c.precision == Precision::fp8;
     p.xe = fp8_forward ? nullptr : activation(layout.xe, saved.xe, saves_xe(c, launch.recompute));
     p.h = activation(layout.h, saved.h, saving);
-    uint8_t* const scratch = layout.in_d_w1 ? d_w1 : workspace;  // the ring, g, a, dye and the dx_j
+    uint8_t* const scratch = layout.scratch_base(workspace, d_w1);
     p.a = fp8_forward ? nullptr : reinterpret_cast<bf16*>(scratch + layout.a);
     p.shared_h = activation(layout.shared_h, saved.shared_h, saving);
     p.shared_a = activation(layout.shared_a, saved.shared_a, saving);
@@ -958,7 +958,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   p.dx = ptr<bf16>(grads.dx);
   p.d_router = ptr<float>(grads.d_router);
   p.grads_bf16 = grads.d_w1.dtype == DType::bf16;
-  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, (layout.in_d_w1 ? d_w1 : ws) + layout.dx_slots);
+  m.exchange.bind_backward(p, stream, in, fwd, dy, grads, layout.scratch_base(ws, d_w1) + layout.dx_slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::backward, p, in.weights, quantized, grads);
   const bool fp8 = m.c.precision == Precision::fp8;

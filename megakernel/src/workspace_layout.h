@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "mok/core/config.h"
 #include "mok/megakernel/layer.h"
@@ -82,6 +83,8 @@ struct WorkspaceLayout {
   bool dh_over_h;     // dh is the saved buffer's h (BackwardScratch::dh_over_saved_h): l.dh unused
   bool in_d_w1;       // ring, g, a, dye and dx_slots are offsets in d_w1 (BackwardScratch::in_d_w1)
   size_t d_w1_bytes;  // the scratch's bytes in d_w1
+  // Where the offsets of the sections that may lie in d_w1 (in_d_w1's list) count from.
+  uint8_t* scratch_base(uint8_t* workspace, uint8_t* d_w1) const { return in_d_w1 ? d_w1 : workspace; }
 };
 
 // A backward's layout given `scratch` (BackwardScratch; the forward's is that of none). With the scratch
