@@ -13,7 +13,7 @@ Then the op's own cost: per call on a small problem, eager op against the same o
 CUDA graph (which has no host work), and the host time to enqueue one call.
 
     python3 bench/op_bench.py [--shape NAME|all] [--routing uniform|zipf|router] [--runs 20] [--ring-rows R] [--fp8]
-                              [--accumulate [fp32|bf16]] [--recompute] [--shared]
+                              [--accumulate [fp32|bf16]] [--recompute] [--shared] [--compile]
     python3 bench/op_bench.py --kernel-times [--shape NAME] [--values normal|uniform]
 """
 import argparse
@@ -99,6 +99,12 @@ def shared_expert(x, s1, s2):
     return (F.silu(gate) * up) @ s2
 
 
+def compiled(layer, compile, fullgraph):
+    """The layer as called: itself, or with --compile through torch.compile (compiled at the first warm-up
+    call, so no timed step compiles)."""
+    return torch.compile(layer, fullgraph=fullgraph) if compile else layer
+
+
 def time_shape(name, args, peak):
     H, I, E, k, T = SHAPES[name]
     Is = I if args.shared else 0  # one shared expert as wide as a routed one
@@ -126,17 +132,20 @@ def time_shape(name, args, peak):
 
     accumulators = grad_accumulators(args.accumulate, router if routes else None, w1, w2, shared)
 
+    def mok_call_of(x, idx, w, accumulate_into):
+        routing = {} if routes else {"routing": (idx, w), "replay": "full"}
+        return mok.moe(x, router, w1, w2, config=config, shared=shared, **routing, ring_rows=args.ring_rows,
+                       recompute=args.recompute, fp8_weights=fp8_weights, accumulate_into=accumulate_into)
+
+    mok_call = compiled(mok_call_of, args.compile, fullgraph=True)
+
     def mok_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
-        routing = {} if routes else {"routing": (idx, w), "replay": "full"}
         if not backward:
             with torch.no_grad():
-                mok.moe(x, router, w1, w2, config=config, shared=shared, **routing,
-                        ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights)
+                mok_call(x, idx, w, None)
             return
-        mok.moe(x, router, w1, w2, config=config, shared=shared, **routing,
-                ring_rows=args.ring_rows, recompute=args.recompute, fp8_weights=fp8_weights,
-                accumulate_into=accumulators).backward(dy)
+        mok_call(x, idx, w, accumulators).backward(dy)
 
     def torch_layer(x, idx, w):
         if routes:  # softmax over the fp32 logits, top-k, renormalized: mok's default router
@@ -145,13 +154,16 @@ def time_shape(name, args, peak):
         y = torch_moe(x, tw1, tw2, idx, w)
         return y + shared_expert(x, *ts) if Is else y
 
+    # The routing's bincount has a size that depends on the data: a graph break, so not fullgraph.
+    torch_call = compiled(torch_layer, args.compile, fullgraph=False)
+
     def torch_step(i, backward):
         x, dy, idx, w = sets[i % len(sets)]
         if not backward:
             with torch.no_grad():
-                torch_layer(x, idx, w)
+                torch_call(x, idx, w)
             return
-        torch_layer(x, idx, w).backward(dy)
+        torch_call(x, idx, w).backward(dy)
 
     row = {}
     for who, step in (("mok", mok_step), ("torch", torch_step)):
@@ -170,9 +182,10 @@ def time_shape(name, args, peak):
         ints, floats = config.pack(tokens_per_rank=T)
         # The forward column's steps run under no_grad, which the op runs in recompute mode (mok.moe).
         ws_forward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(args.ring_rows, recompute=True))[0]
-        # The f+b step's backward: autograd's mok::backward_consuming, or mok::backward_accumulate.
+        # The f+b step's backward: autograd's mok::backward_consuming (compiled: mok::backward), or
+        # mok::backward_accumulate.
         ws_backward = mok._C.workspace_bytes(ints, floats, mok.config.pack_launch(
-            args.ring_rows, recompute=args.recompute))[3 if args.accumulate else 2]
+            args.ring_rows, recompute=args.recompute))[3 if args.accumulate else 1 if args.compile else 2]
         logits = T * E * 4 if routes else 0  # [T, E] fp32: an output, saved for the backward; d logits as large
         returned = T * H * 2 + 2 * T * k * 4 + logits
         outputs = mok._C.saved_bytes(ints, floats, args.recompute) + returned  # the f+b step's forward
@@ -324,6 +337,9 @@ def main():
                    help="one shared expert as wide as a routed one (as DeepSeek-V3's and Kimi-K2's), in both layers")
     p.add_argument("--recompute", action="store_true",
                    help="mok's backward pulls xe and recomputes h and a (saved holds none: less memory between the passes)")
+    p.add_argument("--compile", action="store_true",
+                   help="both layers' steps through torch.compile (mok's fullgraph; its backward then keeps dh in "
+                   "its workspace: docs/python.md); the columns the same")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",
@@ -335,8 +351,9 @@ def main():
         p.error("--values applies to --kernel-times")
     if args.kernel_times and args.routing != "uniform":
         p.error("--kernel-times profiles a uniform given routing")
-    if args.kernel_times and (args.fp8 or args.accumulate or args.recompute or args.shared):
-        p.error("--kernel-times profiles the bf16 op without recompute or a shared expert, in every --accumulate mode")
+    if args.kernel_times and (args.fp8 or args.accumulate or args.recompute or args.shared or args.compile):
+        p.error("--kernel-times profiles the bf16 op without recompute, a shared expert or torch.compile, in every "
+                "--accumulate mode")
     torch.use_deterministic_algorithms(True)
     # Without its NaN fill of new tensors (no bit depends on it; mok's op skips it): torch_baseline.py's note.
     torch.utils.deterministic.fill_uninitialized_memory = False
@@ -350,7 +367,8 @@ def main():
         peak *= 2
     print(f"mok: {'fp8' if args.fp8 else 'bf16'}, weight gradients {GRADIENTS[args.accumulate]}"
           f"{', a shared expert of width I in both layers' if args.shared else ''}"
-          f"{', recompute (the backward pulls xe and recomputes h and a)' if args.recompute else ''}")
+          f"{', recompute (the backward pulls xe and recomputes h and a)' if args.recompute else ''}"
+          f"{'; both layers through torch.compile' if args.compile else ''}")
     print(f"{'shape':15} {'routing':8} {'mok fwd':>8} {'torch':>8} {'speed':>7} {'mok f+b':>9} {'torch':>9} "
           f"{'speed':>7} {'fwd%pk':>7} {'f+b%pk':>7} {'MiB fwd':>9} {'torch':>9} {'MiB f+b':>9} {'torch':>9}")
     for name in SHAPES:
