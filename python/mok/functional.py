@@ -339,8 +339,9 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     def label(name: str) -> str:
         return f"accumulate_into.{name}" if of is None else f"{_PARAMETER_OF[name]}.{of}"
 
-    # Eager only: Dynamo cannot trace a storage's address, and is_inference is kept out of the trace with it
-    # (under torch.compile the op itself refuses an inference tensor and overlapping ones, op_tensors.cpp).
+    # Eager only: Dynamo cannot trace a storage's address (nor data_ptr's alignment), and is_inference is kept
+    # out of the trace with it (under torch.compile the op itself refuses an inference tensor, overlapping ones
+    # and misaligned data at the backward, op_tensors.cpp).
     eager = not torch.compiler.is_compiling()
     # Meta tensors hold no memory (every storage's address is 0): a meta call (the fake kernels) was refused as
     # "shares its memory with the weight itself". The device check below puts every accumulator on x's device.
@@ -355,7 +356,7 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
             raise ValueError(f"{label(name)} must be a contiguous {str(dtype)[6:]} tensor of shape "
                              f"{tuple(weight.shape)} on {x.device}{rule}; got {a.dtype} {tuple(a.shape)} on "
                              f"{a.device}{'' if a.is_contiguous() else ', not contiguous'}")
-        if a.is_cuda and a.data_ptr() % 16:
+        if eager and a.is_cuda and a.data_ptr() % 16:
             raise ValueError(f"{label(name)} is not 16-byte aligned (the GPU layer reads 16-byte vectors)")
         # The backward adds into it in place, behind autograd: a tensor autograd tracks, or the weight's own
         # memory, would be changed under the graph (the weight while the backward reads it).
