@@ -925,7 +925,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   uint8_t* ws = checked_workspace(workspace, m.ws().forward_bytes, Pass::forward);
   m.check_forward_memory(captured, workspace, in, out);
   Params p = m.params(Pass::forward, m.ws(), ws, nullptr, in, out, number);
-  m.exchange.bind_forward(p, stream, in, out, ws + m.ws().slots);
+  m.exchange.bind_forward(p, stream, in, out, ws + m.ws().y_slots);
   uint8_t* quantized = m.quantized_weights(ws, in);
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;

@@ -134,7 +134,14 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   // The fp8 shared expert's x quantized before the slots: the backward's shared_dyq, live while the
   // sections past it are dead (the backward's own may start at the slots or at xq).
   if (fp8) l.fp8.shared_xq = activation_section(sections, S, Is ? H : 0);
-  l.slots = sections.take(slots_in_workspace ? N * k * H * 2 : 0);
+  // A bf16 recompute forward on one GPU pushes its y_j over xe, which only GEMM1 reads (the forward runs one
+  // cycle: forward_cycle_rows; a grid barrier between GEMM1 and GEMM2, and no peer to push early): its slots
+  // are then the backward's dx_j alone, past the forward's sections. Not where a capacity leaves xe fewer rows
+  // than the (token, slot) buffer (such a forward stops at its capacity check).
+  const bool y_over_xe = launch.recompute && !fp8 && slots_in_workspace && N * k <= P;
+  require(!y_over_xe || forward_cycle_rows(c) / kTileRows >= most_rank_tiles(c, launch),
+          "internal: the forward's ring does not hold a rank's tiles in one cycle, which y_j over xe needs");
+  l.slots = sections.take(slots_in_workspace && !y_over_xe ? N * k * H * 2 : 0);
   const size_t slots_end = sections.bytes();
   // Recompute mode: the saved buffer's activations (saved_layout) are the workspace's, no later section
   // over the shared expert's (read after the cycles) nor over xe (read by dW1, the last phase). The
@@ -163,6 +170,8 @@ WorkspaceLayout workspace_layout(const LayerConfig& c, const LaunchConfig& launc
   l.forward_bytes = sections.bytes();
   sections.take(launch.fp8_weights_given ? 0 : fp8w.bytes - fp8w.forward_bytes);  // the transposed copies
   if (recompute && fp8) take_operands();
+  if (y_over_xe) l.slots = sections.take(N * k * H * 2);
+  l.y_slots = y_over_xe ? l.xe : l.slots;
   if (shared_over_aq) {
     l.shared_h = l.fp8.aq.values + shared_h_over_aq;
     l.shared_a = l.fp8.aq.values + shared_a_over_aq;

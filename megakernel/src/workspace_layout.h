@@ -76,10 +76,13 @@ struct WorkspaceLayout {
   Fp8Section ringq, dhq, shared_dyq, shared_dhq;  // the fp8 backward's
   ColumnsSection dhtq, xetq, dyetq, atq;          // LaunchConfig::fp8_weight_gradients'
   bool one_cycle;                                 // dh (or, in d_w1, a) lies over the ring (one_ring_cycle)
-  // The backward's (token, slot) buffer (its dx_j): the forward's slots, or (dx_slots_past_dh in
-  // workspace_layout) the section past dh that dye takes once the dx combine has read it, or (in_d_w1)
-  // d_w1's section past a, under dye too.
+  // The backward's (token, slot) buffer (its dx_j): the slots section (the forward's too, but in a bf16
+  // recompute forward on one GPU: y_slots), or (dx_slots_past_dh in workspace_layout) the section past dh
+  // that dye takes once the dx combine has read it, or (in_d_w1) d_w1's section past a, under dye too.
   size_t dx_slots;
+  // The forward's (token, slot) buffer (its y_j): the slots, or in a bf16 recompute forward on one GPU xe's
+  // bytes, dead once GEMM1 has read them (workspace_layout), the slots then past the forward's sections.
+  size_t y_slots;
   bool dh_over_h;     // dh is the saved buffer's h (BackwardScratch::dh_over_saved_h): l.dh unused
   bool in_d_w1;       // ring, g, a, dye and dx_slots are offsets in d_w1 (BackwardScratch::in_d_w1)
   size_t d_w1_bytes;  // the scratch's bytes in d_w1

@@ -216,8 +216,9 @@ TEST(LayerMemory, APeerGroupsLayerHasAWindowAndNoSlotsInItsWorkspace) {
 // layout alone, in bf16 and fp8, on one GPU and on each of two, with a capacity too. The forward's
 // workspace grows by the bf16 operands of its GEMMs alone (xe and the shared expert's a; the routed a
 // is the bf16 forward's in either mode, as no saved buffer holds it; in the fp8 mode none, its GEMMs
-// read E4M3 ones); h and the shared expert's h only the backward writes. The fp8 mode saves no xe in
-// either mode (saves_xe): its saving backward's workspace holds it.
+// read E4M3 ones), less, on one GPU, the (token, slot) rows, which it pushes over xe; h and the shared
+// expert's h only the backward writes. The fp8 mode saves no xe in either mode (saves_xe): its saving
+// backward's workspace holds it.
 TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
   const LayerConfig bf16_config = with_every_branch(make_config(2, 40, 128, 64, 8, 3));
   const LaunchConfig colocated{.gpus = 2, .transport = Transport::colocated};
@@ -236,7 +237,9 @@ TEST(LayerMemory, RecomputeMovesTheActivationsFromSavedToTheWorkspace) {
       const size_t moved = P * (2 * size_t(c.hidden) + 4 * size_t(c.intermediate)) + aligned_section(S * 2 * Is * 2) +
                            aligned_section(S * Is * 2);
       const size_t bf16_operands = P * 2 * size_t(c.hidden) + aligned_section(S * Is * 2);
-      const size_t operands = c.precision == Precision::fp8 ? 0 : bf16_operands;
+      const bool one_gpu = saving.transport == Transport::simulated;
+      const size_t y_over_xe = one_gpu ? aligned_section(size_t(c.tokens()) * c.top_k * c.hidden * 2) : 0;
+      const size_t operands = c.precision == Precision::fp8 ? 0 : bf16_operands - y_over_xe;
       const size_t xe_in_workspace = saves_xe(c, false) ? 0 : P * size_t(c.hidden) * 2;
       ASSERT_GT(Is, 0u);
       EXPECT_EQ(with.saved - without.saved, moved - xe_in_workspace);
@@ -260,7 +263,8 @@ struct SectionCase {
 // The backward's own sections share bytes by lifetime (docs/architecture.md, "The backward's
 // buffers"): g per ring row; dye and shared_dh over the ring and g (both dead after the ring cycles),
 // and in recompute mode with several cycles over h too (which, with the shared expert's h, only the
-// backward writes: they lie past the forward's workspace, h last); with one
+// backward writes: they lie past the forward's workspace, h last, and on one GPU the (token, slot) buffer
+// before them, as the recompute forward pushes its y_j over xe); with one
 // ring cycle whatever the routing (every rank's most tiles, N min(k, E/R) rows and a part tile per
 // expert, capped by the GPU's capacity, fit its ring), dh over the ring too, g past it. With one cycle,
 // the (token, slot) buffer in the workspace (simulated ranks) and no recompute, the dx_j lie past dh
@@ -305,11 +309,13 @@ TEST(LayerMemory, BackwardSectionsShareBytesByLifetime) {
                  rows = size_t(c.ranks / t.launch.gpus) * t.ring_rows;
     const size_t ring = aligned(rows * H * 2), g = aligned(rows * I * 4), dh = aligned(P * 2 * I * 2);
     const size_t dye = aligned(P * H * 2), shared_dh = aligned(S * 2 * Is * 2);
-    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;     // the last section before the backward's
-    const size_t backward_only = t.launch.recompute ? shared_dh + h : 0;  // h and the shared expert's h
-    const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
-    const bool dx_slots_past_dh = t.one_cycle && !t.launch.recompute && t.launch.transport == Transport::simulated;
+    const size_t h = t.launch.recompute ? aligned(P * 2 * I * 2) : 0;  // the last section before the backward's
+    const bool one_gpu = t.launch.transport == Transport::simulated;
     const size_t slots = aligned(size_t(c.tokens()) * c.top_k * H * 2);
+    // h, the shared expert's h and (one GPU) the slots
+    const size_t backward_only = t.launch.recompute ? shared_dh + h + (one_gpu ? slots : 0) : 0;
+    const size_t late = dye + shared_dh, past_h = late > h ? late - h : 0;
+    const bool dx_slots_past_dh = t.one_cycle && !t.launch.recompute && one_gpu;
     const size_t own = dx_slots_past_dh ? std::max(std::max(ring, dh) + g, dh + std::max(slots, dye) + shared_dh)
                        : t.one_cycle    ? std::max(std::max(ring, dh) + g, dh + late)
                                         : dh + std::max(ring + g, past_h);

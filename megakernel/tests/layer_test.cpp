@@ -243,7 +243,8 @@ TEST_F(LayerApi, GivenRoutingAsInputsMatchesTheReference) {
 
 // Recompute mode: the saved buffer holds no xe and h, nor the shared expert's h and a (exactly their
 // sections fewer, that many more backward workspace bytes; the forward's holds its GEMMs' operands xe
-// and the shared expert's a more: the routed a is the workspace's in either mode), the backward pulls
+// and the shared expert's a more, less the (token, slot) rows, which it pushes over xe on one GPU: the
+// routed a is the workspace's in either mode), the backward pulls
 // xe and recomputes h (and a from it, as from a saved h), and the shared
 // expert's, with the forward's code into a workspace poisoned after the forward, and every output and
 // gradient is the reference's in recompute mode.
@@ -256,7 +257,7 @@ TEST_F(LayerApi, RecomputeModeMatchesTheReference) {
     const size_t N = c.tokens(), Is = c.shared_intermediate;
     const size_t P = padded_rows(c);
     const size_t moved = P * (2 * c.hidden + 4 * c.intermediate) + section(N * 2 * Is * 2) + section(N * Is * 2);
-    const size_t operands = P * 2 * c.hidden + section(N * Is * 2);
+    const size_t operands = P * 2 * c.hidden + section(N * Is * 2) - section(N * c.top_k * c.hidden * 2);
     const Layer saving(c, {});
     Layer layer(c, LaunchConfig{.recompute = true});
     EXPECT_EQ(saving.saved_bytes() - layer.saved_bytes(), moved);

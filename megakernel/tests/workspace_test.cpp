@@ -279,6 +279,49 @@ TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
   }
 }
 
+// A bf16 recompute forward on one GPU (simulated ranks) pushes its y_j over xe: GEMM1 is xe's last reader and a
+// grid barrier comes before GEMM2 (the forward runs one cycle), so no two of its buffers live at once share a byte,
+// all within the forward's workspace; its slots section, then the backward's dx_j alone, lies past it. Elsewhere (a
+// saving forward, fp8, a peer group's Layer, a capacity under N k rows) y_j go to the slots. The forward's phases: the
+// layout (the shared expert's GEMM1), the pull (its GEMM2), GEMM1, GEMM2, the combine.
+TEST(ForwardBuffers, ABf16RecomputeForwardOnOneGpuPushesItsYOverXe) {
+  LayerConfig bf16 = with_every_branch(make_config(2, 40, 256, 128, 8, 3));
+  bf16.shared_intermediate = 128;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  const LaunchConfig recompute{.ring_rows = 1152, .recompute = true};
+  const size_t N = bf16.tokens(), H = bf16.hidden, I = bf16.intermediate, Is = bf16.shared_intermediate;
+  const size_t k = bf16.top_k, P = own_padded_rows(bf16, 1, 0), S = shared_rows_capacity(bf16, 1);
+  // One GPU's capacity may give xe fewer rows than the (token, slot) buffer (a forward then stops at its capacity
+  // check): 4096 tokens of k = 8 over E = 64, a capacity of 8192 rows.
+  const LayerConfig many_tokens = make_config(1, 4096, 256, 128, 64, 8);
+  const LaunchConfig capacity{.ring_rows = 128, .recompute = true, .capacity_rows = 8192};
+  ASSERT_LT(own_padded_rows(many_tokens, 1, capacity.capacity_rows), long(many_tokens.tokens()) * many_tokens.top_k);
+  const WorkspaceLayout l = workspace_layout(bf16, recompute, true);
+  EXPECT_EQ(l.y_slots, l.xe);
+  EXPECT_GE(l.slots, l.forward_bytes);
+  constexpr int kPlace = 0, kPull = 1, kUp = 2, kDown = 3, kCombine = 4;
+  Buffers b;
+  b.add("barrier and layout tables", l.barrier, l.shared_y - l.barrier, kPlace, kCombine);
+  b.add("shared_y", l.shared_y, S * H * 2, kPull, kCombine);
+  b.add("shared_a", l.shared_a, S * Is * 2, kPlace, kPull);
+  b.add("xe", l.xe, P * H * 2, kPull, kUp);
+  b.add("a", l.a, P * I * 2, kUp, kDown);
+  b.add("y_j", l.y_slots, N * k * H * 2, kDown, kCombine);
+  b.expect_disjoint_where_live_together();
+  b.expect_within(l.forward_bytes, 0);
+  for (const auto& [name, c, launch, slots_in_workspace] :
+       std::initializer_list<std::tuple<const char*, LayerConfig, LaunchConfig, bool>>{
+           {"saving", bf16, LaunchConfig{.ring_rows = 1152}, true},
+           {"fp8 recompute", fp8, recompute, true},
+           {"a peer group's", bf16, recompute, false},
+           {"a capacity under N k rows", many_tokens, capacity, true}}) {
+    const WorkspaceLayout other = workspace_layout(c, launch, slots_in_workspace);
+    EXPECT_EQ(other.y_slots, other.slots) << name;
+    EXPECT_LE(other.slots, other.forward_bytes) << name;
+  }
+}
+
 // Where the shared expert's h and a do not fit over aq (Is large against I), the fp8 recompute backward
 // takes them past the forward's workspace, before h; where they fit, nothing lies between its a and h.
 TEST(ForwardBuffers, Fp8RecomputeTakesTheSharedActivationsPastTheForwardWhereAqIsTooSmall) {

@@ -461,16 +461,19 @@ def test_workspace_bytes_of_recompute_and_of_a_communicator():
     """Recompute moves the saved activations into the workspace (mok::gpu::LaunchConfig), the forward's only
     those its GEMMs read: xe of the P padded rows (N min(k, E) rows, each expert's last tile padded) and the
     shared expert's a of its N rows (h only the backward writes; the routed a is the forward's in either
-    mode). A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its
+    mode), less the (token, slot) rows, which a one-GPU recompute forward pushes over xe once GEMM1 has read
+    it. A Layer on a communicator, one GPU's too, keeps the (token, slot) rows in its window, not its
     workspace. Each section takes whole 256-byte blocks."""
     c, ints, floats = workspace_args()
     forward = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS))[0]
     section = lambda size: (size + 255) // 256 * 256  # noqa: E731
     padded_rows = 128 * (-(-c.tokens * min(c.top_k, c.experts) // 128) + c.experts)
     recompute = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, recompute=True))[0]
-    assert recompute - forward == section(padded_rows * c.hidden * 2) + section(c.tokens * c.shared_intermediate * 2)
+    slots = section(c.tokens * c.top_k * c.hidden * 2)
+    operands = section(padded_rows * c.hidden * 2) + section(c.tokens * c.shared_intermediate * 2)
+    assert recompute - forward == operands - slots
     on_comm = mok._C.workspace_bytes(ints, floats, pack_launch(RING_ROWS, comm=1))[0]
-    assert forward - on_comm == section(c.tokens * c.top_k * c.hidden * 2)
+    assert forward - on_comm == slots
 
 
 def test_python_entry_points_check_before_they_work(tmp_path):

@@ -115,7 +115,8 @@ struct LaunchConfig {
   // whose saved buffer holds no xe either way, P 4 I + S 6 Is: mok/core/saved_layout.h, saves_xe), the
   // backward's workspace that much larger (or less where its sections after the cycles lie over h:
   // docs/architecture.md), the forward's only by its GEMMs' bf16 operands xe and shared a (P 2 H + S 2 Is;
-  // none in the fp8 mode: it writes no h, nor in fp8 xe), and the backward runs the pull and both GEMM1s
+  // none in the fp8 mode: it writes no h, nor in fp8 xe), less on one GPU the (token, slot) rows (N k H 2),
+  // which it pushes over xe once GEMM1 has read it, and the backward runs the pull and both GEMM1s
   // again. The forward and
   // the backward of one step must both run on Layers of the same recompute choice.
   bool recompute = false;
