@@ -106,6 +106,8 @@ def compiled(layer, compile, fullgraph):
 
 
 def time_shape(name, args, peak):
+    if args.compile:  # each shape's compiled steps anew: a shape's config is a constant of its graphs, and one
+        torch.compiler.reset()  # code object's recompiles across the six shapes would pass Dynamo's limit
     H, I, E, k, T = SHAPES[name]
     Is = I if args.shared else 0  # one shared expert as wide as a routed one
     gen = torch.Generator().manual_seed(2026)
@@ -338,8 +340,8 @@ def main():
     p.add_argument("--recompute", action="store_true",
                    help="mok's backward pulls xe and recomputes h and a (saved holds none: less memory between the passes)")
     p.add_argument("--compile", action="store_true",
-                   help="both layers' steps through torch.compile (mok's fullgraph; its backward then keeps dh in "
-                   "its workspace: docs/python.md); the columns the same")
+                   help="both layers' steps through torch.compile (mok's fullgraph; under a trace its autograd "
+                   "backward keeps dh in its workspace: docs/python.md); the columns the same, the op's overhead eager")
     p.add_argument("--host-profile", action="store_true",
                    help="also the op's host time by operator (torch.profiler) on the small problem")
     p.add_argument("--kernel-times", action="store_true",

@@ -299,7 +299,8 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
                         shared: Optional[tuple[Tensor, Tensor]], mode: int, of: Optional[str] = None,
                         inputs: tuple = ()) -> None:
     """At the call, not at the backward: each accumulator a tensor of its weight's shape, contiguous, on
-    x's device (on the GPU 16-byte aligned, as the layer's tensors), the router's fp32 and the others
+    x's device (on the GPU 16-byte aligned, as the layer's tensors: eager only, the op checks it at the backward
+    under torch.compile), the router's fp32 and the others
     all fp32 or all bf16 (w1's decides); the router's absent exactly when replay="full" reads no router,
     the shared pair given exactly with a shared expert, no two overlapping in memory nor any overlapping one of
     `inputs` (mok.moe's tensor arguments, in _INPUT_NAMES' order), which the backward reads.
