@@ -240,15 +240,25 @@ TEST(BackwardBuffers, ScratchInDw1EndsTheWorkspaceAtTheForwardsA) {
   EXPECT_EQ(both.dye, over_h.dye);
 }
 
+// The recompute forward's tests' configs: every branch and a shared expert as wide as a routed one, in bf16 and
+// in fp8.
+struct BothPrecisions {
+  LayerConfig bf16, fp8;
+};
+BothPrecisions recompute_forward_configs() {
+  LayerConfig bf16 = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
+  bf16.shared_intermediate = 128;
+  LayerConfig fp8 = bf16;
+  fp8.precision = Precision::fp8;
+  return {bf16, fp8};
+}
+
 // Recompute mode's forward writes its GEMMs' bf16 operands (xe, a, shared_a; in the fp8 mode none: its
 // GEMMs read E4M3 ones) and none of what the backward recomputes for itself (h, shared_h), so its
 // workspace ends before those: a forward-only call needs no room for them. In the fp8 mode the shared
 // expert's h and a lie over the forward's aq, which the recompute backward does not touch.
 TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
-  LayerConfig bf16 = with_every_branch(make_config(1, 80, 256, 128, 8, 3));
-  bf16.shared_intermediate = 128;
-  LayerConfig fp8 = bf16;
-  fp8.precision = Precision::fp8;
+  const auto [bf16, fp8] = recompute_forward_configs();
   const LaunchConfig recompute{.ring_rows = 1152, .recompute = true};
   const size_t H = bf16.hidden, I = bf16.intermediate, Is = bf16.shared_intermediate;
   const size_t P = own_padded_rows(bf16, 1, 0), S = shared_rows_capacity(bf16, 1);
@@ -285,10 +295,7 @@ TEST(ForwardBuffers, RecomputeForwardHoldsWhatItWritesAlone) {
 // saving forward, fp8, a peer group's Layer, a capacity under N k rows) y_j go to the slots. The forward's phases: the
 // layout (the shared expert's GEMM1), the pull (its GEMM2), GEMM1, GEMM2, the combine.
 TEST(ForwardBuffers, ABf16RecomputeForwardOnOneGpuPushesItsYOverXe) {
-  LayerConfig bf16 = with_every_branch(make_config(2, 40, 256, 128, 8, 3));
-  bf16.shared_intermediate = 128;
-  LayerConfig fp8 = bf16;
-  fp8.precision = Precision::fp8;
+  const auto [bf16, fp8] = recompute_forward_configs();
   const LaunchConfig recompute{.ring_rows = 1152, .recompute = true};
   const size_t N = bf16.tokens(), H = bf16.hidden, I = bf16.intermediate, Is = bf16.shared_intermediate;
   const size_t k = bf16.top_k, P = own_padded_rows(bf16, 1, 0), S = shared_rows_capacity(bf16, 1);
