@@ -213,10 +213,11 @@ def accumulators_like(layer, fill=torch.zeros_like):
     return mok.GradAccumulators(t[0], t[1], t[2], (t[3], t[4]))
 
 
-def moe_of(layer, x, w1, acc):
-    """mok.moe on the layer's weights but x and w1 (the caller's), adding into acc (None: autograd's .grad)."""
-    return mok.moe(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
-                   expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
+def moe_of(layer, x, w1, acc, fn=mok.moe):
+    """mok.moe (or fn, e.g. it compiled) on the layer's weights but x and w1 (the caller's), adding into acc
+    (None: autograd's .grad)."""
+    return fn(x, layer.router, w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
+              expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
 
 
 def assert_no_zero_gradient_for_saved(accumulate, device="cpu"):
@@ -399,9 +400,7 @@ def test_accumulate_into_refuses_an_accumulator_over_an_input():
         x = buffer[:x_bytes].view(torch.bfloat16).view(layer.x.shape).copy_(layer.x).requires_grad_()
         acc = accumulators_like(layer)
         acc = acc._replace(w1=buffer[w1_start:].view(torch.float32).view(layer.w1.shape))
-        y = fn(x, layer.router, layer.w1, layer.w2, config=layer.config, shared=(layer.shared_w1, layer.shared_w2),
-               expert_bias=layer.expert_bias, ring_rows=RING_ROWS, accumulate_into=acc)
-        (y.float() * layer.dy.float()).sum().backward()
+        (moe_of(layer, x, layer.w1, acc, fn).float() * layer.dy.float()).sum().backward()
         return acc
 
     with pytest.raises(ValueError, match="accumulate_into.w1 overlaps x in memory: the backward would add into"):

@@ -132,16 +132,20 @@ def test_accumulate_into_on_gpu_is_the_cpus(mode):
 @pytest.mark.parametrize("mode", (ROUTER, GIVEN), ids=("router", "given"))
 def test_accumulate_into_compiles_fullgraph_on_gpu(mode):
     """Compiled (fullgraph) on the GPU, accumulate_into adds the CPU's gradients (the eager call's alignment
-    check read data_ptr, which Dynamo cannot trace); a misaligned accumulator is then refused by the op."""
+    check read data_ptr, which Dynamo cannot trace)."""
     compiled = torch.compile(mok.moe, fullgraph=True)
     test_autograd.accumulate_two_micro_batches("softmax_shared", mode, "cuda", fn=compiled)
+
+
+def test_a_misaligned_accumulator_is_refused_compiled_at_the_backward():
+    """Compiled, the call does not check an accumulator's alignment (Dynamo cannot trace data_ptr): the op refuses
+    a misaligned one at the backward."""
     layer = make_layer("softmax_shared").to("cuda")
     acc = test_autograd.accumulators_like(layer)
     buffer = torch.zeros(acc.w1.numel() + 1, device="cuda")
     acc = acc._replace(w1=buffer[1:].view(acc.w1.shape))
-    y = compiled(layer.x.clone().requires_grad_(), layer.router, layer.w1, layer.w2, config=layer.config,
-                 shared=(layer.shared_w1, layer.shared_w2), expert_bias=layer.expert_bias, ring_rows=RING_ROWS,
-                 accumulate_into=acc)
+    y = test_autograd.moe_of(layer, layer.x.clone().requires_grad_(), layer.w1, acc,
+                             torch.compile(mok.moe, fullgraph=True))
     with pytest.raises(ValueError, match="d_w1's data is not 16-byte aligned"):
         (y.float() * layer.dy.float()).sum().backward()
 
