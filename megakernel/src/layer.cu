@@ -1013,8 +1013,9 @@ Layer::DeviceError Layer::poll_error() const { return impl_->describe(*impl_->ho
 
 void Layer::poison_workspace(cudaStream_t stream, const TensorView& workspace) const {
   const OnDevice on(impl_->device);
-  MOK_CUDA_CHECK(cudaMemsetAsync(checked_workspace(workspace, impl_->ws().bytes, Pass::backward), 0xff,
-                                 impl_->ws().bytes, stream));
+  // Whatever its size: a workspace sized for one pass (a scratch backward's may be under the forward's).
+  MOK_CUDA_CHECK(
+      cudaMemsetAsync(checked_workspace(workspace, 0, Pass::backward), 0xff, size_t(workspace.shape[0]), stream));
 }
 
 std::vector<PhaseTime> Layer::phase_times() const {

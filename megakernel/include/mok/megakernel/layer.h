@@ -308,8 +308,8 @@ class Layer {
   };
   DeviceError poll_error() const;
 
-  // Every byte of a workspace (u8 [n], n at least workspace_bytes(Pass::backward)) 0xff (tests: what the
-  // kernels read without writing shows up).
+  // Every byte of a workspace (u8 [n], whatever n: one pass's) 0xff (tests: what the kernels read without
+  // writing shows up).
   void poison_workspace(cudaStream_t stream, const TensorView& workspace) const;
 
   // Where the last completed call spent its time, phase by phase (waits for the GPU); a backward's are
