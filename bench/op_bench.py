@@ -2,7 +2,8 @@
 
 Per shape: the forward (no_grad, which mok.moe runs in recompute mode: no saved activations, no h written;
 before session 64 the saving mode's forward) and forward+backward (autograd through mok.moe: mok::forward, then
-mok::backward, the weight gradients written in bf16 by its epilogue) timed with CUDA events
+mok::backward_consuming, under --compile mok::backward, with --accumulate mok::backward_accumulate; the weight
+gradients written in bf16 by its epilogue) timed with CUDA events
 (median of --runs after --warmup, inputs rotated over --sets), the peak memory of each step
 (torch.cuda.max_memory_allocated over the step, minus what was allocated before it), and the same for
 bench/torch_baseline.py's grouped_mm layer. Both get the same given routing (uniform or Zipf), or with
