@@ -213,7 +213,9 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
     if accumulate_into is not None:
         _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of, inputs)
     if accumulate_into is not None and torch.is_grad_enabled():
-        y, idx, w, logits, _ = _IntoAccumulators.apply(accumulate_into, *inputs,
+        # mok.MoE(accumulate_grad=True): the parameters whose .grad the accumulators are, for the backward's check
+        owners = _grad_owners(accumulate_into, router, w1, w2, shared) if accumulators_of == "grad" else None
+        y, idx, w, logits, _ = _IntoAccumulators.apply((accumulate_into, owners), *inputs,
                                                        (config_ints, config_floats, mode, launch), fp8_weights)
     else:  # the overload itself, not the packet torch.ops.mok.forward: a lookup less per call
         y, idx, w, logits, _ = torch.ops.mok.forward.default(*inputs, config_ints, config_floats, mode, launch,
@@ -375,6 +377,49 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
         named = [(label(name), a) for name, a, _ in pairs]
         _C.check_disjoint(named)
         _C.check_apart(named, [(name, t) for name, t in zip(_INPUT_NAMES, inputs) if _has_own_bytes(t, x)])
+    if not eager:
+        _check_unaliased_under_trace([(label(name), a) for name, a, _ in pairs])
+
+
+def _check_unaliased_under_trace(named: list) -> None:
+    """Under a trace, accumulators that are one tensor or views of one (a flat gradient buffer's slices, as
+    Megatron's main_grad) are refused: Inductor's compiled backward, which copies a mutated input in and out,
+    added into them wrong (values past each view, NaN; the CPU as the GPU, python/tests/test_autograd.py), and
+    its graph, cached, served later calls. Addresses are not traceable,
+    views are (`_base`): eagerly (also where Dynamo falls back from this raise, without fullgraph) the exact
+    overlap checks above run instead, and views that do not overlap are taken."""
+    def root(t):
+        return t if t._base is None else t._base
+
+    for i, (name, a) in enumerate(named):
+        for other, b in named[:i]:
+            if root(a) is root(b):
+                raise ValueError(f"{name} and {other} are one tensor or views of one: under torch.compile the "
+                                 "backward's adds into such accumulators go wrong (Inductor's copies of aliased "
+                                 "inputs); pass tensors of their own, or call mok.moe outside the compiled region")
+
+
+def _grad_owners(acc: GradAccumulators, router: Tensor, w1: Tensor, w2: Tensor, shared) -> list:
+    """(name, parameter, its .grad as the forward took it) for each accumulator of mok.MoE(accumulate_grad=True)."""
+    owners = [("router", router, acc.router), ("w1", w1, acc.w1), ("w2", w2, acc.w2)]
+    if shared is not None:
+        owners += [("shared_w1", shared[0], acc.shared[0]), ("shared_w2", shared[1], acc.shared[1])]
+    return [(name, p, a) for name, p, a in owners if a is not None]
+
+
+@torch.no_grad()
+def _adopt_grads(owners: list) -> None:
+    """Before the backward adds into the .grad its forward took (accumulate_grad, eager): a .grad set to None in
+    between (optimizer.zero_grad() before loss.backward()) is that tensor again, zeroed, so the step's gradient
+    lands in .grad as plain autograd's would (it was added into a tensor no parameter held, and the optimizer
+    skipped every parameter without a word); a .grad replaced by another tensor is refused."""
+    for name, p, a in owners:
+        if p.grad is None:
+            a.zero_()
+            p.grad = a
+        elif p.grad is not a:
+            raise ValueError(f"{name}.grad was replaced between the forward and the backward, which adds into the "
+                             ".grad the forward found (accumulate_grad): zero .grad in place, or before the forward")
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -384,8 +429,8 @@ class _IntoAccumulators(torch.autograd.Function):
     autograd.cpp): keep the two in step."""
 
     @staticmethod
-    def forward(ctx, accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, lists,
-                fp8_weights):
+    def forward(ctx, accumulators_and_owners, x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w,
+                lists, fp8_weights):
         config_ints, config_floats, mode, launch = lists
         y, idx, w, logits, saved = torch.ops.mok.forward.default(x, router, expert_bias, w1, w2, shared_w1, shared_w2,
                                                                  topk_idx, topk_w, config_ints, config_floats, mode,
@@ -394,7 +439,7 @@ class _IntoAccumulators(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # no zero gradient of saved's size for the backward (autograd.cpp)
         # expert_bias not saved, as autograd.cpp's: the backward reads the experts it selected from idx.
         ctx.save_for_backward(x, router, None, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights)
-        ctx.accumulators, ctx.lists = accumulators, lists
+        (ctx.accumulators, ctx.owners), ctx.lists = accumulators_and_owners, lists
         return y, idx, w, logits, saved
 
     @staticmethod
@@ -407,6 +452,8 @@ class _IntoAccumulators(torch.autograd.Function):
             return (None,) * 12
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors
         acc = ctx.accumulators
+        if ctx.owners is not None and not torch.compiler.is_compiling():
+            _adopt_grads(ctx.owners)
         config_ints, config_floats, mode, launch = ctx.lists
         shared_acc = acc.shared if acc.shared is not None else (None, None)
         # Detached: the same memory and version counter, no view history. Under create_graph the op runs with
@@ -416,7 +463,7 @@ class _IntoAccumulators(torch.autograd.Function):
             x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, dy.contiguous(), *into,
             config_ints, config_floats, mode, launch, fp8_weights)
         given = mode == ROUTING_MODES.index("given")
-        # One per forward input: accumulators, x, router, expert_bias, w1, w2, shared_w1, shared_w2,
+        # One per forward input: (accumulators, owners), x, router, expert_bias, w1, w2, shared_w1, shared_w2,
         # topk_idx, topk_w, lists, fp8_weights.
         return None, dx, None, None, None, None, None, None, None, d_topk_w if given else None, None, None
 

@@ -67,8 +67,9 @@ class MoE(torch.nn.Module):
     False) still accumulates; with replay="full" the router's stays as it is (no router runs).
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
-    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(), in torch's
-    grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
+    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(), or set to None
+    between the forward and the backward (eager: the forward's tensor again, zeroed; one replaced is refused),
+    in torch's grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
     replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold (but where
     autograd's .grad starts as None and takes a NaN gradient as it is: 0x7fc0 there, 0x7fff in the
     accumulator; docs/numerics.md, backward step 10), without autograd's gradient tensors and

@@ -11,6 +11,13 @@ namespace {
 
 std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.data(), shape.size()}); }
 
+// Whether a contiguous tensor's storage holds every byte of it (a storage resized to 0 has no data at all).
+bool holds_its_bytes(const at::Tensor& t) {
+  if (t.numel() == 0) return true;
+  return t.has_storage() && t.storage().data() != nullptr &&
+         size_t(t.storage_offset() + t.numel()) * t.itemsize() <= t.storage().nbytes();
+}
+
 // Checks every tensor of one call against x's device.
 class Checker {
  public:
@@ -35,6 +42,10 @@ class Checker {
     if (t.sizes() != shape)
       refuse(" must have shape " + shape_text(shape) + " = " + dims + " for this config, got " + shape_text(t.sizes()));
     if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
+    if (checkable_.addresses && !holds_its_bytes(t))
+      refuse("'s storage holds " + std::to_string(t.has_storage() ? t.storage().nbytes() : 0) +
+             " bytes, fewer than its " + std::to_string((t.storage_offset() + t.numel()) * t.itemsize()) +
+             " (freed or shrunk, as FSDP frees a sharded parameter's: the layer would read past it)");
     if (checkable_.aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
       refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
   }

@@ -375,9 +375,10 @@ def test_accumulate_into_refuses_overlapping_accumulators():
     overlapping[2] -= 8  # w2's first 8 elements are w1's last 8
     with pytest.raises(ValueError, match=r"accumulate_into.w2 overlaps accumulate_into.w1 in memory"):
         call(views(torch.zeros(sum(sizes), dtype=torch.float32), overlapping))
-    # Compiled, mok.moe cannot look at addresses: the op refuses them at the backward, before adding.
+    # Compiled, mok.moe cannot look at addresses but sees views: accumulators viewing one tensor are refused
+    # under the trace (Dynamo's Unsupported, with mok's message), before anything is added.
     buffer = torch.zeros(sum(sizes), dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"d_w2 overlaps d_w1 in memory"):
+    with pytest.raises(Exception, match=r"accumulate_into.w2 and accumulate_into.w1 are one tensor or views of one"):
         call(views(buffer, overlapping), torch.compile(mok.moe, fullgraph=True))
     assert buffer.count_nonzero() == 0
     flat = views(torch.zeros(sum(sizes), dtype=torch.float32), starts)
@@ -662,6 +663,29 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     assert "accumulate_grad=True" in repr(model)
 
 
+def test_module_accumulate_grad_with_zero_grad_between_forward_and_backward():
+    """forward, optimizer.zero_grad() (set_to_none), backward, a common order: the step's gradient went into the
+    .grad tensors the forward took, which no parameter held any more (every .grad None, the optimizer skipped
+    them all without a word). Now each is that tensor again, zeroed first: plain autograd's .grad bits. A .grad
+    replaced by another tensor in between is refused, nothing added."""
+    layer = make_layer("softmax_shared")
+    model, plain = (mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5),
+                            accumulate_grad=accumulate) for accumulate in (True, False))
+    for m in (model, plain):
+        (m(layer.x).float() * layer.dy.float()).sum().backward()  # a first step's .grad, which zero_grad drops
+        y = m(make_layer("softmax_shared", seed=1).x)
+        torch.optim.SGD(m.parameters(), lr=1.0).zero_grad()
+        (y.float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert_same_bits(p.grad, q.grad, name)
+    y = model(layer.x)
+    model.w2.grad = torch.zeros_like(model.w2)
+    w1_grad = model.w1.grad.clone()
+    with pytest.raises(ValueError, match=r"w2\.grad was replaced between the forward and the backward"):
+        (y.float() * layer.dy.float()).sum().backward()
+    assert_same_bits(model.w1.grad, w1_grad, "w1, nothing added")
+
+
 def test_module_accumulate_grad_compiles_fullgraph_given_its_grads():
     """Compiled (fullgraph), mok.MoE(accumulate_grad=True) gives eager's .grad bits once the .grad tensors
     exist, on the accumulate path (a hook on each parameter sees None); a .grad it would have to make
@@ -750,6 +774,42 @@ def test_module_with_main_grad_compiles_fullgraph_and_moves_them():
     models[0].to("meta")  # new Parameters: each main_grad follows its parameter, still fp32
     for name, p in models[0].named_parameters():
         assert p.main_grad.device.type == "meta" and p.main_grad.dtype == torch.float32, name
+
+
+def flat_main_grads(model):
+    """Each parameter's main_grad a view of one fp32 buffer (Megatron's contiguous gradient buffer)."""
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+    at = 0
+    for p in model.parameters():
+        p.main_grad = flat[at:at + p.numel()].view(p.shape)
+        at += p.numel()
+
+
+def test_main_grads_in_one_buffer_are_refused_compiled_fullgraph():
+    """Inductor's compiled backward added into accumulators that are views of one tensor wrong (values past
+    each view: NaN, 1e20, thousands of w2's): under a trace they are refused, naming two of them. Dynamo does not
+    guard on views, so a module traced before with accumulators of their own keeps its graph (which adds into
+    views right: test_main_grads_in_one_buffer_compile_to_eagers_bits_without_fullgraph): traced afresh here."""
+    torch.compiler.reset()
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+    flat_main_grads(model)
+    with pytest.raises(Exception, match=r"\w+\.main_grad and \w+\.main_grad are one tensor or views of one"):
+        torch.compile(model, fullgraph=True)(layer.x)
+
+
+def test_main_grads_in_one_buffer_compile_to_eagers_bits_without_fullgraph():
+    """Without fullgraph Dynamo runs the call it refuses under the trace eagerly, which takes views that do not
+    overlap: eager's bits (the compiled backward gave thousands of wrong values). Traced afresh (above)."""
+    torch.compiler.reset()
+    layer = make_layer("softmax_shared")
+    models = [mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+              for _ in range(2)]
+    for model, run in zip(models, (lambda m: m, torch.compile)):
+        flat_main_grads(model)
+        (run(model)(layer.x).float() * layer.dy.float()).sum().backward()
+    for (name, p), q in zip(models[0].named_parameters(), models[1].parameters()):
+        assert_same_bits(q.main_grad, p.main_grad, name)
 
 
 def test_module_with_main_grad_materialized_from_meta_by_to_empty():

@@ -133,6 +133,37 @@ def test_bad_backward_tensor(accumulate, name, bad, message):
     assert_fake_raises_the_kernels_error(op, backward_args(layer, accumulate, **{name: bad}), message)
 
 
+def freed(t):
+    """A copy of t whose storage is freed, as FSDP frees a sharded parameter's (resize_(0))."""
+    t = t.clone()
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def halved(t):
+    """A copy of t whose storage holds half its bytes."""
+    t = t.clone()
+    t.untyped_storage().resize_(t.nbytes // 2)
+    return t
+
+
+@pytest.mark.parametrize("cut", [freed, halved])
+@pytest.mark.parametrize("name", ["x", "router", "w1", "shared_w2"])
+def test_a_freed_or_shrunk_storage_is_refused(name, cut):
+    """A tensor whose storage was freed crashed the process (SIGSEGV); one shrunk was read past its end."""
+    layer = make_layer("softmax_shared")
+    with pytest.raises(ValueError, match=f"{name}'s storage holds \\d+ bytes, fewer than its \\d+"):
+        forward_with(layer, **{name: cut(getattr(layer, name))})
+
+
+@pytest.mark.parametrize("accumulate,name", [(False, "x"), (False, "w2"), (False, "saved"), (True, "d_w1")])
+def test_a_storage_freed_before_the_backward_is_refused(accumulate, name):
+    """An input freed between the forward and the backward (or an accumulator), refused by the backward."""
+    op = torch.ops.mok.backward_accumulate if accumulate else torch.ops.mok.backward
+    with pytest.raises(ValueError, match=f"{name}'s storage holds 0 bytes"):
+        op(*backward_args(make_layer("softmax_shared"), accumulate, **{name: freed}))
+
+
 def test_backward_accumulate_refuses_overlapping_accumulators():
     """The op itself (not only mok.moe) refuses two accumulators that share elements, naming both, before it
     adds anything: each would take the other's gradient too (on the GPU in no fixed order). Disjoint views
