@@ -213,7 +213,7 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
     if accumulate_into is not None:
         _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of, inputs)
     if accumulate_into is not None and torch.is_grad_enabled():
-        # mok.MoE(accumulate_grad=True): the parameters whose .grad the accumulators are, for the backward's check
+        # mok.MoE(accumulate_grad=True): the parameters whose .grad the backward adds into, as it finds them
         owners = _grad_owners(accumulate_into, router, w1, w2, shared) if accumulators_of == "grad" else None
         y, idx, w, logits, _ = _IntoAccumulators.apply((accumulate_into, owners), *inputs,
                                                        (config_ints, config_floats, mode, launch), fp8_weights)
@@ -400,26 +400,33 @@ def _check_unaliased_under_trace(named: list) -> None:
 
 
 def _grad_owners(acc: GradAccumulators, router: Tensor, w1: Tensor, w2: Tensor, shared) -> list:
-    """(name, parameter, its .grad as the forward took it) for each accumulator of mok.MoE(accumulate_grad=True)."""
+    """(name, parameter) for each accumulator of mok.MoE(accumulate_grad=True), in GradAccumulators' order."""
     owners = [("router", router, acc.router), ("w1", w1, acc.w1), ("w2", w2, acc.w2)]
     if shared is not None:
         owners += [("shared_w1", shared[0], acc.shared[0]), ("shared_w2", shared[1], acc.shared[1])]
-    return [(name, p, a) for name, p, a in owners if a is not None]
+    return [(name, p) for name, p, a in owners if a is not None]
+
+
+def _zeros_for_grad(p: Tensor) -> Tensor:
+    """Zeros as autograd's .grad of p would be made: torch's grad_dtype where set, else p's dtype (a bf16 .grad
+    under grad_dtype float32 raised torch's RuntimeError, naming no parameter), contiguous."""
+    return torch.zeros_like(p, dtype=getattr(p, "grad_dtype", None) or p.dtype, memory_format=torch.contiguous_format)
 
 
 @torch.no_grad()
-def _adopt_grads(owners: list) -> None:
-    """Before the backward adds into the .grad its forward took (accumulate_grad, eager): a .grad set to None in
-    between (optimizer.zero_grad() before loss.backward()) is that tensor again, zeroed, so the step's gradient
-    lands in .grad as plain autograd's would (it was added into a tensor no parameter held, and the optimizer
-    skipped every parameter without a word); a .grad replaced by another tensor is refused."""
-    for name, p, a in owners:
+def _grads_at_the_backward(owners: list) -> GradAccumulators:
+    """accumulate_grad, eager: the .grad each parameter holds when the backward runs (zeros made where it is None),
+    which is where plain autograd adds. The forward's may be gone: set to None by optimizer.zero_grad() before
+    loss.backward() (the step's gradient went into tensors no parameter held, and the optimizer skipped them all
+    without a word), or replaced (a checkpoint's recomputed forward, another forward after zero_grad). The op
+    checks them as it checks any accumulator."""
+    grads = {}
+    for name, p in owners:
         if p.grad is None:
-            a.zero_()
-            p.grad = a
-        elif p.grad is not a:
-            raise ValueError(f"{name}.grad was replaced between the forward and the backward, which adds into the "
-                             ".grad the forward found (accumulate_grad): zero .grad in place, or before the forward")
+            p.grad = _zeros_for_grad(p)
+        grads[name] = p.grad
+    shared = (grads["shared_w1"], grads["shared_w2"]) if "shared_w1" in grads else None
+    return GradAccumulators(grads.get("router"), grads["w1"], grads["w2"], shared)
 
 
 class _IntoAccumulators(torch.autograd.Function):
@@ -453,7 +460,7 @@ class _IntoAccumulators(torch.autograd.Function):
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, idx, w, logits, saved, fp8_weights = ctx.saved_tensors
         acc = ctx.accumulators
         if ctx.owners is not None and not torch.compiler.is_compiling():
-            _adopt_grads(ctx.owners)
+            acc = _grads_at_the_backward(ctx.owners)
         config_ints, config_floats, mode, launch = ctx.lists
         shared_acc = acc.shared if acc.shared is not None else (None, None)
         # Detached: the same memory and version counter, no view history. Under create_graph the op runs with

@@ -11,7 +11,7 @@ from torch import Tensor
 from mok import _C
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, _require_int, pack_launch
 from mok.functional import (GradAccumulators, Routing, RoutingArg, _check_arguments, _check_capacity,
-                            _group_failures_marked, _moe, quantize_weights, routing_mode)
+                            _group_failures_marked, _moe, _zeros_for_grad, quantize_weights, routing_mode)
 
 
 def _check_launch(config: MoEConfig, launch: list[int]) -> None:
@@ -67,9 +67,8 @@ class MoE(torch.nn.Module):
     False) still accumulates; with replay="full" the router's stays as it is (no router runs).
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
-    router; zeros made at the forward where a .grad is None, e.g. after optimizer.zero_grad(), or set to None
-    between the forward and the backward (eager: the forward's tensor again, zeroed; one replaced is refused),
-    in torch's grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
+    router; eagerly the .grad each holds when the backward runs, as plain autograd's, zeros made where it is None,
+    e.g. after optimizer.zero_grad(); under torch.compile the .grad the forward found; in torch's grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
     replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold (but where
     autograd's .grad starts as None and takes a NaN gradient as it is: 0x7fc0 there, 0x7fff in the
     accumulator; docs/numerics.md, backward step 10), without autograd's gradient tensors and
@@ -224,10 +223,7 @@ class MoE(torch.nn.Module):
                     raise ValueError("accumulate_grad under torch.compile needs every parameter's .grad made "
                                      "before the compiled call (zeros; optimizer.zero_grad(set_to_none=False) keeps "
                                      "them)")
-                # In the dtype autograd's .grad would have (torch's grad_dtype where set, else the parameter's):
-                # a bf16 one under grad_dtype float32 raised torch's RuntimeError here, naming no parameter
-                dtype = getattr(p, "grad_dtype", None) or p.dtype
-                p.grad = torch.zeros_like(p, dtype=dtype, memory_format=torch.contiguous_format)
+                p.grad = _zeros_for_grad(p)
             return p.grad
 
         shared = (into(self.shared_w1), into(self.shared_w2)) if self.shared_w1 is not None else None

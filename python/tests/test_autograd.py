@@ -663,27 +663,41 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     assert "accumulate_grad=True" in repr(model)
 
 
-def test_module_accumulate_grad_with_zero_grad_between_forward_and_backward():
-    """forward, optimizer.zero_grad() (set_to_none), backward, a common order: the step's gradient went into the
-    .grad tensors the forward took, which no parameter held any more (every .grad None, the optimizer skipped
-    them all without a word). Now each is that tensor again, zeroed first: plain autograd's .grad bits. A .grad
-    replaced by another tensor in between is refused, nothing added."""
+def test_module_accumulate_grad_adds_into_the_grad_the_backward_finds():
+    """Eagerly the backward adds into the .grad each parameter holds when it runs, as plain autograd does. Before,
+    into the one its forward took: after forward, optimizer.zero_grad() (set_to_none), backward (a common order)
+    the step's gradient went into tensors no parameter held (every .grad None, the optimizer skipped them all
+    without a word). Also a .grad replaced in between, and a checkpointed call (its recomputed forward made new
+    .grad after zero_grad): plain autograd's bits in each."""
+    from torch.utils.checkpoint import checkpoint
+
     layer = make_layer("softmax_shared")
+    x2 = make_layer("softmax_shared", seed=1).x
     model, plain = (mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(5),
                             accumulate_grad=accumulate) for accumulate in (True, False))
+
+    def loss(y):
+        return (y.float() * layer.dy.float()).sum()
+
     for m in (model, plain):
-        (m(layer.x).float() * layer.dy.float()).sum().backward()  # a first step's .grad, which zero_grad drops
-        y = m(make_layer("softmax_shared", seed=1).x)
+        loss(m(layer.x)).backward()  # a first step's .grad, which zero_grad drops
+        y = m(x2)
         torch.optim.SGD(m.parameters(), lr=1.0).zero_grad()
-        (y.float() * layer.dy.float()).sum().backward()
+        loss(y).backward()
     for (name, p), q in zip(model.named_parameters(), plain.parameters()):
-        assert_same_bits(p.grad, q.grad, name)
-    y = model(layer.x)
-    model.w2.grad = torch.zeros_like(model.w2)
-    w1_grad = model.w1.grad.clone()
-    with pytest.raises(ValueError, match=r"w2\.grad was replaced between the forward and the backward"):
-        (y.float() * layer.dy.float()).sum().backward()
-    assert_same_bits(model.w1.grad, w1_grad, "w1, nothing added")
+        assert_same_bits(p.grad, q.grad, f"zero_grad between: {name}")
+    for m in (model, plain):
+        y = m(layer.x)
+        m.w2.grad = torch.full_like(m.w2, 0.5)
+        loss(y).backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert_same_bits(p.grad, q.grad, f"w2.grad replaced: {name}")
+    for m in (model, plain):
+        y = checkpoint(m, x2, use_reentrant=False)
+        m.zero_grad()
+        loss(y).backward()
+    for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert_same_bits(p.grad, q.grad, f"checkpointed: {name}")
 
 
 def test_module_accumulate_grad_compiles_fullgraph_given_its_grads():
