@@ -15,8 +15,9 @@ class GpuBackend : public Backend {
     require(!flags.step || *flags.step == StepModel::hopper_tc, "the gpu backend computes the hopper_tc model only");
     // Across processes the GPUs are counted in a child at the first run: CUDA stays uninitialised
     // here, since a context does not survive the fork of the ranks.
-    // The machine's lack, not the input's: no "invalid input" prefix.
-    if (!across_processes() && !gpu::device_available())
+    // The machine's lack, not the input's: no "invalid input" prefix. With --gpus N (one process too) the
+    // goldens' runs find it (NoGpu: exit 77, after every golden is read, as across processes).
+    if (!flags.gpus && !gpu::device_available())
       throw Error("the gpu backend needs a Hopper GPU (compute capability 9.0); none found");
   }
 
@@ -33,6 +34,8 @@ class GpuBackend : public Backend {
     require(g.options.step == StepModel::hopper_tc, "golden '" + g.name + "' was made with step " +
                                                         golden::to_string(g.options.step) +
                                                         "; the GPU computes hopper_tc");
+    if (flags_.gpus && !across_processes() && !gpu::device_available())
+      throw NoGpu("mok: no Hopper GPU (--gpus N --one-process drives N Hopper GPUs from this process)");
     const ref::Problem p = spread(golden::problem_of(g));
     ref::Options options = g.options;
     options.ring_rows = flags_.ring_rows.value_or(options.ring_rows);

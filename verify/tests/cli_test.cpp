@@ -413,5 +413,15 @@ TEST_F(MokVerifyCli, AFileErrorAfterNoGpuStillWins) {
   EXPECT_NE(r.output.find("broken.h5"), std::string::npos) << r.output;
 }
 
+// --gpus N in one process finds no GPU as the ranks across processes do: 77 (a skip), not 2 (it was 2).
+TEST_F(MokVerifyCli, NoGpuInOneProcessIsASkipAsAcrossProcesses) {
+  if (!MOK_VERIFY_GPU_BACKEND) GTEST_SKIP() << "a build without CUDA has no gpu backend";
+  if (verify(golden_path() + " --backend gpu --gpus 2 --quiet").status != 77)
+    GTEST_SKIP() << "two Hopper GPUs are here: no \"no GPU\" result to test";
+  const ToolRun r = verify(golden_path() + " --backend gpu --gpus 2 --one-process --quiet");
+  EXPECT_EQ(r.status, 77) << r.output;
+  EXPECT_NE(r.output.find("no Hopper GPU"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace mok::verify
