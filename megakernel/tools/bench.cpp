@@ -68,7 +68,8 @@ using mok::tools::parse_double, mok::tools::parse_int;
 void print_plan(const Shape& s, const Options& o, const mok::gpu::LaunchConfig& base) {
   const mok::LayerConfig one = config_of(s, 1, o);
   // Every row is sized before any is printed. A G the layer refuses (--paired-blocks over G > 1, N E past 2^31
-  // with G's tokens) is named under the table: it failed the whole plan. None sized fails it.
+  // with G's tokens) is named under the table: it failed the whole plan. None sized fails the shape (named; the
+  // plan goes on to the next).
   struct Row {
     int gpus;
     mok::LayerConfig config;
@@ -367,8 +368,17 @@ int bench_main(int argc, char** argv) {
     launch.fp8_weight_gradients = o.fp8_weight_gradients;
     launch.paired_blocks = o.paired_blocks;
     if (o.plan) {
-      for (const Shape& s : selected_shapes(o.shape)) print_plan(s, o, launch);
-      return 0;
+      // A shape none of whose G can be sized is named and the others still printed (it stopped the plan there).
+      int status = 0;
+      for (const Shape& s : selected_shapes(o.shape)) {
+        try {
+          print_plan(s, o, launch);
+        } catch (const mok::Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          status = 2;
+        }
+      }
+      return status;
     }
     const auto kind = mok::ref::routing_kind_from_string(o.routing);
     if (o.gpus != kNoGpus && !o.one_process) return bench_over_processes(o, kind, launch);
