@@ -213,8 +213,11 @@ def _moe(x: Tensor, router: Tensor, w1: Tensor, w2: Tensor, *, config: MoEConfig
     if accumulate_into is not None:
         _check_accumulators(accumulate_into, x, router, w1, w2, shared, mode, accumulators_of, inputs)
     if accumulate_into is not None and torch.is_grad_enabled():
-        # mok.MoE(accumulate_grad=True): the parameters whose .grad the backward adds into, as it finds them
-        owners = _grad_owners(accumulate_into, router, w1, w2, shared) if accumulators_of == "grad" else None
+        # mok.MoE(accumulate_grad=True): the parameters whose .grad the backward adds into, as it finds them (the
+        # router's absent where accumulate_into holds none: replay="full")
+        owners = None
+        if accumulators_of == "grad":
+            owners = GradAccumulators(None if accumulate_into.router is None else router, w1, w2, shared)
         y, idx, w, logits, _ = _IntoAccumulators.apply((accumulate_into, owners), *inputs,
                                                        (config_ints, config_floats, mode, launch), fp8_weights)
     else:  # the overload itself, not the packet torch.ops.mok.forward: a lookup less per call
@@ -385,9 +388,9 @@ def _check_unaliased_under_trace(named: list) -> None:
     """Under a trace, accumulators that are one tensor or views of one (a flat gradient buffer's slices, as
     Megatron's main_grad) are refused: Inductor's compiled backward, which copies a mutated input in and out,
     added into them wrong (values past each view, NaN; the CPU as the GPU, python/tests/test_autograd.py), and
-    its graph, cached, served later calls. Addresses are not traceable,
-    views are (`_base`): eagerly (also where Dynamo falls back from this raise, without fullgraph) the exact
-    overlap checks above run instead, and views that do not overlap are taken."""
+    its graph, cached, served later calls. Addresses are not traceable, views are (`_base`): eagerly (also where
+    Dynamo falls back from this raise, without fullgraph) the exact overlap checks above run instead, and views
+    that do not overlap are taken."""
     def root(t):
         return t if t._base is None else t._base
 
@@ -399,14 +402,6 @@ def _check_unaliased_under_trace(named: list) -> None:
                                  "inputs); pass tensors of their own, or call mok.moe outside the compiled region")
 
 
-def _grad_owners(acc: GradAccumulators, router: Tensor, w1: Tensor, w2: Tensor, shared) -> list:
-    """(name, parameter) for each accumulator of mok.MoE(accumulate_grad=True), in GradAccumulators' order."""
-    owners = [("router", router, acc.router), ("w1", w1, acc.w1), ("w2", w2, acc.w2)]
-    if shared is not None:
-        owners += [("shared_w1", shared[0], acc.shared[0]), ("shared_w2", shared[1], acc.shared[1])]
-    return [(name, p) for name, p, a in owners if a is not None]
-
-
 def _zeros_for_grad(p: Tensor) -> Tensor:
     """Zeros as autograd's .grad of p would be made: torch's grad_dtype where set, else p's dtype (a bf16 .grad
     under grad_dtype float32 raised torch's RuntimeError, naming no parameter), contiguous."""
@@ -414,19 +409,19 @@ def _zeros_for_grad(p: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _grads_at_the_backward(owners: list) -> GradAccumulators:
-    """accumulate_grad, eager: the .grad each parameter holds when the backward runs (zeros made where it is None),
-    which is where plain autograd adds. The forward's may be gone: set to None by optimizer.zero_grad() before
-    loss.backward() (the step's gradient went into tensors no parameter held, and the optimizer skipped them all
-    without a word), or replaced (a checkpoint's recomputed forward, another forward after zero_grad). The op
-    checks them as it checks any accumulator."""
-    grads = {}
-    for name, p in owners:
-        if p.grad is None:
+def _grads_at_the_backward(owners: GradAccumulators) -> GradAccumulators:
+    """accumulate_grad, eager: the .grad each of owners' parameters holds when the backward runs (zeros made where
+    it is None), which is where plain autograd adds. The forward's may be gone: set to None by
+    optimizer.zero_grad() before loss.backward() (the step's gradient went into tensors no parameter held, and the
+    optimizer skipped them all without a word), or replaced (a checkpoint's recomputed forward, another forward
+    after zero_grad). The op checks them as it checks any accumulator."""
+    def grad_of(p: Optional[Tensor]) -> Optional[Tensor]:
+        if p is not None and p.grad is None:
             p.grad = _zeros_for_grad(p)
-        grads[name] = p.grad
-    shared = (grads["shared_w1"], grads["shared_w2"]) if "shared_w1" in grads else None
-    return GradAccumulators(grads.get("router"), grads["w1"], grads["w2"], shared)
+        return None if p is None else p.grad
+
+    shared = None if owners.shared is None else (grad_of(owners.shared[0]), grad_of(owners.shared[1]))
+    return GradAccumulators(grad_of(owners.router), grad_of(owners.w1), grad_of(owners.w2), shared)
 
 
 class _IntoAccumulators(torch.autograd.Function):

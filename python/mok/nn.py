@@ -68,8 +68,9 @@ class MoE(torch.nn.Module):
 
     accumulate_grad: the backward adds the parameters' gradients into their own .grad (bf16 weights, fp32
     router; eagerly the .grad each holds when the backward runs, as plain autograd's, zeros made where it is None,
-    e.g. after optimizer.zero_grad(); under torch.compile the .grad the forward found; in torch's grad_dtype where set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with
-    replay="full" the router gets none, as from autograd): the bits autograd's .grad would hold (but where
+    e.g. after optimizer.zero_grad(); under torch.compile the .grad the forward found; in torch's grad_dtype where
+    set (float32 on every weight: fp32 accumulation, as all-fp32 accumulate_into); with replay="full" the router
+    gets none, as from autograd): the bits autograd's .grad would hold (but where
     autograd's .grad starts as None and takes a NaN gradient as it is: 0x7fc0 there, 0x7fff in the
     accumulator; docs/numerics.md, backward step 10), without autograd's gradient tensors and
     additions (gradient accumulation over micro-batches at less memory). torch.optim reads these .grad

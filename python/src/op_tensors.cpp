@@ -11,11 +11,13 @@ namespace {
 
 std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.data(), shape.size()}); }
 
+// The bytes of its storage a contiguous tensor reaches to, its offset's included.
+size_t spanned_bytes(const at::Tensor& t) { return size_t(t.storage_offset() + t.numel()) * t.itemsize(); }
+
 // Whether a contiguous tensor's storage holds every byte of it (a storage resized to 0 has no data at all).
 bool holds_its_bytes(const at::Tensor& t) {
   if (t.numel() == 0) return true;
-  return t.has_storage() && t.storage().data() != nullptr &&
-         size_t(t.storage_offset() + t.numel()) * t.itemsize() <= t.storage().nbytes();
+  return t.has_storage() && t.storage().data() != nullptr && spanned_bytes(t) <= t.storage().nbytes();
 }
 
 // Checks every tensor of one call against x's device.
@@ -44,7 +46,7 @@ class Checker {
     if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
     if (checkable_.addresses && !holds_its_bytes(t))
       refuse("'s storage holds " + std::to_string(t.has_storage() ? t.storage().nbytes() : 0) +
-             " bytes, fewer than its " + std::to_string((t.storage_offset() + t.numel()) * t.itemsize()) +
+             " bytes, fewer than its " + std::to_string(spanned_bytes(t)) +
              " (freed or shrunk, as FSDP frees a sharded parameter's: the layer would read past it)");
     if (checkable_.aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
       refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
