@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "mok/core/config.h"
 #include "mok/core/fnv1a.h"
@@ -22,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kRoundCases = 4;  // cases per rapidcheck run (a seed's cases do not depend on time)
 constexpr const char* kTimeUp = "the time budget is spent";
+constexpr const char* kOutOfMemory = "out of memory";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -149,7 +152,8 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
     PropertyReport report;
     report.property = prop->name;
     Progress progress(prop->name, failures, o.progress_seconds, log);
-    std::optional<FuzzCase> failing;  // the last failing case: after shrinking, the minimal one
+    std::optional<FuzzCase> failing;           // the last failing case: after shrinking, the minimal one
+    std::optional<std::string> out_of_memory;  // the case that ran out of host memory
     const rc::detail::Property property = rc::detail::toProperty([&] {
       FuzzCase fc = *gen_fuzz_case();
       fc.params.options.fault = o.fault;
@@ -161,6 +165,11 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
         v = run_check(*prop, timed, make_problem(fc), fc.params);
       } catch (const TimeUp&) {
         RC_DISCARD(kTimeUp);  // a case cut short is no case: neither counted nor a failure
+      } catch (const std::bad_alloc&) {
+        // The machine's failure, not the layer's: rapidcheck took it for a failure and shrank it to a case
+        // that did not reproduce. The campaign stops (exit 2), naming the case.
+        out_of_memory = describe(fc);
+        RC_DISCARD(kOutOfMemory);
       }
       if (v) {
         failing = fc;
@@ -179,6 +188,9 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
       params.maxDiscardRatio = 0;
       // An empty reproduce map keeps rapidcheck's global configuration (RC_PARAMS, its own seed) out.
       const rc::detail::TestResult result = rc::detail::checkProperty(property, metadata, params, progress, {});
+      if (out_of_memory)
+        throw std::runtime_error("out of memory in property " + prop->name + " (case " + *out_of_memory +
+                                 "): no property failed; the case needs more memory than this process can have");
       if (result.is<rc::detail::SuccessResult>()) continue;
       if (result.is<rc::detail::GaveUpResult>()) break;
       report.failed = true;

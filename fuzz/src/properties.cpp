@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <new>
 #include <numeric>
 
 #include "mok/core/combine.h"
@@ -625,6 +626,8 @@ Verdict invalid_inputs(Backend& b, const ref::Problem& p, const CaseParams& cp) 
              (stage == Stage::backward ? " passed the forward; only the backward rejected it: "
                                        : " (a backward input) made the forward fail: ") +
              e.what();
+    } catch (const std::bad_alloc&) {
+      throw;
     } catch (const std::exception& e) {
       return what + " threw something other than mok::Error: " + e.what();
     }
@@ -733,6 +736,8 @@ const Property& find_property(const std::string& name) {
 Verdict run_check(const Property& p, Backend& backend, const ref::Problem& problem, const CaseParams& params) {
   try {
     return p.check(backend, problem, params);
+  } catch (const std::bad_alloc&) {
+    throw;  // the machine's failure, not the layer's answer
   } catch (const std::exception& e) {
     return std::string("unexpected exception: ") + e.what();
   }

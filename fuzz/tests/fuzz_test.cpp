@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -384,6 +385,47 @@ TEST(Driver, EveryPropertyRunsItsFirstCaseWhole) {
     EXPECT_EQ(r.cases, 1) << r.property << "\n" << log.str();
   }
   EXPECT_EQ(campaign_exit_status(reports), 0);
+}
+
+// The reference, whose third forward finds no memory.
+class OutOfMemoryBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference short of memory"; }
+  ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                       const ref::Routing* given, const ref::Options& opt) override {
+    if (++forwards_ == 3) throw std::bad_alloc();
+    return reference_.forward(c, x, w, given, opt);
+  }
+  ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
+                          const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
+    return reference_.backward(c, x, w, fwd, dy, opt);
+  }
+
+ private:
+  int forwards_ = 0;
+  ReferenceBackend reference_;
+};
+
+// Running out of host memory is the machine's failure, not a property's: it was reported as one and shrunk
+// to a case that did not reproduce. The campaign stops with an error naming it (mok-fuzz: exit 2).
+TEST(Driver, OutOfMemoryStopsTheCampaignAndIsNoPropertyFailure) {
+  for (const char* property : {"repeat", "invalid_inputs"}) {
+    FuzzOptions o;
+    o.seed = 1;
+    o.cases = 8;
+    o.properties = {property};
+    OutOfMemoryBackend backend;
+    std::ostringstream log;
+    try {
+      run_fuzz(backend, o, log);
+      ADD_FAILURE() << property << ": the campaign went on\n" << log.str();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("out of memory in property ") + property + " (case "),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(log.str().find("FAIL"), std::string::npos) << log.str();
+  }
 }
 
 // seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`.

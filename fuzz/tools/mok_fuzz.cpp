@@ -4,7 +4,7 @@
 //   mok-fuzz --replay FILE [--backend reference|gpu] [--inject FAULT]
 //   mok-fuzz --list
 // Exit status: 0 every property held, 1 a property failed, 2 bad usage, backend not available, no case
-// run, a failure's repro or standard output not written.
+// run, out of host memory, a failure's repro or standard output not written.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
