@@ -97,3 +97,27 @@ def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_
         x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_idx, topk_w, logits, saved, dy,
         *(g if g.numel() else None for g in grads), config_ints, config_floats, routing_mode, launch)
     return (dx, d_topk_w, d_logits, *grads)
+
+
+def unaliased_message(name: str, other: str, how: str) -> str:
+    """Why two accumulators are refused under a trace (see check_unaliased)."""
+    return (f"{name} and {other} {how}: under torch.compile the backward's adds into such accumulators go wrong "
+            "(Inductor's copies of aliased inputs); pass tensors of their own, or call mok.moe outside the compiled "
+            "region")
+
+
+@torch.library.custom_op("mok::check_unaliased", mutates_args=())
+def check_unaliased(accumulators: list[torch.Tensor], names: str) -> None:
+    """Nothing at run time (eagerly mok.moe checks the accumulators' bytes exactly). Its fake kernel, run while
+    a trace records the call, refuses two accumulators that share a storage: fake tensors share one where the
+    traced inputs do, however made (views, .detach(), .data, set_), which the trace's Python cannot see. names:
+    the accumulators', comma-separated (a schema takes no list of strings)."""
+
+
+@check_unaliased.register_fake
+def _check_unaliased_fake(accumulators, names):
+    named = list(zip(names.split(","), accumulators, strict=True))
+    for i, (name, a) in enumerate(named):
+        for other, b in named[:i]:
+            if torch._C._is_alias_of(a, b):
+                raise ValueError(unaliased_message(name, other, "share a storage"))

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from mok import _C
+from mok._ops import unaliased_message
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
 
 
@@ -390,16 +391,16 @@ def _check_unaliased_under_trace(named: list) -> None:
     added into them wrong (values past each view, NaN; the CPU as the GPU, python/tests/test_autograd.py), and
     its graph, cached, served later calls. Addresses are not traceable, views are (`_base`): eagerly (also where
     Dynamo falls back from this raise, without fullgraph) the exact overlap checks above run instead, and views
-    that do not overlap are taken."""
+    that do not overlap are taken. Storage shared otherwise (.detach(), .data, set_) only the fake tensors see:
+    mok::check_unaliased refuses it while the trace records the call (an error even without fullgraph)."""
     def root(t):
         return t if t._base is None else t._base
 
     for i, (name, a) in enumerate(named):
         for other, b in named[:i]:
             if root(a) is root(b):
-                raise ValueError(f"{name} and {other} are one tensor or views of one: under torch.compile the "
-                                 "backward's adds into such accumulators go wrong (Inductor's copies of aliased "
-                                 "inputs); pass tensors of their own, or call mok.moe outside the compiled region")
+                raise ValueError(unaliased_message(name, other, "are one tensor or views of one"))
+    torch.ops.mok.check_unaliased([a for _, a in named], ",".join(name for name, _ in named))
 
 
 def _zeros_for_grad(p: Tensor) -> Tensor:

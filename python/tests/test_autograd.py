@@ -826,6 +826,25 @@ def test_main_grads_in_one_buffer_compile_to_eagers_bits_without_fullgraph():
         assert_same_bits(q.main_grad, p.main_grad, name)
 
 
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_main_grads_sharing_a_storage_otherwise_are_refused_compiled(fullgraph):
+    """Accumulators sharing one storage other than as views of one tensor (slices of separate .detach()es of a
+    flat buffer: no common _base) were not seen under a trace and got Inductor's wrong adds. The fake tensors
+    share a storage where the inputs do: mok::check_unaliased refuses them while the trace records the call, with
+    fullgraph and without (no eager fallback there: an error)."""
+    torch.compiler.reset()
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+    at = 0
+    for p in model.parameters():
+        p.main_grad = flat.detach()[at:at + p.numel()].view(p.shape)
+        at += p.numel()
+    with pytest.raises(Exception, match=r"w2\.main_grad and w1\.main_grad share a storage"):
+        torch.compile(model, fullgraph=fullgraph)(layer.x)
+    assert flat.count_nonzero() == 0
+
+
 def test_module_with_main_grad_materialized_from_meta_by_to_empty():
     """A module made on the meta device and materialized by to_empty() (deferred initialization): each meta
     main_grad, which holds no values, raised "Cannot copy out of meta tensor" there; now zeros on the new
