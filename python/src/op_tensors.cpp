@@ -14,10 +14,15 @@ std::string shape_text(at::IntArrayRef shape) { return mok::shape_text({shape.da
 // The bytes of its storage a contiguous tensor reaches to, its offset's included.
 size_t spanned_bytes(const at::Tensor& t) { return size_t(t.storage_offset() + t.numel()) * t.itemsize(); }
 
-// Whether a contiguous tensor's storage holds every byte of it (a storage resized to 0 has no data at all).
-bool holds_its_bytes(const at::Tensor& t) {
-  if (t.numel() == 0) return true;
-  return t.has_storage() && t.storage().data() != nullptr && spanned_bytes(t) <= t.storage().nbytes();
+// Refuses a contiguous tensor whose storage does not hold every byte of it (a storage resized to 0 has no data
+// at all).
+void require_holds_its_bytes(const at::Tensor& t, const std::string& name) {
+  if (t.numel() == 0) return;
+  require(t.has_storage() && t.storage().data() != nullptr && spanned_bytes(t) <= t.storage().nbytes(), [&] {
+    return name + "'s storage holds " + std::to_string(t.has_storage() ? t.storage().nbytes() : 0) +
+           " bytes, fewer than its " + std::to_string(spanned_bytes(t)) +
+           " (freed or shrunk, as FSDP frees a sharded parameter's: the layer would read past it)";
+  });
 }
 
 // Checks every tensor of one call against x's device.
@@ -44,10 +49,7 @@ class Checker {
     if (t.sizes() != shape)
       refuse(" must have shape " + shape_text(shape) + " = " + dims + " for this config, got " + shape_text(t.sizes()));
     if (!t.is_contiguous()) refuse(" is not contiguous (mok does not copy its inputs: pass .contiguous())");
-    if (checkable_.addresses && !holds_its_bytes(t))
-      refuse("'s storage holds " + std::to_string(t.has_storage() ? t.storage().nbytes() : 0) +
-             " bytes, fewer than its " + std::to_string(spanned_bytes(t)) +
-             " (freed or shrunk, as FSDP frees a sharded parameter's: the layer would read past it)");
+    if (checkable_.addresses) require_holds_its_bytes(t, name);
     if (checkable_.aligned && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
       refuse("'s data is not 16-byte aligned (the GPU kernels read it in 16-byte units)");
   }
@@ -253,6 +255,7 @@ struct NamedSpan {
 
 NamedSpan span_of(const at::Tensor& t, std::string name) {
   require(t.is_contiguous(), [&] { return name + " is not contiguous (its bytes are not one span)"; });
+  require_holds_its_bytes(t, name);  // two freed ones were named as overlapping
   const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
   return NamedSpan{begin, begin + t.nbytes(), std::move(name)};
 }

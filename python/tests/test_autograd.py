@@ -348,6 +348,10 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     with torch.inference_mode():
         inference = torch.zeros_like(good.w2)
     refused(good._replace(w2=inference), r"accumulate_into.w2 is an inference tensor")
+    freed = [t.clone() for t in (good.w1, good.w2)]
+    for t in freed:
+        t.untyped_storage().resize_(0)  # as FSDP frees a shard: two were named as overlapping each other
+    refused(good._replace(w1=freed[0], w2=freed[1]), r"accumulate_into.w1's storage holds 0 bytes, fewer than its")
 
 
 def test_accumulate_into_refuses_overlapping_accumulators():
