@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -252,6 +253,13 @@ CaseSpec parse_case_file(const std::filesystem::path& path) {
   // Checked before opening: a directory reads as empty text (a case of all defaults), a FIFO blocks.
   if (const std::string kind = not_a_regular_file(path); !kind.empty())
     throw Error("mok: case file " + display_name(path.string()) + ": " + kind);
+  // A case is a few lines: a larger file (a golden or a log given by mistake) was read whole, its memory blamed on
+  // the case's tensors.
+  constexpr uintmax_t kMaxBytes = 1 << 20;
+  std::error_code size_error;
+  if (const uintmax_t bytes = std::filesystem::file_size(path, size_error); !size_error && bytes > kMaxBytes)
+    throw Error("mok: case file " + display_name(path.string()) + " is " + std::to_string(bytes) +
+                " bytes: a case file is key = value lines, at most " + std::to_string(kMaxBytes) + " bytes");
   std::ifstream in(path);
   if (!in) throw Error("mok: cannot read case file " + display_name(path.string()) + ": " + std::strerror(errno));
   std::ostringstream text;

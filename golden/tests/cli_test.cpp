@@ -252,6 +252,22 @@ TEST(MokGoldenCli, GenerateRefusesAConfigThatIsNoRegularFile) {
   }
 }
 
+// A case file past 1 MiB (a golden or a log passed by mistake) was read whole, its memory blamed on the case.
+TEST(MokGoldenCli, GenerateRefusesACaseFileOfMoreThanOneMebibyte) {
+  TempDir dir("golden-cli-config-size");
+  std::string comments;
+  while (comments.size() <= (1u << 20)) comments += "# a comment line, as a case file may hold\n";
+  std::ofstream(dir / "large.txt") << comments;
+  const std::string config = (dir / "large.txt").string();
+  const testing::ToolRun r = run_tool(dir, "generate --config " + config + " --out " + (dir / "out.h5").string(), 30);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mok: case file " + config + " is " + std::to_string(comments.size()) +
+                          " bytes: a case file is key = value lines, at most 1048576 bytes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.h5"));
+}
+
 TEST(MokGoldenCli, SizesPastMemoryAreRefusedBeforeAllocating) {
   TempDir dir("golden-cli-huge");
   std::ofstream(dir / "huge.txt") << "hidden = 1048576\nintermediate = 1048576\n";
