@@ -101,7 +101,7 @@ std::vector<CaseSpec> build_catalogue() {
   LayerConfig medium = config_of({4, 128, 8, 4, 128, 64});
   medium.shared_intermediate = 64;
   cases.push_back({"medium",
-                   "512 tokens (4 layout chunks), 2048 routed rows, shared expert, 64-row ring",
+                   "512 tokens (16 layout chunks), 2048 routed rows, shared expert, 64-row ring",
                    medium,
                    options_of(64, false),
                    {11}});
