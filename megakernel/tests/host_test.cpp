@@ -141,8 +141,8 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   const auto refused = [&](const LaunchConfig& launch, const std::string& what) {
     expect_error([&] { layer_memory(c, launch); }, what);
   };
-  refused({.ring_rows = 100}, "ring_rows");
-  refused({.ring_rows = -128}, "ring_rows");
+  refused({.ring_rows = 100}, "ring_rows = 100 is not a positive multiple of 128");
+  refused({.ring_rows = -128}, "ring_rows = -128 is not a positive multiple of 128");
   refused({.blocks = -1}, "blocks = -1 is negative");
   refused({.gpus = 2}, "gpus > 1 needs the nccl or the colocated transport");
   refused({.blocks = 3, .paired_blocks = true}, "blocks = 3 is odd: paired_blocks runs the blocks in pairs");
@@ -150,7 +150,7 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   EXPECT_NO_THROW(layer_memory(c, {.blocks = 4, .paired_blocks = true}));
   for (const double seconds :
        {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e12})
-    refused({.watchdog_seconds = seconds}, "watchdog_seconds");
+    refused({.watchdog_seconds = seconds}, "watchdog_seconds = " + std::to_string(seconds) + " is outside (0, ");
   EXPECT_NO_THROW(layer_memory(c, {.watchdog_seconds = kMaxWatchdogSeconds}));
 }
 

@@ -384,22 +384,43 @@ TEST_F(Gpu, LaunchAndRingInvariance) {
   }
 }
 
-// D4: a token's y does not depend on the other tokens in the batch.
+// Rows [first, first + count) of a row-major [N, width] table.
+template <class T>
+std::vector<T> rows_of(const std::vector<T>& v, int first, int count, int width) {
+  return std::vector<T>(v.begin() + long(first) * width, v.begin() + long(first + count) * width);
+}
+
+// D4: a token's results do not depend on the other tokens in the batch: tokens [10, 31) of 64 alone give the
+// whole batch's y for them (the reference's bits, on each side) and, routed by the layer's router, its logits
+// and routing too.
 TEST_F(Gpu, BatchInvariance) {
-  const Problem full = make_problem(small(1, 64, 8, 2), 11, RoutingKind::uniform);
-  const GpuRun all = run_gpu(full);
-  Problem part = full;
-  const int first = 10, count = 21, H = full.config.hidden, k = full.config.top_k;
-  part.config.tokens_per_rank = count;
-  part.x.assign(full.x.begin() + first * H, full.x.begin() + (first + count) * H);
-  part.dy.assign(full.dy.begin() + first * H, full.dy.begin() + (first + count) * H);
-  part.routing->topk_idx.assign(full.routing->topk_idx.begin() + first * k,
-                                full.routing->topk_idx.begin() + (first + count) * k);
-  part.routing->topk_w.assign(full.routing->topk_w.begin() + first * k,
-                              full.routing->topk_w.begin() + (first + count) * k);
-  const GpuRun sub = run_gpu(part);
-  const std::vector<bf16> want(all.fwd.y.begin() + first * H, all.fwd.y.begin() + (first + count) * H);
-  EXPECT_EQ(first_bit_mismatch("y", sub.fwd.y, want), "");
+  for (const RoutingKind kind : {RoutingKind::uniform, RoutingKind::router}) {
+    SCOPED_TRACE(kind == RoutingKind::router ? "router" : "given");
+    const Problem full = make_problem(small(1, 64, 8, 2), 11, kind);
+    const GpuRun all = run_gpu(full);
+    Problem part = full;
+    const int first = 10, count = 21, H = full.config.hidden, k = full.config.top_k, E = full.config.experts;
+    part.config.tokens_per_rank = count;
+    part.x = rows_of(full.x, first, count, H);
+    part.dy = rows_of(full.dy, first, count, H);
+    if (part.routing) {
+      part.routing->topk_idx = rows_of(full.routing->topk_idx, first, count, k);
+      part.routing->topk_w = rows_of(full.routing->topk_w, first, count, k);
+    }
+    const GpuRun sub = run_gpu(part);
+    const Forward want_part =
+        ref::forward(part.config, part.x, part.weights, part.routing ? &*part.routing : nullptr, hopper_options());
+    expect_forward_bits(sub.fwd, want_part);
+    EXPECT_EQ(first_bit_mismatch("y", sub.fwd.y, rows_of(all.fwd.y, first, count, H)), "");
+    EXPECT_EQ(first_poisoned("y (whole batch)", all.fwd.y), "");
+    if (kind != RoutingKind::router) continue;
+    EXPECT_EQ(first_bit_mismatch("logits", sub.fwd.logits, rows_of(all.fwd.logits, first, count, E)), "");
+    EXPECT_EQ(
+        first_bit_mismatch("topk_idx", sub.fwd.routing.topk_idx, rows_of(all.fwd.routing.topk_idx, first, count, k)),
+        "");
+    EXPECT_EQ(first_bit_mismatch("topk_w", sub.fwd.routing.topk_w, rows_of(all.fwd.routing.topk_w, first, count, k)),
+              "");
+  }
 }
 
 // A grid barrier that waits past the watchdog reports phase and block instead of hanging: with a 1 ns
@@ -419,7 +440,8 @@ TEST_F(Gpu, WatchdogReportsInsteadOfHanging) {
       EXPECT_NE(std::string(e.what()).find("phase"), std::string::npos) << e.what();
     }
     Megakernel healthy(p.config, p.weights, {});
-    EXPECT_NO_THROW(healthy.forward(p.x, nullptr));
+    expect_forward_bits(healthy.forward(p.x, nullptr),
+                        ref::forward(p.config, p.x, p.weights, nullptr, hopper_options()));
   }
 }
 

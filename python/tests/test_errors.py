@@ -181,7 +181,9 @@ def test_backward_accumulate_refuses_overlapping_accumulators():
         torch.ops.mok.backward_accumulate(*args(flat, n1 - 4))  # d_w2's first 4 elements are d_w1's last 4
     assert flat.count_nonzero() == 0, "added into before the check"
     torch.ops.mok.backward_accumulate(*args(flat, n1))
-    assert flat.count_nonzero() > 0
+    grads = layer.backward_float32(layer.forward())  # into zeros: the fp32 gradients' bits
+    assert_same_bits(flat[:n1].view(layer.w1.shape), grads[4], "d_w1")
+    assert_same_bits(flat[n1:].view(layer.w2.shape), grads[5], "d_w2")
 
 
 def test_backward_accumulate_refuses_an_accumulator_over_what_it_reads():
@@ -202,7 +204,8 @@ def test_backward_accumulate_refuses_an_accumulator_over_what_it_reads():
         torch.ops.mok.backward_accumulate(*args(buffer, n - 16))
     assert torch.equal(buffer[:saved.numel()], saved) and buffer[saved.numel():].count_nonzero() == 0
     torch.ops.mok.backward_accumulate(*args(buffer, n))
-    assert buffer[n:].count_nonzero() > 0
+    assert_same_bits(buffer[n:].view(torch.float32).view(layer.w1.shape), layer.backward_float32(layer.forward())[4],
+                     "d_w1")
 
 
 def test_fake_kernels_make_the_cpu_kernels_call_checks():

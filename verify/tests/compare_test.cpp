@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "mok/core/bf16.h"
 #include "mok/golden/catalogue.h"
 #include "mok/golden/locate.h"
 #include "mok/verify/report.h"
@@ -136,10 +138,17 @@ TEST(Compare, LocationsInLayerTerms) {
 TEST(Compare, UlpHistogramAndErrors) {
   const GoldenCase g = golden::make_case(*golden::find_case("single_token"));
   Tensor y = g.tensor("y");
+  const auto value = [](uint32_t bits) { return double(to_float(bf16{uint16_t(bits)})); };
+  double max_abs = 0, max_rel = 0, diff_squares = 0, squares = 0;
+  for (int64_t i = 0; i < y.elements(); ++i) squares += value(y.bits(i)) * value(y.bits(i));
   const auto shift = [&](int64_t i, int ulps) {
     const uint16_t bits = uint16_t(y.bits(i));
     const uint16_t moved = uint16_t(bits & 0x8000 ? bits - ulps : bits + ulps);  // away from zero
     std::memcpy(y.bytes.data() + 2 * i, &moved, 2);
+    const double diff = std::fabs(value(moved) - value(bits));
+    max_abs = std::max(max_abs, diff);
+    max_rel = std::max(max_rel, diff / std::fabs(value(bits)));
+    diff_squares += diff * diff;
   };
   shift(3, 1);
   shift(4, 1);
@@ -152,9 +161,10 @@ TEST(Compare, UlpHistogramAndErrors) {
   EXPECT_EQ(r.ulp_histogram[1], 3);
   EXPECT_EQ(r.ulp_histogram[3], 1);
   EXPECT_EQ(r.first_mismatch->index, 3);
-  EXPECT_GT(r.max_abs, 0.0);
-  EXPECT_GT(r.max_rel, 0.0);
-  EXPECT_GT(r.norm_rel, 0.0);
+  ASSERT_GT(max_abs, 0.0);
+  EXPECT_DOUBLE_EQ(r.max_abs, max_abs);
+  EXPECT_DOUBLE_EQ(r.max_rel, max_rel);
+  EXPECT_DOUBLE_EQ(r.norm_rel, std::sqrt(diff_squares / squares));
   ASSERT_TRUE(r.oracle);
   EXPECT_TRUE(r.within_oracle_bound().value());
 }
