@@ -12,6 +12,8 @@ import numbers
 import sys
 from dataclasses import dataclass
 
+import torch
+
 from mok import _C
 
 INT_FIELDS: tuple[str, ...] = tuple(_C.CONFIG_INT_FIELDS)
@@ -38,6 +40,10 @@ def _require_bool(name: str, value) -> None:
 def _require_int(name: str, value) -> None:
     """An integer packed as an int: int() would truncate 4.9 to 4 without a word, fail on "4" naming no
     field, and take True as 1 (experts=True: one expert?)."""
+    if isinstance(value, (torch.SymInt, torch.Tensor)):  # x's token count under torch.export's Dim or jit.trace
+        raise ValueError(f"{name} must be an integer, got {value!r}: a symbolic or traced size. mok's ops take the "
+                         "token count as a constant (in their config_ints), so x's token dimension cannot be dynamic "
+                         "in torch.export or torch.jit.trace (torch.compile compiles a graph for each token count)")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= value < 2**63:  # the ops' int lists are int64: torch's error past it names no field
@@ -162,8 +168,8 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     """The ops' launch list: ring rows per rank (0: the layer's default, else a multiple of 128; no bit
     depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it), recompute (saved
     holds the dispatch layout alone, the backward pulls x and recomputes h and a, the shared expert's
-    too: less memory between the passes, the same bits), and the communicator of an expert-parallel call: comm, an ncclComm_t as an integer (0:
-    none), gpus, its size G (mok.distributed: the call is then this GPU's share of the layer), and capacity_rows,
+    too: less memory between the passes, the same bits), and the communicator of an expert-parallel call:
+    comm, an ncclComm_t as an integer (0: none), gpus, its size G (mok.distributed: the call is then this GPU's share of the layer), and capacity_rows,
     the routed rows each GPU's experts can hold (0: the most any routing gives them; only over G > 1);
     fp8_weight_gradients: the fp8 mode's routed-expert weight gradients on E4M3 operands too (other bits
     than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""

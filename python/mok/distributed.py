@@ -108,13 +108,15 @@ def _comm_on(backend, device) -> int:
 
 
 def _comm_of(group, device=None) -> int:
-    """The group's communicator on its bound device, else on `device`, else on the current one."""
+    """The group's communicator on its bound device, else on `device`, else on the current one. The group is
+    checked first (a gloo group's release raised CUDA's "Found no NVIDIA driver" where there is no GPU)."""
+    backend = _nccl_backend(group)
     bound = getattr(group, "bound_device_id", None)
     if bound is not None:
         device = bound
     elif device is None:  # `is None`: device 0 is a device
         device = torch.device("cuda", torch.cuda.current_device())
-    return _comm_on(_nccl_backend(group), device)
+    return _comm_on(backend, device)
 
 
 def release(group, device=None) -> None:

@@ -8,6 +8,7 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from mok import _C
 from mok._ops import unaliased_message
@@ -350,9 +351,10 @@ def _check_accumulators(acc: GradAccumulators, x: Tensor, router: Tensor, w1: Te
     # out of the trace with it (under torch.compile the op itself refuses an inference tensor, overlapping ones
     # and misaligned data at the backward, op_tensors.cpp).
     eager = not torch.compiler.is_compiling()
-    # Meta tensors hold no memory (every storage's address is 0): a meta call (the fake kernels) was refused as
-    # "shares its memory with the weight itself". The device check below puts every accumulator on x's device.
-    addresses = eager and not x.is_meta
+    # Meta and fake tensors hold no memory (every storage's address is 0): a meta call (the fake kernels), or one
+    # under FakeTensorMode (memory estimates), was refused as "shares its memory with the weight itself". The
+    # device check below puts every accumulator on x's device.
+    addresses = eager and not x.is_meta and not is_fake(x)
     for name, a, weight in pairs:
         if not isinstance(a, Tensor):
             raise ValueError(f"{label(name)} is missing (got {type(a).__name__})" if of is None else

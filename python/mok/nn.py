@@ -206,7 +206,14 @@ class MoE(torch.nn.Module):
         """The parameters' main_grad tensors (main_grad) or their .grad (accumulate_grad; zeros where None) as
         mok.moe's accumulate_into; the router's left out when replay="full" reads no router."""
 
-        def into(p: torch.nn.Parameter) -> Tensor:
+        option = "main_grad" if self.main_grad else "accumulate_grad"
+
+        def into(name: str, p: torch.nn.Parameter) -> Tensor:
+            if not p.is_leaf:  # its .grad or main_grad would be a temporary's: the step's gradient lost, silently
+                raise ValueError(f"{name} is not a leaf tensor (a parametrization's value, or a tensor "
+                                 f"torch.func.functional_call put in): {option} adds its gradient into that "
+                                 f"tensor's own {'main_grad' if self.main_grad else '.grad'}, which no parameter "
+                                 f"holds; use the module without {option} for such weights")
             if self.main_grad:
                 if getattr(p, "main_grad", None) is None:  # a parameter put in after construction (e.g.
                     # load_state_dict(assign=True)): its main_grad starts at zero, as the module's did
@@ -227,8 +234,10 @@ class MoE(torch.nn.Module):
                 p.grad = _zeros_for_grad(p)
             return p.grad
 
-        shared = (into(self.shared_w1), into(self.shared_w2)) if self.shared_w1 is not None else None
-        return GradAccumulators(None if replay_full else into(self.router), into(self.w1), into(self.w2), shared)
+        shared = (into("shared_w1", self.shared_w1), into("shared_w2", self.shared_w2)) if self.shared_w1 is not None \
+            else None
+        return GradAccumulators(None if replay_full else into("router", self.router), into("w1", self.w1),
+                                into("w2", self.w2), shared)
 
     @torch.no_grad()
     def zero_main_grad(self) -> None:

@@ -18,10 +18,15 @@ size_t spanned_bytes(const at::Tensor& t) { return size_t(t.storage_offset() + t
 // at all).
 void require_holds_its_bytes(const at::Tensor& t, const std::string& name) {
   if (t.numel() == 0) return;
-  require(t.has_storage() && t.storage().data() != nullptr && spanned_bytes(t) <= t.storage().nbytes(), [&] {
-    return name + "'s storage holds " + std::to_string(t.has_storage() ? t.storage().nbytes() : 0) +
-           " bytes, fewer than its " + std::to_string(spanned_bytes(t)) +
-           " (freed or shrunk, as FSDP frees a sharded parameter's: the layer would read past it)";
+  const bool has_data = t.has_storage() && t.storage().data() != nullptr;
+  require(has_data && spanned_bytes(t) <= t.storage().nbytes(), [&] {
+    // A fake or meta tensor's storage has its size but no data: "holds N bytes, fewer than its N" said nothing.
+    if (!has_data)
+      return name +
+             "'s storage has no data (freed, as FSDP frees a sharded parameter's, or a fake or meta "
+             "tensor's among real ones)";
+    return name + "'s storage holds " + std::to_string(t.storage().nbytes()) + " bytes, fewer than its " +
+           std::to_string(spanned_bytes(t)) + " (shrunk: the layer would read past it)";
   });
 }
 

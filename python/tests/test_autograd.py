@@ -351,7 +351,7 @@ def test_accumulate_into_refuses_wrong_accumulators_at_the_call():
     freed = [t.clone() for t in (good.w1, good.w2)]
     for t in freed:
         t.untyped_storage().resize_(0)  # as FSDP frees a shard: two were named as overlapping each other
-    refused(good._replace(w1=freed[0], w2=freed[1]), r"accumulate_into.w1's storage holds 0 bytes, fewer than its")
+    refused(good._replace(w1=freed[0], w2=freed[1]), r"accumulate_into.w1's storage has no data \(freed")
 
 
 def test_accumulate_into_refuses_overlapping_accumulators():
@@ -665,6 +665,36 @@ def test_module_accumulate_grad_has_plain_autograds_grad_bits():
     with pytest.raises(ValueError, match="accumulate_grad: a parameter does not require grad"):
         model(layer.x)
     assert "accumulate_grad=True" in repr(model)
+
+
+@pytest.mark.parametrize("option", ["main_grad", "accumulate_grad"])
+def test_module_accumulators_refuse_a_weight_that_is_no_leaf(option):
+    """A parametrized weight (or functional_call's computed one) is a temporary: main_grad made one its own
+    main_grad and added the gradient there, and the parametrization's original got none, without a word
+    (accumulate_grad raised torch's "grad_dtype can only be accessed on leaf tensors"). Refused, naming it."""
+    layer = make_layer("softmax_shared")
+    model = mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), **{option: True})
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return w * 2
+
+    torch.nn.utils.parametrize.register_parametrization(model, "w1", Double())
+    with pytest.raises(ValueError, match=f"w1 is not a leaf tensor .*: {option} adds its gradient"):
+        model(layer.x)
+
+
+@pytest.mark.parametrize("option", ["main_grad", "accumulate_grad"])
+def test_module_accumulators_run_under_fake_tensor_mode(option):
+    """Under FakeTensorMode (memory and FLOP estimates) every storage's address is 0: a step with main_grad or
+    accumulate_grad was refused as "w1.main_grad shares its memory with the weight itself"."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    config = make_layer("softmax_shared").config
+    with FakeTensorMode():
+        model = mok.MoE(config, ring_rows=RING_ROWS, **{option: True})
+        x = torch.empty(config.tokens, config.hidden, dtype=torch.bfloat16, requires_grad=True)
+        model(x).float().sum().backward()
+        assert x.grad.shape == x.shape
 
 
 def test_module_accumulate_grad_adds_into_the_grad_the_backward_finds():

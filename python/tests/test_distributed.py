@@ -152,6 +152,12 @@ def test_a_group_without_nccl_is_refused(tmp_path):
     try:
         with pytest.raises(ValueError, match="NCCL"):
             mok.distributed.check_group(dist.group.WORLD, 8)
+        # release, which the docs ask for after an error, says so too (without a GPU it raised CUDA's "Found no
+        # NVIDIA driver", the group never checked)
+        with pytest.raises(ValueError, match="group's CUDA backend is ProcessGroupGloo, not NCCL"):
+            mok.distributed.release(dist.group.WORLD)
+        with pytest.raises(ValueError, match="group must be a torch.distributed ProcessGroup"):
+            mok.distributed.release(5)
         # An error inside failures_marked comes out as it went in, whether or not a communicator is found to mark.
         for group in (dist.group.WORLD, None, "not a group"):
             with pytest.raises(KeyError, match="the body's"):
