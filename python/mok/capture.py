@@ -26,8 +26,8 @@ _LAYER_KEYS = ("router", "w1", "w2", "config", "shared", "expert_bias", "ring_ro
 def capture(path: str | os.PathLike, layer: MoE | dict, x: Tensor, dy: Optional[Tensor] = None, *,
             routing: RoutingArg = None, replay: Optional[str] = None, name: str = "capture",
             description: str = "") -> None:
-    """Runs mok::forward and the backward (fp32 weight gradients: backward_float32) once on x (and dy: by default normal values from seed 0,
-    rounded to bf16) and writes every input and result to `path`.
+    """Runs mok::forward and the backward (fp32 weight gradients: backward_float32) once on x (and dy: by default
+    normal values from seed 0, rounded to bf16) and writes every input and result to `path`.
 
     layer: an MoE module, or a dict of mok.functional.moe's arguments (router, w1, w2, config and
     optionally shared, expert_bias, ring_rows, recompute, fp8_weight_gradients). Replayed ids (replay="ids")

@@ -169,10 +169,10 @@ def pack_launch(ring_rows: int = DEFAULT_RING_ROWS, blocks: int = 0, recompute: 
     depends on it), persistent blocks per GPU (0: all that fit; the CPU ignores it), recompute (saved
     holds the dispatch layout alone, the backward pulls x and recomputes h and a, the shared expert's
     too: less memory between the passes, the same bits), and the communicator of an expert-parallel call:
-    comm, an ncclComm_t as an integer (0: none), gpus, its size G (mok.distributed: the call is then this GPU's share of the layer), and capacity_rows,
-    the routed rows each GPU's experts can hold (0: the most any routing gives them; only over G > 1);
-    fp8_weight_gradients: the fp8 mode's routed-expert weight gradients on E4M3 operands too (other bits
-    than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""
+    comm, an ncclComm_t as an integer (0: none), gpus, its size G (mok.distributed: the call is then this GPU's
+    share of the layer), and capacity_rows, the routed rows each GPU's experts can hold (0: the most any routing
+    gives them; only over G > 1); fp8_weight_gradients: the fp8 mode's routed-expert weight gradients on E4M3
+    operands too (other bits than the default bf16 ones; docs/accuracy.md, "FP8 weight gradients")."""
     values = {"ring_rows": ring_rows, "blocks": blocks, "recompute": recompute, "comm": comm, "gpus": gpus,
               "capacity_rows": capacity_rows, "fp8_weight_gradients": fp8_weight_gradients}
     for name, value in values.items():
