@@ -188,7 +188,8 @@ std::vector<PropertyReport> run_fuzz(Backend& backend, const FuzzOptions& o, std
       params.maxDiscardRatio = 0;
       // An empty reproduce map keeps rapidcheck's global configuration (RC_PARAMS, its own seed) out.
       const rc::detail::TestResult result = rc::detail::checkProperty(property, metadata, params, progress, {});
-      if (out_of_memory)
+      // Out of memory while shrinking a failure: the failure (its last failing case) is reported, not lost.
+      if (out_of_memory && !(result.is<rc::detail::FailureResult>() && failing))
         throw std::runtime_error("out of memory in property " + prop->name + " (case " + *out_of_memory +
                                  "): no property failed; the case needs more memory than this process can have");
       if (result.is<rc::detail::SuccessResult>()) continue;

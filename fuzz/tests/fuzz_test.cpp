@@ -410,22 +410,24 @@ TEST(Driver, EveryPropertyRunsItsFirstCaseWhole) {
   EXPECT_EQ(campaign_exit_status(reports), 0);
 }
 
-// The reference, whose third forward finds no memory.
+// The reference, whose n-th forward finds no memory.
 class OutOfMemoryBackend final : public Backend {
  public:
+  explicit OutOfMemoryBackend(int n = 3) : n_(n) {}
   std::string name() const override { return "reference short of memory"; }
   ref::Forward forward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                        const ref::Routing* given, const ref::Options& opt) override {
-    if (++forwards_ == 3) throw std::bad_alloc();
+    if (++forwards_ == n_) throw std::bad_alloc();
     return reference_.forward(c, x, w, given, opt);
   }
+  bool threw() const { return forwards_ >= n_; }
   ref::Gradients backward(const LayerConfig& c, const std::vector<bf16>& x, const ref::LayerWeights& w,
                           const ref::Forward& fwd, const std::vector<bf16>& dy, const ref::Options& opt) override {
     return reference_.backward(c, x, w, fwd, dy, opt);
   }
 
  private:
-  int forwards_ = 0;
+  int n_, forwards_ = 0;
   ReferenceBackend reference_;
 };
 
@@ -449,6 +451,24 @@ TEST(Driver, OutOfMemoryStopsTheCampaignAndIsNoPropertyFailure) {
     }
     EXPECT_EQ(log.str().find("FAIL"), std::string::npos) << log.str();
   }
+}
+
+// Out of memory while a failure shrinks: the failure found is reported (it was lost, the campaign's error saying
+// that no property failed). Seed 1's router_backward catches router_grad_sign at its first case.
+TEST(Driver, OutOfMemoryWhileShrinkingKeepsTheFailure) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 20;
+  o.properties = {"router_backward"};
+  o.fault = ref::Fault::router_grad_sign;
+  o.repro_dir = std::filesystem::path(testing::TempDir()) / "mok_fuzz_oom_shrinking";
+  OutOfMemoryBackend backend(8);
+  std::ostringstream log;
+  const std::vector<PropertyReport> reports = run_fuzz(backend, o, log);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(backend.threw()) << "no forward ran out of memory while the failure shrank: raise n";
+  EXPECT_TRUE(reports[0].failed) << log.str();
+  EXPECT_EQ(campaign_exit_status(reports), 1);
 }
 
 // seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`.

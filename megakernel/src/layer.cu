@@ -288,6 +288,8 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   require(!launch.carried_pushes || c.precision == Precision::bf16,
           "carried_pushes needs precision = bf16 (the fp8 pushes are not carried)");
   require(!launch.carried_pushes || !launch.paired_blocks, "carried_pushes runs unpaired (not with paired_blocks)");
+  require(!launch.carried_pushes || launch.gpus == 1,
+          "carried_pushes runs on one GPU (gpus = 1; untested across GPUs)");
   // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
   require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
               launch.watchdog_seconds <= kMaxWatchdogSeconds,

@@ -545,7 +545,10 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence();
     stage_steps<kM>(pipe.smem->stage[pipe.stage()], consumer, acc);
     ptx::wgmma_commit();
-    shadow(kb);
+    if constexpr (!std::is_same_v<Shadow, NoShadow>) {
+      shadow(kb);
+      __syncwarp();  // the lanes meet again after the shadow's stores, before the aligned wgmma wait
+    }
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes

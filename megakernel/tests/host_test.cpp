@@ -149,6 +149,7 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   refused({.gpus = 2, .transport = Transport::colocated, .paired_blocks = true}, "paired_blocks runs on one GPU");
   EXPECT_NO_THROW(layer_memory(c, {.blocks = 4, .paired_blocks = true}));
   refused({.paired_blocks = true, .carried_pushes = true}, "carried_pushes runs unpaired (not with paired_blocks)");
+  refused({.gpus = 2, .transport = Transport::colocated, .carried_pushes = true}, "carried_pushes runs on one GPU");
   LayerConfig fp8 = c;
   fp8.precision = Precision::fp8;
   expect_error([&] { layer_memory(fp8, {.carried_pushes = true}); },

@@ -681,7 +681,7 @@ TEST_F(LayerApi, PairedBlocksMatchTheReference) {
 // The pushes carried into the next chain (LaunchConfig::carried_pushes: a consumer's finished half tile kept as
 // bf16 words, stored a pass a K-block in its next tile's shadow, the rest before its next tile and after a phase's
 // last): the reference's bits, h saved and recomputed, with a few blocks (many tiles each) and with all; chains of
-// one, two, four and five K-blocks (I = 64 and 320: GEMM2's K = I, the dx push's 2I), shorter than the four passes
+// one, two, five and ten K-blocks (I = 64 and 320: GEMM2's K = I, the dx push's 2I), shorter than the four passes
 // and longer; H = 320, a last column tile of one pass; a small ring (many cycles, each a phase of its own); a
 // skewed routing and the layer's router.
 TEST_F(LayerApi, CarriedPushesMatchTheReference) {

@@ -40,7 +40,7 @@ def _require_bool(name: str, value) -> None:
 def _require_int(name: str, value) -> None:
     """An integer packed as an int: int() would truncate 4.9 to 4 without a word, fail on "4" naming no
     field, and take True as 1 (experts=True: one expert?)."""
-    if isinstance(value, (torch.SymInt, torch.Tensor)):  # x's token count under torch.export's Dim or jit.trace
+    if name == "tokens_per_rank" and isinstance(value, (torch.SymInt, torch.Tensor)):  # torch.export's Dim, jit.trace
         raise ValueError(f"{name} must be an integer, got {value!r}: a symbolic or traced size. mok's ops take the "
                          "token count as a constant (in their config_ints), so x's token dimension cannot be dynamic "
                          "in torch.export or torch.jit.trace (torch.compile compiles a graph for each token count)")

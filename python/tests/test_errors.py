@@ -1258,3 +1258,6 @@ def test_a_dynamic_token_dimension_is_refused_by_export():
     model = mok.MoE(layer.config, ring_rows=RING_ROWS)
     with pytest.raises(ValueError, match="a symbolic or traced size. mok's ops take the token count as a constant"):
         torch.export.export(model, (layer.x,), dynamic_shapes=({0: torch.export.Dim("tokens")},))
+    # Another integer given as a tensor is no token count: the plain message.
+    with pytest.raises(ValueError, match=r"^ring_rows must be an integer, got tensor\(128\)$"):
+        mok.MoE(layer.config, ring_rows=torch.tensor(128))(layer.x)
