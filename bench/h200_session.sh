@@ -41,7 +41,9 @@
 #           $MOK_OP_ARGS through each tree's PyTorch op, both built with it; ab.log). The baseline is an
 #           ignored path (.snap*), so the device call must carry it. More trees (candidates: this tree with
 #           a patch each) in $MOK_AB_TREES as LETTER=DIR pairs, e.g. "R=.snapR H=.snapH", built as the
-#           baseline is and run where their letter stands in $MOK_AB_ORDER (e.g. "B N R H B N R H")
+#           baseline is and run where their letter stands in $MOK_AB_ORDER (e.g. "B N R H B N R H"); F is
+#           this tree with $MOK_AB_FLAGS added (an experimental option beside the default: MOK_AB_FLAGS=--carried-pushes
+#           MOK_AB_ORDER="N F N F", no baseline needed)
 # MOK_CALL_SECONDS (the call's limit, e.g. 590): a step, or an A/B run, that would not end within it is not
 # started, and summary.log says so (a step killed by the limit loses its log's end and the steps after it).
 #   MOK_COMMIT=<hash> bash bench/h200_session.sh tests bench
@@ -66,7 +68,7 @@ if [ -n "$baseline" ]; then
   ab_trees[B]=$baseline
   for pair in ${MOK_AB_TREES:-}; do
     letter=${pair%%=*} dir=${pair#*=}
-    case $letter in B | N | "$pair") echo "MOK_AB_TREES: $pair is not LETTER=DIR (B and N are taken)" | tee -a "$out/summary.log"; exit 1 ;; esac
+    case $letter in B | N | F | "$pair") echo "MOK_AB_TREES: $pair is not LETTER=DIR (B, N and F are taken)" | tee -a "$out/summary.log"; exit 1 ;; esac
     ab_trees[$letter]=$dir
   done
   for letter in "${!ab_trees[@]}"; do
@@ -273,7 +275,8 @@ for step in "$@"; do
       done
       ;;
     ab)
-      [ -n "$baseline" ] || { echo "ab needs MOK_BASELINE, built" | tee -a "$out/summary.log"; continue; }
+      order=${MOK_AB_ORDER:-B N B N}
+      [ -n "$baseline" ] || [[ " $order " != *" B "* ]] || { echo "ab needs MOK_BASELINE, built" | tee -a "$out/summary.log"; continue; }
       for s in $shapes; do
         for precision in ${MOK_AB_PRECISIONS:-given}; do
           case $precision in
@@ -282,20 +285,24 @@ for step in "$@"; do
             fp8) fp8=(--fp8) run="$s fp8" ;;
             *) echo "MOK_AB_PRECISIONS: $precision is neither bf16 nor fp8" | tee -a "$out/summary.log"; continue ;;
           esac
-          for tree in ${MOK_AB_ORDER:-B N B N}; do
-            if [ "$tree" = N ]; then
+          for tree in $order; do
+            flags=()
+            if [ "$tree" = N ] || [ "$tree" = F ]; then
               dir=. label=${MOK_COMMIT:-unknown}
+              [ "$tree" = F ] && flags=(${MOK_AB_FLAGS:-}) label="$label ${MOK_AB_FLAGS:-}"
             elif [ -n "${ab_trees[$tree]:-}" ]; then
               dir=${ab_trees[$tree]} label=$(cat "$dir/COMMIT" 2>/dev/null || echo "$dir")
             else
-              echo "MOK_AB_ORDER: $tree is neither N nor a built A/B tree" | tee -a "$out/summary.log"
+              echo "MOK_AB_ORDER: $tree is neither N, F nor a built A/B tree" | tee -a "$out/summary.log"
               continue
             fi
             time_for "ab $run $tree" "$(step_seconds ab-run)" || continue
             if [ "${MOK_AB_TOOL:-bench}" = op ]; then
-              PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
+              PYTHONPATH=$dir/build/python timeout 200 python3 bench/op_bench.py --shape "$s" ${MOK_OP_ARGS:-} "${fp8[@]}" \
+                "${flags[@]}" >"$out/ab.run" 2>&1
             else
-              timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} ${MOK_AB_ARGS:-} "${fp8[@]}" >"$out/ab.run" 2>&1
+              timeout 150 "$dir/build/megakernel/mok-bench" --shape "$s" ${MOK_BENCH_ARGS:-} ${MOK_AB_ARGS:-} "${fp8[@]}" \
+                "${flags[@]}" >"$out/ab.run" 2>&1
             fi
             status=$?
             { echo "#### $tree ($label) --shape $s${fp8:+ ${fp8[*]}}"; cat "$out/ab.run"; } >>"$out/ab.log"

@@ -31,7 +31,7 @@ chmod +x stub/* build/megakernel/mok-bench base/build/megakernel/mok-bench cand/
 run() {
   rm -rf out
   env -u MOK_BASELINE -u MOK_AB_TREES -u MOK_AB_TOOL -u MOK_AB_ORDER -u MOK_TORCH_BUILD -u MOK_BENCH_ARGS -u MOK_OP_ARGS \
-    -u MOK_CALL_SECONDS \
+    -u MOK_CALL_SECONDS -u MOK_AB_FLAGS \
     PATH="$work/stub:$PATH" OUT="$work/out" MOK_COMMIT=new-commit MOK_SHAPES="kimi-k2 olmoe" "$@" \
     bash bench/h200_session.sh ab >/dev/null
 }
@@ -69,8 +69,19 @@ grep -q -- "--build cand/build -j4 --target mok-bench$" out/build_C.log || fail 
 # One that does not build is left out, and said; the others run.
 run MOK_BASELINE=base MOK_AB_TREES="C=cand" MOK_AB_ORDER="B C" FAIL_TREES=cand || fail "the session script failed"
 grep -q "A/B tree C's build failed" out/summary.log || fail "a failed candidate build is not said"
-grep -q "MOK_AB_ORDER: C is neither N nor a built A/B tree" out/summary.log || fail "an unbuilt candidate ran"
+grep -q "MOK_AB_ORDER: C is neither N, F nor a built A/B tree" out/summary.log || fail "an unbuilt candidate ran"
 [ "$(grep -c '^#### B' out/ab.log)" -eq 2 ] || fail "the baseline did not run beside a failed candidate"
+# F: this tree with MOK_AB_FLAGS added, beside it without them; no baseline is needed where B does not run.
+run MOK_AB_FLAGS="--carried-pushes" MOK_AB_ORDER="N F" MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
+got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
+want=""
+for s in kimi-k2 olmoe; do
+  want+="#### N (new-commit) --shape $s|$s uniform build --shape $s --runs 5|"
+  want+="#### F (new-commit --carried-pushes) --shape $s|$s uniform build --shape $s --runs 5 --carried-pushes|"
+done
+[ "$got" = "$want" ] || fail "A/B of this tree's flags: got $got"
+grep -q "ab needs MOK_BASELINE" out/summary.log && fail "an A/B without B asked for a baseline"
+run MOK_BASELINE=base MOK_AB_TREES="F=cand" && fail "a candidate named F did not stop the call"
 run MOK_BASELINE=base MOK_AB_TREES="N=cand" && fail "a candidate named N did not stop the call"
 grep -q "MOK_AB_TREES: N=cand is not LETTER=DIR" out/summary.log || fail "a candidate named N is not said"
 run MOK_BASELINE=base MOK_AB_TREES="C=nowhere" && fail "a missing candidate tree did not stop the call"
