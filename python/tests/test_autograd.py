@@ -879,6 +879,25 @@ def test_main_grads_sharing_a_storage_otherwise_are_refused_compiled(fullgraph):
     assert flat.count_nonzero() == 0
 
 
+def test_a_graph_traced_with_separate_accumulators_refuses_overlapping_ones_at_the_backward():
+    """Dynamo does not guard on storage: a module compiled with main_grads of their own keeps its graph for another
+    whose router and w1 main_grads overlap (slices of separate .detach()es of one buffer, which the trace-time
+    checks never see). The op itself refuses them at the backward, before adding anything."""
+    torch.compiler.reset()
+    layer = make_layer("softmax_shared")
+    models = [mok.MoE(layer.config, ring_rows=RING_ROWS, generator=torch.Generator().manual_seed(6), main_grad=True)
+              for _ in range(2)]
+    (torch.compile(models[0], fullgraph=True)(layer.x).float() * layer.dy.float()).sum().backward()
+    router, w1 = models[1].router, models[1].w1
+    flat = torch.zeros(max(router.numel(), w1.numel()))
+    router.main_grad = flat.detach()[:router.numel()].view(router.shape)
+    w1.main_grad = flat.detach()[:w1.numel()].view(w1.shape)
+    y = torch.compile(models[1], fullgraph=True)(layer.x)
+    with pytest.raises(ValueError, match="d_w1 overlaps d_router in memory"):
+        (y.float() * layer.dy.float()).sum().backward()
+    assert flat.count_nonzero() == 0
+
+
 def test_module_with_main_grad_materialized_from_meta_by_to_empty():
     """A module made on the meta device and materialized by to_empty() (deferred initialization): each meta
     main_grad, which holds no values, raised "Cannot copy out of meta tensor" there; now zeros on the new
