@@ -42,7 +42,7 @@
 #           ignored path (.snap*), so the device call must carry it. More trees (candidates: this tree with
 #           a patch each) in $MOK_AB_TREES as LETTER=DIR pairs, e.g. "R=.snapR H=.snapH", built as the
 #           baseline is and run where their letter stands in $MOK_AB_ORDER (e.g. "B N R H B N R H"); F is
-#           this tree with $MOK_AB_FLAGS added (an experimental option beside the default: MOK_AB_FLAGS=--carried-pushes
+#           this tree with $MOK_AB_FLAGS added (an experimental option beside the default: MOK_AB_FLAGS=--paired-blocks
 #           MOK_AB_ORDER="N F N F", no baseline needed)
 # MOK_CALL_SECONDS (the call's limit, e.g. 590): a step, or an A/B run, that would not end within it is not
 # started, and summary.log says so (a step killed by the limit loses its log's end and the steps after it).

@@ -72,12 +72,12 @@ grep -q "A/B tree C's build failed" out/summary.log || fail "a failed candidate 
 grep -q "MOK_AB_ORDER: C is neither N, F nor a built A/B tree" out/summary.log || fail "an unbuilt candidate ran"
 [ "$(grep -c '^#### B' out/ab.log)" -eq 2 ] || fail "the baseline did not run beside a failed candidate"
 # F: this tree with MOK_AB_FLAGS added, beside it without them; no baseline is needed where B does not run.
-run MOK_AB_FLAGS="--carried-pushes" MOK_AB_ORDER="N F" MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
+run MOK_AB_FLAGS="--paired-blocks" MOK_AB_ORDER="N F" MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
 got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
 want=""
 for s in kimi-k2 olmoe; do
   want+="#### N (new-commit) --shape $s|$s uniform build --shape $s --runs 5|"
-  want+="#### F (new-commit --carried-pushes) --shape $s|$s uniform build --shape $s --runs 5 --carried-pushes|"
+  want+="#### F (new-commit --paired-blocks) --shape $s|$s uniform build --shape $s --runs 5 --paired-blocks|"
 done
 [ "$got" = "$want" ] || fail "A/B of this tree's flags: got $got"
 grep -q "ab needs MOK_BASELINE" out/summary.log && fail "an A/B without B asked for a baseline"

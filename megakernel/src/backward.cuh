@@ -221,25 +221,21 @@ __device__ void expert_row_grads(Pipeline& pipe, const Params& p, int cycle) {
 }
 
 // dx_j = bf16(dh W1), pushed into the source rank's (token, slot) buffer; W1_e [2I, H] as stored (in
-// the fp8 mode dhq per ring row and W1's transposed copy [H, 2I]). kCarried (bf16): the push a tile later, in
-// the next chain's shadow.
-template <bool kFp8, bool kCarried>
+// the fp8 mode dhq per ring row and W1's transposed copy [H, 2I]).
+template <bool kFp8>
 __device__ void expert_dx_push(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  const auto load = [&](const RingItem& it) {
-    if constexpr (kFp8)
-      return k_major(p.maps.dhq, p.maps.w1tq, it.ring_row, own_expert(p, it.t.expert) * H + it.n0, 2 * I,
-                     {p.dhq.exps, p.w1t_exp});
-    return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
-  };
-  static_assert(!kCarried || !kFp8, "the fp8 pushes are not carried");
-  if constexpr (kCarried)
-    ring_gemm<kNN>(pipe, p, cycle, kDxPush, H, load, CarriedPush(pipe, p));
-  else
-    ring_gemm<kFp8 ? kNT : kNN, kFp8>(pipe, p, cycle, kDxPush, H, load,
-                                      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-                                        push_to_slots(pipe, p, it, consumer, acc);
-                                      });
+  ring_gemm<kFp8 ? kNT : kNN, kFp8>(
+      pipe, p, cycle, kDxPush, H,
+      [&](const RingItem& it) {
+        if constexpr (kFp8)
+          return k_major(p.maps.dhq, p.maps.w1tq, it.ring_row, own_expert(p, it.t.expert) * H + it.n0, 2 * I,
+                         {p.dhq.exps, p.w1t_exp});
+        return b_as_stored(p.maps.dh, p.maps.w1, it.t.pad_row, it.n0, own_expert(p, it.t.expert) * 2 * I, 2 * I);
+      },
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // One weight gradient out[M, N] = chain over K rows of A^T B (A: [rows, M], B: [rows, N], both
@@ -669,8 +665,8 @@ __device__ __forceinline__ void backward_prologue(const Params& p) {
 
 // The backward in the layer's precision: kFp8, the fp8 mode's (its own kernel, so the bf16 kernel's code
 // and registers are those of the bf16 path alone).
-// kPaired, kCarried: the paired blocks' and the carried pushes' (as forward's).
-template <bool kFp8, bool kPaired, bool kCarried = false>
+// kPaired: the paired blocks' (as forward's).
+template <bool kFp8, bool kPaired>
 __device__ __forceinline__ void backward(const Params& p) {
   const GridBarrier& b = p.barrier;
   Pipeline pipe = launch_pipeline<kPaired>();
@@ -695,7 +691,7 @@ __device__ __forceinline__ void backward(const Params& p) {
     if (!grid_sync(b, kDownGrad, cycle)) return;
     expert_row_grads<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kRowGrad, cycle)) return;
-    expert_dx_push<kFp8, kCarried>(pipe, p, cycle);
+    expert_dx_push<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kDxPush, cycle)) return;
   }
   if (!peer_sync(b, kDxPush, cycles)) return;  // every GPU's d topk_w and dx_j pushes have landed

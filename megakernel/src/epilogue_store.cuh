@@ -22,31 +22,27 @@ __device__ __forceinline__ void stage_row_dst(Pipeline& pipe, Warpgroup consumer
   if (t < kWgmmaM) pipe.smem->staged_dst[c][t] = row_dst(kWgmmaM * c + t);
 }
 
-// A pass's first half: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair i
-// packed as bf16, into the staging rows, between two barriers (before: the last pass's copies are done with the
-// rows, and the destinations are published; after: the rows may be copied out).
+// One pass: accumulators [32 window, 32 window + 32) (tile columns 64 window ..), word(i) giving pair
+// i packed as bf16, are staged; then 8 lanes copy each row's 128 bytes with 16-byte stores to its
+// destination, plus `offset` elements. A thread copies the same four rows in every pass.
+// Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a row's end.
+// (g skips the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and staged
+// they were slower, docs/results/2026-11-29-h200-w; weight gradients leave by TMA, store_rows_by_tma.)
 template <class Word>
-__device__ __forceinline__ void stage_pass_words(Pipeline& pipe, Warpgroup consumer, int window, Word word) {
+__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int window, long offset, Word word) {
   constexpr int kPerPass = kWgmmaM * kStagedCols / kWarpgroupThreads;  // accumulators per thread and pass
-  const int c = consumer_index(consumer);
-  uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
-  warpgroup_sync(consumer);
-#pragma unroll
-  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
-    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
-        word(i);
-  warpgroup_sync(consumer);
-}
-
-// Its second half: 8 lanes copy each row's 128 bytes with 16-byte stores to its destination, plus `offset`
-// elements. A thread copies the same four rows in every pass.
-__device__ __forceinline__ void copy_out_pass(Pipeline& pipe, Warpgroup consumer, long offset) {
   constexpr int kChunk = int(16 / sizeof(bf16)), kChunksPerRow = kStagedCols / kChunk;  // 16-byte chunks, lanes per row
   constexpr int kRowsPerThread = kWgmmaM * kChunksPerRow / kWarpgroupThreads;
   const int c = consumer_index(consumer);
   uint16_t(*rows)[kStagedPitch] = pipe.smem->staged[c];
   void* const* dst = pipe.smem->staged_dst[c];
   const int t = threadIdx.x % kWarpgroupThreads, chunk = t % kChunksPerRow;
+  warpgroup_sync(consumer);  // the last pass's copies are done with the rows; the destinations are published
+#pragma unroll
+  for (int i = kPerPass * window; i < kPerPass * (window + 1); i += 2)
+    *reinterpret_cast<uint32_t*>(&rows[acc_row(consumer, i) - kWgmmaM * c][acc_col(i) - kStagedCols * window]) =
+        word(i);
+  warpgroup_sync(consumer);
   const auto row = [&](int j) { return t / kChunksPerRow + kWarpgroupThreads / kChunksPerRow * j; };
   const auto chunk_at = [&](int j) -> uint4* {
     bf16* d = static_cast<bf16*>(dst[row(j)]);
@@ -55,15 +51,6 @@ __device__ __forceinline__ void copy_out_pass(Pipeline& pipe, Warpgroup consumer
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j)
     if (uint4* d = chunk_at(j)) *d = *reinterpret_cast<const uint4*>(&rows[row(j)][kChunk * chunk]);
-}
-
-// One pass, both halves. Windows are whole: H, I and Is are multiples of 64 (config.h), so no pass runs past a
-// row's end. (g skips the staging: the accumulator layout's 8-byte pairs already fill whole sectors, and staged
-// they were slower, docs/results/2026-11-29-h200-w; weight gradients leave by TMA, store_rows_by_tma.)
-template <class Word>
-__device__ __forceinline__ void staged_pass(Pipeline& pipe, Warpgroup consumer, int window, long offset, Word word) {
-  stage_pass_words(pipe, consumer, window, word);
-  copy_out_pass(pipe, consumer, offset);
 }
 
 // A finished half tile rounded to bf16 and stored into the rows row_dst(r) (r within the whole tile;
@@ -132,85 +119,17 @@ __device__ __forceinline__ void finish_chunk_copies() {
   __syncthreads();
 }
 
-// Where row r of a push's tile goes: the (token, slot) buffer of its source rank, columns it.n0.. (nullptr: a
-// row past the tile's rows).
-__device__ __forceinline__ bf16* slot_row_dst(const Params& p, const RingItem& it, int r) {
-  if (r >= it.t.rows) return nullptr;
-  const RankBuffers* src;
-  const long slot = source_slot(p, it.t.first_row + r, src);
-  return src->slots + slot * p.c.hidden + it.n0;
-}
-
 // Push: a finished half tile, each valid row rounded to bf16 into the (token, slot) buffer of its
 // source rank (y_j in the forward, dx_j in the backward).
 __device__ inline void push_to_slots(Pipeline& pipe, const Params& p, const RingItem& it, Warpgroup consumer,
                                      const float (&acc)[kAccumulators]) {
-  store_rows_bf16(pipe, consumer, acc, p.c.hidden - it.n0, [&](int r) { return slot_row_dst(p, it, r); });
+  const int H = p.c.hidden;
+  store_rows_bf16(pipe, consumer, acc, H - it.n0, [&](int r) -> bf16* {
+    if (r >= it.t.rows) return nullptr;
+    const RankBuffers* src;
+    const long slot = source_slot(p, it.t.first_row + r, src);
+    return src->slots + slot * H + it.n0;
+  });
 }
-
-// push_to_slots a tile later (LaunchConfig::carried_pushes; CarriesTiles): the finished half tile is packed into
-// the bf16 words push_to_slots stores (pack_bf16: the same bits), its row table published and its first pass
-// staged; in the next chain's shadow, one step a K-block, each staged pass is copied out and the next staged
-// (shadow), what is left before the next tile is packed, and after the phase's last chain (drain). The words of
-// passes 1 to 3 stay in registers beside the 128 accumulators (all four spilled to local memory).
-class CarriedPush {
- public:
-  __device__ CarriedPush(Pipeline& pipe, const Params& p) : pipe_(pipe), p_(p) {}
-
-  __device__ void operator()(const RingItem& it, Warpgroup consumer, const float (&acc)[kAccumulators]) {
-    if (next_ < kPasses) {
-      finish();
-      warpgroup_sync(consumer_);  // the last pass's copies have read the row table before it is written again
-    }
-    consumer_ = consumer;
-    stage_row_dst(pipe_, consumer, [&](int r) { return slot_row_dst(p_, it, r); });
-    stage_pass_words(pipe_, consumer, 0, [&](int i) { return pack_bf16(acc[i], acc[i + 1]); });
-#pragma unroll
-    for (int i = kPerPass; i < kAccumulators; i += 2) words_[i / 2 - kPerPass / 2] = pack_bf16(acc[i], acc[i + 1]);
-    columns_ = p_.c.hidden - it.n0;
-    next_ = 0;
-  }
-  __device__ void shadow(int) {
-    if (next_ < kPasses) step(next_++);
-  }
-  __device__ void drain() { finish(); }
-
- private:
-  static constexpr int kPasses = kTileN / kStagedCols, kPerPass = kAccumulators / kPasses;
-
-  __device__ void finish() {
-    while (next_ < kPasses) step(next_++);
-  }
-  // Pass w copied out (it was staged), then pass w + 1 staged: a switch, as the words' indices must be
-  // constants (registers are not addressable).
-  __device__ void step(int w) {
-    static_assert(kPasses == 4, "step's cases");
-    switch (w) {
-      case 0:
-        return step<0>();
-      case 1:
-        return step<1>();
-      case 2:
-        return step<2>();
-      default:
-        return step<3>();
-    }
-  }
-  template <int kWindow>
-  __device__ void step() {
-    if (kStagedCols * kWindow < columns_) copy_out_pass(pipe_, consumer_, kStagedCols * kWindow);
-    if constexpr (kWindow + 1 < kPasses) {
-      if (kStagedCols * (kWindow + 1) < columns_)
-        stage_pass_words(pipe_, consumer_, kWindow + 1, [&](int i) { return words_[i / 2 - kPerPass / 2]; });
-    }
-  }
-
-  Pipeline& pipe_;
-  const Params& p_;
-  uint32_t words_[(kAccumulators - kPerPass) / 2];
-  int columns_ = 0;
-  int next_ = kPasses;  // the carried tile's next step (kPasses: none carried)
-  Warpgroup consumer_ = Warpgroup::consumer0;
-};
 
 }  // namespace mok::gpu

@@ -202,24 +202,20 @@ __device__ void shared_down(Pipeline& pipe, const Params& p) {
     token_gemm_bf16<kNT>(pipe, p, p.maps.shared_a, p.maps.shared_w2, Is, H, p.shared_y, kPull);
 }
 
-// GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer (kCarried, bf16: a tile
-// later, in the next chain's shadow).
-template <bool kFp8, bool kCarried>
+// GEMM2 and push combine: y_j = bf16(a W2^T) into the source rank's (token, slot) buffer.
+template <bool kFp8>
 __device__ void expert_down(Pipeline& pipe, const Params& p, int cycle) {
   const int I = p.c.intermediate, H = p.c.hidden;
-  const auto load = [&](const RingItem& it) {
-    const int w = own_expert(p, it.t.expert) * H + it.n0;
-    if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});
-    return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
-  };
-  static_assert(!kCarried || !kFp8, "the fp8 pushes are not carried");
-  if constexpr (kCarried)
-    ring_gemm<kNT>(pipe, p, cycle, kExpertDown, H, load, CarriedPush(pipe, p));
-  else
-    ring_gemm<kNT, kFp8>(pipe, p, cycle, kExpertDown, H, load,
-                         [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
-                           push_to_slots(pipe, p, it, consumer, acc);
-                         });
+  ring_gemm<kNT, kFp8>(
+      pipe, p, cycle, kExpertDown, H,
+      [&](const RingItem& it) {
+        const int w = own_expert(p, it.t.expert) * H + it.n0;
+        if constexpr (kFp8) return k_major(p.maps.aq, p.maps.w2q, it.t.pad_row, w, I, {p.aq.exps, p.w2_exp});
+        return k_major(p.maps.a, p.maps.w2, it.t.pad_row, w, I);
+      },
+      [&](const RingItem& it, Warpgroup consumer, const float(&acc)[kAccumulators]) {
+        push_to_slots(pipe, p, it, consumer, acc);
+      });
 }
 
 // y of this GPU's tokens.
@@ -245,9 +241,8 @@ __device__ void combine(const Params& p) {
 // and registers are those of the bf16 path alone). Inlined by force, as backward() is: left a call (cicc
 // did so on the GPU machine, host g++ 13), it serializes every wgmma of the kernel (ptxas C7510).
 // kPaired: the paired blocks' (LaunchConfig::paired_blocks; kernels of their own, so the others keep their
-// registers); kCarried: the carried pushes' (LaunchConfig::carried_pushes; kernels of their own, as the carried
-// words spilled the others' registers).
-template <bool kFp8, bool kPaired, bool kCarried = false>
+// registers).
+template <bool kFp8, bool kPaired>
 __device__ __forceinline__ void forward(const Params& p) {
   const GridBarrier& b = p.barrier;
   start_clock(b);
@@ -296,7 +291,7 @@ __device__ __forceinline__ void forward(const Params& p) {
     if (!grid_sync(b, kPull, cycle)) return;
     expert_up<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertUp, cycle)) return;
-    expert_down<kFp8, kCarried>(pipe, p, cycle);
+    expert_down<kFp8>(pipe, p, cycle);
     if (!grid_sync(b, kExpertDown, cycle)) return;
   }
   if (!peer_sync(b, kExpertDown, cycles)) return;  // every GPU's pushes have landed

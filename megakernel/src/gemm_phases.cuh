@@ -9,19 +9,6 @@
 
 namespace mok::gpu {
 
-// An expert phase's epilogue(it, consumer, acc) as the tile loop calls it, with the tile's item; a carried one's
-// shadow and drain passed on (CarriesTiles).
-template <class Epilogue>
-struct ItemEpilogue {
-  const RingItem& it;
-  Epilogue& epilogue;
-  __device__ void operator()(long, Warpgroup consumer, const float (&acc)[kAccumulators]) const {
-    epilogue(it, consumer, acc);
-  }
-  __device__ void shadow(int kb) const requires CarriesTiles<Epilogue> { epilogue.shadow(kb); }
-  __device__ void drain() const requires CarriesTiles<Epilogue> { epilogue.drain(); }
-};
-
 // A GEMM phase over the expert tiles of `tiles` (RingTiles, OwnTiles): load(it) gives a tile's
 // operands (majorness kM; kFp8: E4M3), epilogue(it, consumer, acc) consumes a consumer's finished half
 // tile.
@@ -36,7 +23,7 @@ __device__ void expert_gemm(Pipeline& pipe, const Params& p, const Tiles& tiles,
         l = load(it);
         return true;
       },
-      ItemEpilogue<Epilogue>{it, epilogue});
+      [&](long, Warpgroup consumer, const float(&acc)[kAccumulators]) { epilogue(it, consumer, acc); });
 }
 
 // A GEMM phase over this cycle's ring slots: tiles (rank, ring slot, kTileN of `columns` output

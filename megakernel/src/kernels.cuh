@@ -22,9 +22,6 @@ __global__ void forward_paired_kernel(const __grid_constant__ Params p);
 __global__ void forward_fp8_paired_kernel(const __grid_constant__ Params p);
 __global__ void backward_paired_kernel(const __grid_constant__ Params p);
 __global__ void backward_fp8_paired_kernel(const __grid_constant__ Params p);
-// The bf16 forward and backward with their pushes carried into the next chain (LaunchConfig::carried_pushes).
-__global__ void forward_carried_kernel(const __grid_constant__ Params p);
-__global__ void backward_carried_kernel(const __grid_constant__ Params p);
 // Across GPUs with a shared expert, after the backward: its weight gradients' relayed chains.
 __global__ void relayed_chains_kernel(const __grid_constant__ Params p);
 

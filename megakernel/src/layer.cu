@@ -176,11 +176,8 @@ cudaLaunchAttribute pair_clusters() {
   return a;
 }
 
-// A pass's megakernel (the backward's after its prologue) by precision, block pairing and carried pushes (bf16,
-// unpaired: validate_launch_config).
-const void* megakernel_of(Pass pass, bool fp8, bool paired, bool carried = false) {
-  if (carried)
-    return pass == Pass::forward ? (const void*)forward_carried_kernel : (const void*)backward_carried_kernel;
+// A pass's megakernel (the backward's after its prologue) by precision and block pairing.
+const void* megakernel_of(Pass pass, bool fp8, bool paired) {
   // [pass][fp8][paired]
   static const void* const kernels[2][2][2] = {
       {{(const void*)forward_kernel, (const void*)forward_paired_kernel},
@@ -204,9 +201,8 @@ void load_small_kernels() {
 
 // Persistent blocks on the current device: `asked`, or (0) as many as are co-resident; with `shares`
 // colocated Layers, whose kernels must be resident at once, that many per share; paired: in clusters of
-// two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside, the paired kernels' too; carried:
-// the carried pushes' kernels too (LaunchConfig::carried_pushes).
-int resident_blocks(int asked, int shares, bool paired, bool carried) {
+// two blocks (LaunchConfig::paired_blocks), as many as whole clusters co-reside, the paired kernels' too.
+int resident_blocks(int asked, int shares, bool paired) {
   int dev = 0, sms = 0, per_sm = std::numeric_limits<int>::max(), pairs = std::numeric_limits<int>::max();
   MOK_CUDA_CHECK(cudaGetDevice(&dev));
   MOK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -216,8 +212,6 @@ int resident_blocks(int asked, int shares, bool paired, bool carried) {
     for (const bool fp8 : {false, true})
       for (const bool in_pairs : {false, true})
         if (!in_pairs || paired) kernels.push_back(megakernel_of(pass, fp8, in_pairs));
-  if (carried)
-    for (const Pass pass : {Pass::forward, Pass::backward}) kernels.push_back(megakernel_of(pass, false, false, true));
   for (const void* kernel : kernels) {
     MOK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     // The GEMM phases' setmaxnreg hand-over balances only from this count (tile_gemm.cuh); a build
@@ -285,11 +279,6 @@ void validate_launch_config(const LayerConfig& c, const LaunchConfig& launch) {
   require(!launch.paired_blocks || launch.blocks % 2 == 0,
           "blocks = " + std::to_string(launch.blocks) + " is odd: paired_blocks runs the blocks in pairs");
   require(!launch.paired_blocks || launch.gpus == 1, "paired_blocks runs on one GPU (gpus = 1)");
-  require(!launch.carried_pushes || c.precision == Precision::bf16,
-          "carried_pushes needs precision = bf16 (the fp8 pushes are not carried)");
-  require(!launch.carried_pushes || !launch.paired_blocks, "carried_pushes runs unpaired (not with paired_blocks)");
-  require(!launch.carried_pushes || launch.gpus == 1,
-          "carried_pushes runs on one GPU (gpus = 1; untested across GPUs)");
   // Nanoseconds in 64 bits on the device (GridBarrier::timeout_ns): a bound far below their range.
   require(std::isfinite(launch.watchdog_seconds) && launch.watchdog_seconds > 0 &&
               launch.watchdog_seconds <= kMaxWatchdogSeconds,
@@ -377,7 +366,7 @@ struct Layer::Impl {
     MOK_CUDA_CHECK(cudaGetDevice(&device));
     rank_begin = g * (c.ranks / launch.gpus), rank_end = rank_begin + c.ranks / launch.gpus;
     blocks = resident_blocks(launch.blocks, launch.transport == Transport::colocated ? launch.gpus : 1,
-                             launch.paired_blocks, launch.carried_pushes);
+                             launch.paired_blocks);
     load_small_kernels();
     saved = saved_layout(c, launch.recompute, row_share());
     exchange = Exchange(c, g, peers);
@@ -941,7 +930,7 @@ void Layer::forward(cudaStream_t stream, const TensorView& workspace, const Forw
   m.encode_maps(Pass::forward, p, in.weights, quantized);
   const bool fp8 = m.c.precision == Precision::fp8;
   if (fp8 && !in.fp8_weights.data) m.quantize_weights(stream, quantized, in.weights, false);
-  m.launch_kernel(megakernel_of(Pass::forward, fp8, m.launch.paired_blocks, m.launch.carried_pushes), stream, p);
+  m.launch_kernel(megakernel_of(Pass::forward, fp8, m.launch.paired_blocks), stream, p);
   m.exchange.after_forward(stream, in, out);
   // topk_w is an output unless a given routing is read in place (then it is the caller's input).
   const bool topk_w_written = in.routing != RoutingMode::given || (in.topk_w.data && in.topk_w.data != out.topk_w.data);
@@ -978,7 +967,7 @@ void Layer::backward(cudaStream_t stream, const TensorView& workspace, const For
   m.launch_kernel(reinterpret_cast<const void*>(fp8 ? backward_prologue_fp8_kernel : backward_prologue_kernel), stream,
                   p);
   m.stamp_launch(p, number + 1);
-  m.launch_kernel(megakernel_of(Pass::backward, fp8, m.launch.paired_blocks, m.launch.carried_pushes), stream, p);
+  m.launch_kernel(megakernel_of(Pass::backward, fp8, m.launch.paired_blocks), stream, p);
   // Across GPUs the shared expert's weight gradients, chains over every token, follow in a kernel of their
   // own (backward.cu, relayed_chains_kernel).
   if (m.launch.gpus > 1 && m.c.has_shared())

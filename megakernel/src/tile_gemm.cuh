@@ -513,29 +513,14 @@ __device__ __forceinline__ bool consume_fp8_narrow(Pipeline& pipe, const TileLoa
   return warpgroup_all(consumer, healthy);
 }
 
-// An epilogue that keeps a finished half tile and finishes it in the next chain's shadow (CarriedPush):
-// shadow(kb) runs its part for K-block kb of that chain, right after the K-block's wgmma group is issued; drain()
-// finishes what is left after the phase's last chain.
-template <class E>
-concept CarriesTiles = requires(E& e, int kb) {
-  e.shadow(kb);
-  e.drain();
-};
-
-// No work in a chain's shadow.
-struct NoShadow {
-  __device__ void operator()(int) const {}
-};
-
 // One tile's chain on this consumer warpgroup's 64 rows, continued from acc's values. One stage's wgmma group stays in
 // flight while the next is issued (the accumulators' K-steps still run in issue order); a stage is released once the
 // group reading it has completed. After a failed wait the loop runs on without waiting (its results are void: the
 // launch reports the error), so no exit leaves a group in flight, and the verdict is the warpgroup's, so no thread
-// leaves its warpgroup behind in a wgmma. shadow(kb) runs while K-block kb's group is in flight (every thread of the
-// warpgroup alike; it must not touch acc).
-template <Majors kM, bool kSharing = false, class Shadow = NoShadow>
+// leaves its warpgroup behind in a wgmma.
+template <Majors kM, bool kSharing = false>
 __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup consumer, float (&acc)[kAccumulators],
-                               const GridBarrier& b, int phase, const Shadow& shadow = {}) {
+                               const GridBarrier& b, int phase) {
   uint32_t previous = 0;
   bool healthy = true;
   for (int kb = 0; kb < l.k_blocks; ++kb, ++pipe.blocks) {
@@ -545,10 +530,6 @@ __device__ inline bool consume(Pipeline& pipe, const TileLoad& l, Warpgroup cons
     ptx::wgmma_fence();
     stage_steps<kM>(pipe.smem->stage[pipe.stage()], consumer, acc);
     ptx::wgmma_commit();
-    if constexpr (!std::is_same_v<Shadow, NoShadow>) {
-      shadow(kb);
-      __syncwarp();  // the lanes meet again after the shadow's stores, before the aligned wgmma wait
-    }
     ptx::wgmma_wait<1>();
     ptx::wgmma_fence_operands(acc);
     // An unhealthy consumer stops releasing stages: the producer must not re-arm a stage whose bytes
@@ -749,16 +730,10 @@ __device__ void gemm_tile_loop(Pipeline& pipe, long tiles, const GridBarrier& b,
           start(t, consumer, acc);
         else
           ZeroStart{}(t, consumer, acc);
-        if constexpr (CarriesTiles<Epilogue>) {
-          static_assert(!kSharing, "a stand-in tile has no epilogue to carry");
-          if (!consume<kM>(pipe, l, consumer, acc, b, phase, [&](int kb) { epilogue.shadow(kb); })) break;
-        } else {
-          if (!consume<kM, kSharing>(pipe, l, consumer, acc, b, phase)) break;
-        }
+        if (!consume<kM, kSharing>(pipe, l, consumer, acc, b, phase)) break;
       }
       if (!kSharing || pt.own) epilogue(t, consumer, acc);
     }
-    if constexpr (CarriesTiles<Epilogue>) epilogue.drain();  // also after a failed wait: the warpgroup's verdict
     ptx::setmaxnreg_dec<kKernelRegisters>();
     block_sync();
   }
@@ -772,15 +747,12 @@ __device__ void gemm_tiles(Pipeline& pipe, long tiles, const GridBarrier& b, int
                            Start start = {}, Walk walk = {}) {
   static_assert(!kFp8 || (!kM.a_mn && !kM.b_mn), "E4M3 operands are K-major");
   static_assert(kFp8 || !kColumnScales, "column scales are the E4M3 chain's");
-  // A carried epilogue runs unpaired (layer.cu refuses carried_pushes with paired_blocks).
-  if (CarriesTiles<Epilogue> || !pipe.paired)
+  if (!pipe.paired)
     return gemm_tile_loop<kM, kFp8, kColumnScales, false>(pipe, tiles, b, phase, job, epilogue, start, walk);
-  if constexpr (!CarriesTiles<Epilogue>) {
-    if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
-    gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start, walk);
-    // The pair's last arrivals at each other's stages are in before either goes on.
-    meet_peer(pipe, b, phase);
-  }
+  if (!begin_paired_phase(pipe, kShareB, b, phase)) return;
+  gemm_tile_loop<kM, kFp8, kColumnScales, kShareB>(pipe, tiles, b, phase, job, epilogue, start, walk);
+  // The pair's last arrivals at each other's stages are in before either goes on.
+  meet_peer(pipe, b, phase);
 }
 
 // Visits this thread's accumulator pairs of columns [0, columns): store(row, col, d[col], d[col + 1]).

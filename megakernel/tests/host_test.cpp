@@ -148,13 +148,6 @@ TEST(LayerMemory, RefusesTheLaunchesALayerRefuses) {
   refused({.blocks = 3, .paired_blocks = true}, "blocks = 3 is odd: paired_blocks runs the blocks in pairs");
   refused({.gpus = 2, .transport = Transport::colocated, .paired_blocks = true}, "paired_blocks runs on one GPU");
   EXPECT_NO_THROW(layer_memory(c, {.blocks = 4, .paired_blocks = true}));
-  refused({.paired_blocks = true, .carried_pushes = true}, "carried_pushes runs unpaired (not with paired_blocks)");
-  refused({.gpus = 2, .transport = Transport::colocated, .carried_pushes = true}, "carried_pushes runs on one GPU");
-  LayerConfig fp8 = c;
-  fp8.precision = Precision::fp8;
-  expect_error([&] { layer_memory(fp8, {.carried_pushes = true}); },
-               "carried_pushes needs precision = bf16 (the fp8 pushes are not carried)");
-  EXPECT_NO_THROW(layer_memory(c, {.carried_pushes = true}));
   for (const double seconds :
        {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e12})
     refused({.watchdog_seconds = seconds}, "watchdog_seconds = " + std::to_string(seconds) + " is outside (0, ");

@@ -678,35 +678,6 @@ TEST_F(LayerApi, PairedBlocksMatchTheReference) {
         }
 }
 
-// The pushes carried into the next chain (LaunchConfig::carried_pushes: a consumer's finished half tile kept as
-// bf16 words, stored a pass a K-block in its next tile's shadow, the rest before its next tile and after a phase's
-// last): the reference's bits, h saved and recomputed, with a few blocks (many tiles each) and with all; chains of
-// one, two, five and ten K-blocks (I = 64 and 320: GEMM2's K = I, the dx push's 2I), shorter than the four passes
-// and longer; H = 320, a last column tile of one pass; a small ring (many cycles, each a phase of its own); a
-// skewed routing and the layer's router.
-TEST_F(LayerApi, CarriedPushesMatchTheReference) {
-  for (const LayerConfig& c :
-       {with_every_branch(make_config(2, 320, 320, 64, 8, 3)), with_every_branch(make_config(2, 160, 256, 320, 8, 3))})
-    for (const int blocks : {4, 0})
-      for (const bool recompute : {false, true})
-        for (const RoutingMode mode : {RoutingMode::given, RoutingMode::router}) {
-          SCOPED_TRACE("H " + std::to_string(c.hidden) + ", I " + std::to_string(c.intermediate) + ", blocks " +
-                       std::to_string(blocks) + (recompute ? ", recompute" : "") +
-                       (mode == RoutingMode::router ? ", router" : ", zipf"));
-          const ref::Problem p =
-              ref::make_problem(c, 62, mode == RoutingMode::router ? ref::RoutingKind::router : ref::RoutingKind::zipf);
-          const LaunchConfig launch{
-              .blocks = blocks, .ring_rows = blocks == 4 ? 256 : 0, .recompute = recompute, .carried_pushes = true};
-          Layer layer(c, launch);
-          Bound b(layer, p, mode);
-          b.poison();
-          layer.poison_workspace(stream_, b.workspace.view());
-          b.run(layer, stream_);
-          layer.check();
-          expect_same(read(b), reference(p, mode, launch));
-        }
-}
-
 TEST_F(LayerApi, SynchronousModeRaisesAtTheCall) {
   ref::Problem p = ref::make_problem(shared_sigmoid(), 38, ref::RoutingKind::uniform);
   Layer layer(p.config, LaunchConfig{.synchronous = true});

@@ -7,7 +7,7 @@
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
-//             [--accumulate] [--paired-blocks] [--carried-pushes]
+//             [--accumulate] [--paired-blocks]
 //   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
 //           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
 //           beforehand);
@@ -35,8 +35,6 @@
 //          accumulate_into), rather than storing them (one process);
 //   --paired-blocks: the kernels in clusters of two blocks, the expert GEMMs' weights multicast to both
 //          (LaunchConfig::paired_blocks, experimental);
-//   --carried-pushes: the bf16 kernels whose pushes run in the next tile's chain (LaunchConfig::carried_pushes,
-//          experimental; one GPU);
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
@@ -245,7 +243,6 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, co
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
   std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
   if (launch.paired_blocks) std::printf("  paired blocks: %d, in clusters of two\n", mk.blocks());
-  if (launch.carried_pushes) std::printf("  carried pushes: each in the next tile's chain\n");
   std::fflush(stdout);
 }
 
@@ -269,8 +266,7 @@ constexpr const char* kUsage =
     "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
     "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
     "[--fp8 [--fp8-weight-gradients]] "
-    "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks] "
-    "[--carried-pushes]\n";
+    "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   mok::tools::OptionReader reader("mok-bench");
@@ -284,7 +280,6 @@ bool parse(int argc, char** argv, Options& o) {
                  : arg == "--one-process"          ? &o.one_process
                  : arg == "--accumulate"           ? &o.accumulate
                  : arg == "--paired-blocks"        ? &o.paired_blocks
-                 : arg == "--carried-pushes"       ? &o.carried_pushes
                                                    : nullptr;
     if (flag) {
       *flag = true;
@@ -344,8 +339,6 @@ void check(const Options& o) {
   if (o.fp8_weight_gradients && !o.fp8) throw mok::Error("mok-bench: --fp8-weight-gradients needs --fp8");
   if (o.paired_blocks && o.gpus != kNoGpus)
     throw mok::Error("mok-bench: --paired-blocks runs on one GPU (without --gpus)");
-  if (o.carried_pushes && (o.gpus != kNoGpus || o.fp8 || o.paired_blocks))
-    throw mok::Error("mok-bench: --carried-pushes runs bf16 on one GPU (without --gpus, --fp8 or --paired-blocks)");
   if (o.accumulate && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --accumulate runs in one process (without --gpus, or with --one-process)");
   if (o.routing == "router" && o.gpus != kNoGpus)
@@ -374,7 +367,6 @@ int bench_main(int argc, char** argv) {
     launch.fp8_weights_given = o.fp8;  // quantized once beforehand, as in training
     launch.fp8_weight_gradients = o.fp8_weight_gradients;
     launch.paired_blocks = o.paired_blocks;
-    launch.carried_pushes = o.carried_pushes;
     if (o.plan) {
       // A shape none of whose G can be sized is named and the others still printed (it stopped the plan there).
       int status = 0;

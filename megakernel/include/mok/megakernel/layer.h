@@ -149,11 +149,6 @@ struct LaunchConfig {
   // loading a B they share once for both (the TMA's multicast): half the weights' reads from L2. The same
   // bits. Needs an even `blocks` (0: the co-resident clusters' blocks) and gpus = 1.
   bool paired_blocks = false;
-  // Experimental (issue 18; not yet run on a GPU, docs/benchmarks.md session 73): the bf16 pushes (GEMM2's y_j, the
-  // backward's dx_j) deferred by a tile: a consumer keeps its finished half tile as bf16 words and stores it in four
-  // passes in the shadow of its next tile's first K-blocks' wgmma groups, so that the tensor core does not wait
-  // for the stores. The same bits. Off: each push runs after its chain, the tensor core idle meanwhile.
-  bool carried_pushes = false;
 };
 
 struct WeightViews {
