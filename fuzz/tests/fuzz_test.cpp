@@ -453,26 +453,10 @@ TEST(Driver, OutOfMemoryStopsTheCampaignAndIsNoPropertyFailure) {
   }
 }
 
-// Out of memory while a failure shrinks: the failure found is reported (it was lost, the campaign's error saying
-// that no property failed). Seed 1's router_backward catches router_grad_sign at its first case.
-TEST(Driver, OutOfMemoryWhileShrinkingKeepsTheFailure) {
-  FuzzOptions o;
-  o.seed = 1;
-  o.cases = 20;
-  o.properties = {"router_backward"};
-  o.fault = ref::Fault::router_grad_sign;
-  o.repro_dir = std::filesystem::path(testing::TempDir()) / "mok_fuzz_oom_shrinking";
-  OutOfMemoryBackend backend(8);
-  std::ostringstream log;
-  const std::vector<PropertyReport> reports = run_fuzz(backend, o, log);
-  ASSERT_EQ(reports.size(), 1u);
-  EXPECT_TRUE(backend.threw()) << "no forward ran out of memory while the failure shrank: raise n";
-  EXPECT_TRUE(reports[0].failed) << log.str();
-  EXPECT_EQ(campaign_exit_status(reports), 1);
-}
-
-// seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`.
-PropertyReport caught_router_grad_sign(const std::string& dir, std::ostream& log, double progress_seconds = 5) {
+// seed 1's router_backward catches router_grad_sign at case 1 and shrinks it (14 steps): a repro in `dir`. On
+// `backend` where given, else the reference.
+PropertyReport caught_router_grad_sign(const std::string& dir, std::ostream& log, double progress_seconds = 5,
+                                       Backend* backend = nullptr) {
   FuzzOptions o;
   o.seed = 1;
   o.cases = 20;
@@ -480,8 +464,19 @@ PropertyReport caught_router_grad_sign(const std::string& dir, std::ostream& log
   o.fault = ref::Fault::router_grad_sign;
   o.repro_dir = std::filesystem::path(testing::TempDir()) / dir;
   o.progress_seconds = progress_seconds;
-  ReferenceBackend backend;
-  return run_fuzz(backend, o, log).at(0);
+  ReferenceBackend reference;
+  return run_fuzz(backend ? *backend : reference, o, log).at(0);
+}
+
+// Out of memory while a failure shrinks: the failure found is reported (it was lost, the campaign's error saying
+// that no property failed).
+TEST(Driver, OutOfMemoryWhileShrinkingKeepsTheFailure) {
+  OutOfMemoryBackend backend(8);
+  std::ostringstream log;
+  const PropertyReport r = caught_router_grad_sign("mok_fuzz_oom_shrinking", log, 5, &backend);
+  EXPECT_TRUE(backend.threw()) << "no forward ran out of memory while the failure shrank: raise n";
+  EXPECT_TRUE(r.failed) << log.str();
+  EXPECT_EQ(campaign_exit_status({r}), 1);
 }
 
 // Shrinking prints progress too: it can outlast the search (conservation caught combine_order on seed 1

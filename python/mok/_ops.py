@@ -99,6 +99,13 @@ def backward_float32(x, router, expert_bias, w1, w2, shared_w1, shared_w2, topk_
     return (dx, d_topk_w, d_logits, *grads)
 
 
+def named_pairs(named: list):
+    """Each two of named's (name, tensor) items, the later first: (name, a, other, b)."""
+    for i, (name, a) in enumerate(named):
+        for other, b in named[:i]:
+            yield name, a, other, b
+
+
 def unaliased_message(name: str, other: str, how: str) -> str:
     """Why two accumulators are refused under a trace (see check_unaliased)."""
     return (f"{name} and {other} {how}: under torch.compile the backward's adds into such accumulators go wrong "
@@ -116,8 +123,6 @@ def check_unaliased(accumulators: list[torch.Tensor], names: str) -> None:
 
 @check_unaliased.register_fake
 def _check_unaliased_fake(accumulators, names):
-    named = list(zip(names.split(","), accumulators, strict=True))
-    for i, (name, a) in enumerate(named):
-        for other, b in named[:i]:
-            if torch._C._is_alias_of(a, b):
-                raise ValueError(unaliased_message(name, other, "share a storage"))
+    for name, a, other, b in named_pairs(list(zip(names.split(","), accumulators, strict=True))):
+        if torch._C._is_alias_of(a, b):
+            raise ValueError(unaliased_message(name, other, "share a storage"))

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from mok import _C
-from mok._ops import unaliased_message
+from mok._ops import named_pairs, unaliased_message
 from mok.config import DEFAULT_RING_ROWS, ROUTING_MODES, MoEConfig, _require_bool, pack_launch
 
 
@@ -398,10 +398,9 @@ def _check_unaliased_under_trace(named: list) -> None:
     def root(t):
         return t if t._base is None else t._base
 
-    for i, (name, a) in enumerate(named):
-        for other, b in named[:i]:
-            if root(a) is root(b):
-                raise ValueError(unaliased_message(name, other, "are one tensor or views of one"))
+    for name, a, other, b in named_pairs(named):
+        if root(a) is root(b):
+            raise ValueError(unaliased_message(name, other, "are one tensor or views of one"))
     torch.ops.mok.check_unaliased([a for _, a in named], ",".join(name for name, _ in named))
 
 
