@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,33 @@ TEST(FirstBitMismatch, NamesTheFirstDifferingElement) {
   EXPECT_EQ(first_bit_mismatch("v", a, std::vector<float>(2)), "v: 3 elements vs 2");
   const std::vector<bf16> c = {bf16{0x3f80}}, d = {bf16{0x3f81}};
   EXPECT_EQ(first_bit_mismatch("w", c, d), "w[0]: 0x3f80 vs 0x3f81");
+}
+
+TEST(FirstFieldMismatch, NamesTheFirstDifferingFieldInTheListsOrder) {
+  Forward a;
+  a.y = {bf16{0x3f80}, bf16{0x4000}};
+  a.h = {bf16{0x3f80}};
+  Forward b = a;
+  EXPECT_EQ(first_field_mismatch(a, b), "");
+  b.h[0] = bf16{0xbf80};
+  b.y[1] = bf16{0x4001};
+  EXPECT_EQ(first_field_mismatch(a, b), "y[1]: 0x4000 vs 0x4001");  // y comes before h
+  Gradients g, d;
+  g.d_w2 = {1.0f};
+  d.d_w2 = {1.0f, 2.0f};
+  EXPECT_EQ(first_field_mismatch(g, d), "d_w2: 1 elements vs 2");
+}
+
+TEST(FirstPoisonedField, NamesAnElementNoLaunchWrote) {
+  Gradients g;
+  g.dx = {bf16{0x3f80}};
+  g.d_w1 = {1.0f, 2.0f};
+  EXPECT_EQ(first_poisoned_field(g), "");
+  g.d_w1[1] = std::bit_cast<float>(0xffffffffu);
+  EXPECT_EQ(first_poisoned_field(g), "d_w1[1]");
+  Forward f;
+  f.layout.row_source = {0, -1};
+  EXPECT_EQ(first_poisoned_field(f), "row_source[1]");
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //   mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] [--tokens T]
 //             [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute]
 //             [--experts E] [--capacity-factor F] [--plan] [--fp8 [--fp8-weight-gradients]] [--sustained S]
-//             [--accumulate] [--paired-blocks]
+//             [--accumulate] [--paired-blocks] [--same-bits N]
 //   --routing: a given routing (uniform, or Zipf-skewed), or router: the layer's own router on its random
 //           weights (its phases timed; one GPU only: across GPUs the link bytes come from a routing known
 //           beforehand);
@@ -38,12 +38,16 @@
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
+//   --same-bits: after the timings, N steps on the first input set (each after a step on the second), every
+//          result and gradient compared bit for bit with the first step's, then one step of a layer on about
+//          half the blocks (bench_same_bits.h; one process): run to run (D1) and launch (D3) at full size;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
 //           buffers (mok::gpu::layer_memory, the sizes a Layer allocates): its workspace is the backward's, of
 //           which the forward's is a prefix ("of it fwd").
-// Exit: 0 done, 1 a failed rank, 2 bad arguments or an error, 77 no Hopper GPU (ctest: skip).
+// Exit: 0 done, 1 a failed rank or a --same-bits difference, 2 bad arguments or an error, 77 no Hopper GPU
+// (ctest: skip).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -54,6 +58,7 @@
 
 #include "bench_common.h"
 #include "bench_ranks.h"
+#include "bench_same_bits.h"
 #include "mok/core/tool_exit.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/reference/problem.h"
@@ -157,8 +162,9 @@ std::pair<mok::LayerConfig, mok::gpu::LaunchConfig> checked_here(const Shape& s,
   return {c, launch};
 }
 
-// One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group.
-void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& base,
+// One shape in this process: one GPU (simulated ranks), or --gpus G --one-process over a peer group. False: a
+// --same-bits difference.
+bool bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& base,
                 double peak) {
   const auto [c, launch] = checked_here(s, o, base);
   const int gpus = launch.gpus;
@@ -243,7 +249,9 @@ void bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, co
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
   std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
   if (launch.paired_blocks) std::printf("  paired blocks: %d, in clusters of two\n", mk.blocks());
+  const bool same = o.same_bits == 0 || same_bits(s.name, c, p.weights, launch, mk, inputs, o.same_bits);
   std::fflush(stdout);
+  return same;
 }
 
 int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& launch) {
@@ -258,15 +266,17 @@ int run_here(const Options& o, mok::ref::RoutingKind kind, const mok::gpu::Launc
   if (o.gpus > 1) std::printf("across %d GPUs (NCCL windows): peak fractions of %d x that peak\n", o.gpus, o.gpus);
   std::printf("%-15s %-8s %8s %8s %10s %9s %9s %8s %8s%s\n", "shape", "routing", "fwd ms", "bwd ms", "fwd+bwd ms",
               "fwd TF/s", "f+b TF/s", "fwd %pk", "f+b %pk", o.gpus > 1 ? "  fwd GB/s  bwd GB/s" : "");
-  for (const Shape& s : shapes) bench_here(s, o, kind, launch, peak);
-  return 0;
+  int status = 0;
+  for (const Shape& s : shapes)
+    if (!bench_here(s, o, kind, launch, peak)) status = 1;
+  return status;
 }
 
 constexpr const char* kUsage =
     "usage: mok-bench [--shape NAME|all] [--routing uniform|zipf|router] [--runs N] [--warmup N] "
     "[--tokens T] [--ring-rows R] [--sets N] [--gpus G [--one-process] [--timeout S]] [--recompute] "
     "[--fp8 [--fp8-weight-gradients]] "
-    "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks]\n";
+    "[--experts E] [--capacity-factor F] [--plan] [--sustained S] [--accumulate] [--paired-blocks] [--same-bits N]\n";
 
 bool parse(int argc, char** argv, Options& o) {
   mok::tools::OptionReader reader("mok-bench");
@@ -306,6 +316,7 @@ bool parse(int argc, char** argv, Options& o) {
                     : arg == "--sets"      ? &o.sets
                     : arg == "--gpus"      ? &o.gpus
                     : arg == "--experts"   ? &o.experts
+                    : arg == "--same-bits" ? &o.same_bits
                                            : nullptr;
       if (!target) return reader.unknown(arg);
       ok = parse_int(value, *target);
@@ -321,6 +332,8 @@ bool parse(int argc, char** argv, Options& o) {
 inline constexpr int kMaxSets = 16;
 // Each run's time is kept (and each launch's phases): --runs 1e9 asked for gigabytes a timing.
 inline constexpr int kMaxRuns = 100000;
+// A --same-bits step reads every result back (kimi-k2's: about 6 GB) and compares it: seconds a step.
+inline constexpr int kMaxSameBits = 1000;
 
 void check(const Options& o) {
   // Sets at most kMaxSets: each is a host and a device copy of x and dy (64 MB for olmoe), and --sets 1000 asked
@@ -345,6 +358,10 @@ void check(const Options& o) {
     throw mok::Error("mok-bench: --routing router runs on one GPU (without --gpus)");
   if (o.sustained_s > 0 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --sustained runs in one process (without --gpus, or with --one-process)");
+  if (o.same_bits < 0 || o.same_bits > kMaxSameBits)
+    throw mok::Error("mok-bench: --same-bits must be in [0, " + std::to_string(kMaxSameBits) + "]");
+  if (o.same_bits > 0 && o.gpus != kNoGpus && !o.one_process)
+    throw mok::Error("mok-bench: --same-bits runs in one process (without --gpus, or with --one-process)");
   if (o.plan && o.gpus != kNoGpus) throw mok::Error("mok-bench: --plan prints G = 1, 2, 8 and 64 itself (no --gpus)");
   if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "router")  // with --plan too, which ignores it
     throw mok::Error("mok-bench: --routing must be uniform, zipf or router, got " + mok::quote_input(o.routing));

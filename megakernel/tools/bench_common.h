@@ -21,7 +21,7 @@ inline constexpr int kNoGpus = -1;  // Options::gpus without --gpus: this proces
 
 struct Options {
   std::string shape = "all", routing = "uniform";
-  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = kNoGpus, experts = 0;
+  int runs = 20, warmup = 2, tokens = 0, ring_rows = 0, sets = 3, gpus = kNoGpus, experts = 0, same_bits = 0;
   bool recompute = false, plan = false, one_process = false, fp8 = false, fp8_weight_gradients = false,
        accumulate = false, paired_blocks = false;
   double capacity_factor = 0, timeout_s = 600, sustained_s = 0;

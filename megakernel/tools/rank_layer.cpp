@@ -35,15 +35,6 @@ S assemble_fields(const std::vector<const S*>& ranks, std::vector<std::string>& 
   return whole;
 }
 
-template <class S>
-std::string first_field_difference(const S& a, const S& b) {
-  std::string found;
-  for_each_field(a, b, [&](const char* name, const auto& u, const auto& v) {
-    if (found.empty()) found = first_bit_mismatch(name, u, v);
-  });
-  return found;
-}
-
 }  // namespace
 
 Stream::Stream() { MOK_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
@@ -157,8 +148,8 @@ RankResults get_results(ResultReader& file) {
 }
 
 std::string first_difference(const RankResults& a, const RankResults& b) {
-  const std::string diff = first_field_difference(a.fwd, b.fwd);
-  return diff.empty() ? first_field_difference(a.grads, b.grads) : diff;
+  const std::string diff = first_field_mismatch(a.fwd, b.fwd);
+  return diff.empty() ? first_field_mismatch(a.grads, b.grads) : diff;
 }
 
 }  // namespace mok::tools

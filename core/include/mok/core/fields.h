@@ -10,6 +10,8 @@
 //   raw_bits(v)                     an element's bits as one word (what "bit for bit" compares);
 //   show_element(v)                 an element for a message: bits and value ("0x3f80 (0x1p+0)");
 //   first_bit_mismatch(name, a, b)  the first element whose bits differ, both values in hex, or "".
+//   first_field_mismatch(a, b)      the same over every field of two Forwards (or Gradients), or "".
+//   first_poisoned_field(s)         the first element of any field that holds the GPU tools' poison, or "".
 #pragma once
 
 #include <concepts>
@@ -149,6 +151,27 @@ std::string first_poisoned(const std::string& name, const std::vector<T>& v) {
   for (size_t i = 0; i < v.size(); ++i)
     if (raw_bits(v[i]) == kPoison) return name + "[" + std::to_string(i) + "]";
   return "";
+}
+
+// first_bit_mismatch of each field of a and b (a Forward or Gradients), in for_each_field's order: the first
+// difference, or "".
+template <class S>
+std::string first_field_mismatch(const S& a, const S& b) {
+  std::string found;
+  for_each_field(a, b, [&](const char* name, const auto& u, const auto& v) {
+    if (found.empty()) found = first_bit_mismatch(name, u, v);
+  });
+  return found;
+}
+
+// first_poisoned of each field of s (a Forward or Gradients), in for_each_field's order, or "".
+template <class S>
+std::string first_poisoned_field(const S& s) {
+  std::string found;
+  for_each_field(s, [&](const char* name, const auto& v) {
+    if (found.empty()) found = first_poisoned(name, v);
+  });
+  return found;
 }
 
 }  // namespace mok
