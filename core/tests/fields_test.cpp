@@ -49,6 +49,20 @@ TEST(FirstFieldMismatch, NamesTheFirstDifferingFieldInTheListsOrder) {
   EXPECT_EQ(first_field_mismatch(g, d), "d_w2: 1 elements vs 2");
 }
 
+TEST(FirstStepMismatch, TheForwardComesBeforeTheGradients) {
+  Forward f;
+  f.y = {bf16{0x3f80}};
+  Gradients g;
+  g.dx = {bf16{0x3f80}};
+  Forward f2 = f;
+  Gradients g2 = g;
+  EXPECT_EQ(first_step_mismatch(f, g, f2, g2), "");
+  g2.dx[0] = bf16{0x3f81};
+  EXPECT_EQ(first_step_mismatch(f, g, f2, g2), "dx[0]: 0x3f80 vs 0x3f81");
+  f2.y[0] = bf16{0x4000};
+  EXPECT_EQ(first_step_mismatch(f, g, f2, g2), "y[0]: 0x3f80 vs 0x4000");
+}
+
 TEST(FirstPoisonedField, NamesAnElementNoLaunchWrote) {
   Gradients g;
   g.dx = {bf16{0x3f80}};

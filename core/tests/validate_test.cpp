@@ -112,11 +112,23 @@ TEST(Memory, AProblemLargerThanTheLimitIsRefusedWithItsSize) {
   EXPECT_EQ(validate_error(c), "");
   // 12 Gi weights: 24 GiB in bf16 and 48 GiB of fp32 gradients, plus a few MiB of tokens and router.
   EXPECT_NEAR(problem_bytes(c) / double(1ull << 30), 72.0, 0.01);
-  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 30)); }),
+  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, 1, double(1ull << 30)); }),
             "mok: invalid input: this problem (R = 1, T = 1, E = 16, H = 16384, I = 16384) needs 72.0 GiB of host "
-            "memory for its tensors, more than the 1.0 GiB this process may take (the machine's memory, or its "
-            "cgroup's limit)");
-  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, double(1ull << 40)); }), "");
+            "memory here (1 times its tensors' 72.0 GiB), more than the 1.0 GiB this process may take (the machine's "
+            "memory, or its cgroup's limit)");
+  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, 1, double(1ull << 40)); }), "");
+}
+
+// A caller that holds several copies of the tensors at once (mok-golden generate: up to 4.7) is refused where
+// the tensors alone would fit.
+TEST(Memory, TheCallersCopiesCount) {
+  const LayerConfig c = make_config(1, 1, 1 << 14, 1 << 14, 16, 1);  // 72 GiB of tensors
+  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, 1, double(100ull << 30)); }), "");
+  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, 5, double(100ull << 30)); }),
+            "mok: invalid input: this problem (R = 1, T = 1, E = 16, H = 16384, I = 16384) needs 360.0 GiB of host "
+            "memory here (5 times its tensors' 72.0 GiB), more than the 100.0 GiB this process may take (the "
+            "machine's memory, or its cgroup's limit)");
+  EXPECT_EQ(error_of([&] { require_fits_in_memory(c, 1.35, double(100ull << 30)); }), "");
 }
 
 // A cgroup's memory limit (a container's, a batch job's) bounds what a problem may take: the smallest along the

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mok/core/fields.h"
+#include "mok/core/validate.h"
 #include "mok/golden/golden.h"
 #include "mok/reference/oracle.h"
 
@@ -312,6 +313,9 @@ GoldenCase make_case(const std::string& name, const LayerConfig& config, const r
 }
 
 GoldenCase regenerate(const GoldenCase& golden) {
+  // mok-golden check holds up to 3.6 times the tensors at once (the golden's, the problem's, the reference's run
+  // and the fresh results), measured.
+  require_fits_in_memory(golden.config, 4);
   const ref::Problem problem = golden.recipe ? ref::make_problem(golden.config, golden.recipe->seed,
                                                                  golden.recipe->routing, golden.recipe->zipf_s)
                                              : problem_of(golden);

@@ -24,6 +24,9 @@ namespace {
 
 constexpr const char* kFormatName = "mok-golden";
 constexpr int kDeflateLevel = 6;
+// Reading a golden holds its tensors and the file's image. (Its users check what they add: regenerate,
+// mok-verify's reference backend.)
+constexpr double kReadCopies = 2;
 constexpr size_t kChunkBytes = size_t(1) << 20;  // target size of a dataset chunk before compression
 constexpr uint64_t kMaxInflation = 1032;         // deflate's largest ratio: 258 bytes per 2 bits at best
 
@@ -473,7 +476,7 @@ LayerConfig read_config(RawHdf5& raw, hid_t root) {
       value = read_i32(id, w, name);
   });
   validate(c);
-  require_fits_in_memory(c);  // before any dataset of this config is allocated
+  require_fits_in_memory(c, kReadCopies);  // before any dataset of this config is allocated
   return c;
 }
 
@@ -506,6 +509,15 @@ void write_recipe(hid_t root, const Recipe& r) {
   write_string(g.get(), "/recipe", "routing_kind", ref::to_string(r.routing));
   write_f64(g.get(), "/recipe", "zipf_s", r.zipf_s);
   g.close("cannot close group /recipe");
+}
+
+// A recipe routes as the inputs do (its router, or the given routing they hold): one that did not made the
+// golden's inputs again with another routing (mok-golden check and mok-verify judged such a file apart).
+void require_recipe_matches(const std::optional<Recipe>& recipe, bool routing_given) {
+  if (recipe && ref::routed_by_router(recipe->routing) == routing_given)
+    throw Error("group /recipe's routing_kind " + ref::to_string(recipe->routing) + " contradicts the inputs, which " +
+                (routing_given ? "hold a given routing (/@routing_source given)"
+                               : "hold none (/@routing_source router: the router routes)"));
 }
 
 Recipe read_recipe(RawHdf5& raw, hid_t root) {
@@ -601,6 +613,7 @@ std::string golden_image(const GoldenCase& g) {
                 std::to_string(g.numerics_version) + "; this build writes only " + std::to_string(kFormatVersion) +
                 " and " + std::to_string(kNumericsModelVersion));
   validate(g.config);
+  require_recipe_matches(g.recipe, g.routing_given());
   const std::vector<TensorSpec> specs = tensor_specs(g.config, g.routing_given());
   for (const Group group : {Group::inputs, Group::routing, Group::outputs})
     if (group_tensors(g, group).size() !=
@@ -707,6 +720,7 @@ GoldenCase read_file(const std::string& file) {
   g.config = read_config(raw, root);
   g.options = read_options(raw, root);
   if (check(H5Lexists(root, "recipe", H5P_DEFAULT), "cannot look up group /recipe")) g.recipe = read_recipe(raw, root);
+  require_recipe_matches(g.recipe, source == "given");
   const std::vector<TensorSpec> specs = tensor_specs(g.config, source == "given");
   for (const Group group : {Group::inputs, Group::routing, Group::outputs}) {
     Handle h = open_group(raw, root, to_string(group));

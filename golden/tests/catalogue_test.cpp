@@ -203,7 +203,15 @@ TEST(CaseFile, SizesPastInt32OrMemoryAreRefused) {
             std::string::npos);
   const std::string memory = parse_error("hidden = 1048576\nintermediate = 1048576\n");
   EXPECT_NE(memory.find("mok: case.txt: invalid input: this problem"), std::string::npos) << memory;
-  EXPECT_NE(memory.find("GiB of host memory for its tensors, more than the"), std::string::npos) << memory;
+  EXPECT_NE(memory.find("GiB of host memory here (5 times its tensors'"), std::string::npos) << memory;
+}
+
+// An HDF5 string ends at a NUL byte: the description is refused naming its line, before the case is computed (it
+// was refused only when the file was written).
+TEST(CaseFile, ANulByteInTheDescriptionIsRefusedNamingTheLine) {
+  const std::string message = parse_error(std::string("experts = 4\ndescription = a\0b\n", 30));
+  EXPECT_NE(message.find("mok: case.txt:2: description = "), std::string::npos) << message;
+  EXPECT_NE(message.find("expected text without a NUL byte"), std::string::npos) << message;
 }
 
 TEST(CaseFile, BinaryJunkIsEchoedEscaped) {

@@ -38,9 +38,11 @@
 //   --sustained: also steps one after another for about S seconds after as long untimed (one process):
 //          the step near the clock the power limit holds in training (the timed launches above run near
 //          the top clock: the host prepares each one while the GPU idles; docs/benchmarks.md);
-//   --same-bits: after the timings, N steps on the first input set (each after a step on the second), every
-//          result and gradient compared bit for bit with the first step's, then one step of a layer on about
-//          half the blocks (bench_same_bits.h; one process): run to run (D1) and launch (D3) at full size;
+//   --same-bits: after the timings, N steps on the first input set (each after a step on the second; with
+//          --accumulate its weight gradients added into that step's), every result and gradient compared bit
+//          for bit with the first step's, then one step of a layer on about half the blocks (bench_same_bits.h;
+//          one process, --sets >= 2): run to run (D1) and launch (D3) at full size. It holds two steps' results
+//          on the host (kimi-k2's: about 6 GB each) and a second layer on the GPU;
 //   --plan: no GPU needed: the device memory per GPU of one rank per GPU, T tokens each, for G = 1, 2,
 //           8 and 64 (those that divide E): the expert weights and bf16 gradients of its E/G experts
 //           (with --fp8 also their E4M3 copies, W and W^T, quantized once per step) and the Layer's own
@@ -60,6 +62,7 @@
 #include "bench_ranks.h"
 #include "bench_same_bits.h"
 #include "mok/core/tool_exit.h"
+#include "mok/core/validate.h"
 #include "mok/megakernel/megakernel.h"
 #include "mok/reference/problem.h"
 #include "mok/tools/cli_args.h"
@@ -167,6 +170,8 @@ std::pair<mok::LayerConfig, mok::gpu::LaunchConfig> checked_here(const Shape& s,
 bool bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, const mok::gpu::LaunchConfig& base,
                 double peak) {
   const auto [c, launch] = checked_here(s, o, base);
+  // --same-bits holds the problem and two steps' results, each at most the problem's tensors (an estimate).
+  if (o.same_bits > 0) mok::require_fits_in_memory(c, 3);
   const int gpus = launch.gpus;
   std::fprintf(stderr, "%s: generating inputs...\n", s.name);
   const mok::ref::Problem p = mok::ref::make_problem(c, 2026, kind);
@@ -249,7 +254,7 @@ bool bench_here(const Shape& s, const Options& o, mok::ref::RoutingKind kind, co
   if (o.fp8) std::printf(", quantized weights %.0f MiB", mk.fp8_weights_bytes() / 1048576.0);
   std::printf("; the first launches took %.0f MiB more (local memory, code)\n", first_launches_mib);
   if (launch.paired_blocks) std::printf("  paired blocks: %d, in clusters of two\n", mk.blocks());
-  const bool same = o.same_bits == 0 || same_bits(s.name, c, p.weights, launch, mk, inputs, o.same_bits);
+  const bool same = o.same_bits == 0 || same_bits(s.name, c, p.weights, launch, mk, inputs, o.same_bits, o.accumulate);
   std::fflush(stdout);
   return same;
 }
@@ -362,6 +367,10 @@ void check(const Options& o) {
     throw mok::Error("mok-bench: --same-bits must be in [0, " + std::to_string(kMaxSameBits) + "]");
   if (o.same_bits > 0 && o.gpus != kNoGpus && !o.one_process)
     throw mok::Error("mok-bench: --same-bits runs in one process (without --gpus, or with --one-process)");
+  if (o.same_bits > 0 && (o.sets < 2 || o.plan))
+    throw mok::Error(
+        "mok-bench: --same-bits needs --sets of 2 or more (each compared step follows one of another "
+        "set), and runs nothing with --plan");
   if (o.plan && o.gpus != kNoGpus) throw mok::Error("mok-bench: --plan prints G = 1, 2, 8 and 64 itself (no --gpus)");
   if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "router")  // with --plan too, which ignores it
     throw mok::Error("mok-bench: --routing must be uniform, zipf or router, got " + mok::quote_input(o.routing));

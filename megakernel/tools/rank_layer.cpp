@@ -148,8 +148,7 @@ RankResults get_results(ResultReader& file) {
 }
 
 std::string first_difference(const RankResults& a, const RankResults& b) {
-  const std::string diff = first_field_mismatch(a.fwd, b.fwd);
-  return diff.empty() ? first_field_mismatch(a.grads, b.grads) : diff;
+  return first_step_mismatch(a.fwd, a.grads, b.fwd, b.grads);
 }
 
 }  // namespace mok::tools

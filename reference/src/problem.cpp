@@ -138,7 +138,7 @@ void validate_zipf_s(double s) {
 
 Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind, double zipf_s) {
   validate(c);
-  require_fits_in_memory(c);
+  require_fits_in_memory(c, kProblemCopies);
   if (kind == RoutingKind::zipf) validate_zipf_s(zipf_s);
   Rng rng(seed);
   const int N = c.tokens(), H = c.hidden, I = c.intermediate, E = c.experts, Is = c.shared_intermediate;
@@ -162,7 +162,7 @@ Problem make_problem(const LayerConfig& c, uint64_t seed, RoutingKind kind, doub
   p.weights.w2 = bf16_symmetric(rng, size_t(E) * H * I, bound(I));
   p.weights.shared_w1 = bf16_symmetric(rng, size_t(2) * Is * H, bound(H));
   p.weights.shared_w2 = bf16_symmetric(rng, size_t(H) * Is, bound(std::max(Is, 1)));
-  if (kind != RoutingKind::router && kind != RoutingKind::router_ties) p.routing = given_routing(c, kind, rng, zipf_s);
+  if (!routed_by_router(kind)) p.routing = given_routing(c, kind, rng, zipf_s);
   return p;
 }
 

@@ -1,5 +1,7 @@
 #include "mok/verify/backend.h"
 
+#include "mok/core/validate.h"
+
 namespace mok::verify {
 namespace {
 
@@ -22,6 +24,8 @@ class ReferenceBackend : public Backend {
     o.step = flags_.step.value_or(o.step);
     o.ring_rows = flags_.ring_rows.value_or(o.ring_rows);
     o.recompute = flags_.recompute.value_or(o.recompute);
+    // The golden read, its problem and the reference's run: 2.6 times the tensors at once, measured.
+    require_fits_in_memory(g.config, 3);
     return {golden::run_reference(golden::problem_of(g), o), std::nullopt};
   }
 

@@ -11,6 +11,7 @@
 //   show_element(v)                 an element for a message: bits and value ("0x3f80 (0x1p+0)");
 //   first_bit_mismatch(name, a, b)  the first element whose bits differ, both values in hex, or "".
 //   first_field_mismatch(a, b)      the same over every field of two Forwards (or Gradients), or "".
+//   first_step_mismatch(...)        the same over two steps' Forward, then their Gradients.
 //   first_poisoned_field(s)         the first element of any field that holds the GPU tools' poison, or "".
 #pragma once
 
@@ -162,6 +163,13 @@ std::string first_field_mismatch(const S& a, const S& b) {
     if (found.empty()) found = first_bit_mismatch(name, u, v);
   });
   return found;
+}
+
+// first_field_mismatch of two steps: their Forwards first, then their Gradients; "" when every field agrees.
+inline std::string first_step_mismatch(const Forward& fwd_a, const Gradients& grads_a, const Forward& fwd_b,
+                                       const Gradients& grads_b) {
+  const std::string diff = first_field_mismatch(fwd_a, fwd_b);
+  return diff.empty() ? first_field_mismatch(grads_a, grads_b) : diff;
 }
 
 // first_poisoned of each field of s (a Forward or Gradients), in for_each_field's order, or "".

@@ -160,17 +160,20 @@ inline std::string gib_text(double bytes) {
   return text;
 }
 
-// Refuses, before anything is allocated, a problem whose tensors alone need more than `limit` bytes
-// (default: the memory this process may take): the host-side tools would otherwise allocate until the
-// system kills them.
-inline void require_fits_in_memory(const LayerConfig& c, double limit = memory_limit_bytes()) {
-  const double need = problem_bytes(c);
-  require(limit <= 0 || need <= limit, "this problem (R = " + std::to_string(c.ranks) +
-                                           ", T = " + std::to_string(c.tokens_per_rank) +
-                                           ", E = " + std::to_string(c.experts) + ", H = " + std::to_string(c.hidden) +
-                                           ", I = " + std::to_string(c.intermediate) + ") needs " + gib_text(need) +
-                                           " of host memory for its tensors, more than the " + gib_text(limit) +
-                                           " this process may take (the machine's memory, or its cgroup's limit)");
+// Refuses, before anything is allocated, a problem for which the caller would hold more than `limit` bytes
+// (default: the memory this process may take): `copies` times its tensors (problem_bytes), the most the
+// caller holds at once as measured (its working copies, the fp64 oracle's, a file's image). The host-side
+// tools would otherwise allocate until the system kills them, with no message.
+inline void require_fits_in_memory(const LayerConfig& c, double copies, double limit = memory_limit_bytes()) {
+  const double tensors = problem_bytes(c), need = copies * tensors;
+  char times[32];
+  std::snprintf(times, sizeof times, "%g", copies);
+  require(limit <= 0 || need <= limit,
+          "this problem (R = " + std::to_string(c.ranks) + ", T = " + std::to_string(c.tokens_per_rank) +
+              ", E = " + std::to_string(c.experts) + ", H = " + std::to_string(c.hidden) +
+              ", I = " + std::to_string(c.intermediate) + ") needs " + gib_text(need) + " of host memory here (" +
+              times + " times its tensors' " + gib_text(tensors) + "), more than the " + gib_text(limit) +
+              " this process may take (the machine's memory, or its cgroup's limit)");
 }
 
 // The layout's tables for N tokens of k slots: sizes, offsets from 0 rising to N k by at most N an

@@ -43,6 +43,11 @@ enum class RoutingKind : uint8_t {
   sparse,       // given: only ceil(E / 8) experts (at least k) receive tokens
 };
 
+// router and router_ties: no given routing (the layer's router routes).
+inline bool routed_by_router(RoutingKind kind) {
+  return kind == RoutingKind::router || kind == RoutingKind::router_ties;
+}
+
 std::string to_string(RoutingKind kind);
 RoutingKind routing_kind_from_string(const std::string& name);  // throws mok::Error
 
@@ -53,6 +58,12 @@ struct Problem {
   LayerWeights weights;
   std::optional<Routing> routing;  // set for the given kinds
 };
+
+// The multiple of its tensors (problem_bytes) a problem's users hold at once, which make_problem checks
+// against the memory this process may take: a problem and the reference's run of it (mok-reference-timing:
+// 1.35 measured); mok-bench holds the problem and its input sets (mok-bench --same-bits checks for its two
+// steps' results apart).
+inline constexpr double kProblemCopies = 1.5;
 
 // The Zipf exponent of RoutingKind::zipf: finite and >= 0 (mok::Error otherwise).
 void validate_zipf_s(double s);
