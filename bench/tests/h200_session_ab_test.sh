@@ -39,9 +39,11 @@ fail() {
   echo "FAIL: $*"
   exit 1
 }
+# The A/B's mok-bench runs as ab.log holds them: each run's header and the stub's line, joined by '|'.
+bench_runs() { grep -E '^####|uniform' out/ab.log | tr '\n' '|'; }
 
 run MOK_BASELINE=base MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
-got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
+got=$(bench_runs)
 want=""
 for s in kimi-k2 olmoe; do
   for t in B N B N; do
@@ -73,7 +75,7 @@ grep -q "MOK_AB_ORDER: C is neither N, F nor a built A/B tree" out/summary.log |
 [ "$(grep -c '^#### B' out/ab.log)" -eq 2 ] || fail "the baseline did not run beside a failed candidate"
 # F: this tree with MOK_AB_FLAGS added, beside it without them; no baseline is needed where B does not run.
 run MOK_AB_FLAGS="--paired-blocks" MOK_AB_ORDER="N F" MOK_BENCH_ARGS="--runs 5" || fail "the session script failed"
-got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
+got=$(bench_runs)
 want=""
 for s in kimi-k2 olmoe; do
   want+="#### N (new-commit) --shape $s|$s uniform build --shape $s --runs 5|"
@@ -90,7 +92,7 @@ grep -q "MOK_AB_TREES: C=nowhere is not a source tree" out/summary.log || fail "
 # Per precision: each shape's bf16 and fp8 runs, fp8 adding --fp8 to the arguments; an unknown one is said.
 run MOK_BASELINE=base MOK_AB_PRECISIONS="fp8 bf16 fp4" MOK_AB_ORDER="B N" MOK_BENCH_ARGS="--runs 5" ||
   fail "the session script failed"
-got=$(grep -E '^####|uniform' out/ab.log | tr '\n' '|')
+got=$(bench_runs)
 want=""
 for s in kimi-k2 olmoe; do
   want+="#### B (base-commit) --shape $s --fp8|$s uniform base/build --shape $s --runs 5 --fp8|"
